@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One-time host set-up for vmseed's tests, e2e and benchmarks (Debian 12, root).
+# Idempotent: safe to run again.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup-host: run as root (apt-get and libvirtd need it)" >&2
+  exit 2
+fi
+mapfile -t pkgs < <(grep -v '^\s*#' "$here/deb-packages.txt" | grep -v '^\s*$')
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup-host: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# cloud-init is installed for its parsers only: it must never act on this host.
+mkdir -p /etc/cloud
+touch /etc/cloud/cloud-init.disabled
+# libvirtd without systemd, as root: without user/group = root every define
+# takes ~45 s while libvirt re-probes QEMU against a root-only /dev/kvm.
+conf=/etc/libvirt/qemu.conf
+for kv in 'user = "root"' 'group = "root"'; do
+  grep -qxF "$kv" "$conf" || echo "$kv" >> "$conf"
+done
+echo "setup-host: done"

@@ -1,0 +1,26 @@
+// The rendered seed: what src/cloudinit produces and src/disk lays out.
+// Plain data, so it can be hashed, compared, served over HTTP and written.
+
+export type Datasource = 'nocloud' | 'configdrive';
+
+export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
+
+export interface SeedWarning {
+  code: 'USERDATA_NO_HEADER' | 'KUBEVIRT_VOLUME_CONFLICT' | 'SEEDED_AFTER_BOOT';
+  message: string;
+  field?: string;
+}
+
+export interface Seed {
+  datasource: Datasource;
+  // Serialised as JSON: `meta-data` (NoCloud) or `openstack/latest/meta_data.json`
+  // (ConfigDrive, where it must contain `uuid`).
+  metaData: Record<string, unknown>;
+  // Bytes as the guest must see them (may be gzip, MIME, a script...).
+  userData: Uint8Array;
+  // NoCloud: network-config YAML (v1/v2). ConfigDrive: network_data.json text.
+  networkConfig?: Uint8Array;
+  // NoCloud: vendor-data. ConfigDrive: vendor_data.json text.
+  vendorData?: Uint8Array;
+  warnings: SeedWarning[];
+}

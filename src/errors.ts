@@ -1,0 +1,105 @@
+// Typed errors with stable codes. The same code is used in the Event, the log
+// line, the metric label and the status page, so codes form a closed set:
+// adding one means adding it here, which keeps metric label values bounded.
+
+export const ERROR_CODES = [
+  // ISO writer and image store (src/disk)
+  'ISO_PATH_EMPTY',
+  'ISO_PATH_DUPLICATE',
+  'ISO_NAME_TOO_LONG',
+  'ISO_NAME_INVALID',
+  'ISO_LABEL_INVALID',
+  'ISO_TOO_LARGE',
+  'ISO_NOT_AN_IMAGE',
+  'STORE_KEY_INVALID',
+  'STORE_IO_FAILED',
+  // seed rendering (src/cloudinit)
+  'ANNOTATION_INVALID',
+  'DATASOURCE_UNKNOWN',
+  'USERDATA_BASE64_INVALID',
+  'NETWORKDATA_BASE64_INVALID',
+  'USERDATA_SOURCE_CONFLICT',
+  'NETWORKDATA_SOURCE_CONFLICT',
+  'USERDATA_TOO_LARGE',
+  'NETWORKDATA_TOO_LARGE',
+  'USERDATA_CLOUDCONFIG_INVALID',
+  'USERDATA_NO_HEADER',
+  'NETWORKDATA_INVALID',
+  'NETWORKDATA_UNSUPPORTED_FOR_DATASOURCE',
+  'SECRET_NOT_FOUND',
+  'SECRET_KEY_NOT_FOUND',
+  'CONFIGMAP_NOT_FOUND',
+  'CONFIGMAP_KEY_NOT_FOUND',
+  'KUBEVIRT_VOLUME_CONFLICT',
+  'CLOUDINIT_SOURCE_MISSING',
+  'METADATA_INVALID',
+  'VENDORDATA_INVALID',
+  'INIT_INVALID',
+  // libvirt (src/libvirt)
+  'DOMAIN_NOT_FOUND',
+  'VIRSH_TIMEOUT',
+  'VIRSH_NOT_FOUND',
+  'VIRSH_FAILED',
+  'TARGET_IN_USE',
+  'ALIAS_IN_USE',
+  'SEED_FILE_NOT_ACCESSIBLE',
+  'DOMAIN_TRANSIENT',
+  'DETACH_TIMEOUT',
+  'NO_FREE_TARGET',
+  'SEEDED_AFTER_BOOT',
+  // Kubernetes API (src/agent)
+  'KUBE_API_UNAVAILABLE',
+  'KUBE_API_ERROR',
+  // configuration
+  'CONFIG_INVALID',
+  'INTERNAL',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+// retryable: backoff and requeue (the world may fix itself: a Secret appears,
+// a domain gets defined). terminal: wait until the object changes.
+export type ErrorKind = 'retryable' | 'terminal';
+
+export interface VmseedErrorOptions {
+  kind?: ErrorKind;
+  // The field of the input the error is about, e.g. `userDataBase64` or
+  // `files[2].path`, so a VM owner knows where to look.
+  field?: string;
+  cause?: unknown;
+}
+
+export class VmseedError extends Error {
+  readonly code: ErrorCode;
+  readonly kind: ErrorKind;
+  readonly field: string | undefined;
+
+  constructor(code: ErrorCode, message: string, options: VmseedErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'VmseedError';
+    this.code = code;
+    this.kind = options.kind ?? 'terminal';
+    this.field = options.field;
+  }
+
+  get retryable(): boolean {
+    return this.kind === 'retryable';
+  }
+
+  // What goes into Events, logs and the status page: code and message only,
+  // never the cause (a cause may quote user input).
+  toJSON(): { code: ErrorCode; message: string; kind: ErrorKind; field?: string } {
+    return { code: this.code, message: this.message, kind: this.kind, ...(this.field ? { field: this.field } : {}) };
+  }
+}
+
+export function isVmseedError(e: unknown): e is VmseedError {
+  return e instanceof VmseedError;
+}
+
+// Anything that is not ours becomes INTERNAL, without echoing its message
+// (it may contain user data from a parser).
+export function asVmseedError(e: unknown): VmseedError {
+  if (e instanceof VmseedError) return e;
+  return new VmseedError('INTERNAL', 'internal error; see the agent log for details', { kind: 'retryable', cause: e });
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env node
+// vmseed command line: `vmseed agent`, `vmseed build`, `vmseed inspect`.
+// Commands are loaded on demand so `vmseed build` does not pay for the
+// Kubernetes client.
+import type { Command, CliContext, ExitCode } from './commands/cli.ts';
+
+const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
+};
+
+function usage(): string {
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
+  return `usage: vmseed <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun 'vmseed <command> --help' for a command's options.\n`;
+}
+
+export async function main(argv: string[], base: Omit<CliContext, 'argv'>): Promise<ExitCode> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    base.stdout.write(usage());
+    return name === undefined ? 2 : 0;
+  }
+  const entry = COMMANDS[name];
+  if (!entry) {
+    base.stderr.write(`vmseed: unknown command '${name}'\n${usage()}`);
+    return 2;
+  }
+  const command = await entry.load();
+  return command({ ...base, argv: rest });
+}
+
+if (import.meta.main) {
+  const controller = new AbortController();
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => controller.abort(new Error(sig)));
+  }
+  const code = await main(process.argv.slice(2), {
+    stdout: process.stdout,
+    stderr: process.stderr,
+    stdin: process.stdin,
+    env: process.env,
+    cwd: process.cwd(),
+    stopSignal: controller.signal,
+  });
+  process.exitCode = code;
+}
