@@ -1,0 +1,96 @@
+// The parts of Kubernetes and KubeVirt objects vmseed reads, as plain JSON
+// shapes (what the API server sends). Kept minimal and structural so local
+// mode (YAML files) and the informer (JSON) feed the same code.
+
+export interface ObjectMeta {
+  name: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+export interface SecretObject {
+  apiVersion?: string;
+  kind?: 'Secret';
+  metadata: ObjectMeta;
+  type?: string;
+  // Values are base64, as on the wire.
+  data?: Record<string, string>;
+  // Plain values; only seen in manifests (local mode), the API server folds them into data.
+  stringData?: Record<string, string>;
+}
+
+export interface ConfigMapObject {
+  apiVersion?: string;
+  kind?: 'ConfigMap';
+  metadata: ObjectMeta;
+  data?: Record<string, string>;
+  // base64 values
+  binaryData?: Record<string, string>;
+}
+
+export interface LocalObjectReference {
+  name: string;
+}
+
+export interface CloudInitSource {
+  userData?: string;
+  userDataBase64?: string;
+  secretRef?: LocalObjectReference;
+  networkData?: string;
+  networkDataBase64?: string;
+  networkDataSecretRef?: LocalObjectReference;
+}
+
+export interface VmiVolume {
+  name: string;
+  cloudInitNoCloud?: CloudInitSource;
+  cloudInitConfigDrive?: CloudInitSource;
+  [other: string]: unknown;
+}
+
+export interface AccessCredential {
+  sshPublicKey?: {
+    source?: { secret?: { secretName: string } };
+    propagationMethod?: { noCloud?: Record<string, never>; configDrive?: Record<string, never>; qemuGuestAgent?: unknown };
+  };
+  userPassword?: unknown;
+}
+
+export interface VmiObject {
+  apiVersion?: string;
+  kind?: 'VirtualMachineInstance';
+  metadata: ObjectMeta;
+  spec: {
+    hostname?: string;
+    subdomain?: string;
+    startStrategy?: 'Paused' | string;
+    domain?: {
+      firmware?: { uuid?: string; serial?: string };
+      devices?: { disks?: Array<{ name: string; [k: string]: unknown }>; interfaces?: Array<Record<string, unknown>> };
+      [k: string]: unknown;
+    };
+    volumes?: VmiVolume[];
+    accessCredentials?: AccessCredential[];
+    [k: string]: unknown;
+  };
+  status?: {
+    nodeName?: string;
+    phase?: 'Pending' | 'Scheduling' | 'Scheduled' | 'Running' | 'Succeeded' | 'Failed' | 'Unknown' | string;
+    interfaces?: Array<{ name?: string; mac?: string; ipAddress?: string; ipAddresses?: string[] }>;
+    [k: string]: unknown;
+  };
+}
+
+// How src/cloudinit reaches referenced objects. The Kubernetes client and
+// local mode both implement it. `undefined` means "does not exist (404)";
+// transport failures throw a retryable VmseedError (KUBE_API_UNAVAILABLE).
+export interface RefResolver {
+  getSecret(namespace: string, name: string): Promise<SecretObject | undefined>;
+  getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined>;
+}

@@ -1,0 +1,43 @@
+// The contract between the agent's reconciler and the libvirt injector.
+import type { Datasource } from '../cloudinit/seed.ts';
+
+export interface InjectionTarget {
+  namespace: string;
+  name: string;
+  uid: string;
+  datasource: Datasource;
+  // VMI annotations (e.g. vmseed.io/resume-after-seed) that steer the seed gate.
+  annotations: Record<string, string>;
+}
+
+export type DomainState = 'running' | 'paused' | 'shutoff' | 'other';
+
+export interface InjectionResult {
+  // none: our disk was already there with this source.
+  action: 'none' | 'attached' | 'replaced';
+  domain: string;
+  // libvirt target dev, e.g. `vdb` or `sdb`.
+  targetDev: string;
+  bus: 'virtio' | 'scsi';
+  // virsh flags used for the last change, e.g. ['--live', '--config'].
+  flags: string[];
+  domainState: DomainState;
+  persistent: boolean;
+  // The domain was running (not paused, not shut off) when the seed arrived:
+  // cloud-init may already have looked for it.
+  seededAfterBoot: boolean;
+  // The seed gate resumed a paused domain.
+  resumed: boolean;
+}
+
+export interface EjectionResult {
+  action: 'none' | 'detached';
+  domain: string;
+}
+
+// Errors are VmseedErrors: DOMAIN_NOT_FOUND is retryable (the launcher may
+// not have defined the domain yet), VIRSH_TIMEOUT retryable, etc.
+export interface Injector {
+  inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult>;
+  eject(target: InjectionTarget): Promise<EjectionResult>;
+}
