@@ -1,0 +1,80 @@
+// What the agent knows about itself and each VMI, as plain data. The agent
+// keeps it up to date; src/http renders it (/status, /status.json) and
+// /readyz reads it. Nothing here may hold user-data, Secret content or
+// passwords: only names, sizes, hashes, codes and messages we wrote.
+import type { Datasource } from '../cloudinit/seed.ts';
+import type { ErrorCode, ErrorKind } from '../errors.ts';
+import type { DomainState } from '../libvirt/types.ts';
+
+export type VmiState =
+  | 'pending'   // seen, not reconciled yet (or waiting in backoff)
+  | 'ready'     // image on disk (and injected, when libvirt is on)
+  | 'warning'   // ready, with a warning (no #cloud-config header, seeded after boot, ...)
+  | 'error'     // last reconcile failed
+  | 'skipped';  // not vmseed's (no annotation, or KubeVirt owns its volume)
+
+export interface StatusProblem {
+  code: ErrorCode;
+  message: string;
+  kind?: ErrorKind;
+  field?: string;
+  at: string; // ISO 8601
+}
+
+export interface VmiStatusRecord {
+  namespace: string;
+  name: string;
+  uid: string;
+  state: VmiState;
+  datasource?: Datasource;
+  imagePath?: string;
+  imageBytes?: number;
+  contentHash?: string;      // sha256 hex of the image
+  generatedAt?: string;      // ISO 8601, when the current image was written
+  generationSeconds?: number;
+  files?: Array<{ path: string; size: number }>;
+  injection?: {
+    domain: string;
+    targetDev: string;
+    bus: 'virtio' | 'scsi';
+    flags: string[];
+    domainState: DomainState;
+    seededAfterBoot: boolean;
+    resumed: boolean;
+    at: string;
+  };
+  lastError?: StatusProblem;
+  warnings: StatusProblem[];
+  retries: number;
+  // NoCloud-over-HTTP: the last time the guest fetched each file.
+  lastFetch?: Record<string, string>;
+}
+
+export interface WatchStatus {
+  mode: 'kubernetes' | 'local';
+  synced: boolean;
+  connected: boolean;
+  stale: boolean;
+  restarts: number;
+  lastEventAt?: string;
+  lastError?: string;
+}
+
+export interface AgentStatusSnapshot {
+  version: string;
+  nodeName: string;
+  startedAt: string;
+  // Effective configuration, with anything secret removed.
+  config: Record<string, string | number | boolean>;
+  watch: WatchStatus;
+  queue: { depth: number; inFlight: number };
+  vmis: VmiStatusRecord[];
+  // Most recent generation latencies, oldest first, for the status chart.
+  recentGenerations: Array<{ at: string; seconds: number }>;
+}
+
+export interface StatusSource {
+  snapshot(): AgentStatusSnapshot;
+  // /readyz: informer synced and not stale; state directory writable.
+  readiness(): Promise<{ ready: boolean; reasons: string[] }>;
+}
