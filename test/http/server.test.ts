@@ -107,14 +107,14 @@ test('routes answer with the right status and content type, and security headers
 
 test('status.json carries the snapshot and honours ?state', async () => {
   await withServer(async ({ url, source }) => {
-    const all = await (await fetch(url + '/status.json')).json();
+    const all: any = await (await fetch(url + '/status.json')).json();
     assert.equal(all.nodeName, 'node-a');
     assert.equal(all.vmis.length, source.current.vmis.length);
     assert.deepEqual(all.counts, { error: 1, warning: 1, pending: 1, ready: 1, skipped: 1 });
-    const err = await (await fetch(url + '/status.json?state=error')).json();
+    const err: any = await (await fetch(url + '/status.json?state=error')).json();
     assert.deepEqual(err.vmis.map((v: any) => v.name), ['db-0']);
     assert.equal(err.vmis[0].lastError.code, 'SECRET_NOT_FOUND');
-    const bogus = await (await fetch(url + '/status.json?state=<x>')).json();
+    const bogus: any = await (await fetch(url + '/status.json?state=<x>')).json();
     assert.equal(bogus.filter, null);
   });
 });
