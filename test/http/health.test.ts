@@ -56,18 +56,18 @@ test('no beat for longer than interval + threshold: unhealthy now', () => {
 });
 
 test('the real timer sees a real blocked event loop', async () => {
-  const m = createEventLoopMonitor({ intervalMs: 20, thresholdMs: 150, windowMs: 60_000 });
+  const m = createEventLoopMonitor({ intervalMs: 20, thresholdMs: 400, windowMs: 60_000 });
   try {
     await new Promise((r) => setTimeout(r, 60));
     assert.equal(m.report().healthy, true);
-    const until = performance.now() + 400;
+    const until = performance.now() + 900;
     while (performance.now() < until) {
       // busy: the loop is blocked
     }
     await new Promise((r) => setTimeout(r, 60));
     const r = m.report();
     assert.equal(r.healthy, false);
-    assert.ok(r.maxLagMs >= 300, `maxLag ${r.maxLagMs}`);
+    assert.ok(r.maxLagMs >= 800, `maxLag ${r.maxLagMs}`);
   } finally {
     m.stop();
   }

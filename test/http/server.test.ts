@@ -233,7 +233,7 @@ test('/healthz turns 503 after the event loop was blocked, and 200 again when th
     async ({ url }) => {
       await new Promise((r) => setTimeout(r, 100));
       assert.equal((await fetch(url + '/healthz')).status, 200);
-      const until = performance.now() + 500;
+      const until = performance.now() + 1200;
       while (performance.now() < until) {
         // block the loop
       }
@@ -242,9 +242,10 @@ test('/healthz turns 503 after the event loop was blocked, and 200 again when th
       const body = await res.text();
       assert.equal(res.status, 503, body);
       assert.match(body, /event loop blocked for \d+ ms/);
-      await new Promise((r) => setTimeout(r, 1300));
+      await new Promise((r) => setTimeout(r, 2800));
       assert.equal((await fetch(url + '/healthz')).status, 200);
     },
-    { health: { intervalMs: 20, thresholdMs: 200, windowMs: 1000 } },
+    // Generous threshold: the machine running the tests is shared.
+    { health: { intervalMs: 20, thresholdMs: 600, windowMs: 2500 } },
   );
 });

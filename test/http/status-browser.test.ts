@@ -49,7 +49,7 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
     assert.ok(await errorRow.locator('.err').isVisible());
 
     // The stylesheet applied (CSP allowed it by hash): the error pill is red.
-    const pillBg = await errorRow.locator('.state').evaluate((e) => getComputedStyle(e).backgroundColor);
+    const pillBg = await errorRow.locator('.state').evaluate((e) => (globalThis as any).getComputedStyle(e).backgroundColor);
     assert.equal(pillBg, 'rgb(207, 34, 46)');
     // The chart is drawn.
     assert.equal(await page.locator('svg.chart circle.pt').count(), 7);
@@ -57,7 +57,7 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
     assert.match(await page.locator('ul.counts').innerText(), /all\s*5[\s\S]*error\s*1[\s\S]*ready\s*1/);
 
     // Readable without scrolling sideways on an ordinary screen.
-    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'no horizontal overflow at 1500 px');
+    assert.ok(await page.evaluate('document.documentElement.scrollWidth <= window.innerWidth'), 'no horizontal overflow at 1500 px');
 
     await mkdir(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: join(ARTIFACTS, 'status.png'), fullPage: true });
