@@ -94,3 +94,43 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
     await srv.close();
   }
 });
+
+test('the page refreshes itself and keeps the state filter', { timeout: 60_000 }, async () => {
+  const source = new FakeStatusSource();
+  const { logger } = captureLogger('warn');
+  const srv = await startHttpServer({
+    listen: '127.0.0.1:0',
+    metrics: createMetrics({ version: 't', processMetrics: false }),
+    status: source,
+    logger,
+    refreshSeconds: 1,
+  });
+  const browser = await launchBrowser();
+  try {
+    const page = await browser.context.newPage();
+    const problems: string[] = [];
+    page.on('console', (m) => {
+      if (m.type() === 'error') problems.push(m.text());
+    });
+    await page.goto(`${srv.url}/status?state=error`);
+    assert.deepEqual(await page.locator('tr.vmi a.name').allInnerTexts(), ['db-0']);
+    // A second VMI fails; without any action in the browser it shows up,
+    // and the ready ones stay filtered out.
+    source.current.vmis.push({
+      namespace: 'default',
+      name: 'late-failure',
+      uid: 'u2',
+      state: 'error',
+      warnings: [],
+      retries: 1,
+      lastError: { code: 'VIRSH_TIMEOUT', message: 'virsh attach-device timed out after 30 s', at: '2026-11-22T03:00:00Z' },
+    });
+    await page.locator('tr.vmi a.name', { hasText: 'late-failure' }).waitFor({ timeout: 10_000 });
+    assert.match(page.url(), /\/status\?state=error$/);
+    assert.deepEqual((await page.locator('tr.vmi').evaluateAll((els) => els.map((e) => e.getAttribute('data-state')))), ['error', 'error']);
+    assert.deepEqual(problems, []);
+  } finally {
+    await browser.close();
+    await srv.close();
+  }
+});
