@@ -3,7 +3,9 @@
 // Idempotent: several test files may call it at once; a mkdir lock keeps two
 // of them from starting a second daemon, and a running daemon is reused.
 import { execFile, spawn } from 'node:child_process';
-import { mkdirSync, rmdirSync, existsSync, openSync, closeSync } from 'node:fs';
+import { mkdirSync, rmdirSync, existsSync, openSync, closeSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 
@@ -112,4 +114,34 @@ export function emptyDomainXml(o: EmptyDomainOptions): string {
   </devices>
 </domain>
 `;
+}
+
+export async function defineDomain(xml: string, how: 'define' | 'create' = 'define'): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-e2e-dom-'));
+  try {
+    writeFileSync(join(dir, 'domain.xml'), xml);
+    await run('virsh', ['-c', LIBVIRT_URI, how, join(dir, 'domain.xml')], { timeout: 60_000 });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export interface BlkRow { type: string; device: string; target: string; source: string }
+
+// `virsh domblklist DOM --details [--inactive]`, the check the issue names.
+export async function domblklist(name: string, inactive = false): Promise<BlkRow[]> {
+  const out = await virsh('domblklist', name, '--details', ...(inactive ? ['--inactive'] : []));
+  return out
+    .split('\n')
+    .slice(2)
+    .map((l) => l.trim())
+    .filter((l) => l !== '')
+    .map((l) => {
+      const [type, device, target, ...rest] = l.split(/\s+/);
+      return { type, device, target, source: rest.join(' ') };
+    });
+}
+
+export async function domstate(name: string): Promise<string> {
+  return (await virsh('domstate', name)).trim();
 }

@@ -2,6 +2,9 @@
 // whole process group (a wrapper script's children too), bounded output, and
 // virsh's `error:` lines turned into stable VmseedError codes.
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { VmseedError, type ErrorCode, type ErrorKind } from '../errors.ts';
 
 export interface SpawnOptions {
@@ -101,8 +104,13 @@ export interface VirshOptions {
   spawner?: ProcessSpawner;
 }
 
+// Stands in an argument list for the path of a file holding `xml`.
+// (virsh cannot read /dev/stdin when stdin is a socket, as Node's pipes are.)
+export const XML_FILE = Symbol('xml-file');
+export type VirshArg = string | typeof XML_FILE;
+
 export interface VirshCallOptions {
-  stdin?: string;
+  xml?: string;
 }
 
 interface Rule {
@@ -162,12 +170,25 @@ export class Virsh {
   }
 
   // Runs `virsh -c URI ARGS...`, returns stdout, throws a typed VmseedError.
-  async run(args: readonly string[], options: VirshCallOptions = {}): Promise<string> {
+  async run(args: readonly VirshArg[], options: VirshCallOptions = {}): Promise<string> {
+    if (!args.includes(XML_FILE)) return this.#run(args as string[]);
+    if (options.xml === undefined) throw new VmseedError('INTERNAL', 'virsh call with XML_FILE but no xml', { kind: 'terminal' });
+    // A private directory (0700) per call: no other user can swap the file.
+    const dir = await mkdtemp(join(tmpdir(), 'vmseed-virsh-'));
+    try {
+      const file = join(dir, 'device.xml');
+      await writeFile(file, options.xml, { mode: 0o600 });
+      return await this.#run(args.map((a) => (a === XML_FILE ? file : a)));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  async #run(args: readonly string[]): Promise<string> {
     const command = args[0] ?? '';
     const r = await this.#spawner.run(this.virshPath, ['-q', '-c', this.uri, ...args], {
       timeoutMs: this.timeoutMs,
       maxOutputBytes: this.maxOutputBytes,
-      stdin: options.stdin,
       // English messages, so classification works whatever the host locale.
       env: { ...process.env, LC_ALL: 'C', LANG: 'C' },
     });
