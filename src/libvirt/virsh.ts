@@ -123,10 +123,11 @@ interface Rule {
 // Matched against virsh's `error:` lines (LC_ALL=C), in order. Sources:
 // specs.md part B §6, each message checked on libvirt 9.0.
 const RULES: Rule[] = [
+  { test: /failed to connect to the hypervisor|Failed to connect socket/, code: 'LIBVIRT_UNREACHABLE', kind: 'retryable', hint: 'libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry' },
   { test: /failed to get domain '|Domain not found/, code: 'DOMAIN_NOT_FOUND', kind: 'retryable', hint: 'the domain is not defined yet; will retry' },
   { test: /target '?\S+?'? duplicated|target \S+ already exists/, code: 'TARGET_IN_USE', kind: 'retryable', hint: 'another disk uses that target (or a detach is still pending); will retry' },
   { test: /non unique alias detected/, code: 'ALIAS_IN_USE', kind: 'retryable', hint: 'a disk with our alias is already there (or a detach is still pending); will retry' },
-  { test: /Cannot access storage file|No such file or directory|Permission denied/, code: 'SEED_FILE_NOT_ACCESSIBLE', kind: 'retryable', hint: 'libvirt cannot open the seed image; check the image path template and that the image directory is mounted where the domain runs' },
+  { test: /Cannot access storage file/, code: 'SEED_FILE_NOT_ACCESSIBLE', kind: 'retryable', hint: 'libvirt cannot open the seed image; check the image path template and that the image directory is mounted where the domain runs' },
   { test: /transient domains do not have any persistent config/, code: 'DOMAIN_TRANSIENT', kind: 'terminal', hint: 'the domain is transient; do not use --config on it' },
   { test: /device not found|no device found with alias/, code: 'DEVICE_NOT_FOUND', kind: 'retryable', hint: 'the disk is not on the domain' },
 ];
