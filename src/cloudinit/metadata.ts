@@ -1,0 +1,25 @@
+// meta-data as KubeVirt and Virtlet write it: JSON (old cloud-init and CirrOS
+// parse JSON; JSON is also YAML for newer ones).
+import type { VmiObject } from './kube-types.ts';
+import type { Datasource } from './seed.ts';
+import { hostname } from './hostname.ts';
+import { instanceId } from './instance-id.ts';
+
+export function buildMetaData(vmi: VmiObject, datasource: Datasource, publicKeys: Record<string, string>): Record<string, unknown> {
+  const id = instanceId(vmi);
+  const host = hostname(vmi);
+  const hasKeys = Object.keys(publicKeys).length > 0;
+  if (datasource === 'nocloud') {
+    return { 'instance-id': id, 'local-hostname': host, ...(hasKeys ? { 'public-keys': publicKeys } : {}) };
+  }
+  // cloud-init's ConfigDrive reader takes the instance-id from `uuid` (required)
+  // and compares it with the SMBIOS UUID. instance_id repeats it rather than
+  // KubeVirt's "<name>.<namespace>" so both datasources name the instance alike.
+  return {
+    uuid: id,
+    instance_id: id,
+    hostname: host,
+    name: vmi.metadata.name,
+    ...(hasKeys ? { public_keys: publicKeys } : {}),
+  };
+}
