@@ -50,7 +50,7 @@ async function resolveKind(spec: KindSpec, policy: SourcePolicy, ns: string, ref
     if (set.length > 1) {
       throw new VmseedError(
         spec.conflictCode,
-        `${set.join(' and ')} are all ${spec.label} sources; set only one of them`,
+        `${set.length} ${spec.label} sources are set (${set.join(', ')}); set only one of them`,
         { kind: 'terminal', field: set[1] },
       );
     }

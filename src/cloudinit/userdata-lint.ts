@@ -83,9 +83,12 @@ export function lintUserData(data: Uint8Array, field: string): SeedWarning[] {
     }
     if (parsed.value !== null && !isPlainObject(parsed.value)) {
       const got = Array.isArray(parsed.value) ? 'a list' : `a ${typeof parsed.value}`;
+      const lines = text.split('\n');
+      const first = lines.findIndex((l) => l.trim() !== '' && !l.trimStart().startsWith('#'));
       throw new VmseedError(
         'USERDATA_CLOUDCONFIG_INVALID',
-        `${field}: #cloud-config must be a YAML mapping of modules (e.g. "runcmd: [...]") at line 1, column 1 but is ${got}; ` +
+        `${field}: #cloud-config must be a YAML mapping of modules (e.g. "runcmd: [...]") but the document at line ` +
+          `${first + 1}, column 1 is ${got}; ` +
           'cloud-init would ignore it',
         { kind: 'terminal', field },
       );
