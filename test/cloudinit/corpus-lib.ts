@@ -56,6 +56,7 @@ export function readTree(dir: string): Map<string, Buffer> {
 
 export interface OracleRequest {
   cloudConfigs?: Array<{ id: string; text: string }>;
+  mimes?: Array<{ id: string; text: string }>;
   networkConfigs?: Array<{ id: string; text: string }>;
   noCloudDirs?: Array<{ id: string; dir: string }>;
   configDrives?: Array<{ id: string; dir: string }>;
@@ -71,12 +72,15 @@ export interface OracleItem {
   userdata?: string;
   networkdata?: unknown;
   version?: number;
-  interfaces?: string[];
   hasNetworkConfig?: boolean;
+  count?: number;
+  sshKeys?: string[];
+  interfaces?: string[] | null;
 }
 
 export interface OracleResponse {
   cloudConfigs: OracleItem[];
+  mimes: OracleItem[];
   networkConfigs: OracleItem[];
   noCloudDirs: OracleItem[];
   configDrives: OracleItem[];
