@@ -24,6 +24,10 @@ export const USERDATA_HEADERS: readonly string[] = [
 
 export type UserDataKind = 'empty' | 'mime' | 'unknown' | string;
 
+// Python's str.lstrip() (what cloud-init calls): unlike JS trimStart it keeps
+// U+FEFF and strips \x1c-\x1f and \x85.
+const PY_LEADING_SPACE = /^[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
+
 function isGzip(b: Uint8Array): boolean {
   return b.length >= 2 && b[0] === 0x1f && b[1] === 0x8b;
 }
@@ -45,11 +49,12 @@ export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payl
   if (head.includes('mime-version:')) return { kind: 'mime', payload };
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(payload);
+    // Keep a BOM: cloud-init does not strip it, so "\ufeff#cloud-config" matches no header.
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(payload);
   } catch {
     return { kind: 'unknown', payload };
   }
-  const lc = text.toLowerCase().trimStart();
+  const lc = text.toLowerCase().replace(PY_LEADING_SPACE, '');
   if (lc === '') return { kind: 'empty', payload };
   for (const h of USERDATA_HEADERS) if (lc.startsWith(h)) return { kind: h, payload };
   return { kind: 'unknown', payload };
