@@ -22,7 +22,13 @@ export const USERDATA_HEADERS: readonly string[] = [
   '#!',
 ];
 
-export type UserDataKind = 'empty' | 'mime' | 'unknown' | string;
+// First lines cloudbase-init (Windows guests, usually on ConfigDrive) acts on
+// though cloud-init does not (cloudbase-init doc/source/userdata.rst). Such
+// user-data is meant for Windows, so a "cloud-init will ignore it" warning
+// would be noise.
+export const CLOUDBASE_INIT_HEADERS: readonly string[] = ['#ps1', 'rem cmd', '-----begin certificate-----', '<script>', '<powershell>'];
+
+export type UserDataKind = 'empty' | 'mime' | 'unknown' | 'cloudbase-init' | string;
 
 // Python's str.lstrip() (what cloud-init calls): unlike JS trimStart it keeps
 // U+FEFF and strips \x1c-\x1f and \x85.
@@ -33,7 +39,8 @@ function isGzip(b: Uint8Array): boolean {
 }
 
 // Returns the header cloud-init will dispatch on ('#cloud-config', 'mime', ...),
-// 'empty', or 'unknown'.
+// 'empty', 'cloudbase-init' (cloud-init ignores it, cloudbase-init runs it),
+// or 'unknown' (nothing will run it).
 export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payload: Uint8Array } {
   let payload = data;
   if (isGzip(payload)) {
@@ -57,6 +64,7 @@ export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payl
   const lc = text.toLowerCase().replace(PY_LEADING_SPACE, '');
   if (lc === '') return { kind: 'empty', payload };
   for (const h of USERDATA_HEADERS) if (lc.startsWith(h)) return { kind: h, payload };
+  if (CLOUDBASE_INIT_HEADERS.some((h) => lc.startsWith(h))) return { kind: 'cloudbase-init', payload };
   return { kind: 'unknown', payload };
 }
 

@@ -23,6 +23,8 @@ add('gzip cloud-config', new Uint8Array(gzipSync('#cloud-config\na: 1\n')));
 add('gzip no header', new Uint8Array(gzipSync('a: 1\n')));
 add('broken gzip', new Uint8Array([0x1f, 0x8b, 0x08, 0x00, 0x01, 0x02]));
 add('binary', new Uint8Array([0xff, 0xfe, 0x00, 0x41]));
+add('cloudbase-init powershell', '#ps1_sysnative\nWrite-Host hi\n');
+add('cloudbase-init batch', 'rem cmd\necho hi\n');
 add('bom', '\ufeff#cloud-config\na: 1\n');
 add('unicode spaces', '\u2003\x1c\x85#cloud-config\na: 1\n');
 add('python-only space', '\u200b#!/bin/sh\n');
@@ -57,7 +59,8 @@ test("header detection matches cloud-init's classification", () => {
   };
   for (const [name, data] of Object.entries(samples)) {
     const ours = detectUserDataKind(data).kind;
-    const mapped = ours === 'mime' || ours === 'unknown' || ours === 'empty' ? ours : TYPES[ours];
+    // cloudbase-init payloads are, for cloud-init, of no known type.
+    const mapped = ours === 'cloudbase-init' ? 'unknown' : ours === 'mime' || ours === 'unknown' || ours === 'empty' ? ours : TYPES[ours];
     assert.equal(mapped, theirs[name], name);
   }
   // The sample set covers both outcomes, or this test proves little.
@@ -72,6 +75,13 @@ test('user-data without a header gets a USERDATA_NO_HEADER warning that says wha
   assert.match(w[0].message, /text\/x-not-multipart/);
   assert.match(w[0].message, /#cloud-config/);
   assert.doesNotMatch(w[0].message, /nginx/);
+});
+
+test('cloudbase-init scripts (Windows) are not flagged', () => {
+  for (const t of ['#ps1_sysnative\nWrite-Host hi\n', '#ps1_x86\n', 'rem cmd\r\necho hi\r\n', '<powershell>\n</powershell>\n']) {
+    assert.equal(detectUserDataKind(new Uint8Array(Buffer.from(t))).kind, 'cloudbase-init', t);
+    assert.deepEqual(lintUserData(new Uint8Array(Buffer.from(t)), 'f'), []);
+  }
 });
 
 test('empty user-data is not a warning (network-only seeds)', () => {
