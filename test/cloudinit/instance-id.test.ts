@@ -22,9 +22,9 @@ test('uuidV5 matches Python uuid.uuid5 (RFC 4122) for many names', () => {
   assert.deepEqual(pairs.map(([n, s]) => uuidV5(n, s)), expected);
 });
 
-test('instance-id is the firmware UUID when set, lower-cased', () => {
+test('instance-id is the firmware UUID when set, verbatim as KubeVirt uses it', () => {
   const v = vmi('a', 'ns', { domain: { firmware: { uuid: '5D307CA9-B3EF-428C-8861-06E72D69F223' } } });
-  assert.equal(instanceId(v), '5d307ca9-b3ef-428c-8861-06e72d69f223');
+  assert.equal(instanceId(v), '5D307CA9-B3EF-428C-8861-06E72D69F223');
 });
 
 test('instance-id without firmware is stable, and differs across namespaces', () => {
