@@ -70,6 +70,12 @@ test('junk is reported with the file name and document number', () => {
   assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a, annotations: {x: true}}\nspec: {}\n', /quote values/);
   assertManifestError('kind: VirtualMachine\nmetadata: {name: a}\nspec: {}\n', /spec\.template/);
   assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: {}}\n', /spec\.volumes must be a list/);
+  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitNoCloud: {userData: 5}}]}\n',
+    /spec\.volumes\[0\]\.cloudInitNoCloud\.userData must be a string/);
+  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitConfigDrive: {secretRef: s}}]}\n',
+    /cloudInitConfigDrive\.secretRef must be a mapping/);
+  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {accessCredentials: [{sshPublicKey: {source: {}}}]}\n',
+    /accessCredentials\[0\]\.sshPublicKey\.source\.secret\.secretName/);
 });
 
 test('YAML syntax errors say file, line and column', () => {
