@@ -132,3 +132,26 @@ test('ignore mode still renders annotation-only VMIs, and reports the conflict a
   assert.equal(both.kind, 'skip');
   assert.ok(both.kind === 'skip' && both.warning?.code === 'KUBEVIRT_VOLUME_CONFLICT' && both.warning.field === 'spec.volumes[0]');
 });
+
+test('Secret data that is not base64 (only possible outside the API server) is a terminal SECRET_DATA_INVALID', async () => {
+  const refs = new MemoryResolver({ secrets: [{ metadata: { name: 's', namespace: 'ns' }, data: { userdata: 'plain #cloud-config text' } }] });
+  await assert.rejects(renderSeed(annotated('secretRef: {name: s}'), refs, DEFAULT_RENDER_OPTIONS), (e: unknown) => {
+    assert.ok(e instanceof VmseedError);
+    assert.equal(e.code, 'SECRET_DATA_INVALID');
+    assert.equal(e.kind, 'terminal');
+    assert.equal(e.field, 'secret/s.data.userdata');
+    assert.ok(!e.message.includes('plain #cloud-config'));
+    return true;
+  });
+});
+
+test('stringData wins over data for the same key, as on the API server', async () => {
+  const refs = new MemoryResolver({ secrets: [{
+    metadata: { name: 's', namespace: 'ns' },
+    data: { userdata: Buffer.from('#!/bin/sh\necho data\n').toString('base64') },
+    stringData: { userdata: '#!/bin/sh\necho stringData\n' },
+  }] });
+  const out = await renderSeed(annotated('secretRef: {name: s}'), refs, DEFAULT_RENDER_OPTIONS);
+  assert.ok(out.kind === 'seed');
+  assert.equal(Buffer.from(out.seed.userData).toString(), '#!/bin/sh\necho stringData\n');
+});
