@@ -35,6 +35,8 @@ export const ERROR_CODES = [
   'METADATA_INVALID',
   'VENDORDATA_INVALID',
   'INIT_INVALID',
+  'SECRET_DATA_INVALID',
+  'MANIFEST_INVALID',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',
