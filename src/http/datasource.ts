@@ -75,8 +75,23 @@ export interface DatasourceServerOptions {
   limits?: DatasourceLimits;
   // Default `/v1`.
   prefix?: string;
-  // Answer token-less `<prefix>/<file>` by the caller's source address.
-  // Off by default; read the risks in README ("compat mode") first.
+  // Answer token-less `<prefix>/<file>` by the caller's source address
+  // matched against the addresses VMIs report. Off by default, because the
+  // source address is weak evidence of identity:
+  //  - reported addresses come from the guest agent / DHCP leases, i.e. from
+  //    the guest itself: a guest that claims (or spoofs, without
+  //    anti-spoofing on the network) another VMI's address reads its seed,
+  //    passwords and keys in user-data included;
+  //  - addresses are reused: after a VMI is deleted its IP may go to another
+  //    VMI before the reported status catches up (stale status = wrong seed);
+  //  - NAT, proxies, QEMU user networking (guestfwd: every guest is
+  //    127.0.0.1) and masquerading pod networks make many guests share one
+  //    source address; the directory must then answer nothing (ambiguous),
+  //    and the per-source rate limit is shared by all of them;
+  //  - before the guest reports an address (first boot, when cloud-init
+  //    fetches) there is nothing to match, so it gets 404 and no seed.
+  // Use it only on networks where source addresses cannot be forged and
+  // are unique per VMI; prefer tokens.
   compatSourceAddress?: boolean;
   // Injected for tests.
   clock?: { now(): Date; monotonicMs(): number };
@@ -236,8 +251,6 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
       requestTimeout: limits.requestTimeoutMs ?? 10_000,
       headersTimeout: limits.headersTimeoutMs ?? 5_000,
       keepAliveTimeout: limits.keepAliveTimeoutMs ?? 5_000,
-      // Requests carry no body; refuse any that try to be large.
-      joinDuplicateHeaders: false,
     },
     (req, res) => {
       const started = performance.now();
