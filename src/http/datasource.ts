@@ -93,6 +93,13 @@ export interface DatasourceServerOptions {
   // Use it only on networks where source addresses cannot be forged and
   // are unique per VMI; prefer tokens.
   compatSourceAddress?: boolean;
+  // Answer an empty 200 instead of 404 for vendor-data when the seed has
+  // none. cloud-init's NoCloud calls read_seeded with retries=10 and a 1 s
+  // pause, and retries 404s too: a missing vendor-data costs every boot of
+  // a 22.x guest ~10 s (measured: 10.4 s with Debian's 22.4). Empty
+  // vendor-data means "none" to cloud-init. Off by default so the HTTP view
+  // matches the image (which has no vendor-data file).
+  serveEmptyVendorData?: boolean;
   // Injected for tests.
   clock?: { now(): Date; monotonicMs(): number };
 }
@@ -105,6 +112,7 @@ export interface DatasourceServer {
 }
 
 const NOT_FOUND_BODY = Buffer.from('not found\n');
+const EMPTY = new Uint8Array(0);
 const COMMON_HEADERS = {
   'Cache-Control': 'no-store',
   'X-Content-Type-Options': 'nosniff',
@@ -225,7 +233,10 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
 
     const route = parseDatasourcePath(target, prefix);
     const entry = route === undefined ? undefined : lookup(route, source);
-    const bytes = entry === undefined || route === undefined ? undefined : bytesOf(entry.seed, route.file);
+    let bytes = entry === undefined || route === undefined ? undefined : bytesOf(entry.seed, route.file);
+    if (bytes === undefined && entry?.seed.datasource === 'nocloud' && route?.file === 'vendor-data' && options.serveEmptyVendorData) {
+      bytes = EMPTY;
+    }
     if (route === undefined || entry === undefined || bytes === undefined) {
       send(res, 404, NOT_FOUND_BODY, head);
       return { status: 404, route };

@@ -309,6 +309,33 @@ describe('key rotation', () => {
   });
 });
 
+test('serveEmptyVendorData: a seed without vendor-data answers an empty 200, so cloud-init 22.4 does not retry for 10 s', async () => {
+  const dir = new MapDirectory();
+  const seed = nocloudSeed('b', { vendorData: undefined });
+  dir.add({ namespace: 'n', name: 'b', uid: 'uid-b', seed });
+  const keyring = new DatasourceKeyring([randomKey()]);
+  const s = await startDatasourceServer({
+    listen: { host: '127.0.0.1', port: 0 },
+    directory: dir,
+    keyring,
+    logger: quietLogger,
+    serveEmptyVendorData: true,
+  });
+  try {
+    const t0 = performance.now();
+    // retries=10: what DataSourceNoCloud passes (read_seeded's default).
+    const r = await cloudInitReadSeeded(datasourceSeedUrl(s.baseUrl, keyring.sign('uid-b')), 10);
+    assert.equal(r.ok, true, r.error);
+    assert.equal(r.vd, '');
+    assert.equal(r.ud, b64(seed.userData));
+    assert.ok(performance.now() - t0 < 5000, 'a retry loop ran');
+    const unknown = await rawRequest(s.address.port, `/v1/${keyring.sign('uid-x')}/vendor-data`);
+    assert.equal(unknown.status, 404);
+  } finally {
+    await s.close();
+  }
+});
+
 describe('compat mode (token-less, by source address)', () => {
   test('off by default; on: answers the VMI reporting 127.0.0.1, and nothing when the address is ambiguous', async () => {
     const keyring = new DatasourceKeyring([randomKey()]);
