@@ -113,6 +113,8 @@ export interface DatasourceServer {
 
 const NOT_FOUND_BODY = Buffer.from('not found\n');
 const EMPTY = new Uint8Array(0);
+const DECOY_TOKEN = 'A'.repeat(43);
+const DECOY_UID = '\0vmseed-decoy';
 const COMMON_HEADERS = {
   'Cache-Control': 'no-store',
   'X-Content-Type-Options': 'nosniff',
@@ -188,12 +190,21 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
       return options.compatSourceAddress ? directory.byAddress(source) : undefined;
     }
     const uid = index.resolve(route.token);
-    if (uid === undefined) return undefined;
+    if (uid === undefined) {
+      equalise(route.token);
+      return undefined;
+    }
     // The index may be stale by one VMI deletion; get() is the truth, and
     // verify() re-checks the token against the keys in force now.
     const entry = directory.get(uid);
     if (entry === undefined || entry.uid !== uid || !keyring.verify(route.token, uid)) return undefined;
     return entry;
+  }
+
+  // The HMAC work a found token costs, done for misses too, so response
+  // time does not tell a known token from an unknown one.
+  function equalise(token: string): void {
+    keyring.verify(token, DECOY_UID);
   }
 
   function send(res: ServerResponse, status: number, body: Uint8Array, head: boolean, extra: Record<string, string> = {}): void {
@@ -232,6 +243,10 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     }
 
     const route = parseDatasourcePath(target, prefix);
+    if (route === undefined) {
+      index.resolve(DECOY_TOKEN);
+      equalise(DECOY_TOKEN);
+    }
     const entry = route === undefined ? undefined : lookup(route, source);
     let bytes = entry === undefined || route === undefined ? undefined : bytesOf(entry.seed, route.file);
     if (bytes === undefined && entry?.seed.datasource === 'nocloud' && route?.file === 'vendor-data' && options.serveEmptyVendorData) {
