@@ -55,6 +55,10 @@ export const ERROR_CODES = [
   // Kubernetes API (src/agent)
   'KUBE_API_UNAVAILABLE',
   'KUBE_API_ERROR',
+  // NoCloud over HTTP (src/http/datasource*)
+  'DATASOURCE_KEY_INVALID',
+  'DATASOURCE_KEY_FILE_UNREADABLE',
+  'DATASOURCE_URL_INVALID',
   // configuration
   'CONFIG_INVALID',
   'INTERNAL',

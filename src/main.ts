@@ -5,6 +5,7 @@
 import type { Command, CliContext, ExitCode } from './commands/cli.ts';
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
+  'seed-url': { summary: 'print the DMI serial (ds=nocloud;s=...) for a VMI\'s seed over HTTP', load: async () => (await import('./commands/seed-url.ts')).seedUrl },
 };
 
 function usage(): string {

@@ -105,6 +105,21 @@ export function createMetrics(options: MetricsOptions) {
       buckets: SIZE_BUCKETS,
       registers,
     }),
+    // NoCloud over HTTP. endpoint is one of the four file names or `other`
+    // (anything unrecognised), status the HTTP status code: both bounded.
+    datasourceRequests: new Counter({
+      name: 'vmseed_datasource_requests_total',
+      help: 'Requests to the NoCloud HTTP datasource by endpoint (file name or other) and HTTP status.',
+      labelNames: ['endpoint', 'status'] as const,
+      registers,
+    }),
+    datasourceRequestDuration: new Histogram({
+      name: 'vmseed_datasource_request_duration_seconds',
+      help: 'Time to answer a NoCloud HTTP datasource request, by endpoint.',
+      labelNames: ['endpoint'] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',

@@ -1,0 +1,57 @@
+// Runs in a worker thread so the server under test has its own event loop,
+// apart from the load generator's. `kind` picks vmseed's datasource or a
+// bare node:http server answering a fixed body (the reference floor).
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { parentPort, workerData } from 'node:worker_threads';
+import pino from 'pino';
+import type { Seed } from '../src/cloudinit/seed.ts';
+import { createMetrics } from '../src/metrics/metrics.ts';
+import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } from '../src/http/datasource.ts';
+import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
+
+const { kind, key, vmis } = workerData as { kind: 'vmseed' | 'bare'; key: Uint8Array; vmis: number };
+
+function seedOf(i: number): Seed {
+  const enc = new TextEncoder();
+  return {
+    datasource: 'nocloud',
+    metaData: { 'instance-id': `iid-${i}`, 'local-hostname': `vm-${i}` },
+    userData: enc.encode(`#cloud-config\nhostname: vm-${i}\npackages: [nginx]\nruncmd:\n  - echo hello ${i}\n`),
+    vendorData: enc.encode('#cloud-config\n{}\n'),
+    networkConfig: enc.encode('version: 2\nethernets:\n  eth0:\n    dhcp4: true\n'),
+    warnings: [],
+  };
+}
+
+if (kind === 'vmseed') {
+  const entries = new Map<string, SeedDirectoryEntry>();
+  for (let i = 0; i < vmis; i++) entries.set(`uid-${i}`, { namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: seedOf(i) });
+  const lastFetch = new Map<string, Date>();
+  const directory: SeedDirectory = {
+    revision: 1,
+    get: (uid) => entries.get(uid),
+    listUids: () => entries.keys(),
+    byAddress: () => undefined,
+    recordFetch: (ns, name, file, at) => void lastFetch.set(`${ns}/${name}/${file}`, at),
+  };
+  const server = await startDatasourceServer({
+    listen: { host: '127.0.0.1', port: 0 },
+    directory,
+    keyring: new DatasourceKeyring([key]),
+    logger: pino({ level: 'silent' }),
+    metrics: createMetrics({ version: 'bench', processMetrics: false }),
+    // One loopback client stands for every guest here, so the per-source
+    // limit is lifted; the limiter still runs on every request.
+    limits: { ratePerSecond: 1e9, burst: 1e9 },
+  });
+  parentPort!.postMessage({ port: server.address.port });
+} else {
+  const body = seedOf(0).userData;
+  const server = createServer((_req, res) => {
+    res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(body.byteLength), 'Cache-Control': 'no-store' });
+    res.end(body);
+  });
+  server.keepAliveTimeout = 5000;
+  server.listen(0, '127.0.0.1', () => parentPort!.postMessage({ port: (server.address() as AddressInfo).port }));
+}

@@ -1,0 +1,156 @@
+// `vmseed seed-url <namespace>/<name> --uid UID --key-file F [--base URL]`
+// prints the DMI serial string that points a VMI's cloud-init at its seed on
+// the node's NoCloud HTTP datasource, for `spec.domain.firmware.serial`.
+import { readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { load as loadYaml } from 'js-yaml';
+import { VmseedError, isVmseedError } from '../errors.ts';
+import { DatasourceKeyring, fileKeySource } from '../http/datasource-tokens.ts';
+import { UsageError, type Command } from './cli.ts';
+
+export const DEFAULT_DATASOURCE_BASE = 'http://169.254.169.254/v1';
+
+// `nocloud` is what cloud-init 23.2+ wants (an http seed switches it to
+// network mode itself). Guests with older cloud-init need `nocloud-net` for
+// an http seed; it is deprecated since 24.1 but still honoured.
+export type SerialDatasourceId = 'nocloud' | 'nocloud-net';
+
+// The seed URL of one VMI: base + `/` + token + `/`. Always with the
+// trailing slash, so cloud-init before 23.1 (which appends file names raw)
+// and after (which adds a slash only when missing) request the same paths.
+export function datasourceSeedUrl(base: string, token: string): string {
+  let url: URL;
+  try {
+    url = new URL(base);
+  } catch {
+    throw new VmseedError('DATASOURCE_URL_INVALID', `datasource base URL '${base}' is not a URL; use e.g. ${DEFAULT_DATASOURCE_BASE}`, { field: 'base' });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new VmseedError('DATASOURCE_URL_INVALID', `datasource base URL must be http:// or https://, got ${url.protocol}`, { field: 'base' });
+  }
+  // `;` and whitespace end the value in cloud-init's `ds=` line parser, a
+  // query or fragment would have the file names appended after it, and `%s`
+  // is a substitution marker to read_seeded.
+  if (/[;\s]|%s/.test(base) || url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '') {
+    throw new VmseedError(
+      'DATASOURCE_URL_INVALID',
+      `datasource base URL '${base}' must not contain ';', whitespace, '%s', credentials, a query or a fragment`,
+      { field: 'base' },
+    );
+  }
+  return `${base.replace(/\/+$/, '')}/${token}/`;
+}
+
+export function datasourceSerial(seedUrl: string, ds: SerialDatasourceId = 'nocloud'): string {
+  return `ds=${ds};s=${seedUrl}`;
+}
+
+// What the status page shows for a VMI: the serial string to paste.
+export function datasourceSerialFor(
+  keyring: DatasourceKeyring,
+  uid: string,
+  base: string = DEFAULT_DATASOURCE_BASE,
+  ds: SerialDatasourceId = 'nocloud',
+): string {
+  return datasourceSerial(datasourceSeedUrl(base, keyring.sign(uid)), ds);
+}
+
+const HELP = `usage: vmseed seed-url <namespace>/<name> (--uid UID | --vmi FILE) --key-file FILE [options]
+
+Prints the DMI serial string for spec.domain.firmware.serial that points the
+VMI's cloud-init at its seed on the node's NoCloud HTTP datasource.
+
+options:
+  --uid UID          the VMI's metadata.uid (the token is bound to it)
+  --vmi FILE         read namespace, name and uid from a VMI manifest (YAML/JSON)
+  --key-file FILE    the datasource key file (first line = signing key)
+  --base URL         datasource base URL (default ${DEFAULT_DATASOURCE_BASE})
+  --ds ID            nocloud (default; cloud-init >= 23.2) or nocloud-net (older guests)
+  --url-only         print only the seed URL
+`;
+
+interface VmiIdentity {
+  namespace?: string;
+  name?: string;
+  uid?: string;
+}
+
+async function readVmi(path: string): Promise<VmiIdentity> {
+  let doc: unknown;
+  try {
+    doc = loadYaml(await readFile(path, 'utf8'));
+  } catch (e) {
+    throw new UsageError(`cannot read VMI manifest ${path}: ${(e as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`);
+  }
+  const md = (doc as { metadata?: Record<string, unknown> } | null)?.metadata;
+  if (typeof md !== 'object' || md === null) throw new UsageError(`${path} has no metadata; is it a VirtualMachineInstance manifest?`);
+  const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
+  return { namespace: str(md.namespace), name: str(md.name), uid: str(md.uid) };
+}
+
+export const seedUrl: Command = async (ctx) => {
+  try {
+    const { values, positionals } = parseArgs({
+      args: ctx.argv,
+      allowPositionals: true,
+      options: {
+        uid: { type: 'string' },
+        vmi: { type: 'string' },
+        'key-file': { type: 'string' },
+        base: { type: 'string', default: DEFAULT_DATASOURCE_BASE },
+        ds: { type: 'string', default: 'nocloud' },
+        'url-only': { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+    if (values.help) {
+      ctx.stdout.write(HELP);
+      return 0;
+    }
+    if (positionals.length > 1) throw new UsageError('give one <namespace>/<name>');
+    let namespace: string | undefined;
+    let name: string | undefined;
+    if (positionals[0] !== undefined) {
+      const m = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.exec(positionals[0]);
+      if (!m) throw new UsageError(`'${positionals[0]}' is not <namespace>/<name>`);
+      namespace = m[1];
+      name = m[3];
+    }
+    let uid = values.uid;
+    if (values.vmi !== undefined) {
+      if (uid !== undefined) throw new UsageError('give --uid or --vmi, not both');
+      const vmi = await readVmi(resolve(ctx.cwd, values.vmi));
+      if (vmi.uid === undefined) {
+        throw new UsageError(`${values.vmi} has no metadata.uid; export it from the cluster (kubectl get vmi -o yaml) or pass --uid`);
+      }
+      if (namespace !== undefined && ((vmi.namespace ?? 'default') !== namespace || vmi.name !== name)) {
+        throw new UsageError(`${values.vmi} is ${vmi.namespace ?? 'default'}/${vmi.name}, not ${namespace}/${name}`);
+      }
+      uid = vmi.uid;
+    } else if (namespace === undefined) {
+      throw new UsageError('give <namespace>/<name> (or --vmi FILE)');
+    }
+    if (uid === undefined || uid.trim() === '') throw new UsageError('--uid UID (or --vmi FILE) is required: the token is bound to the VMI uid');
+    if (values['key-file'] === undefined) throw new UsageError('--key-file FILE is required');
+    if (values.ds !== 'nocloud' && values.ds !== 'nocloud-net') throw new UsageError(`--ds must be nocloud or nocloud-net, got '${values.ds}'`);
+
+    const keyring = await DatasourceKeyring.load(fileKeySource(resolve(ctx.cwd, values['key-file'])));
+    const url = datasourceSeedUrl(values.base, keyring.sign(uid));
+    ctx.stdout.write((values['url-only'] ? url : datasourceSerial(url, values.ds)) + '\n');
+    return 0;
+  } catch (e) {
+    if (e instanceof UsageError || (e instanceof TypeError && (e as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS'))) {
+      ctx.stderr.write(`vmseed seed-url: ${e.message}\n`);
+      return 2;
+    }
+    if (isVmseedError(e)) {
+      ctx.stderr.write(`vmseed seed-url: ${e.code}: ${e.message}\n`);
+      return e.code === 'DATASOURCE_KEY_FILE_UNREADABLE' ? 1 : 2;
+    }
+    ctx.stderr.write('vmseed seed-url: internal error\n');
+    return 1;
+  }
+};
+
+export default seedUrl;
