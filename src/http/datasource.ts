@@ -13,7 +13,8 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Seed } from '../cloudinit/seed.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { seedFileBytes, serialiseNoCloudMetaData, type DatasourceFile } from './datasource-files.ts';
+import { seedFileBytes, type DatasourceFile } from './datasource-files.ts';
+import { metaDataBytes } from '../cloudinit/seed-files.ts';
 import { endpointLabel, normalisePrefix, parseDatasourcePath, type DatasourceRoute } from './datasource-path.ts';
 import type { DatasourceKeyring } from './datasource-tokens.ts';
 import { RateLimiter } from './rate-limit.ts';
@@ -97,8 +98,8 @@ export interface DatasourceServerOptions {
   // none. cloud-init's NoCloud calls read_seeded with retries=10 and a 1 s
   // pause, and retries 404s too: a missing vendor-data costs every boot of
   // a 22.x guest ~10 s (measured: 10.4 s with Debian's 22.4). Empty
-  // vendor-data means "none" to cloud-init. Off by default so the HTTP view
-  // matches the image (which has no vendor-data file).
+  // vendor-data means "none" to cloud-init, exactly what the image's missing
+  // vendor-data file means, so this is on by default.
   serveEmptyVendorData?: boolean;
   // Injected for tests.
   clock?: { now(): Date; monotonicMs(): number };
@@ -179,7 +180,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     if (file !== 'meta-data' || seed.datasource !== 'nocloud') return seedFileBytes(seed, file);
     let b = metaDataCache.get(seed);
     if (b === undefined) {
-      b = serialiseNoCloudMetaData(seed.metaData);
+      b = metaDataBytes(seed);
       metaDataCache.set(seed, b);
     }
     return b;
@@ -249,7 +250,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     }
     const entry = route === undefined ? undefined : lookup(route, source);
     let bytes = entry === undefined || route === undefined ? undefined : bytesOf(entry.seed, route.file);
-    if (bytes === undefined && entry?.seed.datasource === 'nocloud' && route?.file === 'vendor-data' && options.serveEmptyVendorData) {
+    if (bytes === undefined && entry?.seed.datasource === 'nocloud' && route?.file === 'vendor-data' && (options.serveEmptyVendorData ?? true)) {
       bytes = EMPTY;
     }
     if (route === undefined || entry === undefined || bytes === undefined) {

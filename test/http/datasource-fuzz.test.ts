@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
-import { serialiseNoCloudMetaData } from '../../src/http/datasource-files.ts';
+import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import { startDatasourceServer, type DatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 import { MapDirectory, nocloudSeed, quietLogger, randomKey, rawRequest } from './datasource-fixtures.ts';
@@ -26,7 +26,7 @@ describe('path fuzz: no cross-VMI reads, no crash', () => {
     dir.add({ namespace: 'ns', name: 'vm-b', uid: 'uid-b', seed: nocloudSeed('b') });
     tokA = keyring.sign('uid-a');
     const bytes = {
-      'meta-data': serialiseNoCloudMetaData(seedA.metaData),
+      'meta-data': metaDataBytes(seedA),
       'user-data': seedA.userData,
       'vendor-data': seedA.vendorData!,
       'network-config': seedA.networkConfig!,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { serialiseNoCloudMetaData } from '../../src/http/datasource-files.ts';
+import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import { startDatasourceServer, parseListen, type DatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
 import { datasourceSeedUrl } from '../../src/commands/seed-url.ts';
@@ -49,12 +49,12 @@ describe('cloud-init 22.4 read_seeded against the running datasource', () => {
     assert.deepEqual(r.md, seedA.metaData);
   });
 
-  test('seed without vendor-data: 404 on it, cloud-init carries on with vd=None', async () => {
+  test('seed without vendor-data: an empty vendor-data by default, which cloud-init reads as none', async () => {
     const r = await cloudInitReadSeeded(datasourceSeedUrl(server.baseUrl, keyring.sign('uid-b')));
     assert.equal(r.ok, true, r.error);
     assert.deepEqual(r.md, seedB.metaData);
     assert.equal(r.ud, b64(seedB.userData));
-    assert.equal(r.vd, null);
+    assert.equal(r.vd, '');
   });
 
   test('unknown token: cloud-init fails on meta-data/user-data (the datasource does not claim the guest)', async () => {
@@ -74,7 +74,7 @@ describe('datasource HTTP behaviour', () => {
   const seedA = nocloudSeed('a');
   before(async () => {
     dir.add({ namespace: 'ns1', name: 'vm-a', uid: 'uid-a', seed: seedA });
-    dir.add({ namespace: 'ns1', name: 'vm-b', uid: 'uid-b', seed: nocloudSeed('b', { vendorData: undefined }) });
+    dir.add({ namespace: 'ns1', name: 'vm-b', uid: 'uid-b', seed: nocloudSeed('b', { networkConfig: undefined }) });
     dir.add({ namespace: 'ns1', name: 'vm-cd', uid: 'uid-cd', seed: { ...nocloudSeed('cd'), datasource: 'configdrive' } });
     server = await startDatasourceServer({
       listen: { host: '127.0.0.1', port: 0 },
@@ -91,7 +91,7 @@ describe('datasource HTTP behaviour', () => {
   test('all four files, with and without the slash after the token, exact bytes, no-store', async () => {
     const t = keyring.sign('uid-a');
     const want = {
-      'meta-data': serialiseNoCloudMetaData(seedA.metaData),
+      'meta-data': metaDataBytes(seedA),
       'user-data': seedA.userData,
       'vendor-data': seedA.vendorData!,
       'network-config': seedA.networkConfig!,
@@ -112,7 +112,7 @@ describe('datasource HTTP behaviour', () => {
       `/v1/not-a-token/user-data`,
       `/v1/${signToken(randomKey(), 'uid-a')}/user-data`, // right uid, wrong key
       `/v1/${keyring.sign('uid-nope')}/user-data`, // right key, unknown uid
-      `/v1/${keyring.sign('uid-b')}/vendor-data`, // known VMI, file missing from its seed
+      `/v1/${keyring.sign('uid-b')}/network-config`, // known VMI, file missing from its seed
       `/v1/${keyring.sign('uid-cd')}/user-data`, // ConfigDrive seed: not served as NoCloud
       `/v1/${keyring.sign('uid-a')}/`,
       `/v1/${keyring.sign('uid-a')}/passwd`,
@@ -143,7 +143,7 @@ describe('datasource HTTP behaviour', () => {
     assert.equal(r.headers['cache-control'], 'no-store');
     assert.equal(r.body.length, 0);
     assert.equal(dir.fetches.length, before);
-    const miss = await rawRequest(port, `/v1/${keyring.sign('uid-b')}/vendor-data`, { method: 'HEAD' });
+    const miss = await rawRequest(port, `/v1/${keyring.sign('uid-b')}/network-config`, { method: 'HEAD' });
     assert.equal(miss.status, 404);
     assert.equal(miss.body.length, 0);
   });
@@ -309,7 +309,7 @@ describe('key rotation', () => {
   });
 });
 
-test('serveEmptyVendorData: a seed without vendor-data answers an empty 200, so cloud-init 22.4 does not retry for 10 s', async () => {
+test('serveEmptyVendorData (default on) spares cloud-init 22.4 a 10 s retry loop; off, vendor-data is a 404', async () => {
   const dir = new MapDirectory();
   const seed = nocloudSeed('b', { vendorData: undefined });
   dir.add({ namespace: 'n', name: 'b', uid: 'uid-b', seed });
@@ -319,7 +319,13 @@ test('serveEmptyVendorData: a seed without vendor-data answers an empty 200, so 
     directory: dir,
     keyring,
     logger: quietLogger,
-    serveEmptyVendorData: true,
+  });
+  const strict = await startDatasourceServer({
+    listen: { host: '127.0.0.1', port: 0 },
+    directory: dir,
+    keyring,
+    logger: quietLogger,
+    serveEmptyVendorData: false,
   });
   try {
     const t0 = performance.now();
@@ -331,8 +337,11 @@ test('serveEmptyVendorData: a seed without vendor-data answers an empty 200, so 
     assert.ok(performance.now() - t0 < 5000, 'a retry loop ran');
     const unknown = await rawRequest(s.address.port, `/v1/${keyring.sign('uid-x')}/vendor-data`);
     assert.equal(unknown.status, 404);
+    const off = await rawRequest(strict.address.port, `/v1/${keyring.sign('uid-b')}/vendor-data`);
+    assert.equal(off.status, 404);
   } finally {
     await s.close();
+    await strict.close();
   }
 });
 
