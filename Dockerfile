@@ -9,8 +9,9 @@ FROM node:24.21-bookworm-slim AS deps
 WORKDIR /opt/vmseed
 COPY package.json package-lock.json ./
 # Dev dependencies (TypeScript, the `node` npm package, test tools) stay out:
-# the base image's Node runs the TypeScript sources directly.
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+# the base image's Node runs the TypeScript sources directly. No cache clean:
+# only node_modules leaves this stage.
+RUN npm ci --omit=dev --no-audit --no-fund
 
 FROM node:24.21-bookworm-slim
 # virsh only (Debian's libvirt-clients): no daemon, no QEMU, no recommends.
