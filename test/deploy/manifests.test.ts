@@ -209,3 +209,10 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
   assert.equal(config.kubevirtVolumes, 'ignore');
   assert.equal(config.libvirt.mode, 'virsh');
 });
+
+test('`kubectl apply -f manifests/` reads only built-in kinds (it works without the Prometheus Operator)', async () => {
+  const { readdirSync, statSync } = await import('node:fs');
+  const files = readdirSync(ROOT + 'manifests').filter((f) => /\.(ya?ml|json)$/.test(f) && statSync(ROOT + 'manifests/' + f).isFile());
+  assert.deepEqual(files, ['daemonset.yaml']);
+  for (const f of files) for (const o of loadYamlDocuments('manifests/' + f)) await validateBuiltin(o);
+});

@@ -88,6 +88,12 @@ test('rule matching follows Kubernetes: wildcards, subresource forms, resourceNa
   assert.equal(ruleAllows({ apiGroups: ['kubevirt.io'], resources: ['secrets'], verbs: ['get'] }, secret), false, 'wrong group');
 });
 
+test('calls recorded as {method, path, query} (the fake API server\'s RequestRecord) map the same way', () => {
+  const a = requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: { watch: 'true', labelSelector: 'kubevirt.io/nodeName=n' } });
+  assert.equal(a.verb, 'watch');
+  assert.equal(requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: {} }).verb, 'list');
+});
+
 test('every VMI list and watch is scoped to the node by label selector', () => {
   const vmiReads = AGENT_CALLS.map((c) => ({ c, a: requestAttributes(c) })).filter(
     ({ a }) => a.resource === 'virtualmachineinstances' && (a.verb === 'list' || a.verb === 'watch'),

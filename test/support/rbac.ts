@@ -9,6 +9,10 @@ export interface RecordedCall {
   // Path with optional query string, as an access log shows it:
   // `/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=...&watch=true`.
   path: string;
+  // Query parameters recorded apart from the path (the agent branch's fake
+  // API server logs RequestRecord {method, path, query}); merged with any
+  // query string in `path`.
+  query?: Record<string, string>;
 }
 
 export interface RequestAttributes {
@@ -45,6 +49,7 @@ const VERB_BY_METHOD: Record<string, string> = { POST: 'create', PUT: 'update', 
 
 export function requestAttributes(call: RecordedCall): RequestAttributes {
   const url = new URL(call.path, 'http://api.invalid');
+  for (const [k, v] of Object.entries(call.query ?? {})) url.searchParams.set(k, v);
   const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
   let apiGroup: string;
   let version: string;
