@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -157,8 +157,9 @@ test('dashboard queries parse (promtool, as recording rules) and the layout is s
 // `for`: promtool's rule unit tests on synthetic series. Annotations are
 // stripped here (their templates render $value; their presence and syntax
 // are checked above), the expressions, `for` and labels are the shipped ones.
-test('promtool test rules: the alerts fire when they should and not before', async () => {
+test('promtool test rules: the alerts fire when they should and not before', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-alerts-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const stripped = structuredClone(ruleGroups());
   for (const g of stripped.groups) for (const r of g.rules) delete r.annotations;
   writeFileSync(join(dir, 'rules.yaml'), yaml.dump(stripped));

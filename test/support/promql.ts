@@ -1,7 +1,7 @@
 // Which metric names a PromQL expression reads, and which names the agent
 // exports (from the registry in src/metrics/metrics.ts, not a copied list).
 import { execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -66,7 +66,11 @@ export interface RuleGroupFile {
 export async function promtoolCheckRules(groups: RuleGroupFile): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-rules-'));
   const file = join(dir, 'rules.yaml');
-  writeFileSync(file, yaml.dump(groups));
-  const { stdout, stderr } = await run('promtool', ['check', 'rules', file]);
-  return stdout + stderr;
+  try {
+    writeFileSync(file, yaml.dump(groups));
+    const { stdout, stderr } = await run('promtool', ['check', 'rules', file]);
+    return stdout + stderr;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
