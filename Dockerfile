@@ -1,0 +1,37 @@
+# vmseed agent image. Two stages on the same Node 24 slim base: `deps` installs
+# the runtime dependencies, the final stage adds virsh and the source.
+# Pin by digest in release builds (FROM node:24.21-bookworm-slim@sha256:…): a
+# tag can be re-pushed, a digest cannot. CI here has no registry access to
+# resolve the digest, so the tag is pinned to a minor release.
+# test/deploy/dockerfile.test.ts runs these steps on the host and lints them.
+
+FROM node:24.21-bookworm-slim AS deps
+WORKDIR /opt/vmseed
+COPY package.json package-lock.json ./
+# Dev dependencies (TypeScript, the `node` npm package, test tools) stay out:
+# the base image's Node runs the TypeScript sources directly. No cache clean:
+# only node_modules leaves this stage.
+RUN npm ci --omit=dev --no-audit --no-fund
+
+FROM node:24.21-bookworm-slim
+# virsh only (Debian's libvirt-clients): no daemon, no QEMU, no recommends.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libvirt-clients \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/vmseed
+COPY --from=deps /opt/vmseed/node_modules ./node_modules
+COPY package.json ./
+COPY bin ./bin
+COPY src ./src
+# bin/vmseed falls back to the `node` on PATH (the base image's Node 24)
+# because --omit=dev leaves no node_modules/.bin/node.
+RUN ln -s /opt/vmseed/bin/vmseed /usr/local/bin/vmseed
+# uid 107 is the qemu user of KubeVirt's non-root virt-launcher, which owns
+# the libvirt socket the agent talks to and reads the seed images. Root is
+# needed only for root launchers or a host libvirtd in system mode: the
+# DaemonSet then sets runAsUser: 0 (docs/operations.md).
+RUN groupadd --system --gid 107 vmseed \
+ && useradd --system --uid 107 --gid 107 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin vmseed
+USER 107:107
+EXPOSE 8080
+ENTRYPOINT ["vmseed", "agent"]

@@ -1,0 +1,182 @@
+import { test, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import { lintDockerfile, parseDockerfile, stagesOf } from '../support/dockerfile.ts';
+import { runDockerfile, type ImageTree } from '../support/dockerfile-run.ts';
+import { ROOT, findObject, loadYamlDocuments } from '../support/manifests.ts';
+
+const run = promisify(execFile);
+const DOCKERFILE = join(ROOT, 'Dockerfile');
+const text = readFileSync(DOCKERFILE, 'utf8');
+
+// Inside the image `node` is the base image's Node 24 on PATH; here it is the
+// Node running this test. System directories come after it (sh, readlink).
+const nodeDir = dirname(process.execPath);
+const hostPath = (tree: ImageTree) => [...tree.binDirs, nodeDir, '/usr/bin', '/bin'].join(':');
+
+let tree: ImageTree;
+let work: string;
+before(() => {
+  work = mkdtempSync(join(tmpdir(), 'vmseed-image-'));
+  tree = runDockerfile({
+    dockerfile: DOCKERFILE,
+    context: ROOT,
+    out: join(work, 'rootfs'),
+    // prefer-offline: use the npm cache when it has the locked tarball (a
+    // cache policy, not a different install; the shared registry link here
+    // can take minutes).
+    env: { PATH: `${nodeDir}:/usr/bin:/bin`, HOME: process.env.HOME, npm_config_update_notifier: 'false', npm_config_prefer_offline: 'true' },
+  });
+});
+test.after(() => rmSync(work, { recursive: true, force: true }));
+
+async function vmseed(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const [cmd, ...rest] = [...tree.entrypoint.slice(0, 1), ...args];
+  return run(cmd, rest, { cwd: '/', env: { PATH: hostPath(tree) } }).then(
+    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+    (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+  );
+}
+
+async function registeredCommands(): Promise<string[]> {
+  const { stdout } = await vmseed(['--help']);
+  return [...stdout.matchAll(/^ {2}(\S+) /gm)].map((m) => m[1]);
+}
+
+test('the Dockerfile passes the hadolint-style rules', () => {
+  assert.deepEqual(lintDockerfile(text), []);
+});
+
+test('the linter catches each rule it claims', () => {
+  const bad = [
+    'FROM node AS deps',
+    'FROM node:latest',
+    'FROM node:24-slim',
+    'WORKDIR app',
+    'ADD . /app',
+    'COPY --from=builder /x /y',
+    'RUN apt-get install libvirt-clients',
+    'RUN cd /tmp && sudo true && npm install',
+    'RUN apt update',
+    'USER root',
+    'ENTRYPOINT vmseed agent',
+  ].join('\n');
+  const rules = new Set(lintDockerfile(bad).map((f) => f.rule));
+  for (const rule of ['DL3006', 'DL3007', 'VS001', 'DL3000', 'DL3020', 'DL3022', 'DL3014', 'DL3015', 'DL3009', 'DL3003', 'DL3004', 'VS002', 'DL3027', 'DL3002', 'DL3025']) {
+    assert.ok(rules.has(rule), `${rule} not reported`);
+  }
+  assert.ok(lintDockerfile('FROM node:24.21-bookworm-slim\nENTRYPOINT ["x"]').some((f) => f.rule === 'DL3002'), 'no USER at all');
+});
+
+test('the parser joins continuations and reads stages', () => {
+  const stages = stagesOf(parseDockerfile(text));
+  assert.equal(stages.length, 2);
+  assert.equal(stages[0].name, 'deps');
+  for (const s of stages) assert.match(s.image, /^node:24\.\d+-bookworm-slim$/, 'Node 24 slim, pinned to a minor');
+  const apt = stages[1].instructions.find((i) => i.keyword === 'RUN' && i.args.includes('apt-get'))!;
+  assert.match(apt.args, /^apt-get update && apt-get install .* && rm -rf \/var\/lib\/apt\/lists\/\*$/);
+});
+
+test('the image tree holds the runtime dependencies and none of the dev dependencies', () => {
+  const app = join(tree.root, tree.workdir);
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { dependencies: object; devDependencies: object };
+  for (const dep of Object.keys(pkg.dependencies)) assert.ok(existsSync(join(app, 'node_modules', dep, 'package.json')), `${dep} missing`);
+  // Dev-only per the lockfile (a devDependency may also be a runtime
+  // dependency of a dependency, e.g. @types/js-yaml of the Kubernetes client).
+  const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
+  const devOnly = Object.keys(pkg.devDependencies).filter((d) => lock.packages[`node_modules/${d}`]?.dev === true);
+  assert.ok(devOnly.includes('typescript') && devOnly.includes('node'));
+  for (const dep of devOnly) assert.ok(!existsSync(join(app, 'node_modules', dep)), `dev dependency ${dep} in the image`);
+  assert.ok(!existsSync(join(app, 'node_modules/.bin/node')), 'no npm-installed node: the launcher must use the one on PATH');
+  assert.ok(existsSync(join(app, 'src/main.ts')) && existsSync(join(app, 'bin/vmseed')));
+  assert.ok(!existsSync(join(app, 'test')) && !existsSync(join(app, 'manifests')), 'only what the Dockerfile copies');
+});
+
+test('virsh comes from the one Debian package the image adds, and it runs', () => {
+  assert.deepEqual(tree.aptPackages, ['libvirt-clients'], 'nothing else in the final image');
+  for (const p of tree.aptPackages) execFileSync('dpkg-query', ['-W', p]);
+  const virsh = execFileSync('sh', ['-c', 'command -v virsh'], { encoding: 'utf8' }).trim();
+  const owner = execFileSync('dpkg-query', ['-S', execFileSync('readlink', ['-f', virsh], { encoding: 'utf8' }).trim()], { encoding: 'utf8' });
+  assert.match(owner, /^libvirt-clients:/);
+  assert.match(execFileSync(virsh, ['--version'], { encoding: 'utf8' }), /^\d+\.\d+/);
+});
+
+test('the image user is the launcher qemu uid the DaemonSet runs as, and the entrypoint is vmseed agent', () => {
+  assert.deepEqual(tree.entrypoint, ['vmseed', 'agent']);
+  assert.equal(tree.user, '107:107');
+  assert.deepEqual(
+    tree.accounts.map((a) => `${a.kind}:${a.id}`),
+    ['group:107', 'user:107'],
+  );
+  const ds = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'DaemonSet') as unknown as {
+    spec: { template: { spec: { securityContext: { runAsUser: number; runAsGroup: number }; containers: { name: string; command?: string[]; image: string; ports: { containerPort: number }[] }[] } } };
+  };
+  const pod = ds.spec.template.spec;
+  assert.equal(`${pod.securityContext.runAsUser}:${pod.securityContext.runAsGroup}`, tree.user);
+  const agent = pod.containers.find((c) => c.name === 'agent')!;
+  assert.equal(agent.command, undefined, 'the DaemonSet relies on the ENTRYPOINT');
+  assert.deepEqual(tree.exposed, [String(agent.ports[0].containerPort)]);
+  const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+  assert.ok(agent.image.endsWith(`:${version}`), 'the manifest deploys the package version');
+});
+
+test('vmseed --help runs from the image tree on the Node found on PATH', async () => {
+  const { code, stdout } = await vmseed(['--help']);
+  assert.equal(code, 0);
+  assert.match(stdout, /^usage: vmseed <command>/);
+  // The launcher really used PATH: without a node there, it cannot start.
+  const noNode = await run(tree.entrypoint[0], ['--help'], { cwd: '/', env: { PATH: [...tree.binDirs, '/bin'].join(':') } }).then(
+    () => 0,
+    (e: { code: number }) => e.code,
+  );
+  assert.notEqual(noNode, 0);
+});
+
+// The agent and build commands land with their own branches; until main.ts
+// registers them these two are reported as todo, after that they must pass.
+test('the ENTRYPOINT starts: vmseed agent --help', async (t) => {
+  if (!(await registeredCommands()).includes(tree.entrypoint[1])) {
+    t.todo(`'${tree.entrypoint[1]}' is not registered in src/main.ts yet`);
+    return;
+  }
+  const { code, stdout, stderr } = await vmseed([...tree.entrypoint.slice(1), '--help']);
+  assert.equal(code, 0, stderr);
+  assert.match(stdout, /--node-name/);
+});
+
+test('vmseed build from the image tree writes a NoCloud seed image', async (t) => {
+  if (!(await registeredCommands()).includes('build')) {
+    t.todo("'build' is not registered in src/main.ts yet");
+    return;
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-image-build-'));
+  try {
+    writeFileSync(join(dir, 'user-data'), '#cloud-config\nruncmd:\n  - echo hello\n');
+    writeFileSync(join(dir, 'meta-data'), 'instance-id: iid-image-test\n');
+    const out = join(dir, 'seed.iso');
+    const { code, stderr } = await vmseed(['build', '--user-data', join(dir, 'user-data'), '--meta-data', join(dir, 'meta-data'), '-o', out]);
+    assert.equal(code, 0, stderr);
+    const pvd = execFileSync('isoinfo', ['-d', '-i', out], { encoding: 'utf8' });
+    assert.match(pvd, /Volume id:\s+cidata/i);
+    const userData = execFileSync('isoinfo', ['-R', '-i', out, '-x', '/user-data'], { encoding: 'utf8' });
+    assert.equal(userData, readFileSync(join(dir, 'user-data'), 'utf8'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('.dockerignore keeps the context small without hiding what the Dockerfile copies', () => {
+  const ignored = readFileSync(join(ROOT, '.dockerignore'), 'utf8')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
+  for (const must of ['node_modules', '.git', 'test', 'e2e']) assert.ok(ignored.includes(must), `${must} not ignored`);
+  const copied = parseDockerfile(text)
+    .filter((i) => i.keyword === 'COPY' && i.flags.from === undefined)
+    .flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+  for (const src of copied) assert.ok(!ignored.includes(src.replace(/\/$/, '')), `${src} is copied but ignored`);
+});

@@ -1,0 +1,94 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { ROOT, findObject, loadYamlDocuments } from '../support/manifests.ts';
+import { exportedMetricNames } from '../support/promql.ts';
+import { grantsOf, type PolicyRule } from '../support/rbac.ts';
+
+const docs = readFileSync(ROOT + 'docs/operations.md', 'utf8');
+
+function section(heading: string): string {
+  const start = docs.indexOf(`\n${heading}\n`);
+  assert.ok(start >= 0, `no section ${heading}`);
+  const level = heading.split(' ')[0];
+  const rest = docs.slice(start + heading.length + 2);
+  // `# comment` lines inside fenced code blocks are not headings.
+  const outsideCode = rest.replace(/```[\s\S]*?```/g, (block) => block.replace(/#/g, ' '));
+  const end = outsideCode.search(new RegExp(`\\n#{1,${level.length}} `));
+  return end < 0 ? rest : rest.slice(0, end);
+}
+
+function tableRows(text: string): string[][] {
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('| `'))
+    .map((l) =>
+      l
+        .slice(1, -1)
+        .split(' | ')
+        .map((c) => c.trim()),
+    );
+}
+
+test('the metrics reference documents every metric of src/metrics/metrics.ts, with its type, labels and help', async () => {
+  const exported = await exportedMetricNames({ processMetrics: false });
+  const own = [...exported].filter(([name, info]) => !(info.type === 'histogram' && /_(bucket|sum|count)$/.test(name)));
+  const rows = tableRows(section('### Metrics reference'));
+  const documented = new Map(rows.map((r) => [r[0].replaceAll('`', ''), r]));
+  for (const [name, info] of own) {
+    const row = documented.get(name);
+    assert.ok(row, `${name} is not in docs/operations.md`);
+    assert.equal(row[1], info.type, `${name}: type`);
+    assert.equal(row[2], info.labels.length === 0 ? '—' : info.labels.map((l) => `\`${l}\``).join(', '), `${name}: labels`);
+    assert.equal(row[3], info.help, `${name}: help text`);
+  }
+  for (const name of documented.keys()) assert.ok(exported.has(name), `docs list ${name}, which the agent does not export`);
+});
+
+test('the process metrics the docs name exist with the vmseed_ prefix', async () => {
+  const exported = await exportedMetricNames({ processMetrics: true });
+  const tail = section('### Metrics reference').split('| `vmseed_build_info`')[1];
+  const named = [...tail.matchAll(/`(vmseed_[a-z_]+)`/g)].map((m) => m[1]);
+  assert.ok(named.length >= 3);
+  for (const name of named) assert.ok(exported.has(name), name);
+});
+
+test('the RBAC table in the docs is the ClusterRole', () => {
+  const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as { rules: PolicyRule[] };
+  const fromDocs = tableRows(section('## Install'))
+    .filter((r) => r.length === 4 && /^`(""|[a-z.]+)`$/.test(r[0]))
+    .flatMap(([group, resources, verbs]) => {
+      const list = (cell: string) => [...cell.matchAll(/`([^`]*)`/g)].map((m) => m[1]);
+      const g = group.replaceAll('`', '').replace('""', '');
+      return list(resources).flatMap((resource) => list(verbs).map((verb) => `${g} ${resource} ${verb}`));
+    });
+  const fromRole = grantsOf(role.rules).map((g) => `${g.apiGroup} ${g.resource} ${g.verb}`);
+  assert.deepEqual(fromDocs.sort(), fromRole.sort());
+});
+
+test('the documented DaemonSet numbers are the manifest numbers', () => {
+  const ds = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'DaemonSet') as unknown as {
+    spec: {
+      updateStrategy: { rollingUpdate: { maxUnavailable: string } };
+      template: { spec: { containers: { name: string; resources: { requests: Record<string, string>; limits: Record<string, string> }; env: { name: string; value?: string }[] }[] } };
+    };
+  };
+  const agent = ds.spec.template.spec.containers.find((c) => c.name === 'agent')!;
+  const install = section('## Install');
+  const { requests, limits } = agent.resources;
+  assert.ok(install.includes(`requests \`${requests.cpu}\` / \`${requests.memory}\``));
+  assert.ok(install.includes(`limits \`${limits.cpu}\` / \`${limits.memory}\``));
+  assert.ok(install.includes(`\`maxUnavailable: ${ds.spec.updateStrategy.rollingUpdate.maxUnavailable}\``));
+  const nodeOptions = agent.env.find((e) => e.name === 'NODE_OPTIONS')!.value!;
+  assert.ok(install.includes(`NODE_OPTIONS=${nodeOptions}`));
+  const dockerfile = readFileSync(ROOT + 'Dockerfile', 'utf8');
+  const base = /^FROM (\S+)$/m.exec(dockerfile)![1];
+  assert.ok(install.includes(`\`${base}\``), `docs name the base image ${base}`);
+});
+
+test('every alert in the PrometheusRule has a section, and no section is stale', () => {
+  const [rule] = loadYamlDocuments('manifests/monitoring/prometheusrule.yaml') as unknown as { spec: { groups: { rules: { alert: string }[] }[] } }[];
+  const alerts = rule.spec.groups.flatMap((g) => g.rules.map((r) => r.alert)).sort();
+  const sections = [...docs.matchAll(/^#### Alert: (\S+)$/gm)].map((m) => m[1]).sort();
+  assert.deepEqual(sections, alerts);
+});

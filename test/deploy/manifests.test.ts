@@ -1,0 +1,218 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import {
+  ROOT,
+  PROMETHEUS_RULE_SCHEMA,
+  SERVICE_MONITOR_SCHEMA,
+  checkSchema,
+  findObject,
+  loadYamlDocuments,
+  validateBuiltin,
+  type KubeObject,
+} from '../support/manifests.ts';
+
+const objects = loadYamlDocuments('manifests/daemonset.yaml');
+
+// Narrow access into the DaemonSet without restating its whole type.
+type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+const daemonSet = findObject(objects, 'DaemonSet', 'vmseed') as Any;
+const podSpec = daemonSet.spec.template.spec;
+const agent = podSpec.containers.find((c: Any) => c.name === 'agent');
+
+test('daemonset.yaml holds the namespace, RBAC, DaemonSet and Service, each valid against the Kubernetes schema', async () => {
+  assert.deepEqual(
+    objects.map((o) => o.kind).sort(),
+    ['ClusterRole', 'ClusterRoleBinding', 'DaemonSet', 'Namespace', 'Service', 'ServiceAccount'],
+  );
+  for (const o of objects) {
+    await assert.doesNotReject(validateBuiltin(o), `${o.kind} ${o.metadata.name}`);
+    if (!['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind)) assert.equal(o.metadata.namespace, 'vmseed', o.kind);
+  }
+});
+
+test('the schema validation really rejects invalid objects', async () => {
+  const broken = structuredClone(daemonSet);
+  broken.spec.template.spec.containers[0].ports[0].containerPort = 'eighty';
+  await assert.rejects(validateBuiltin(broken), /containerPort/);
+
+  const noSelector = structuredClone(daemonSet);
+  delete noSelector.spec.selector;
+  await assert.rejects(validateBuiltin(noSelector), /selector/);
+
+  const role = structuredClone(findObject(objects, 'ClusterRole')) as Any;
+  role.rules[0].verbs = 'list';
+  await assert.rejects(validateBuiltin(role), /verbs/);
+
+  const service = structuredClone(findObject(objects, 'Service')) as Any;
+  service.spec.ports[0].port = '8080';
+  await assert.rejects(validateBuiltin(service), /port/);
+
+  await assert.rejects(validateBuiltin({ apiVersion: 'apps/v1', kind: 'NoSuchKind', metadata: { name: 'x' } }), /NoSuchKind/);
+});
+
+test('the DaemonSet gets its node name from the Downward API and keeps seeds on a hostPath', () => {
+  const nodeName = agent.env.find((e: Any) => e.name === 'NODE_NAME');
+  assert.deepEqual(nodeName.valueFrom, { fieldRef: { fieldPath: 'spec.nodeName' } });
+  const seeds = podSpec.volumes.find((v: Any) => v.name === 'seeds');
+  assert.equal(seeds.hostPath.path, '/var/lib/vmseed/seeds');
+  const mount = agent.volumeMounts.find((m: Any) => m.name === 'seeds');
+  assert.ok(agent.args.includes(`--state-dir=${mount.mountPath}`), 'the agent writes where the hostPath is mounted');
+  assert.ok(agent.args.includes('--kubevirt-volumes=ignore'), 'beside KubeVirt, its own cloud-init volumes are not ours');
+});
+
+test('the libvirt socket path in --libvirt-uri lies inside a mounted volume and fits in sun_path', () => {
+  const uri = agent.args.find((a: string) => a.startsWith('--libvirt-uri=')).slice('--libvirt-uri='.length);
+  const socket = new URL(uri).searchParams.get('socket')!;
+  const mount = agent.volumeMounts.find((m: Any) => socket.startsWith(m.mountPath + '/'));
+  assert.ok(mount, `no volume mounted above ${socket}`);
+  assert.equal(mount.readOnly, true, 'connecting to a socket needs no writable mount');
+  // A pod UID is 36 characters; a unix socket path must fit in 108 bytes with its NUL.
+  const longest = socket.replace('{podUID}', '0'.repeat(36));
+  assert.ok(Buffer.byteLength(longest) < 108, `${longest} is ${Buffer.byteLength(longest)} bytes`);
+});
+
+test('probes, port and Prometheus annotations point at the agent listener', () => {
+  const port = agent.ports.find((p: Any) => p.name === 'http-metrics');
+  assert.ok(agent.args.includes(`--listen=0.0.0.0:${port.containerPort}`));
+  assert.equal(agent.livenessProbe.httpGet.path, '/healthz');
+  assert.equal(agent.readinessProbe.httpGet.path, '/readyz');
+  assert.equal(agent.livenessProbe.httpGet.port, 'http-metrics');
+  assert.equal(agent.readinessProbe.httpGet.port, 'http-metrics');
+  const ann = daemonSet.spec.template.metadata.annotations;
+  assert.equal(ann['prometheus.io/scrape'], 'true');
+  assert.equal(ann['prometheus.io/port'], String(port.containerPort));
+  assert.equal(ann['prometheus.io/path'], '/metrics');
+});
+
+test('the security context grants nothing beyond socket access', () => {
+  assert.equal(podSpec.securityContext.runAsNonRoot, true);
+  assert.equal(podSpec.securityContext.runAsUser, 107, 'qemu, the owner of a non-root launcher socket');
+  assert.equal(podSpec.securityContext.seccompProfile.type, 'RuntimeDefault');
+  assert.equal(podSpec.hostNetwork ?? false, false);
+  assert.equal(podSpec.hostPID ?? false, false);
+  for (const c of [...podSpec.containers, ...podSpec.initContainers]) {
+    const sc = c.securityContext;
+    assert.equal(sc.allowPrivilegeEscalation, false, c.name);
+    assert.equal(sc.readOnlyRootFilesystem, true, c.name);
+    assert.deepEqual(sc.capabilities.drop, ['ALL'], c.name);
+    assert.equal(sc.privileged ?? false, false, c.name);
+  }
+  assert.equal(agent.securityContext.capabilities.add, undefined, 'the agent adds no capability');
+  // The one root step: chown of the state directory, with CAP_CHOWN alone.
+  const [init] = podSpec.initContainers;
+  assert.deepEqual(init.securityContext.capabilities.add, ['CHOWN']);
+  assert.deepEqual(init.command, ['chown', '107:107', '/var/lib/vmseed/seeds']);
+  for (const v of podSpec.volumes.filter((v: Any) => v.hostPath)) {
+    const mounts = podSpec.containers.flatMap((c: Any) => c.volumeMounts).filter((m: Any) => m.name === v.name);
+    assert.ok(mounts.length > 0, `hostPath ${v.name} is mounted`);
+  }
+});
+
+test('resources are bounded and sized for the 150 MB RSS target', () => {
+  const { requests, limits } = agent.resources;
+  assert.deepEqual(requests, { cpu: '50m', memory: '96Mi' });
+  assert.deepEqual(limits, { cpu: '500m', memory: '256Mi' });
+  const heap = agent.env.find((e: Any) => e.name === 'NODE_OPTIONS').value;
+  assert.match(heap, /--max-old-space-size=(\d+)/);
+  assert.ok(Number(/=(\d+)/.exec(heap)![1]) < 256, 'V8 heap cap below the memory limit');
+});
+
+test('it runs on every VM node and rolls without surge', () => {
+  assert.deepEqual(podSpec.tolerations, [{ operator: 'Exists' }]);
+  const term = podSpec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0];
+  assert.deepEqual(term.matchExpressions, [{ key: 'kubevirt.io/schedulable', operator: 'Exists' }]);
+  assert.equal(daemonSet.spec.updateStrategy.type, 'RollingUpdate');
+  assert.equal(daemonSet.spec.updateStrategy.rollingUpdate.maxSurge, 0);
+  assert.ok(daemonSet.spec.updateStrategy.rollingUpdate.maxUnavailable);
+});
+
+test('the headless Service selects the agent pods on the metrics port, and the ServiceMonitor selects the Service', () => {
+  const service = findObject(objects, 'Service') as Any;
+  assert.equal(service.spec.clusterIP, 'None');
+  const podLabels = daemonSet.spec.template.metadata.labels;
+  for (const [k, v] of Object.entries(service.spec.selector)) assert.equal(podLabels[k], v, `Service selector ${k}`);
+  for (const [k, v] of Object.entries(daemonSet.spec.selector.matchLabels)) assert.equal(podLabels[k], v, `DaemonSet selector ${k}`);
+  assert.equal(service.spec.ports[0].targetPort, 'http-metrics');
+
+  const [monitor] = loadYamlDocuments('manifests/monitoring/servicemonitor.yaml') as Any[];
+  for (const [k, v] of Object.entries(monitor.spec.selector.matchLabels)) assert.equal(service.metadata.labels[k], v, `ServiceMonitor selector ${k}`);
+  assert.deepEqual(monitor.spec.namespaceSelector.matchNames, [service.metadata.namespace]);
+  assert.equal(monitor.spec.endpoints[0].port, service.spec.ports[0].name);
+  assert.equal(service.metadata.labels[monitor.spec.jobLabel], 'vmseed', 'job="vmseed" in the alerts and dashboard');
+});
+
+test('the ClusterRoleBinding binds the role to the DaemonSet service account', () => {
+  const binding = findObject(objects, 'ClusterRoleBinding') as Any;
+  const role = findObject(objects, 'ClusterRole');
+  const account = findObject(objects, 'ServiceAccount');
+  assert.equal(binding.roleRef.name, role.metadata.name);
+  assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: account.metadata.name, namespace: account.metadata.namespace }]);
+  assert.equal(podSpec.serviceAccountName, account.metadata.name);
+});
+
+test('the Prometheus Operator objects match the structure of their CRDs', () => {
+  const [monitor] = loadYamlDocuments('manifests/monitoring/servicemonitor.yaml');
+  const [rule] = loadYamlDocuments('manifests/monitoring/prometheusrule.yaml');
+  assert.deepEqual(checkSchema(monitor, SERVICE_MONITOR_SCHEMA), []);
+  assert.deepEqual(checkSchema(rule, PROMETHEUS_RULE_SCHEMA), []);
+});
+
+test('the CRD structural check rejects typos, missing fields and bad durations', () => {
+  const [monitor] = loadYamlDocuments('manifests/monitoring/servicemonitor.yaml') as Any[];
+  const typo = structuredClone(monitor);
+  typo.spec.endpionts = typo.spec.endpoints;
+  delete typo.spec.endpoints;
+  assert.deepEqual(checkSchema(typo, SERVICE_MONITOR_SCHEMA), ['spec: missing required field endpoints', 'spec.endpionts: unknown field']);
+  const badInterval = structuredClone(monitor);
+  badInterval.spec.endpoints[0].interval = '30 seconds';
+  assert.equal(checkSchema(badInterval, SERVICE_MONITOR_SCHEMA).length, 1);
+
+  const [rule] = loadYamlDocuments('manifests/monitoring/prometheusrule.yaml') as Any[];
+  const noExpr = structuredClone(rule);
+  delete noExpr.spec.groups[0].rules[0].expr;
+  assert.deepEqual(checkSchema(noExpr, PROMETHEUS_RULE_SCHEMA), ['spec.groups[0].rules[0]: missing required field expr']);
+  const badFor = structuredClone(rule);
+  badFor.spec.groups[0].rules[0].for = 15;
+  assert.deepEqual(checkSchema(badFor, PROMETHEUS_RULE_SCHEMA), ['spec.groups[0].rules[0].for: must be a string']);
+});
+
+test('every manifest file parses', () => {
+  for (const file of ['manifests/daemonset.yaml', 'manifests/monitoring/servicemonitor.yaml', 'manifests/monitoring/prometheusrule.yaml']) {
+    const docs: KubeObject[] = loadYamlDocuments(file);
+    assert.ok(docs.length > 0, file);
+    for (const d of docs) assert.ok(d.apiVersion && d.kind && d.metadata?.name, `${file}: ${d.kind}`);
+  }
+  const dashboard = JSON.parse(readFileSync(ROOT + 'manifests/monitoring/grafana-dashboard.json', 'utf8'));
+  assert.equal(dashboard.uid, 'vmseed-agent');
+});
+
+// The contract with src/config.ts (issue 4's branch): the DaemonSet's args
+// and environment must be accepted by the agent as they are. Until that
+// module is merged this is reported as todo; afterwards it must pass.
+test("the agent's config parser accepts the DaemonSet's args and environment", async (t) => {
+  const configModule = new URL('../../src/config.ts', import.meta.url);
+  const { existsSync } = await import('node:fs');
+  if (!existsSync(configModule)) {
+    t.todo('src/config.ts is not merged yet');
+    return;
+  }
+  const { loadConfig } = (await import(configModule.href)) as {
+    loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string): Any;
+  };
+  const env: NodeJS.ProcessEnv = {};
+  for (const e of agent.env) env[e.name] = e.valueFrom ? 'node-a' : e.value;
+  const config = loadConfig(agent.args, env, '/');
+  assert.equal(config.mode, 'kubernetes');
+  assert.equal(config.nodeName, 'node-a');
+  assert.equal(config.stateDir, '/var/lib/vmseed/seeds');
+  assert.equal(config.kubevirtVolumes, 'ignore');
+  assert.equal(config.libvirt.mode, 'virsh');
+});
+
+test('`kubectl apply -f manifests/` reads only built-in kinds (it works without the Prometheus Operator)', async () => {
+  const { readdirSync, statSync } = await import('node:fs');
+  const files = readdirSync(ROOT + 'manifests').filter((f) => /\.(ya?ml|json)$/.test(f) && statSync(ROOT + 'manifests/' + f).isFile());
+  assert.deepEqual(files, ['daemonset.yaml']);
+  for (const f of files) for (const o of loadYamlDocuments('manifests/' + f)) await validateBuiltin(o);
+});

@@ -1,0 +1,145 @@
+// Checks RBAC rules against the HTTP requests an agent actually made, the way
+// the API server's authorizer sees them: each request becomes request
+// attributes (apiGroup, resource, subresource, verb), like
+// k8s.io/apiserver's RequestInfoFactory, and is matched against the
+// ClusterRole's PolicyRules. Feed it the calls a fake API server recorded.
+
+export interface RecordedCall {
+  method: string;
+  // Path with optional query string, as an access log shows it:
+  // `/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=...&watch=true`.
+  path: string;
+  // Query parameters recorded apart from the path (the agent branch's fake
+  // API server logs RequestRecord {method, path, query}); merged with any
+  // query string in `path`.
+  query?: Record<string, string>;
+}
+
+export interface RequestAttributes {
+  apiGroup: string;
+  version: string;
+  resource: string;
+  subresource: string;
+  verb: string;
+  namespace: string;
+  name: string;
+}
+
+export interface PolicyRule {
+  apiGroups?: string[];
+  resources?: string[];
+  verbs: string[];
+  resourceNames?: string[];
+  nonResourceURLs?: string[];
+}
+
+// One (apiGroup, resource[/subresource], verb) a rule grants.
+export interface Grant {
+  apiGroup: string;
+  resource: string;
+  verb: string;
+}
+
+export interface RbacReport {
+  denied: { call: RecordedCall; attributes: RequestAttributes }[];
+  unused: Grant[];
+}
+
+const VERB_BY_METHOD: Record<string, string> = { POST: 'create', PUT: 'update', PATCH: 'patch' };
+
+export function requestAttributes(call: RecordedCall): RequestAttributes {
+  const url = new URL(call.path, 'http://api.invalid');
+  for (const [k, v] of Object.entries(call.query ?? {})) url.searchParams.set(k, v);
+  const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
+  let apiGroup: string;
+  let version: string;
+  let rest: string[];
+  if (parts[0] === 'api' && parts.length >= 2) {
+    apiGroup = '';
+    version = parts[1];
+    rest = parts.slice(2);
+  } else if (parts[0] === 'apis' && parts.length >= 3) {
+    apiGroup = parts[1];
+    version = parts[2];
+    rest = parts.slice(3);
+  } else {
+    throw new Error(`not a resource request: ${call.method} ${call.path}`);
+  }
+  const method = call.method.toUpperCase();
+  let legacyWatch = false;
+  if (rest[0] === 'watch') {
+    legacyWatch = true;
+    rest = rest.slice(1);
+  }
+  let namespace = '';
+  // `/api/v1/namespaces/x` is the namespace object itself; `/namespaces/x/<res>` scopes.
+  if (rest[0] === 'namespaces' && rest.length >= 3) {
+    namespace = rest[1];
+    rest = rest.slice(2);
+  }
+  const [resource = '', name = '', subresource = '', ...extra] = rest;
+  if (resource === '' || extra.length > 0) throw new Error(`cannot parse resource path: ${call.method} ${call.path}`);
+  const watchParam = url.searchParams.get('watch');
+  const isWatch = legacyWatch || watchParam === 'true' || watchParam === '1';
+  let verb: string;
+  if (method === 'GET' || method === 'HEAD') {
+    verb = isWatch ? 'watch' : name === '' ? 'list' : 'get';
+  } else if (method === 'DELETE') {
+    verb = name === '' ? 'deletecollection' : 'delete';
+  } else {
+    const mapped = VERB_BY_METHOD[method];
+    if (mapped === undefined) throw new Error(`unknown HTTP method: ${call.method}`);
+    verb = mapped;
+  }
+  return { apiGroup, version, resource, subresource, verb, namespace, name };
+}
+
+function qualifiedResource(a: { resource: string; subresource: string }): string {
+  return a.subresource === '' ? a.resource : `${a.resource}/${a.subresource}`;
+}
+
+function matches(list: string[] | undefined, value: string): boolean {
+  return (list ?? []).some((v) => v === '*' || v === value);
+}
+
+// Kubernetes' RuleAllows: group, verb, resource (with `res/*` and `*/sub`
+// forms) and, when set, resourceNames.
+export function ruleAllows(rule: PolicyRule, a: RequestAttributes): boolean {
+  if (!matches(rule.verbs, a.verb) || !matches(rule.apiGroups, a.apiGroup)) return false;
+  const full = qualifiedResource(a);
+  const resourceOk = (rule.resources ?? []).some(
+    (r) =>
+      r === '*' ||
+      r === full ||
+      (a.subresource === '' ? false : r === `${a.resource}/*` || r === `*/${a.subresource}`),
+  );
+  if (!resourceOk) return false;
+  if (rule.resourceNames !== undefined && rule.resourceNames.length > 0) return rule.resourceNames.includes(a.name);
+  return true;
+}
+
+export function grantsOf(rules: PolicyRule[]): Grant[] {
+  const out: Grant[] = [];
+  for (const rule of rules) {
+    if (rule.nonResourceURLs !== undefined && rule.nonResourceURLs.length > 0) {
+      throw new Error('nonResourceURLs rules are not expected in the agent role');
+    }
+    for (const apiGroup of rule.apiGroups ?? [])
+      for (const resource of rule.resources ?? [])
+        for (const verb of rule.verbs) out.push({ apiGroup, resource, verb });
+  }
+  return out;
+}
+
+function grantCovers(g: Grant, a: RequestAttributes): boolean {
+  return ruleAllows({ apiGroups: [g.apiGroup], resources: [g.resource], verbs: [g.verb] }, a);
+}
+
+// Every call must be allowed and every granted (group, resource, verb) must
+// be used by at least one call: least privilege, proven both ways.
+export function checkRbac(rules: PolicyRule[], calls: RecordedCall[]): RbacReport {
+  const attributes = calls.map((call) => ({ call, attributes: requestAttributes(call) }));
+  const denied = attributes.filter((c) => !rules.some((r) => ruleAllows(r, c.attributes)));
+  const unused = grantsOf(rules).filter((g) => !attributes.some((c) => grantCovers(g, c.attributes)));
+  return { denied, unused };
+}
