@@ -60,7 +60,11 @@ export function xorrisoFind(iso: string): string[] {
 
 // Paths from `isoinfo -l` listings (with -R or -J), directories included.
 export function isoinfoPaths(iso: string, ext: '-R' | '-J'): string[] {
-  const out = run('isoinfo', [ext, '-l', '-i', iso]).stdout.toString();
+  // isoinfo prints Joliet (UCS-2) names in a single-byte charset, no UTF-8:
+  // Latin-1, decoded as such (names beyond U+00FF cannot be compared here).
+  const out = ext === '-J'
+    ? run('isoinfo', ['-J', '-j', 'iso8859-1', '-l', '-i', iso]).stdout.toString('latin1')
+    : run('isoinfo', ['-R', '-l', '-i', iso]).stdout.toString();
   const paths: string[] = [];
   let dir = '';
   for (const line of out.split('\n')) {
