@@ -63,6 +63,8 @@ export class ImageStore {
   readonly root: string;
   readonly fileMode: number;
   readonly #fs: StoreFs;
+  // Image paths known to be the only image in their directory.
+  readonly #single = new Set<string>();
 
   constructor(options: ImageStoreOptions) {
     this.root = options.root;
@@ -96,12 +98,16 @@ export class ImageStore {
     const path = this.pathFor(key, datasource);
     const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
-      await fs.mkdir(dir, { recursive: true, mode: 0o750 });
       let written = false;
       if (!(await this.#same(path, bytes))) {
         const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${randomBytes(6).toString('hex')}`);
         try {
-          const fh = await fs.open(tmp, 'wx', this.fileMode);
+          // The directory usually exists: create it only when open says so.
+          const fh = await fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
+            if (code(e) !== 'ENOENT') throw e;
+            await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+            return fs.open(tmp, 'wx', this.fileMode);
+          });
           try {
             await fh.writeFile(bytes);
             if (fsync) await fh.sync();
@@ -118,12 +124,18 @@ export class ImageStore {
         if (fsync) await this.#syncDir(dir);
         written = true;
       }
-      // A datasource switch must not leave the other image behind.
-      for (const other of DATASOURCES) {
-        if (other === datasource) continue;
-        await fs.unlink(join(dir, `${other}.iso`)).catch((e) => {
-          if (code(e) !== 'ENOENT') throw e;
-        });
+      // A datasource switch must not leave the other image behind. Once this
+      // store has seen the directory hold only `datasource`, it skips the check
+      // (it is the only writer under its root).
+      if (!this.#single.has(path)) {
+        for (const other of DATASOURCES) {
+          if (other === datasource) continue;
+          await fs.unlink(join(dir, `${other}.iso`)).catch((e) => {
+            if (code(e) !== 'ENOENT') throw e;
+          });
+          this.#single.delete(join(dir, `${other}.iso`));
+        }
+        this.#single.add(path);
       }
       return { path, written };
     });
@@ -162,6 +174,7 @@ export class ImageStore {
   async remove(key: ImageKey): Promise<void> {
     const dir = this.dirFor(key);
     const fs = this.#fs;
+    for (const ds of DATASOURCES) this.#single.delete(join(dir, `${ds}.iso`));
     await this.#io(`remove ${dir}`, async () => {
       let files: string[];
       try {
