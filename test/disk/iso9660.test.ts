@@ -107,3 +107,58 @@ test('an empty file list still makes a valid image', () => {
   assert.deepEqual(img.entries, []);
   assert.deepEqual(img.extensions, { joliet: true, rockRidge: true });
 });
+
+test('L and M path tables for both trees: isoinfo -p agrees with the directory records; M mirrors L', (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const files = [f('user-data'), f('openstack/latest/meta_data.json'), f('openstack/content/0000'), f('a/b/c/d')];
+  const bytes = buildIso({ label: 'config-2', files, timestamp: ts });
+  const iso = writeImage(tmp.dir, 'p.iso', bytes);
+  // Directory extents as the directory records give them (the '.' of each listing).
+  const dirExtents = (args: string[]): Map<string, number> => {
+    const out = new Map<string, number>();
+    let dir = '';
+    for (const line of run('isoinfo', [...args, '-l', '-i', iso]).stdout.toString().split('\n')) {
+      const m = /^Directory listing of (\/.*)$/.exec(line);
+      if (m) dir = m[1];
+      const e = /\[\s*(\d+) 02\]\s\s\. $/.exec(line);
+      if (e && !out.has(dir)) out.set(dir, Number(e[1]));
+    }
+    return out;
+  };
+  for (const [args, names] of [
+    [[], ['', 'A', 'OPENSTAC', 'B', 'CONTENT', 'LATEST', 'C']],
+    [['-J'], ['', 'a', 'openstack', 'b', 'content', 'latest', 'c']],
+  ] as const) {
+    const pt = run('isoinfo', [...args, '-p', '-i', iso]).stdout.toString().split('\n').slice(1).filter(Boolean)
+      .map((l) => /^\s*(\d+):\s+(\d+) ([0-9a-f]+) ?(.*)$/.exec(l)!)
+      .map((m) => ({ num: Number(m[1]), parent: Number(m[2]), extent: parseInt(m[3], 16), name: m[4].trim() }));
+    assert.deepEqual(pt.map((e) => e.name), names);
+    // Rebuild each entry's path from parent numbers and check its extent.
+    const paths = new Map<number, string>();
+    const extents = dirExtents([...args]);
+    for (const e of pt) {
+      const path = e.num === 1 ? '/' : `${paths.get(e.parent)}${e.name}/`;
+      paths.set(e.num, path);
+      const key = args.length ? path : path.toUpperCase();
+      assert.equal(e.extent, extents.get(key), `extent of ${path}`);
+    }
+  }
+  // M tables: same records, big-endian, at the LBA each descriptor gives.
+  const dv = new DataView(bytes.buffer, bytes.byteOffset);
+  for (const vd of [16, 17]) {
+    const base = vd * 2048;
+    const size = dv.getUint32(base + 132, true);
+    const l = dv.getUint32(base + 140, true) * 2048;
+    const m = dv.getUint32(base + 148, false) * 2048;
+    assert.equal(dv.getUint32(base + 136, false), size, 'both-endian size');
+    for (let off = 0; off < size; ) {
+      const idLen = bytes[l + off];
+      assert.equal(bytes[m + off], idLen);
+      assert.equal(dv.getUint32(l + off + 2, true), dv.getUint32(m + off + 2, false));
+      assert.equal(dv.getUint16(l + off + 6, true), dv.getUint16(m + off + 6, false));
+      assert.deepEqual(bytes.subarray(l + off + 8, l + off + 8 + idLen), bytes.subarray(m + off + 8, m + off + 8 + idLen));
+      off += 8 + idLen + (idLen & 1);
+    }
+  }
+});
