@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import type { Seed } from '../src/cloudinit/seed.ts';
 import { buildSeedImage } from '../src/disk/seed-image.ts';
 import { nocloudFiles } from '../src/disk/nocloud.ts';
+import { buildIso } from '../src/disk/iso9660.ts';
 import { ImageStore } from '../src/disk/store.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
@@ -58,7 +59,7 @@ function spawnTool(cmd: string, args: string[]): void {
 }
 
 function fsType(dir: string): string {
-  const r = spawnSync('stat', ['-f', '-c', '%T', dir]);
+  const r = spawnSync('findmnt', ['-n', '-o', 'FSTYPE', '-T', dir]);
   return r.status === 0 ? r.stdout.toString().trim() : 'disk';
 }
 
@@ -80,14 +81,21 @@ async function main(): Promise<void> {
       // Each run gets a new timestamp, so every write really replaces the file.
       const ts = (i: number) => new Date(base + (i + 100) * 1000);
       let bytes = 0;
+      const files = nocloudFiles(seed);
+      const iso = await time(VMSEED_RUNS, (i) => buildIso({ label: 'cidata', files, timestamp: ts(i) }));
+      rows.push({ size: label, what: 'vmseed buildIso (in memory, writer only)', runs: VMSEED_RUNS, ...stats(iso), bytes: buildIso({ label: 'cidata', files, timestamp: ts(0) }).length });
       const mem = await time(VMSEED_RUNS, (i) => {
         bytes = buildSeedImage(seed, ts(i)).bytes.length;
       });
-      rows.push({ size: label, what: 'vmseed build (in memory)', runs: VMSEED_RUNS, ...stats(mem), bytes });
+      rows.push({ size: label, what: 'vmseed buildSeedImage (in memory, + layout + sha256)', runs: VMSEED_RUNS, ...stats(mem), bytes });
 
       const store = new ImageStore({ root: join(work, 'store') });
       const noSync = await time(VMSEED_RUNS, (i) => store.write(key, 'nocloud', buildSeedImage(seed, ts(i)).bytes, { fsync: false }));
       rows.push({ size: label, what: `vmseed build + atomic write, no fsync (${FS_DISK})`, runs: VMSEED_RUNS, ...stats(noSync), bytes });
+      const same = buildSeedImage(seed, ts(0)).bytes;
+      await store.write(key, 'nocloud', same, { fsync: false });
+      const identical = await time(VMSEED_RUNS, () => store.write(key, 'nocloud', buildSeedImage(seed, ts(0)).bytes, { fsync: false }));
+      rows.push({ size: label, what: `vmseed build + write of an identical image (no rewrite, ${FS_DISK})`, runs: VMSEED_RUNS, ...stats(identical), bytes });
       const withSync = await time(RUNS, (i) => store.write(key, 'nocloud', buildSeedImage(seed, ts(i + VMSEED_RUNS + 100)).bytes, { fsync: true }));
       rows.push({ size: label, what: `vmseed build + atomic write + fsync (${FS_DISK})`, runs: RUNS, ...stats(withSync), bytes });
       // The same on tmpfs: what is left once the filesystem's own cost (ext4

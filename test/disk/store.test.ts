@@ -59,6 +59,12 @@ test('an identical image is not rewritten (same inode, written: false)', async (
   const changed = await store.write(key, 'nocloud', image(8));
   assert.equal(changed.written, true);
   assert.notEqual(statSync(first.path).ino, ino);
+  // Someone else changes the file in place (same size): the store notices.
+  writeFileSync(first.path, image(9));
+  assert.equal((await store.write(key, 'nocloud', image(8))).written, true);
+  assert.equal((await fsp.readFile(first.path))[0], 8);
+  // A fresh store (agent restart) compares with the file's content.
+  assert.equal((await new ImageStore({ root: tmp.dir }).write(key, 'nocloud', image(8))).written, false);
 });
 
 test('switching datasource leaves only the new image; list and remove', async (t) => {
@@ -107,6 +113,8 @@ test('a failed write leaves the old image and no temporary (fault-injecting fs)'
         writeFile: async () => {
           throw Object.assign(new Error('disk full'), { code: 'ENOSPC' });
         },
+        chmod: (m: number) => fh.chmod(m),
+        stat: () => fh.stat(),
         sync: () => fh.sync(),
         close: () => fh.close(),
       };
