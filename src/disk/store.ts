@@ -115,6 +115,9 @@ export class ImageStore {
     return join(this.dirFor(key), `${datasource}.iso`);
   }
 
+  // Replaces the VMI's image atomically unless it already holds these bytes.
+  // The store keeps a reference to `bytes` to recognise them next time:
+  // do not mutate them afterwards.
   async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean } = {}): Promise<{ path: string; written: boolean }> {
     const fsync = options.fsync ?? true;
     const dir = this.dirFor(key);
