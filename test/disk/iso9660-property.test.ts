@@ -13,12 +13,20 @@ import { bsdtarExtract, tempDir, writeImage } from './tools.ts';
 // overflow the directory record and go through a CE continuation area).
 const CHARS = [...'abcXYZ019-_. ', 'é', 'Ü', '日', '~', '+', '='];
 const nameArb = fc
-  .array(fc.constantFrom(...CHARS), { minLength: 1, maxLength: 64 })
+  .oneof(
+    { weight: 2, arbitrary: fc.array(fc.constantFrom(...CHARS), { minLength: 1, maxLength: 64 }) },
+    // Long UTF-8 names: the Rock Ridge NM moves to a continuation area.
+    { weight: 1, arbitrary: fc.array(fc.constantFrom('日', '本', '語'), { minLength: 48, maxLength: 64 }) },
+  )
   .map((cs) => cs.join(''))
   .filter((n) => n !== '.' && n !== '..');
 
 const fileArb = fc.record({
-  dirs: fc.array(nameArb, { maxLength: 4 }),
+  // Mostly shared directory names, so directories fill up with several entries.
+  dirs: fc.oneof(
+    { weight: 1, arbitrary: fc.constant<string[]>([]) },
+    { weight: 2, arbitrary: fc.array(fc.oneof({ weight: 3, arbitrary: fc.constantFrom('a', 'b', 'openstack', 'latest') }, { weight: 1, arbitrary: nameArb }), { maxLength: 4 }) },
+  ),
   name: nameArb,
   size: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 0, max: 5000 }) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 1 << 20 }) }),
   seed: fc.integer(),
@@ -56,7 +64,7 @@ test('random trees read back through bsdtar and our reader', (t) => {
   t.after(tmp.cleanup);
   let run = 0;
   fc.assert(
-    fc.property(fc.array(fileArb, { minLength: 0, maxLength: 12 }), (specs) => {
+    fc.property(fc.array(fileArb, { minLength: 0, maxLength: 16 }), (specs) => {
       const files = toFiles(specs);
       const image = buildIso({ label: 'cidata', files, timestamp: new Date('2026-05-06T07:08:09Z') });
       assert.equal(image.length % 4096, 0);

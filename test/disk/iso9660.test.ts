@@ -5,7 +5,9 @@ import assert from 'node:assert/strict';
 import { buildIso, type IsoFile } from '../../src/disk/iso9660.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { VmseedError } from '../../src/errors.ts';
-import { blkid, isoinfoPaths, run, tempDir, writeImage } from './tools.ts';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { blkid, bsdtarExtract, isoinfoPaths, run, tempDir, writeImage } from './tools.ts';
 
 const enc = new TextEncoder();
 const ts = new Date('2026-01-02T03:04:05Z');
@@ -161,4 +163,22 @@ test('L and M path tables for both trees: isoinfo -p agrees with the directory r
       off += 8 + idLen + (idLen & 1);
     }
   }
+});
+
+test('many long UTF-8 names: Rock Ridge NM entries spread over several continuation sectors', (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const names = Array.from({ length: 40 }, (_, i) => `${'日'.repeat(60)}${String(i).padStart(4, '0')}`);
+  const files = names.map((n, i) => f(i % 2 ? `d/${n}` : n, n));
+  const bytes = buildIso({ label: 'cidata', files, timestamp: ts });
+  const iso = writeImage(tmp.dir, 'u.iso', bytes);
+  const expected = [...files.map((x) => x.path), 'd'].sort();
+  assert.deepEqual(isoinfoPaths(iso, '-R'), expected);
+  const img = readIso(bytes);
+  assert.deepEqual(img.entries.map((e) => e.path), expected);
+  for (const file of files) assert.deepEqual(img.read(file.path), file.data);
+  const out = join(tmp.dir, 'x');
+  mkdirSync(out);
+  const got = bsdtarExtract(iso, out);
+  for (const file of files) assert.equal(got.get(file.path)?.toString(), new TextDecoder().decode(file.data));
 });
