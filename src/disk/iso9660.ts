@@ -469,8 +469,7 @@ class Writer {
     this.text(off + 574, 128, 'VMSEED', joliet); // application
     this.text(off + 702, 37, '', joliet);
     this.text(off + 739, 37, '', joliet);
-    this.text(off + 776, 37, '', joliet);
-    if (joliet) b[off + 812] = 0x20; // 37-byte fields leave one odd byte
+    this.text(off + 776, 37, '', joliet); // in Joliet the odd 37th byte stays 0, as genisoimage leaves it
     b.set(this.vdDate, off + 813); // creation
     b.set(this.vdDate, off + 830); // modification
     b.fill(0x30, off + 847, off + 863); // expiration: unset
