@@ -11,14 +11,24 @@ import { UsageError } from './cli.ts';
 import { DATASOURCES, type Datasource, type Seed } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
+import { mergeManifests, parseManifests } from '../cloudinit/manifests.ts';
+import { MemoryResolver } from '../cloudinit/memory-resolver.ts';
+import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
+import { seedTimestamp } from '../cloudinit/timestamp.ts';
 
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso
+       vmseed build --vmi VMI.yaml [--objects S.yaml ...] -o OUT.iso
+
+  --vmi renders the seed of a VirtualMachineInstance (or VirtualMachine)
+  manifest exactly as the agent does, with its Secrets and ConfigMaps read
+  from --objects files (or from the VMI file itself). The datasource comes
+  from the VMI; the image timestamp from its creationTimestamp.
 
   F may be '-' for stdin (at most one). Without --meta-data, meta-data is
   {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
   {"uuid": "iid-local01"} (configdrive). meta-data may be JSON or YAML; it is
-  written as JSON with sorted keys. SOURCE_DATE_EPOCH fixes the timestamp.
+  written as compact JSON. SOURCE_DATE_EPOCH fixes the timestamp.
 `;
 
 // One table for every mode, so a new mode adds its options beside these.
@@ -31,6 +41,8 @@ export const BUILD_OPTIONS = {
   'network-config': { type: 'string' },
   'vendor-data': { type: 'string' },
   output: { type: 'string', short: 'o' },
+  vmi: { type: 'string' },
+  objects: { type: 'string', multiple: true },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
@@ -96,6 +108,32 @@ export async function seedFromFiles(values: BuildValues, datasource: Datasource,
   return seed;
 }
 
+const FILE_MODE_OPTIONS = ['user-data', 'meta-data', 'network-config', 'vendor-data', 'datasource'] as const;
+
+// The VMI mode: the same renderSeed the agent runs, over manifests on disk.
+// KubeVirt volumes are read (`own`): with no cluster nothing else builds them.
+export async function seedFromVmi(values: BuildValues, input: InputReader): Promise<{ seed: Seed; timestamp: Date }> {
+  for (const o of FILE_MODE_OPTIONS) {
+    if (values[o] !== undefined) throw new UsageError(`--${o} cannot be combined with --vmi: the VMI defines its seed`);
+  }
+  const text = (option: string, file: string) => input.read(option, file).then((b) => new TextDecoder().decode(b));
+  const vmiFile = values.vmi!;
+  const parts = [parseManifests(await text('vmi', vmiFile), vmiFile)];
+  for (const f of values.objects ?? []) parts.push(parseManifests(await text('objects', f), f));
+  const objects = mergeManifests(parts);
+  if (objects.vmis.length !== 1) {
+    throw new UsageError(`--vmi ${vmiFile}: expected exactly one VirtualMachineInstance or VirtualMachine, found ${objects.vmis.length}`);
+  }
+  const vmi = objects.vmis[0];
+  const refs = new MemoryResolver({ secrets: objects.secrets, configMaps: objects.configMaps });
+  const outcome = await renderSeed(vmi, refs, { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own' });
+  if (outcome.kind === 'skip') {
+    const code = outcome.warning ? `${outcome.warning.code}: ` : '';
+    throw new UsageError(`--vmi ${vmiFile}: ${code}${outcome.reason}`);
+  }
+  return { seed: outcome.seed, timestamp: seedTimestamp(vmi) };
+}
+
 function timestampFrom(env: NodeJS.ProcessEnv): Date {
   const epoch = env.SOURCE_DATE_EPOCH;
   if (epoch !== undefined && /^\d+$/.test(epoch)) return new Date(Number(epoch) * 1000);
@@ -117,6 +155,7 @@ async function writeOutput(path: string, bytes: Uint8Array): Promise<void> {
 export const build: Command = async (ctx): Promise<ExitCode> => {
   let values: BuildValues;
   let seed: Seed;
+  let timestamp: Date;
   try {
     values = parseBuildArgs(ctx.argv).values;
     if (values.help) {
@@ -129,16 +168,20 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
     }
     if (values.output === undefined) throw new UsageError('-o OUT.iso is required');
     const input = new InputReader(ctx);
-    // Seed sources. A `--vmi` mode adds its options to BUILD_OPTIONS and a
-    // branch here (`values.vmi !== undefined ? seedFromVmi(...) : ...`),
-    // refusing the file options it does not take; image and output are shared.
-    seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
+    if (values.vmi !== undefined) {
+      ({ seed, timestamp } = await seedFromVmi(values, input));
+    } else {
+      if (values.objects !== undefined) throw new UsageError('--objects goes with --vmi');
+      seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
+      timestamp = timestampFrom(ctx.env);
+    }
+    for (const w of seed.warnings) ctx.stderr.write(`vmseed build: warning: ${w.code}: ${w.message}\n`);
   } catch (e) {
     return fail(ctx, e);
   }
   let image;
   try {
-    image = buildSeedImage(seed, timestampFrom(ctx.env));
+    image = buildSeedImage(seed, timestamp);
   } catch (e) {
     return fail(ctx, e);
   }
