@@ -68,7 +68,8 @@ if [ -n "$url" ]; then
   IFS=,
   for f in $files; do
     unset IFS
-    if wget -q -T 10 -O /tmp/fetched "$url$f" 2>/dev/null; then
+    # busybox 1.35 wget segfaults with -T; bound it with timeout instead.
+    if timeout 20 wget -q -O /tmp/fetched "$url$f"; then
       emit "$f" /tmp/fetched
     else
       echo "VMSEED-FILE-MISSING $f"
