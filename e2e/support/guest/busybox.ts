@@ -63,3 +63,26 @@ export async function ensureBusyboxGuest(): Promise<BusyboxGuest> {
   });
   return { kernel: kernel.vmlinuz, initramfs: path.join(dir, 'initramfs.cpio.gz'), modulesVersion: kernel.version };
 }
+
+/** Kernel command line for the busybox guest (see init.sh for the vmseed.* parameters). */
+export interface BusyboxCmdlineOptions {
+  /** Volume label to wait for (default cidata). Ignored with url. */
+  label?: string;
+  /** Files to print, paths inside the image or relative to url; may contain '/'. */
+  files: string[];
+  /** How long the guest polls for the label (default 60). */
+  waitSeconds?: number;
+  /** HTTP mode: fetch `<url><file>` with eth0 at 10.0.2.15/24, gateway 10.0.2.2. */
+  url?: string;
+  /** poweroff (default) after printing; stay: keep running (answers ACPI unplug) and print VMSEED-LABEL-GONE when the disk leaves. */
+  after?: 'poweroff' | 'stay';
+}
+
+export function busyboxCmdline(o: BusyboxCmdlineOptions): string {
+  for (const f of o.files) if (/[\s,]/.test(f)) throw new Error(`file name cannot be passed on the kernel command line: ${JSON.stringify(f)}`);
+  const p = ['console=ttyS0', 'panic=-1', 'quiet', `vmseed.files=${o.files.join(',')}`, `vmseed.wait=${o.waitSeconds ?? 60}`];
+  if (o.url) p.push(`vmseed.url=${o.url}`);
+  else p.push(`vmseed.label=${o.label ?? 'cidata'}`);
+  if (o.after) p.push(`vmseed.after=${o.after}`);
+  return p.join(' ');
+}

@@ -3,7 +3,7 @@
 // this process exits, so a failing test never leaves a guest behind.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
-import { ensureBusyboxGuest, parseConsole, type ConsoleResult } from './busybox.ts';
+import { busyboxCmdline, ensureBusyboxGuest, parseConsole, type ConsoleResult } from './busybox.ts';
 
 export interface QemuDrive {
   path: string;
@@ -171,17 +171,16 @@ export interface BootWithImageResult extends ConsoleResult {
 /** Boots the busybox guest on a seed image (or URL) and returns what it printed. */
 export async function bootWithImage(o: BootWithImageOptions): Promise<BootWithImageResult> {
   const guest = await ensureBusyboxGuest();
-  for (const f of o.files) {
-    if (/[\s,]/.test(f)) throw new Error(`file name cannot be passed on the kernel command line: ${JSON.stringify(f)}`);
-  }
-  const wait = o.waitSeconds ?? Math.max(5, Math.floor(o.timeoutMs / 1000) - 10);
-  const params = ['console=ttyS0', 'panic=-1', 'quiet', `vmseed.wait=${wait}`, `vmseed.files=${o.files.join(',')}`];
-  if (o.url) params.push(`vmseed.url=${o.url}`);
-  else params.push(`vmseed.label=${o.label ?? 'cidata'}`);
+  const append = busyboxCmdline({
+    label: o.label,
+    files: o.files,
+    url: o.url,
+    waitSeconds: o.waitSeconds ?? Math.max(5, Math.floor(o.timeoutMs / 1000) - 10),
+  });
   const run = await runQemu({
     kernel: guest.kernel,
     initrd: guest.initramfs,
-    append: params.join(' '),
+    append,
     drives: o.image ? [{ path: o.image, bus: o.cdrom ? 'scsi-cd' : 'virtio', readonly: true }] : [],
     net: o.url ? { guestfwd: o.guestfwd } : undefined,
     timeoutMs: o.timeoutMs,

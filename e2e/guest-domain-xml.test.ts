@@ -1,0 +1,128 @@
+// The test-domain XML builder against libvirt itself: the schema validator,
+// then real transient domains under TCG running the busybox guest, reading a
+// seed disk and fetching over user networking with a guestfwd to loopback.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { testDomainXml } from './support/guest/domain-xml.ts';
+import { busyboxCmdline, ensureBusyboxGuest, parseConsole } from './support/guest/busybox.ts';
+
+const virsh = (...args: string[]) =>
+  execFileSync('virsh', ['-c', 'qemu:///system', ...args], { encoding: 'utf8', timeout: 30_000, killSignal: 'SIGKILL' });
+
+async function waitForDone(log: string, timeoutMs: number): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const text = await readFile(log, 'utf8').catch(() => '');
+    if (parseConsole(text).done) return text;
+    if (Date.now() > deadline) throw new Error(`guest did not finish in ${timeoutMs} ms; console tail:\n${text.slice(-2000)}`);
+    await sleep(200);
+  }
+}
+
+async function withDomain(xml: string, name: string, fn: () => Promise<void>): Promise<void> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
+  const file = path.join(dir, 'domain.xml');
+  await writeFile(file, xml);
+  try {
+    virsh('create', file);
+    await fn();
+  } finally {
+    try {
+      virsh('destroy', name);
+    } catch {
+      // already gone: the guest powered off and the transient domain vanished
+    }
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+test('test domain XML with every option passes virt-xml-validate and escapes values', async () => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
+  try {
+    const xml = testDomainXml({
+      name: 'vmseed-validate',
+      kernel: '/k/vmlinuz',
+      initrd: '/k/initrd&<x>',
+      cmdline: `console=ttyS0 vmseed.url=http://10.0.2.100/v1/a&b/ quote="'`,
+      consoleLog: '/tmp/console.log',
+      rootDisk: { path: '/img/root.qcow2', format: 'qcow2' },
+      scsiController: true,
+      userNet: { guestfwd: { guestIp: '10.0.2.100', guestPort: 80, hostPort: 8080 } },
+    });
+    const file = path.join(dir, 'd.xml');
+    await writeFile(file, xml);
+    execFileSync('virt-xml-validate', [file, 'domain'], { encoding: 'utf8' });
+    assert.match(xml, /<initrd>\/k\/initrd&amp;&lt;x&gt;<\/initrd>/);
+    assert.match(xml, /guestfwd=tcp:10\.0\.2\.100:80-cmd:\/bin\/busybox nc 127\.0\.0\.1 8080/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('libvirt boots the busybox guest from the builder XML and it reads a cidata disk', async () => {
+  const guest = await ensureBusyboxGuest();
+  const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
+  try {
+    await writeFile(path.join(dir, 'user-data'), '#cloud-config\n{}\n');
+    await writeFile(path.join(dir, 'meta-data'), 'instance-id: x\n');
+    const iso = path.join(dir, 'seed.iso');
+    execFileSync('genisoimage', ['-quiet', '-o', iso, '-V', 'cidata', '-J', '-R', path.join(dir, 'user-data'), path.join(dir, 'meta-data')]);
+    const name = `vmseed-guesttest-${process.pid}-disk`;
+    const log = path.join(dir, 'console.log');
+    const xml = testDomainXml({
+      name,
+      kernel: guest.kernel,
+      initrd: guest.initramfs,
+      cmdline: busyboxCmdline({ files: ['user-data', 'meta-data'], waitSeconds: 30 }),
+      consoleLog: log,
+      rootDisk: { path: iso, format: 'raw', readonly: true },
+      scsiController: true,
+    });
+    await withDomain(xml, name, async () => {
+      const r = parseConsole(await waitForDone(log, 60_000));
+      assert.equal(r.files.get('user-data')?.toString(), '#cloud-config\n{}\n');
+      assert.equal(r.files.get('meta-data')?.toString(), 'instance-id: x\n');
+    });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('libvirt domain with restricted user networking reaches a loopback server only through guestfwd', async () => {
+  const guest = await ensureBusyboxGuest();
+  const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
+  const server = createServer((req, res) => {
+    if (req.url === '/v1/t/user-data') res.end('served over http\n');
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const name = `vmseed-guesttest-${process.pid}-net`;
+    const log = path.join(dir, 'console.log');
+    const port = (server.address() as AddressInfo).port;
+    const xml = testDomainXml({
+      name,
+      kernel: guest.kernel,
+      initrd: guest.initramfs,
+      // 10.0.2.2:port is the host's loopback only without restrict=on; with it the fetch must fail.
+      cmdline: busyboxCmdline({ url: 'http://10.0.2.100/v1/t/', files: ['user-data', 'meta-data'] }),
+      consoleLog: log,
+      userNet: { guestfwd: { guestIp: '10.0.2.100', guestPort: 80, hostPort: port } },
+    });
+    await withDomain(xml, name, async () => {
+      const r = parseConsole(await waitForDone(log, 60_000));
+      assert.equal(r.files.get('user-data')?.toString(), 'served over http\n');
+      assert.deepEqual(r.missing, ['meta-data']);
+    });
+  } finally {
+    server.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
