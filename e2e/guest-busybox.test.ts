@@ -10,8 +10,8 @@ import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { bootWithImage } from './support/guest/qemu.ts';
-import { parseConsole } from './support/guest/busybox.ts';
+import { bootWithImage, runQemu } from './support/guest/qemu.ts';
+import { busyboxCmdline, ensureBusyboxGuest, parseConsole } from './support/guest/busybox.ts';
 
 async function genisoimage(label: string, files: Record<string, Buffer>): Promise<{ image: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-guest-test-'));
@@ -134,4 +134,24 @@ test('parseConsole skips kernel lines inside a file block and decodes wrapped ba
   assert.deepEqual(r.labelFound, { dev: '/dev/vdb', uptime: 2.5 });
   assert.equal(r.done, true);
   assert.equal(parseConsole('VMSEED-FILE-BEGIN x\nAAAA\n').done, false);
+});
+
+test('runQemu kills QEMU on timeout and on `until`, leaving no process behind', async () => {
+  const guest = await ensureBusyboxGuest();
+  const base = { kernel: guest.kernel, initrd: guest.initramfs, append: busyboxCmdline({ files: ['user-data'], waitSeconds: 600 }) };
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const stopped = await runQemu({ ...base, timeoutMs: 60_000, until: (c) => c.includes('VMSEED-BOOTED') });
+  assert.equal(stopped.stoppedByUntil, true);
+  assert.equal(alive(stopped.pid), false);
+  // The guest waits 600 s for a disk that never comes: only the timeout ends it.
+  const timed = await runQemu({ ...base, timeoutMs: 4_000 });
+  assert.equal(timed.timedOut, true);
+  assert.equal(alive(timed.pid), false);
 });

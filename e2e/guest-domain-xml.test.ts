@@ -11,10 +11,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { testDomainXml } from './support/guest/domain-xml.ts';
+import { ensureLibvirtd } from './support/libvirtd.ts';
 import { busyboxCmdline, ensureBusyboxGuest, parseConsole } from './support/guest/busybox.ts';
 
 const virsh = (...args: string[]) =>
-  execFileSync('virsh', ['-c', 'qemu:///system', ...args], { encoding: 'utf8', timeout: 30_000, killSignal: 'SIGKILL' });
+  execFileSync('virsh', ['-c', 'qemu:///system', ...args], { encoding: 'utf8', timeout: 30_000, killSignal: 'SIGKILL', stdio: ['ignore', 'pipe', 'pipe'] });
 
 async function waitForDone(log: string, timeoutMs: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
@@ -30,6 +31,7 @@ async function withDomain(xml: string, name: string, fn: () => Promise<void>): P
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
   const file = path.join(dir, 'domain.xml');
   await writeFile(file, xml);
+  await ensureLibvirtd();
   try {
     virsh('create', file);
     await fn();
@@ -58,9 +60,10 @@ test('test domain XML with every option passes virt-xml-validate and escapes val
     });
     const file = path.join(dir, 'd.xml');
     await writeFile(file, xml);
-    execFileSync('virt-xml-validate', [file, 'domain'], { encoding: 'utf8' });
+    execFileSync('virt-xml-validate', [file, 'domain'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
     assert.match(xml, /<initrd>\/k\/initrd&amp;&lt;x&gt;<\/initrd>/);
     assert.match(xml, /guestfwd=tcp:10\.0\.2\.100:80-cmd:\/bin\/busybox nc 127\.0\.0\.1 8080/);
+    assert.match(xml, /<qemu:del capability="seccomp-sandbox"\/>/);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -111,7 +114,6 @@ test('libvirt domain with restricted user networking reaches a loopback server o
       name,
       kernel: guest.kernel,
       initrd: guest.initramfs,
-      // 10.0.2.2:port is the host's loopback only without restrict=on; with it the fetch must fail.
       cmdline: busyboxCmdline({ url: 'http://10.0.2.100/v1/t/', files: ['user-data', 'meta-data'] }),
       consoleLog: log,
       userNet: { guestfwd: { guestIp: '10.0.2.100', guestPort: 80, hostPort: port } },

@@ -81,6 +81,12 @@ export function testDomainXml(o: TestDomainOptions): string {
         { '@_value': `virtio-net-pci,netdev=vmseednet0,bus=pci.0,addr=${USERNET_PCI_ADDR}` },
       ],
     };
+    // libvirt starts QEMU with `-sandbox ...,spawn=deny`, and the guestfwd
+    // relay is a process QEMU spawns per connection: seccomp kills QEMU at the
+    // guest's first connect. Dropping the capability makes libvirt omit
+    // -sandbox for this test domain only (a `-sandbox` passthrough cannot
+    // loosen a filter already installed).
+    if (o.userNet.guestfwd) domain['qemu:capabilities'] = { 'qemu:del': { '@_capability': 'seccomp-sandbox' } };
   }
   const builder = new XMLBuilder({ ignoreAttributes: false, attributeNamePrefix: '@_', format: true, suppressEmptyNode: true });
   return builder.build({ domain });

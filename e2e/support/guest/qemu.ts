@@ -35,6 +35,8 @@ export interface RunQemuOptions {
 }
 
 export interface QemuRun {
+  /** QEMU's pid (already exited when the promise settles). */
+  pid: number;
   console: string;
   seconds: number;
   exitCode: number | null;
@@ -132,7 +134,7 @@ export function runQemu(o: RunQemuOptions): Promise<QemuRun> {
     child.once('close', (code) => {
       clearTimeout(timer);
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const result = { console: out, seconds, exitCode: code, timedOut, stoppedByUntil };
+      const result = { pid: child.pid ?? -1, console: out, seconds, exitCode: code, timedOut, stoppedByUntil };
       const done = () => {
         if (!timedOut && !stoppedByUntil && code !== 0) {
           reject(new Error(`qemu-system-x86_64 exited ${code}: ${err.trim().slice(-2000)}\nconsole tail:\n${out.slice(-2000)}`));
