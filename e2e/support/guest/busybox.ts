@@ -36,7 +36,18 @@ async function dpkgVersion(pkg: string): Promise<string> {
   return (await run('dpkg-query', ['-W', '-f=${Version}', pkg])).stdout.trim();
 }
 
-export async function ensureBusyboxGuest(): Promise<BusyboxGuest> {
+let busyboxOnce: Promise<BusyboxGuest> | undefined;
+
+/** Kernel + initramfs of the busybox guest, built once into the fixture cache (memoized per process). */
+export function ensureBusyboxGuest(): Promise<BusyboxGuest> {
+  busyboxOnce ??= buildBusyboxGuest().catch((e) => {
+    busyboxOnce = undefined;
+    throw e;
+  });
+  return busyboxOnce;
+}
+
+async function buildBusyboxGuest(): Promise<BusyboxGuest> {
   const kernel = await ensureKernel();
   const init = await readFile(INIT_SCRIPT, 'utf8');
   const inputs = {

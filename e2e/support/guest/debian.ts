@@ -46,11 +46,17 @@ export interface RootfsClone {
   format: 'qcow2';
 }
 
-async function aptCandidate(pkg: string): Promise<string> {
-  const out = (await run('apt-cache', ['policy', pkg])).stdout;
-  const m = /Candidate: (\S+)/.exec(out);
-  if (!m || m[1] === '(none)') throw new Error(`apt has no candidate for ${pkg} (run apt-get update)`);
-  return m[1];
+/** apt's candidate versions, one apt-cache call for all. */
+async function aptCandidates(pkgs: readonly string[]): Promise<Record<string, string>> {
+  const out = (await run('apt-cache', ['policy', ...pkgs])).stdout;
+  const result: Record<string, string> = {};
+  for (const block of out.split(/^(?=\S)/m)) {
+    const name = /^(\S+):/.exec(block)?.[1];
+    const cand = /Candidate: (\S+)/.exec(block)?.[1];
+    if (name && cand && cand !== '(none)') result[name] = cand;
+  }
+  for (const p of pkgs) if (!result[p]) throw new Error(`apt has no candidate for ${p} (run apt-get update)`);
+  return result;
 }
 
 async function debianMirror(): Promise<string> {
@@ -59,7 +65,18 @@ async function debianMirror(): Promise<string> {
   return m ? m[1] : 'http://deb.debian.org/debian';
 }
 
-export async function ensureDebianGuest(): Promise<DebianGuest> {
+let debianOnce: Promise<DebianGuest> | undefined;
+
+/** Kernel, initramfs and root filesystem template of the Debian guest, built once into the fixture cache (memoized per process). */
+export function ensureDebianGuest(): Promise<DebianGuest> {
+  debianOnce ??= buildDebianGuest().catch((e) => {
+    debianOnce = undefined;
+    throw e;
+  });
+  return debianOnce;
+}
+
+async function buildDebianGuest(): Promise<DebianGuest> {
   const kernel = await ensureKernel();
   const init = await readFile(INIT_SCRIPT, 'utf8');
   const mirror = await debianMirror();
@@ -69,9 +86,7 @@ export async function ensureDebianGuest(): Promise<DebianGuest> {
     include: [...DEBIAN_INCLUDE],
     // debootstrap takes the newest from the mirror; the host's apt lists track
     // the same mirror, so their candidates stand for what goes in.
-    versions: Object.fromEntries(
-      await Promise.all(['cloud-init', 'systemd', 'debootstrap', 'busybox-static'].map(async (p) => [p, await aptCandidate(p)])),
-    ),
+    versions: await aptCandidates(['cloud-init', 'systemd', 'debootstrap', 'busybox-static']),
     kernelPackage: kernel.package,
     kernelVersion: kernel.packageVersion,
     initramfsModules: [...INITRAMFS_MODULES],
