@@ -114,6 +114,29 @@ test('busybox guest fetches NoCloud files over HTTP through user networking (res
   }
 });
 
+test('restrict=on: the guest cannot reach the host loopback through the gateway, only the guestfwd', async () => {
+  let hits = 0;
+  const server = createServer((_req, res) => {
+    hits++;
+    res.end('should not be reachable\n');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const port = (server.address() as AddressInfo).port;
+    // Without restrict=on, slirp maps 10.0.2.2 to the host's 127.0.0.1.
+    const r = await bootWithImage({ url: `http://10.0.2.2:${port}/`, files: ['user-data'], fetchTimeoutSeconds: 3, timeoutMs: 60_000 });
+    assert.equal(r.done, true);
+    assert.deepEqual(r.missing, ['user-data']);
+    assert.equal(hits, 0);
+    // Control: the same fetch with restrict=off does reach the host.
+    const open = await bootWithImage({ url: `http://10.0.2.2:${port}/`, files: ['user-data'], restrict: false, timeoutMs: 60_000 });
+    assert.equal(open.files.get('user-data')?.toString(), 'should not be reachable\n');
+    assert.equal(hits, 1);
+  } finally {
+    server.close();
+  }
+});
+
 test('parseConsole skips kernel lines inside a file block and decodes wrapped base64', () => {
   const data = randomBytes(200);
   const b64 = data.toString('base64');

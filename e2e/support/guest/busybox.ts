@@ -85,6 +85,8 @@ export interface BusyboxCmdlineOptions {
   waitSeconds?: number;
   /** HTTP mode: fetch `<url><file>` with eth0 at 10.0.2.15/24, gateway 10.0.2.2. */
   url?: string;
+  /** HTTP mode: seconds per file fetch before giving up (default 20). */
+  fetchTimeoutSeconds?: number;
   /** poweroff (default) after printing; stay: keep running (answers ACPI unplug) and print VMSEED-LABEL-GONE when the disk leaves. */
   after?: 'poweroff' | 'stay';
 }
@@ -94,6 +96,7 @@ export function busyboxCmdline(o: BusyboxCmdlineOptions): string {
   const p = ['console=ttyS0', 'panic=-1', 'quiet', `vmseed.files=${o.files.join(',')}`, `vmseed.wait=${o.waitSeconds ?? 60}`];
   if (o.url) p.push(`vmseed.url=${o.url}`);
   else p.push(`vmseed.label=${o.label ?? 'cidata'}`);
+  if (o.fetchTimeoutSeconds !== undefined) p.push(`vmseed.fetchtimeout=${o.fetchTimeoutSeconds}`);
   if (o.after) p.push(`vmseed.after=${o.after}`);
   return p.join(' ');
 }

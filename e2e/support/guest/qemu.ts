@@ -14,6 +14,8 @@ export interface QemuDrive {
 }
 
 export interface QemuNet {
+  /** restrict=on (default): the guest reaches nothing but the guestfwd targets. */
+  restrict?: boolean;
   /** Guest address:port forwarded to 127.0.0.1:hostPort (QEMU user networking, restrict=on). */
   guestfwd?: { guestIp: string; guestPort: number; hostPort: number };
 }
@@ -95,7 +97,7 @@ export function qemuArgs(o: RunQemuOptions): string[] {
     else args.push('-device', `virtio-blk-pci,drive=drive${i}`);
   });
   if (o.net) {
-    let netdev = 'user,id=net0,restrict=on';
+    let netdev = `user,id=net0,restrict=${o.net.restrict === false ? 'off' : 'on'}`;
     const f = o.net.guestfwd;
     if (f) netdev += `,guestfwd=${guestfwdSpec(f)}`;
     args.push('-netdev', netdev, '-device', 'virtio-net-pci,netdev=net0');
@@ -159,6 +161,10 @@ export interface BootWithImageOptions {
   url?: string;
   /** With url: forward this guest address:port to 127.0.0.1:hostPort. */
   guestfwd?: { guestIp: string; guestPort: number; hostPort: number };
+  /** With url: false turns restrict=on off (only to prove that restrict matters). */
+  restrict?: boolean;
+  /** HTTP mode: seconds per fetch before the guest gives up (default 20). */
+  fetchTimeoutSeconds?: number;
   /** Seconds the guest waits for the label (default: derived from timeoutMs). */
   waitSeconds?: number;
   extraQemuArgs?: string[];
@@ -177,6 +183,7 @@ export async function bootWithImage(o: BootWithImageOptions): Promise<BootWithIm
     label: o.label,
     files: o.files,
     url: o.url,
+    fetchTimeoutSeconds: o.fetchTimeoutSeconds,
     waitSeconds: o.waitSeconds ?? Math.max(5, Math.floor(o.timeoutMs / 1000) - 10),
   });
   const run = await runQemu({
@@ -184,7 +191,7 @@ export async function bootWithImage(o: BootWithImageOptions): Promise<BootWithIm
     initrd: guest.initramfs,
     append,
     drives: o.image ? [{ path: o.image, bus: o.cdrom ? 'scsi-cd' : 'virtio', readonly: true }] : [],
-    net: o.url ? { guestfwd: o.guestfwd } : undefined,
+    net: o.url ? { guestfwd: o.guestfwd, restrict: o.restrict } : undefined,
     timeoutMs: o.timeoutMs,
     consoleFile: o.consoleFile,
     extraQemuArgs: o.extraQemuArgs,
