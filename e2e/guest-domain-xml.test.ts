@@ -128,3 +128,38 @@ test('libvirt domain with restricted user networking reaches a loopback server o
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test('vmseed.after=stay: the guest reads a hot-plugged seed, answers the unplug and reports the label gone', async () => {
+  const guest = await ensureBusyboxGuest();
+  const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
+  try {
+    await writeFile(path.join(dir, 'user-data'), 'hot-plugged\n');
+    const iso = path.join(dir, 'seed.iso');
+    execFileSync('genisoimage', ['-quiet', '-o', iso, '-V', 'cidata', '-J', '-R', path.join(dir, 'user-data')]);
+    const name = `vmseed-guesttest-${process.pid}-stay`;
+    const log = path.join(dir, 'console.log');
+    const xml = testDomainXml({
+      name,
+      kernel: guest.kernel,
+      initrd: guest.initramfs,
+      cmdline: busyboxCmdline({ files: ['user-data'], waitSeconds: 120, after: 'stay' }),
+      consoleLog: log,
+    });
+    await withDomain(xml, name, async () => {
+      virsh('attach-disk', name, iso, 'vdb', '--mode', 'readonly', '--targetbus', 'virtio', '--live');
+      const r = parseConsole(await waitForDone(log, 60_000));
+      assert.equal(r.files.get('user-data')?.toString(), 'hot-plugged\n');
+      virsh('detach-disk', name, 'vdb', '--live');
+      const deadline = Date.now() + 30_000;
+      let gone: number | undefined;
+      while (gone === undefined && Date.now() < deadline) {
+        gone = parseConsole(await readFile(log, 'utf8')).labelGoneUptime;
+        await sleep(200);
+      }
+      assert.ok(gone !== undefined && gone > (r.labelFound?.uptime ?? 0), 'VMSEED-LABEL-GONE after the detach');
+      assert.doesNotMatch(virsh('domblklist', name), /vdb/);
+    });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
