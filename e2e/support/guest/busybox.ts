@@ -36,7 +36,18 @@ async function dpkgVersion(pkg: string): Promise<string> {
   return (await run('dpkg-query', ['-W', '-f=${Version}', pkg])).stdout.trim();
 }
 
-export async function ensureBusyboxGuest(): Promise<BusyboxGuest> {
+let busyboxOnce: Promise<BusyboxGuest> | undefined;
+
+/** Kernel + initramfs of the busybox guest, built once into the fixture cache (memoized per process). */
+export function ensureBusyboxGuest(): Promise<BusyboxGuest> {
+  busyboxOnce ??= buildBusyboxGuest().catch((e) => {
+    busyboxOnce = undefined;
+    throw e;
+  });
+  return busyboxOnce;
+}
+
+async function buildBusyboxGuest(): Promise<BusyboxGuest> {
   const kernel = await ensureKernel();
   const init = await readFile(INIT_SCRIPT, 'utf8');
   const inputs = {
@@ -62,4 +73,30 @@ export async function ensureBusyboxGuest(): Promise<BusyboxGuest> {
     await run('rm', ['-rf', root]);
   });
   return { kernel: kernel.vmlinuz, initramfs: path.join(dir, 'initramfs.cpio.gz'), modulesVersion: kernel.version };
+}
+
+/** Kernel command line for the busybox guest (see init.sh for the vmseed.* parameters). */
+export interface BusyboxCmdlineOptions {
+  /** Volume label to wait for (default cidata). Ignored with url. */
+  label?: string;
+  /** Files to print, paths inside the image or relative to url; may contain '/'. */
+  files: string[];
+  /** How long the guest polls for the label (default 60). */
+  waitSeconds?: number;
+  /** HTTP mode: fetch `<url><file>` with eth0 at 10.0.2.15/24, gateway 10.0.2.2. */
+  url?: string;
+  /** HTTP mode: seconds per file fetch before giving up (default 20). */
+  fetchTimeoutSeconds?: number;
+  /** poweroff (default) after printing; stay: keep running (answers ACPI unplug) and print VMSEED-LABEL-GONE when the disk leaves. */
+  after?: 'poweroff' | 'stay';
+}
+
+export function busyboxCmdline(o: BusyboxCmdlineOptions): string {
+  for (const f of o.files) if (/[\s,]/.test(f)) throw new Error(`file name cannot be passed on the kernel command line: ${JSON.stringify(f)}`);
+  const p = ['console=ttyS0', 'panic=-1', 'quiet', `vmseed.files=${o.files.join(',')}`, `vmseed.wait=${o.waitSeconds ?? 60}`];
+  if (o.url) p.push(`vmseed.url=${o.url}`);
+  else p.push(`vmseed.label=${o.label ?? 'cidata'}`);
+  if (o.fetchTimeoutSeconds !== undefined) p.push(`vmseed.fetchtimeout=${o.fetchTimeoutSeconds}`);
+  if (o.after) p.push(`vmseed.after=${o.after}`);
+  return p.join(' ');
 }

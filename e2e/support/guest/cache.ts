@@ -49,8 +49,10 @@ async function tryLock(lockPath: string): Promise<boolean> {
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
     const holder = Number((await readFile(lockPath, 'utf8').catch(() => '')).trim());
-    // An empty file is a lock being written right now; only a dead pid is stale.
-    if (holder && !pidAlive(holder)) {
+    // An empty file is normally a lock being written right now; it is stale
+    // only if it stayed empty (its writer died between open and write).
+    const emptyAgeMs = holder ? 0 : Date.now() - ((await stat(lockPath).catch(() => undefined))?.mtimeMs ?? Date.now());
+    if ((holder && !pidAlive(holder)) || emptyAgeMs > 10_000) {
       await unlink(lockPath).catch(() => {});
     }
     return false;

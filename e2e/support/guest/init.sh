@@ -17,6 +17,7 @@ label=cidata
 files=user-data,meta-data
 wait=60
 url=
+fetchtimeout=20
 after=poweroff
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
@@ -25,6 +26,7 @@ for arg in $(cat /proc/cmdline); do
     vmseed.wait=*) wait="${arg#vmseed.wait=}" ;;
     vmseed.url=*) url="${arg#vmseed.url=}" ;;
     vmseed.after=*) after="${arg#vmseed.after=}" ;;
+    vmseed.fetchtimeout=*) fetchtimeout="${arg#vmseed.fetchtimeout=}" ;;
   esac
 done
 
@@ -68,7 +70,8 @@ if [ -n "$url" ]; then
   IFS=,
   for f in $files; do
     unset IFS
-    if wget -q -T 10 -O /tmp/fetched "$url$f" 2>/dev/null; then
+    # busybox 1.35 wget segfaults with -T; bound it with timeout instead.
+    if timeout "$fetchtimeout" wget -q -O /tmp/fetched "$url$f"; then
       emit "$f" /tmp/fetched
     else
       echo "VMSEED-FILE-MISSING $f"
