@@ -1,0 +1,54 @@
+// NetModel → cloud-init network-config version 2 (bare `version: 2`, which
+// cloud-init before 22.2 also reads). Interfaces with a MAC are matched by it
+// (and renamed only when a name is given); the others are keyed by name.
+// Default routes are written as routes to 0.0.0.0/0 and ::/0 rather than the
+// deprecated gateway4/gateway6 or `to: default`, which older cloud-init
+// versions do not understand.
+import { dumpYaml } from '../yaml.ts';
+import type { NetModel } from './model.ts';
+
+export function modelToV2(model: NetModel): Record<string, unknown> {
+  const ethernets: Record<string, unknown> = {};
+  for (const nic of model.interfaces) {
+    const e: Record<string, unknown> = {};
+    if (nic.mac) {
+      e.match = { macaddress: nic.mac };
+      if (nic.name) e['set-name'] = nic.name;
+    }
+    if (nic.mtu !== undefined) e.mtu = nic.mtu;
+    if (nic.dhcp4) e.dhcp4 = true;
+    if (nic.dhcp6) e.dhcp6 = true;
+    if (nic.slaac) e['accept-ra'] = true;
+    if (nic.addresses.length > 0) e.addresses = [...nic.addresses];
+    if (nic.routes.length > 0) {
+      e.routes = nic.routes.map((r) => ({ to: r.to, via: r.via, ...(r.metric !== undefined ? { metric: r.metric } : {}) }));
+    }
+    const servers = [...nic.dnsServers];
+    const search = [...nic.dnsSearch];
+    if (servers.length > 0 || search.length > 0) {
+      e.nameservers = { ...(servers.length > 0 ? { addresses: servers } : {}), ...(search.length > 0 ? { search } : {}) };
+    }
+    ethernets[nic.name && !nic.mac ? nic.name : nic.id] = e;
+  }
+  return { version: 2, ethernets };
+}
+
+export function modelToV2Bytes(model: NetModel): Uint8Array {
+  return new Uint8Array(Buffer.from(dumpYaml(modelToV2(model)), 'utf8'));
+}
+
+// v2 has no global DNS: global servers and search domains go on every
+// interface, which is what netplan and cloud-init's renderers make of them.
+export function withGlobalDnsOnInterfaces(model: NetModel): NetModel {
+  const { servers, search } = model.dns;
+  if (servers.length === 0 && search.length === 0) return model;
+  const uniq = (xs: string[]) => [...new Set(xs)];
+  return {
+    dns: { servers: [], search: [] },
+    interfaces: model.interfaces.map((n) => ({
+      ...n,
+      dnsServers: uniq([...n.dnsServers, ...servers]),
+      dnsSearch: uniq([...n.dnsSearch, ...search]),
+    })),
+  };
+}
