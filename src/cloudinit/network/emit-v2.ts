@@ -1,11 +1,15 @@
 // NetModel → cloud-init network-config version 2 (bare `version: 2`, which
 // cloud-init before 22.2 also reads). Interfaces with a MAC are matched by it
 // (and renamed only when a name is given); the others are keyed by name.
-// Default routes are written as routes to 0.0.0.0/0 and ::/0 rather than the
-// deprecated gateway4/gateway6 or `to: default`, which older cloud-init
-// versions do not understand.
+// Default routes are written as gateway4/gateway6 (deprecated by netplan, but
+// read right by every cloud-init): cloud-init 22.4 (Debian 12) turns a v2
+// route `to: ::/0` into ::/64 when it renders ENI or sysconfig (its route
+// normalisation runs twice and drops the falsy prefix 0), and fails on
+// `to: default`. Seen through the corpus oracle. Only when the family has no
+// static address (cloud-init ties gatewayN to one) is a default route kept
+// as a route.
 import { dumpYaml } from '../yaml.ts';
-import type { NetModel } from './model.ts';
+import { isDefaultRoute, isV6, type NetModel, type NetRoute } from './model.ts';
 
 export function modelToV2(model: NetModel): Record<string, unknown> {
   const ethernets: Record<string, unknown> = {};
@@ -20,8 +24,16 @@ export function modelToV2(model: NetModel): Record<string, unknown> {
     if (nic.dhcp6) e.dhcp6 = true;
     if (nic.slaac) e['accept-ra'] = true;
     if (nic.addresses.length > 0) e.addresses = [...nic.addresses];
-    if (nic.routes.length > 0) {
-      e.routes = nic.routes.map((r) => ({ to: r.to, via: r.via, ...(r.metric !== undefined ? { metric: r.metric } : {}) }));
+    const routes: NetRoute[] = [];
+    for (const r of nic.routes) {
+      const v6 = isV6(r.via);
+      const key = v6 ? 'gateway6' : 'gateway4';
+      const hasStatic = nic.addresses.some((a) => isV6(a) === v6);
+      if (isDefaultRoute(r.to) && r.metric === undefined && hasStatic && e[key] === undefined) e[key] = r.via;
+      else routes.push(r);
+    }
+    if (routes.length > 0) {
+      e.routes = routes.map((r) => ({ to: r.to, via: r.via, ...(r.metric !== undefined ? { metric: r.metric } : {}) }));
     }
     const servers = [...nic.dnsServers];
     const search = [...nic.dnsSearch];
