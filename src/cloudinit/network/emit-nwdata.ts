@@ -63,13 +63,16 @@ export function modelToNetworkData(model: NetModel, field: (i: number) => string
       throw unsupported(field(i), 'per-interface DNS (network_data.json has only global dns services); use global nameservers');
     }
   });
+  const services: Record<string, unknown>[] = model.dns.servers.map((address) => ({ type: 'dns', address }));
   if (model.dns.search.length > 0) {
-    // cloud-init copies a network's dns_search into the subnet it makes; Nova's
-    // schema has no search domains, so this is the one non-Nova key written.
-    if (networks.length === 0) throw unsupported('dns.search', 'DNS search domains without any network');
-    networks[0].dns_search = [...model.dns.search];
+    // Nova's schema has no search domains. cloud-init turns each service into
+    // a v1 nameserver entry and keeps its "search", so they ride on the first
+    // dns service. (A network's dns_search would be read too, but then
+    // cloud-init 22.4's netplan renderer drops the global servers for that
+    // interface.)
+    if (services.length === 0) throw unsupported('dns.search', 'DNS search domains without DNS servers');
+    services[0].search = [...model.dns.search];
   }
-  const services = model.dns.servers.map((address) => ({ type: 'dns', address }));
   return { links, networks, services };
 }
 
