@@ -11,7 +11,11 @@ export function virtletMerge(base: unknown, override: unknown): unknown {
   if (isPlainObject(base) && isPlainObject(override)) {
     const out: Record<string, unknown> = { ...base };
     for (const [k, v] of Object.entries(override)) {
-      out[k] = Object.hasOwn(base, k) ? virtletMerge(base[k], v) : v;
+      if (!Object.hasOwn(base, k)) out[k] = v;
+      // Go's reflect.SetMapIndex with the invalid value that merging into a
+      // nil interface yields deletes the key: `key: null` removes a key.
+      else if (v === null) delete out[k];
+      else out[k] = virtletMerge(base[k], v);
     }
     return out;
   }
