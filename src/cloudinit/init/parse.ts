@@ -47,9 +47,9 @@ export interface InitSpec {
 }
 
 export const INIT_FIELDS = ['hostname', 'fqdn', 'timezone', 'regenerateSSHHostKeys', 'users', 'dns', 'nics', 'files'] as const;
-const USER_FIELDS = ['name', 'groups', 'sudo', 'shell', 'passwordFrom', 'authorizedKeys'];
-const NIC_FIELDS = ['mac', 'name', 'dhcp4', 'dhcp6', 'slaac', 'autoconf', 'addresses', 'gateway4', 'gateway6', 'routes', 'mtu'];
-const FILE_FIELDS = ['path', 'content', 'permissions', 'owner'];
+export const USER_FIELDS = ['name', 'groups', 'sudo', 'shell', 'passwordFrom', 'authorizedKeys'];
+export const NIC_FIELDS = ['mac', 'name', 'dhcp4', 'dhcp6', 'slaac', 'autoconf', 'addresses', 'gateway4', 'gateway6', 'routes', 'mtu'];
+export const FILE_FIELDS = ['path', 'content', 'permissions', 'owner'];
 
 // useradd's portable user names (shadow-utils, without the trailing "$").
 const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
