@@ -149,6 +149,7 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
         nic.mac = mac;
       }
       nic.name = str(n.name, `${at}.name`);
+      if (nic.name && !/^[A-Za-z0-9_.-]{1,15}$/.test(nic.name)) throw bad(`${at}.name`, 'must be a Linux interface name (at most 15 letters, digits, "_", ".", "-")');
       if (!nic.mac && !nic.name) throw bad(at, 'needs "mac" or "name" to find the guest NIC');
       nic.addresses.forEach((a, j) => {
         if (!parseCidr(a)) throw bad(`${at}.addresses[${j}]`, 'must be an address with prefix, like 192.0.2.10/24 or 2001:db8::10/64');

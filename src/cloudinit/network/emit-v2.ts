@@ -11,9 +11,15 @@
 import { dumpYaml } from '../yaml.ts';
 import { isDefaultRoute, isV6, type NetModel, type NetRoute } from './model.ts';
 
+// A v2 ethernets id is also the interface name cloud-init gives a MAC-matched
+// NIC without set-name on ENI/sysconfig distros (netplan keeps the kernel
+// name), so it must be a valid Linux interface name: OpenStack link ids such
+// as "tap4a5b2f3c-1d2e-…" are replaced by nic<N>.
+export const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+
 export function modelToV2(model: NetModel): Record<string, unknown> {
   const ethernets: Record<string, unknown> = {};
-  for (const nic of model.interfaces) {
+  for (const [index, nic] of model.interfaces.entries()) {
     const e: Record<string, unknown> = {};
     if (nic.mac) {
       e.match = { macaddress: nic.mac };
@@ -40,7 +46,9 @@ export function modelToV2(model: NetModel): Record<string, unknown> {
     if (servers.length > 0 || search.length > 0) {
       e.nameservers = { ...(servers.length > 0 ? { addresses: servers } : {}), ...(search.length > 0 ? { search } : {}) };
     }
-    ethernets[nic.name && !nic.mac ? nic.name : nic.id] = e;
+    let key = nic.name && !nic.mac ? nic.name : nic.id;
+    if (nic.mac && (!IFNAME.test(key) || Object.hasOwn(ethernets, key))) key = `nic${index}`;
+    ethernets[key] = e;
   }
   return { version: 2, ethernets };
 }
