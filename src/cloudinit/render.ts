@@ -196,7 +196,7 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   } else if (init?.network) {
     networkConfig = datasource === 'nocloud'
       ? modelToV2Bytes(withGlobalDnsOnInterfaces(init.network))
-      : networkDataBytes(modelToNetworkData(init.network, (i) => `${ANNOTATION}.init.nics[${i}]`));
+      : networkDataBytes(modelToNetworkData(init.network, (i) => `${ANNOTATION}.init.nics[${i}]`, `${ANNOTATION}.init.dns.search`));
   } else if (givenNetwork) {
     networkConfig = lintNetworkData(givenNetwork, datasource, data.networkDataField);
   }

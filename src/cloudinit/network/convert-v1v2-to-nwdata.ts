@@ -36,5 +36,5 @@ export function convertNetworkConfigToNetworkData(doc: Record<string, unknown>, 
   const model = hoistDns(networkConfigToModel(doc, field), field);
   const ids = model.interfaces.map((n) => n.id);
   const itemField = (i: number) => (doc.version === 1 ? `${field}.config[${i}]` : `${field}.ethernets.${ids[i]}`);
-  return networkDataBytes(modelToNetworkData(model, itemField));
+  return networkDataBytes(modelToNetworkData(model, itemField, field));
 }

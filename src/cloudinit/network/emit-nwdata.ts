@@ -21,7 +21,7 @@ function routeEntry(to: string, via: string, field: string): Record<string, unkn
 }
 
 // `field(i)` names the input item interface i came from, for errors.
-export function modelToNetworkData(model: NetModel, field: (i: number) => string): Record<string, unknown> {
+export function modelToNetworkData(model: NetModel, field: (i: number) => string, dnsField = 'dns.search'): Record<string, unknown> {
   const links: Record<string, unknown>[] = [];
   const networks: Record<string, unknown>[] = [];
   let n = 0;
@@ -70,7 +70,7 @@ export function modelToNetworkData(model: NetModel, field: (i: number) => string
     // dns service. (A network's dns_search would be read too, but then
     // cloud-init 22.4's netplan renderer drops the global servers for that
     // interface.)
-    if (services.length === 0) throw unsupported('dns.search', 'DNS search domains without DNS servers');
+    if (services.length === 0) throw unsupported(dnsField, 'DNS search domains without DNS servers');
     services[0].search = [...model.dns.search];
   }
   return { links, networks, services };
