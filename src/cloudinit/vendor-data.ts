@@ -83,3 +83,19 @@ export function vendorDataFile(bytes: Uint8Array, datasource: Datasource, field:
   }
   return new Uint8Array(Buffer.from(JSON.stringify({ 'cloud-init': text }), 'utf8'));
 }
+
+// `--vendor-data-from namespace/name[/key]` → RenderOptions.defaultVendorData.
+// Names follow Kubernetes' DNS-1123 rules; keys ConfigMap key rules.
+export function parseVendorDataFrom(value: string): VendorDataRef {
+  const parts = value.split('/');
+  const dns = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+  const key = /^[-._a-zA-Z0-9]{1,253}$/;
+  if ((parts.length !== 2 && parts.length !== 3) || !dns.test(parts[0]) || !dns.test(parts[1]) || (parts.length === 3 && !key.test(parts[2]))) {
+    throw new VmseedError(
+      'CONFIG_INVALID',
+      `${VENDOR_DATA_FLAG} must be <namespace>/<configmap>[/<key>] (e.g. vmseed-system/vendor-data); the key defaults to "${VENDORDATA_DEFAULT_KEY}"`,
+      { kind: 'terminal', field: VENDOR_DATA_FLAG },
+    );
+  }
+  return { namespace: parts[0], name: parts[1], ...(parts.length === 3 ? { key: parts[2] } : {}) };
+}
