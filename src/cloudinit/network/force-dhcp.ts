@@ -1,14 +1,14 @@
 // Virtlet's VirtletForceDHCPNetworkConfig as `forceDHCP: true`: whatever
 // network config would be generated (init.nics) is replaced by DHCPv4 on
 // every interface. Interfaces are matched by the MACs the VMI states
-// (spec.domain.devices.interfaces[].macAddress, then status.interfaces[].mac);
-// when none is known, NoCloud gets one v2 entry matching every "e*" name
-// (en*, eth*), and ConfigDrive gets no network_data.json, which makes
-// cloud-init fall back to DHCP on the first NIC: network_data.json can only
-// name links by MAC.
+// (spec.domain.devices.interfaces[].macAddress, then status.interfaces[].mac).
+// When none is known the seed gets no network config at all, and cloud-init
+// falls back to DHCP on the first NIC (in KubeVirt, the pod network). A v2
+// name glob (`match: {name: "e*"}`) would cover every NIC under netplan only:
+// cloud-init's ENI and sysconfig renderers take the ethernets id as a device
+// name and would configure a device that does not exist.
 import type { VmiObject } from '../kube-types.ts';
 import type { Datasource } from '../seed.ts';
-import { dumpYaml } from '../yaml.ts';
 import { modelToNetworkData, networkDataBytes } from './emit-nwdata.ts';
 import { modelToV2Bytes } from './emit-v2.ts';
 import { emptyInterface, type NetModel, normalizeMac } from './model.ts';
@@ -32,9 +32,7 @@ export function forcedDhcpNetwork(vmi: VmiObject, datasource: Datasource): Uint8
     dns: { servers: [], search: [] },
     interfaces: macs.map((mac, i) => ({ ...emptyInterface(`nic${i}`), mac, dhcp4: true })),
   };
-  if (datasource === 'configdrive') {
-    return macs.length === 0 ? undefined : networkDataBytes(modelToNetworkData(model, (i) => `forceDHCP[${i}]`));
-  }
-  if (macs.length > 0) return modelToV2Bytes(model);
-  return new Uint8Array(Buffer.from(dumpYaml({ version: 2, ethernets: { 'all-ethernets': { match: { name: 'e*' }, dhcp4: true } } }), 'utf8'));
+  if (macs.length === 0) return undefined;
+  if (datasource === 'configdrive') return networkDataBytes(modelToNetworkData(model, (i) => `forceDHCP[${i}]`));
+  return modelToV2Bytes(model);
 }
