@@ -4,7 +4,6 @@ import { resolvePublicKeys } from './access-credentials.ts';
 import { ANNOTATION, parseAnnotation } from './annotation.ts';
 import type { CloudInitSource, RefResolver, VmiObject } from './kube-types.ts';
 import { buildMetaData } from './metadata.ts';
-import { lintNetworkData } from './network-lint.ts';
 import type { Datasource, Seed, SeedWarning } from './seed.ts';
 import { hasAnyData, resolveSourceData, type SourcePolicy } from './sources.ts';
 import { lintUserData } from './userdata-lint.ts';
@@ -14,9 +13,7 @@ import { compileInit, type CompiledInit } from './init/compile.ts';
 import { parseInit } from './init/parse.ts';
 import { instanceId } from './instance-id.ts';
 import { mergeMetaData } from './metadata-merge.ts';
-import { modelToNetworkData, networkDataBytes } from './network/emit-nwdata.ts';
-import { modelToV2Bytes, withGlobalDnsOnInterfaces } from './network/emit-v2.ts';
-import { forcedDhcpNetwork } from './network/force-dhcp.ts';
+import { chooseNetworkConfig } from './network/choose.ts';
 import { readObject } from './object-refs.ts';
 import { deriveSalt, type SaltProvider } from './password-salt.ts';
 import { appendSshKeys } from './ssh-keys.ts';
@@ -139,8 +136,8 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   if (!hasAnyData(source) && (!hasAnnotation || (Object.keys(publicKeys).length === 0 && !extrasProduceData(extras)))) {
     throw new VmseedError(
       'CLOUDINIT_SOURCE_MISSING',
-      `${fieldPrefix} sets none of userData, userDataBase64, secretRef, networkData, networkDataBase64, networkDataSecretRef; ` +
-        'add user-data or network data',
+      `${fieldPrefix} sets none of userData, userDataBase64, secretRef, networkData, networkDataBase64, networkDataSecretRef` +
+        (hasAnnotation ? ' nor any vmseed field (init, files, metaData, sshKeys, vendorData…)' : '') + '; add user-data or network data',
       { kind: 'terminal', field: fieldPrefix },
     );
   }
@@ -182,24 +179,14 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   if (givenNetwork && givenNetwork.length > options.maxNetworkDataBytes) {
     throw tooLarge('NETWORKDATA_TOO_LARGE', data.networkDataField, givenNetwork.length, options.maxNetworkDataBytes);
   }
-  let networkConfig: Uint8Array | undefined;
-  if ((extras?.forceDHCP || init?.network) && givenNetwork) {
-    const which = extras?.forceDHCP ? `${ANNOTATION}.forceDHCP` : `${ANNOTATION}.init.nics`;
-    throw new VmseedError(
-      'NETWORKDATA_SOURCE_CONFLICT',
-      `${which} and ${data.networkDataField} both set the network config; keep one`,
-      { kind: 'terminal', field: which },
-    );
-  }
-  if (extras?.forceDHCP) {
-    networkConfig = forcedDhcpNetwork(vmi, datasource);
-  } else if (init?.network) {
-    networkConfig = datasource === 'nocloud'
-      ? modelToV2Bytes(withGlobalDnsOnInterfaces(init.network))
-      : networkDataBytes(modelToNetworkData(init.network, (i) => `${ANNOTATION}.init.nics[${i}]`, `${ANNOTATION}.init.dns.search`));
-  } else if (givenNetwork) {
-    networkConfig = lintNetworkData(givenNetwork, datasource, data.networkDataField);
-  }
+  const networkConfig = chooseNetworkConfig({
+    vmi,
+    datasource,
+    prefix: ANNOTATION,
+    forceDHCP: extras?.forceDHCP ?? false,
+    ...(init?.network ? { initNetwork: init.network } : {}),
+    ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
+  });
 
   const vendor = await resolveVendorData(extras, options.defaultVendorData, namespace, refs, ANNOTATION);
   let vendorData: Uint8Array | undefined;
