@@ -182,7 +182,8 @@ def network_render(item):
         if item["format"] == "network_data":
             nd = json.loads(item["text"])
             macs = {
-                lk["ethernet_mac_address"].lower(): lk.get("name") or "ens%d" % (3 + i)
+                # Stand-in kernel names for the guest NICs (no guest here).
+                lk["ethernet_mac_address"].lower(): lk.get("name") or "kernelnic%d" % i
                 for i, lk in enumerate(nd.get("links", []))
                 if lk.get("ethernet_mac_address")
             }

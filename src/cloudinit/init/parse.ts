@@ -185,6 +185,14 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
       return nic;
     });
   }
+  const names = new Set<string>();
+  const macs = new Set<string>();
+  spec.nics.forEach((n, i) => {
+    if (n.name && names.has(n.name)) throw bad(`nics[${i}].name`, `repeats NIC name "${n.name}"; each NIC once`);
+    if (n.mac && macs.has(n.mac)) throw bad(`nics[${i}].mac`, `repeats MAC ${n.mac}; each NIC once`);
+    if (n.name) names.add(n.name);
+    if (n.mac) macs.add(n.mac);
+  });
   if ((spec.dns.servers.length > 0 || spec.dns.search.length > 0) && spec.nics.length === 0) {
     throw bad('dns', 'needs at least one entry in nics (DNS is part of the network config)');
   }
