@@ -57,6 +57,15 @@ export function invalidField(annotation: string, field: string, message: string)
 // Unix permissions as cloud-init's write_files takes them: an octal string.
 export const PERMISSIONS = /^0?[0-7]{3,4}$/;
 
+// An unquoted `permissions: 0644` is the number 644 to js-yaml (YAML 1.2) but
+// octal 420 to PyYAML (YAML 1.1); either way the user wrote the digits 0644,
+// so a number is read back as the digits it was written with.
+export function permissionsText(value: unknown): string | undefined {
+  const text = typeof value === 'number' ? String(value) : typeof value === 'string' ? value : undefined;
+  if (text === undefined || !PERMISSIONS.test(text)) return undefined;
+  return text.padStart(4, '0');
+}
+
 export function readObjectRef(annotation: string, value: unknown, field: string, extraKeys: readonly string[] = []): ObjectRef {
   const bad = () =>
     invalidField(annotation, field, `must be a mapping {kind: configmap|secret, name, key?} (e.g. "${field}: {kind: configmap, name: my-data}")`);
@@ -112,10 +121,8 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
       if (typeof f.path !== 'string' || !f.path.startsWith('/')) throw bad(`${field}.path`, 'must be an absolute path in the guest');
       let permissions: string | undefined;
       if (f.permissions != null) {
-        // YAML reads 0644 as the number 420; the octal spelling is meant.
-        permissions = typeof f.permissions === 'number' ? `0${f.permissions.toString(8)}` : String(f.permissions);
-        if (!PERMISSIONS.test(permissions)) throw bad(`${field}.permissions`, 'must be octal permissions like "0644" (quote it)');
-        if (permissions.length === 3) permissions = `0${permissions}`;
+        permissions = permissionsText(f.permissions);
+        if (permissions === undefined) throw bad(`${field}.permissions`, 'must be octal permissions like "0644" (quote it)');
       }
       return { from, path: f.path, ...(permissions ? { permissions } : {}) };
     });

@@ -4,7 +4,7 @@
 import { VmseedError } from '../../errors.ts';
 import { isIp, isV6, normalizeMac, parseCidr } from '../network/model.ts';
 import { isPlainObject } from '../yaml.ts';
-import { PERMISSIONS } from '../annotation-extras.ts';
+import { permissionsText } from '../annotation-extras.ts';
 
 export interface InitUser {
   name: string;
@@ -208,9 +208,9 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
       if (typeof f.content !== 'string') throw bad(`${at}.content`, 'must be a string (use a YAML block scalar "|")');
       const file: InitFile = { path, content: f.content };
       if (f.permissions != null) {
-        const p = typeof f.permissions === 'number' ? `0${f.permissions.toString(8)}` : String(f.permissions);
-        if (!PERMISSIONS.test(p)) throw bad(`${at}.permissions`, 'must be octal permissions like "0644" (quote it)');
-        file.permissions = p.length === 3 ? `0${p}` : p;
+        const p = permissionsText(f.permissions);
+        if (p === undefined) throw bad(`${at}.permissions`, 'must be octal permissions like "0644" (quote it)');
+        file.permissions = p;
       }
       file.owner = str(f.owner, `${at}.owner`);
       return file;
