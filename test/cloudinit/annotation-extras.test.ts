@@ -24,3 +24,11 @@ test('object references: kind is case-insensitive, unknown keys refused', () => 
   assert.deepEqual(parseExtras('a', { userDataFrom: { kind: 'secret', name: 's', key: 'k', encoding: 'base64' } }).userDataFrom,
     { kind: 'secret', name: 's', key: 'k', encoding: 'base64' });
 });
+
+test('init routes need a gateway of the destination family', async () => {
+  const { parseInit } = await import('../../src/cloudinit/init/parse.ts');
+  assert.throws(() => parseInit({ nics: [{ name: 'eth0', addresses: ['192.0.2.1/24'], routes: [{ to: '10.0.0.0/8', via: '2001:db8::1' }] }] }, 'init'),
+    { code: 'INIT_INVALID', field: 'init.nics[0].routes[0].via' });
+  assert.throws(() => parseInit({ nics: [{ name: 'eth0', dhcp4: true }, { name: 'eth0', dhcp6: true }] }, 'init'),
+    { code: 'INIT_INVALID', field: 'init.nics[1].name' });
+});

@@ -171,6 +171,7 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
           const via = str(r.via, `${rf}.via`);
           if (!to || !parseCidr(to)) throw bad(`${rf}.to`, 'must be a destination in CIDR form like 10.0.0.0/8');
           if (!via || !isIp(via)) throw bad(`${rf}.via`, 'must be a gateway IP address');
+          if (isV6(via) !== parseCidr(to)!.v6) throw bad(`${rf}.via`, `must be an IPv${isV6(to) ? 6 : 4} gateway for an IPv${isV6(to) ? 6 : 4} destination`);
           if (r.metric != null && (typeof r.metric !== 'number' || !Number.isInteger(r.metric) || r.metric < 0)) throw bad(`${rf}.metric`, 'must be a non-negative integer');
           return { to, via, ...(typeof r.metric === 'number' ? { metric: r.metric } : {}) };
         });
