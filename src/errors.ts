@@ -38,6 +38,11 @@ export const ERROR_CODES = [
   'INIT_INVALID',
   'SECRET_DATA_INVALID',
   'MANIFEST_INVALID',
+  // beyond KubeVirt: Virtlet/oVirt features, vendor-data, network conversion (issue 7)
+  'USERDATA_MERGE_UNSUPPORTED',
+  'NETWORK_CONVERSION_UNSUPPORTED',
+  'REFERENCE_KEY_INVALID',
+  'VENDORDATA_NO_HEADER',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',

@@ -6,6 +6,7 @@ import { VmseedError } from '../errors.ts';
 import type { CloudInitSource, LocalObjectReference } from './kube-types.ts';
 import type { Datasource } from './seed.ts';
 import { isPlainObject, parseYaml, where } from './yaml.ts';
+import { EXTRA_FIELDS, parseExtras, type AnnotationExtras } from './annotation-extras.ts';
 
 export const ANNOTATION = 'vmseed.io/cloud-init';
 
@@ -14,11 +15,16 @@ export interface AnnotationSpec {
   source: CloudInitSource;
   // How the user spelled the user-data Secret reference, for messages.
   secretRefField: 'secretRef' | 'userDataSecretRef';
+  // Virtlet, oVirt and vendor-data fields (annotation-extras.ts).
+  extras: AnnotationExtras;
 }
 
 const STRING_FIELDS = ['userData', 'userDataBase64', 'networkData', 'networkDataBase64', 'datasource'] as const;
 const REF_FIELDS = ['secretRef', 'userDataSecretRef', 'networkDataSecretRef'] as const;
-const KNOWN = new Set<string>([...STRING_FIELDS, ...REF_FIELDS]);
+// Every field of the document; docs/annotation-reference.md documents each
+// (a test keeps the two in step).
+export const ANNOTATION_FIELDS: readonly string[] = [...STRING_FIELDS, ...REF_FIELDS, ...EXTRA_FIELDS];
+const KNOWN = new Set<string>(ANNOTATION_FIELDS);
 
 function invalid(message: string, field: string): VmseedError {
   return new VmseedError('ANNOTATION_INVALID', `annotation ${ANNOTATION}: ${message}`, { kind: 'terminal', field });
@@ -79,5 +85,5 @@ export function parseAnnotation(text: string): AnnotationSpec {
   const ud = doc[secretRefField];
   if (ud != null) source.secretRef = readRef(ud, secretRefField);
   if (doc.networkDataSecretRef != null) source.networkDataSecretRef = readRef(doc.networkDataSecretRef, 'networkDataSecretRef');
-  return { datasource, source, secretRefField };
+  return { datasource, source, secretRefField, extras: parseExtras(ANNOTATION, doc) };
 }

@@ -1,10 +1,12 @@
 // network-config checks. NoCloud takes cloud-init network config v1 or v2
 // YAML, bare or under "network:" (bare is what older guests read). ConfigDrive
-// takes OpenStack network_data.json; a YAML v1/v2 document there is a
-// mistake we name (conversion is a separate feature).
+// takes OpenStack network_data.json. Each is converted to the other's format
+// when given for the wrong datasource (src/cloudinit/network/).
 import { VmseedError } from '../errors.ts';
 import type { Datasource } from './seed.ts';
 import { isPlainObject, parseYaml, where } from './yaml.ts';
+import { convertNetworkConfigToNetworkData } from './network/convert-v1v2-to-nwdata.ts';
+import { convertNetworkDataToV2 } from './network/convert-nwdata-to-v2.ts';
 
 function invalid(field: string, message: string): VmseedError {
   return new VmseedError('NETWORKDATA_INVALID', `${field}: ${message}`, { kind: 'terminal', field });
@@ -29,15 +31,16 @@ function yamlNetworkVersion(text: string): { version?: number; disabled?: boolea
   return { version: d.version, doc: d };
 }
 
-function checkNoCloud(text: string, field: string): void {
+function checkNoCloud(text: string, field: string): Uint8Array | undefined {
   const r = yamlNetworkVersion(text);
   if (r.error && r.doc && (Array.isArray(r.doc.links) || Array.isArray(r.doc.networks))) {
-    throw invalid(field, 'this is OpenStack network_data.json, which only datasource configdrive reads; use datasource ' +
-      'configdrive or write network config version 1 or 2 YAML');
+    // OpenStack network_data.json (JSON is YAML): NoCloud does not read it,
+    // so it is converted to v2 with the meaning cloud-init gives it.
+    return convertNetworkDataToV2(r.doc, field);
   }
   if (r.error) throw invalid(field, `network-config ${r.error}`);
   const doc = r.doc!;
-  if (r.disabled) return;
+  if (r.disabled) return undefined;
   if (r.version === 1) {
     if (!Array.isArray(doc.config)) throw invalid(field, 'network-config version 1 needs a "config:" list of entries');
     doc.config.forEach((item, i) => {
@@ -52,9 +55,10 @@ function checkNoCloud(text: string, field: string): void {
       }
     }
   }
+  return undefined;
 }
 
-function checkConfigDrive(text: string, field: string): void {
+function checkConfigDrive(text: string, field: string): Uint8Array | undefined {
   let json: unknown;
   try {
     json = JSON.parse(text);
@@ -67,27 +71,34 @@ function checkConfigDrive(text: string, field: string): void {
         throw invalid(field, `network_data.json "${k}" must be a list`);
       }
     }
-    if (json.links !== undefined || json.networks !== undefined) return;
+    if (json.links !== undefined || json.networks !== undefined) return undefined;
   }
   const r = yamlNetworkVersion(text);
   if (r.version !== undefined) {
+    checkNoCloud(text, field);
+    return convertNetworkConfigToNetworkData(r.doc!, field);
+  }
+  if (r.disabled) {
     throw new VmseedError(
       'NETWORKDATA_UNSUPPORTED_FOR_DATASOURCE',
-      `${field}: network config version ${r.version} YAML works with datasource nocloud only; ConfigDrive needs ` +
-        'OpenStack network_data.json (links, networks, services). Use datasource nocloud or write network_data.json',
+      `${field}: "config: disabled" has no network_data.json form; a ConfigDrive without network data already leaves ` +
+        'networking to the image (DHCP on the first NIC). Remove the network data',
       { kind: 'terminal', field },
     );
   }
   throw invalid(field, 'ConfigDrive network data must be an OpenStack network_data.json object with "links", "networks" and "services"');
 }
 
-export function lintNetworkData(data: Uint8Array, datasource: Datasource, field: string): void {
+// Checks network data for the datasource and returns what the seed must hold:
+// the same bytes, or the conversion (v1/v2 → network_data.json for
+// ConfigDrive, network_data.json → v2 for NoCloud).
+export function lintNetworkData(data: Uint8Array, datasource: Datasource, field: string): Uint8Array {
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(data);
   } catch {
     throw invalid(field, 'network data is not UTF-8 text');
   }
-  if (datasource === 'nocloud') checkNoCloud(text, field);
-  else checkConfigDrive(text, field);
+  const converted = datasource === 'nocloud' ? checkNoCloud(text, field) : checkConfigDrive(text, field);
+  return converted ?? data;
 }

@@ -4,10 +4,22 @@ import { resolvePublicKeys } from './access-credentials.ts';
 import { ANNOTATION, parseAnnotation } from './annotation.ts';
 import type { CloudInitSource, RefResolver, VmiObject } from './kube-types.ts';
 import { buildMetaData } from './metadata.ts';
-import { lintNetworkData } from './network-lint.ts';
 import type { Datasource, Seed, SeedWarning } from './seed.ts';
 import { hasAnyData, resolveSourceData, type SourcePolicy } from './sources.ts';
 import { lintUserData } from './userdata-lint.ts';
+import type { AnnotationExtras } from './annotation-extras.ts';
+import { filesToWriteFiles } from './files.ts';
+import { compileInit, type CompiledInit } from './init/compile.ts';
+import { parseInit } from './init/parse.ts';
+import { instanceId } from './instance-id.ts';
+import { mergeMetaData } from './metadata-merge.ts';
+import { chooseNetworkConfig } from './network/choose.ts';
+import { readObject } from './object-refs.ts';
+import { deriveSalt, type SaltProvider } from './password-salt.ts';
+import { appendSshKeys } from './ssh-keys.ts';
+import { composeUserData } from './userdata-compose.ts';
+import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
+import { virtletMerge } from './virtlet-merge.ts';
 
 export { ANNOTATION } from './annotation.ts';
 
@@ -20,6 +32,13 @@ export interface RenderOptions {
   // disk has no such constraint.
   maxUserDataBytes: number;
   maxNetworkDataBytes: number;
+  // Operator-wide vendor-data (`--vendor-data-from namespace/name`): a
+  // ConfigMap whose key (default "vendor-data") goes to every seed whose VMI
+  // sets no vendorData/vendorDataFrom of its own.
+  defaultVendorData?: VendorDataRef;
+  // Salt for the SHA-512 crypt of init.users[].passwordFrom. Default:
+  // deriveSalt (from VMI uid and user name; see password-salt.ts for why).
+  passwordSalt?: SaltProvider;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
@@ -89,8 +108,10 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   let fieldPrefix: string;
   let secretRefField: string;
   let policy: SourcePolicy;
+  let extras: AnnotationExtras | undefined;
   if (hasAnnotation) {
     const spec = parseAnnotation(annotationText);
+    extras = spec.extras;
     datasource = spec.datasource;
     source = spec.source;
     fieldPrefix = ANNOTATION;
@@ -107,36 +128,86 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
 
   const namespace = vmi.metadata.namespace ?? 'default';
   const data = await resolveSourceData(source, fieldPrefix, secretRefField, policy, namespace, refs);
-  const publicKeys = await resolvePublicKeys(vmi, datasource, refs);
+  let publicKeys = await resolvePublicKeys(vmi, datasource, refs);
+  if (extras) publicKeys = await appendSshKeys(publicKeys, extras.sshKeys, extras.sshKeysFrom, namespace, refs, ANNOTATION);
 
   // KubeVirt requires at least one data field on a volume; through the
-  // annotation, SSH keys alone are a useful seed too.
-  if (!hasAnyData(source) && (!hasAnnotation || Object.keys(publicKeys).length === 0)) {
+  // annotation, SSH keys alone (or any vmseed field) are a useful seed too.
+  if (!hasAnyData(source) && (!hasAnnotation || (Object.keys(publicKeys).length === 0 && !extrasProduceData(extras)))) {
     throw new VmseedError(
       'CLOUDINIT_SOURCE_MISSING',
-      `${fieldPrefix} sets none of userData, userDataBase64, secretRef, networkData, networkDataBase64, networkDataSecretRef; ` +
-        'add user-data or network data',
+      `${fieldPrefix} sets none of userData, userDataBase64, secretRef, networkData, networkDataBase64, networkDataSecretRef` +
+        (hasAnnotation ? ' nor any vmseed field (init, files, metaData, sshKeys, vendorData…)' : '') + '; add user-data or network data',
       { kind: 'terminal', field: fieldPrefix },
     );
   }
 
-  const userData = data.userData ?? new Uint8Array();
+  let init: CompiledInit | undefined;
+  if (extras?.init) {
+    const prefix = `${ANNOTATION}.init`;
+    init = await compileInit(parseInit(extras.init, prefix), {
+      namespace,
+      vmiUid: vmi.metadata.uid || instanceId(vmi),
+      refs,
+      salt: options.passwordSalt ?? deriveSalt,
+      prefix,
+    });
+  }
+  let generated: Record<string, unknown> = init?.cloudConfig ?? {};
+  if (extras && extras.files.length > 0) {
+    const writeFiles = await filesToWriteFiles(extras.files, namespace, refs, ANNOTATION);
+    generated = virtletMerge(generated, { write_files: writeFiles }) as Record<string, unknown>;
+  }
+  const fromField = `${ANNOTATION}.userDataFrom`;
+  const composed = composeUserData({
+    generated,
+    ...(extras?.userDataFrom
+      ? { from: { spec: extras.userDataFrom, entries: await readObject(refs, namespace, extras.userDataFrom, fromField), field: fromField } }
+      : {}),
+    ...(data.userData && data.userData.length > 0 ? { inline: { bytes: data.userData, field: data.userDataField } } : {}),
+    ...(extras?.userDataScript !== undefined ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } } : {}),
+    mode: extras?.userDataMerge ?? 'merge',
+  });
+  const userData = composed?.bytes ?? new Uint8Array();
+  const userDataField = composed?.field ?? data.userDataField;
   if (userData.length > options.maxUserDataBytes) {
-    throw tooLarge('USERDATA_TOO_LARGE', data.userDataField, userData.length, options.maxUserDataBytes);
+    throw tooLarge('USERDATA_TOO_LARGE', userDataField, userData.length, options.maxUserDataBytes);
   }
-  const networkData = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
-  if (networkData && networkData.length > options.maxNetworkDataBytes) {
-    throw tooLarge('NETWORKDATA_TOO_LARGE', data.networkDataField, networkData.length, options.maxNetworkDataBytes);
+  const warnings = lintUserData(userData, userDataField);
+
+  const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
+  if (givenNetwork && givenNetwork.length > options.maxNetworkDataBytes) {
+    throw tooLarge('NETWORKDATA_TOO_LARGE', data.networkDataField, givenNetwork.length, options.maxNetworkDataBytes);
   }
-  if (networkData) lintNetworkData(networkData, datasource, data.networkDataField);
-  const warnings = lintUserData(userData, data.userDataField);
+  const networkConfig = chooseNetworkConfig({
+    vmi,
+    datasource,
+    prefix: ANNOTATION,
+    forceDHCP: extras?.forceDHCP ?? false,
+    ...(init?.network ? { initNetwork: init.network } : {}),
+    ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
+  });
+
+  const vendor = await resolveVendorData(extras, options.defaultVendorData, namespace, refs, ANNOTATION);
+  let vendorData: Uint8Array | undefined;
+  if (vendor) {
+    warnings.push(...lintVendorData(vendor.bytes, vendor.field, options.maxUserDataBytes));
+    vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
+  }
 
   const seed: Seed = {
     datasource,
-    metaData: buildMetaData(vmi, datasource, publicKeys),
+    metaData: mergeMetaData(buildMetaData(vmi, datasource, publicKeys), extras?.metaData, datasource, `${ANNOTATION}.metaData`),
     userData,
-    ...(networkData ? { networkConfig: networkData } : {}),
+    ...(networkConfig ? { networkConfig } : {}),
+    ...(vendorData && vendorData.length > 0 ? { vendorData } : {}),
     warnings,
   };
   return { kind: 'seed', seed };
+}
+
+function extrasProduceData(extras: AnnotationExtras | undefined): boolean {
+  if (!extras) return false;
+  return !!(extras.metaData || extras.userDataFrom || extras.userDataScript !== undefined || extras.files.length > 0 ||
+    extras.forceDHCP || extras.init || extras.vendorData || extras.vendorDataFrom);
 }

@@ -6,7 +6,7 @@ export type Datasource = 'nocloud' | 'configdrive';
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 
 export interface SeedWarning {
-  code: 'USERDATA_NO_HEADER' | 'KUBEVIRT_VOLUME_CONFLICT' | 'SEEDED_AFTER_BOOT';
+  code: 'USERDATA_NO_HEADER' | 'VENDORDATA_NO_HEADER' | 'KUBEVIRT_VOLUME_CONFLICT' | 'SEEDED_AFTER_BOOT';
   message: string;
   field?: string;
 }

@@ -1,7 +1,7 @@
 // One place that parses YAML for src/cloudinit, so every caller reports errors
 // the same way: 1-based line and column plus the parser's reason, never the
 // source snippet (it would quote user-data or Secret content into Events).
-import { loadAll, YAMLException } from 'js-yaml';
+import { dump, loadAll, YAMLException } from 'js-yaml';
 
 export type YamlResult<T> = { ok: true; value: T } | { ok: false; line?: number; column?: number; reason: string };
 
@@ -50,4 +50,12 @@ export function where(r: { line?: number; column?: number }): string {
 
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+// YAML that vmseed generates (merged cloud-config, network-config v2). js-yaml
+// quotes strings PyYAML's YAML 1.1 would read as something else ('0644',
+// '52:54:00:12:34:00', 'yes'); no line folding, no anchors, so the bytes
+// depend on the content only.
+export function dumpYaml(value: unknown): string {
+  return dump(value, { lineWidth: -1, noRefs: true });
 }

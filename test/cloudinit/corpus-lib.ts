@@ -60,6 +60,8 @@ export interface OracleRequest {
   networkConfigs?: Array<{ id: string; text: string }>;
   noCloudDirs?: Array<{ id: string; dir: string }>;
   configDrives?: Array<{ id: string; dir: string }>;
+  networkRenders?: Array<{ id: string; format: 'yaml' | 'network_data'; text: string }>;
+  passwords?: Array<{ id: string; password: string; hash: string }>;
 }
 
 export interface OracleItem {
@@ -76,6 +78,30 @@ export interface OracleItem {
   count?: number;
   sshKeys?: string[];
   interfaces?: string[] | null;
+  vendordata?: string | null;
+  state?: NetworkStateSummary;
+  eni?: string;
+  netplan?: string;
+}
+
+export interface NetworkStateSummary {
+  interfaces: Array<{
+    name: string;
+    mac: string | null;
+    mtu: number | null;
+    type: string;
+    'accept-ra'?: boolean | null;
+    subnets: Array<{
+      type: string;
+      address: string | null;
+      prefix: number | null;
+      gateway: string | null;
+      dns_nameservers: string[];
+      dns_search: string[];
+      routes: Array<{ network: string; prefix: number; gateway: string }>;
+    }>;
+  }>;
+  dns: { nameservers: string[]; search: string[] };
 }
 
 export interface OracleResponse {
@@ -84,6 +110,8 @@ export interface OracleResponse {
   networkConfigs: OracleItem[];
   noCloudDirs: OracleItem[];
   configDrives: OracleItem[];
+  networkRenders: OracleItem[];
+  passwords: OracleItem[];
 }
 
 export function runOracle(req: OracleRequest): OracleResponse {

@@ -2,6 +2,8 @@
 
 stdin: JSON {"cloudConfigs": [{"id", "text"}], "mimes": [{"id", "text"}], "networkConfigs": [{"id", "text"}],
              "noCloudDirs": [{"id", "dir"}], "configDrives": [{"id", "dir"}]}
+             "networkRenders": [{"id", "format": "yaml"|"network_data", "text"}],
+             "passwords": [{"id", "password", "hash"}]}
 stdout: JSON with one result per item, {"id", "ok", "error"?, ...}.
 """
 import base64
@@ -9,6 +11,9 @@ import copy
 import json
 import logging
 import sys
+import warnings
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 logging.disable(logging.CRITICAL)
 
@@ -90,6 +95,7 @@ def nocloud_dir(item):
             "sshKeys": sources.normalize_pubkey_data(md.get("public-keys")),
             "userdata": base64.b64encode(util.encode_text(seeded["user-data"])).decode(),
             "hasNetworkConfig": "network-config" in seeded,
+            "vendordata": util.decode_binary(seeded["vendor-data"]) if "vendor-data" in seeded else None,
         }
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "error": err(e)}
@@ -126,7 +132,89 @@ def config_drive(item):
             "userdata": base64.b64encode(ud or b"").decode(),
             "networkdata": nd,
             "interfaces": net,
+            # What DataSourceConfigDrive hands to cloud-init as vendor-data.
+            "vendordata": sources.convert_vendordata(res.get("vendordata")),
         }
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": err(e)}
+
+
+def _state_summary(state):
+    # What the guest ends up with, independent of how the config was spelled.
+    ifaces = []
+    for i in state.iter_interfaces():
+        subnets = []
+        for sn in i.get("subnets", []):
+            subnets.append({
+                "type": sn.get("type"),
+                "address": sn.get("address"),
+                "prefix": sn.get("prefix"),
+                "gateway": sn.get("gateway"),
+                "dns_nameservers": sn.get("dns_nameservers", []),
+                "dns_search": sn.get("dns_search", []),
+                "routes": [
+                    {"network": r.get("network"), "prefix": r.get("prefix"), "gateway": r.get("gateway")}
+                    for r in sn.get("routes", [])
+                ],
+            })
+        ifaces.append({
+            "name": i.get("name"),
+            "mac": (i.get("mac_address") or "").lower() or None,
+            "mtu": i.get("mtu"),
+            "type": i.get("type"),
+            "accept-ra": i.get("accept-ra"),
+            "subnets": subnets,
+        })
+    return {
+        "interfaces": ifaces,
+        "dns": {"nameservers": list(state.dns_nameservers), "search": list(state.dns_searchdomains)},
+    }
+
+
+def network_render(item):
+    """Parse like cloud-init does, then render with its eni and netplan renderers."""
+    import os
+    import tempfile
+
+    from cloudinit.net import eni, netplan
+
+    try:
+        if item["format"] == "network_data":
+            nd = json.loads(item["text"])
+            macs = {
+                # Stand-in kernel names for the guest NICs (no guest here).
+                lk["ethernet_mac_address"].lower(): lk.get("name") or "kernelnic%d" % i
+                for i, lk in enumerate(nd.get("links", []))
+                if lk.get("ethernet_mac_address")
+            }
+            cfg = openstack.convert_net_json(copy.deepcopy(nd), known_macs=macs)
+        else:
+            cfg = util.load_yaml(item["text"], default=None)
+            if "network" in cfg and isinstance(cfg["network"], dict):
+                cfg = cfg["network"]
+        state = network_state.parse_net_config_data(cfg, skip_broken=False)
+        out = {"ok": True, "state": _state_summary(state)}
+        with tempfile.TemporaryDirectory() as tmp:
+            eni.Renderer({"eni_path": "etc/network/interfaces", "links_path_prefix": None}).render_network_state(
+                state, target=tmp
+            )
+            with open(os.path.join(tmp, "etc/network/interfaces")) as f:
+                out["eni"] = f.read()
+            netplan.Renderer({"netplan_path": "etc/netplan/50-cloud-init.yaml", "postcmds": False}).render_network_state(
+                state, target=tmp
+            )
+            with open(os.path.join(tmp, "etc/netplan/50-cloud-init.yaml")) as f:
+                out["netplan"] = f.read()
+        return out
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": err(e)}
+
+
+def password(item):
+    import crypt
+
+    try:
+        return {"ok": crypt.crypt(item["password"], item["hash"]) == item["hash"]}
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "error": err(e)}
 
@@ -140,6 +228,8 @@ def main():
         "networkConfigs": [dict(id=i["id"], **network_config(i)) for i in req.get("networkConfigs", [])],
         "noCloudDirs": [dict(id=i["id"], **nocloud_dir(i)) for i in req.get("noCloudDirs", [])],
         "configDrives": [dict(id=i["id"], **config_drive(i)) for i in req.get("configDrives", [])],
+        "networkRenders": [dict(id=i["id"], **network_render(i)) for i in req.get("networkRenders", [])],
+        "passwords": [dict(id=i["id"], **password(i)) for i in req.get("passwords", [])],
     }
     json.dump(out, sys.stdout)
 

@@ -1,0 +1,31 @@
+// Virtlet's user-data merge (Mirantis/virtlet pkg/utils/merge.go `Merge`):
+// mappings merge recursively, lists are concatenated (base then override),
+// and anything else — scalars, null, or two values of different kinds —
+// takes the override. This is not any cloud-init merger string (see
+// shared/specs.md B4), so it is done here, before cloud-init sees the data.
+import { isPlainObject } from './yaml.ts';
+
+export type MergeMode = 'merge' | 'overwrite';
+
+export function virtletMerge(base: unknown, override: unknown): unknown {
+  if (isPlainObject(base) && isPlainObject(override)) {
+    const out: Record<string, unknown> = { ...base };
+    for (const [k, v] of Object.entries(override)) {
+      if (!Object.hasOwn(base, k)) out[k] = v;
+      // Go's reflect.SetMapIndex with the invalid value that merging into a
+      // nil interface yields deletes the key: `key: null` removes a key.
+      else if (v === null) delete out[k];
+      else out[k] = virtletMerge(base[k], v);
+    }
+    return out;
+  }
+  if (Array.isArray(base) && Array.isArray(override)) return [...base, ...override];
+  return override;
+}
+
+// `userDataMerge: overwrite` (VirtletCloudInitUserDataOverwrite): top-level
+// keys of the override replace the base's whole.
+export function mergeCloudConfig(base: Record<string, unknown>, override: Record<string, unknown>, mode: MergeMode): Record<string, unknown> {
+  if (mode === 'overwrite') return { ...base, ...override };
+  return virtletMerge(base, override) as Record<string, unknown>;
+}
