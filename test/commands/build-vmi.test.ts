@@ -7,21 +7,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { PassThrough, Readable } from 'node:stream';
-import { main } from '../../src/main.ts';
+import { runCli } from '../support/cli.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { CORPUS_DIR, caseNames, readTree } from '../cloudinit/corpus-lib.ts';
 import { bsdtarExtract, tempDir } from '../disk/tools.ts';
 
 async function vmseed(argv: string[], cwd: string) {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  stdout.on('data', (c: Buffer) => out.push(c));
-  stderr.on('data', (c: Buffer) => err.push(c));
-  const code = await main(argv, { stdout, stderr, stdin: Readable.from([]), env: {}, cwd, stopSignal: new AbortController().signal });
-  return { code, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
+  const r = await runCli(argv, cwd);
+  return { ...r, out: r.out.toString() };
 }
 
 // Cases that change render options (options.json) are not what the CLI runs.

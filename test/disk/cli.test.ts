@@ -5,26 +5,14 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { PassThrough, Readable } from 'node:stream';
-import { main } from '../../src/main.ts';
+import { runCli } from '../support/cli.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { blkid, bsdtarExtract, HERE, tempDir } from './tools.ts';
 import { bigUserData } from './fixtures.ts';
 
 const MAIN = join(HERE, '..', '..', 'src', 'main.ts');
 
-async function vmseed(argv: string[], cwd: string, stdin = ''): Promise<{ code: number; out: Buffer; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  stdout.on('data', (c: Buffer) => out.push(c));
-  stderr.on('data', (c: Buffer) => err.push(c));
-  const code = await main(argv, {
-    stdout, stderr, stdin: Readable.from([Buffer.from(stdin)]), env: { SOURCE_DATE_EPOCH: '1767225600' }, cwd, stopSignal: new AbortController().signal,
-  });
-  return { code, out: Buffer.concat(out), err: Buffer.concat(err).toString() };
-}
+const vmseed = (argv: string[], cwd: string, stdin = '') => runCli(argv, cwd, { stdin, env: { SOURCE_DATE_EPOCH: '1767225600' } });
 
 test('build nocloud from files (user-data on stdin), default meta-data; inspect and --cat', async (t) => {
   const tmp = tempDir();
