@@ -1,0 +1,382 @@
+// The node status page: AgentStatusSnapshot in, HTML out. Pure (the render
+// time is passed in). Only fields declared in status-types.ts are read: a
+// snapshot object that carries anything more (a careless agent, a future
+// field) never leaks it, because projectSnapshot() copies field by field.
+import { createHash } from 'node:crypto';
+import type { AgentStatusSnapshot, StatusProblem, VmiState, VmiStatusRecord, WatchStatus } from '../agent/status-types.ts';
+import { esc, formatAgo, formatBytes, formatSeconds, formatTime } from './html.ts';
+import { renderLatencyChart } from './svg-chart.ts';
+
+export const VMI_STATES: readonly VmiState[] = ['error', 'warning', 'pending', 'ready', 'skipped'];
+
+export function parseStateFilter(value: string | null | undefined): VmiState | undefined {
+  return VMI_STATES.find((s) => s === value);
+}
+
+// ---- projection: the only way data gets from a snapshot to a response ----
+
+function str(v: unknown): string | undefined {
+  return typeof v === 'string' ? v : undefined;
+}
+function num(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+function defined<T extends object>(o: T): T {
+  for (const k of Object.keys(o) as Array<keyof T>) if (o[k] === undefined) delete o[k];
+  return o;
+}
+
+function projectProblem(p: StatusProblem): StatusProblem {
+  return defined({ code: p.code, message: String(p.message), kind: p.kind, field: str(p.field), at: String(p.at) });
+}
+
+export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
+  const inj = v.injection;
+  return defined({
+    namespace: String(v.namespace),
+    name: String(v.name),
+    uid: String(v.uid),
+    state: v.state,
+    datasource: v.datasource,
+    imagePath: str(v.imagePath),
+    imageBytes: num(v.imageBytes),
+    contentHash: str(v.contentHash),
+    generatedAt: str(v.generatedAt),
+    generationSeconds: num(v.generationSeconds),
+    files: v.files?.map((f) => ({ path: String(f.path), size: Number(f.size) })),
+    injection: inj
+      ? {
+          domain: String(inj.domain),
+          targetDev: String(inj.targetDev),
+          bus: inj.bus,
+          flags: inj.flags.map(String),
+          domainState: inj.domainState,
+          seededAfterBoot: Boolean(inj.seededAfterBoot),
+          resumed: Boolean(inj.resumed),
+          at: String(inj.at),
+        }
+      : undefined,
+    lastError: v.lastError ? projectProblem(v.lastError) : undefined,
+    warnings: (v.warnings ?? []).map(projectProblem),
+    retries: Number(v.retries ?? 0),
+    lastFetch: v.lastFetch
+      ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
+      : undefined,
+  });
+}
+
+function projectWatch(w: WatchStatus): WatchStatus {
+  return defined({
+    mode: w.mode,
+    synced: Boolean(w.synced),
+    connected: Boolean(w.connected),
+    stale: Boolean(w.stale),
+    restarts: Number(w.restarts),
+    lastEventAt: str(w.lastEventAt),
+    lastError: str(w.lastError),
+  });
+}
+
+export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
+  const config: Record<string, string | number | boolean> = {};
+  for (const [k, v] of Object.entries(s.config ?? {})) {
+    if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') config[k] = v;
+  }
+  return {
+    version: String(s.version),
+    nodeName: String(s.nodeName),
+    startedAt: String(s.startedAt),
+    config,
+    watch: projectWatch(s.watch),
+    queue: { depth: Number(s.queue.depth), inFlight: Number(s.queue.inFlight) },
+    vmis: s.vmis.map(projectVmi),
+    recentGenerations: s.recentGenerations.map((g) => ({ at: String(g.at), seconds: Number(g.seconds) })),
+  };
+}
+
+export function stateCounts(vmis: readonly VmiStatusRecord[]): Record<VmiState, number> {
+  const counts = Object.fromEntries(VMI_STATES.map((s) => [s, 0])) as Record<VmiState, number>;
+  for (const v of vmis) if (v.state in counts) counts[v.state]++;
+  return counts;
+}
+
+// What /status.json returns: the projected snapshot, the counts, and the
+// VMIs narrowed to the state filter when one is given.
+export function statusJson(s: AgentStatusSnapshot, filter: VmiState | undefined, now: Date) {
+  const p = projectSnapshot(s);
+  return {
+    generatedAt: now.toISOString(),
+    ...p,
+    counts: stateCounts(p.vmis),
+    filter: filter ?? null,
+    vmis: filter ? p.vmis.filter((v) => v.state === filter) : p.vmis,
+  };
+}
+
+// ---- page chrome ----
+
+// The one stylesheet, inline; its hash goes into the CSP so no
+// 'unsafe-inline' is needed.
+export const STYLE = `
+:root{--ready:#1a7f37;--ready-bg:#dafbe1;--warning:#9a6700;--warning-bg:#fff8c5;--error:#cf222e;--error-bg:#ffebe9;--pending:#0969da;--pending-bg:#ddf4ff;--skipped:#57606a;--skipped-bg:#eaeef2;--line:#d0d7de;--muted:#57606a}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1f2328;background:#f6f8fa}
+header{background:#1f2328;color:#fff;padding:10px 20px;display:flex;flex-wrap:wrap;gap:6px 24px;align-items:baseline}
+header h1{font-size:18px;margin:0}
+header .meta{color:#c9d1d9;font-size:13px}
+header a{color:#fff}
+main{padding:16px 20px;max-width:1600px}
+a{color:#0969da}
+.mono,code{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12.5px}
+.counts{display:flex;flex-wrap:wrap;gap:8px;margin:0 0 14px;padding:0;list-style:none}
+.counts a{display:block;padding:6px 14px;border:1px solid var(--line);border-radius:20px;background:#fff;text-decoration:none;color:#1f2328;font-weight:600}
+.counts a b{font-size:17px;margin-left:6px}
+.counts a.current{outline:3px solid #1f2328;outline-offset:1px}
+.counts a.s-error{color:var(--error);background:var(--error-bg);border-color:var(--error)}
+.counts a.s-warning{color:var(--warning);background:var(--warning-bg);border-color:var(--warning)}
+.counts a.s-ready{color:var(--ready);background:var(--ready-bg);border-color:var(--ready)}
+.counts a.s-pending{color:var(--pending);background:var(--pending-bg);border-color:var(--pending)}
+.counts a.s-skipped{color:var(--skipped);background:var(--skipped-bg);border-color:var(--skipped)}
+.counts a.zero{opacity:.55}
+.panels{display:flex;flex-wrap:wrap;gap:16px;margin-bottom:16px}
+.panel{background:#fff;border:1px solid var(--line);border-radius:6px;padding:10px 14px}
+.panel h2{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin:0 0 6px}
+.kv{border-collapse:collapse}
+.kv th{text-align:left;font-weight:500;color:var(--muted);padding:1px 12px 1px 0;vertical-align:top}
+.kv td{padding:1px 0}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:700;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+.b-ok{background:var(--ready-bg);color:var(--ready)}
+.b-bad{background:var(--error-bg);color:var(--error)}
+.b-warn{background:var(--warning-bg);color:var(--warning)}
+table.vmis{border-collapse:collapse;width:100%;background:#fff;border:1px solid var(--line)}
+table.vmis th{position:sticky;top:0;background:#eaeef2;text-align:left;padding:6px 8px;font-size:12px;color:#1f2328;border-bottom:1px solid var(--line);white-space:nowrap}
+table.vmis td{padding:6px 8px;border-bottom:1px solid #eaeef2;vertical-align:top}
+table.vmis tr.r-error td{background:#fff5f5}
+table.vmis tr.r-error td:first-child{box-shadow:inset 4px 0 var(--error)}
+table.vmis tr.r-warning td:first-child{box-shadow:inset 4px 0 var(--warning)}
+table.vmis tr.r-ready td:first-child{box-shadow:inset 4px 0 var(--ready)}
+table.vmis tr.r-pending td:first-child{box-shadow:inset 4px 0 var(--pending)}
+table.vmis tr.r-skipped td:first-child{box-shadow:inset 4px 0 var(--skipped)}
+.state{display:inline-block;min-width:68px;text-align:center;padding:2px 8px;border-radius:4px;font-weight:700;font-size:12px;text-transform:uppercase}
+.state-error{background:var(--error);color:#fff}
+.state-warning{background:#d4a72c;color:#1f2328}
+.state-ready{background:var(--ready);color:#fff}
+.state-pending{background:var(--pending);color:#fff}
+.state-skipped{background:var(--skipped-bg);color:var(--skipped)}
+.name{font-weight:600}
+.ns{color:var(--muted)}
+.err{color:var(--error)}
+.err code{font-weight:700}
+.warn{color:var(--warning)}
+.muted{color:var(--muted)}
+.num{text-align:right;white-space:nowrap}
+.nowrap{white-space:nowrap}
+.path{word-break:break-all}
+.empty{padding:24px;text-align:center;color:var(--muted);background:#fff;border:1px solid var(--line)}
+footer{padding:12px 20px;color:var(--muted);font-size:12px}
+`;
+
+export const STYLE_HASH = `sha256-${createHash('sha256').update(STYLE).digest('base64')}`;
+
+// Strict: nothing loads from anywhere, no script runs, the one stylesheet
+// is allowed by hash. img-src data: only for the empty favicon.
+export const CONTENT_SECURITY_POLICY = [
+  "default-src 'none'",
+  `style-src '${STYLE_HASH}'`,
+  'img-src data:',
+  "script-src 'none'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+interface PageOptions {
+  title: string;
+  refreshSeconds?: number;
+  header: string;
+  body: string;
+}
+
+function page(o: PageOptions): string {
+  // meta refresh reloads the same URL, query string included, so a state
+  // filter survives the refresh without any script.
+  const refresh = o.refreshSeconds ? `<meta http-equiv="refresh" content="${Math.max(1, Math.floor(o.refreshSeconds))}">` : '';
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">${refresh}
+<title>${esc(o.title)}</title><link rel="icon" href="data:,"><style>${STYLE}</style></head>
+<body><header>${o.header}</header><main>${o.body}</main></body></html>
+`;
+}
+
+function headerFor(s: AgentStatusSnapshot, now: Date): string {
+  return `<h1><a href="/status">vmseed</a> · node <span class="mono">${esc(s.nodeName)}</span></h1>
+<span class="meta">version ${esc(s.version)} · started ${esc(formatTime(s.startedAt))} (${esc(formatAgo(s.startedAt, now))}) · rendered ${esc(formatTime(now.toISOString()))}</span>`;
+}
+
+function yesNo(ok: boolean, good: string, bad: string): string {
+  return ok ? `<span class="badge b-ok">${esc(good)}</span>` : `<span class="badge b-bad">${esc(bad)}</span>`;
+}
+
+function watchPanel(w: WatchStatus, queue: AgentStatusSnapshot['queue'], now: Date): string {
+  const healthy = w.synced && w.connected && !w.stale;
+  return `<section class="panel" id="watch"><h2>Watch ${healthy ? '<span class="badge b-ok">healthy</span>' : '<span class="badge b-bad">unhealthy</span>'}</h2>
+<table class="kv">
+<tr><th>mode</th><td>${esc(w.mode)}</td></tr>
+<tr><th>synced</th><td>${yesNo(w.synced, 'synced', 'not synced')}</td></tr>
+<tr><th>connected</th><td>${yesNo(w.connected, 'connected', 'disconnected')}</td></tr>
+<tr><th>stale</th><td>${w.stale ? '<span class="badge b-bad">stale</span>' : '<span class="badge b-ok">fresh</span>'}</td></tr>
+<tr><th>restarts</th><td>${esc(w.restarts)}</td></tr>
+<tr><th>last event</th><td>${esc(formatTime(w.lastEventAt))} <span class="muted">${esc(formatAgo(w.lastEventAt, now))}</span></td></tr>
+${w.lastError ? `<tr><th>last error</th><td class="err">${esc(w.lastError)}</td></tr>` : ''}
+<tr><th>queue</th><td>${esc(queue.depth)} waiting · ${esc(queue.inFlight)} in flight</td></tr>
+</table></section>`;
+}
+
+function configPanel(config: Record<string, string | number | boolean>): string {
+  const rows = Object.keys(config)
+    .sort()
+    .map((k) => `<tr><th>${esc(k)}</th><td class="mono">${esc(config[k])}</td></tr>`)
+    .join('');
+  return `<section class="panel" id="config"><h2>Configuration</h2><table class="kv">${rows || '<tr><td class="muted">none</td></tr>'}</table></section>`;
+}
+
+function stateLabel(state: VmiState): string {
+  return `<span class="state state-${esc(state)}">${esc(state)}</span>`;
+}
+
+function shortHash(hash: string | undefined): string {
+  if (!hash) return '<span class="muted">—</span>';
+  return `<span class="mono" title="${esc(hash)}">${esc(hash.slice(0, 12))}${hash.length > 12 ? '…' : ''}</span>`;
+}
+
+export function vmiHref(v: Pick<VmiStatusRecord, 'namespace' | 'name'>): string {
+  return `/status/${encodeURIComponent(v.namespace)}/${encodeURIComponent(v.name)}`;
+}
+
+function problemHtml(p: StatusProblem, cls: string): string {
+  return `<div class="${cls}"><code>${esc(p.code)}</code>${p.field ? ` <span class="mono">(${esc(p.field)})</span>` : ''}: ${esc(p.message)}</div>`;
+}
+
+function injectionCell(v: VmiStatusRecord): string {
+  const i = v.injection;
+  if (!i) return '<span class="muted">—</span>';
+  return `<span class="mono">${esc(i.domain)} → ${esc(i.targetDev)}</span> <span class="muted">(${esc(i.bus)})</span><br><span class="muted">${esc(i.flags.join(' ') || 'no flags')} · ${esc(i.domainState)}${i.resumed ? ' · resumed' : ''}</span>`;
+}
+
+function seededAfterBootCell(v: VmiStatusRecord): string {
+  if (!v.injection) return '<span class="muted">—</span>';
+  return v.injection.seededAfterBoot ? '<span class="badge b-warn" title="the guest may have booted without its seed">yes</span>' : 'no';
+}
+
+// Errors first: the row someone is looking for at 3 a.m. is at the top.
+function sortVmis(vmis: VmiStatusRecord[]): VmiStatusRecord[] {
+  const rank = (s: VmiState) => VMI_STATES.indexOf(s);
+  return [...vmis].sort(
+    (a, b) => rank(a.state) - rank(b.state) || a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name),
+  );
+}
+
+function vmiRow(v: VmiStatusRecord, now: Date): string {
+  const problems = [
+    v.lastError ? problemHtml(v.lastError, 'err') : '',
+    ...v.warnings.map((w) => problemHtml(w, 'warn')),
+    v.retries > 0 ? `<div class="muted">${esc(v.retries)} retr${v.retries === 1 ? 'y' : 'ies'}</div>` : '',
+  ].join('');
+  return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}">
+<td>${stateLabel(v.state)}</td>
+<td><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
+<td>${esc(v.datasource ?? '—')}</td>
+<td class="mono path">${esc(v.imagePath ?? '—')}</td>
+<td class="num">${esc(formatBytes(v.imageBytes))}</td>
+<td>${shortHash(v.contentHash)}</td>
+<td class="nowrap">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
+<td class="num">${esc(formatSeconds(v.generationSeconds))}</td>
+<td>${injectionCell(v)}</td>
+<td>${seededAfterBootCell(v)}</td>
+<td class="problems">${problems || '<span class="muted">—</span>'}</td>
+</tr>`;
+}
+
+export interface StatusPageOptions {
+  now: Date;
+  filter?: VmiState;
+  refreshSeconds?: number;
+}
+
+export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusPageOptions): string {
+  const s = projectSnapshot(snapshot);
+  const { now, filter } = options;
+  const counts = stateCounts(s.vmis);
+  const pills = [
+    `<li><a href="/status" class="s-all${filter ? '' : ' current'}">all<b>${s.vmis.length}</b></a></li>`,
+    ...VMI_STATES.map(
+      (st) =>
+        `<li><a href="/status?state=${st}" class="s-${st}${counts[st] === 0 ? ' zero' : ''}${filter === st ? ' current' : ''}" data-state="${st}">${st}<b>${counts[st]}</b></a></li>`,
+    ),
+  ].join('');
+  const shown = sortVmis(filter ? s.vmis.filter((v) => v.state === filter) : s.vmis);
+  const table = shown.length
+    ? `<table class="vmis"><thead><tr><th>state</th><th>VMI</th><th>datasource</th><th>image</th><th>size</th><th>content hash</th><th>generated</th><th>gen. time</th><th>injection</th><th>seeded after boot</th><th>last error / warnings</th></tr></thead>
+<tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
+    : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
+  const body = `<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
+${table}
+<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a> · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a></footer>`;
+  return page({
+    title: `${counts.error > 0 ? `(${counts.error} error) ` : ''}vmseed · ${s.nodeName}`,
+    refreshSeconds: options.refreshSeconds,
+    header: headerFor(s, now),
+    body,
+  });
+}
+
+export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRecord, options: StatusPageOptions): string {
+  const s = projectSnapshot(snapshot);
+  const v = projectVmi(record);
+  const { now } = options;
+  const i = v.injection;
+  const row = (k: string, val: string) => `<tr><th>${esc(k)}</th><td>${val}</td></tr>`;
+  const files = v.files?.length
+    ? `<table class="vmis files"><thead><tr><th>file</th><th>size</th></tr></thead><tbody>${v.files
+        .map((f) => `<tr><td class="mono path">${esc(f.path)}</td><td class="num">${esc(formatBytes(f.size))} <span class="muted">(${esc(f.size)} B)</span></td></tr>`)
+        .join('')}</tbody></table>`
+    : '<div class="empty">no seed files recorded</div>';
+  const fetches = v.lastFetch && Object.keys(v.lastFetch).length
+    ? `<section class="panel"><h2>NoCloud HTTP fetches</h2><table class="kv">${Object.keys(v.lastFetch)
+        .sort()
+        .map((k) => row(k, `${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`))
+        .join('')}</table></section>`
+    : '';
+  const problems = [v.lastError ? problemHtml(v.lastError, 'err') + `<div class="muted">at ${esc(formatTime(v.lastError.at))}${v.lastError.kind ? ` · ${esc(v.lastError.kind)}` : ''}</div>` : '', ...v.warnings.map((w) => problemHtml(w, 'warn'))].join('');
+  const body = `<p><a href="/status">← all VMIs</a></p>
+<h2><span class="ns">${esc(v.namespace)}/</span><span class="name">${esc(v.name)}</span> ${stateLabel(v.state)}</h2>
+${problems ? `<section class="panel" id="problems"><h2>Problems</h2>${problems}</section><br>` : ''}
+<div class="panels">
+<section class="panel"><h2>Seed</h2><table class="kv">
+${row('uid', `<span class="mono">${esc(v.uid)}</span>`)}
+${row('datasource', esc(v.datasource ?? '—'))}
+${row('image', `<span class="mono path">${esc(v.imagePath ?? '—')}</span>`)}
+${row('size', `${esc(formatBytes(v.imageBytes))}${v.imageBytes !== undefined ? ` <span class="muted">(${esc(v.imageBytes)} B)</span>` : ''}`)}
+${row('content hash', `<span class="mono">${esc(v.contentHash ?? '—')}</span>`)}
+${row('generated', `${esc(formatTime(v.generatedAt))} <span class="muted">${esc(formatAgo(v.generatedAt, now))}</span>`)}
+${row('generation time', esc(formatSeconds(v.generationSeconds)))}
+${row('retries', esc(v.retries))}
+</table></section>
+<section class="panel"><h2>Injection</h2><table class="kv">
+${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', '<span class="muted">not injected</span>')}
+</table></section>
+${fetches}
+</div>
+<h3>Seed files</h3>
+${files}`;
+  return page({ title: `${v.namespace}/${v.name} · vmseed`, refreshSeconds: options.refreshSeconds, header: headerFor(s, now), body });
+}
+
+export function renderNotFoundPage(what: string): string {
+  return page({
+    title: 'not found · vmseed',
+    header: '<h1><a href="/status">vmseed</a></h1>',
+    body: `<div class="empty"><h2>Not found</h2><p>${esc(what)}</p><p><a href="/status">back to the status page</a></p></div>`,
+  });
+}
