@@ -11,6 +11,7 @@ export const ERROR_CODES = [
   'ISO_LABEL_INVALID',
   'ISO_TOO_LARGE',
   'ISO_NOT_AN_IMAGE',
+  'ISO_TIMESTAMP_INVALID',
   'STORE_KEY_INVALID',
   'STORE_IO_FAILED',
   // seed rendering (src/cloudinit)

@@ -5,6 +5,8 @@
 import type { Command, CliContext, ExitCode } from './commands/cli.ts';
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
+  build: { summary: 'write a NoCloud or ConfigDrive seed image from files', load: async () => (await import('./commands/build.ts')).build },
+  inspect: { summary: 'show the label, datasource and files of a seed image', load: async () => (await import('./commands/inspect.ts')).inspect },
 };
 
 function usage(): string {

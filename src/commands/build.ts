@@ -1,0 +1,159 @@
+// `vmseed build`: a seed image from files, like cloud-localds, without any
+// external tool. Options are parsed once with one table; each seed source
+// (today the files; later `--vmi vmi.yaml [--secret s.yaml ...]`) reads the
+// parsed values and returns a Seed, and the rest (image, output) is shared.
+import { readFile, writeFile, rename, unlink } from 'node:fs/promises';
+import { resolve, dirname, basename, join } from 'node:path';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { load } from 'js-yaml';
+import type { Command, CliContext, ExitCode } from './cli.ts';
+import { UsageError } from './cli.ts';
+import { DATASOURCES, type Datasource, type Seed } from '../cloudinit/seed.ts';
+import { VmseedError } from '../errors.ts';
+import { buildSeedImage } from '../disk/seed-image.ts';
+
+export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
+                    [--network-config F] [--vendor-data F] -o OUT.iso
+
+  F may be '-' for stdin (at most one). Without --meta-data, meta-data is
+  {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
+  {"uuid": "iid-local01"} (configdrive). meta-data may be JSON or YAML; it is
+  written as JSON with sorted keys. SOURCE_DATE_EPOCH fixes the timestamp.
+`;
+
+// One table for every mode, so a new mode adds its options beside these.
+export const BUILD_OPTIONS = {
+  datasource: { type: 'string', default: 'nocloud' },
+  'user-data': { type: 'string' },
+  'meta-data': { type: 'string' },
+  'network-config': { type: 'string' },
+  'vendor-data': { type: 'string' },
+  output: { type: 'string', short: 'o' },
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies ParseArgsConfig['options'];
+
+export type BuildValues = ReturnType<typeof parseBuildArgs>['values'];
+
+export function parseBuildArgs(argv: string[]) {
+  try {
+    return parseArgs({ args: argv, options: BUILD_OPTIONS, strict: true, allowPositionals: false });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+}
+
+// Reads a file argument; '-' is stdin, which can be consumed once.
+export class InputReader {
+  readonly ctx: CliContext;
+  #stdinUsedBy: string | undefined;
+
+  constructor(ctx: CliContext) {
+    this.ctx = ctx;
+  }
+
+  async read(option: string, file: string): Promise<Uint8Array> {
+    if (file === '-') {
+      if (this.#stdinUsedBy) throw new UsageError(`--${option} -: stdin is already used by --${this.#stdinUsedBy}`);
+      this.#stdinUsedBy = option;
+      const chunks: Buffer[] = [];
+      for await (const c of this.ctx.stdin) chunks.push(Buffer.isBuffer(c) ? c : Buffer.from(c));
+      return new Uint8Array(Buffer.concat(chunks));
+    }
+    try {
+      return new Uint8Array(await readFile(resolve(this.ctx.cwd, file)));
+    } catch (e) {
+      throw new UsageError(`--${option} ${file}: cannot read it (${(e as { code?: string }).code ?? 'error'})`);
+    }
+  }
+}
+
+function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = load(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch {
+    throw new VmseedError('METADATA_INVALID', '--meta-data: not valid JSON or YAML; it must be a mapping such as {"instance-id": "iid-local01"}', { field: 'meta-data' });
+  }
+  if (v === null || v === undefined) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw new VmseedError('METADATA_INVALID', '--meta-data: must be a mapping of keys to values, such as {"instance-id": "iid-local01"}', { field: 'meta-data' });
+  }
+  return v as Record<string, unknown>;
+}
+
+export async function seedFromFiles(values: BuildValues, datasource: Datasource, input: InputReader): Promise<Seed> {
+  const userFile = values['user-data'];
+  if (userFile === undefined) throw new UsageError('--user-data is required (use an empty file for none)');
+  const userData = await input.read('user-data', userFile);
+  const metaData = values['meta-data'] === undefined
+    ? datasource === 'configdrive' ? { uuid: 'iid-local01' } : { 'instance-id': 'iid-local01' }
+    : parseMetaData(await input.read('meta-data', values['meta-data']));
+  const seed: Seed = { datasource, metaData, userData, warnings: [] };
+  if (values['network-config'] !== undefined) seed.networkConfig = await input.read('network-config', values['network-config']);
+  if (values['vendor-data'] !== undefined) seed.vendorData = await input.read('vendor-data', values['vendor-data']);
+  return seed;
+}
+
+function timestampFrom(env: NodeJS.ProcessEnv): Date {
+  const epoch = env.SOURCE_DATE_EPOCH;
+  if (epoch !== undefined && /^\d+$/.test(epoch)) return new Date(Number(epoch) * 1000);
+  return new Date();
+}
+
+// The output replaces OUT atomically, so a VM pointed at it never reads half.
+async function writeOutput(path: string, bytes: Uint8Array): Promise<void> {
+  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}`);
+  try {
+    await writeFile(tmp, bytes, { mode: 0o644 });
+    await rename(tmp, path);
+  } catch (e) {
+    await unlink(tmp).catch(() => {});
+    throw e;
+  }
+}
+
+export const build: Command = async (ctx): Promise<ExitCode> => {
+  let values: BuildValues;
+  let seed: Seed;
+  try {
+    values = parseBuildArgs(ctx.argv).values;
+    if (values.help) {
+      ctx.stdout.write(BUILD_USAGE);
+      return 0;
+    }
+    const datasource = values.datasource as Datasource;
+    if (!DATASOURCES.includes(datasource)) throw new UsageError(`--datasource: '${values.datasource}' is not one of ${DATASOURCES.join(', ')}`);
+    if (values.output === undefined) throw new UsageError('-o OUT.iso is required');
+    const input = new InputReader(ctx);
+    // Seed sources: the files mode; a `--vmi` mode goes here beside it.
+    seed = await seedFromFiles(values, datasource, input);
+  } catch (e) {
+    return fail(ctx, e);
+  }
+  let image;
+  try {
+    image = buildSeedImage(seed, timestampFrom(ctx.env));
+  } catch (e) {
+    return fail(ctx, e);
+  }
+  const out = resolve(ctx.cwd, values.output!);
+  try {
+    await writeOutput(out, image.bytes);
+  } catch (e) {
+    ctx.stderr.write(`vmseed build: cannot write ${values.output} (${(e as { code?: string }).code ?? 'error'})\n`);
+    return 1;
+  }
+  ctx.stdout.write(`${values.output}: ${image.label}, ${image.bytes.length} bytes, ${image.files.map((f) => `${f.path} (${f.size})`).join(', ')}, sha256 ${image.sha256}\n`);
+  return 0;
+};
+
+function fail(ctx: CliContext, e: unknown): ExitCode {
+  if (e instanceof UsageError || e instanceof VmseedError) {
+    const prefix = e instanceof VmseedError ? `${e.code}: ` : '';
+    ctx.stderr.write(`vmseed build: ${prefix}${e.message}\n`);
+    return 2;
+  }
+  throw e;
+}
+
+export default build;

@@ -1,0 +1,244 @@
+// Seed images on the node: <root>/<namespace>/<name>/<uid>/<datasource>.iso.
+// Writes are atomic (temporary file in the same directory, write, fsync,
+// rename, fsync of the directory), so QEMU or a reader never sees a partial
+// image; temporaries left by a crash are removed by cleanupTemporaries() at
+// start. An identical image is not rewritten (its inode, and a running
+// guest's view of it, stay as they are).
+import * as nodeFs from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import type { Datasource } from '../cloudinit/seed.ts';
+import { DATASOURCES } from '../cloudinit/seed.ts';
+import { VmseedError } from '../errors.ts';
+
+export interface ImageKey {
+  namespace: string;
+  name: string;
+  uid: string;
+}
+
+export interface StoredImage extends ImageKey {
+  datasource: Datasource;
+  path: string;
+  size: number;
+}
+
+// The few node:fs/promises calls the store makes, so tests can inject faults.
+export interface StoreFileHandle {
+  writeFile(data: Uint8Array): Promise<void>;
+  sync(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface StoreFs {
+  open(path: string, flags: string, mode?: number): Promise<StoreFileHandle>;
+  readFile(path: string): Promise<Uint8Array>;
+  stat(path: string): Promise<{ size: number }>;
+  rename(from: string, to: string): Promise<void>;
+  unlink(path: string): Promise<void>;
+  mkdir(path: string, options: { recursive: true; mode?: number }): Promise<unknown>;
+  readdir(path: string): Promise<string[]>;
+  rmdir(path: string): Promise<void>;
+  chmod(path: string, mode: number): Promise<void>;
+}
+
+export interface ImageStoreOptions {
+  root: string;
+  fileMode?: number;
+  fs?: StoreFs;
+}
+
+const TMP_MARK = '.tmp-';
+// Kubernetes names: namespace is a DNS label, name a DNS subdomain, uid a
+// UUID. Anything else (slashes, '..', NUL) could leave the root.
+const NAMESPACE_RE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const NAME_RE = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
+
+function code(e: unknown): string | undefined {
+  return (e as { code?: string } | null)?.code;
+}
+
+export class ImageStore {
+  readonly root: string;
+  readonly fileMode: number;
+  readonly #fs: StoreFs;
+
+  constructor(options: ImageStoreOptions) {
+    this.root = options.root;
+    this.fileMode = options.fileMode ?? 0o640;
+    this.#fs = options.fs ?? (nodeFs as unknown as StoreFs);
+  }
+
+  dirFor(key: ImageKey): string {
+    const check = (field: keyof ImageKey, re: RegExp) => {
+      const v = key[field];
+      if (typeof v !== 'string' || !re.test(v) || v.includes('..')) {
+        throw new VmseedError('STORE_KEY_INVALID', `${field}: not a valid Kubernetes ${field} (it could name a path outside the image root); the VMI is skipped`, { field });
+      }
+    };
+    check('namespace', NAMESPACE_RE);
+    check('name', NAME_RE);
+    check('uid', UID_RE);
+    return join(this.root, key.namespace, key.name, key.uid);
+  }
+
+  pathFor(key: ImageKey, datasource: Datasource): string {
+    if (!DATASOURCES.includes(datasource)) {
+      throw new VmseedError('STORE_KEY_INVALID', `datasource: '${String(datasource)}' is not nocloud or configdrive`, { field: 'datasource' });
+    }
+    return join(this.dirFor(key), `${datasource}.iso`);
+  }
+
+  async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean } = {}): Promise<{ path: string; written: boolean }> {
+    const fsync = options.fsync ?? true;
+    const dir = this.dirFor(key);
+    const path = this.pathFor(key, datasource);
+    const fs = this.#fs;
+    return this.#io(`write ${path}`, async () => {
+      await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+      let written = false;
+      if (!(await this.#same(path, bytes))) {
+        const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${randomBytes(6).toString('hex')}`);
+        try {
+          const fh = await fs.open(tmp, 'wx', this.fileMode);
+          try {
+            await fh.writeFile(bytes);
+            if (fsync) await fh.sync();
+          } finally {
+            await fh.close();
+          }
+          // open()'s mode is filtered by the umask; the configured mode is a promise.
+          await fs.chmod(tmp, this.fileMode);
+          await fs.rename(tmp, path);
+        } catch (e) {
+          await fs.unlink(tmp).catch(() => {});
+          throw e;
+        }
+        if (fsync) await this.#syncDir(dir);
+        written = true;
+      }
+      // A datasource switch must not leave the other image behind.
+      for (const other of DATASOURCES) {
+        if (other === datasource) continue;
+        await fs.unlink(join(dir, `${other}.iso`)).catch((e) => {
+          if (code(e) !== 'ENOENT') throw e;
+        });
+      }
+      return { path, written };
+    });
+  }
+
+  async list(): Promise<StoredImage[]> {
+    const out: StoredImage[] = [];
+    const fs = this.#fs;
+    const ls = async (p: string): Promise<string[]> => {
+      try {
+        return (await fs.readdir(p)).sort();
+      } catch (e) {
+        if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return [];
+        throw e;
+      }
+    };
+    await this.#io(`list ${this.root}`, async () => {
+      for (const namespace of await ls(this.root)) {
+        for (const name of await ls(join(this.root, namespace))) {
+          for (const uid of await ls(join(this.root, namespace, name))) {
+            for (const file of await ls(join(this.root, namespace, name, uid))) {
+              const ds = file.endsWith('.iso') && !file.startsWith('.') ? (file.slice(0, -4) as Datasource) : undefined;
+              if (!ds || !DATASOURCES.includes(ds)) continue;
+              const path = join(this.root, namespace, name, uid, file);
+              const { size } = await fs.stat(path);
+              out.push({ namespace, name, uid, datasource: ds, path, size });
+            }
+          }
+        }
+      }
+    });
+    return out;
+  }
+
+  // Removes the VMI's images and its now-empty directories.
+  async remove(key: ImageKey): Promise<void> {
+    const dir = this.dirFor(key);
+    const fs = this.#fs;
+    await this.#io(`remove ${dir}`, async () => {
+      let files: string[];
+      try {
+        files = await fs.readdir(dir);
+      } catch (e) {
+        if (code(e) === 'ENOENT') return;
+        throw e;
+      }
+      for (const f of files) await fs.unlink(join(dir, f));
+      for (const d of [dir, join(this.root, key.namespace, key.name), join(this.root, key.namespace)]) {
+        try {
+          await fs.rmdir(d);
+        } catch (e) {
+          if (code(e) === 'ENOTEMPTY' || code(e) === 'EEXIST' || code(e) === 'ENOENT') break;
+          throw e;
+        }
+      }
+    });
+  }
+
+  // Deletes temporaries a crash left mid-write; run at start, before writes.
+  async cleanupTemporaries(): Promise<string[]> {
+    const removed: string[] = [];
+    const fs = this.#fs;
+    const visit = async (dir: string, depth: number): Promise<void> => {
+      let names: string[];
+      try {
+        names = await fs.readdir(dir);
+      } catch (e) {
+        if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return;
+        throw e;
+      }
+      for (const n of names.sort()) {
+        const p = join(dir, n);
+        if (depth === 3) {
+          if (n.startsWith('.') && n.includes(TMP_MARK)) {
+            await fs.unlink(p);
+            removed.push(p);
+          }
+        } else {
+          await visit(p, depth + 1);
+        }
+      }
+    };
+    await this.#io(`clean ${this.root}`, () => visit(this.root, 0));
+    return removed;
+  }
+
+  async #same(path: string, bytes: Uint8Array): Promise<boolean> {
+    try {
+      const st = await this.#fs.stat(path);
+      if (st.size !== bytes.length) return false;
+      return Buffer.from(await this.#fs.readFile(path)).equals(bytes);
+    } catch (e) {
+      if (code(e) === 'ENOENT') return false;
+      throw e;
+    }
+  }
+
+  async #syncDir(dir: string): Promise<void> {
+    const fh = await this.#fs.open(dir, 'r');
+    try {
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+  }
+
+  async #io<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      if (e instanceof VmseedError) throw e;
+      throw new VmseedError('STORE_IO_FAILED', `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`, {
+        kind: 'retryable',
+        cause: e,
+      });
+    }
+  }
+}
