@@ -1,0 +1,127 @@
+// Events about a VMI, like client-go's recorder: one core/v1 Event per
+// distinct (object, type, reason, message); a repeat bumps `count` and
+// `lastTimestamp` on that Event with a PATCH instead of writing a new one.
+// Recording never throws and never blocks a reconcile.
+import type { Logger } from 'pino';
+import type { VmiObject } from '../cloudinit/kube-types.ts';
+import type { KubeApi } from './kube-api.ts';
+
+export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning';
+export type EventType = 'Normal' | 'Warning';
+
+export interface EventRecorder {
+  record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void;
+  // Wait for pending API calls (graceful stop, tests).
+  flush(): Promise<void>;
+}
+
+// Local mode: no Events API, the log is where they go.
+export class LogEventRecorder implements EventRecorder {
+  readonly #log: Logger;
+
+  constructor(logger: Logger) {
+    this.#log = logger;
+  }
+
+  record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void {
+    const fields = { namespace: vmi.metadata.namespace ?? '', name: vmi.metadata.name, reason, eventType: type };
+    if (type === 'Warning') this.#log.warn(fields, message);
+    else this.#log.info(fields, message);
+  }
+
+  async flush(): Promise<void> {}
+}
+
+interface Seen {
+  name: string;
+  namespace: string;
+  count: number;
+}
+
+const MAX_CACHED = 4096;
+
+export class KubeEventRecorder implements EventRecorder {
+  readonly #api: KubeApi;
+  readonly #log: Logger;
+  readonly #component: string;
+  readonly #host: string;
+  readonly #now: () => Date;
+  readonly #seen = new Map<string, Seen>();
+  readonly #pending = new Set<Promise<void>>();
+  // Calls for one aggregate run in order, so counts go up one by one.
+  readonly #chains = new Map<string, Promise<void>>();
+
+  constructor(options: { api: KubeApi; logger: Logger; host: string; now?: () => Date }) {
+    this.#api = options.api;
+    this.#log = options.logger;
+    this.#component = 'vmseed';
+    this.#host = options.host;
+    this.#now = options.now ?? (() => new Date());
+  }
+
+  record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void {
+    const ns = vmi.metadata.namespace ?? 'default';
+    const aggKey = [vmi.metadata.uid ?? '', ns, vmi.metadata.name, type, reason, message].join('\u0000');
+    const at = this.#now();
+    const prev = this.#chains.get(aggKey) ?? Promise.resolve();
+    const p = prev
+      .then(() => this.#send(aggKey, vmi, ns, type, reason, message, at))
+      .catch((e: unknown) => {
+        this.#log.warn({ err: { message: (e as Error).message }, namespace: ns, name: vmi.metadata.name, reason }, 'could not record Event');
+      });
+    this.#chains.set(aggKey, p);
+    this.#pending.add(p);
+    void p.finally(() => {
+      this.#pending.delete(p);
+      if (this.#chains.get(aggKey) === p) this.#chains.delete(aggKey);
+    });
+  }
+
+  async flush(): Promise<void> {
+    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
+  }
+
+  async #send(aggKey: string, vmi: VmiObject, ns: string, type: EventType, reason: EventReason, message: string, at: Date): Promise<void> {
+    const ts = at.toISOString().replace(/\.\d+Z$/, 'Z');
+    const seen = this.#seen.get(aggKey);
+    if (seen) {
+      const path = `/api/v1/namespaces/${encodeURIComponent(seen.namespace)}/events/${encodeURIComponent(seen.name)}`;
+      const res = await this.#api.request('PATCH', path, { count: seen.count + 1, lastTimestamp: ts }, 'application/strategic-merge-patch+json');
+      if (res.status === 200) {
+        seen.count++;
+        return;
+      }
+      if (res.status !== 404) throw new Error(`PATCH Event answered ${res.status}`);
+      this.#seen.delete(aggKey);
+    }
+    // Unique name the way client-go makes it: object name + hex nanoseconds.
+    const name = `${vmi.metadata.name}.${(BigInt(at.getTime()) * 1_000_000n + BigInt(this.#seen.size % 1_000_000)).toString(16)}`;
+    const event = {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name, namespace: ns },
+      involvedObject: {
+        apiVersion: 'kubevirt.io/v1',
+        kind: 'VirtualMachineInstance',
+        namespace: ns,
+        name: vmi.metadata.name,
+        uid: vmi.metadata.uid,
+        resourceVersion: vmi.metadata.resourceVersion,
+      },
+      reason,
+      message,
+      type,
+      count: 1,
+      firstTimestamp: ts,
+      lastTimestamp: ts,
+      source: { component: this.#component, host: this.#host },
+      reportingComponent: this.#component,
+      reportingInstance: this.#host,
+    };
+    const path = `/api/v1/namespaces/${encodeURIComponent(ns)}/events`;
+    const res = await this.#api.request('POST', path, event);
+    if (res.status !== 201 && res.status !== 200) throw new Error(`POST Event answered ${res.status}`);
+    if (this.#seen.size >= MAX_CACHED) this.#seen.delete(this.#seen.keys().next().value!);
+    this.#seen.set(aggKey, { name, namespace: ns, count: 1 });
+  }
+}

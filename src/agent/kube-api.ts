@@ -1,0 +1,74 @@
+// A small JSON client for the few Kubernetes calls the agent makes (list
+// VMIs, get Secret/ConfigMap, create/patch Event), using the kubeconfig's
+// server, TLS and credentials exactly as client-node's Watch does.
+import { fetch } from 'undici';
+import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
+import { VmseedError } from '../errors.ts';
+
+export interface KubeResponse {
+  status: number;
+  body: unknown;
+}
+
+export interface KubeApi {
+  request(method: 'GET' | 'POST' | 'PATCH', path: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
+}
+
+export function loadKubeConfig(kubeconfig: string | undefined): KubeConfig {
+  const kc = new KubeConfig();
+  if (kubeconfig) kc.loadFromFile(kubeconfig);
+  else kc.loadFromCluster();
+  return kc;
+}
+
+export class KubeConfigApi implements KubeApi {
+  readonly #kc: KubeConfig;
+  readonly #timeoutMs: number;
+
+  constructor(kc: KubeConfig, options: { timeoutMs?: number } = {}) {
+    this.#kc = kc;
+    this.#timeoutMs = options.timeoutMs ?? 30_000;
+  }
+
+  async request(method: 'GET' | 'POST' | 'PATCH', path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
+    const cluster = this.#kc.getCurrentCluster();
+    if (!cluster) throw new VmseedError('KUBE_API_ERROR', 'kubeconfig has no current cluster; check --kubeconfig', { kind: 'terminal' });
+    const ctx = new RequestContext(cluster.server + path, HttpMethod[method]);
+    let res;
+    try {
+      await this.#kc.applySecurityAuthentication(ctx);
+      const headers = { ...(ctx.getHeaders() as Record<string, string>), accept: 'application/json' } as Record<string, string>;
+      if (body !== undefined) headers['content-type'] = contentType;
+      res = await fetch(ctx.getUrl(), {
+        method,
+        headers,
+        dispatcher: ctx.getDispatcher() as never,
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+        signal: AbortSignal.timeout(this.#timeoutMs),
+      });
+    } catch (e) {
+      throw new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${(e as Error).name}; will retry`, {
+        kind: 'retryable',
+        cause: e,
+      });
+    }
+    const text = await res.text();
+    let parsed: unknown = undefined;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    return { status: res.status, body: parsed };
+  }
+}
+
+// 5xx and 429 are the server's trouble and pass; the rest are ours.
+export function statusError(method: string, path: string, status: number): VmseedError {
+  const retryable = status >= 500 || status === 429;
+  return new VmseedError(
+    retryable ? 'KUBE_API_UNAVAILABLE' : 'KUBE_API_ERROR',
+    `Kubernetes API answered ${status} to ${method} ${path.split('?')[0]}${status === 403 ? '; check the agent ClusterRole' : ''}`,
+    { kind: retryable || status === 403 ? 'retryable' : 'terminal' },
+  );
+}
