@@ -1,0 +1,196 @@
+// The injector against the real libvirtd + QEMU (TCG). Domains have no OS:
+// enough for attach (any state) and for detach of a config-only disk or a
+// SCSI CD-ROM; the virtio live detach runs a real guest (libvirt-guest test).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VirshInjector } from '../src/libvirt/injector.ts';
+import { VmseedError } from '../src/errors.ts';
+import type { InjectionTarget } from '../src/libvirt/types.ts';
+import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
+
+let dir: string;
+const domains: string[] = [];
+
+before(async () => {
+  await ensureLibvirtd();
+  dir = mkdtempSync(join(tmpdir(), 'vmseed-e2e-libvirt-'));
+});
+
+after(async () => {
+  for (const d of domains) await destroyDomain(d);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function seedFile(label: string): string {
+  const p = join(dir, `${label}.iso`);
+  writeFileSync(p, Buffer.alloc(64 * 1024, label));
+  return p;
+}
+
+function target(name: string, annotations: Record<string, string> = {}): InjectionTarget {
+  return { namespace: 'e2e', name, uid: `uid-${name}`, datasource: 'nocloud', annotations };
+}
+
+async function newDomain(prefix: string, opts: { start?: 'running' | 'paused' | 'no'; scsi?: boolean; transient?: boolean } = {}): Promise<{ name: string; domain: string }> {
+  const name = uniqueName(prefix);
+  const domain = `e2e_${name}`;
+  domains.push(domain);
+  const xml = emptyDomainXml({ name: domain, scsiController: opts.scsi });
+  if (opts.transient) {
+    await defineDomain(xml, 'create');
+    if (opts.start === 'paused') await virsh('suspend', domain);
+    return { name, domain };
+  }
+  await defineDomain(xml);
+  if (opts.start === 'running') await virsh('start', domain);
+  if (opts.start === 'paused') await virsh('start', '--paused', domain);
+  return { name, domain };
+}
+
+test('running persistent domain: attach --live --config, seeded after boot; second run changes nothing', async () => {
+  const { name, domain } = await newDomain('run', { start: 'running' });
+  const seed = seedFile(`a-${name}`);
+  const inj = new VirshInjector();
+  const r = await inj.inject(target(name), seed);
+  assert.equal(r.action, 'attached');
+  assert.equal(r.domain, domain);
+  assert.deepEqual(r.flags, ['--live', '--config']);
+  assert.equal(r.domainState, 'running');
+  assert.equal(r.persistent, true);
+  assert.equal(r.seededAfterBoot, true);
+  assert.equal(r.resumed, false);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
+  assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
+  const xml = await virsh('dumpxml', domain);
+  assert.match(xml, /<alias name='ua-vmseed'\/>/);
+  assert.match(xml, /<readonly\/>/);
+
+  const again = await inj.inject(target(name), seed);
+  assert.equal(again.action, 'none');
+  assert.equal(again.targetDev, r.targetDev);
+  assert.equal(again.seededAfterBoot, false);
+  assert.equal((await domblklist(domain)).length, 1);
+  assert.equal((await domblklist(domain, true)).length, 1);
+});
+
+test('paused domain with resume-after-seed: attached live, then resumed by the seed gate', async () => {
+  const { name, domain } = await newDomain('paused', { start: 'paused' });
+  const seed = seedFile(`p-${name}`);
+  const r = await new VirshInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'true' }), seed);
+  assert.equal(r.action, 'attached');
+  assert.equal(r.domainState, 'paused');
+  assert.deepEqual(r.flags, ['--live', '--config']);
+  assert.equal(r.resumed, true);
+  assert.equal(r.seededAfterBoot, false);
+  assert.equal(await domstate(domain), 'running');
+  assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
+});
+
+test('paused domain without the annotation stays paused', async () => {
+  const { name, domain } = await newDomain('nogate', { start: 'paused' });
+  const r = await new VirshInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'false' }), seedFile(`n-${name}`));
+  assert.equal(r.action, 'attached');
+  assert.equal(r.resumed, false);
+  assert.equal(await domstate(domain), 'paused');
+});
+
+test('shut-off persistent domain: --config only, the disk is there at the next start', async () => {
+  const { name, domain } = await newDomain('off');
+  const seed = seedFile(`o-${name}`);
+  const inj = new VirshInjector();
+  const r = await inj.inject(target(name), seed);
+  assert.equal(r.action, 'attached');
+  assert.deepEqual(r.flags, ['--config']);
+  assert.equal(r.domainState, 'shutoff');
+  assert.equal(r.seededAfterBoot, false);
+  assert.deepEqual((await domblklist(domain, true)).map((b) => b.source), [seed]);
+  await virsh('start', '--paused', domain);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
+  // Started from a config that already has it: nothing left to do.
+  assert.equal((await inj.inject(target(name), seed)).action, 'none');
+});
+
+test('shut-off domain: seed changed → source replaced; eject → gone from the config', async () => {
+  const { name, domain } = await newDomain('chg');
+  const inj = new VirshInjector();
+  const first = seedFile(`c1-${name}`);
+  const second = seedFile(`c2-${name}`);
+  await inj.inject(target(name), first);
+  const r = await inj.inject(target(name), second);
+  assert.equal(r.action, 'replaced');
+  assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'disk', target: r.targetDev, source: second }]);
+  const e = await inj.eject(target(name));
+  assert.equal(e.action, 'detached');
+  assert.deepEqual(await domblklist(domain, true), []);
+  assert.equal((await inj.eject(target(name))).action, 'none');
+});
+
+test('picks a free target next to an existing disk', async () => {
+  const name = uniqueName('busy');
+  const domain = `e2e_${name}`;
+  domains.push(domain);
+  const other = seedFile(`other-${name}`);
+  await defineDomain(emptyDomainXml({
+    name: domain,
+    extraDevices: `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='${other}'/><target dev='vda' bus='virtio'/></disk>`,
+  }));
+  const r = await new VirshInjector().inject(target(name), seedFile(`b-${name}`));
+  assert.equal(r.targetDev, 'vdb');
+  assert.deepEqual((await domblklist(domain, true)).map((b) => b.target), ['vda', 'vdb']);
+});
+
+test('transient running domain: --live only, never --config', async () => {
+  const { name, domain } = await newDomain('trans', { transient: true });
+  const seed = seedFile(`t-${name}`);
+  const r = await new VirshInjector().inject(target(name), seed);
+  assert.equal(r.persistent, false);
+  assert.deepEqual(r.flags, ['--live']);
+  assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
+});
+
+test('SCSI CD-ROM mode on a virtio-scsi controller: attach, replace and detach on a running domain', async () => {
+  const { name, domain } = await newDomain('scsi', { start: 'running', scsi: true });
+  const inj = new VirshInjector({ bus: 'scsi' });
+  const first = seedFile(`s1-${name}`);
+  const r = await inj.inject(target(name), first);
+  assert.equal(r.action, 'attached');
+  assert.equal(r.bus, 'scsi');
+  assert.equal(r.targetDev, 'sda');
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: first }]);
+  assert.match(await virsh('dumpxml', domain), /<disk type='file' device='cdrom'>[\s\S]*<target dev='sda' bus='scsi'\/>[\s\S]*<alias name='ua-vmseed'\/>/);
+
+  const second = seedFile(`s2-${name}`);
+  const r2 = await inj.inject(target(name), second);
+  assert.equal(r2.action, 'replaced');
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: second }]);
+
+  assert.equal((await inj.eject(target(name))).action, 'detached');
+  assert.deepEqual(await domblklist(domain), []);
+  assert.deepEqual(await domblklist(domain, true), []);
+});
+
+test('domain missing: DOMAIN_NOT_FOUND, retryable; eject of a missing domain is a no-op', async () => {
+  const name = uniqueName('missing');
+  const inj = new VirshInjector();
+  await assert.rejects(inj.inject(target(name), seedFile(`m-${name}`)), (e: unknown) => {
+    assert.ok(e instanceof VmseedError);
+    assert.equal(e.code, 'DOMAIN_NOT_FOUND');
+    assert.equal(e.retryable, true);
+    return true;
+  });
+  assert.equal((await inj.eject(target(name))).action, 'none');
+});
+
+test('seed file missing: SEED_FILE_NOT_ACCESSIBLE with the image path template applied', async () => {
+  const { name } = await newDomain('nofile', { start: 'paused' });
+  const inj = new VirshInjector({ imagePathTemplate: '/nonexistent/vmseed/{namespace}/{name}/{basename}' });
+  await assert.rejects(inj.inject(target(name), seedFile(`x-${name}`)), (e: unknown) => {
+    assert.ok(e instanceof VmseedError);
+    assert.equal(e.code, 'SEED_FILE_NOT_ACCESSIBLE');
+    assert.match(e.message, new RegExp(`/nonexistent/vmseed/e2e/${name}/x-${name}\\.iso`));
+    return true;
+  });
+});

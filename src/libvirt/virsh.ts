@@ -1,0 +1,208 @@
+// Runs virsh safely: no shell, argument arrays, a timeout that kills the
+// whole process group (a wrapper script's children too), bounded output, and
+// virsh's `error:` lines turned into stable VmseedError codes.
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VmseedError, type ErrorCode, type ErrorKind } from '../errors.ts';
+
+export interface SpawnOptions {
+  timeoutMs: number;
+  maxOutputBytes: number;
+  stdin?: string;
+  env?: Record<string, string | undefined>;
+}
+
+export interface SpawnResult {
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  outputTruncated: boolean;
+  // The executable could not be started (ENOENT/EACCES).
+  spawnError?: 'not-found' | 'not-executable';
+}
+
+// The only place a process is started; tests pass a fake.
+export interface ProcessSpawner {
+  run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult>;
+}
+
+export class NodeProcessSpawner implements ProcessSpawner {
+  run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
+    return new Promise((resolve) => {
+      // detached: the child leads its own process group, so the timeout can
+      // kill everything it started (no orphaned `sleep` under a wrapper).
+      const child = spawn(file, args, {
+        shell: false,
+        detached: true,
+        stdio: ['pipe', 'pipe', 'pipe'],
+        env: options.env as NodeJS.ProcessEnv | undefined,
+      });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      let size = 0;
+      let timedOut = false;
+      let truncated = false;
+      let settled = false;
+      const killGroup = () => {
+        if (child.pid === undefined) return;
+        try { process.kill(-child.pid, 'SIGKILL'); } catch { /* already gone */ }
+      };
+      const collect = (bucket: Buffer[]) => (chunk: Buffer) => {
+        if (truncated) return;
+        size += chunk.length;
+        if (size > options.maxOutputBytes) {
+          truncated = true;
+          killGroup();
+          return;
+        }
+        bucket.push(chunk);
+      };
+      child.stdout!.on('data', collect(out));
+      child.stderr!.on('data', collect(err));
+      child.stdin!.on('error', () => { /* the child may exit before reading */ });
+      child.stdin!.end(options.stdin ?? '');
+      const timer = setTimeout(() => {
+        timedOut = true;
+        killGroup();
+      }, options.timeoutMs);
+      const finish = (r: Partial<SpawnResult>) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve({
+          exitCode: null,
+          signal: null,
+          stdout: Buffer.concat(out).toString('utf8'),
+          stderr: Buffer.concat(err).toString('utf8'),
+          timedOut,
+          outputTruncated: truncated,
+          ...r,
+        });
+      };
+      child.on('error', (e: NodeJS.ErrnoException) => {
+        finish({ spawnError: e.code === 'EACCES' ? 'not-executable' : 'not-found' });
+      });
+      // 'close' waits for the pipes: after a group kill they close too.
+      child.on('close', (code, signal) => {
+        // Reap anything left in the group even on a normal exit of the leader.
+        if (timedOut || truncated) killGroup();
+        finish({ exitCode: code, signal });
+      });
+    });
+  }
+}
+
+export interface VirshOptions {
+  virshPath: string;
+  uri: string;
+  timeoutMs: number;
+  maxOutputBytes: number;
+  spawner?: ProcessSpawner;
+}
+
+// Stands in an argument list for the path of a file holding `xml`.
+// (virsh cannot read /dev/stdin when stdin is a socket, as Node's pipes are.)
+export const XML_FILE = Symbol('xml-file');
+export type VirshArg = string | typeof XML_FILE;
+
+export interface VirshCallOptions {
+  xml?: string;
+}
+
+interface Rule {
+  test: RegExp;
+  code: ErrorCode;
+  kind: ErrorKind;
+  hint: string;
+}
+
+// Matched against virsh's `error:` lines (LC_ALL=C), in order. Sources:
+// specs.md part B §6, each message checked on libvirt 9.0.
+const RULES: Rule[] = [
+  { test: /failed to connect to the hypervisor|Failed to connect socket/, code: 'LIBVIRT_UNREACHABLE', kind: 'retryable', hint: 'libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry' },
+  { test: /failed to get domain '|Domain not found/, code: 'DOMAIN_NOT_FOUND', kind: 'retryable', hint: 'the domain is not defined yet; will retry' },
+  { test: /target '?\S+?'? duplicated|target \S+ already exists/, code: 'TARGET_IN_USE', kind: 'retryable', hint: 'another disk uses that target (or a detach is still pending); will retry' },
+  { test: /non unique alias detected/, code: 'ALIAS_IN_USE', kind: 'retryable', hint: 'a disk with our alias is already there (or a detach is still pending); will retry' },
+  { test: /Cannot access storage file/, code: 'SEED_FILE_NOT_ACCESSIBLE', kind: 'retryable', hint: 'libvirt cannot open the seed image; check the image path template and that the image directory is mounted where the domain runs' },
+  { test: /transient domains do not have any persistent config/, code: 'DOMAIN_TRANSIENT', kind: 'terminal', hint: 'the domain is transient; do not use --config on it' },
+  { test: /device not found|no device found with alias/, code: 'DEVICE_NOT_FOUND', kind: 'retryable', hint: 'the disk is not on the domain' },
+];
+
+export function errorLines(stderr: string): string[] {
+  return stderr
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.startsWith('error:'))
+    .map((l) => l.slice('error:'.length).trim());
+}
+
+// The most specific line decides: virsh prints a generic `Failed to attach
+// device from X` first and libvirt's reason after it.
+export function classifyVirshError(stderr: string, command: string): VmseedError {
+  const lines = errorLines(stderr);
+  const detail = (lines.length ? lines.join('; ') : stderr.trim().split('\n').pop() ?? '').slice(0, 500);
+  for (const line of [...lines].reverse()) {
+    for (const r of RULES) {
+      if (r.test.test(line)) {
+        return new VmseedError(r.code, `virsh ${command}: ${detail}; ${r.hint}`, { kind: r.kind });
+      }
+    }
+  }
+  return new VmseedError('VIRSH_FAILED', `virsh ${command} failed: ${detail || 'no error message'}; see the libvirtd log`, { kind: 'retryable' });
+}
+
+export class Virsh {
+  readonly virshPath: string;
+  readonly uri: string;
+  readonly timeoutMs: number;
+  readonly maxOutputBytes: number;
+  readonly #spawner: ProcessSpawner;
+
+  constructor(options: VirshOptions) {
+    this.virshPath = options.virshPath;
+    this.uri = options.uri;
+    this.timeoutMs = options.timeoutMs;
+    this.maxOutputBytes = options.maxOutputBytes;
+    this.#spawner = options.spawner ?? new NodeProcessSpawner();
+  }
+
+  // Runs `virsh -c URI ARGS...`, returns stdout, throws a typed VmseedError.
+  async run(args: readonly VirshArg[], options: VirshCallOptions = {}): Promise<string> {
+    if (!args.includes(XML_FILE)) return this.#run(args as string[]);
+    if (options.xml === undefined) throw new VmseedError('INTERNAL', 'virsh call with XML_FILE but no xml', { kind: 'terminal' });
+    // A private directory (0700) per call: no other user can swap the file.
+    const dir = await mkdtemp(join(tmpdir(), 'vmseed-virsh-'));
+    try {
+      const file = join(dir, 'device.xml');
+      await writeFile(file, options.xml, { mode: 0o600 });
+      return await this.#run(args.map((a) => (a === XML_FILE ? file : a)));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  async #run(args: readonly string[]): Promise<string> {
+    const command = args[0] ?? '';
+    const r = await this.#spawner.run(this.virshPath, ['-q', '-c', this.uri, ...args], {
+      timeoutMs: this.timeoutMs,
+      maxOutputBytes: this.maxOutputBytes,
+      // English messages, so classification works whatever the host locale.
+      env: { ...process.env, LC_ALL: 'C', LANG: 'C' },
+    });
+    if (r.spawnError) {
+      throw new VmseedError('VIRSH_NOT_FOUND', `cannot run virsh at '${this.virshPath}' (${r.spawnError}); install libvirt-clients or fix --virsh-path`, { kind: 'terminal', field: 'virshPath' });
+    }
+    if (r.timedOut) {
+      throw new VmseedError('VIRSH_TIMEOUT', `virsh ${command} did not finish within ${this.timeoutMs} ms and was killed; libvirtd may be stuck; will retry`, { kind: 'retryable' });
+    }
+    if (r.outputTruncated) {
+      throw new VmseedError('VIRSH_FAILED', `virsh ${command} wrote more than ${this.maxOutputBytes} bytes and was killed; raise the output limit`, { kind: 'retryable' });
+    }
+    if (r.exitCode !== 0) throw classifyVirshError(r.stderr, command);
+    return r.stdout;
+  }
+}
