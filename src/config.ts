@@ -24,7 +24,8 @@ export interface Config {
   libvirt: {
     mode: LibvirtMode;
     virshPath: string;
-    // Templates: {namespace}, {name}, {uid} are substituted per VMI.
+    // Templates: {namespace}, {name}, {uid}, {datasource} per VMI; the image
+    // path also {path} (the agent's) and {basename}.
     uri: string;
     domainName: string;
     imagePathInDomain: string;
@@ -86,7 +87,7 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --virsh-path PATH           (default virsh)
   --libvirt-uri TEMPLATE      (default qemu:///system)
   --domain-name TEMPLATE      libvirt domain of a VMI (default {namespace}_{name}, as KubeVirt names them)
-  --image-path-in-domain TEMPLATE  image path as the domain sees it (default: the path on this host)
+  --image-path-in-domain TEMPLATE  image path as the domain sees it (default {path}, the path on this host)
   --disk-bus virtio|scsi      bus of the seed disk (default virtio)
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
@@ -126,18 +127,16 @@ export function parseListen(text: string, flag = 'listen'): { host: string; port
   return { host: m[1] ?? (m[2] || '0.0.0.0'), port };
 }
 
-function checkTemplate(text: string, flag: string): string {
+const VMI_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource'];
+
+function checkTemplate(text: string, flag: string, allowed = VMI_PLACEHOLDERS): string {
   for (const [, name] of text.matchAll(/\{([^}]*)\}/g)) {
-    if (!['namespace', 'name', 'uid'].includes(name!)) {
-      throw new ConfigError(`--${flag}: unknown placeholder {${name}}; use {namespace}, {name} or {uid}`);
+    if (!allowed.includes(name!)) {
+      throw new ConfigError(`--${flag}: unknown placeholder {${name}}; use ${allowed.map((a) => `{${a}}`).join(', ')}`);
     }
   }
   if (text.trim() === '') throw new ConfigError(`--${flag}: must not be empty`);
   return text;
-}
-
-export function expandTemplate(template: string, v: { namespace: string; name: string; uid: string }): string {
-  return template.replace(/\{(namespace|name|uid)\}/g, (_, k: 'namespace' | 'name' | 'uid') => v[k]);
 }
 
 // Returns undefined when --help was asked for.
@@ -181,7 +180,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
       virshPath: get('virsh-path') ?? 'virsh',
       uri: checkTemplate(get('libvirt-uri') ?? 'qemu:///system', 'libvirt-uri'),
       domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),
-      imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? '', 'image-path-in-domain'),
+      imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? '{path}', 'image-path-in-domain', [...VMI_PLACEHOLDERS, 'path', 'basename']),
       diskBus: oneOf(get('disk-bus') ?? 'virtio', 'disk-bus', ['virtio', 'scsi'] as const),
       virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
     },

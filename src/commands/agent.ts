@@ -1,0 +1,137 @@
+// `vmseed agent`: the DaemonSet process (cluster mode) or the embedded
+// default on a directory of manifests (`--local DIR`).
+import { mkdir } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { pino, type Logger } from 'pino';
+import { renderSeed } from '../cloudinit/render.ts';
+import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from '../config.ts';
+import { buildSeedImage } from '../disk/seed-image.ts';
+import { ImageStore } from '../disk/store.ts';
+import { asVmseedError } from '../errors.ts';
+import { VirshInjector } from '../libvirt/injector.ts';
+import type { Injector } from '../libvirt/types.ts';
+import { createMetrics, type Metrics } from '../metrics/metrics.ts';
+import { startHttpServer } from '../http/server.ts';
+import { Agent } from '../agent/agent.ts';
+import { KubeEventRecorder, LogEventRecorder, type EventRecorder } from '../agent/events.ts';
+import { KubeConfigApi, loadKubeConfig } from '../agent/kube-api.ts';
+import { KubeRefResolver } from '../agent/kube-resolver.ts';
+import { KubeVmiSource } from '../agent/kube-source.ts';
+import { LocalDirSource } from '../agent/local-source.ts';
+import type { Command } from './cli.ts';
+
+const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
+
+// How long in-flight reconciles get after SIGTERM (the DaemonSet's
+// terminationGracePeriodSeconds is 30 s by default).
+const STOP_DEADLINE_MS = 20_000;
+
+export function makeInjector(config: Config): Injector | undefined {
+  if (config.libvirt.mode === 'off') return undefined;
+  return new VirshInjector({
+    virshPath: config.libvirt.virshPath,
+    uriTemplate: config.libvirt.uri,
+    domainTemplate: config.libvirt.domainName,
+    imagePathTemplate: config.libvirt.imagePathInDomain,
+    bus: config.libvirt.diskBus,
+    timeoutMs: config.libvirt.virshTimeoutMs,
+  });
+}
+
+export function makeAgent(config: Config, logger: Logger, metrics: Metrics): Agent {
+  const store = new ImageStore({ root: config.stateDir });
+  const common = {
+    version: VERSION,
+    nodeName: config.nodeName,
+    stateDir: config.stateDir,
+    config: configSummary(config),
+    render: renderSeed,
+    build: buildSeedImage,
+    store,
+    metrics,
+    logger,
+    concurrency: config.concurrency,
+    renderOptions: { kubevirtVolumes: config.kubevirtVolumes, maxUserDataBytes: config.maxUserDataBytes, maxNetworkDataBytes: config.maxNetworkDataBytes },
+    resyncPeriodMs: config.resyncPeriodMs,
+  };
+  const injector = makeInjector(config);
+  const withInjector = injector ? { injector } : {};
+  if (config.mode === 'local') {
+    const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
+    return new Agent({
+      ...common,
+      ...withInjector,
+      events,
+      makeSource: (onKey) => new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
+      refs: (source) => source as LocalDirSource,
+    });
+  }
+  const kc = loadKubeConfig(config.kubeconfig);
+  const api = new KubeConfigApi(kc);
+  return new Agent({
+    ...common,
+    ...withInjector,
+    events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
+    makeSource: (onKey) =>
+      new KubeVmiSource({ kubeConfig: kc, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey }),
+    refs: new KubeRefResolver(api),
+  });
+}
+
+export const agent: Command = async (ctx) => {
+  let config: Config | undefined;
+  try {
+    config = loadConfig(ctx.argv, ctx.env, ctx.cwd);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      ctx.stderr.write(`vmseed agent: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  if (!config) {
+    ctx.stdout.write(AGENT_USAGE);
+    return 0;
+  }
+  const logger = pino({ level: config.logLevel, base: { node: config.nodeName } }, ctx.stderr);
+  const log = logger.child({ component: 'agent' });
+  const metrics = createMetrics({ version: VERSION });
+  let agentInstance: Agent;
+  try {
+    await mkdir(config.stateDir, { recursive: true, mode: 0o750 });
+    agentInstance = makeAgent(config, logger, metrics);
+  } catch (e) {
+    const err = asVmseedError(e);
+    ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
+    return err.code === 'CONFIG_INVALID' ? 2 : 1;
+  }
+  const listen = config.listen.host.includes(':') ? `[${config.listen.host}]:${config.listen.port}` : `${config.listen.host}:${config.listen.port}`;
+  let http;
+  try {
+    http = await startHttpServer({ listen, metrics, status: agentInstance.status, logger: logger.child({ component: 'http' }) });
+  } catch (e) {
+    ctx.stderr.write(`vmseed agent: cannot listen on ${listen}: ${(e as Error).message}\n`);
+    return 1;
+  }
+  log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
+
+  const stopped = new Promise<void>((resolve) => {
+    if (ctx.stopSignal.aborted) resolve();
+    ctx.stopSignal.addEventListener('abort', () => resolve(), { once: true });
+  });
+  const started = agentInstance.start().then(
+    () => log.info({ vmis: agentInstance.source.keys().length }, 'agent running'),
+    (e: unknown) => {
+      log.error({ err: { message: (e as Error).message } }, 'agent failed to start');
+      throw e;
+    },
+  );
+  let failed = false;
+  await Promise.race([stopped, started.catch(() => (failed = true))]);
+  if (!failed) await stopped;
+  log.info('stopping: no new work, finishing what is in flight');
+  const finished = await agentInstance.stop(STOP_DEADLINE_MS);
+  await http.close();
+  log.info({ finished }, 'vmseed agent stopped');
+  return failed ? 1 : 0;
+};
