@@ -41,6 +41,7 @@ export class Agent {
   readonly queue: WorkQueue;
   readonly reconciler: Reconciler;
   readonly status: StatusStore;
+  readonly events: EventRecorder;
   readonly #o: AgentOptions;
   readonly #log: Logger;
   // Keys seen before garbage collection ran; the queue opens after it.
@@ -52,6 +53,7 @@ export class Agent {
   constructor(options: AgentOptions) {
     this.#o = options;
     this.#log = options.logger;
+    this.events = options.events;
     this.source = options.makeSource((key) => this.#enqueue(key));
     const refs = typeof options.refs === 'function' ? options.refs(this.source) : options.refs;
     this.queue = new WorkQueue({

@@ -47,7 +47,7 @@ export class KubeConfigApi implements KubeApi {
         signal: AbortSignal.timeout(this.#timeoutMs),
       });
     } catch (e) {
-      throw new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${(e as Error).name}; will retry`, {
+      throw new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${transportReason(e)}; will retry`, {
         kind: 'retryable',
         cause: e,
       });
@@ -71,4 +71,10 @@ export function statusError(method: string, path: string, status: number): Vmsee
     `Kubernetes API answered ${status} to ${method} ${path.split('?')[0]}${status === 403 ? '; check the agent ClusterRole' : ''}`,
     { kind: retryable || status === 403 ? 'retryable' : 'terminal' },
   );
+}
+
+// The transport's own reason (ECONNREFUSED, TimeoutError...), never a body.
+function transportReason(e: unknown): string {
+  const err = e as { name?: string; code?: string; message?: string; cause?: { code?: string; message?: string } };
+  return (err.cause?.code ?? err.code ?? (err.name === 'TimeoutError' ? 'timeout' : err.cause?.message ?? err.message ?? 'error')).slice(0, 120);
 }

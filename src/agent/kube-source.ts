@@ -11,6 +11,7 @@ import type { Metrics } from '../metrics/metrics.ts';
 import type { WatchStatus } from './status-types.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
 import { statusError, type KubeApi } from './kube-api.ts';
+import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 
 export const VMI_PATH = '/apis/kubevirt.io/v1/virtualmachineinstances';
@@ -162,8 +163,12 @@ export class KubeVmiSource implements VmiSource {
     if (this.#stopped) return;
     this.#connected = false;
     this.#failures++;
-    const e = err as { message?: string; code?: string; cause?: { code?: string } };
-    this.#lastError = e?.cause?.code ?? e?.code ?? e?.message ?? 'unknown error';
+    const e = err as { message?: string; code?: unknown; statusCode?: number; cause?: { code?: string } };
+    this.#lastError = (
+      err instanceof VmseedError
+        ? err.message
+        : (e?.cause?.code ?? (typeof e?.code === 'string' ? e.code : undefined) ?? (e?.statusCode ? `HTTP ${e.statusCode}` : undefined) ?? e?.message ?? 'unknown error')
+    ).slice(0, 200);
     const delay = backoffDelay(this.#restartBackoff, this.#failures);
     this.#log.warn({ error: this.#lastError, retryInMs: delay }, 'VMI watch failed; restarting');
     this.#scheduleRestart('error', delay);
