@@ -39,6 +39,18 @@ interface Seen {
 }
 
 const MAX_CACHED = 4096;
+const MAX_BACKLOG = 1000;
+const MAX_IN_FLIGHT = 2;
+
+interface Pending {
+  aggKey: string;
+  vmi: VmiObject;
+  ns: string;
+  type: EventType;
+  reason: EventReason;
+  message: string;
+  at: Date;
+}
 
 export class KubeEventRecorder implements EventRecorder {
   readonly #api: KubeApi;
@@ -47,9 +59,11 @@ export class KubeEventRecorder implements EventRecorder {
   readonly #host: string;
   readonly #now: () => Date;
   readonly #seen = new Map<string, Seen>();
-  readonly #pending = new Set<Promise<void>>();
-  // Calls for one aggregate run in order, so counts go up one by one.
-  readonly #chains = new Map<string, Promise<void>>();
+  readonly #backlog: Pending[] = [];
+  readonly #busy = new Set<string>();
+  #inFlight = 0;
+  #dropped = 0;
+  #flushWaiters: Array<() => void> = [];
 
   constructor(options: { api: KubeApi; logger: Logger; host: string; now?: () => Date }) {
     this.#api = options.api;
@@ -63,22 +77,47 @@ export class KubeEventRecorder implements EventRecorder {
     const ns = vmi.metadata.namespace ?? 'default';
     const aggKey = [vmi.metadata.uid ?? '', ns, vmi.metadata.name, type, reason, message].join('\u0000');
     const at = this.#now();
-    const prev = this.#chains.get(aggKey) ?? Promise.resolve();
-    const p = prev
-      .then(() => this.#send(aggKey, vmi, ns, type, reason, message, at))
-      .catch((e: unknown) => {
-        this.#log.warn({ err: { message: (e as Error).message }, namespace: ns, name: vmi.metadata.name, reason }, 'could not record Event');
-      });
-    this.#chains.set(aggKey, p);
-    this.#pending.add(p);
-    void p.finally(() => {
-      this.#pending.delete(p);
-      if (this.#chains.get(aggKey) === p) this.#chains.delete(aggKey);
-    });
+    if (this.#backlog.length >= MAX_BACKLOG) {
+      // Like client-go's broadcaster: a full buffer drops Events rather than
+      // holding reconciles up or growing without bound.
+      this.#backlog.shift();
+      this.#dropped++;
+      if (this.#dropped % 100 === 1) this.#log.warn({ dropped: this.#dropped }, 'Event backlog full; dropping the oldest Events');
+    }
+    this.#backlog.push({ aggKey, vmi, ns, type, reason, message, at });
+    this.#pump();
   }
 
-  async flush(): Promise<void> {
-    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
+  // Few requests at a time (client-go sends them one by one): a burst of
+  // 1,000 reconciles must not open 1,000 connections to the API server.
+  #pump(): void {
+    while (this.#inFlight < MAX_IN_FLIGHT && this.#backlog.length > 0) {
+      // Calls for one aggregate stay in order, so counts go up one by one.
+      const i = this.#backlog.findIndex((e) => !this.#busy.has(e.aggKey));
+      if (i < 0) return;
+      const e = this.#backlog.splice(i, 1)[0]!;
+      this.#busy.add(e.aggKey);
+      this.#inFlight++;
+      void this.#send(e.aggKey, e.vmi, e.ns, e.type, e.reason, e.message, e.at)
+        .catch((err: unknown) => {
+          this.#log.warn({ err: { message: (err as Error).message }, namespace: e.ns, name: e.vmi.metadata.name, reason: e.reason }, 'could not record Event');
+        })
+        .finally(() => {
+          this.#busy.delete(e.aggKey);
+          this.#inFlight--;
+          this.#pump();
+          if (this.#inFlight === 0 && this.#backlog.length === 0) {
+            const w = this.#flushWaiters;
+            this.#flushWaiters = [];
+            for (const f of w) f();
+          }
+        });
+    }
+  }
+
+  flush(): Promise<void> {
+    if (this.#inFlight === 0 && this.#backlog.length === 0) return Promise.resolve();
+    return new Promise((r) => this.#flushWaiters.push(r));
   }
 
   async #send(aggKey: string, vmi: VmiObject, ns: string, type: EventType, reason: EventReason, message: string, at: Date): Promise<void> {

@@ -53,6 +53,7 @@ export function makeAgent(config: Config, logger: Logger, metrics: Metrics): Age
     concurrency: config.concurrency,
     renderOptions: { kubevirtVolumes: config.kubevirtVolumes, maxUserDataBytes: config.maxUserDataBytes, maxNetworkDataBytes: config.maxNetworkDataBytes },
     resyncPeriodMs: config.resyncPeriodMs,
+    fsync: process.env.VMSEED_BENCH_NOFSYNC !== '1',
   };
   const injector = makeInjector(config);
   const withInjector = injector ? { injector } : {};
