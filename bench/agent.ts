@@ -89,7 +89,8 @@ for (let i = 0; i < VMIS; i++) vmis.push(addVmi(fake, i));
 const t0 = performance.now();
 const child = spawn(
   process.execPath,
-  [join(ROOT, 'src/main.ts'), 'agent', '--kubeconfig', kubeconfig, '--node-name', NODE, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--log-level', 'warn', '--concurrency', '4'],
+  // As bin/vmseed runs it.
+  ['--max-semi-space-size=2', join(ROOT, 'src/main.ts'), 'agent', '--kubeconfig', kubeconfig, '--node-name', NODE, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--log-level', 'warn', '--concurrency', '4'],
   { stdio: ['ignore', 'ignore', 'pipe'] },
 );
 let stderr = '';

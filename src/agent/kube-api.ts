@@ -24,6 +24,14 @@ export function loadKubeConfig(kubeconfig: string | undefined): KubeConfig {
 export class KubeConfigApi implements KubeApi {
   readonly #kc: KubeConfig;
   readonly #timeoutMs: number;
+  // client-node builds a new undici Agent (connection pool) on every
+  // applySecurityAuthentication: reusing the first keeps one pool of
+  // keep-alive connections instead of a new TCP (and TLS) handshake and a
+  // leaked pool per request. Auth headers are refreshed every few seconds
+  // (token files rotate).
+  #dispatcher: unknown;
+  #headers: Record<string, string> | undefined;
+  #headersAt = 0;
 
   constructor(kc: KubeConfig, options: { timeoutMs?: number } = {}) {
     this.#kc = kc;
@@ -33,16 +41,15 @@ export class KubeConfigApi implements KubeApi {
   async request(method: 'GET' | 'POST' | 'PATCH', path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
     const cluster = this.#kc.getCurrentCluster();
     if (!cluster) throw new VmseedError('KUBE_API_ERROR', 'kubeconfig has no current cluster; check --kubeconfig', { kind: 'terminal' });
-    const ctx = new RequestContext(cluster.server + path, HttpMethod[method]);
+    const url = cluster.server + path;
     let res;
     try {
-      await this.#kc.applySecurityAuthentication(ctx);
-      const headers = { ...(ctx.getHeaders() as Record<string, string>), accept: 'application/json' } as Record<string, string>;
+      const headers: Record<string, string> = { ...(await this.#auth(url)), accept: 'application/json' };
       if (body !== undefined) headers['content-type'] = contentType;
-      res = await fetch(ctx.getUrl(), {
+      res = await fetch(url, {
         method,
         headers,
-        dispatcher: ctx.getDispatcher() as never,
+        ...(this.#dispatcher ? { dispatcher: this.#dispatcher as never } : {}),
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
         signal: AbortSignal.timeout(this.#timeoutMs),
       });
@@ -61,7 +68,19 @@ export class KubeConfigApi implements KubeApi {
     }
     return { status: res.status, body: parsed };
   }
+
+  async #auth(url: string): Promise<Record<string, string>> {
+    if (this.#headers && Date.now() - this.#headersAt < HEADERS_TTL_MS) return { ...this.#headers };
+    const ctx = new RequestContext(url, HttpMethod.GET);
+    await this.#kc.applySecurityAuthentication(ctx);
+    this.#dispatcher ??= ctx.getDispatcher();
+    this.#headers = { ...(ctx.getHeaders() as Record<string, string>) };
+    this.#headersAt = Date.now();
+    return { ...this.#headers };
+  }
 }
+
+const HEADERS_TTL_MS = 10_000;
 
 // 5xx and 429 are the server's trouble and pass; the rest are ours.
 export function statusError(method: string, path: string, status: number): VmseedError {
