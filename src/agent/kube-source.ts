@@ -4,7 +4,11 @@
 // error other than 410 and can stall silently, so this class owns its
 // lifecycle: restart after errors with capped exponential backoff, restart
 // from a watchdog when nothing (not even a bookmark) arrived for too long.
-import { ListWatch, Watch, type KubeConfig, type KubernetesObject, type KubernetesListObject } from '@kubernetes/client-node';
+// Deep imports: the package index loads every generated API client.
+import { ListWatch } from '@kubernetes/client-node/dist/cache.js';
+import { Watch } from '@kubernetes/client-node/dist/watch.js';
+import type { KubernetesObject, KubernetesListObject } from '@kubernetes/client-node/dist/types.js';
+import type { KubeConnection } from './kube-connection.ts';
 import type { Logger } from 'pino';
 import type { VmiObject } from '../cloudinit/kube-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
@@ -17,7 +21,7 @@ import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 export const VMI_PATH = '/apis/kubevirt.io/v1/virtualmachineinstances';
 
 export interface KubeSourceOptions {
-  kubeConfig: KubeConfig;
+  connection: KubeConnection;
   api: KubeApi;
   nodeName: string;
   logger: Logger;
@@ -62,7 +66,8 @@ export class KubeVmiSource implements VmiSource {
     this.#selector = `kubevirt.io/nodeName=${options.nodeName}`;
     this.#restartBackoff = options.restartBackoff ?? { baseMs: 1000, maxMs: 60_000 };
     this.#staleAfterMs = options.staleAfterMs ?? 180_000;
-    const watch = new Watch(options.kubeConfig);
+    // Watch only calls getCurrentCluster() and applySecurityAuthentication().
+    const watch = new Watch(options.connection as never);
     // Private in the typings, but the only knob for client-node's inactivity timeout.
     (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = options.watchTimeoutMs ?? this.#staleAfterMs * 2;
     this.#informer = new ListWatch<KubernetesObject>(VMI_PATH, this.#wrapWatch(watch) as unknown as Watch, () => this.#list(), false, this.#selector);

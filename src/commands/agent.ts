@@ -13,11 +13,7 @@ import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
-import { KubeEventRecorder, LogEventRecorder, type EventRecorder } from '../agent/events.ts';
-import { KubeConfigApi, loadKubeConfig } from '../agent/kube-api.ts';
-import { KubeRefResolver } from '../agent/kube-resolver.ts';
-import { KubeVmiSource } from '../agent/kube-source.ts';
-import { LocalDirSource } from '../agent/local-source.ts';
+import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
@@ -38,7 +34,8 @@ export function makeInjector(config: Config): Injector | undefined {
   });
 }
 
-export function makeAgent(config: Config, logger: Logger, metrics: Metrics): Agent {
+// Each mode loads only its own modules (the Kubernetes client is heavy).
+export async function makeAgent(config: Config, logger: Logger, metrics: Metrics): Promise<{ agent: Agent; close(): Promise<void> }> {
   const store = new ImageStore({ root: config.stateDir });
   const common = {
     version: VERSION,
@@ -58,25 +55,35 @@ export function makeAgent(config: Config, logger: Logger, metrics: Metrics): Age
   const injector = makeInjector(config);
   const withInjector = injector ? { injector } : {};
   if (config.mode === 'local') {
+    const { LocalDirSource } = await import('../agent/local-source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
-    return new Agent({
+    const agent = new Agent({
       ...common,
       ...withInjector,
       events,
       makeSource: (onKey) => new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
-      refs: (source) => source as LocalDirSource,
+      refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
+    return { agent, close: async () => {} };
   }
-  const kc = loadKubeConfig(config.kubeconfig);
-  const api = new KubeConfigApi(kc);
-  return new Agent({
+  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }] = await Promise.all([
+    import('../agent/events.ts'),
+    import('../agent/kube-api.ts'),
+    import('../agent/kube-connection.ts'),
+    import('../agent/kube-resolver.ts'),
+    import('../agent/kube-source.ts'),
+  ]);
+  const connection = loadConnection(config.kubeconfig);
+  const api = new KubeConnectionApi(connection);
+  const agent = new Agent({
     ...common,
     ...withInjector,
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
-      new KubeVmiSource({ kubeConfig: kc, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey }),
+      new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey }),
     refs: new KubeRefResolver(api),
   });
+  return { agent, close: () => connection.close() };
 }
 
 export const agent: Command = async (ctx) => {
@@ -98,9 +105,10 @@ export const agent: Command = async (ctx) => {
   const log = logger.child({ component: 'agent' });
   const metrics = createMetrics({ version: VERSION });
   let agentInstance: Agent;
+  let closeConnection: () => Promise<void>;
   try {
     await mkdir(config.stateDir, { recursive: true, mode: 0o750 });
-    agentInstance = makeAgent(config, logger, metrics);
+    ({ agent: agentInstance, close: closeConnection } = await makeAgent(config, logger, metrics));
   } catch (e) {
     const err = asVmseedError(e);
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
@@ -133,6 +141,7 @@ export const agent: Command = async (ctx) => {
   log.info('stopping: no new work, finishing what is in flight');
   const finished = await agentInstance.stop(STOP_DEADLINE_MS);
   await http.close();
+  await closeConnection();
   log.info({ finished }, 'vmseed agent stopped');
   return failed ? 1 : 0;
 };

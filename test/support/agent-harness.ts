@@ -10,7 +10,7 @@ import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
 import { Agent } from '../../src/agent/agent.ts';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
-import { KubeConfigApi } from '../../src/agent/kube-api.ts';
+import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { KubeRefResolver } from '../../src/agent/kube-resolver.ts';
 import { KubeVmiSource } from '../../src/agent/kube-source.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
@@ -68,8 +68,8 @@ export async function startAgent(
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
   const metrics = createMetrics({ version: 'test', processMetrics: false });
-  const kc = fake.kubeConfig();
-  const api = new KubeConfigApi(kc, { timeoutMs: 2000 });
+  const connection = fake.connection();
+  const api = new KubeConnectionApi(connection, { timeoutMs: 2000 });
   const store = new ImageStore({ root: options.stateDir });
   const agent = new Agent({
     version: 'test',
@@ -78,7 +78,7 @@ export async function startAgent(
     config: {},
     makeSource: (onKey) =>
       new KubeVmiSource({
-        kubeConfig: kc,
+        connection,
         api,
         nodeName: NODE,
         logger: logger.child({ component: 'informer' }),
@@ -104,7 +104,17 @@ export async function startAgent(
   const started = agent.start();
   if (options.waitSynced !== false) await started;
   else started.catch(() => {});
-  return { agent, store, metrics, lines, logger, stop: async () => void (await agent.stop(2000)) };
+  return {
+    agent,
+    store,
+    metrics,
+    lines,
+    logger,
+    stop: async () => {
+      await agent.stop(2000);
+      await connection.close();
+    },
+  };
 }
 
 export async function tempDir(prefix = 'vmseed-agent-'): Promise<{ path: string; remove(): Promise<void> }> {

@@ -10,7 +10,7 @@ import type { Socket } from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { KubeConfig } from '@kubernetes/client-node';
+import { KubeConnection } from '../../src/agent/kube-connection.ts';
 import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
 
 export type Verb = 'list' | 'watch' | 'get' | 'create' | 'patch' | 'update' | 'delete' | 'unknown';
@@ -129,15 +129,9 @@ export class FakeKube {
     return `http://127.0.0.1:${this.#port}`;
   }
 
-  kubeConfig(): KubeConfig {
-    const kc = new KubeConfig();
-    kc.loadFromOptions({
-      clusters: [{ name: 'fake', server: this.url, skipTLSVerify: true }],
-      users: [{ name: 'agent', token: 'fake-token' }],
-      contexts: [{ name: 'fake', cluster: 'fake', user: 'agent' }],
-      currentContext: 'fake',
-    });
-    return kc;
+  // What the agent connects with (plain http on loopback).
+  connection(): KubeConnection {
+    return new KubeConnection({ server: this.url, token: 'fake-token' });
   }
 
   // A kubeconfig file for a subprocess (`--kubeconfig`); JSON is YAML.
@@ -146,7 +140,7 @@ export class FakeKube {
     const config = {
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{ name: 'fake', cluster: { server: this.url, 'insecure-skip-tls-verify': true } }],
+      clusters: [{ name: 'fake', cluster: { server: this.url } }],
       users: [{ name: 'agent', user: { token: 'fake-token' } }],
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'agent' } }],
       'current-context': 'fake',
