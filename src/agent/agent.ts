@@ -93,6 +93,9 @@ export class Agent {
   // Handlers only enqueue, and never throw.
   #enqueue(key: string): void {
     if (this.#stopping) return;
+    const vmi = this.source.get(key);
+    // New on the status page as pending until its first reconcile.
+    if (vmi && this.status.get(key)?.uid !== vmi.metadata.uid) this.status.update(key, vmi.metadata.uid ?? key, {});
     if (this.#held) {
       this.#held.add(key);
       return;

@@ -110,6 +110,7 @@ export class KubeVmiSource implements VmiSource {
           (err) => {
             finished = true;
             this.#connected = false;
+            this.#publishSynced();
             if (aborted || gen !== this.#generation) return;
             if (err && ((err as { statusCode?: number }).statusCode === 410 || (err as { code?: number }).code === 410)) {
               this.#opts.metrics?.informerRestarts.inc({ reason: 'gone' });
@@ -121,6 +122,7 @@ export class KubeVmiSource implements VmiSource {
           this.#connected = true;
           this.#failures = 0;
           this.#lastError = undefined;
+          this.#publishSynced();
         }
         return {
           abort: () => {
@@ -147,10 +149,15 @@ export class KubeVmiSource implements VmiSource {
     return { ...list, items: list.items ?? [] };
   }
 
+  // vmseed_informer_synced: listed and watching, and not stale.
+  #publishSynced(): void {
+    this.#opts.metrics?.informerSynced.set(this.#synced && this.#connected && !this.#stale ? 1 : 0);
+  }
+
   #markSynced(): void {
     if (this.#synced) return;
     this.#synced = true;
-    this.#opts.metrics?.informerSynced.set(1);
+    this.#publishSynced();
     const w = this.#syncedWaiters;
     this.#syncedWaiters = [];
     for (const f of w) f();
@@ -167,6 +174,7 @@ export class KubeVmiSource implements VmiSource {
   #onError(err: unknown): void {
     if (this.#stopped) return;
     this.#connected = false;
+    this.#publishSynced();
     this.#failures++;
     const e = err as { message?: string; code?: unknown; statusCode?: number; cause?: { code?: string } };
     this.#lastError = (
@@ -210,6 +218,7 @@ export class KubeVmiSource implements VmiSource {
   #checkStale(): void {
     const age = this.#lastEventAt === undefined ? 0 : (Date.now() - this.#lastEventAt) / 1000;
     this.#opts.metrics?.informerLastEventAge.set(age);
+    this.#publishSynced();
     if (this.#stopped || this.#restartTimer) return;
     if (age * 1000 > this.#staleAfterMs) {
       this.#stale = true;
@@ -228,6 +237,7 @@ export class KubeVmiSource implements VmiSource {
     this.#watchdog = undefined;
     await this.#informer.stop();
     this.#connected = false;
+    this.#publishSynced();
   }
 
   get(key: string): VmiObject | undefined {

@@ -119,6 +119,7 @@ test('API server down at start-up, then back: not ready, then synced and seeding
   // and down again while running: readiness drops, then recovers
   await fake.refuse(true);
   await waitFor('not ready while down', async () => !(await h.agent.status.readiness()).ready);
+  await waitFor('synced metric drops to 0', async () => /vmseed_informer_synced 0/.test(await h.metrics.registry.getSingleMetricAsString('vmseed_informer_synced')));
   await fake.refuse(false);
   const b = fake.applyVmi(vmi('later'));
   await waitFor('seeding resumes', () => existsSync(imagePath(h, b)), 8000);
