@@ -34,6 +34,8 @@ export interface Config {
   };
   maxUserDataBytes: number;
   maxNetworkDataBytes: number;
+  // fsync each image and its directory before the rename is final (crash safety).
+  fsync: boolean;
 }
 
 export class ConfigError extends Error {
@@ -62,6 +64,7 @@ const OPTIONS = {
   'virsh-timeout': { type: 'string' },
   'max-user-data-bytes': { type: 'string' },
   'max-network-data-bytes': { type: 'string' },
+  fsync: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -91,6 +94,7 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --disk-bus virtio|scsi      bus of the seed disk (default virtio)
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
+  --fsync true|false          fsync images before they replace the old ones (default true)
 
 Every flag can also be set as VMSEED_<FLAG> in the environment (e.g. VMSEED_STATE_DIR).
 `;
@@ -186,6 +190,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     },
     maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(16 * 1024 * 1024), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
     maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(1024 * 1024), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
+    fsync: oneOf(get('fsync') ?? 'true', 'fsync', ['true', 'false'] as const) === 'true',
   };
   return deepFreeze(config);
 }
@@ -206,6 +211,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
       ? { libvirtUri: c.libvirt.uri, domainName: c.libvirt.domainName, diskBus: c.libvirt.diskBus, virshTimeoutSeconds: c.libvirt.virshTimeoutMs / 1000 }
       : {}),
     logLevel: c.logLevel,
+    fsync: c.fsync,
   };
 }
 

@@ -50,7 +50,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     concurrency: config.concurrency,
     renderOptions: { kubevirtVolumes: config.kubevirtVolumes, maxUserDataBytes: config.maxUserDataBytes, maxNetworkDataBytes: config.maxNetworkDataBytes },
     resyncPeriodMs: config.resyncPeriodMs,
-    fsync: process.env.VMSEED_BENCH_NOFSYNC !== '1',
+    fsync: config.fsync,
   };
   const injector = makeInjector(config);
   const withInjector = injector ? { injector } : {};
