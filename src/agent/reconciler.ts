@@ -80,9 +80,10 @@ export class Reconciler {
   }
 
   // Start-up, after the first full list: images of VMIs that are not here
-  // any more are removed; the rest are remembered with their hash so a
-  // correct image is neither rewritten nor re-attached... by the store: the
-  // injector's inject() is idempotent and reports `none`.
+  // any more are detached and removed; the rest are remembered with the hash
+  // of what is on disk, so a correct image is not rewritten. Its disk is not
+  // re-attached either: the first reconcile calls inject(), which finds our
+  // disk already in the domain and reports `none`.
   async collectGarbage(): Promise<{ kept: number; removed: number }> {
     await this.#o.store.cleanupTemporaries();
     const images = await this.#o.store.list();
