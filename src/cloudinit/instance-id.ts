@@ -31,7 +31,8 @@ export function kubevirtFirmwareUuid(vmName: string): string {
 // but a bare VMI has no VM to pin it and names repeat across namespaces.
 export function instanceId(vmi: VmiObject): string {
   const fw = vmi.spec?.domain?.firmware?.uuid;
-  if (typeof fw === 'string' && fw.trim() !== '') return fw.trim().toLowerCase();
+  // Verbatim, as KubeVirt writes it: a seed built by KubeVirt before keeps its id.
+  if (typeof fw === 'string' && fw.trim() !== '') return fw.trim();
   const ns = vmi.metadata.namespace ?? 'default';
   return uuidV5(KUBEVIRT_FIRMWARE_UUID_NAMESPACE, `${ns}/${vmi.metadata.name}`);
 }

@@ -55,6 +55,39 @@ function stringMap(value: unknown, file: string, doc: number, field: string, bas
   return out;
 }
 
+// The API server enforces these types; a local manifest has no such guard,
+// and a number where a string belongs would otherwise surface much later.
+function checkVolume(v: unknown, file: string, doc: number, field: string): void {
+  if (!isPlainObject(v) || typeof v.name !== 'string') throw junk(file, doc, `${field} needs a "name"`, field);
+  for (const kind of ['cloudInitNoCloud', 'cloudInitConfigDrive'] as const) {
+    const src = v[kind];
+    if (src === undefined || src === null) continue;
+    const f = `${field}.${kind}`;
+    if (!isPlainObject(src)) throw junk(file, doc, `${f} must be a mapping`, f);
+    for (const k of ['userData', 'userDataBase64', 'networkData', 'networkDataBase64']) {
+      if (src[k] !== undefined && src[k] !== null && typeof src[k] !== 'string') {
+        throw junk(file, doc, `${f}.${k} must be a string (use a "|" block for multi-line data)`, `${f}.${k}`);
+      }
+    }
+    for (const k of ['secretRef', 'networkDataSecretRef']) {
+      const ref = src[k];
+      if (ref !== undefined && ref !== null && (!isPlainObject(ref) || typeof ref.name !== 'string' || ref.name === '')) {
+        throw junk(file, doc, `${f}.${k} must be a mapping with a non-empty "name"`, `${f}.${k}`);
+      }
+    }
+  }
+}
+
+function checkCredential(c: unknown, file: string, doc: number, field: string): void {
+  if (!isPlainObject(c)) throw junk(file, doc, `${field} must be a mapping`, field);
+  const ssh = c.sshPublicKey;
+  if (ssh === undefined || ssh === null) return;
+  const name = isPlainObject(ssh) && isPlainObject(ssh.source) && isPlainObject(ssh.source.secret) ? ssh.source.secret.secretName : undefined;
+  if (typeof name !== 'string' || name === '') {
+    throw junk(file, doc, `${field}.sshPublicKey.source.secret.secretName must be a non-empty string`, `${field}.sshPublicKey.source.secret.secretName`);
+  }
+}
+
 function toVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObject {
   const metadata = readMeta(obj.metadata, file, doc);
   const spec = obj.spec ?? {};
@@ -63,6 +96,8 @@ function toVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObje
   if (spec.accessCredentials !== undefined && !Array.isArray(spec.accessCredentials)) {
     throw junk(file, doc, 'spec.accessCredentials must be a list', 'spec.accessCredentials');
   }
+  (spec.volumes as unknown[] | undefined)?.forEach((v, i) => checkVolume(v, file, doc, `spec.volumes[${i}]`));
+  (spec.accessCredentials as unknown[] | undefined)?.forEach((c, i) => checkCredential(c, file, doc, `spec.accessCredentials[${i}]`));
   return { ...(obj as unknown as VmiObject), kind: 'VirtualMachineInstance', metadata, spec: spec as VmiObject['spec'] };
 }
 

@@ -5,12 +5,28 @@ import type { Datasource } from './seed.ts';
 import { hostname } from './hostname.ts';
 import { instanceId } from './instance-id.ts';
 
+// KubeVirt puts the VM's instancetype into meta-data; the cluster-wide one
+// wins over the namespaced one (cloud-init.go ReadCloudInitVolumeDataSource).
+export const CLUSTER_INSTANCETYPE_ANNOTATION = 'kubevirt.io/cluster-instancetype-name';
+export const INSTANCETYPE_ANNOTATION = 'kubevirt.io/instancetype-name';
+
+export function instanceType(vmi: VmiObject): string | undefined {
+  const a = vmi.metadata.annotations ?? {};
+  return a[CLUSTER_INSTANCETYPE_ANNOTATION] || a[INSTANCETYPE_ANNOTATION] || undefined;
+}
+
 export function buildMetaData(vmi: VmiObject, datasource: Datasource, publicKeys: Record<string, string>): Record<string, unknown> {
   const id = instanceId(vmi);
   const host = hostname(vmi);
+  const type = instanceType(vmi);
   const hasKeys = Object.keys(publicKeys).length > 0;
   if (datasource === 'nocloud') {
-    return { 'instance-id': id, 'local-hostname': host, ...(hasKeys ? { 'public-keys': publicKeys } : {}) };
+    return {
+      'instance-id': id,
+      'local-hostname': host,
+      ...(type ? { 'instance-type': type } : {}),
+      ...(hasKeys ? { 'public-keys': publicKeys } : {}),
+    };
   }
   // cloud-init's ConfigDrive reader takes the instance-id from `uuid` (required)
   // and compares it with the SMBIOS UUID. instance_id repeats it rather than
@@ -20,6 +36,7 @@ export function buildMetaData(vmi: VmiObject, datasource: Datasource, publicKeys
     instance_id: id,
     hostname: host,
     name: vmi.metadata.name,
+    ...(type ? { instance_type: type } : {}),
     ...(hasKeys ? { public_keys: publicKeys } : {}),
   };
 }

@@ -10,13 +10,19 @@ function invalid(field: string, message: string): VmseedError {
   return new VmseedError('NETWORKDATA_INVALID', `${field}: ${message}`, { kind: 'terminal', field });
 }
 
-function yamlNetworkVersion(text: string): { version?: number; doc?: Record<string, unknown>; error?: string } {
+function yamlNetworkVersion(text: string): { version?: number; disabled?: boolean; doc?: Record<string, unknown>; error?: string } {
   const parsed = parseYaml(text, { allowDuplicateKeys: true });
   if (!parsed.ok) return { error: `is not valid YAML at ${where(parsed)} (${parsed.reason})` };
   let doc = parsed.value;
   if (!isPlainObject(doc)) return { error: 'must be a YAML mapping with "version: 1" or "version: 2"' };
-  if (isPlainObject(doc.network) && Object.keys(doc).length === 1) doc = doc.network;
+  // cloud-init (stages.py _remove_top_level_network_key) takes "network" whenever present.
+  if (Object.hasOwn(doc, 'network')) {
+    doc = doc.network;
+    if (!isPlainObject(doc)) return { error: '"network:" must be a mapping with "version: 1" or "version: 2"' };
+  }
   const d = doc as Record<string, unknown>;
+  // net.is_disabled_cfg: tells cloud-init to leave networking alone.
+  if (d.config === 'disabled') return { disabled: true, doc: d };
   if (d.version !== 1 && d.version !== 2) {
     return { doc: d, error: 'must declare "version: 1" or "version: 2" (bare or under "network:")' };
   }
@@ -25,8 +31,13 @@ function yamlNetworkVersion(text: string): { version?: number; doc?: Record<stri
 
 function checkNoCloud(text: string, field: string): void {
   const r = yamlNetworkVersion(text);
+  if (r.error && r.doc && (Array.isArray(r.doc.links) || Array.isArray(r.doc.networks))) {
+    throw invalid(field, 'this is OpenStack network_data.json, which only datasource configdrive reads; use datasource ' +
+      'configdrive or write network config version 1 or 2 YAML');
+  }
   if (r.error) throw invalid(field, `network-config ${r.error}`);
   const doc = r.doc!;
+  if (r.disabled) return;
   if (r.version === 1) {
     if (!Array.isArray(doc.config)) throw invalid(field, 'network-config version 1 needs a "config:" list of entries');
     doc.config.forEach((item, i) => {

@@ -41,7 +41,13 @@ function decode(text: string, code: ErrorCode, field: string): Uint8Array {
 
 const utf8 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'utf8'));
 
-async function resolveKind(spec: KindSpec, policy: SourcePolicy, ns: string, refs: RefResolver): Promise<Uint8Array | undefined> {
+interface Resolved {
+  bytes?: Uint8Array;
+  // Where the bytes came from, for size errors and warnings.
+  field: string;
+}
+
+async function resolveKind(spec: KindSpec, policy: SourcePolicy, ns: string, refs: RefResolver): Promise<Resolved> {
   const hasRaw = spec.raw !== undefined && spec.raw !== '';
   const hasB64 = spec.base64 !== undefined && spec.base64 !== '';
   const hasRef = spec.ref !== undefined;
@@ -50,19 +56,19 @@ async function resolveKind(spec: KindSpec, policy: SourcePolicy, ns: string, ref
     if (set.length > 1) {
       throw new VmseedError(
         spec.conflictCode,
-        `${set.join(' and ')} are all ${spec.label} sources; set only one of them`,
+        `${set.length} ${spec.label} sources are set (${set.join(', ')}); set only one of them`,
         { kind: 'terminal', field: set[1] },
       );
     }
   }
-  let inline: Uint8Array | undefined;
-  if (hasRaw) inline = utf8(spec.raw!);
-  else if (hasB64) inline = decode(spec.base64!, spec.base64Code, spec.base64Field);
+  let inline: Resolved | undefined;
+  if (hasRaw) inline = { bytes: utf8(spec.raw!), field: spec.rawField };
+  else if (hasB64) inline = { bytes: decode(spec.base64!, spec.base64Code, spec.base64Field), field: spec.base64Field };
   if (hasRef) {
     const fromSecret = await readSecretKey(refs, ns, spec.ref!.name, spec.keys, spec.refField);
-    if (fromSecret.length > 0 || inline === undefined) return fromSecret;
+    if (fromSecret.length > 0 || inline === undefined) return { bytes: fromSecret, field: spec.refField };
   }
-  return inline;
+  return inline ?? { field: spec.rawField };
 }
 
 export interface ResolvedData {
@@ -105,11 +111,9 @@ export async function resolveSourceData(
     conflictCode: 'NETWORKDATA_SOURCE_CONFLICT',
     label: 'network-data',
   };
-  const userData = await resolveKind(user, policy, namespace, refs);
-  const networkData = await resolveKind(net, policy, namespace, refs);
-  const pick = (s: KindSpec) =>
-    s.ref ? s.refField : s.raw ? s.rawField : s.base64 ? s.base64Field : s.rawField;
-  return { userData, networkData, userDataField: pick(user), networkDataField: pick(net) };
+  const u = await resolveKind(user, policy, namespace, refs);
+  const n = await resolveKind(net, policy, namespace, refs);
+  return { userData: u.bytes, networkData: n.bytes, userDataField: u.field, networkDataField: n.field };
 }
 
 export function hasAnyData(source: CloudInitSource): boolean {

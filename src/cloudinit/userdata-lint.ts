@@ -22,14 +22,25 @@ export const USERDATA_HEADERS: readonly string[] = [
   '#!',
 ];
 
-export type UserDataKind = 'empty' | 'mime' | 'unknown' | string;
+// First lines cloudbase-init (Windows guests, usually on ConfigDrive) acts on
+// though cloud-init does not (cloudbase-init doc/source/userdata.rst). Such
+// user-data is meant for Windows, so a "cloud-init will ignore it" warning
+// would be noise.
+export const CLOUDBASE_INIT_HEADERS: readonly string[] = ['#ps1', 'rem cmd', '-----begin certificate-----', '<script>', '<powershell>'];
+
+export type UserDataKind = 'empty' | 'mime' | 'unknown' | 'cloudbase-init' | string;
+
+// Python's str.lstrip() (what cloud-init calls): unlike JS trimStart it keeps
+// U+FEFF and strips \x1c-\x1f and \x85.
+const PY_LEADING_SPACE = /^[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
 
 function isGzip(b: Uint8Array): boolean {
   return b.length >= 2 && b[0] === 0x1f && b[1] === 0x8b;
 }
 
 // Returns the header cloud-init will dispatch on ('#cloud-config', 'mime', ...),
-// 'empty', or 'unknown'.
+// 'empty', 'cloudbase-init' (cloud-init ignores it, cloudbase-init runs it),
+// or 'unknown' (nothing will run it).
 export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payload: Uint8Array } {
   let payload = data;
   if (isGzip(payload)) {
@@ -45,13 +56,15 @@ export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payl
   if (head.includes('mime-version:')) return { kind: 'mime', payload };
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(payload);
+    // Keep a BOM: cloud-init does not strip it, so "\ufeff#cloud-config" matches no header.
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(payload);
   } catch {
     return { kind: 'unknown', payload };
   }
-  const lc = text.toLowerCase().trimStart();
+  const lc = text.toLowerCase().replace(PY_LEADING_SPACE, '');
   if (lc === '') return { kind: 'empty', payload };
   for (const h of USERDATA_HEADERS) if (lc.startsWith(h)) return { kind: h, payload };
+  if (CLOUDBASE_INIT_HEADERS.some((h) => lc.startsWith(h))) return { kind: 'cloudbase-init', payload };
   return { kind: 'unknown', payload };
 }
 
@@ -83,9 +96,12 @@ export function lintUserData(data: Uint8Array, field: string): SeedWarning[] {
     }
     if (parsed.value !== null && !isPlainObject(parsed.value)) {
       const got = Array.isArray(parsed.value) ? 'a list' : `a ${typeof parsed.value}`;
+      const lines = text.split('\n');
+      const first = lines.findIndex((l) => l.trim() !== '' && !l.trimStart().startsWith('#'));
       throw new VmseedError(
         'USERDATA_CLOUDCONFIG_INVALID',
-        `${field}: #cloud-config must be a YAML mapping of modules (e.g. "runcmd: [...]") at line 1, column 1 but is ${got}; ` +
+        `${field}: #cloud-config must be a YAML mapping of modules (e.g. "runcmd: [...]") but the document at line ` +
+          `${first + 1}, column 1 is ${got}; ` +
           'cloud-init would ignore it',
         { kind: 'terminal', field },
       );

@@ -10,10 +10,17 @@ export interface YamlOptions {
   allowDuplicateKeys?: boolean;
 }
 
+// Some js-yaml reasons quote the input (tag names, alias names); keep only
+// the fixed part so no user data reaches an Event.
+function safeReason(reason: string): string {
+  return reason.replace(/\s*(?:!<|"|'|:\s).*$/s, '').slice(0, 120) || 'syntax error';
+}
+
 function failure(e: unknown): { ok: false; line?: number; column?: number; reason: string } {
   if (e instanceof YAMLException) {
     const m = e.mark;
-    return m ? { ok: false, line: m.line + 1, column: m.column + 1, reason: e.reason } : { ok: false, reason: e.reason };
+    const reason = safeReason(e.reason);
+    return m ? { ok: false, line: m.line + 1, column: m.column + 1, reason } : { ok: false, reason };
   }
   throw e;
 }

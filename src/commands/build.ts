@@ -23,7 +23,9 @@ export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdriv
 
 // One table for every mode, so a new mode adds its options beside these.
 export const BUILD_OPTIONS = {
-  datasource: { type: 'string', default: 'nocloud' },
+  // No default here: the files mode defaults to nocloud, a VMI mode takes it
+  // from the VMI unless given.
+  datasource: { type: 'string' },
   'user-data': { type: 'string' },
   'meta-data': { type: 'string' },
   'network-config': { type: 'string' },
@@ -121,12 +123,16 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
       ctx.stdout.write(BUILD_USAGE);
       return 0;
     }
-    const datasource = values.datasource as Datasource;
-    if (!DATASOURCES.includes(datasource)) throw new UsageError(`--datasource: '${values.datasource}' is not one of ${DATASOURCES.join(', ')}`);
+    const datasource = values.datasource as Datasource | undefined;
+    if (datasource !== undefined && !DATASOURCES.includes(datasource)) {
+      throw new UsageError(`--datasource: '${values.datasource}' is not one of ${DATASOURCES.join(', ')}`);
+    }
     if (values.output === undefined) throw new UsageError('-o OUT.iso is required');
     const input = new InputReader(ctx);
-    // Seed sources: the files mode; a `--vmi` mode goes here beside it.
-    seed = await seedFromFiles(values, datasource, input);
+    // Seed sources. A `--vmi` mode adds its options to BUILD_OPTIONS and a
+    // branch here (`values.vmi !== undefined ? seedFromVmi(...) : ...`),
+    // refusing the file options it does not take; image and output are shared.
+    seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
   } catch (e) {
     return fail(ctx, e);
   }

@@ -6,10 +6,12 @@
 // Layout (2048-byte sectors):
 //   0-15 system area (zero) | 16 PVD | 17 Joliet SVD | 18 terminator
 //   19.. path tables: primary L, primary M, Joliet L, Joliet M
-//   primary directories | Joliet directories
-//   continuation areas (ER, long NM entries): after every directory, since
-//   libarchive reads sequentially and refuses a CE pointing backwards
+//   primary directories, each followed by its continuation area (the root's
+//   holds the ER; long NM entries go there too) | Joliet directories
 //   file data | zero padding to 4 KiB
+// Continuation areas sit right after their directory as in genisoimage:
+// libarchive reads sequentially and only reads a CE area at the position
+// where it stops after the directory (anywhere else the name is lost).
 import { VmseedError } from '../errors.ts';
 
 export interface IsoFile {
@@ -89,6 +91,8 @@ interface DirNode {
   pLba: number;
   pSize: number;
   pNum: number;
+  ceLba: number;
+  ceSectors: number;
   jLba: number;
   jSize: number;
   jNum: number;
@@ -108,7 +112,7 @@ function fail(code: 'ISO_PATH_EMPTY' | 'ISO_PATH_DUPLICATE' | 'ISO_NAME_TOO_LONG
 function newDir(name: string, parent: DirNode | null): DirNode {
   return {
     kind: 'dir', name, parent, children: new Map(), pId: EMPTY, jId: EMPTY, nm: EMPTY, nmInCe: null,
-    pChildren: [], jChildren: [], subdirs: 0, pLba: 0, pSize: 0, pNum: 0, jLba: 0, jSize: 0, jNum: 0,
+    pChildren: [], jChildren: [], subdirs: 0, pLba: 0, pSize: 0, pNum: 0, ceLba: 0, ceSectors: 0, jLba: 0, jSize: 0, jNum: 0,
   };
 }
 
@@ -294,24 +298,26 @@ export function buildIso(input: IsoInput): Uint8Array {
   pOrder.forEach((d, i) => (d.pNum = i + 1));
   jOrder.forEach((d, i) => (d.jNum = i + 1));
 
-  // Continuation areas (sectors relative to the first one, placed later):
-  // ER first, then NM entries too long to stay inline.
-  let ceSector = 0;
-  let ceOffset = ER_LEN;
+  // Continuation areas, per directory (sectors relative to its area): the
+  // root's starts with the ER; NM entries too long to stay inline follow.
   for (const d of pOrder) {
+    let sector = 0;
+    let offset = d.parent === null ? ER_LEN : 0;
+    let used = d.parent === null;
     for (const c of d.pChildren) {
       const inline = even(recordBase(c.pId.length) + PX_LEN + TF_LEN + NM_HEAD + c.nm.length);
       if (inline <= MAX_RECORD) continue;
       const need = NM_HEAD + c.nm.length;
-      if (ceOffset + need > SECTOR) {
-        ceSector++;
-        ceOffset = 0;
+      if (offset + need > SECTOR) {
+        sector++;
+        offset = 0;
       }
-      c.nmInCe = { sector: ceSector, offset: ceOffset };
-      ceOffset += need;
+      c.nmInCe = { sector, offset };
+      offset += need;
+      used = true;
     }
+    d.ceSectors = used ? sector + 1 : 0;
   }
-  const ceSectors = ceSector + 1;
   let next = FIRST_FREE_SECTOR;
 
   const pPtSize = pathTableSize(pOrder, 'p');
@@ -330,6 +336,8 @@ export function buildIso(input: IsoInput): Uint8Array {
     d.pSize = dirExtentSize(lens);
     d.pLba = next;
     next += d.pSize / SECTOR;
+    d.ceLba = next;
+    next += d.ceSectors;
   }
   for (const d of jOrder) {
     const lens = [34, 34];
@@ -338,8 +346,6 @@ export function buildIso(input: IsoInput): Uint8Array {
     d.jLba = next;
     next += d.jSize / SECTOR;
   }
-  const ceBase = next;
-  next += ceSectors;
   const fileOrder: FileNode[] = [];
   for (const d of pOrder) {
     for (const c of d.pChildren) {
@@ -356,7 +362,7 @@ export function buildIso(input: IsoInput): Uint8Array {
   }
 
   const buf = new Uint8Array(total * SECTOR);
-  const w = new Writer(buf, timestamp, ceBase);
+  const w = new Writer(buf, timestamp);
 
   w.volumeDescriptor(16 * SECTOR, 1, label, total, pPtSize, pLTable, pMTable, root, false);
   w.volumeDescriptor(17 * SECTOR, 2, label, total, jPtSize, jLTable, jMTable, root, true);
@@ -364,7 +370,7 @@ export function buildIso(input: IsoInput): Uint8Array {
   buf.set(CD001, 18 * SECTOR + 1);
   buf[18 * SECTOR + 6] = 1;
 
-  w.er(ceBase * SECTOR);
+  w.er(root.ceLba * SECTOR);
   w.pathTables(pOrder, pLTable * SECTOR, pMTable * SECTOR, false);
   w.pathTables(jOrder, jLTable * SECTOR, jMTable * SECTOR, true);
 
@@ -380,11 +386,9 @@ class Writer {
   readonly buf: Uint8Array;
   readonly recDate: Uint8Array;
   readonly vdDate: Uint8Array;
-  readonly ceBase: number;
 
-  constructor(buf: Uint8Array, ts: Date, ceBase: number) {
+  constructor(buf: Uint8Array, ts: Date) {
     this.buf = buf;
-    this.ceBase = ceBase;
     this.recDate = Uint8Array.of(
       ts.getUTCFullYear() - 1900, ts.getUTCMonth() + 1, ts.getUTCDate(), ts.getUTCHours(), ts.getUTCMinutes(), ts.getUTCSeconds(), 0,
     );
@@ -465,8 +469,7 @@ class Writer {
     this.text(off + 574, 128, 'VMSEED', joliet); // application
     this.text(off + 702, 37, '', joliet);
     this.text(off + 739, 37, '', joliet);
-    this.text(off + 776, 37, '', joliet);
-    if (joliet) b[off + 812] = 0x20; // 37-byte fields leave one odd byte
+    this.text(off + 776, 37, '', joliet); // in Joliet the odd 37th byte stays 0, as genisoimage leaves it
     b.set(this.vdDate, off + 813); // creation
     b.set(this.vdDate, off + 830); // modification
     b.fill(0x30, off + 847, off + 863); // expiration: unset
@@ -590,7 +593,7 @@ class Writer {
     let su = this.record(at, d.pLba, d.pSize, true, DOT, isRoot ? ROOT_DOT_LEN : DOT_LEN);
     if (isRoot) {
       this.buf.set(SP_ENTRY, su);
-      su = this.ce(su + SP_LEN, this.ceBase, 0, ER_LEN);
+      su = this.ce(su + SP_LEN, d.ceLba, 0, ER_LEN);
     }
     this.nm(this.tf(this.px(su, dirMode, 2 + d.subdirs)), 0x02, EMPTY);
     const parent = d.parent ?? d;
@@ -605,7 +608,7 @@ class Writer {
         : this.record(at, c.lba, c.data.length, false, c.pId, len);
       su = this.tf(c.kind === 'dir' ? this.px(su, dirMode, 2 + c.subdirs) : this.px(su, S_IFREG | c.mode, 1));
       if (c.nmInCe) {
-        const sector = this.ceBase + c.nmInCe.sector;
+        const sector = d.ceLba + c.nmInCe.sector;
         this.ce(su, sector, c.nmInCe.offset, NM_HEAD + c.nm.length);
         this.nm(sector * SECTOR + c.nmInCe.offset, 0, c.nm);
       } else {

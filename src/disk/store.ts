@@ -24,8 +24,16 @@ export interface StoredImage extends ImageKey {
 }
 
 // The few node:fs/promises calls the store makes, so tests can inject faults.
+export interface StoreStat {
+  size: number;
+  ino: number;
+  mtimeMs: number;
+}
+
 export interface StoreFileHandle {
   writeFile(data: Uint8Array): Promise<void>;
+  chmod(mode: number): Promise<void>;
+  stat(): Promise<StoreStat>;
   sync(): Promise<void>;
   close(): Promise<void>;
 }
@@ -33,7 +41,7 @@ export interface StoreFileHandle {
 export interface StoreFs {
   open(path: string, flags: string, mode?: number): Promise<StoreFileHandle>;
   readFile(path: string): Promise<Uint8Array>;
-  stat(path: string): Promise<{ size: number }>;
+  stat(path: string): Promise<StoreStat>;
   rename(from: string, to: string): Promise<void>;
   unlink(path: string): Promise<void>;
   mkdir(path: string, options: { recursive: true; mode?: number }): Promise<unknown>;
@@ -55,6 +63,17 @@ const NAMESPACE_RE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const NAME_RE = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 
+const MAX_REMEMBERED = 1024;
+const MAX_REMEMBERED_BYTES = 8 << 20;
+
+// Like Promise.all, but waits for every call before failing, so the file
+// handle is never closed while one of them still uses it.
+async function settled<T extends readonly unknown[]>(ps: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const rs = await Promise.allSettled(ps);
+  for (const r of rs) if (r.status === 'rejected') throw r.reason;
+  return rs.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
+}
+
 function code(e: unknown): string | undefined {
   return (e as { code?: string } | null)?.code;
 }
@@ -63,6 +82,12 @@ export class ImageStore {
   readonly root: string;
   readonly fileMode: number;
   readonly #fs: StoreFs;
+  // Image paths known to be the only image in their directory.
+  readonly #single = new Set<string>();
+  // What this store last wrote to each path, and the file's identity then:
+  // while the file is still that inode, size and mtime, an identical image
+  // is recognised without reading the file back.
+  readonly #last = new Map<string, { bytes: Uint8Array; ino: number; size: number; mtimeMs: number }>();
 
   constructor(options: ImageStoreOptions) {
     this.root = options.root;
@@ -90,40 +115,55 @@ export class ImageStore {
     return join(this.dirFor(key), `${datasource}.iso`);
   }
 
+  // Replaces the VMI's image atomically unless it already holds these bytes.
+  // The store keeps a reference to `bytes` to recognise them next time:
+  // do not mutate them afterwards.
   async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean } = {}): Promise<{ path: string; written: boolean }> {
     const fsync = options.fsync ?? true;
     const dir = this.dirFor(key);
     const path = this.pathFor(key, datasource);
     const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
-      await fs.mkdir(dir, { recursive: true, mode: 0o750 });
       let written = false;
       if (!(await this.#same(path, bytes))) {
         const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${randomBytes(6).toString('hex')}`);
+        // The directory usually exists: create it only when open says so.
+        const fh = await fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
+          if (code(e) !== 'ENOENT') throw e;
+          await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+          return fs.open(tmp, 'wx', this.fileMode);
+        });
+        let renamed = false;
         try {
-          const fh = await fs.open(tmp, 'wx', this.fileMode);
-          try {
-            await fh.writeFile(bytes);
-            if (fsync) await fh.sync();
-          } finally {
-            await fh.close();
-          }
-          // open()'s mode is filtered by the umask; the configured mode is a promise.
-          await fs.chmod(tmp, this.fileMode);
-          await fs.rename(tmp, path);
+          // open()'s mode is filtered by the umask; the configured mode is a
+          // promise. Independent calls go to the thread pool together.
+          await settled([fh.writeFile(bytes), fh.chmod(this.fileMode)]);
+          if (fsync) await fh.sync();
+          const [st] = await settled([fh.stat(), fs.rename(tmp, path)] as const);
+          renamed = true;
+          this.#remember(path, bytes, st);
         } catch (e) {
-          await fs.unlink(tmp).catch(() => {});
+          this.#last.delete(path);
           throw e;
+        } finally {
+          await fh.close().catch(() => {});
+          if (!renamed) await fs.unlink(tmp).catch(() => {});
         }
         if (fsync) await this.#syncDir(dir);
         written = true;
       }
-      // A datasource switch must not leave the other image behind.
-      for (const other of DATASOURCES) {
-        if (other === datasource) continue;
-        await fs.unlink(join(dir, `${other}.iso`)).catch((e) => {
-          if (code(e) !== 'ENOENT') throw e;
-        });
+      // A datasource switch must not leave the other image behind. Once this
+      // store has seen the directory hold only `datasource`, it skips the check
+      // (it is the only writer under its root).
+      if (!this.#single.has(path)) {
+        for (const other of DATASOURCES) {
+          if (other === datasource) continue;
+          await fs.unlink(join(dir, `${other}.iso`)).catch((e) => {
+            if (code(e) !== 'ENOENT') throw e;
+          });
+          this.#single.delete(join(dir, `${other}.iso`));
+        }
+        this.#single.add(path);
       }
       return { path, written };
     });
@@ -162,6 +202,10 @@ export class ImageStore {
   async remove(key: ImageKey): Promise<void> {
     const dir = this.dirFor(key);
     const fs = this.#fs;
+    for (const ds of DATASOURCES) {
+      this.#single.delete(join(dir, `${ds}.iso`));
+      this.#last.delete(join(dir, `${ds}.iso`));
+    }
     await this.#io(`remove ${dir}`, async () => {
       let files: string[];
       try {
@@ -210,10 +254,21 @@ export class ImageStore {
     return removed;
   }
 
+  #remember(path: string, bytes: Uint8Array, st: StoreStat): void {
+    if (bytes.length > MAX_REMEMBERED_BYTES) return;
+    this.#last.delete(path);
+    this.#last.set(path, { bytes, ino: st.ino, size: st.size, mtimeMs: st.mtimeMs });
+    if (this.#last.size > MAX_REMEMBERED) this.#last.delete(this.#last.keys().next().value!);
+  }
+
   async #same(path: string, bytes: Uint8Array): Promise<boolean> {
     try {
       const st = await this.#fs.stat(path);
       if (st.size !== bytes.length) return false;
+      const last = this.#last.get(path);
+      if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) {
+        return Buffer.from(last.bytes.buffer, last.bytes.byteOffset, last.bytes.length).equals(bytes);
+      }
       return Buffer.from(await this.#fs.readFile(path)).equals(bytes);
     } catch (e) {
       if (code(e) === 'ENOENT') return false;

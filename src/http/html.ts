@@ -16,6 +16,7 @@ export function esc(value: unknown): string {
 
 export function formatSeconds(seconds: number | undefined): string {
   if (seconds === undefined || !Number.isFinite(seconds)) return '—';
+  if (seconds === 0) return '0';
   if (seconds < 0.001) return `${(seconds * 1e6).toFixed(0)} µs`;
   if (seconds < 1) return `${(seconds * 1000).toFixed(seconds < 0.01 ? 2 : 1)} ms`;
   if (seconds < 120) return `${seconds.toFixed(2)} s`;

@@ -171,7 +171,12 @@ table.vmis tr.r-skipped td:first-child{box-shadow:inset 4px 0 var(--skipped)}
 .muted{color:var(--muted)}
 .num{text-align:right;white-space:nowrap}
 .nowrap{white-space:nowrap}
-.path{word-break:break-all}
+.path{overflow-wrap:anywhere}
+table.vmis td.path{min-width:200px}
+table.vmis td.problems{min-width:240px}
+table.vmis.files{width:auto;min-width:480px}
+.vmi-name{white-space:nowrap}
+header h1 .mono{font-size:inherit}
 .empty{padding:24px;text-align:center;color:var(--muted);background:#fff;border:1px solid var(--line)}
 footer{padding:12px 20px;color:var(--muted);font-size:12px}
 `;
@@ -240,6 +245,12 @@ function configPanel(config: Record<string, string | number | boolean>): string 
   return `<section class="panel" id="config"><h2>Configuration</h2><table class="kv">${rows || '<tr><td class="muted">none</td></tr>'}</table></section>`;
 }
 
+// Let long paths wrap at their slashes rather than mid-name.
+function pathHtml(path: string | undefined): string {
+  if (!path) return '<span class="muted">—</span>';
+  return esc(path).replace(/\//g, '/<wbr>');
+}
+
 function stateLabel(state: VmiState): string {
   return `<span class="state state-${esc(state)}">${esc(state)}</span>`;
 }
@@ -284,9 +295,9 @@ function vmiRow(v: VmiStatusRecord, now: Date): string {
   ].join('');
   return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}">
 <td>${stateLabel(v.state)}</td>
-<td><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
+<td class="vmi-name"><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
 <td>${esc(v.datasource ?? '—')}</td>
-<td class="mono path">${esc(v.imagePath ?? '—')}</td>
+<td class="mono path">${pathHtml(v.imagePath)}</td>
 <td class="num">${esc(formatBytes(v.imageBytes))}</td>
 <td>${shortHash(v.contentHash)}</td>
 <td class="nowrap">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
@@ -339,7 +350,7 @@ export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRe
   const row = (k: string, val: string) => `<tr><th>${esc(k)}</th><td>${val}</td></tr>`;
   const files = v.files?.length
     ? `<table class="vmis files"><thead><tr><th>file</th><th>size</th></tr></thead><tbody>${v.files
-        .map((f) => `<tr><td class="mono path">${esc(f.path)}</td><td class="num">${esc(formatBytes(f.size))} <span class="muted">(${esc(f.size)} B)</span></td></tr>`)
+        .map((f) => `<tr><td class="mono path">${esc(f.path)}</td><td class="num">${esc(formatBytes(f.size))}${f.size >= 1024 ? ` <span class="muted">(${esc(f.size)} B)</span>` : ''}</td></tr>`)
         .join('')}</tbody></table>`
     : '<div class="empty">no seed files recorded</div>';
   const fetches = v.lastFetch && Object.keys(v.lastFetch).length
@@ -356,7 +367,7 @@ ${problems ? `<section class="panel" id="problems"><h2>Problems</h2>${problems}<
 <section class="panel"><h2>Seed</h2><table class="kv">
 ${row('uid', `<span class="mono">${esc(v.uid)}</span>`)}
 ${row('datasource', esc(v.datasource ?? '—'))}
-${row('image', `<span class="mono path">${esc(v.imagePath ?? '—')}</span>`)}
+${row('image', `<span class="mono path">${pathHtml(v.imagePath)}</span>`)}
 ${row('size', `${esc(formatBytes(v.imageBytes))}${v.imageBytes !== undefined ? ` <span class="muted">(${esc(v.imageBytes)} B)</span>` : ''}`)}
 ${row('content hash', `<span class="mono">${esc(v.contentHash ?? '—')}</span>`)}
 ${row('generated', `${esc(formatTime(v.generatedAt))} <span class="muted">${esc(formatAgo(v.generatedAt, now))}</span>`)}

@@ -72,6 +72,9 @@ const parser = new XMLParser({
   parseAttributeValue: false,
   parseTagValue: false,
   processEntities: true,
+  // A source path may end in a space; trimming would make our own disk look
+  // like a different seed and trigger a replace on every pass.
+  trimValues: false,
 });
 
 type Node = Record<string, unknown>;

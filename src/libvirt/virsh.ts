@@ -10,7 +10,6 @@ import { VmseedError, type ErrorCode, type ErrorKind } from '../errors.ts';
 export interface SpawnOptions {
   timeoutMs: number;
   maxOutputBytes: number;
-  stdin?: string;
   env?: Record<string, string | undefined>;
 }
 
@@ -38,7 +37,7 @@ export class NodeProcessSpawner implements ProcessSpawner {
       const child = spawn(file, args, {
         shell: false,
         detached: true,
-        stdio: ['pipe', 'pipe', 'pipe'],
+        stdio: ['ignore', 'pipe', 'pipe'],
         env: options.env as NodeJS.ProcessEnv | undefined,
       });
       const out: Buffer[] = [];
@@ -63,8 +62,6 @@ export class NodeProcessSpawner implements ProcessSpawner {
       };
       child.stdout!.on('data', collect(out));
       child.stderr!.on('data', collect(err));
-      child.stdin!.on('error', () => { /* the child may exit before reading */ });
-      child.stdin!.end(options.stdin ?? '');
       const timer = setTimeout(() => {
         timedOut = true;
         killGroup();

@@ -21,7 +21,13 @@ export interface MetricsOptions {
 
 export function createMetrics(options: MetricsOptions) {
   const registry = new Registry();
-  if (options.processMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'vmseed_' });
+  if (options.processMetrics !== false) {
+    collectDefaultMetrics({ register: registry, prefix: 'vmseed_' });
+    // prom-client exports these sums as gauges named *_total, which
+    // `promtool check metrics` rejects (only counters end in _total); the
+    // per-type series (vmseed_nodejs_active_handles{type}) carry the same.
+    for (const n of ['handles', 'requests', 'resources']) registry.removeSingleMetric(`vmseed_nodejs_active_${n}_total`);
+  }
   const registers = [registry];
 
   const m = {

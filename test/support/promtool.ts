@@ -52,15 +52,16 @@ export function sampleValue(samples: Sample[], name: string, labels: Record<stri
   return hit?.value;
 }
 
-// Cumulative bucket counts of one histogram series, keyed by `le`.
-export function histogramBuckets(samples: Sample[], name: string, labels: Record<string, string> = {}): Map<string, number> {
-  const out = new Map<string, number>();
+// Cumulative bucket counts of one histogram series, keyed by the numeric
+// upper bound (`le` may be written 5e-05 or 0.00005; +Inf is Infinity).
+export function histogramBuckets(samples: Sample[], name: string, labels: Record<string, string> = {}): Map<number, number> {
+  const out = new Map<number, number>();
   for (const s of samples) {
     if (s.name !== `${name}_bucket`) continue;
     const { le, ...rest } = s.labels;
     if (Object.keys(rest).length !== Object.keys(labels).length) continue;
     if (!Object.entries(labels).every(([k, v]) => rest[k] === v)) continue;
-    out.set(le, s.value);
+    out.set(le === '+Inf' ? Infinity : Number(le), s.value);
   }
   return out;
 }

@@ -1,0 +1,164 @@
+// npm run bench:inject — attach/detach latency on a running TCG domain, and
+// how much of it is spawning virsh versus libvirt's own work. Decides whether
+// a native libvirt RPC client is worth building.
+//
+//   node bench/inject.ts [--cycles N] [--mode scsi|virtio|both]
+//
+// scsi: a SCSI CD-ROM on a virtio-scsi controller of a domain with no OS
+// (detach completes without a guest). virtio: a virtio disk on the busybox
+// guest, which answers ACPI unplug.
+import { spawn, execFile } from 'node:child_process';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { VirshInjector } from '../src/libvirt/injector.ts';
+import { buildSeedDiskXml, type SeedBus } from '../src/libvirt/disk-xml.ts';
+import type { InjectionTarget } from '../src/libvirt/types.ts';
+import { ensureLibvirtd, defineDomain, destroyDomain, emptyDomainXml, virsh, LIBVIRT_URI } from '../e2e/support/libvirtd.ts';
+import { guestDomainXml, waitForConsole } from '../e2e/support/libvirt-guest.ts';
+
+const run = promisify(execFile);
+const { values } = parseArgs({ options: { cycles: { type: 'string', default: '50' }, mode: { type: 'string', default: 'both' } } });
+const CYCLES = Number(values.cycles);
+const modes: SeedBus[] = values.mode === 'both' ? ['scsi', 'virtio'] : [values.mode as SeedBus];
+
+interface Row { op: string; samples: number[] }
+const rows: Row[] = [];
+
+function pct(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+async function time(fn: () => Promise<unknown>): Promise<number> {
+  const t = process.hrtime.bigint();
+  await fn();
+  return Number(process.hrtime.bigint() - t) / 1e6;
+}
+
+// One long-running `virsh` fed commands on stdin: no spawn, no reconnect.
+class VirshShell {
+  #child = spawn('virsh', ['-q', '-c', LIBVIRT_URI], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, LC_ALL: 'C' } });
+  #buf = '';
+  #n = 0;
+  #waiters: Array<() => void> = [];
+  constructor() {
+    this.#child.stdout.on('data', (c: Buffer) => {
+      this.#buf += c.toString();
+      for (const w of this.#waiters.splice(0)) w();
+    });
+  }
+  async cmd(line: string): Promise<string> {
+    const mark = `__vmseed_done_${++this.#n}__`;
+    this.#child.stdin.write(`${line}\necho ${mark}\n`);
+    for (;;) {
+      const i = this.#buf.indexOf(mark);
+      if (i >= 0) {
+        const out = this.#buf.slice(0, i);
+        this.#buf = this.#buf.slice(i + mark.length + 1);
+        return out;
+      }
+      await new Promise<void>((r) => this.#waiters.push(r));
+    }
+  }
+  close(): void {
+    this.#child.stdin.end('quit\n');
+  }
+}
+
+async function gone(domain: string, sh?: VirshShell): Promise<void> {
+  for (;;) {
+    const out = sh ? await sh.cmd(`domblklist ${domain}`) : await virsh('domblklist', domain);
+    if (!out.includes('vmseed-bench')) return;
+    await sleep(5);
+  }
+}
+
+async function benchDomain(bus: SeedBus, dir: string): Promise<void> {
+  const name = `bench-${bus}-${process.pid}`;
+  const domain = `bench_${name}`;
+  const seedA = join(dir, 'vmseed-bench-a.iso');
+  const seedB = join(dir, 'vmseed-bench-b.iso');
+  writeFileSync(seedA, Buffer.alloc(64 * 1024));
+  writeFileSync(seedB, Buffer.alloc(64 * 1024, 1));
+  await destroyDomain(domain);
+  try {
+    if (bus === 'scsi') {
+      await defineDomain(emptyDomainXml({ name: domain, scsiController: true }), 'create');
+    } else {
+      const consoleLog = join(dir, `${name}.console`);
+      await defineDomain(await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.wait=0 vmseed.after=stay' }), 'create');
+      await waitForConsole(consoleLog, (r) => r.done, 180_000);
+    }
+    const target: InjectionTarget = { namespace: 'bench', name, uid: 'bench', datasource: 'nocloud', annotations: {} };
+    const inj = new VirshInjector({ bus, pollIntervalMs: 5 });
+    const dev = bus === 'scsi' ? 'sda' : 'vda';
+    const xmlFile = join(dir, `${bus}.xml`);
+    writeFileSync(xmlFile, buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus }));
+    const s = { inject: [] as number[], eject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
+    const sh = new VirshShell();
+    await sh.cmd('version');
+    for (let i = 0; i < CYCLES; i++) {
+      s.inject.push(await time(() => inj.inject(target, seedA)));
+      s.eject.push(await time(() => inj.eject(target)));
+      // One virsh spawn per step: libvirt's work + one spawn + one connect.
+      s.attach.push(await time(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'attach-device', domain, xmlFile, '--live'])));
+      s.detach.push(await time(async () => {
+        await run('virsh', ['-q', '-c', LIBVIRT_URI, 'detach-device', domain, xmlFile, '--live']);
+        await gone(domain);
+      }));
+      // The same in one long-running virsh: libvirt's work only.
+      s.shAttach.push(await time(() => sh.cmd(`attach-device ${domain} ${xmlFile} --live`)));
+      s.shDetach.push(await time(async () => {
+        await sh.cmd(`detach-device ${domain} ${xmlFile} --live`);
+        await gone(domain, sh);
+      }));
+    }
+    sh.close();
+    rows.push(
+      { op: `${bus}: injector.inject (dominfo+2×dumpxml+attach)`, samples: s.inject },
+      { op: `${bus}: injector.eject (…+detach+poll until gone)`, samples: s.eject },
+      { op: `${bus}: virsh attach-device (1 spawn)`, samples: s.attach },
+      { op: `${bus}: virsh detach-device + poll domblklist`, samples: s.detach },
+      { op: `${bus}: virsh shell: attach-device`, samples: s.shAttach },
+      { op: `${bus}: virsh shell: detach-device + poll`, samples: s.shDetach },
+    );
+  } finally {
+    await destroyDomain(domain);
+  }
+}
+
+async function main(): Promise<void> {
+  await ensureLibvirtd();
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-inject-'));
+  try {
+    const noop: number[] = [];
+    const sh = new VirshShell();
+    await sh.cmd('version');
+    const shNoop: number[] = [];
+    for (let i = 0; i < CYCLES; i++) {
+      noop.push(await time(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'version'])));
+      shNoop.push(await time(() => sh.cmd('version')));
+    }
+    sh.close();
+    rows.push({ op: 'virsh version (spawn+connect, no-op)', samples: noop }, { op: 'virsh shell: version (no-op)', samples: shNoop });
+    for (const bus of modes) await benchDomain(bus, dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const ref = [...rows[0].samples].sort((a, b) => a - b);
+  const refMed = pct(ref, 50);
+  const w = Math.max(...rows.map((r) => r.op.length));
+  console.log(`cycles: ${CYCLES}; libvirt ${(await virsh('version')).match(/libvirt ([\d.]+)/)?.[1] ?? '?'}, TCG; ratio = median / median of a no-op 'virsh version' spawn`);
+  console.log(`${'operation'.padEnd(w)} | median ms |  p99 ms | ratio`);
+  console.log(`${'-'.repeat(w)}-|-----------|---------|------`);
+  for (const r of rows) {
+    const s = [...r.samples].sort((a, b) => a - b);
+    const med = pct(s, 50);
+    console.log(`${r.op.padEnd(w)} | ${med.toFixed(1).padStart(9)} | ${pct(s, 99).toFixed(1).padStart(7)} | ${(med / refMed).toFixed(2).padStart(5)}`);
+  }
+}
+
+await main();

@@ -1,0 +1,161 @@
+// The image store on a real temporary directory: atomic replace seen by
+// concurrent readers, no rewrite when identical, crash temporaries cleaned,
+// keys that could leave the root refused, a datasource switch cleans up.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fsp from 'node:fs/promises';
+import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ImageStore, type StoreFs } from '../../src/disk/store.ts';
+import { VmseedError } from '../../src/errors.ts';
+import { tempDir } from './tools.ts';
+
+const key = { namespace: 'default', name: 'vm-1', uid: '6a8f0e43-5a4c-4b5f-9f38-2f3f7a1b2c3d' };
+
+function image(fill: number, size = 256 * 1024): Uint8Array {
+  return new Uint8Array(size).fill(fill);
+}
+
+test('write: atomic replace; concurrent readers only ever see a whole image', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const store = new ImageStore({ root: tmp.dir });
+  const path = store.pathFor(key, 'nocloud');
+  assert.equal(path, join(tmp.dir, 'default', 'vm-1', key.uid, 'nocloud.iso'));
+  await store.write(key, 'nocloud', image(1));
+  let stop = false;
+  let reads = 0;
+  const readers = Array.from({ length: 3 }, async () => {
+    while (!stop) {
+      const data = await fsp.readFile(path);
+      reads++;
+      assert.equal(data.length, 256 * 1024, 'never a partial image');
+      assert.ok(data.every((b) => b === data[0]), 'never a mix of two images');
+    }
+  });
+  for (let i = 2; i < 40; i++) {
+    const r = await store.write(key, 'nocloud', image(i), { fsync: i % 10 === 0 });
+    assert.equal(r.written, true);
+  }
+  stop = true;
+  await Promise.all(readers);
+  assert.ok(reads > 0);
+  assert.equal((await fsp.readFile(path))[0], 39);
+  assert.equal(statSync(path).mode & 0o777, 0o640);
+  assert.deepEqual(readdirSync(join(tmp.dir, 'default', 'vm-1', key.uid)), ['nocloud.iso'], 'no temporaries left');
+});
+
+test('an identical image is not rewritten (same inode, written: false)', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const store = new ImageStore({ root: tmp.dir, fileMode: 0o600 });
+  const first = await store.write(key, 'nocloud', image(7));
+  assert.equal(first.written, true);
+  const ino = statSync(first.path).ino;
+  const again = await store.write(key, 'nocloud', image(7));
+  assert.deepEqual(again, { path: first.path, written: false });
+  assert.equal(statSync(first.path).ino, ino);
+  assert.equal(statSync(first.path).mode & 0o777, 0o600);
+  const changed = await store.write(key, 'nocloud', image(8));
+  assert.equal(changed.written, true);
+  assert.notEqual(statSync(first.path).ino, ino);
+  // Someone else changes the file in place (same size): the store notices.
+  writeFileSync(first.path, image(9));
+  assert.equal((await store.write(key, 'nocloud', image(8))).written, true);
+  assert.equal((await fsp.readFile(first.path))[0], 8);
+  // A fresh store (agent restart) compares with the file's content.
+  assert.equal((await new ImageStore({ root: tmp.dir }).write(key, 'nocloud', image(8))).written, false);
+});
+
+test('switching datasource leaves only the new image; list and remove', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const store = new ImageStore({ root: tmp.dir });
+  const other = { namespace: 'prod', name: 'db.primary', uid: 'uid-2' };
+  await store.write(key, 'nocloud', image(1, 10));
+  await store.write(key, 'configdrive', image(2, 20));
+  await store.write(other, 'nocloud', image(3, 30));
+  assert.ok(!existsSync(store.pathFor(key, 'nocloud')));
+  assert.deepEqual(await store.list(), [
+    { ...key, datasource: 'configdrive', path: store.pathFor(key, 'configdrive'), size: 20 },
+    { ...other, datasource: 'nocloud', path: store.pathFor(other, 'nocloud'), size: 30 },
+  ]);
+  await store.remove(key);
+  await store.remove(key); // idempotent
+  assert.deepEqual((await store.list()).map((s) => s.name), ['db.primary']);
+  assert.ok(!existsSync(join(tmp.dir, 'default')), 'empty directories go too');
+  assert.deepEqual(await new ImageStore({ root: join(tmp.dir, 'missing') }).list(), []);
+});
+
+test('cleanupTemporaries removes what a crash left mid-write, nothing else', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const store = new ImageStore({ root: tmp.dir });
+  const { path } = await store.write(key, 'nocloud', image(1, 10));
+  const dir = join(path, '..');
+  writeFileSync(join(dir, '.nocloud.iso.tmp-abc123'), 'partial');
+  writeFileSync(join(dir, '.configdrive.iso.tmp-def456'), 'partial');
+  const removed = await store.cleanupTemporaries();
+  assert.equal(removed.length, 2);
+  assert.deepEqual(readdirSync(dir), ['nocloud.iso']);
+});
+
+test('a failed write leaves the old image and no temporary (fault-injecting fs)', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const store = new ImageStore({ root: tmp.dir });
+  await store.write(key, 'nocloud', image(1, 100));
+  const failing: StoreFs = {
+    ...(fsp as unknown as StoreFs),
+    open: async (p, flags, mode) => {
+      const fh = await fsp.open(p, flags, mode);
+      return {
+        writeFile: async () => {
+          throw Object.assign(new Error('disk full'), { code: 'ENOSPC' });
+        },
+        chmod: (m: number) => fh.chmod(m),
+        stat: () => fh.stat(),
+        sync: () => fh.sync(),
+        close: () => fh.close(),
+      };
+    },
+  };
+  const broken = new ImageStore({ root: tmp.dir, fs: failing });
+  await assert.rejects(broken.write(key, 'nocloud', image(2, 100)), (e: unknown) => {
+    assert.ok(e instanceof VmseedError);
+    assert.equal(e.code, 'STORE_IO_FAILED');
+    assert.equal(e.kind, 'retryable');
+    assert.match(e.message, /ENOSPC/);
+    return true;
+  });
+  const dir = join(tmp.dir, 'default', 'vm-1', key.uid);
+  assert.deepEqual(readdirSync(dir), ['nocloud.iso']);
+  assert.equal((await fsp.readFile(join(dir, 'nocloud.iso')))[0], 1);
+});
+
+test('keys that could escape the root are refused with STORE_KEY_INVALID', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  mkdirSync(join(tmp.dir, 'root'));
+  const store = new ImageStore({ root: join(tmp.dir, 'root') });
+  const bad = [
+    { ...key, namespace: '..' },
+    { ...key, namespace: '../x' },
+    { ...key, name: '..' },
+    { ...key, name: 'a/../../b' },
+    { ...key, name: 'a..b' },
+    { ...key, uid: '../../etc' },
+    { ...key, uid: '' },
+    { ...key, name: 'x\0y' },
+    { ...key, namespace: '/abs' },
+    { ...key, name: 'UPPER' },
+  ];
+  for (const k of bad) {
+    assert.throws(() => store.pathFor(k, 'nocloud'), { code: 'STORE_KEY_INVALID' }, JSON.stringify(k));
+    await assert.rejects(store.write(k, 'nocloud', image(1, 1)), { code: 'STORE_KEY_INVALID' });
+    await assert.rejects(store.remove(k), { code: 'STORE_KEY_INVALID' });
+  }
+  assert.throws(() => store.pathFor(key, '../x' as never), { code: 'STORE_KEY_INVALID' });
+  assert.deepEqual(readdirSync(tmp.dir), ['root']);
+  assert.deepEqual(readdirSync(join(tmp.dir, 'root')), []);
+});

@@ -1,0 +1,250 @@
+// The injector's decisions, against a fake libvirt behind the ProcessSpawner
+// seam: it answers like virsh 9.0 did here (dominfo layout, dumpxml shape,
+// the real error messages of specs.md part B §6).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { VirshInjector, parseDominfo, renderTemplate } from '../../src/libvirt/injector.ts';
+import { parseDomainXml, type DomainDisk } from '../../src/libvirt/disk-xml.ts';
+import { VmseedError } from '../../src/errors.ts';
+import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';
+import type { InjectionTarget } from '../../src/libvirt/types.ts';
+
+interface FakeDomain {
+  state: 'running' | 'paused' | 'shut off' | 'in shutdown';
+  persistent: boolean;
+  live: DomainDisk[];
+  config: DomainDisk[];
+  // The guest answers ACPI unplug (live detach completes).
+  unplugs: boolean;
+}
+
+class FakeLibvirt implements ProcessSpawner {
+  domains = new Map<string, FakeDomain>();
+  calls: string[][] = [];
+  uris: string[] = [];
+  failNext: Map<string, string> = new Map();
+
+  async run(_file: string, argv: readonly string[], _o: SpawnOptions): Promise<SpawnResult> {
+    const args = argv.slice(3); // -q -c URI
+    this.uris.push(argv[2]);
+    this.calls.push([...args]);
+    const ok = (stdout = ''): SpawnResult => ({ exitCode: 0, signal: null, stdout, stderr: '', timedOut: false, outputTruncated: false });
+    const fail = (stderr: string): SpawnResult => ({ exitCode: 1, signal: null, stdout: '', stderr, timedOut: false, outputTruncated: false });
+    const [cmd] = args;
+    const forced = this.failNext.get(cmd);
+    if (forced) {
+      this.failNext.delete(cmd);
+      return fail(forced);
+    }
+    const name = args.find((a, i) => i > 0 && !a.startsWith('--'))!;
+    const d = this.domains.get(name);
+    if (!d) return fail(`error: failed to get domain '${name}'\n`);
+    const active = d.state !== 'shut off';
+    switch (cmd) {
+      case 'dominfo':
+        return ok(`Id:             ${active ? 1 : '-'}\nName:           ${name}\nUUID:           347ba555-a2a7-4ec0-b250-4eedce37b6f1\nOS Type:        hvm\nState:          ${d.state}\nCPU(s):         1\nPersistent:     ${d.persistent ? 'yes' : 'no'}\nAutostart:      disable\n`);
+      case 'dumpxml': {
+        const disks = args.includes('--inactive') ? d.config : active ? d.live : d.config;
+        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n  <devices>\n${disks.map(diskXml).join('\n')}\n  </devices>\n</domain>\n`);
+      }
+      case 'resume':
+        d.state = 'running';
+        return ok();
+      case 'attach-device':
+      case 'detach-device': {
+        const disk = parseDomainXml(`<domain><devices>${readFileSync(args[2], 'utf8')}</devices></domain>`).disks[0];
+        const live = args.includes('--live');
+        const config = args.includes('--config');
+        if (config && !d.persistent) return fail(`error: Failed to ${cmd === 'attach-device' ? 'attach' : 'detach'} device from ${args[2]}\nerror: Requested operation is not valid: transient domains do not have any persistent config\n`);
+        if (live && !active) return fail(`error: Failed to attach device from ${args[2]}\nerror: Requested operation is not valid: domain is not running\n`);
+        for (const [flag, list] of [[live, d.live], [config, d.config]] as const) {
+          if (!flag) continue;
+          const i = list.findIndex((x) => x.targetDev === disk.targetDev);
+          if (cmd === 'attach-device') {
+            if (i >= 0) return fail(`error: Failed to attach device from ${args[2]}\nerror: XML error: target '${disk.targetDev}' duplicated for disk sources '${list[i].sourceFile}' and '${disk.sourceFile}'\n`);
+            list.push(disk);
+          } else {
+            if (i < 0) return fail(`error: Failed to detach device from ${args[2]}\nerror: device not found: disk ${disk.targetDev} not found\n`);
+            if (list === d.config || d.unplugs) list.splice(i, 1);
+          }
+        }
+        return ok();
+      }
+      default:
+        return fail(`error: unknown command: '${cmd}'\n`);
+    }
+  }
+}
+
+function diskXml(d: DomainDisk): string {
+  return `    <disk type='${d.type}' device='${d.device}'>\n      <driver name='qemu' type='raw'/>\n      <source file='${d.sourceFile}' index='1'/>\n      <backingStore/>\n      <target dev='${d.targetDev}' bus='${d.bus}'/>\n${d.readonly ? '      <readonly/>\n' : ''}${d.alias ? `      <alias name='${d.alias}'/>\n` : ''}    </disk>`;
+}
+
+const other = (dev: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'virtio', targetDev: dev, sourceFile: `/images/${dev}.qcow2`, alias: `virtio-disk0`, serial: undefined, readonly: false });
+const ours = (dev: string, src: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'virtio', targetDev: dev, sourceFile: src, alias: 'ua-vmseed', serial: 'cidata', readonly: true });
+
+function setup(d: Partial<FakeDomain>, name = 'ns1_vm1') {
+  const lv = new FakeLibvirt();
+  lv.domains.set(name, { state: 'running', persistent: true, live: [other('vda')], config: [other('vda')], unplugs: true, ...d });
+  return lv;
+}
+
+const T: InjectionTarget = { namespace: 'ns1', name: 'vm1', uid: 'u-1', datasource: 'nocloud', annotations: {} };
+const GATED: InjectionTarget = { ...T, annotations: { 'vmseed.io/resume-after-seed': 'true' } };
+const noSleep = async () => {};
+const mutating = (lv: FakeLibvirt) => lv.calls.filter((c) => c[0] !== 'dominfo' && c[0] !== 'dumpxml');
+
+test('shut-off persistent: --config only, next free target', async () => {
+  const lv = setup({ state: 'shut off' });
+  const r = await new VirshInjector({ spawner: lv }).inject(T, '/seeds/a.iso');
+  assert.deepEqual([r.action, r.flags, r.targetDev, r.domainState, r.seededAfterBoot, r.resumed], ['attached', ['--config'], 'vdb', 'shutoff', false, false]);
+  assert.deepEqual(mutating(lv).map((c) => [c[0], c[1], ...c.slice(3)]), [['attach-device', 'ns1_vm1', '--config']]);
+  assert.equal(lv.domains.get('ns1_vm1')!.config[1].sourceFile, '/seeds/a.iso');
+});
+
+test('running persistent: --live --config and seeded after boot', async () => {
+  const lv = setup({});
+  const r = await new VirshInjector({ spawner: lv }).inject(GATED, '/seeds/a.iso');
+  assert.deepEqual([r.action, r.flags, r.domainState, r.persistent, r.seededAfterBoot, r.resumed], ['attached', ['--live', '--config'], 'running', true, true, false]);
+});
+
+test('paused transient with the gate annotation: --live only, then the resume hook', async () => {
+  const lv = setup({ state: 'paused', persistent: false, config: [] });
+  const resumed: string[] = [];
+  const inj = new VirshInjector({ spawner: lv, resume: async (ctx) => { resumed.push(`${ctx.domain}@${ctx.uri}:${ctx.target.uid}`); } });
+  const r = await inj.inject(GATED, '/seeds/a.iso');
+  assert.deepEqual([r.flags, r.resumed, r.seededAfterBoot, r.persistent], [['--live'], true, false, false]);
+  assert.deepEqual(resumed, ['ns1_vm1@qemu:///system:u-1']);
+  // the hook, not virsh resume, was used
+  assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
+});
+
+test('paused without the annotation (or not "true") stays paused; default hook is virsh resume', async () => {
+  const lv = setup({ state: 'paused' });
+  const r = await new VirshInjector({ spawner: lv }).inject({ ...T, annotations: { 'vmseed.io/resume-after-seed': 'yes' } }, '/s.iso');
+  assert.equal(r.resumed, false);
+  assert.equal(lv.domains.get('ns1_vm1')!.state, 'paused');
+  const lv2 = setup({ state: 'paused' });
+  await new VirshInjector({ spawner: lv2 }).inject(GATED, '/s.iso');
+  assert.deepEqual(mutating(lv2).map((c) => c[0]), ['attach-device', 'resume']);
+  assert.equal(lv2.domains.get('ns1_vm1')!.state, 'running');
+});
+
+test('same source already in live and config: nothing to do (a paused gated domain is still resumed)', async () => {
+  const lv = setup({ state: 'paused', live: [other('vda'), ours('vdb', '/s.iso')], config: [other('vda'), ours('vdb', '/s.iso')] });
+  const r = await new VirshInjector({ spawner: lv }).inject(GATED, '/s.iso');
+  assert.deepEqual([r.action, r.targetDev, r.flags, r.resumed], ['none', 'vdb', [], true]);
+  assert.deepEqual(mutating(lv).map((c) => c[0]), ['resume']);
+});
+
+test('run twice: one disk, not two', async () => {
+  const lv = setup({});
+  const inj = new VirshInjector({ spawner: lv });
+  await inj.inject(T, '/s.iso');
+  const r = await inj.inject(T, '/s.iso');
+  assert.equal(r.action, 'none');
+  assert.equal(r.seededAfterBoot, false);
+  assert.equal(lv.domains.get('ns1_vm1')!.live.filter((d) => d.alias === 'ua-vmseed').length, 1);
+  assert.equal(lv.domains.get('ns1_vm1')!.config.filter((d) => d.alias === 'ua-vmseed').length, 1);
+});
+
+test('seed changed: detach the old disk where it is, wait until gone, attach on the same target', async () => {
+  const lv = setup({ live: [other('vda'), ours('vdc', '/old.iso')], config: [other('vda'), ours('vdc', '/old.iso')] });
+  const r = await new VirshInjector({ spawner: lv, sleep: noSleep }).inject(T, '/new.iso');
+  assert.deepEqual([r.action, r.targetDev, r.flags], ['replaced', 'vdc', ['--live', '--config']]);
+  assert.deepEqual(mutating(lv).map((c) => [c[0], c.at(-1)]), [['detach-device', '--live'], ['detach-device', '--config'], ['attach-device', '--config']]);
+  assert.deepEqual(lv.domains.get('ns1_vm1')!.live.map((d) => d.sourceFile), ['/images/vda.qcow2', '/new.iso']);
+});
+
+test('live has it, config lost it: attach --config only, same target', async () => {
+  const lv = setup({ live: [other('vda'), ours('vdc', '/s.iso')] });
+  const r = await new VirshInjector({ spawner: lv }).inject(T, '/s.iso');
+  assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--config'], 'vdc']);
+});
+
+test('a target used by another disk in either view is skipped', async () => {
+  const lv = setup({ live: [other('vda')], config: [other('vda'), other('vdb')] });
+  assert.equal((await new VirshInjector({ spawner: lv }).inject(T, '/s.iso')).targetDev, 'vdc');
+});
+
+test('scsi bus: a CD-ROM on sdX', async () => {
+  const lv = setup({ state: 'shut off' });
+  const r = await new VirshInjector({ spawner: lv, bus: 'scsi' }).inject(T, '/s.iso');
+  assert.deepEqual([r.bus, r.targetDev], ['scsi', 'sda']);
+  assert.equal(lv.domains.get('ns1_vm1')!.config[1].device, 'cdrom');
+});
+
+test('domain missing: DOMAIN_NOT_FOUND, retryable; nothing attached', async () => {
+  const lv = setup({}, 'other_vm');
+  await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND' && e.retryable);
+  assert.deepEqual(mutating(lv), []);
+});
+
+test('a domain shutting down is retried later', async () => {
+  const lv = setup({ state: 'in shutdown' });
+  await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_STATE_UNSUPPORTED' && e.retryable);
+});
+
+test('real libvirt errors surface with their codes', async () => {
+  const lv = setup({});
+  lv.failNext.set('attach-device', "error: Failed to attach device from /tmp/x\nerror: Cannot access storage file '/s.iso': No such file or directory\n");
+  await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'SEED_FILE_NOT_ACCESSIBLE');
+  lv.failNext.set('attach-device', 'error: Failed to attach device from /tmp/x\nerror: unsupported configuration: non unique alias detected: ua-vmseed\n');
+  await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'ALIAS_IN_USE');
+});
+
+test('eject: detach with the same flags, poll until gone; absent disk or domain → none', async () => {
+  const lv = setup({ live: [other('vda'), ours('vdb', '/s.iso')], config: [other('vda'), ours('vdb', '/s.iso')] });
+  const inj = new VirshInjector({ spawner: lv, sleep: noSleep });
+  assert.deepEqual(await inj.eject(T), { action: 'detached', domain: 'ns1_vm1' });
+  assert.deepEqual(lv.domains.get('ns1_vm1')!.live.map((d) => d.targetDev), ['vda']);
+  assert.deepEqual(lv.domains.get('ns1_vm1')!.config.map((d) => d.targetDev), ['vda']);
+  assert.deepEqual(await inj.eject(T), { action: 'none', domain: 'ns1_vm1' });
+  assert.deepEqual(await new VirshInjector({ spawner: setup({}, 'x_y') }).eject(T), { action: 'none', domain: 'ns1_vm1' });
+});
+
+test('eject: a guest that never releases the disk → DETACH_TIMEOUT after polling', async () => {
+  const lv = setup({ unplugs: false, live: [ours('vdb', '/s.iso')], config: [] });
+  let polls = 0;
+  const inj = new VirshInjector({ spawner: lv, detachTimeoutMs: 30, pollIntervalMs: 5, sleep: (ms) => { polls++; return new Promise((r) => setTimeout(r, ms)); } });
+  await assert.rejects(inj.eject(T), (e: unknown) => e instanceof VmseedError && e.code === 'DETACH_TIMEOUT' && e.retryable);
+  assert.ok(polls >= 2, `polled ${polls} times`);
+});
+
+test('eject of a shut-off domain: --config only, no polling of the live domain', async () => {
+  const lv = setup({ state: 'shut off', config: [ours('vdb', '/s.iso')] });
+  await new VirshInjector({ spawner: lv }).eject(T);
+  assert.deepEqual(mutating(lv).map((c) => c.at(-1)), ['--config']);
+  assert.equal(lv.domains.get('ns1_vm1')!.config.length, 0);
+});
+
+test('templates: domain name, per-VMI socket URI, image path as the domain sees it', async () => {
+  const lv = setup({ state: 'shut off' }, 'vm-u-7');
+  const inj = new VirshInjector({
+    spawner: lv,
+    domainTemplate: 'vm-{uid}',
+    uriTemplate: 'qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock',
+    imagePathTemplate: '/var/run/kubevirt-private/vmseed/{namespace}/{name}/{basename}',
+  });
+  const t = { ...T, uid: 'u-7' };
+  await inj.inject(t, '/var/lib/vmseed/images/ns1/vm1/nocloud.iso');
+  assert.ok(lv.uris.every((u) => u === 'qemu+unix:///system?socket=/var/run/kubevirt/u-7/libvirt-sock'));
+  assert.equal(lv.domains.get('vm-u-7')!.config[1].sourceFile, '/var/run/kubevirt-private/vmseed/ns1/vm1/nocloud.iso');
+  assert.throws(() => new VirshInjector({ domainTemplate: '{namespace}-{pod}' }), (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID' && e.field === 'domainTemplate');
+  assert.equal(renderTemplate('{namespace}_{name}', { namespace: 'a', name: 'b' }), 'a_b');
+});
+
+test('calls for one domain are serialised; different domains run concurrently', async () => {
+  const lv = setup({ state: 'shut off' });
+  lv.domains.set('ns1_vm2', { state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
+  const inj = new VirshInjector({ spawner: lv });
+  const [a, b, c] = await Promise.all([inj.inject(T, '/s.iso'), inj.inject(T, '/s.iso'), inj.inject({ ...T, name: 'vm2' }, '/s.iso')]);
+  assert.deepEqual([a.action, b.action, c.action], ['attached', 'none', 'attached']);
+});
+
+test('dominfo parsing', () => {
+  assert.deepEqual(parseDominfo('State:          shut off\nPersistent:     no\n'), { state: 'shutoff', persistent: false });
+  assert.deepEqual(parseDominfo('State:          pmsuspended\nPersistent:     yes\n'), { state: 'other', persistent: true });
+  assert.throws(() => parseDominfo('garbage'), (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED');
+});
