@@ -159,7 +159,9 @@ export class Reconciler {
     const target = injectionTarget(key, uid, seed.datasource, vmi);
     let entry = this.#known.get(key);
     let written = false;
-    if (!entry || entry.sha256 !== sha || entry.datasource !== seed.datasource) {
+    // Level-based down to the file: an image deleted behind our back is written again.
+    const onDisk = entry !== undefined && entry.sha256 === sha && (await sizeOf(entry.path)) === image.bytes.length;
+    if (!entry || !onDisk || entry.datasource !== seed.datasource) {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true });
       written = res.written;
@@ -311,6 +313,14 @@ function datasourceHint(vmi: VmiObject | undefined): string {
 async function hashFile(path: string): Promise<string | undefined> {
   try {
     return sha256Hex(await readFile(path));
+  } catch {
+    return undefined;
+  }
+}
+
+async function sizeOf(path: string): Promise<number | undefined> {
+  try {
+    return (await stat(path)).size;
   } catch {
     return undefined;
   }

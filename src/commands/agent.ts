@@ -117,7 +117,7 @@ export const agent: Command = async (ctx) => {
   const listen = config.listen.host.includes(':') ? `[${config.listen.host}]:${config.listen.port}` : `${config.listen.host}:${config.listen.port}`;
   let http;
   try {
-    http = await startHttpServer({ listen, metrics, status: agentInstance.status, logger: logger.child({ component: 'http' }) });
+    http = await startHttpServer({ listen, metrics, status: agentInstance.status, logger }); // it names its own component
   } catch (e) {
     ctx.stderr.write(`vmseed agent: cannot listen on ${listen}: ${(e as Error).message}\n`);
     return 1;

@@ -3,7 +3,7 @@
 // on disk, a Secret created after its VMI, a bad VMI beside good ones.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { FakeKube } from '../support/fake-kube.ts';
 import { RecordingInjector, startAgent, tempDir, vmi, waitFor, NODE, type Harness } from '../support/agent-harness.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
@@ -47,6 +47,12 @@ test('add, update and delete: image appears, changes, goes; injector attaches, r
   await h.agent.queue.idle();
   assert.equal(statSync(path).ino, before.ino, 'image not rewritten');
   assert.equal(injector.actions('inject').length, 2, 'not injected again');
+
+  // Level-based down to the file: an image deleted behind the agent's back
+  // comes back on the next reconcile (here: the periodic resync).
+  rmSync(path);
+  h.agent.resync();
+  await waitFor('image of a rewritten', () => existsSync(path));
 
   fake.deleteVmi('default', 'a');
   await waitFor('image of a removed', () => !existsSync(path));
