@@ -1,11 +1,12 @@
 // What the agent consumes from src/cloudinit and src/disk, as narrow
 // interfaces: the reconciler is wired to the real modules in the command
 // and can be driven by anything with these shapes.
-import type { Datasource, Seed, SeedWarning } from '../cloudinit/seed.ts';
+import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
+import type { RenderOutcome } from '../cloudinit/render.ts';
 import type { KubevirtVolumes } from '../config.ts';
 
-export type RenderOutcome = { kind: 'seed'; seed: Seed } | { kind: 'skip'; reason: string; warning?: SeedWarning };
+export type { RenderOutcome };
 
 export type RenderSeed = (
   vmi: VmiObject,
