@@ -156,19 +156,21 @@ export class Reconciler {
     const image = this.#o.build(seed, imageTimestamp(vmi));
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
     const sha = sha256Hex(image.bytes);
+    const size = image.bytes.length;
     const target = injectionTarget(key, uid, seed.datasource, vmi);
     let entry = this.#known.get(key);
     let written = false;
     // Level-based down to the file: an image deleted behind our back is written again.
-    const onDisk = entry !== undefined && entry.sha256 === sha && (await sizeOf(entry.path)) === image.bytes.length;
+    const onDisk = entry !== undefined && entry.sha256 === sha && (await sizeOf(entry.path)) === size;
     if (!entry || !onDisk || entry.datasource !== seed.datasource) {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true });
       written = res.written;
       entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations };
       this.#known.set(key, entry);
-      this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, image.bytes.length);
+      this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
+    release(image.bytes);
     const generationSeconds = (performance.now() - started) / 1000;
     if (written) {
       this.#o.metrics?.seedGenerationDuration.observe({ datasource: seed.datasource, result: 'success' }, generationSeconds);
@@ -214,7 +216,7 @@ export class Reconciler {
       state: warnings.length > 0 ? 'warning' : 'ready',
       datasource: seed.datasource,
       imagePath: entry.path,
-      imageBytes: image.bytes.length,
+      imageBytes: size,
       contentHash: sha,
       generatedAt: fileTime,
       generationSeconds: written ? generationSeconds : (prev?.generationSeconds ?? generationSeconds),
@@ -316,6 +318,18 @@ async function hashFile(path: string): Promise<string | undefined> {
   } catch {
     return undefined;
   }
+}
+
+// The image's bytes are not needed once written. They have lived through
+// awaits (write, fsync) and so sit in the old generation, where V8 frees
+// them only at a full GC, which external memory alone triggers late: during
+// a cold start of 1,000 VMIs that is ~70 MB of dead images in RSS. Handing
+// the memory to a fresh, unreferenced ArrayBuffer (zero-copy) lets the next
+// young-generation GC free it. Only for a buffer the image owns whole, never
+// a slice of a shared pool.
+function release(bytes: Uint8Array): void {
+  const buf = bytes.buffer;
+  if (buf instanceof ArrayBuffer && !buf.detached && bytes.byteOffset === 0 && bytes.byteLength === buf.byteLength) void buf.transfer();
 }
 
 async function sizeOf(path: string): Promise<number | undefined> {
