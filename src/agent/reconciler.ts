@@ -170,7 +170,6 @@ export class Reconciler {
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
-    release(image.bytes);
     const generationSeconds = (performance.now() - started) / 1000;
     if (written) {
       this.#o.metrics?.seedGenerationDuration.observe({ datasource: seed.datasource, result: 'success' }, generationSeconds);
@@ -318,18 +317,6 @@ async function hashFile(path: string): Promise<string | undefined> {
   } catch {
     return undefined;
   }
-}
-
-// The image's bytes are not needed once written. They have lived through
-// awaits (write, fsync) and so sit in the old generation, where V8 frees
-// them only at a full GC, which external memory alone triggers late: during
-// a cold start of 1,000 VMIs that is ~70 MB of dead images in RSS. Handing
-// the memory to a fresh, unreferenced ArrayBuffer (zero-copy) lets the next
-// young-generation GC free it. Only for a buffer the image owns whole, never
-// a slice of a shared pool.
-function release(bytes: Uint8Array): void {
-  const buf = bytes.buffer;
-  if (buf instanceof ArrayBuffer && !buf.detached && bytes.byteOffset === 0 && bytes.byteLength === buf.byteLength) void buf.transfer();
 }
 
 async function sizeOf(path: string): Promise<number | undefined> {
