@@ -5,6 +5,7 @@
 import type { Command, CliContext, ExitCode } from './commands/cli.ts';
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
+  agent: { summary: 'keep seed images for the VMIs of this node (or of --local DIR)', load: async () => (await import('./commands/agent.ts')).agent },
   build: { summary: 'write a NoCloud or ConfigDrive seed image from files', load: async () => (await import('./commands/build.ts')).build },
   inspect: { summary: 'show the label, datasource and files of a seed image', load: async () => (await import('./commands/inspect.ts')).inspect },
   'seed-url': { summary: 'print the DMI serial (ds=nocloud;s=...) for a VMI\'s seed over HTTP', load: async () => (await import('./commands/seed-url.ts')).seedUrl },

@@ -1,0 +1,150 @@
+// The agent: a VMI source feeding keys into the work queue, the reconciler
+// draining it, garbage collection after the first full list, a periodic
+// resync, and a graceful stop.
+import type { Logger } from 'pino';
+import type { RefResolver } from '../cloudinit/kube-types.ts';
+import type { Injector } from '../libvirt/types.ts';
+import type { Metrics } from '../metrics/metrics.ts';
+import type { KubevirtVolumes } from '../config.ts';
+import type { BackoffPolicy } from './backoff.ts';
+import type { BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
+import type { EventRecorder } from './events.ts';
+import { Reconciler } from './reconciler.ts';
+import { StatusStore } from './status-store.ts';
+import type { VmiSource, KeyHandler } from './vmi-source.ts';
+import { WorkQueue } from './work-queue.ts';
+
+export interface AgentOptions {
+  version: string;
+  nodeName: string;
+  stateDir: string;
+  config: Record<string, string | number | boolean>;
+  // The source is made by the agent so it can hand it the enqueue function.
+  makeSource: (onKey: KeyHandler) => VmiSource;
+  refs: RefResolver | ((source: VmiSource) => RefResolver);
+  render: RenderSeed;
+  build: BuildSeedImage;
+  store: SeedImageStore;
+  injector?: Injector;
+  events: EventRecorder;
+  metrics?: Metrics;
+  logger: Logger;
+  concurrency: number;
+  renderOptions: { kubevirtVolumes: KubevirtVolumes; maxUserDataBytes: number; maxNetworkDataBytes: number };
+  resyncPeriodMs: number;
+  retryBackoff?: BackoffPolicy;
+  fsync?: boolean;
+}
+
+export class Agent {
+  readonly source: VmiSource;
+  readonly queue: WorkQueue;
+  readonly reconciler: Reconciler;
+  readonly status: StatusStore;
+  readonly events: EventRecorder;
+  readonly #o: AgentOptions;
+  readonly #log: Logger;
+  // Keys seen before garbage collection ran; the queue opens after it.
+  #held: Set<string> | undefined = new Set();
+  #resync: NodeJS.Timeout | undefined;
+  #metricsTimer: NodeJS.Timeout | undefined;
+  #stopping = false;
+
+  constructor(options: AgentOptions) {
+    this.#o = options;
+    this.#log = options.logger;
+    this.events = options.events;
+    this.source = options.makeSource((key) => this.#enqueue(key));
+    const refs = typeof options.refs === 'function' ? options.refs(this.source) : options.refs;
+    this.queue = new WorkQueue({
+      concurrency: options.concurrency,
+      backoff: options.retryBackoff ?? { baseMs: 500, maxMs: 5 * 60_000 },
+      handler: (key) => this.reconciler.reconcile(key),
+      versionOf: (key) => this.source.get(key)?.metadata.resourceVersion,
+      ...(options.metrics ? { metrics: options.metrics } : {}),
+    });
+    this.status = new StatusStore({
+      version: options.version,
+      nodeName: options.nodeName,
+      stateDir: options.stateDir,
+      config: options.config,
+      ...(options.metrics ? { metrics: options.metrics } : {}),
+      watch: () => this.source.status(),
+      queue: () => ({ depth: this.queue.depth, inFlight: this.queue.inFlight }),
+    });
+    this.reconciler = new Reconciler({
+      nodeName: options.nodeName,
+      cache: this.source,
+      refs,
+      render: options.render,
+      build: options.build,
+      store: options.store,
+      ...(options.injector ? { injector: options.injector } : {}),
+      events: options.events,
+      status: this.status,
+      ...(options.metrics ? { metrics: options.metrics } : {}),
+      logger: options.logger.child({ component: 'reconciler' }),
+      renderOptions: options.renderOptions,
+      fsync: options.fsync ?? true,
+      failures: (key) => this.queue.failures(key),
+    });
+  }
+
+  // Handlers only enqueue, and never throw.
+  #enqueue(key: string): void {
+    if (this.#stopping) return;
+    const vmi = this.source.get(key);
+    // New on the status page as pending until its first reconcile.
+    if (vmi && this.status.get(key)?.uid !== vmi.metadata.uid) this.status.update(key, vmi.metadata.uid ?? key, {});
+    if (this.#held) {
+      this.#held.add(key);
+      return;
+    }
+    this.queue.add(key);
+  }
+
+  // Resolves once the first list is in and garbage collection ran.
+  async start(): Promise<void> {
+    this.#metricsTimer = setInterval(() => this.#o.metrics?.queueLongestRunning.set(this.queue.longestRunningSeconds()), 1000);
+    this.#metricsTimer.unref();
+    await this.source.start();
+    await this.source.synced();
+    if (this.#stopping) return;
+    for (const key of this.source.keys()) {
+      const vmi = this.source.get(key);
+      if (vmi) this.status.update(key, vmi.metadata.uid ?? key, {});
+    }
+    try {
+      await this.reconciler.collectGarbage();
+    } catch (e) {
+      this.#log.error({ err: { message: (e as Error).message } }, 'garbage collection failed; continuing');
+    }
+    const held = this.#held ?? new Set<string>();
+    this.#held = undefined;
+    for (const key of this.source.keys()) held.add(key);
+    for (const key of held) this.queue.add(key);
+    this.#resync = setInterval(() => this.resync(), this.#o.resyncPeriodMs);
+    this.#resync.unref();
+  }
+
+  // Re-enqueue every cached key: level-based reconcile makes this cheap when
+  // nothing changed, and it heals anything an event was lost for.
+  resync(): void {
+    if (this.#held) return;
+    const keys = this.source.keys();
+    this.#log.debug({ keys: keys.length }, 'resync');
+    for (const key of keys) this.queue.add(key);
+  }
+
+  // Stop taking work, let in-flight reconciles finish within the deadline.
+  async stop(deadlineMs = 10_000): Promise<boolean> {
+    this.#stopping = true;
+    if (this.#resync) clearInterval(this.#resync);
+    if (this.#metricsTimer) clearInterval(this.#metricsTimer);
+    await this.source.stop();
+    const finished = await this.queue.shutdown(deadlineMs);
+    if (!finished) this.#log.warn({ deadlineMs }, 'stopped with reconciles still in flight');
+    await Promise.race([this.#o.events.flush(), new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref())]);
+    return finished;
+  }
+}

@@ -1,0 +1,42 @@
+// What the agent consumes from src/cloudinit and src/disk, as narrow
+// interfaces: the reconciler is wired to the real modules in the command
+// and can be driven by anything with these shapes.
+import type { Datasource, Seed } from '../cloudinit/seed.ts';
+import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
+import type { RenderOutcome } from '../cloudinit/render.ts';
+import type { KubevirtVolumes } from '../config.ts';
+
+export type { RenderOutcome };
+
+export type RenderSeed = (
+  vmi: VmiObject,
+  refs: RefResolver,
+  options: { kubevirtVolumes: KubevirtVolumes; maxUserDataBytes: number; maxNetworkDataBytes: number },
+) => Promise<RenderOutcome>;
+
+export interface BuiltImage {
+  bytes: Uint8Array;
+  label: string;
+  files: Array<{ path: string; size: number }>;
+  sha256: string;
+}
+
+export type BuildSeedImage = (seed: Seed, timestamp: Date) => BuiltImage;
+
+export interface ImageKey {
+  namespace: string;
+  name: string;
+  uid: string;
+}
+
+export interface StoredImage extends ImageKey {
+  datasource: Datasource;
+  path: string;
+}
+
+export interface SeedImageStore {
+  write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync: boolean }): Promise<{ path: string; written: boolean }>;
+  list(): Promise<StoredImage[]>;
+  remove(key: ImageKey): Promise<unknown>;
+  cleanupTemporaries(): Promise<unknown>;
+}

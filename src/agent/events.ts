@@ -1,0 +1,166 @@
+// Events about a VMI, like client-go's recorder: one core/v1 Event per
+// distinct (object, type, reason, message); a repeat bumps `count` and
+// `lastTimestamp` on that Event with a PATCH instead of writing a new one.
+// Recording never throws and never blocks a reconcile.
+import type { Logger } from 'pino';
+import type { VmiObject } from '../cloudinit/kube-types.ts';
+import type { KubeApi } from './kube-api.ts';
+
+export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning';
+export type EventType = 'Normal' | 'Warning';
+
+export interface EventRecorder {
+  record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void;
+  // Wait for pending API calls (graceful stop, tests).
+  flush(): Promise<void>;
+}
+
+// Local mode: no Events API, the log is where they go.
+export class LogEventRecorder implements EventRecorder {
+  readonly #log: Logger;
+
+  constructor(logger: Logger) {
+    this.#log = logger;
+  }
+
+  record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void {
+    const fields = { namespace: vmi.metadata.namespace ?? '', name: vmi.metadata.name, reason, eventType: type };
+    if (type === 'Warning') this.#log.warn(fields, message);
+    else this.#log.info(fields, message);
+  }
+
+  async flush(): Promise<void> {}
+}
+
+interface Seen {
+  name: string;
+  namespace: string;
+  count: number;
+}
+
+const MAX_CACHED = 4096;
+const MAX_BACKLOG = 1000;
+const MAX_IN_FLIGHT = 2;
+
+interface Pending {
+  aggKey: string;
+  vmi: VmiObject;
+  ns: string;
+  type: EventType;
+  reason: EventReason;
+  message: string;
+  at: Date;
+}
+
+export class KubeEventRecorder implements EventRecorder {
+  readonly #api: KubeApi;
+  readonly #log: Logger;
+  readonly #component: string;
+  readonly #host: string;
+  readonly #now: () => Date;
+  readonly #seen = new Map<string, Seen>();
+  readonly #backlog: Pending[] = [];
+  readonly #busy = new Set<string>();
+  #inFlight = 0;
+  #dropped = 0;
+  #flushWaiters: Array<() => void> = [];
+
+  constructor(options: { api: KubeApi; logger: Logger; host: string; now?: () => Date }) {
+    this.#api = options.api;
+    this.#log = options.logger;
+    this.#component = 'vmseed';
+    this.#host = options.host;
+    this.#now = options.now ?? (() => new Date());
+  }
+
+  record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void {
+    const ns = vmi.metadata.namespace ?? 'default';
+    const aggKey = [vmi.metadata.uid ?? '', ns, vmi.metadata.name, type, reason, message].join('\u0000');
+    const at = this.#now();
+    if (this.#backlog.length >= MAX_BACKLOG) {
+      // Like client-go's broadcaster: a full buffer drops Events rather than
+      // holding reconciles up or growing without bound.
+      this.#backlog.shift();
+      this.#dropped++;
+      if (this.#dropped % 100 === 1) this.#log.warn({ dropped: this.#dropped }, 'Event backlog full; dropping the oldest Events');
+    }
+    this.#backlog.push({ aggKey, vmi, ns, type, reason, message, at });
+    this.#pump();
+  }
+
+  // Few requests at a time (client-go sends them one by one): a burst of
+  // 1,000 reconciles must not open 1,000 connections to the API server.
+  #pump(): void {
+    while (this.#inFlight < MAX_IN_FLIGHT && this.#backlog.length > 0) {
+      // Calls for one aggregate stay in order, so counts go up one by one.
+      const i = this.#backlog.findIndex((e) => !this.#busy.has(e.aggKey));
+      if (i < 0) return;
+      const e = this.#backlog.splice(i, 1)[0]!;
+      this.#busy.add(e.aggKey);
+      this.#inFlight++;
+      void this.#send(e.aggKey, e.vmi, e.ns, e.type, e.reason, e.message, e.at)
+        .catch((err: unknown) => {
+          this.#log.warn({ err: { message: (err as Error).message }, namespace: e.ns, name: e.vmi.metadata.name, reason: e.reason }, 'could not record Event');
+        })
+        .finally(() => {
+          this.#busy.delete(e.aggKey);
+          this.#inFlight--;
+          this.#pump();
+          if (this.#inFlight === 0 && this.#backlog.length === 0) {
+            const w = this.#flushWaiters;
+            this.#flushWaiters = [];
+            for (const f of w) f();
+          }
+        });
+    }
+  }
+
+  flush(): Promise<void> {
+    if (this.#inFlight === 0 && this.#backlog.length === 0) return Promise.resolve();
+    return new Promise((r) => this.#flushWaiters.push(r));
+  }
+
+  async #send(aggKey: string, vmi: VmiObject, ns: string, type: EventType, reason: EventReason, message: string, at: Date): Promise<void> {
+    const ts = at.toISOString().replace(/\.\d+Z$/, 'Z');
+    const seen = this.#seen.get(aggKey);
+    if (seen) {
+      const path = `/api/v1/namespaces/${encodeURIComponent(seen.namespace)}/events/${encodeURIComponent(seen.name)}`;
+      const res = await this.#api.request('PATCH', path, { count: seen.count + 1, lastTimestamp: ts }, 'application/strategic-merge-patch+json');
+      if (res.status === 200) {
+        seen.count++;
+        return;
+      }
+      if (res.status !== 404) throw new Error(`PATCH Event answered ${res.status}`);
+      this.#seen.delete(aggKey);
+    }
+    // Unique name the way client-go makes it: object name + hex nanoseconds.
+    const name = `${vmi.metadata.name}.${(BigInt(at.getTime()) * 1_000_000n + BigInt(this.#seen.size % 1_000_000)).toString(16)}`;
+    const event = {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name, namespace: ns },
+      involvedObject: {
+        apiVersion: 'kubevirt.io/v1',
+        kind: 'VirtualMachineInstance',
+        namespace: ns,
+        name: vmi.metadata.name,
+        uid: vmi.metadata.uid,
+        resourceVersion: vmi.metadata.resourceVersion,
+      },
+      reason,
+      message,
+      type,
+      count: 1,
+      firstTimestamp: ts,
+      lastTimestamp: ts,
+      source: { component: this.#component, host: this.#host },
+      reportingComponent: this.#component,
+      reportingInstance: this.#host,
+    };
+    const path = `/api/v1/namespaces/${encodeURIComponent(ns)}/events`;
+    const res = await this.#api.request('POST', path, event);
+    if (res.status !== 201 && res.status !== 200) throw new Error(`POST Event answered ${res.status}`);
+    if (this.#seen.size >= MAX_CACHED) this.#seen.delete(this.#seen.keys().next().value!);
+    this.#seen.set(aggKey, { name, namespace: ns, count: 1 });
+  }
+}

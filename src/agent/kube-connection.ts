@@ -1,0 +1,156 @@
+// Where the API server is and how to authenticate, from a kubeconfig file or
+// the in-cluster service account. client-node's KubeConfig does this too,
+// but importing it loads every generated API client (~36 MB of RSS, a
+// quarter of the agent's budget); the agent needs one server, a CA, and a
+// bearer token or client certificate. The object is shaped like what
+// client-node's Watch asks of a KubeConfig (getCurrentCluster,
+// applySecurityAuthentication), so the informer runs on it unchanged.
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { Agent } from 'undici';
+import { load as loadYaml } from 'js-yaml';
+import { VmseedError } from '../errors.ts';
+
+const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+// Bound service-account tokens rotate; client-go re-reads the file each minute.
+const TOKEN_REREAD_MS = 60_000;
+
+export interface ConnectionSpec {
+  server: string;
+  skipTLSVerify?: boolean;
+  ca?: string;
+  cert?: string;
+  key?: string;
+  serverName?: string;
+  token?: string;
+  tokenFile?: string;
+}
+
+// The subset of client-node's RequestContext that is used.
+interface RequestContextLike {
+  setHeaderParam(key: string, value: string): void;
+  setDispatcher(dispatcher: unknown): void;
+}
+
+export class KubeConnection {
+  readonly #spec: ConnectionSpec;
+  readonly #dispatcher: Agent;
+  #token: string | undefined;
+  #tokenReadAt = 0;
+
+  constructor(spec: ConnectionSpec) {
+    if (!/^https?:\/\//.test(spec.server)) throw invalid(`server '${spec.server}' is not an http(s) URL`);
+    this.#spec = spec;
+    this.#dispatcher = new Agent({
+      connect: {
+        ...(spec.ca ? { ca: spec.ca } : {}),
+        ...(spec.cert ? { cert: spec.cert } : {}),
+        ...(spec.key ? { key: spec.key } : {}),
+        ...(spec.serverName ? { servername: spec.serverName } : {}),
+        rejectUnauthorized: !spec.skipTLSVerify,
+      },
+      keepAliveTimeout: 30_000,
+    });
+    this.#token = spec.token;
+  }
+
+  getCurrentCluster(): { name: string; server: string; skipTLSVerify: boolean } {
+    return { name: 'vmseed', server: this.#spec.server.replace(/\/+$/, ''), skipTLSVerify: this.#spec.skipTLSVerify ?? false };
+  }
+
+  get dispatcher(): Agent {
+    return this.#dispatcher;
+  }
+
+  authHeaders(): Record<string, string> {
+    const token = this.#currentToken();
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
+
+  async applySecurityAuthentication(ctx: RequestContextLike): Promise<void> {
+    for (const [k, v] of Object.entries(this.authHeaders())) ctx.setHeaderParam(k, v);
+    ctx.setDispatcher(this.#dispatcher);
+  }
+
+  async close(): Promise<void> {
+    await this.#dispatcher.close();
+  }
+
+  #currentToken(): string | undefined {
+    const file = this.#spec.tokenFile;
+    if (file && (this.#token === undefined || Date.now() - this.#tokenReadAt > TOKEN_REREAD_MS)) {
+      try {
+        this.#token = readFileSync(file, 'utf8').trim();
+        this.#tokenReadAt = Date.now();
+      } catch {
+        // Keep the last token; the API server will say 401 if it expired.
+      }
+    }
+    return this.#token;
+  }
+}
+
+function invalid(message: string): VmseedError {
+  return new VmseedError('CONFIG_INVALID', `kubeconfig: ${message}`, { kind: 'terminal', field: 'kubeconfig' });
+}
+
+export function inClusterConnection(env: NodeJS.ProcessEnv = process.env, saDir = SA_DIR): KubeConnection {
+  const host = env.KUBERNETES_SERVICE_HOST;
+  const port = env.KUBERNETES_SERVICE_PORT ?? '443';
+  if (!host) throw invalid('no --kubeconfig given and not running in a cluster (KUBERNETES_SERVICE_HOST is not set)');
+  let ca: string;
+  try {
+    ca = readFileSync(`${saDir}/ca.crt`, 'utf8');
+  } catch {
+    throw invalid(`no service-account CA at ${saDir}/ca.crt; mount the service account token or pass --kubeconfig`);
+  }
+  return new KubeConnection({ server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`, ca, tokenFile: `${saDir}/token` });
+}
+
+type Named<T> = { name: string } & T;
+
+// Token, token file, client certificate and CA, as files or inline data;
+// exec and auth-provider plugins are refused with a clear message.
+export function connectionFromKubeconfig(path: string): KubeConnection {
+  let doc: Record<string, unknown>;
+  try {
+    doc = loadYaml(readFileSync(path, 'utf8')) as Record<string, unknown>;
+  } catch (e) {
+    throw invalid(`cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? 'not YAML'}`);
+  }
+  const base = dirname(path);
+  const file = (p: unknown) => readFileSync(resolve(base, String(p)), 'utf8');
+  const list = <T>(k: string) => (Array.isArray(doc?.[k]) ? (doc[k] as Array<Named<T>>) : []);
+  const ctxName = doc?.['current-context'];
+  const context = list<{ context?: { cluster?: string; user?: string } }>('contexts').find((c) => c.name === ctxName)?.context;
+  if (!context) throw invalid(`${path}: current-context '${String(ctxName)}' not found`);
+  const cluster = list<{ cluster?: Record<string, unknown> }>('clusters').find((c) => c.name === context.cluster)?.cluster;
+  if (!cluster || typeof cluster.server !== 'string') throw invalid(`${path}: cluster '${String(context.cluster)}' has no server`);
+  const user = list<{ user?: Record<string, unknown> }>('users').find((u) => u.name === context.user)?.user ?? {};
+  if (user.exec || user['auth-provider']) throw invalid(`${path}: user '${String(context.user)}' uses an exec or auth-provider plugin, which vmseed does not run; use a token or a client certificate`);
+  const pick = (data: unknown, ref: unknown): string | undefined =>
+    typeof data === 'string' ? Buffer.from(data, 'base64').toString('utf8') : typeof ref === 'string' ? file(ref) : undefined;
+  try {
+    const spec: ConnectionSpec = {
+      server: cluster.server,
+      skipTLSVerify: cluster['insecure-skip-tls-verify'] === true,
+    };
+    const ca = pick(cluster['certificate-authority-data'], cluster['certificate-authority']);
+    const cert = pick(user['client-certificate-data'], user['client-certificate']);
+    const key = pick(user['client-key-data'], user['client-key']);
+    if (ca) spec.ca = ca;
+    if (cert) spec.cert = cert;
+    if (key) spec.key = key;
+    if (typeof cluster['tls-server-name'] === 'string') spec.serverName = cluster['tls-server-name'];
+    if (typeof user.token === 'string') spec.token = user.token;
+    if (typeof user.tokenFile === 'string') spec.tokenFile = resolve(base, user.tokenFile);
+    return new KubeConnection(spec);
+  } catch (e) {
+    if (e instanceof VmseedError) throw e;
+    throw invalid(`${path}: cannot read a referenced file (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+}
+
+export function loadConnection(kubeconfig: string | undefined, env: NodeJS.ProcessEnv = process.env): KubeConnection {
+  return kubeconfig ? connectionFromKubeconfig(kubeconfig) : inClusterConnection(env);
+}

@@ -1,0 +1,336 @@
+// Level-based reconcile of one VMI key: read the latest object from the
+// cache and make the world match it. Ours and here: render, build, write
+// (skipped when the content hash is unchanged), inject (skipped when this
+// hash is already injected). Gone, moved, Succeeded or Failed: detach and
+// remove. Running it twice does nothing the second time.
+import { createHash } from 'node:crypto';
+import { readFile, stat } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
+import type { Datasource } from '../cloudinit/seed.ts';
+import { asVmseedError, VmseedError } from '../errors.ts';
+import type { InjectionTarget, Injector } from '../libvirt/types.ts';
+import type { Metrics } from '../metrics/metrics.ts';
+import type { BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
+import type { EventRecorder } from './events.ts';
+import type { StatusStore } from './status-store.ts';
+import type { KubevirtVolumes } from '../config.ts';
+import type { WorkResult } from './work-queue.ts';
+import { splitKey } from './status-store.ts';
+
+export interface ReconcilerOptions {
+  nodeName: string;
+  cache: { get(key: string): VmiObject | undefined };
+  refs: RefResolver;
+  render: RenderSeed;
+  build: BuildSeedImage;
+  store: SeedImageStore;
+  injector?: Injector;
+  events: EventRecorder;
+  status: StatusStore;
+  metrics?: Metrics;
+  logger: Logger;
+  renderOptions: { kubevirtVolumes: KubevirtVolumes; maxUserDataBytes: number; maxNetworkDataBytes: number };
+  fsync?: boolean;
+  // Failed attempts so far for a key (the queue's count), for the status page.
+  failures?: (key: string) => number;
+  now?: () => number;
+}
+
+// What is on disk (and in the domain) for a key.
+interface Known {
+  uid: string;
+  datasource: Datasource | undefined;
+  path: string;
+  sha256: string;
+  injectedSha?: string;
+  annotations: Record<string, string>;
+}
+
+export function nodeOf(vmi: VmiObject): string | undefined {
+  return vmi.status?.nodeName || vmi.metadata.labels?.['kubevirt.io/nodeName'] || undefined;
+}
+
+export function sha256Hex(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+export class Reconciler {
+  readonly #o: ReconcilerOptions;
+  readonly #log: Logger;
+  readonly #known = new Map<string, Known>();
+  // key -> uid and when this agent first saw it (seed-ready latency).
+  readonly #firstSeen = new Map<string, { uid: string; at: number; reported: boolean }>();
+
+  constructor(options: ReconcilerOptions) {
+    this.#o = options;
+    this.#log = options.logger;
+  }
+
+  #now(): number {
+    return this.#o.now ? this.#o.now() : Date.now();
+  }
+
+  // Is this VMI one this agent should have a seed for (if vmseed's)?
+  isHere(vmi: VmiObject): boolean {
+    const node = nodeOf(vmi);
+    if (node !== undefined && node !== this.#o.nodeName) return false;
+    const phase = vmi.status?.phase;
+    return phase !== 'Succeeded' && phase !== 'Failed';
+  }
+
+  // Start-up, after the first full list: images of VMIs that are not here
+  // any more are detached and removed; the rest are remembered with the hash
+  // of what is on disk, so a correct image is not rewritten. Its disk is not
+  // re-attached either: the first reconcile calls inject(), which finds our
+  // disk already in the domain and reports `none`.
+  async collectGarbage(): Promise<{ kept: number; removed: number }> {
+    await this.#o.store.cleanupTemporaries();
+    const images = await this.#o.store.list();
+    let kept = 0;
+    let removed = 0;
+    for (const img of images) {
+      const key = `${img.namespace}/${img.name}`;
+      const live = this.#o.cache.get(key);
+      if (live && live.metadata.uid === img.uid && this.isHere(live)) {
+        const sha = await hashFile(img.path);
+        if (sha !== undefined) {
+          this.#known.set(key, {
+            uid: img.uid,
+            datasource: img.datasource,
+            path: img.path,
+            sha256: sha,
+            annotations: live.metadata.annotations ?? {},
+          });
+          kept++;
+          continue;
+        }
+      }
+      try {
+        await this.#removeImage(key, img, live?.metadata.annotations ?? {});
+        removed++;
+      } catch (e) {
+        const err = asVmseedError(e);
+        this.#log.warn({ namespace: img.namespace, name: img.name, code: err.code }, `garbage collection failed: ${err.message}`);
+      }
+    }
+    this.#log.info({ kept, removed }, 'garbage collection of seed images done');
+    return { kept, removed };
+  }
+
+  async reconcile(key: string): Promise<WorkResult> {
+    const started = performance.now();
+    const vmi = this.#o.cache.get(key);
+    try {
+      if (!vmi || !this.isHere(vmi)) {
+        await this.#cleanup(key);
+        this.#o.status.remove(key);
+        this.#firstSeen.delete(key);
+        this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+        return 'success';
+      }
+      return await this.#ensure(key, vmi, started);
+    } catch (e) {
+      return this.#failed(key, vmi, e, started);
+    }
+  }
+
+  async #ensure(key: string, vmi: VmiObject, started: number): Promise<WorkResult> {
+    const uid = vmi.metadata.uid ?? key;
+    const seen = this.#firstSeen.get(key);
+    if (!seen || seen.uid !== uid) this.#firstSeen.set(key, { uid, at: this.#now(), reported: false });
+    const known = this.#known.get(key);
+    if (known && known.uid !== uid) await this.#cleanup(key); // same name, new object
+
+    const outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+    if (outcome.kind === 'skip') {
+      await this.#cleanup(key);
+      const warnings = outcome.warning ? [this.#o.status.problem(outcome.warning.code, outcome.warning.message, { field: outcome.warning.field })] : [];
+      this.#o.status.update(key, uid, { state: 'skipped', warnings, lastError: undefined, retries: 0, datasource: undefined, imagePath: undefined });
+      if (outcome.warning) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${outcome.warning.code}: ${outcome.warning.message}`);
+      this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+      return 'success';
+    }
+    const seed = outcome.seed;
+    const buildStart = performance.now();
+    const image = this.#o.build(seed, imageTimestamp(vmi));
+    this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
+    const sha = sha256Hex(image.bytes);
+    const size = image.bytes.length;
+    const target = injectionTarget(key, uid, seed.datasource, vmi);
+    let entry = this.#known.get(key);
+    let written = false;
+    // Level-based down to the file: an image deleted behind our back is written again.
+    const onDisk = entry !== undefined && entry.sha256 === sha && (await sizeOf(entry.path)) === size;
+    if (!entry || !onDisk || entry.datasource !== seed.datasource) {
+      if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
+      const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true });
+      written = res.written;
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations };
+      this.#known.set(key, entry);
+      this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
+    }
+    const generationSeconds = (performance.now() - started) / 1000;
+    if (written) {
+      this.#o.metrics?.seedGenerationDuration.observe({ datasource: seed.datasource, result: 'success' }, generationSeconds);
+      this.#o.status.recordGeneration(generationSeconds);
+    }
+
+    const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
+    let injection = this.#o.status.get(key)?.injection;
+    let injected = false;
+    if (this.#o.injector && entry.injectedSha !== sha) {
+      const t0 = performance.now();
+      let result;
+      try {
+        result = await this.#o.injector.inject(target, entry.path);
+      } catch (e) {
+        this.#o.metrics?.injectionDuration.observe({ operation: 'attach', result: 'error' }, (performance.now() - t0) / 1000);
+        throw e;
+      }
+      if (result.action !== 'none') {
+        this.#o.metrics?.injectionDuration.observe({ operation: result.action === 'attached' ? 'attach' : 'replace', result: 'success' }, (performance.now() - t0) / 1000);
+        injected = true;
+      }
+      entry.injectedSha = sha;
+      injection = {
+        domain: result.domain,
+        targetDev: result.targetDev,
+        bus: result.bus,
+        flags: result.flags,
+        domainState: result.domainState,
+        seededAfterBoot: result.seededAfterBoot,
+        resumed: result.resumed,
+        at: new Date(this.#now()).toISOString(),
+      };
+      if (result.seededAfterBoot && result.action !== 'none') {
+        warnings.push(this.#o.status.problem('SEEDED_AFTER_BOOT', `the seed was attached to running domain ${result.domain}; the guest may have booted without it`));
+      }
+    }
+
+    const prev = this.#o.status.get(key);
+    const changed = written || injected || !prev || prev.state === 'pending' || prev.state === 'error' || prev.contentHash !== sha;
+    const fileTime = written ? new Date(this.#now()).toISOString() : (prev?.generatedAt ?? (await mtimeIso(entry.path)));
+    this.#o.status.update(key, uid, {
+      state: warnings.length > 0 ? 'warning' : 'ready',
+      datasource: seed.datasource,
+      imagePath: entry.path,
+      imageBytes: size,
+      contentHash: sha,
+      generatedAt: fileTime,
+      generationSeconds: written ? generationSeconds : (prev?.generationSeconds ?? generationSeconds),
+      files: image.files,
+      injection,
+      lastError: undefined,
+      warnings,
+      retries: 0,
+    });
+    const first = this.#firstSeen.get(key)!;
+    if (!first.reported) {
+      first.reported = true;
+      const created = Date.parse(vmi.metadata.creationTimestamp ?? '');
+      const from = Number.isFinite(created) ? Math.max(created, first.at) : first.at;
+      this.#o.metrics?.seedReadyLatency.observe(Math.max(0, this.#now() - from) / 1000);
+    }
+    if (changed) {
+      const what = this.#o.injector ? `seed image ${seed.datasource} ready and attached to ${injection?.domain ?? 'the domain'}` : `seed image ${seed.datasource} ready at ${entry.path}`;
+      this.#o.events.record(vmi, 'Normal', 'SeedReady', `${what} (sha256 ${sha.slice(0, 12)})`);
+      for (const w of warnings) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
+      this.#log.info({ namespace: target.namespace, name: target.name, datasource: seed.datasource, written, injected, seconds: generationSeconds }, 'seed ready');
+    }
+    this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+    return 'success';
+  }
+
+  #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number): WorkResult {
+    const err = asVmseedError(e);
+    const kind = err.kind;
+    this.#o.metrics?.reconcileTotal.inc({ result: kind === 'terminal' ? 'terminal' : 'error' });
+    this.#o.metrics?.reconcileErrors.inc({ code: err.code });
+    this.#o.metrics?.seedGenerationDuration.observe({ datasource: datasourceHint(vmi), result: 'error' }, (performance.now() - started) / 1000);
+    const [namespace, name] = splitKey(key);
+    const fields = { namespace, name, code: err.code, kind, ...(err.field ? { field: err.field } : {}) };
+    if (err.code === 'INTERNAL') this.#log.error({ ...fields, err: { message: String((err.cause as Error)?.message ?? '').slice(0, 200) } }, err.message);
+    else this.#log.warn(fields, err.message);
+    if (vmi) {
+      const uid = vmi.metadata.uid ?? key;
+      this.#o.status.update(key, uid, {
+        state: 'error',
+        lastError: this.#o.status.problem(err.code, err.message, { kind, ...(err.field ? { field: err.field } : {}) }),
+        retries: (this.#o.failures?.(key) ?? 0) + (kind === 'retryable' ? 1 : 0),
+      });
+      this.#o.events.record(vmi, 'Warning', 'SeedFailed', `${err.code}: ${err.message}`);
+    }
+    return kind === 'terminal' ? 'terminal' : 'retry';
+  }
+
+  async #cleanup(key: string): Promise<void> {
+    const known = this.#known.get(key);
+    if (!known) return;
+    const [namespace, name] = splitKey(key);
+    await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations);
+  }
+
+  async #removeImage(key: string, img: StoredImage, annotations: Record<string, string>): Promise<void> {
+    if (this.#o.injector) {
+      const target: InjectionTarget = { namespace: img.namespace, name: img.name, uid: img.uid, datasource: img.datasource, annotations };
+      const t0 = performance.now();
+      try {
+        const res = await this.#o.injector.eject(target);
+        if (res.action === 'detached') this.#o.metrics?.injectionDuration.observe({ operation: 'detach', result: 'success' }, (performance.now() - t0) / 1000);
+      } catch (e) {
+        // The domain went away with its VMI: nothing left to detach.
+        if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) {
+          this.#o.metrics?.injectionDuration.observe({ operation: 'detach', result: 'error' }, (performance.now() - t0) / 1000);
+          throw e;
+        }
+      }
+    }
+    await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
+    if (this.#known.get(key)?.uid === img.uid) this.#known.delete(key);
+    this.#log.info({ namespace: img.namespace, name: img.name }, 'seed image removed');
+  }
+}
+
+// The image's timestamps come from the VMI, so the same seed always gives
+// the same bytes (and hash) across restarts.
+function imageTimestamp(vmi: VmiObject): Date {
+  const t = Date.parse(vmi.metadata.creationTimestamp ?? '');
+  return new Date(Number.isFinite(t) ? t : 0);
+}
+
+function injectionTarget(key: string, uid: string, datasource: Datasource, vmi: VmiObject): InjectionTarget {
+  const [namespace, name] = splitKey(key);
+  return { namespace, name, uid, datasource, annotations: vmi.metadata.annotations ?? {} };
+}
+
+function datasourceHint(vmi: VmiObject | undefined): string {
+  const a = vmi?.metadata.annotations?.['vmseed.io/cloud-init'] ?? '';
+  if (/datasource:\s*["']?configdrive/i.test(a)) return 'configdrive';
+  if (vmi?.spec.volumes?.some((v) => v.cloudInitConfigDrive)) return 'configdrive';
+  return vmi ? 'nocloud' : 'unknown';
+}
+
+async function hashFile(path: string): Promise<string | undefined> {
+  try {
+    return sha256Hex(await readFile(path));
+  } catch {
+    return undefined;
+  }
+}
+
+async function sizeOf(path: string): Promise<number | undefined> {
+  try {
+    return (await stat(path)).size;
+  } catch {
+    return undefined;
+  }
+}
+
+async function mtimeIso(path: string): Promise<string | undefined> {
+  try {
+    return (await stat(path)).mtime.toISOString();
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,167 @@
+// A work queue of `namespace/name` keys, like client-go's rate-limited queue:
+// a key waits at most once, never runs twice at the same time (a key added
+// while it runs is run again afterwards), at most `concurrency` keys run at
+// once, failures back off per key (capped, reset on success) and a terminal
+// failure is not retried until the object's version changes.
+import { backoffDelay, type BackoffPolicy } from './backoff.ts';
+import type { Metrics } from '../metrics/metrics.ts';
+
+export type WorkResult = 'success' | 'retry' | 'terminal';
+
+export interface WorkQueueOptions {
+  concurrency: number;
+  backoff: BackoffPolicy;
+  handler: (key: string) => Promise<WorkResult>;
+  // The object's resourceVersion, so a terminal failure is parked until it changes.
+  versionOf: (key: string) => string | undefined;
+  metrics?: Metrics;
+}
+
+export class WorkQueue {
+  readonly #opts: WorkQueueOptions;
+  readonly #queue: string[] = [];
+  readonly #queued = new Set<string>();
+  readonly #running = new Map<string, number>();
+  readonly #dirty = new Set<string>();
+  readonly #failures = new Map<string, number>();
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  // key -> version at which it failed terminally
+  readonly #parked = new Map<string, string | undefined>();
+  #stopped = false;
+  #idleWaiters: Array<() => void> = [];
+
+  constructor(options: WorkQueueOptions) {
+    this.#opts = options;
+  }
+
+  get depth(): number {
+    return this.#queue.length;
+  }
+
+  get inFlight(): number {
+    return this.#running.size;
+  }
+
+  failures(key: string): number {
+    return this.#failures.get(key) ?? 0;
+  }
+
+  add(key: string): void {
+    if (this.#stopped) return;
+    const timer = this.#timers.get(key);
+    if (timer) {
+      clearTimeout(timer);
+      this.#timers.delete(key);
+    }
+    if (this.#running.has(key)) {
+      this.#dirty.add(key);
+      return;
+    }
+    if (this.#queued.has(key)) return;
+    this.#queued.add(key);
+    this.#queue.push(key);
+    this.#gauge();
+    this.#pump();
+  }
+
+  // Forget a key's failure history (the object was deleted).
+  forget(key: string): void {
+    this.#failures.delete(key);
+    this.#parked.delete(key);
+  }
+
+  addAfter(key: string, ms: number): void {
+    if (this.#stopped) return;
+    if (this.#timers.has(key)) return;
+    const t = setTimeout(() => {
+      this.#timers.delete(key);
+      this.add(key);
+    }, ms);
+    t.unref();
+    this.#timers.set(key, t);
+  }
+
+  longestRunningSeconds(now = performance.now()): number {
+    let longest = 0;
+    for (const started of this.#running.values()) longest = Math.max(longest, (now - started) / 1000);
+    return longest;
+  }
+
+  // Resolves when nothing is queued or running (tests, benchmarks).
+  idle(): Promise<void> {
+    if (this.#queue.length === 0 && this.#running.size === 0) return Promise.resolve();
+    return new Promise((r) => this.#idleWaiters.push(r));
+  }
+
+  // Stop taking work; wait for what is in flight, at most `deadlineMs`.
+  // Returns whether everything in flight finished.
+  async shutdown(deadlineMs: number): Promise<boolean> {
+    this.#stopped = true;
+    for (const t of this.#timers.values()) clearTimeout(t);
+    this.#timers.clear();
+    this.#queue.length = 0;
+    this.#queued.clear();
+    this.#gauge();
+    if (this.#running.size === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const finished = await Promise.race([
+      new Promise<boolean>((r) => this.#idleWaiters.push(() => r(true))),
+      new Promise<boolean>((r) => {
+        timer = setTimeout(() => r(false), deadlineMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    return finished;
+  }
+
+  #pump(): void {
+    while (!this.#stopped && this.#running.size < this.#opts.concurrency && this.#queue.length > 0) {
+      const key = this.#queue.shift()!;
+      this.#queued.delete(key);
+      if (this.#parked.has(key)) {
+        if (this.#parked.get(key) === this.#opts.versionOf(key)) continue;
+        this.#parked.delete(key);
+      }
+      this.#running.set(key, performance.now());
+      void this.#run(key);
+    }
+    this.#gauge();
+    if (this.#queue.length === 0 && this.#running.size === 0) {
+      const waiters = this.#idleWaiters;
+      this.#idleWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+
+  async #run(key: string): Promise<void> {
+    const started = this.#running.get(key)!;
+    const version = this.#opts.versionOf(key);
+    let result: WorkResult;
+    try {
+      result = await this.#opts.handler(key);
+    } catch {
+      // The handler reports its own errors; a throw here is a bug, retried.
+      result = 'retry';
+    }
+    this.#opts.metrics?.queueWorkDuration.observe((performance.now() - started) / 1000);
+    this.#running.delete(key);
+    if (result === 'success') {
+      this.#failures.delete(key);
+    } else if (result === 'terminal') {
+      this.#failures.delete(key);
+      this.#parked.set(key, version);
+    } else {
+      const n = (this.#failures.get(key) ?? 0) + 1;
+      this.#failures.set(key, n);
+      this.#opts.metrics?.queueRetries.inc();
+      if (!this.#dirty.has(key)) this.addAfter(key, backoffDelay(this.#opts.backoff, n));
+    }
+    if (this.#dirty.delete(key)) this.add(key);
+    this.#pump();
+  }
+
+  #gauge(): void {
+    this.#opts.metrics?.queueDepth.set(this.#queue.length);
+    this.#opts.metrics?.queueInFlight.set(this.#running.size);
+  }
+}

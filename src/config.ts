@@ -1,0 +1,224 @@
+// `vmseed agent` configuration: flags with environment fallbacks, validated
+// once into one frozen object. A bad value is a ConfigError whose message is
+// the single line printed before exiting 2.
+import { parseArgs } from 'node:util';
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
+
+export type KubevirtVolumes = 'own' | 'ignore';
+export type LibvirtMode = 'off' | 'virsh';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface Config {
+  mode: 'kubernetes' | 'local';
+  // local mode: the directory of YAML manifests.
+  localDir?: string;
+  nodeName: string;
+  stateDir: string;
+  listen: { host: string; port: number };
+  kubeconfig?: string;
+  concurrency: number;
+  kubevirtVolumes: KubevirtVolumes;
+  resyncPeriodMs: number;
+  logLevel: LogLevel;
+  libvirt: {
+    mode: LibvirtMode;
+    virshPath: string;
+    // Templates: {namespace}, {name}, {uid}, {datasource} per VMI; the image
+    // path also {path} (the agent's) and {basename}.
+    uri: string;
+    domainName: string;
+    imagePathInDomain: string;
+    diskBus: 'virtio' | 'scsi';
+    virshTimeoutMs: number;
+  };
+  maxUserDataBytes: number;
+  maxNetworkDataBytes: number;
+  // fsync each image and its directory before the rename is final (crash safety).
+  fsync: boolean;
+}
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+const OPTIONS = {
+  'node-name': { type: 'string' },
+  'state-dir': { type: 'string' },
+  listen: { type: 'string' },
+  kubeconfig: { type: 'string' },
+  concurrency: { type: 'string' },
+  'kubevirt-volumes': { type: 'string' },
+  'resync-period': { type: 'string' },
+  libvirt: { type: 'string' },
+  'log-level': { type: 'string' },
+  local: { type: 'string' },
+  'virsh-path': { type: 'string' },
+  'libvirt-uri': { type: 'string' },
+  'domain-name': { type: 'string' },
+  'image-path-in-domain': { type: 'string' },
+  'disk-bus': { type: 'string' },
+  'virsh-timeout': { type: 'string' },
+  'max-user-data-bytes': { type: 'string' },
+  'max-network-data-bytes': { type: 'string' },
+  fsync: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+// Environment fallbacks, one per flag: VMSEED_<FLAG> (NODE_NAME and
+// KUBECONFIG keep their conventional names).
+function envName(flag: string): string {
+  if (flag === 'node-name') return 'NODE_NAME';
+  if (flag === 'kubeconfig') return 'KUBECONFIG';
+  return `VMSEED_${flag.toUpperCase().replaceAll('-', '_')}`;
+}
+
+export const AGENT_USAGE = `usage: vmseed agent [options]
+
+  --local DIR                 run on a directory of YAML manifests instead of a cluster
+  --node-name NAME            this node (env NODE_NAME; required in cluster mode)
+  --state-dir DIR             where seed images go (cluster: /var/lib/vmseed/seeds, local: ./var/seeds)
+  --listen HOST:PORT          status page and /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
+  --kubeconfig FILE           (env KUBECONFIG; in-cluster config when absent)
+  --concurrency N             reconciles in parallel (default 4)
+  --kubevirt-volumes own|ignore  read VMIs' cloudInitNoCloud/ConfigDrive volumes (cluster: ignore, local: own)
+  --resync-period DURATION    re-check every VMI this often (default 10m; e.g. 30s, 5m, 1h)
+  --libvirt off|virsh         inject seeds into libvirt domains (local default off, cluster default virsh)
+  --virsh-path PATH           (default virsh)
+  --libvirt-uri TEMPLATE      (default qemu:///system)
+  --domain-name TEMPLATE      libvirt domain of a VMI (default {namespace}_{name}, as KubeVirt names them)
+  --image-path-in-domain TEMPLATE  image path as the domain sees it (default {path}, the path on this host)
+  --disk-bus virtio|scsi      bus of the seed disk (default virtio)
+  --virsh-timeout DURATION    per virsh call (default 30s)
+  --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
+  --fsync true|false          fsync images before they replace the old ones (default true)
+
+Every flag can also be set as VMSEED_<FLAG> in the environment (e.g. VMSEED_STATE_DIR).
+`;
+
+export function parseDuration(text: string, flag: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) throw new ConfigError(`--${flag}: '${text}' is not a duration; use e.g. 500ms, 30s, 5m or 1h`);
+  const n = Number(m[1]);
+  const unit = m[2] ?? 's';
+  const ms = n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[unit]!;
+  if (ms <= 0) throw new ConfigError(`--${flag}: must be greater than zero`);
+  return Math.round(ms);
+}
+
+function parseIntFlag(text: string, flag: string, min: number, max: number): number {
+  if (!/^\d+$/.test(text.trim())) throw new ConfigError(`--${flag}: '${text}' is not a whole number`);
+  const n = Number(text);
+  if (n < min || n > max) throw new ConfigError(`--${flag}: ${n} is out of range; use ${min}..${max}`);
+  return n;
+}
+
+function oneOf<T extends string>(text: string, flag: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(text)) {
+    throw new ConfigError(`--${flag}: '${text}' is not one of ${allowed.join(', ')}`);
+  }
+  return text as T;
+}
+
+export function parseListen(text: string, flag = 'listen'): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]*)):(\d+)$/.exec(text.trim());
+  if (!m) throw new ConfigError(`--${flag}: '${text}' is not HOST:PORT (e.g. 127.0.0.1:8080 or :8080)`);
+  const port = Number(m[3]);
+  if (port > 65535) throw new ConfigError(`--${flag}: port ${port} is out of range; use 0..65535`);
+  return { host: m[1] ?? (m[2] || '0.0.0.0'), port };
+}
+
+const VMI_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource'];
+
+function checkTemplate(text: string, flag: string, allowed = VMI_PLACEHOLDERS): string {
+  for (const [, name] of text.matchAll(/\{([^}]*)\}/g)) {
+    if (!allowed.includes(name!)) {
+      throw new ConfigError(`--${flag}: unknown placeholder {${name}}; use ${allowed.map((a) => `{${a}}`).join(', ')}`);
+    }
+  }
+  if (text.trim() === '') throw new ConfigError(`--${flag}: must not be empty`);
+  return text;
+}
+
+// Returns undefined when --help was asked for.
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string): Config | undefined {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false });
+  } catch (e) {
+    throw new ConfigError((e as Error).message.split('\n')[0]!);
+  }
+  if (parsed.values.help) return undefined;
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  const get = (flag: keyof typeof OPTIONS): string | undefined => {
+    const v = values[flag];
+    if (typeof v === 'string') return v;
+    const e = env[envName(flag)];
+    return e === undefined || e === '' ? undefined : e;
+  };
+
+  const localDir = get('local');
+  const local = localDir !== undefined;
+  const nodeName = get('node-name') ?? (local ? hostname() : undefined);
+  if (!nodeName) throw new ConfigError('--node-name (or NODE_NAME) is required in cluster mode; set it from spec.nodeName in the DaemonSet');
+  if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(nodeName)) {
+    throw new ConfigError(`--node-name: '${nodeName}' is not a valid Kubernetes node name`);
+  }
+  const stateDir = resolve(cwd, get('state-dir') ?? (local ? 'var/seeds' : '/var/lib/vmseed/seeds'));
+  const config: Config = {
+    mode: local ? 'local' : 'kubernetes',
+    ...(local ? { localDir: resolve(cwd, localDir) } : {}),
+    nodeName,
+    stateDir,
+    listen: parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080')),
+    ...(get('kubeconfig') !== undefined ? { kubeconfig: resolve(cwd, get('kubeconfig')!) } : {}),
+    concurrency: parseIntFlag(get('concurrency') ?? '4', 'concurrency', 1, 256),
+    kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', ['own', 'ignore'] as const),
+    resyncPeriodMs: parseDuration(get('resync-period') ?? '10m', 'resync-period'),
+    logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
+    libvirt: {
+      mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
+      virshPath: get('virsh-path') ?? 'virsh',
+      uri: checkTemplate(get('libvirt-uri') ?? 'qemu:///system', 'libvirt-uri'),
+      domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),
+      imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? '{path}', 'image-path-in-domain', [...VMI_PLACEHOLDERS, 'path', 'basename']),
+      diskBus: oneOf(get('disk-bus') ?? 'virtio', 'disk-bus', ['virtio', 'scsi'] as const),
+      virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
+    },
+    maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(16 * 1024 * 1024), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
+    maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(1024 * 1024), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
+    fsync: oneOf(get('fsync') ?? 'true', 'fsync', ['true', 'false'] as const) === 'true',
+  };
+  return deepFreeze(config);
+}
+
+// What the status page shows: no credentials (the kubeconfig path only).
+export function configSummary(c: Config): Record<string, string | number | boolean> {
+  return {
+    mode: c.mode,
+    ...(c.localDir ? { localDir: c.localDir } : {}),
+    nodeName: c.nodeName,
+    stateDir: c.stateDir,
+    listen: `${c.listen.host}:${c.listen.port}`,
+    concurrency: c.concurrency,
+    kubevirtVolumes: c.kubevirtVolumes,
+    resyncPeriodSeconds: c.resyncPeriodMs / 1000,
+    libvirt: c.libvirt.mode,
+    ...(c.libvirt.mode === 'virsh'
+      ? { libvirtUri: c.libvirt.uri, domainName: c.libvirt.domainName, diskBus: c.libvirt.diskBus, virshTimeoutSeconds: c.libvirt.virshTimeoutMs / 1000 }
+      : {}),
+    logLevel: c.logLevel,
+    fsync: c.fsync,
+  };
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object') {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}

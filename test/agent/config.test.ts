@@ -1,0 +1,58 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ConfigError, loadConfig, parseDuration } from '../../src/config.ts';
+
+test('local mode defaults', () => {
+  const c = loadConfig(['--local', 'examples'], {}, '/srv')!;
+  assert.equal(c.mode, 'local');
+  assert.equal(c.localDir, '/srv/examples');
+  assert.equal(c.stateDir, '/srv/var/seeds');
+  assert.deepEqual(c.listen, { host: '127.0.0.1', port: 8080 });
+  assert.equal(c.libvirt.mode, 'off');
+  assert.equal(c.kubevirtVolumes, 'own');
+  assert.ok(Object.isFrozen(c) && Object.isFrozen(c.libvirt) && Object.isFrozen(c.listen));
+});
+
+test('cluster defaults, NODE_NAME from the environment, flags beat the environment', () => {
+  const c = loadConfig([], { NODE_NAME: 'worker-3' }, '/')!;
+  assert.equal(c.mode, 'kubernetes');
+  assert.equal(c.nodeName, 'worker-3');
+  assert.equal(c.stateDir, '/var/lib/vmseed/seeds');
+  assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
+  assert.equal(c.kubevirtVolumes, 'ignore');
+  assert.equal(c.libvirt.mode, 'virsh');
+  assert.equal(c.kubeconfig, undefined);
+  const d = loadConfig(['--node-name', 'flag-node', '--concurrency', '8', '--resync-period', '90s', '--listen', '[::1]:9090'], { NODE_NAME: 'env-node', VMSEED_CONCURRENCY: '2', VMSEED_DISK_BUS: 'scsi' }, '/')!;
+  assert.equal(d.nodeName, 'flag-node');
+  assert.equal(d.concurrency, 8);
+  assert.equal(d.resyncPeriodMs, 90_000);
+  assert.deepEqual(d.listen, { host: '::1', port: 9090 });
+  assert.equal(d.libvirt.diskBus, 'scsi');
+});
+
+test('bad values are one clear ConfigError each', () => {
+  const bad: Array<[string[], NodeJS.ProcessEnv, RegExp]> = [
+    [[], {}, /--node-name .* required/],
+    [['--node-name', 'Bad_Name'], {}, /not a valid Kubernetes node name/],
+    [['--local', 'd', '--concurrency', '0'], {}, /--concurrency: 0 is out of range/],
+    [['--local', 'd', '--kubevirt-volumes', 'both'], {}, /--kubevirt-volumes: 'both' is not one of own, ignore/],
+    [['--local', 'd', '--libvirt', 'qemu'], {}, /--libvirt/],
+    [['--local', 'd', '--resync-period', 'soon'], {}, /--resync-period: 'soon' is not a duration/],
+    [['--local', 'd', '--listen', '127.0.0.1'], {}, /--listen/],
+    [['--local', 'd', '--domain-name', '{vm}'], {}, /unknown placeholder \{vm\}/],
+    [['--local', 'd', '--disk-bus', 'sata'], {}, /--disk-bus: 'sata'/],
+    [['--local', 'd'], { VMSEED_LOG_LEVEL: 'loud' }, /--log-level: 'loud'/],
+    [['--what'], {}, /Unknown option '--what'/],
+  ];
+  for (const [argv, env, re] of bad) {
+    assert.throws(() => loadConfig(argv, env, '/'), (e: unknown) => e instanceof ConfigError && re.test(e.message) && !e.message.includes('\n'), argv.join(' '));
+  }
+});
+
+test('durations', () => {
+  assert.equal(parseDuration('500ms', 'x'), 500);
+  assert.equal(parseDuration('2m', 'x'), 120_000);
+  assert.equal(parseDuration('1h', 'x'), 3_600_000);
+  assert.equal(parseDuration('15', 'x'), 15_000);
+  assert.throws(() => parseDuration('0s', 'x'), ConfigError);
+});

@@ -1,0 +1,56 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { connectionFromKubeconfig, inClusterConnection } from '../../src/agent/kube-connection.ts';
+import { VmseedError } from '../../src/errors.ts';
+import { tempDir } from '../support/agent-harness.ts';
+
+test('kubeconfig: current context, token file relative to the file, inline CA', async (t) => {
+  const dir = await tempDir();
+  t.after(() => dir.remove());
+  await writeFile(join(dir.path, 'tok'), 'secret-token\n');
+  const kc = join(dir.path, 'config');
+  await writeFile(
+    kc,
+    `apiVersion: v1
+kind: Config
+clusters:
+- {name: other, cluster: {server: "https://other:6443"}}
+- {name: main, cluster: {server: "https://api.example:6443/", certificate-authority-data: ${Buffer.from('-----BEGIN CERTIFICATE-----\n').toString('base64')}}}
+users:
+- {name: agent, user: {tokenFile: tok}}
+contexts:
+- {name: a, context: {cluster: other, user: agent}}
+- {name: b, context: {cluster: main, user: agent}}
+current-context: b
+`,
+  );
+  const c = connectionFromKubeconfig(kc);
+  t.after(() => c.close());
+  assert.equal(c.getCurrentCluster().server, 'https://api.example:6443');
+  assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer secret-token' });
+});
+
+test('kubeconfig errors are CONFIG_INVALID and name the problem, not the secret', async (t) => {
+  const dir = await tempDir();
+  t.after(() => dir.remove());
+  const kc = join(dir.path, 'config');
+  await writeFile(kc, 'current-context: nope\ncontexts: []\n');
+  assert.throws(() => connectionFromKubeconfig(kc), (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID' && /current-context 'nope' not found/.test(e.message));
+  assert.throws(() => connectionFromKubeconfig(join(dir.path, 'missing')), (e: unknown) => e instanceof VmseedError && /ENOENT/.test(e.message));
+});
+
+test('in-cluster: service account CA and rotating token file', async (t) => {
+  const dir = await tempDir();
+  t.after(() => dir.remove());
+  const sa = join(dir.path, 'sa');
+  await mkdir(sa);
+  await writeFile(join(sa, 'ca.crt'), 'CA');
+  await writeFile(join(sa, 'token'), 'tok-1');
+  const c = inClusterConnection({ KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, sa);
+  t.after(() => c.close());
+  assert.equal(c.getCurrentCluster().server, 'https://10.0.0.1:443');
+  assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer tok-1' });
+  assert.throws(() => inClusterConnection({}, sa), /KUBERNETES_SERVICE_HOST is not set/);
+});

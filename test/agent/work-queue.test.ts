@@ -1,0 +1,131 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WorkQueue, type WorkResult } from '../../src/agent/work-queue.ts';
+import { createMetrics } from '../../src/metrics/metrics.ts';
+
+const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
+
+test('de-duplicates waiting keys and never runs one key twice at once', async () => {
+  let running = 0;
+  let maxSame = 0;
+  const runs: string[] = [];
+  const gate: Array<() => void> = [];
+  const q = new WorkQueue({
+    concurrency: 4,
+    backoff: { baseMs: 10, maxMs: 100 },
+    versionOf: () => '1',
+    handler: async (key) => {
+      runs.push(key);
+      running++;
+      maxSame = Math.max(maxSame, running);
+      await new Promise<void>((r) => gate.push(r));
+      running--;
+      return 'success';
+    },
+  });
+  q.add('a');
+  q.add('a'); // already running → runs once more afterwards
+  q.add('a');
+  await tick();
+  assert.deepEqual(runs, ['a']);
+  gate.shift()!();
+  await tick();
+  assert.deepEqual(runs, ['a', 'a']);
+  assert.equal(maxSame, 1);
+  gate.shift()!();
+  await q.idle();
+  assert.deepEqual(runs, ['a', 'a']);
+});
+
+test('concurrency limit', async () => {
+  let running = 0;
+  let peak = 0;
+  const q = new WorkQueue({
+    concurrency: 3,
+    backoff: { baseMs: 10, maxMs: 100 },
+    versionOf: () => '1',
+    handler: async () => {
+      peak = Math.max(peak, ++running);
+      await tick(10);
+      running--;
+      return 'success';
+    },
+  });
+  for (let i = 0; i < 20; i++) q.add(`k${i}`);
+  await q.idle();
+  assert.equal(peak, 3);
+});
+
+test('retryable failures back off exponentially (capped) and reset on success', async () => {
+  const times: number[] = [];
+  let n = 0;
+  const metrics = createMetrics({ version: 't', processMetrics: false });
+  const q = new WorkQueue({
+    concurrency: 1,
+    backoff: { baseMs: 20, maxMs: 80 },
+    versionOf: () => '1',
+    metrics,
+    handler: async (): Promise<WorkResult> => {
+      times.push(performance.now());
+      return ++n < 6 ? 'retry' : 'success';
+    },
+  });
+  q.add('k');
+  while (n < 6) await tick(10);
+  const gaps = times.slice(1).map((t, i) => t - times[i]!);
+  // 20, 40, 80, 80, 80 (capped)
+  assert.ok(gaps[0]! >= 18 && gaps[1]! >= 38 && gaps[2]! >= 78 && gaps[3]! >= 78, gaps.join(','));
+  assert.ok(gaps[3]! < 160 && gaps[4]! < 160, `capped: ${gaps.join(',')}`);
+  assert.equal(q.failures('k'), 0, 'reset on success');
+  assert.match(await metrics.registry.getSingleMetricAsString('vmseed_workqueue_retries_total'), / 5$/);
+});
+
+test('terminal failures wait until the resourceVersion changes', async () => {
+  let version = '1';
+  let runs = 0;
+  const q = new WorkQueue({
+    concurrency: 1,
+    backoff: { baseMs: 1, maxMs: 1 },
+    versionOf: () => version,
+    handler: async () => {
+      runs++;
+      return 'terminal';
+    },
+  });
+  q.add('k');
+  await q.idle();
+  q.add('k');
+  q.add('k');
+  await q.idle();
+  await tick(20);
+  assert.equal(runs, 1);
+  version = '2';
+  q.add('k');
+  await q.idle();
+  assert.equal(runs, 2);
+});
+
+test('shutdown stops taking work and waits for in-flight work within the deadline', async () => {
+  let finished = 0;
+  const q = new WorkQueue({
+    concurrency: 2,
+    backoff: { baseMs: 1, maxMs: 1 },
+    versionOf: () => '1',
+    handler: async () => {
+      await tick(50);
+      finished++;
+      return 'success';
+    },
+  });
+  for (const k of ['a', 'b', 'c', 'd']) q.add(k);
+  await tick();
+  assert.equal(await q.shutdown(1000), true);
+  assert.equal(finished, 2, 'in-flight finished, queued dropped');
+  q.add('e');
+  await tick(80);
+  assert.equal(finished, 2);
+  const slow = new WorkQueue({ concurrency: 1, backoff: { baseMs: 1, maxMs: 1 }, versionOf: () => '1', handler: () => new Promise(() => {}) });
+  slow.add('x');
+  await tick();
+  assert.equal(await slow.shutdown(30), false);
+});

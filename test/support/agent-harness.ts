@@ -1,0 +1,153 @@
+// An agent in-process against the fake API server, with the real renderer,
+// ISO builder and image store, and an injector fake that models which disk
+// each domain holds (so "no second attach" is observable).
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type pino from 'pino';
+import { renderSeed } from '../../src/cloudinit/render.ts';
+import { buildSeedImage } from '../../src/disk/seed-image.ts';
+import { ImageStore } from '../../src/disk/store.ts';
+import { Agent } from '../../src/agent/agent.ts';
+import { KubeEventRecorder } from '../../src/agent/events.ts';
+import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeRefResolver } from '../../src/agent/kube-resolver.ts';
+import { KubeVmiSource } from '../../src/agent/kube-source.ts';
+import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
+import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
+import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import { captureLogger } from './capture-logger.ts';
+import type { FakeKube } from './fake-kube.ts';
+
+export const NODE = 'node-a';
+
+export interface InjectorCall {
+  op: 'inject' | 'eject';
+  key: string;
+  uid: string;
+  path?: string;
+  action: string;
+}
+
+// Domains keyed by VMI uid; survives agent restarts when shared.
+export class RecordingInjector implements Injector {
+  readonly calls: InjectorCall[] = [];
+  readonly attached = new Map<string, string>();
+
+  async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {
+    const had = this.attached.get(t.uid);
+    const action = had === imagePath ? 'none' : had ? 'replaced' : 'attached';
+    this.attached.set(t.uid, imagePath);
+    this.calls.push({ op: 'inject', key: `${t.namespace}/${t.name}`, uid: t.uid, path: imagePath, action });
+    return { action, domain: `${t.namespace}_${t.name}`, targetDev: 'vdb', bus: 'virtio', flags: ['--config'], domainState: 'shutoff', persistent: true, seededAfterBoot: false, resumed: false };
+  }
+
+  async eject(t: InjectionTarget): Promise<EjectionResult> {
+    const action = this.attached.delete(t.uid) ? 'detached' : 'none';
+    this.calls.push({ op: 'eject', key: `${t.namespace}/${t.name}`, uid: t.uid, action });
+    return { action, domain: `${t.namespace}_${t.name}` };
+  }
+
+  actions(op: 'inject' | 'eject', action?: string): InjectorCall[] {
+    return this.calls.filter((c) => c.op === op && (action === undefined || c.action === action));
+  }
+}
+
+export interface Harness {
+  agent: Agent;
+  store: ImageStore;
+  metrics: Metrics;
+  lines: string[];
+  logger: pino.Logger;
+  stop(): Promise<void>;
+}
+
+export async function startAgent(
+  fake: FakeKube,
+  options: { stateDir: string; injector?: Injector; staleAfterMs?: number; resyncPeriodMs?: number; restartBaseMs?: number; waitSynced?: boolean },
+): Promise<Harness> {
+  const { logger, lines } = captureLogger('debug');
+  const metrics = createMetrics({ version: 'test', processMetrics: false });
+  const connection = fake.connection();
+  const api = new KubeConnectionApi(connection, { timeoutMs: 2000 });
+  const store = new ImageStore({ root: options.stateDir });
+  const agent = new Agent({
+    version: 'test',
+    nodeName: NODE,
+    stateDir: options.stateDir,
+    config: {},
+    makeSource: (onKey) =>
+      new KubeVmiSource({
+        connection,
+        api,
+        nodeName: NODE,
+        logger: logger.child({ component: 'informer' }),
+        metrics,
+        onKey,
+        restartBackoff: { baseMs: options.restartBaseMs ?? 50, maxMs: 400 },
+        staleAfterMs: options.staleAfterMs ?? 60_000,
+      }),
+    refs: new KubeRefResolver(api),
+    render: renderSeed,
+    build: buildSeedImage,
+    store,
+    ...(options.injector ? { injector: options.injector } : {}),
+    events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: NODE }),
+    metrics,
+    logger,
+    concurrency: 4,
+    renderOptions: { kubevirtVolumes: 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
+    resyncPeriodMs: options.resyncPeriodMs ?? 60_000,
+    retryBackoff: { baseMs: 50, maxMs: 400 },
+    fsync: false,
+  });
+  const started = agent.start();
+  if (options.waitSynced !== false) await started;
+  else started.catch(() => {});
+  return {
+    agent,
+    store,
+    metrics,
+    lines,
+    logger,
+    stop: async () => {
+      await agent.stop(2000);
+      await connection.close();
+    },
+  };
+}
+
+export async function tempDir(prefix = 'vmseed-agent-'): Promise<{ path: string; remove(): Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), prefix));
+  return { path, remove: () => rm(path, { recursive: true, force: true }) };
+}
+
+export async function waitFor<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export function vmi(
+  name: string,
+  options: { namespace?: string; node?: string; userData?: string; cloudInit?: string; phase?: string } = {},
+): VmiObject {
+  const node = options.node ?? NODE;
+  const cloudInit = options.cloudInit ?? `userData: |\n  #cloud-config\n  hostname: ${name}\n${options.userData ? `  # ${options.userData}\n` : ''}`;
+  return {
+    apiVersion: 'kubevirt.io/v1',
+    kind: 'VirtualMachineInstance',
+    metadata: {
+      name,
+      namespace: options.namespace ?? 'default',
+      labels: { 'kubevirt.io/nodeName': node },
+      annotations: { 'vmseed.io/cloud-init': cloudInit },
+    },
+    spec: { domain: {} },
+    status: { nodeName: node, phase: options.phase ?? 'Scheduled' },
+  };
+}
