@@ -5,6 +5,7 @@
 // start. An identical image is not rewritten (its inode, and a running
 // guest's view of it, stay as they are).
 import * as nodeFs from 'node:fs/promises';
+import * as nodeFsSync from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Datasource } from '../cloudinit/seed.ts';
@@ -50,11 +51,42 @@ export interface StoreFs {
   chmod(path: string, mode: number): Promise<void>;
 }
 
+// The synchronous calls of the small-image path (see ImageStore.write).
+export interface StoreSyncFs {
+  openSync(path: string, flags: string, mode?: number): number;
+  writeSync(fd: number, data: Uint8Array, offset: number, length: number): number;
+  fchmodSync(fd: number, mode: number): void;
+  fsyncSync(fd: number): void;
+  fstatSync(fd: number): StoreStat;
+  closeSync(fd: number): void;
+  renameSync(from: string, to: string): void;
+  unlinkSync(path: string): void;
+  mkdirSync(path: string, options: { recursive: true; mode?: number }): unknown;
+  statSync(path: string, options: { throwIfNoEntry: false }): StoreStat | undefined;
+  readFileSync(path: string): Uint8Array;
+}
+
 export interface ImageStoreOptions {
   root: string;
   fileMode?: number;
   fs?: StoreFs;
+  // Synchronous calls for images up to syncMaxBytes. Default: node:fs when
+  // `fs` is not given; a store given only `fs` stays fully asynchronous.
+  syncFs?: StoreSyncFs;
+  syncMaxBytes?: number;
 }
+
+// Up to this size an image is written with synchronous calls. A seed write
+// is ~8 syscalls of a few µs each plus a memcpy of the image into the page
+// cache (~10 µs for 64 KiB); through fs/promises each of the 5 round trips
+// costs a thread-pool hop (~20 µs, more on a loaded node), so blocking the
+// event loop for ~30-60 µs is cheaper than the hops and blocks nothing the
+// agent would otherwise do sooner. Larger images (a 1 MiB user-data is
+// ~100 µs of copying, fsync is milliseconds) go through the thread pool.
+// With fsync requested the fsyncs still run synchronously below the
+// threshold: they are what the caller waits for anyway, and the agent's
+// default path writes without fsync.
+export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
 // Kubernetes names: namespace is a DNS label, name a DNS subdomain, uid a
@@ -82,6 +114,8 @@ export class ImageStore {
   readonly root: string;
   readonly fileMode: number;
   readonly #fs: StoreFs;
+  readonly #syncFs: StoreSyncFs | undefined;
+  readonly #syncMax: number;
   // Image paths known to be the only image in their directory.
   readonly #single = new Set<string>();
   // What this store last wrote to each path, and the file's identity then:
@@ -93,6 +127,8 @@ export class ImageStore {
     this.root = options.root;
     this.fileMode = options.fileMode ?? 0o640;
     this.#fs = options.fs ?? (nodeFs as unknown as StoreFs);
+    this.#syncFs = options.syncFs ?? (options.fs ? undefined : (nodeFsSync as unknown as StoreSyncFs));
+    this.#syncMax = options.syncMaxBytes ?? DEFAULT_SYNC_MAX_BYTES;
   }
 
   dirFor(key: ImageKey): string {
@@ -122,6 +158,14 @@ export class ImageStore {
     const fsync = options.fsync ?? true;
     const dir = this.dirFor(key);
     const path = this.pathFor(key, datasource);
+    const sfs = this.#syncFs;
+    if (sfs && bytes.length <= this.#syncMax) {
+      try {
+        return this.#writeSync(sfs, dir, path, datasource, bytes, fsync);
+      } catch (e) {
+        return Promise.reject(this.#wrap(`write ${path}`, e));
+      }
+    }
     const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
       let written = false;
@@ -167,6 +211,74 @@ export class ImageStore {
       }
       return { path, written };
     });
+  }
+
+  // The same steps as write()'s asynchronous path, in synchronous calls.
+  #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean): Promise<{ path: string; written: boolean }> {
+    let written = false;
+    let freshDir = false;
+    if (!this.#sameSync(fs, path, bytes)) {
+      const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${randomBytes(6).toString('hex')}`);
+      let fd: number;
+      try {
+        fd = fs.openSync(tmp, 'wx', this.fileMode);
+      } catch (e) {
+        if (code(e) !== 'ENOENT') throw e;
+        fs.mkdirSync(dir, { recursive: true, mode: 0o750 });
+        freshDir = true;
+        fd = fs.openSync(tmp, 'wx', this.fileMode);
+      }
+      let renamed = false;
+      try {
+        for (let off = 0; off < bytes.length; ) off += fs.writeSync(fd, bytes, off, bytes.length - off);
+        fs.fchmodSync(fd, this.fileMode);
+        if (fsync) fs.fsyncSync(fd);
+        const st = fs.fstatSync(fd);
+        fs.renameSync(tmp, path);
+        renamed = true;
+        this.#remember(path, bytes, st);
+      } catch (e) {
+        this.#last.delete(path);
+        throw e;
+      } finally {
+        try {
+          fs.closeSync(fd);
+        } catch {
+          // the data is already renamed into place or about to be unlinked
+        }
+        if (!renamed) {
+          try {
+            fs.unlinkSync(tmp);
+          } catch {
+            // cleanupTemporaries() removes it at the next start
+          }
+        }
+      }
+      if (fsync) {
+        const dfd = fs.openSync(dir, 'r');
+        try {
+          fs.fsyncSync(dfd);
+        } finally {
+          fs.closeSync(dfd);
+        }
+      }
+      written = true;
+    }
+    // A directory this write created holds no other image.
+    if (freshDir) this.#single.add(path);
+    if (!this.#single.has(path)) {
+      for (const other of DATASOURCES) {
+        if (other === datasource) continue;
+        try {
+          fs.unlinkSync(join(dir, `${other}.iso`));
+        } catch (e) {
+          if (code(e) !== 'ENOENT') throw e;
+        }
+        this.#single.delete(join(dir, `${other}.iso`));
+      }
+      this.#single.add(path);
+    }
+    return Promise.resolve({ path, written });
   }
 
   async list(): Promise<StoredImage[]> {
@@ -261,6 +373,16 @@ export class ImageStore {
     if (this.#last.size > MAX_REMEMBERED) this.#last.delete(this.#last.keys().next().value!);
   }
 
+  #sameSync(fs: StoreSyncFs, path: string, bytes: Uint8Array): boolean {
+    const st = fs.statSync(path, { throwIfNoEntry: false });
+    if (st === undefined || st.size !== bytes.length) return false;
+    const last = this.#last.get(path);
+    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) {
+      return Buffer.from(last.bytes.buffer, last.bytes.byteOffset, last.bytes.length).equals(bytes);
+    }
+    return Buffer.from(fs.readFileSync(path)).equals(bytes);
+  }
+
   async #same(path: string, bytes: Uint8Array): Promise<boolean> {
     try {
       const st = await this.#fs.stat(path);
@@ -289,11 +411,15 @@ export class ImageStore {
     try {
       return await fn();
     } catch (e) {
-      if (e instanceof VmseedError) throw e;
-      throw new VmseedError('STORE_IO_FAILED', `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`, {
-        kind: 'retryable',
-        cause: e,
-      });
+      throw this.#wrap(what, e);
     }
+  }
+
+  #wrap(what: string, e: unknown): VmseedError {
+    if (e instanceof VmseedError) return e;
+    return new VmseedError('STORE_IO_FAILED', `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`, {
+      kind: 'retryable',
+      cause: e,
+    });
   }
 }
