@@ -29,6 +29,9 @@ export interface IsoInput {
 }
 
 const SECTOR = 2048;
+// buildIso never writes below sector 16: every image starts with these many
+// zero bytes (seed-image.ts hashes them once, not per image).
+export const SYSTEM_AREA_BYTES = 16 * SECTOR;
 const FIRST_FREE_SECTOR = 19;
 // cloudbase-init reads the low 16 bits of the volume size.
 export const MAX_SECTORS = 65536;

@@ -9,7 +9,7 @@ import { buildSeedImage, seedFiles } from '../../src/disk/seed-image.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
-import { blkid, bsdtarExtract, cloudinitRead, isoinfoPaths, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
+import { blkid, bsdtarExtract, cloudinitRead, isoinfoPaths, run, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
 import { configdriveSeed, nocloudSeed, TIMESTAMP } from './fixtures.ts';
 
 const b64 = (b: Uint8Array) => Buffer.from(b).toString('base64');
@@ -125,6 +125,16 @@ test('the same seed gives the same bytes and hash; any change gives another', ()
   assert.ok(Buffer.from(ia.bytes).equals(ib.bytes));
   const other = buildSeedImage({ ...a, userData: new TextEncoder().encode('#cloud-config\nhostname: vm2\n') }, TIMESTAMP);
   assert.notEqual(other.sha256, ia.sha256);
+});
+
+test('sha256 is the image file\'s own (sha256sum agrees), for small and large images and both layouts', (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  for (const seed of [nocloudSeed('small'), nocloudSeed('large'), configdriveSeed('small')]) {
+    const image = buildSeedImage(seed, TIMESTAMP);
+    const iso = writeImage(tmp.dir, 'h.iso', image.bytes);
+    assert.equal(image.sha256, run('sha256sum', [iso]).stdout.toString().split(' ')[0]);
+  }
 });
 
 test('configdrive without a uuid is refused with METADATA_INVALID', () => {
