@@ -6,9 +6,24 @@
 // Layout (2048-byte sectors):
 //   0-15 system area (zero) | 16 PVD | 17 Joliet SVD | 18 terminator
 //   19.. path tables: primary L, primary M, Joliet L, Joliet M
-//   primary directories, each followed by its continuation area (the root's
-//   holds the ER; long NM entries go there too) | Joliet directories
+//   primary directories, each followed by its continuation area when a
+//   Rock Ridge name is too long for its record | Joliet directories
 //   file data | zero padding to 4 KiB
+// Size floor (why 16 KiB of input cannot fit in 64 KiB = 32 sectors):
+//   16 system area + 3 volume descriptors (PVD, Joliet SVD, terminator)
+//   + 4 path tables (L and M for each tree; each table starts on its own
+//   logical block, ECMA-119 6.9.2/8.4.14-17, and both types are mandatory)
+//   + 2 root directories (primary with Rock Ridge, Joliet with UCS-2 names)
+//   = 25 sectors = 50 KiB before the first file. Each file extent starts on
+//   its own block, so user-data U and meta-data M take ceil(U/2048) +
+//   ceil(M/2048) sectors: 16 KiB of total input takes 8 (both sizes
+//   multiples of 2048) or 9, i.e. 33 or 34 sectors, and the 4 KiB rounding
+//   QEMU needs makes both 34 sectors = 68 KiB. 64 KiB leaves 7 data sectors:
+//   12 KiB of user-data with up to 2 KiB of meta-data. The ER rides in the
+//   root `.` record (see ER_SRC), so no continuation sector is added unless
+//   a name needs one. Going lower needs 512-byte logical blocks (allowed by
+//   ECMA-119 6.1.2, but rare, untested with Windows CDFS, cloudbase-init or
+//   libarchive) or dropping Joliet (Windows) or Rock Ridge (Linux names).
 // Continuation areas sit right after their directory as in genisoimage:
 // libarchive reads sequentially and only reads a CE area at the position
 // where it stops after the directory (anywhere else the name is lost).
