@@ -56,7 +56,8 @@ export interface StoreSyncFs {
   openSync(path: string, flags: string, mode?: number): number;
   writeSync(fd: number, data: Uint8Array, offset: number, length: number, position: number): number;
   fchmodSync(fd: number, mode: number): void;
-  fsyncSync(fd: number): void;
+  // fsync stays off the event loop: it takes milliseconds, not microseconds.
+  fsync(fd: number, callback: (err: Error | null) => void): void;
   fstatSync(fd: number): StoreStat;
   closeSync(fd: number): void;
   renameSync(from: string, to: string): void;
@@ -83,9 +84,8 @@ export interface ImageStoreOptions {
 // event loop for ~30-60 µs is cheaper than the hops and blocks nothing the
 // agent would otherwise do sooner. Larger images (a 1 MiB user-data is
 // ~100 µs of copying, fsync is milliseconds) go through the thread pool.
-// With fsync requested the fsyncs still run synchronously below the
-// threshold: they are what the caller waits for anyway, and the agent's
-// default path writes without fsync.
+// fsync (file and directory), when asked for, still goes to the thread
+// pool: it takes a millisecond or more, which the event loop must not wait.
 export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
@@ -177,9 +177,9 @@ export class ImageStore {
     const sfs = this.#syncFs;
     if (sfs && bytes.length <= this.#syncMax) {
       try {
-        return this.#writeSync(sfs, dir, path, datasource, bytes, fsync);
+        return await this.#writeSync(sfs, dir, path, datasource, bytes, fsync);
       } catch (e) {
-        return Promise.reject(this.#wrap(`write ${path}`, e));
+        throw this.#wrap(`write ${path}`, e);
       }
     }
     const fs = this.#fs;
@@ -230,7 +230,9 @@ export class ImageStore {
   }
 
   // The same steps as write()'s asynchronous path, in synchronous calls.
-  #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean): Promise<{ path: string; written: boolean }> {
+  // Without fsync it runs to completion synchronously (no await is reached).
+  async #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean): Promise<{ path: string; written: boolean }> {
+    const fsyncFd = (fd: number) => new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
     let written = false;
     let freshDir = false;
     if (!this.#dirs.has(dir)) {
@@ -257,7 +259,7 @@ export class ImageStore {
         let off = zeroPrefix(bytes);
         while (off < bytes.length) off += fs.writeSync(fd, bytes, off, bytes.length - off, off);
         fs.fchmodSync(fd, this.fileMode);
-        if (fsync) fs.fsyncSync(fd);
+        if (fsync) await fsyncFd(fd);
         const st = fs.fstatSync(fd);
         fs.renameSync(tmp, path);
         renamed = true;
@@ -282,7 +284,7 @@ export class ImageStore {
       if (fsync) {
         const dfd = fs.openSync(dir, 'r');
         try {
-          fs.fsyncSync(dfd);
+          await fsyncFd(dfd);
         } finally {
           fs.closeSync(dfd);
         }
@@ -303,7 +305,7 @@ export class ImageStore {
       }
       this.#single.add(path);
     }
-    return Promise.resolve({ path, written });
+    return { path, written };
   }
 
   async list(): Promise<StoredImage[]> {

@@ -169,7 +169,7 @@ test('keys that could escape the root are refused with STORE_KEY_INVALID', async
 // node:fs with some synchronous calls replaced, and a log of the calls made.
 function syncFs(log: string[], over: Partial<StoreSyncFs> = {}): StoreSyncFs {
   const real = fs as unknown as StoreSyncFs;
-  const names = ['openSync', 'writeSync', 'fchmodSync', 'fsyncSync', 'fstatSync', 'closeSync', 'renameSync', 'unlinkSync', 'mkdirSync', 'statSync', 'readFileSync'] as const;
+  const names = ['openSync', 'writeSync', 'fchmodSync', 'fsync', 'fstatSync', 'closeSync', 'renameSync', 'unlinkSync', 'mkdirSync', 'statSync', 'readFileSync'] as const;
   const out: Record<string, unknown> = {};
   for (const n of names) {
     out[n] = (...args: unknown[]) => {
@@ -190,12 +190,16 @@ test('small images go through synchronous calls, large ones through fs/promises;
   // A new VMI: its directory is created, so no stat of the image and no
   // failing open.
   assert.deepEqual(sync, [
-    'mkdirSync', 'openSync', 'fchmodSync', 'fsyncSync', 'fstatSync', 'renameSync', 'closeSync',
-    'openSync', 'fsyncSync', 'closeSync',
+    'mkdirSync', 'openSync', 'fchmodSync', 'fsync', 'fstatSync', 'renameSync', 'closeSync',
+    'openSync', 'fsync', 'closeSync',
   ]);
-  assert.ok(log.indexOf('writeSync') < log.indexOf('fsyncSync'), 'data written before the file fsync');
+  assert.ok(log.indexOf('writeSync') < log.indexOf('fsync'), 'data written before the file fsync');
   log.length = 0;
-  await store.write(key, 'nocloud', image(2, 64 * 1024), { fsync: false });
+  // Without fsync nothing waits on the thread pool: the image is in place
+  // before the returned promise is awaited.
+  const pending = store.write(key, 'nocloud', image(2, 64 * 1024), { fsync: false });
+  assert.equal(fs.readFileSync(store.pathFor(key, 'nocloud'))[0], 2);
+  await pending;
   assert.deepEqual(log.filter((c) => c !== 'writeSync'), ['statSync', 'openSync', 'fchmodSync', 'fstatSync', 'renameSync', 'closeSync']);
   assert.equal((await fsp.readFile(store.pathFor(key, 'nocloud')))[0], 2);
   log.length = 0;
@@ -215,7 +219,7 @@ test('synchronous path: a failed write leaves the old image and no temporary', a
     throw Object.assign(new Error(c), { code: c });
   };
   const cases: Array<[string, Partial<StoreSyncFs>]> = [
-    ['ENOSPC', { writeSync: fail('ENOSPC') }], ['EPERM', { fchmodSync: fail('EPERM') }], ['EIO', { fsyncSync: fail('EIO') }], ['EXDEV', { renameSync: fail('EXDEV') }],
+    ['ENOSPC', { writeSync: fail('ENOSPC') }], ['EPERM', { fchmodSync: fail('EPERM') }], ['EIO', { fsync: (_fd: number, cb: (err: Error | null) => void) => setImmediate(() => cb(Object.assign(new Error('EIO'), { code: 'EIO' }))) }], ['EXDEV', { renameSync: fail('EXDEV') }],
   ];
   for (const [errno, over] of cases) {
     const store = new ImageStore({ root: tmp.dir, syncFs: syncFs([], over) });
