@@ -3,7 +3,8 @@
 // rename, fsync of the directory), so QEMU or a reader never sees a partial
 // image; temporaries left by a crash are removed by cleanupTemporaries() at
 // start. An identical image is not rewritten (its inode, and a running
-// guest's view of it, stay as they are).
+// guest's view of it, stay as they are). Seed-sized images take a path of
+// synchronous calls (see DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
 import { randomBytes } from 'node:crypto';
@@ -96,6 +97,8 @@ const NAME_RE = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 
 const MAX_REMEMBERED = 1024;
+const MAX_REMEMBERED_BYTES = 8 << 20;
+const MAX_KNOWN_DIRS = 16384;
 const ZERO_PREFIX = new Uint8Array(32 * 1024);
 
 // Bytes at the start of `bytes` that are zero: 32 KiB (a whole ISO 9660
@@ -104,7 +107,6 @@ function zeroPrefix(bytes: Uint8Array): number {
   if (bytes.length <= ZERO_PREFIX.length) return 0;
   return Buffer.from(bytes.buffer, bytes.byteOffset, ZERO_PREFIX.length).equals(ZERO_PREFIX) ? ZERO_PREFIX.length : 0;
 }
-const MAX_REMEMBERED_BYTES = 8 << 20;
 
 // Like Promise.all, but waits for every call before failing, so the file
 // handle is never closed while one of them still uses it.
@@ -238,6 +240,7 @@ export class ImageStore {
     if (!this.#dirs.has(dir)) {
       // mkdirSync returns the first directory it created, undefined if none.
       freshDir = fs.mkdirSync(dir, { recursive: true, mode: 0o750 }) !== undefined;
+      if (this.#dirs.size >= MAX_KNOWN_DIRS) this.#dirs.clear();
       this.#dirs.add(dir);
     }
     if (freshDir || !this.#sameSync(fs, path, bytes)) {
