@@ -6,9 +6,24 @@
 // Layout (2048-byte sectors):
 //   0-15 system area (zero) | 16 PVD | 17 Joliet SVD | 18 terminator
 //   19.. path tables: primary L, primary M, Joliet L, Joliet M
-//   primary directories, each followed by its continuation area (the root's
-//   holds the ER; long NM entries go there too) | Joliet directories
+//   primary directories, each followed by its continuation area when a
+//   Rock Ridge name is too long for its record | Joliet directories
 //   file data | zero padding to 4 KiB
+// Size floor (why 16 KiB of input cannot fit in 64 KiB = 32 sectors):
+//   16 system area + 3 volume descriptors (PVD, Joliet SVD, terminator)
+//   + 4 path tables (L and M for each tree; each table starts on its own
+//   logical block, ECMA-119 6.9.2/8.4.14-17, and both types are mandatory)
+//   + 2 root directories (primary with Rock Ridge, Joliet with UCS-2 names)
+//   = 25 sectors = 50 KiB before the first file. Each file extent starts on
+//   its own block, so user-data U and meta-data M take ceil(U/2048) +
+//   ceil(M/2048) sectors: 16 KiB of total input takes 8 (both sizes
+//   multiples of 2048) or 9, i.e. 33 or 34 sectors, and the 4 KiB rounding
+//   QEMU needs makes both 34 sectors = 68 KiB. 64 KiB leaves 7 data sectors:
+//   12 KiB of user-data with up to 2 KiB of meta-data. The ER rides in the
+//   root `.` record (see ER_SRC), so no continuation sector is added unless
+//   a name needs one. Going lower needs 512-byte logical blocks (allowed by
+//   ECMA-119 6.1.2, but rare, untested with Windows CDFS, cloudbase-init or
+//   libarchive) or dropping Joliet (Windows) or Rock Ridge (Linux names).
 // Continuation areas sit right after their directory as in genisoimage:
 // libarchive reads sequentially and only reads a CE area at the position
 // where it stops after the directory (anywhere else the name is lost).
@@ -29,6 +44,9 @@ export interface IsoInput {
 }
 
 const SECTOR = 2048;
+// buildIso never writes below sector 16: every image starts with these many
+// zero bytes (seed-image.ts hashes them once, not per image).
+export const SYSTEM_AREA_BYTES = 16 * SECTOR;
 const FIRST_FREE_SECTOR = 19;
 // cloudbase-init reads the low 16 bits of the volume size.
 export const MAX_SECTORS = 65536;
@@ -46,10 +64,16 @@ const S_IFREG = 0o100000;
 const DEFAULT_FILE_MODE = 0o444;
 const DIR_MODE = 0o555;
 
+// ER: readers look only at the identifier. Linux isofs sets s_rock on any
+// ER in the root `.` (rock.c, after rock_check_overflow's 4-byte minimum);
+// libisofs (xorriso) and Plan 9/hamigaki/brasero readers match len_id 10 +
+// "RRIP_1991A"; libarchive detects Rock Ridge by SP alone. So the standard
+// descriptor is kept and the source text shortened (genisoimage's 135-byte
+// one would not fit) to put the ER in the root `.` record itself: no CE,
+// no continuation sector.
 const ER_ID = 'RRIP_1991A';
 const ER_DES = 'THE ROCK RIDGE INTERCHANGE PROTOCOL PROVIDES SUPPORT FOR POSIX FILE SYSTEM SEMANTICS';
-const ER_SRC =
-  'PLEASE CONTACT DISC PUBLISHER FOR SPECIFICATION SOURCE.  SEE PUBLISHER IDENTIFIER IN PRIMARY VOLUME DESCRIPTOR FOR CONTACT INFORMATION.';
+const ER_SRC = 'IEEE P1282 ROCK RIDGE INTERCHANGE PROTOCOL';
 const ER_LEN = 8 + ER_ID.length + ER_DES.length + ER_SRC.length;
 
 const PX_LEN = 36; // RRIP 1.10 (RRIP_1991A): no inode number
@@ -241,7 +265,11 @@ function childRecLenPrimary(node: Node): number {
   return even(base + (node.nmInCe ? CE_LEN : NM_HEAD + node.nm.length));
 }
 
-const ROOT_DOT_LEN = even(34 + SP_LEN + CE_LEN + PX_LEN + TF_LEN + NM_HEAD);
+// The root `.` carries SP, then the ER inline when the record stays within
+// 255 bytes (it does: 34 + 7 + 144 + 36 + 26 + 5 = 252), else a CE to it.
+const ROOT_DOT_INLINE_LEN = even(34 + SP_LEN + ER_LEN + PX_LEN + TF_LEN + NM_HEAD);
+const ER_INLINE = ROOT_DOT_INLINE_LEN <= MAX_RECORD;
+const ROOT_DOT_LEN = ER_INLINE ? ROOT_DOT_INLINE_LEN : even(34 + SP_LEN + CE_LEN + PX_LEN + TF_LEN + NM_HEAD);
 const DOT_LEN = even(34 + PX_LEN + TF_LEN + NM_HEAD);
 
 function childRecLenJoliet(node: Node): number {
@@ -302,8 +330,9 @@ export function buildIso(input: IsoInput): Uint8Array {
   // root's starts with the ER; NM entries too long to stay inline follow.
   for (const d of pOrder) {
     let sector = 0;
-    let offset = d.parent === null ? ER_LEN : 0;
-    let used = d.parent === null;
+    const erHere = d.parent === null && !ER_INLINE;
+    let offset = erHere ? ER_LEN : 0;
+    let used = erHere;
     for (const c of d.pChildren) {
       const inline = even(recordBase(c.pId.length) + PX_LEN + TF_LEN + NM_HEAD + c.nm.length);
       if (inline <= MAX_RECORD) continue;
@@ -370,7 +399,7 @@ export function buildIso(input: IsoInput): Uint8Array {
   buf.set(CD001, 18 * SECTOR + 1);
   buf[18 * SECTOR + 6] = 1;
 
-  w.er(root.ceLba * SECTOR);
+  if (!ER_INLINE) w.er(root.ceLba * SECTOR);
   w.pathTables(pOrder, pLTable * SECTOR, pMTable * SECTOR, false);
   w.pathTables(jOrder, jLTable * SECTOR, jMTable * SECTOR, true);
 
@@ -549,7 +578,7 @@ class Writer {
     b[off + 5] = ER_DES.length;
     b[off + 6] = ER_SRC.length;
     b[off + 7] = 1;
-    b.set(ascii(ER_ID + ER_DES + ER_SRC), off + 8);
+    b.set(ER_TEXT, off + 8);
   }
 
   pathTables(order: DirNode[], lOff: number, mOff: number, joliet: boolean): void {
@@ -587,13 +616,19 @@ class Writer {
       return at;
     };
     const dirMode = S_IFDIR | DIR_MODE;
-    // `.`: in the root it carries SP first and CE to the ER.
+    // `.`: in the root it carries SP first, then the ER (or a CE to it).
     const isRoot = d.parent === null;
     let at = place(isRoot ? ROOT_DOT_LEN : DOT_LEN);
     let su = this.record(at, d.pLba, d.pSize, true, DOT, isRoot ? ROOT_DOT_LEN : DOT_LEN);
     if (isRoot) {
       this.buf.set(SP_ENTRY, su);
-      su = this.ce(su + SP_LEN, d.ceLba, 0, ER_LEN);
+      su += SP_LEN;
+      if (ER_INLINE) {
+        this.er(su);
+        su += ER_LEN;
+      } else {
+        su = this.ce(su, d.ceLba, 0, ER_LEN);
+      }
     }
     this.nm(this.tf(this.px(su, dirMode, 2 + d.subdirs)), 0x02, EMPTY);
     const parent = d.parent ?? d;
@@ -639,4 +674,5 @@ class Writer {
   }
 }
 
+const ER_TEXT = ascii(ER_ID + ER_DES + ER_SRC);
 const SP_ENTRY = Uint8Array.of(0x53, 0x50, SP_LEN, 1, 0xbe, 0xef, 0);

@@ -2,7 +2,7 @@
 // and a content hash (same seed and timestamp → same hash → no rewrite).
 import { createHash } from 'node:crypto';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
-import { buildIso, type IsoFile } from './iso9660.ts';
+import { buildIso, SYSTEM_AREA_BYTES, type IsoFile } from './iso9660.ts';
 import { CONFIGDRIVE_LABEL, configdriveFiles } from './configdrive.ts';
 import { NOCLOUD_LABEL, nocloudFiles } from './nocloud.ts';
 
@@ -19,6 +19,16 @@ export function seedFiles(seed: Seed): IsoFile[] {
   return seed.datasource === 'configdrive' ? configdriveFiles(seed) : nocloudFiles(seed);
 }
 
+// The sha256 of the image, exactly as `sha256sum` gives it, without hashing
+// the 32 KiB zero system area every time: the hash state after those bytes
+// is computed once and copied. At 16 KiB of user-data (a 68 KiB image) this
+// halves the hashing (40 → ~20 µs), which was more than building the image.
+const AFTER_SYSTEM_AREA = createHash('sha256').update(new Uint8Array(SYSTEM_AREA_BYTES));
+
+export function imageSha256(bytes: Uint8Array): string {
+  return AFTER_SYSTEM_AREA.copy().update(bytes.subarray(SYSTEM_AREA_BYTES)).digest('hex');
+}
+
 export function buildSeedImage(seed: Seed, timestamp: Date): SeedImage {
   const files = seedFiles(seed);
   const label = LABELS[seed.datasource];
@@ -27,6 +37,6 @@ export function buildSeedImage(seed: Seed, timestamp: Date): SeedImage {
     bytes,
     label,
     files: files.map((f) => ({ path: f.path, size: f.data.length })),
-    sha256: createHash('sha256').update(bytes).digest('hex'),
+    sha256: imageSha256(bytes),
   };
 }

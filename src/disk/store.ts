@@ -3,10 +3,12 @@
 // rename, fsync of the directory), so QEMU or a reader never sees a partial
 // image; temporaries left by a crash are removed by cleanupTemporaries() at
 // start. An identical image is not rewritten (its inode, and a running
-// guest's view of it, stay as they are).
+// guest's view of it, stay as they are). Seed-sized images take a path of
+// synchronous calls (see DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 import * as nodeFs from 'node:fs/promises';
+import * as nodeFsSync from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Datasource } from '../cloudinit/seed.ts';
 import { DATASOURCES } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
@@ -50,11 +52,42 @@ export interface StoreFs {
   chmod(path: string, mode: number): Promise<void>;
 }
 
+// The synchronous calls of the small-image path (see ImageStore.write).
+export interface StoreSyncFs {
+  openSync(path: string, flags: string, mode?: number): number;
+  writeSync(fd: number, data: Uint8Array, offset: number, length: number, position: number): number;
+  fchmodSync(fd: number, mode: number): void;
+  // fsync stays off the event loop: it takes milliseconds, not microseconds.
+  fsync(fd: number, callback: (err: Error | null) => void): void;
+  fstatSync(fd: number): StoreStat;
+  closeSync(fd: number): void;
+  renameSync(from: string, to: string): void;
+  unlinkSync(path: string): void;
+  mkdirSync(path: string, options: { recursive: true; mode?: number }): unknown;
+  statSync(path: string, options: { throwIfNoEntry: false }): StoreStat | undefined;
+  readFileSync(path: string): Uint8Array;
+}
+
 export interface ImageStoreOptions {
   root: string;
   fileMode?: number;
   fs?: StoreFs;
+  // Synchronous calls for images up to syncMaxBytes. Default: node:fs when
+  // `fs` is not given; a store given only `fs` stays fully asynchronous.
+  syncFs?: StoreSyncFs;
+  syncMaxBytes?: number;
 }
+
+// Up to this size an image is written with synchronous calls. A seed write
+// is ~8 syscalls of a few µs each plus a memcpy of the image into the page
+// cache (~10 µs for 64 KiB); through fs/promises each of the 5 round trips
+// costs a thread-pool hop (~20 µs, more on a loaded node), so blocking the
+// event loop for ~30-60 µs is cheaper than the hops and blocks nothing the
+// agent would otherwise do sooner. Larger images (a 1 MiB user-data is
+// ~100 µs of copying, fsync is milliseconds) go through the thread pool.
+// fsync (file and directory), when asked for, still goes to the thread
+// pool: it takes a millisecond or more, which the event loop must not wait.
+export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
 // Kubernetes names: namespace is a DNS label, name a DNS subdomain, uid a
@@ -65,6 +98,15 @@ const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 
 const MAX_REMEMBERED = 1024;
 const MAX_REMEMBERED_BYTES = 8 << 20;
+const MAX_KNOWN_DIRS = 16384;
+const ZERO_PREFIX = new Uint8Array(32 * 1024);
+
+// Bytes at the start of `bytes` that are zero: 32 KiB (a whole ISO 9660
+// system area) or nothing. One memcmp, ~1 µs.
+function zeroPrefix(bytes: Uint8Array): number {
+  if (bytes.length <= ZERO_PREFIX.length) return 0;
+  return Buffer.from(bytes.buffer, bytes.byteOffset, ZERO_PREFIX.length).equals(ZERO_PREFIX) ? ZERO_PREFIX.length : 0;
+}
 
 // Like Promise.all, but waits for every call before failing, so the file
 // handle is never closed while one of them still uses it.
@@ -82,8 +124,18 @@ export class ImageStore {
   readonly root: string;
   readonly fileMode: number;
   readonly #fs: StoreFs;
+  readonly #syncFs: StoreSyncFs | undefined;
+  readonly #syncMax: number;
   // Image paths known to be the only image in their directory.
   readonly #single = new Set<string>();
+  // Directories this store created or found (synchronous path): a new VMI's
+  // write then needs no stat of a file that cannot exist and no failing
+  // open (a thrown ENOENT costs ~10 µs).
+  readonly #dirs = new Set<string>();
+  // Temporary names: a random prefix per store, a counter per write ('wx'
+  // refuses a clash; a leftover from a crash is removed at start).
+  readonly #tmpPrefix = randomBytes(6).toString('hex');
+  #tmpCount = 0;
   // What this store last wrote to each path, and the file's identity then:
   // while the file is still that inode, size and mtime, an identical image
   // is recognised without reading the file back.
@@ -93,6 +145,8 @@ export class ImageStore {
     this.root = options.root;
     this.fileMode = options.fileMode ?? 0o640;
     this.#fs = options.fs ?? (nodeFs as unknown as StoreFs);
+    this.#syncFs = options.syncFs ?? (options.fs ? undefined : (nodeFsSync as unknown as StoreSyncFs));
+    this.#syncMax = options.syncMaxBytes ?? DEFAULT_SYNC_MAX_BYTES;
   }
 
   dirFor(key: ImageKey): string {
@@ -120,13 +174,21 @@ export class ImageStore {
   // do not mutate them afterwards.
   async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean } = {}): Promise<{ path: string; written: boolean }> {
     const fsync = options.fsync ?? true;
-    const dir = this.dirFor(key);
     const path = this.pathFor(key, datasource);
+    const dir = dirname(path);
+    const sfs = this.#syncFs;
+    if (sfs && bytes.length <= this.#syncMax) {
+      try {
+        return await this.#writeSync(sfs, dir, path, datasource, bytes, fsync);
+      } catch (e) {
+        throw this.#wrap(`write ${path}`, e);
+      }
+    }
     const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
       let written = false;
       if (!(await this.#same(path, bytes))) {
-        const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${randomBytes(6).toString('hex')}`);
+        const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
         // The directory usually exists: create it only when open says so.
         const fh = await fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
           if (code(e) !== 'ENOENT') throw e;
@@ -169,6 +231,86 @@ export class ImageStore {
     });
   }
 
+  // The same steps as write()'s asynchronous path, in synchronous calls.
+  // Without fsync it runs to completion synchronously (no await is reached).
+  async #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean): Promise<{ path: string; written: boolean }> {
+    const fsyncFd = (fd: number) => new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
+    let written = false;
+    let freshDir = false;
+    if (!this.#dirs.has(dir)) {
+      // mkdirSync returns the first directory it created, undefined if none.
+      freshDir = fs.mkdirSync(dir, { recursive: true, mode: 0o750 }) !== undefined;
+      if (this.#dirs.size >= MAX_KNOWN_DIRS) this.#dirs.clear();
+      this.#dirs.add(dir);
+    }
+    if (freshDir || !this.#sameSync(fs, path, bytes)) {
+      const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
+      let fd: number;
+      try {
+        fd = fs.openSync(tmp, 'wx', this.fileMode);
+      } catch (e) {
+        // The directory went away behind the store's back.
+        if (code(e) !== 'ENOENT') throw e;
+        fs.mkdirSync(dir, { recursive: true, mode: 0o750 });
+        fd = fs.openSync(tmp, 'wx', this.fileMode);
+      }
+      let renamed = false;
+      try {
+        // A leading run of zero pages (an ISO's 32 KiB system area) is left
+        // as a hole: it reads back as zeros, and neither the page cache
+        // copy nor ext4's block allocation is paid for it.
+        let off = zeroPrefix(bytes);
+        while (off < bytes.length) off += fs.writeSync(fd, bytes, off, bytes.length - off, off);
+        fs.fchmodSync(fd, this.fileMode);
+        if (fsync) await fsyncFd(fd);
+        const st = fs.fstatSync(fd);
+        fs.renameSync(tmp, path);
+        renamed = true;
+        this.#remember(path, bytes, st);
+      } catch (e) {
+        this.#last.delete(path);
+        throw e;
+      } finally {
+        try {
+          fs.closeSync(fd);
+        } catch {
+          // the data is already renamed into place or about to be unlinked
+        }
+        if (!renamed) {
+          try {
+            fs.unlinkSync(tmp);
+          } catch {
+            // cleanupTemporaries() removes it at the next start
+          }
+        }
+      }
+      if (fsync) {
+        const dfd = fs.openSync(dir, 'r');
+        try {
+          await fsyncFd(dfd);
+        } finally {
+          fs.closeSync(dfd);
+        }
+      }
+      written = true;
+    }
+    // A directory this write created holds no other image.
+    if (freshDir) this.#single.add(path);
+    if (!this.#single.has(path)) {
+      for (const other of DATASOURCES) {
+        if (other === datasource) continue;
+        try {
+          fs.unlinkSync(join(dir, `${other}.iso`));
+        } catch (e) {
+          if (code(e) !== 'ENOENT') throw e;
+        }
+        this.#single.delete(join(dir, `${other}.iso`));
+      }
+      this.#single.add(path);
+    }
+    return { path, written };
+  }
+
   async list(): Promise<StoredImage[]> {
     const out: StoredImage[] = [];
     const fs = this.#fs;
@@ -202,6 +344,7 @@ export class ImageStore {
   async remove(key: ImageKey): Promise<void> {
     const dir = this.dirFor(key);
     const fs = this.#fs;
+    this.#dirs.delete(dir);
     for (const ds of DATASOURCES) {
       this.#single.delete(join(dir, `${ds}.iso`));
       this.#last.delete(join(dir, `${ds}.iso`));
@@ -261,6 +404,16 @@ export class ImageStore {
     if (this.#last.size > MAX_REMEMBERED) this.#last.delete(this.#last.keys().next().value!);
   }
 
+  #sameSync(fs: StoreSyncFs, path: string, bytes: Uint8Array): boolean {
+    const st = fs.statSync(path, { throwIfNoEntry: false });
+    if (st === undefined || st.size !== bytes.length) return false;
+    const last = this.#last.get(path);
+    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) {
+      return Buffer.from(last.bytes.buffer, last.bytes.byteOffset, last.bytes.length).equals(bytes);
+    }
+    return Buffer.from(fs.readFileSync(path)).equals(bytes);
+  }
+
   async #same(path: string, bytes: Uint8Array): Promise<boolean> {
     try {
       const st = await this.#fs.stat(path);
@@ -289,11 +442,15 @@ export class ImageStore {
     try {
       return await fn();
     } catch (e) {
-      if (e instanceof VmseedError) throw e;
-      throw new VmseedError('STORE_IO_FAILED', `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`, {
-        kind: 'retryable',
-        cause: e,
-      });
+      throw this.#wrap(what, e);
     }
+  }
+
+  #wrap(what: string, e: unknown): VmseedError {
+    if (e instanceof VmseedError) return e;
+    return new VmseedError('STORE_IO_FAILED', `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`, {
+      kind: 'retryable',
+      cause: e,
+    });
   }
 }

@@ -7,7 +7,7 @@ import { readIso } from '../../src/disk/iso9660-read.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { blkid, bsdtarExtract, isoinfoPaths, run, tempDir, writeImage } from './tools.ts';
+import { blkid, bsdtarExtract, isoinfoPaths, run, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
 
 const enc = new TextEncoder();
 const ts = new Date('2026-01-02T03:04:05Z');
@@ -182,3 +182,64 @@ test('many long UTF-8 names: Rock Ridge NM entries spread over several continuat
   const got = bsdtarExtract(iso, out);
   for (const file of files) assert.equal(got.get(file.path)?.toString(), new TextDecoder().decode(file.data));
 });
+
+// The root `.` record's System Use entries: [signature, entry bytes].
+function rootDotEntries(bytes: Uint8Array): Array<[string, Uint8Array]> {
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const rootLba = dv.getUint32(16 * 2048 + 156 + 2, true);
+  const rec = rootLba * 2048;
+  const len = bytes[rec];
+  const idLen = bytes[rec + 32];
+  let off = rec + 33 + idLen + (idLen % 2 === 0 ? 1 : 0);
+  const out: Array<[string, Uint8Array]> = [];
+  while (off + 4 <= rec + len && bytes[off + 2] >= 4) {
+    out.push([String.fromCharCode(bytes[off], bytes[off + 1]), bytes.subarray(off, off + bytes[off + 2])]);
+    off += bytes[off + 2];
+  }
+  assert.ok(len <= 255 && len % 2 === 0, `root '.' record length ${len}`);
+  return out;
+}
+
+for (const [what, files] of [
+  ['a seed', [f('user-data', '#cloud-config\n'), f('meta-data', 'instance-id: i\n')]],
+  ['long names that need continuation areas', Array.from({ length: 12 }, (_, i) => f(`${'日'.repeat(60)}-${i}`))],
+] as const) {
+  test(`ER sits in the root '.' record (SP first, no CE to it); Rock Ridge is detected by every reader: ${what}`, (t) => {
+    const tmp = tempDir();
+    t.after(tmp.cleanup);
+    const bytes = buildIso({ label: 'cidata', files: [...files], timestamp: ts });
+    const entries = rootDotEntries(bytes);
+    assert.deepEqual(entries.map(([sig]) => sig), ['SP', 'ER', 'PX', 'TF', 'NM']);
+    const er = entries[1][1];
+    // SUSP 5.5: len_id, len_des, len_src, version 1; the id Linux, libisofs
+    // and the other readers match.
+    assert.equal(er[3], 1);
+    assert.equal(er[4], 10);
+    assert.equal(er[7], 1);
+    assert.equal(er[2], 8 + er[4] + er[5] + er[6]);
+    assert.equal(new TextDecoder().decode(er.subarray(8, 18)), 'RRIP_1991A');
+
+    const iso = writeImage(tmp.dir, 'er.iso', bytes);
+    const expected = files.map((x) => x.path).sort();
+    // isoinfo: finds the RR signatures and lists the real names.
+    assert.match(run('isoinfo', ['-d', '-i', iso]).stdout.toString(), /Rock Ridge signatures version 1 found/);
+    assert.deepEqual(isoinfoPaths(iso, '-R'), expected);
+    // libisofs only takes Rock Ridge when it finds an ER with a known id.
+    const xr = run('xorriso', ['-indev', iso, '-toc']);
+    const toc = xr.stderr + xr.stdout.toString();
+    assert.match(toc, /ISO offers\s*: Rock_Ridge Joliet/);
+    assert.match(toc, /ISO loaded\s*: Rock_Ridge/);
+    assert.deepEqual(xorrisoFind(iso), expected);
+    assert.deepEqual(sevenZipPaths(iso), expected);
+    const out = join(tmp.dir, 'x');
+    mkdirSync(out);
+    const got = bsdtarExtract(iso, out);
+    assert.deepEqual([...got.keys()].sort(), expected);
+    const img = readIso(bytes);
+    assert.deepEqual(img.extensions, { joliet: true, rockRidge: true });
+    assert.equal(img.namesFrom, 'rockridge');
+    assert.deepEqual(img.entries.map((e) => e.path), expected);
+    for (const file of files) assert.deepEqual(img.read(file.path), file.data);
+    assert.equal(blkid(iso).TYPE, 'iso9660');
+  });
+}

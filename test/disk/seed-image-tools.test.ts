@@ -9,7 +9,7 @@ import { buildSeedImage, seedFiles } from '../../src/disk/seed-image.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
-import { blkid, bsdtarExtract, cloudinitRead, isoinfoPaths, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
+import { blkid, bsdtarExtract, cloudinitRead, isoinfoPaths, run, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
 import { configdriveSeed, nocloudSeed, TIMESTAMP } from './fixtures.ts';
 
 const b64 = (b: Uint8Array) => Buffer.from(b).toString('base64');
@@ -104,13 +104,14 @@ for (const [name, seed, label] of cases) {
   });
 }
 
-test('the image is the fixed 26-sector overhead plus whole data sectors, rounded to 4 KiB', () => {
+test('the image is the fixed 25-sector overhead plus whole data sectors, rounded to 4 KiB', () => {
   // 16 system area + PVD, SVD, terminator + 4 path tables + 2 root directories
-  // + 1 continuation area (ER); each file starts on its own sector.
-  for (const size of [0, 1, 2048, 2049, 16 * 1024, 100_000]) {
+  // (the ER sits in the root `.` record: no continuation sector); each file
+  // starts on its own sector (meta-data: 1).
+  for (const size of [0, 1, 2048, 2049, 12 * 1024, 12 * 1024 + 1, 16 * 1024, 100_000]) {
     const seed: Seed = { datasource: 'nocloud', metaData: { 'instance-id': 'i' }, userData: new Uint8Array(size).fill(0x61), warnings: [] };
     const image = buildSeedImage(seed, TIMESTAMP);
-    const sectors = 26 + 1 + Math.ceil(size / 2048);
+    const sectors = 25 + 1 + Math.ceil(size / 2048);
     assert.equal(image.bytes.length, Math.ceil(sectors / 2) * 4096, `user-data of ${size} bytes`);
   }
 });
@@ -124,6 +125,16 @@ test('the same seed gives the same bytes and hash; any change gives another', ()
   assert.ok(Buffer.from(ia.bytes).equals(ib.bytes));
   const other = buildSeedImage({ ...a, userData: new TextEncoder().encode('#cloud-config\nhostname: vm2\n') }, TIMESTAMP);
   assert.notEqual(other.sha256, ia.sha256);
+});
+
+test('sha256 is the image file\'s own (sha256sum agrees), for small and large images and both layouts', (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  for (const seed of [nocloudSeed('small'), nocloudSeed('large'), configdriveSeed('small')]) {
+    const image = buildSeedImage(seed, TIMESTAMP);
+    const iso = writeImage(tmp.dir, 'h.iso', image.bytes);
+    assert.equal(image.sha256, run('sha256sum', [iso]).stdout.toString().split(' ')[0]);
+  }
 });
 
 test('configdrive without a uuid is refused with METADATA_INVALID', () => {
