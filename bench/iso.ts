@@ -4,7 +4,7 @@
 // p99 wall time, image size, and each row's ratio to vmseed build + atomic
 // write without fsync of a new VMI's image (the agent's path when a VMI
 // appears, which the 100x target is about) in the same run. Then the sizes
-// against the 64 KiB target.
+// against the size target (see sizeReport).
 // External tools are spawned once per run, as the systems they stand for do.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import type { Seed } from '../src/cloudinit/seed.ts';
 import { buildSeedImage, seedFiles } from '../src/disk/seed-image.ts';
 import { nocloudFiles } from '../src/disk/nocloud.ts';
-import { buildIso } from '../src/disk/iso9660.ts';
+import { buildIso, MIN_SECTORS } from '../src/disk/iso9660.ts';
 import { DEFAULT_SYNC_MAX_BYTES as STORE_SYNC_MAX, ImageStore } from '../src/disk/store.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
@@ -70,9 +70,11 @@ function fmt(ms: number): string {
   return `${ms.toFixed(2)} ms`;
 }
 
-// The 64 KiB target: the image for exactly 16 KiB of input (user-data +
+// The size target: the image for exactly 16 KiB of input (user-data +
 // meta-data), and the largest user-data (with the bench's meta-data) that
-// still gives a 64 KiB image. Arithmetic: src/disk/iso9660.ts header.
+// stays at the 68 KiB minimum. Arithmetic: src/disk/iso9660.ts header.
+const MIN_BYTES = MIN_SECTORS * 2048;
+
 function sizeReport(): string[] {
   const metaData = { 'instance-id': 'iid-bench', 'local-hostname': 'bench' };
   const image = (n: number) => buildSeedImage({ datasource: 'nocloud', metaData, userData: userData(Math.max(n, 1)), warnings: [] }, new Date(0)).bytes.length;
@@ -82,13 +84,14 @@ function sizeReport(): string[] {
   let hi = 64 * 1024;
   while (lo < hi) {
     const mid = Math.ceil((lo + hi) / 2);
-    if (image(mid) <= 64 * 1024) lo = mid;
+    if (image(mid) <= MIN_BYTES) lo = mid;
     else hi = mid - 1;
   }
   return [
     `Size: 16 KiB of input (user-data ${u16} B + meta-data ${md} B) → ${image(u16)} bytes (${image(u16) / 1024} KiB; target ≤ 64 KiB).`,
-    `Size: largest user-data in a 64 KiB image (meta-data ${md} B): ${lo} bytes (${(lo / 1024).toFixed(2)} KiB) → ${image(lo)} bytes; ${lo + 1} bytes → ${image(lo + 1)} bytes.`,
-    'Floor: 25 sectors (16 system area + 3 descriptors + 4 path tables + 2 root directories) + one sector per started 2 KiB of each file, rounded to 4 KiB.',
+    `Size: largest user-data in the minimum ${MIN_BYTES / 1024} KiB image (meta-data ${md} B): ${lo} bytes (${(lo / 1024).toFixed(2)} KiB) → ${image(lo)} bytes; ${lo + 1} bytes → ${image(lo + 1)} bytes.`,
+    'Floor: 25 sectors (16 system area + 3 descriptors + 4 path tables + 2 root directories) + one sector per started 2 KiB of each file, rounded to 4 KiB;',
+    `never under ${MIN_BYTES} bytes (busybox volume_id reads 0x11000 bytes before it probes iso9660: a smaller seed is invisible to busybox-based guests).`,
   ];
 }
 

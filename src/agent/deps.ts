@@ -35,7 +35,7 @@ export interface StoredImage extends ImageKey {
 }
 
 export interface SeedImageStore {
-  write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync: boolean }): Promise<{ path: string; written: boolean }>;
+  write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync: boolean; sha256?: string }): Promise<{ path: string; written: boolean }>;
   list(): Promise<StoredImage[]>;
   remove(key: ImageKey): Promise<unknown>;
   cleanupTemporaries(): Promise<unknown>;

@@ -155,7 +155,7 @@ export class Reconciler {
     const buildStart = performance.now();
     const image = this.#o.build(seed, imageTimestamp(vmi));
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
-    const sha = sha256Hex(image.bytes);
+    const sha = image.sha256;
     const size = image.bytes.length;
     const target = injectionTarget(key, uid, seed.datasource, vmi);
     let entry = this.#known.get(key);
@@ -164,7 +164,7 @@ export class Reconciler {
     const onDisk = entry !== undefined && entry.sha256 === sha && (await sizeOf(entry.path)) === size;
     if (!entry || !onDisk || entry.datasource !== seed.datasource) {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
-      const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true });
+      const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
       written = res.written;
       entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations };
       this.#known.set(key, entry);

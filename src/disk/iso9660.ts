@@ -24,6 +24,12 @@
 //   a name needs one. Going lower needs 512-byte logical blocks (allowed by
 //   ECMA-119 6.1.2, but rare, untested with Windows CDFS, cloudbase-init or
 //   libarchive) or dropping Joliet (Windows) or Rock Ridge (Linux names).
+// Minimum size (MIN_SECTORS): images are never smaller than
+//   0x11000 bytes (68 KiB). busybox's volume_id (findfs, blkid, mount
+//   LABEL= in busybox-based guests such as CirrOS, and old udev vol_id)
+//   reads a fixed SB_BUFFER_SIZE of 0x11000 bytes before probing iso9660
+//   and gives up on a shorter device, so a 60 KiB seed is invisible there
+//   (seen in e2e/kernel-reads-iso.test.ts). The padding is zeros.
 // Continuation areas sit right after their directory as in genisoimage:
 // libarchive reads sequentially and only reads a CE area at the position
 // where it stops after the directory (anywhere else the name is lost).
@@ -50,6 +56,8 @@ export const SYSTEM_AREA_BYTES = 16 * SECTOR;
 const FIRST_FREE_SECTOR = 19;
 // cloudbase-init reads the low 16 bits of the volume size.
 export const MAX_SECTORS = 65536;
+// 0x11000 bytes: busybox volume_id's SB_BUFFER_SIZE (see the header).
+export const MIN_SECTORS = 34;
 export const MAX_JOLIET_NAME = 64;
 export const MAX_LABEL = 32;
 // A label that blkid reports verbatim and cloud-init can match: no spaces
@@ -385,7 +393,7 @@ export function buildIso(input: IsoInput): Uint8Array {
       fileOrder.push(c);
     }
   }
-  const total = next + (next & 1); // a multiple of 4096 bytes
+  const total = Math.max(MIN_SECTORS, next + (next & 1)); // a multiple of 4096 bytes
   if (total >= MAX_SECTORS) {
     fail('ISO_TOO_LARGE', `files: the image would be ${total} sectors; it must stay under ${MAX_SECTORS} (128 MiB, cloudbase-init reads 16 bits of the volume size)`, 'files');
   }

@@ -7,7 +7,7 @@
 // synchronous calls (see DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import type { Datasource } from '../cloudinit/seed.ts';
 import { DATASOURCES } from '../cloudinit/seed.ts';
@@ -96,8 +96,7 @@ const NAMESPACE_RE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const NAME_RE = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 
-const MAX_REMEMBERED = 1024;
-const MAX_REMEMBERED_BYTES = 8 << 20;
+const MAX_REMEMBERED = 16384;
 const MAX_KNOWN_DIRS = 16384;
 const ZERO_PREFIX = new Uint8Array(32 * 1024);
 
@@ -136,10 +135,11 @@ export class ImageStore {
   // refuses a clash; a leftover from a crash is removed at start).
   readonly #tmpPrefix = randomBytes(6).toString('hex');
   #tmpCount = 0;
-  // What this store last wrote to each path, and the file's identity then:
-  // while the file is still that inode, size and mtime, an identical image
-  // is recognised without reading the file back.
-  readonly #last = new Map<string, { bytes: Uint8Array; ino: number; size: number; mtimeMs: number }>();
+  // What this store last wrote to each path (its sha256, not its bytes: a
+  // node holds a thousand images) and the file's identity then: while the
+  // file is still that inode, size and mtime, an identical image is
+  // recognised without reading the file back.
+  readonly #last = new Map<string, { sha256: string; ino: number; size: number; mtimeMs: number }>();
 
   constructor(options: ImageStoreOptions) {
     this.root = options.root;
@@ -172,14 +172,16 @@ export class ImageStore {
   // Replaces the VMI's image atomically unless it already holds these bytes.
   // The store keeps a reference to `bytes` to recognise them next time:
   // do not mutate them afterwards.
-  async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean } = {}): Promise<{ path: string; written: boolean }> {
+  // `sha256` (hex, of `bytes`) saves hashing when the caller already has it.
+  async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean; sha256?: string } = {}): Promise<{ path: string; written: boolean }> {
+    const digest = new Digest(bytes, options.sha256);
     const fsync = options.fsync ?? true;
     const path = this.pathFor(key, datasource);
     const dir = dirname(path);
     const sfs = this.#syncFs;
     if (sfs && bytes.length <= this.#syncMax) {
       try {
-        return await this.#writeSync(sfs, dir, path, datasource, bytes, fsync);
+        return await this.#writeSync(sfs, dir, path, datasource, bytes, fsync, digest);
       } catch (e) {
         throw this.#wrap(`write ${path}`, e);
       }
@@ -187,7 +189,7 @@ export class ImageStore {
     const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
       let written = false;
-      if (!(await this.#same(path, bytes))) {
+      if (!(await this.#same(path, bytes, digest))) {
         const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
         // The directory usually exists: create it only when open says so.
         const fh = await fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
@@ -203,7 +205,7 @@ export class ImageStore {
           if (fsync) await fh.sync();
           const [st] = await settled([fh.stat(), fs.rename(tmp, path)] as const);
           renamed = true;
-          this.#remember(path, bytes, st);
+          this.#remember(path, digest, st);
         } catch (e) {
           this.#last.delete(path);
           throw e;
@@ -233,7 +235,7 @@ export class ImageStore {
 
   // The same steps as write()'s asynchronous path, in synchronous calls.
   // Without fsync it runs to completion synchronously (no await is reached).
-  async #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean): Promise<{ path: string; written: boolean }> {
+  async #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean, digest: Digest): Promise<{ path: string; written: boolean }> {
     const fsyncFd = (fd: number) => new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
     let written = false;
     let freshDir = false;
@@ -243,7 +245,7 @@ export class ImageStore {
       if (this.#dirs.size >= MAX_KNOWN_DIRS) this.#dirs.clear();
       this.#dirs.add(dir);
     }
-    if (freshDir || !this.#sameSync(fs, path, bytes)) {
+    if (freshDir || !this.#sameSync(fs, path, bytes, digest)) {
       const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
       let fd: number;
       try {
@@ -266,7 +268,7 @@ export class ImageStore {
         const st = fs.fstatSync(fd);
         fs.renameSync(tmp, path);
         renamed = true;
-        this.#remember(path, bytes, st);
+        this.#remember(path, digest, st);
       } catch (e) {
         this.#last.delete(path);
         throw e;
@@ -397,31 +399,26 @@ export class ImageStore {
     return removed;
   }
 
-  #remember(path: string, bytes: Uint8Array, st: StoreStat): void {
-    if (bytes.length > MAX_REMEMBERED_BYTES) return;
+  #remember(path: string, digest: Digest, st: StoreStat): void {
     this.#last.delete(path);
-    this.#last.set(path, { bytes, ino: st.ino, size: st.size, mtimeMs: st.mtimeMs });
+    this.#last.set(path, { sha256: digest.hex, ino: st.ino, size: st.size, mtimeMs: st.mtimeMs });
     if (this.#last.size > MAX_REMEMBERED) this.#last.delete(this.#last.keys().next().value!);
   }
 
-  #sameSync(fs: StoreSyncFs, path: string, bytes: Uint8Array): boolean {
+  #sameSync(fs: StoreSyncFs, path: string, bytes: Uint8Array, digest: Digest): boolean {
     const st = fs.statSync(path, { throwIfNoEntry: false });
     if (st === undefined || st.size !== bytes.length) return false;
     const last = this.#last.get(path);
-    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) {
-      return Buffer.from(last.bytes.buffer, last.bytes.byteOffset, last.bytes.length).equals(bytes);
-    }
+    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
     return Buffer.from(fs.readFileSync(path)).equals(bytes);
   }
 
-  async #same(path: string, bytes: Uint8Array): Promise<boolean> {
+  async #same(path: string, bytes: Uint8Array, digest: Digest): Promise<boolean> {
     try {
       const st = await this.#fs.stat(path);
       if (st.size !== bytes.length) return false;
       const last = this.#last.get(path);
-      if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) {
-        return Buffer.from(last.bytes.buffer, last.bytes.byteOffset, last.bytes.length).equals(bytes);
-      }
+      if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
       return Buffer.from(await this.#fs.readFile(path)).equals(bytes);
     } catch (e) {
       if (code(e) === 'ENOENT') return false;
@@ -452,5 +449,21 @@ export class ImageStore {
       kind: 'retryable',
       cause: e,
     });
+  }
+}
+
+// The sha256 of an image, computed only when a comparison needs it.
+class Digest {
+  readonly #bytes: Uint8Array;
+  #hex: string | undefined;
+
+  constructor(bytes: Uint8Array, hex?: string) {
+    this.#bytes = bytes;
+    this.#hex = hex;
+  }
+
+  get hex(): string {
+    this.#hex ??= createHash('sha256').update(this.#bytes).digest('hex');
+    return this.#hex;
   }
 }

@@ -104,15 +104,16 @@ for (const [name, seed, label] of cases) {
   });
 }
 
-test('the image is the fixed 25-sector overhead plus whole data sectors, rounded to 4 KiB', () => {
+test('the image is the fixed 25-sector overhead plus whole data sectors, rounded to 4 KiB, and never under 68 KiB', () => {
   // 16 system area + PVD, SVD, terminator + 4 path tables + 2 root directories
   // (the ER sits in the root `.` record: no continuation sector); each file
-  // starts on its own sector (meta-data: 1).
+  // starts on its own sector (meta-data: 1). The floor is busybox volume_id's
+  // 0x11000-byte read (MIN_SECTORS).
   for (const size of [0, 1, 2048, 2049, 12 * 1024, 12 * 1024 + 1, 16 * 1024, 100_000]) {
     const seed: Seed = { datasource: 'nocloud', metaData: { 'instance-id': 'i' }, userData: new Uint8Array(size).fill(0x61), warnings: [] };
     const image = buildSeedImage(seed, TIMESTAMP);
     const sectors = 25 + 1 + Math.ceil(size / 2048);
-    assert.equal(image.bytes.length, Math.ceil(sectors / 2) * 4096, `user-data of ${size} bytes`);
+    assert.equal(image.bytes.length, Math.max(0x11000, Math.ceil(sectors / 2) * 4096), `user-data of ${size} bytes`);
   }
 });
 
