@@ -32,6 +32,13 @@ async function writeKeys(path: string, text: string): Promise<void> {
   await rename(`${path}.tmp`, path);
 }
 
+// Polls the datasource below its per-source rate limit (20/s), so a slow
+// wait never turns into 429s.
+async function statusAt(url: string): Promise<number> {
+  await new Promise((r) => setTimeout(r, 100));
+  return (await fetch(url)).status;
+}
+
 function seedUrlOf(r: VmiStatusRecord | undefined): string | undefined {
   const m = /^ds=nocloud;s=(\S+)$/.exec(r?.datasourceSerial ?? '');
   return m?.[1];
@@ -134,7 +141,7 @@ test('agent datasource: read_seeded gets the image bytes via the status page URL
   assert.equal((await fetch(`${urlA}user-data`)).status, 200, 'old keys kept after a failed reload');
   // Dropping A retires its tokens.
   await writeKeys(keyFile, `${keyB}\n`);
-  await waitFor('old token refused', async () => (await fetch(`${urlA}user-data`)).status === 404);
+  await waitFor('old token refused', async () => (await statusAt(`${urlA}user-data`)) === 404);
   assert.equal((await fetch(`${urlA2}user-data`)).status, 200);
 
   // The VMI goes: its image and its seed go, the token is 404.
@@ -149,4 +156,52 @@ test('agent datasource: read_seeded gets the image bytes via the status page URL
   const urlB2 = seedUrlOf(await statusOf('b'))!;
   assert.equal((await fetch(`${urlB2}user-data`)).status, 200, 'b is still served');
   assert.equal(h.agent.seeds!.size, 1);
+});
+
+test('agent datasource, compat mode: token-less /v1/<file> answered by the source address the VMI reports; shared address → 404', { timeout: 30_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  t.after(async () => {
+    await fake.close();
+    await dir.remove();
+  });
+  const keyFile = join(dir.path, 'keys');
+  await writeKeys(keyFile, `${keyLine(randomKey())}\n`);
+  const port = await freePort();
+  const ds = await prepareNocloudHttp(
+    { listen: { host: '127.0.0.1', port }, keyFile, baseUrl: `http://127.0.0.1:${port}/v1`, prefix: '/v1', compatSourceAddress: true },
+    (await import('pino')).pino({ level: 'silent' }),
+  );
+  let closeDs: (() => Promise<void>) | undefined;
+  const h = await startAgent(fake, {
+    stateDir: join(dir.path, 'seeds'),
+    nocloudHttp: ds.agentOptions,
+    beforeStart: async (agent) => {
+      closeDs = (await ds.start(agent)).close;
+    },
+  });
+  t.after(async () => {
+    await closeDs?.();
+    await h.stop();
+  });
+  const base = `http://127.0.0.1:${port}/v1`;
+  // Not reported yet (first boot): nothing to match.
+  const a = fake.applyVmi(vmi('a'));
+  await waitFor('seed of a', () => h.agent.seeds!.get(a.metadata.uid!));
+  assert.equal((await fetch(`${base}/user-data`)).status, 404);
+  // The guest agent reports 127.0.0.1 (this test's source address).
+  const withIp = structuredClone(fake.getVmi('default', 'a')!);
+  withIp.status = { ...withIp.status, interfaces: [{ name: 'default', ipAddress: '127.0.0.1' }] };
+  fake.applyVmi(withIp);
+  await waitFor('compat answer', async () => (await statusAt(`${base}/user-data`)) === 200);
+  assert.match(await (await fetch(`${base}/user-data`)).text(), /hostname: a/);
+  // A second VMI claims the same address: ambiguous, nobody gets a seed.
+  const b = fake.applyVmi(vmi('b'));
+  const bIp = structuredClone(b);
+  bIp.status = { ...bIp.status, interfaces: [{ ipAddresses: ['127.0.0.1'] }] };
+  fake.applyVmi(bIp);
+  await waitFor('ambiguous → 404', async () => (await statusAt(`${base}/user-data`)) === 404);
+  // Tokens keep working beside compat mode.
+  const serial = ds.agentOptions.serial(a.metadata.uid!)!;
+  assert.equal((await fetch(`${serial.replace(/^ds=nocloud;s=/, '')}user-data`)).status, 200);
 });
