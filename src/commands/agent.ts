@@ -62,7 +62,13 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   };
   // The datasource listener serves the agent's seeds; stopped after the agent.
   const withDatasource = async (agent: Agent, close: () => Promise<void>) => {
-    const ds = nocloudHttp ? await nocloudHttp.start(agent) : undefined;
+    let ds;
+    try {
+      ds = nocloudHttp ? await nocloudHttp.start(agent) : undefined;
+    } catch (e) {
+      await close();
+      throw e;
+    }
     return { agent, close: async () => { await ds?.close(); await close(); } };
   };
   const injector = makeInjector(config);

@@ -94,3 +94,22 @@ test('vmseed agent: missing or bad key file stops start-up (exit 2 / 1) with one
   assert.equal(r.code, 1);
   assert.match(r.err, /^vmseed agent: cannot read the datasource key file .*missing \(ENOENT\)/);
 });
+
+test('vmseed agent: a datasource port already in use is one line and exit 1', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-cfg-'));
+  const { createServer } = await import('node:net');
+  const busy = createServer();
+  await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
+  t.after(async () => {
+    busy.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+  await writeFile(join(dir, 'keys'), `${Buffer.from(Array.from({ length: 32 }, (_, i) => i * 7 + 1)).toString('base64')}\n`);
+  const port = (busy.address() as { port: number }).port;
+  const r = await runCli(['agent', '--local', dir, '--state-dir', join(dir, 'seeds'), '--listen', '127.0.0.1:0', '--datasource-listen', `127.0.0.1:${port}`, '--datasource-key-file', 'keys'], dir);
+  assert.equal(r.code, 1);
+  // stderr also carries the agent's JSON log; the error is its one plain line.
+  const plain = r.err.trim().split('\n').filter((l) => !l.startsWith('{'));
+  assert.equal(plain.length, 1, r.err);
+  assert.match(plain[0]!, new RegExp(`^vmseed agent: cannot listen on 127\\.0\\.0\\.1:${port} \\(--datasource-listen\\): .*EADDRINUSE`));
+});
