@@ -4,6 +4,9 @@
 import { parseArgs } from 'node:util';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
+import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/vendor-data.ts';
+import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './commands/seed-url.ts';
+import { normalisePrefix } from './http/datasource-path.ts';
 
 export type KubevirtVolumes = 'own' | 'ignore';
 export type LibvirtMode = 'off' | 'virsh';
@@ -36,6 +39,20 @@ export interface Config {
   maxNetworkDataBytes: number;
   // fsync each image and its directory before the rename is final (crash safety).
   fsync: boolean;
+  // NoCloud over HTTP (absent: off).
+  datasource?: DatasourceConfig;
+  // Operator-wide vendor-data ConfigMap (RenderOptions.defaultVendorData).
+  vendorDataFrom?: VendorDataRef;
+}
+
+export interface DatasourceConfig {
+  listen: { host: string; port: number };
+  keyFile: string;
+  // What guests use (the DMI serial's `s=`), not where we listen.
+  baseUrl: string;
+  // The base URL's path: what the listener serves under (default /v1).
+  prefix: string;
+  compatSourceAddress: boolean;
 }
 
 export class ConfigError extends Error {
@@ -65,6 +82,11 @@ const OPTIONS = {
   'max-user-data-bytes': { type: 'string' },
   'max-network-data-bytes': { type: 'string' },
   fsync: { type: 'string' },
+  'datasource-listen': { type: 'string' },
+  'datasource-key-file': { type: 'string' },
+  'datasource-base-url': { type: 'string' },
+  'datasource-compat-source-address': { type: 'boolean' },
+  'vendor-data-from': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -95,6 +117,14 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
   --fsync true|false          fsync images before they replace the old ones (default true)
+  --vendor-data-from NS/NAME[/KEY]  ConfigMap key (default vendor-data) used as every seed's vendor-data
+                              unless the VMI sets its own
+  --datasource-listen HOST:PORT  serve seeds as NoCloud over HTTP on this address (off when absent)
+  --datasource-key-file FILE  token keys, one base64 key per line, signing key first (required with
+                              --datasource-listen; reloaded when it changes)
+  --datasource-base-url URL   the datasource as guests reach it (default ${DEFAULT_DATASOURCE_BASE})
+  --datasource-compat-source-address  also answer token-less /v1/... by the caller's source address
+                              (weak identity: read the operations guide before enabling)
 
 Every flag can also be set as VMSEED_<FLAG> in the environment (e.g. VMSEED_STATE_DIR).
 `;
@@ -192,7 +222,50 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(1024 * 1024), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
     fsync: oneOf(get('fsync') ?? 'true', 'fsync', ['true', 'false'] as const) === 'true',
   };
+  const vendorDataFrom = get('vendor-data-from');
+  if (vendorDataFrom !== undefined) config.vendorDataFrom = checked(() => parseVendorDataFrom(vendorDataFrom));
+  const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
+  if (datasource) config.datasource = datasource;
   return deepFreeze(config);
+}
+
+// A VmseedError from a shared parser becomes the one-line ConfigError.
+function checked<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    throw new ConfigError((e as Error).message);
+  }
+}
+
+function datasourceConfig(get: (flag: keyof typeof OPTIONS) => string | undefined, compat: boolean, cwd: string): DatasourceConfig | undefined {
+  const listen = get('datasource-listen');
+  if (listen === undefined) {
+    for (const flag of ['datasource-key-file', 'datasource-base-url'] as const) {
+      if (get(flag) !== undefined) throw new ConfigError(`--${flag} needs --datasource-listen HOST:PORT (the datasource is off without it)`);
+    }
+    if (compat) throw new ConfigError('--datasource-compat-source-address needs --datasource-listen HOST:PORT (the datasource is off without it)');
+    return undefined;
+  }
+  const keyFile = get('datasource-key-file');
+  if (keyFile === undefined) {
+    throw new ConfigError("--datasource-key-file FILE is required with --datasource-listen; create one with 'openssl rand -base64 32 > FILE'");
+  }
+  const baseUrl = (get('datasource-base-url') ?? DEFAULT_DATASOURCE_BASE).replace(/\/+$/, '');
+  let prefix: string;
+  try {
+    datasourceSeedUrl(baseUrl, 'token');
+    prefix = normalisePrefix(new URL(baseUrl).pathname);
+  } catch (e) {
+    throw new ConfigError(`--datasource-base-url: ${(e as Error).message}`);
+  }
+  return {
+    listen: parseListen(listen, 'datasource-listen'),
+    keyFile: resolve(cwd, keyFile),
+    baseUrl,
+    prefix,
+    compatSourceAddress: compat,
+  };
 }
 
 // What the status page shows: no credentials (the kubeconfig path only).
@@ -212,6 +285,16 @@ export function configSummary(c: Config): Record<string, string | number | boole
       : {}),
     logLevel: c.logLevel,
     fsync: c.fsync,
+    ...(c.vendorDataFrom ? { vendorDataFrom: `${c.vendorDataFrom.namespace}/${c.vendorDataFrom.name}${c.vendorDataFrom.key ? `/${c.vendorDataFrom.key}` : ''}` } : {}),
+    // The key file's path only, never its content.
+    ...(c.datasource
+      ? {
+          datasourceListen: `${c.datasource.listen.host}:${c.datasource.listen.port}`,
+          datasourceBaseUrl: c.datasource.baseUrl,
+          datasourceKeyFile: c.datasource.keyFile,
+          datasourceCompatSourceAddress: c.datasource.compatSourceAddress,
+        }
+      : {}),
   };
 }
 

@@ -5,11 +5,11 @@ import type { Logger } from 'pino';
 import type { RefResolver } from '../cloudinit/kube-types.ts';
 import type { Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { KubevirtVolumes } from '../config.ts';
 import type { BackoffPolicy } from './backoff.ts';
-import type { BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
+import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import { Reconciler } from './reconciler.ts';
+import { AgentSeedDirectory } from './seed-directory.ts';
 import { StatusStore } from './status-store.ts';
 import type { VmiSource, KeyHandler } from './vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
@@ -30,10 +30,13 @@ export interface AgentOptions {
   metrics?: Metrics;
   logger: Logger;
   concurrency: number;
-  renderOptions: { kubevirtVolumes: KubevirtVolumes; maxUserDataBytes: number; maxNetworkDataBytes: number };
+  renderOptions: AgentRenderOptions;
   resyncPeriodMs: number;
   retryBackoff?: BackoffPolicy;
   fsync?: boolean;
+  // NoCloud over HTTP on: the agent keeps each VMI's seed for the
+  // datasource (agent.seeds) and shows its DMI serial on the status page.
+  nocloudHttp?: { serial(uid: string): string | undefined };
 }
 
 export class Agent {
@@ -42,6 +45,8 @@ export class Agent {
   readonly reconciler: Reconciler;
   readonly status: StatusStore;
   readonly events: EventRecorder;
+  // The datasource server's SeedDirectory (undefined when it is off).
+  readonly seeds: AgentSeedDirectory | undefined;
   readonly #o: AgentOptions;
   readonly #log: Logger;
   // Keys seen before garbage collection ran; the queue opens after it.
@@ -71,7 +76,11 @@ export class Agent {
       ...(options.metrics ? { metrics: options.metrics } : {}),
       watch: () => this.source.status(),
       queue: () => ({ depth: this.queue.depth, inFlight: this.queue.inFlight }),
+      ...(options.nocloudHttp ? { datasourceSerial: options.nocloudHttp.serial } : {}),
     });
+    this.seeds = options.nocloudHttp
+      ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })
+      : undefined;
     this.reconciler = new Reconciler({
       nodeName: options.nodeName,
       cache: this.source,
@@ -87,6 +96,7 @@ export class Agent {
       renderOptions: options.renderOptions,
       fsync: options.fsync ?? true,
       failures: (key) => this.queue.failures(key),
+      ...(this.seeds ? { seeds: this.seeds } : {}),
     });
   }
 

@@ -5,14 +5,18 @@ import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { RenderOutcome } from '../cloudinit/render.ts';
 import type { KubevirtVolumes } from '../config.ts';
+import type { VendorDataRef } from '../cloudinit/vendor-data.ts';
 
 export type { RenderOutcome };
 
-export type RenderSeed = (
-  vmi: VmiObject,
-  refs: RefResolver,
-  options: { kubevirtVolumes: KubevirtVolumes; maxUserDataBytes: number; maxNetworkDataBytes: number },
-) => Promise<RenderOutcome>;
+export interface AgentRenderOptions {
+  kubevirtVolumes: KubevirtVolumes;
+  maxUserDataBytes: number;
+  maxNetworkDataBytes: number;
+  defaultVendorData?: VendorDataRef;
+}
+
+export type RenderSeed = (vmi: VmiObject, refs: RefResolver, options: AgentRenderOptions) => Promise<RenderOutcome>;
 
 export interface BuiltImage {
   bytes: Uint8Array;

@@ -7,14 +7,14 @@ import { createHash } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
-import type { Datasource } from '../cloudinit/seed.ts';
+import type { Datasource, Seed } from '../cloudinit/seed.ts';
+import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import type { InjectionTarget, Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
+import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import type { StatusStore } from './status-store.ts';
-import type { KubevirtVolumes } from '../config.ts';
 import type { WorkResult } from './work-queue.ts';
 import { splitKey } from './status-store.ts';
 
@@ -30,8 +30,11 @@ export interface ReconcilerOptions {
   status: StatusStore;
   metrics?: Metrics;
   logger: Logger;
-  renderOptions: { kubevirtVolumes: KubevirtVolumes; maxUserDataBytes: number; maxNetworkDataBytes: number };
+  renderOptions: AgentRenderOptions;
   fsync?: boolean;
+  // The NoCloud HTTP datasource's seeds: put when the image is on disk,
+  // dropped when it is removed.
+  seeds?: { put(key: string, vmi: VmiObject, seed: Seed): void; drop(key: string): void };
   // Failed attempts so far for a key (the queue's count), for the status page.
   failures?: (key: string) => number;
   now?: () => number;
@@ -153,7 +156,7 @@ export class Reconciler {
     }
     const seed = outcome.seed;
     const buildStart = performance.now();
-    const image = this.#o.build(seed, imageTimestamp(vmi));
+    const image = this.#o.build(seed, seedTimestamp(vmi));
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
     const sha = image.sha256;
     const size = image.bytes.length;
@@ -170,6 +173,7 @@ export class Reconciler {
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
+    this.#o.seeds?.put(key, vmi, seed);
     const generationSeconds = (performance.now() - started) / 1000;
     if (written) {
       this.#o.metrics?.seedGenerationDuration.observe({ datasource: seed.datasource, result: 'success' }, generationSeconds);
@@ -287,16 +291,12 @@ export class Reconciler {
       }
     }
     await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
-    if (this.#known.get(key)?.uid === img.uid) this.#known.delete(key);
+    if (this.#known.get(key)?.uid === img.uid) {
+      this.#known.delete(key);
+      this.#o.seeds?.drop(key);
+    }
     this.#log.info({ namespace: img.namespace, name: img.name }, 'seed image removed');
   }
-}
-
-// The image's timestamps come from the VMI, so the same seed always gives
-// the same bytes (and hash) across restarts.
-function imageTimestamp(vmi: VmiObject): Date {
-  const t = Date.parse(vmi.metadata.creationTimestamp ?? '');
-  return new Date(Number.isFinite(t) ? t : 0);
 }
 
 function injectionTarget(key: string, uid: string, datasource: Datasource, vmi: VmiObject): InjectionTarget {

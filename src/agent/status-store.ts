@@ -15,6 +15,9 @@ export interface StatusStoreOptions {
   metrics?: Metrics;
   watch: () => WatchStatus;
   queue: () => { depth: number; inFlight: number };
+  // NoCloud HTTP datasource on: the DMI serial string of a VMI (computed at
+  // snapshot time, so a key rotation shows at once).
+  datasourceSerial?: (uid: string) => string | undefined;
   now?: () => Date;
 }
 
@@ -55,6 +58,14 @@ export class StatusStore implements StatusSource {
     if (this.#vmis.delete(key)) this.#gauge();
   }
 
+  // The guest fetched a file from the NoCloud HTTP datasource. Ignored
+  // when the record is gone or belongs to another object of the same name.
+  recordFetch(key: string, uid: string, file: string, at: Date): void {
+    const prev = this.#vmis.get(key);
+    if (!prev || prev.uid !== uid) return;
+    this.#vmis.set(key, { ...prev, lastFetch: { ...prev.lastFetch, [file]: at.toISOString() } });
+  }
+
   problem(code: StatusProblem['code'], message: string, extra: { kind?: StatusProblem['kind']; field?: string } = {}): StatusProblem {
     return { code, message, ...extra, at: this.#now().toISOString() };
   }
@@ -74,9 +85,17 @@ export class StatusStore implements StatusSource {
       queue: this.#opts.queue(),
       vmis: [...this.#vmis.values()]
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
-        .map((r) => structuredClone(r)),
+        .map((r) => this.#withSerial(structuredClone(r))),
       recentGenerations: this.#recent.slice(),
     };
+  }
+
+  #withSerial(r: VmiStatusRecord): VmiStatusRecord {
+    // Only for VMIs the datasource can serve (a NoCloud image on disk).
+    if (!this.#opts.datasourceSerial || r.datasource !== 'nocloud' || (r.state !== 'ready' && r.state !== 'warning')) return r;
+    const serial = this.#opts.datasourceSerial(r.uid);
+    if (serial !== undefined) r.datasourceSerial = serial;
+    return r;
   }
 
   async readiness(): Promise<{ ready: boolean; reasons: string[] }> {

@@ -14,6 +14,7 @@ import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
+import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
@@ -37,6 +38,7 @@ export function makeInjector(config: Config): Injector | undefined {
 // Each mode loads only its own modules (the Kubernetes client is heavy).
 export async function makeAgent(config: Config, logger: Logger, metrics: Metrics): Promise<{ agent: Agent; close(): Promise<void> }> {
   const store = new ImageStore({ root: config.stateDir });
+  const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
   const common = {
     version: VERSION,
     nodeName: config.nodeName,
@@ -48,9 +50,26 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     metrics,
     logger,
     concurrency: config.concurrency,
-    renderOptions: { kubevirtVolumes: config.kubevirtVolumes, maxUserDataBytes: config.maxUserDataBytes, maxNetworkDataBytes: config.maxNetworkDataBytes },
+    renderOptions: {
+      kubevirtVolumes: config.kubevirtVolumes,
+      maxUserDataBytes: config.maxUserDataBytes,
+      maxNetworkDataBytes: config.maxNetworkDataBytes,
+      ...(config.vendorDataFrom ? { defaultVendorData: config.vendorDataFrom } : {}),
+    },
     resyncPeriodMs: config.resyncPeriodMs,
     fsync: config.fsync,
+    ...(nocloudHttp ? { nocloudHttp: nocloudHttp.agentOptions } : {}),
+  };
+  // The datasource listener serves the agent's seeds; stopped after the agent.
+  const withDatasource = async (agent: Agent, close: () => Promise<void>) => {
+    let ds;
+    try {
+      ds = nocloudHttp ? await nocloudHttp.start(agent) : undefined;
+    } catch (e) {
+      await close();
+      throw e;
+    }
+    return { agent, close: async () => { await ds?.close(); await close(); } };
   };
   const injector = makeInjector(config);
   const withInjector = injector ? { injector } : {};
@@ -64,7 +83,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       makeSource: (onKey) => new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
       refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
-    return { agent, close: async () => {} };
+    return withDatasource(agent, async () => {});
   }
   const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }] = await Promise.all([
     import('../agent/events.ts'),
@@ -83,7 +102,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey }),
     refs: new KubeRefResolver(api),
   });
-  return { agent, close: () => connection.close() };
+  return withDatasource(agent, () => connection.close());
 }
 
 export const agent: Command = async (ctx) => {
@@ -112,7 +131,7 @@ export const agent: Command = async (ctx) => {
   } catch (e) {
     const err = asVmseedError(e);
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
-    return err.code === 'CONFIG_INVALID' ? 2 : 1;
+    return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
   const listen = config.listen.host.includes(':') ? `[${config.listen.host}]:${config.listen.port}` : `${config.listen.host}:${config.listen.port}`;
   let http;
@@ -120,6 +139,7 @@ export const agent: Command = async (ctx) => {
     http = await startHttpServer({ listen, metrics, status: agentInstance.status, logger }); // it names its own component
   } catch (e) {
     ctx.stderr.write(`vmseed agent: cannot listen on ${listen}: ${(e as Error).message}\n`);
+    await closeConnection();
     return 1;
   }
   log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');

@@ -15,15 +15,18 @@ import { mergeManifests, parseManifests } from '../cloudinit/manifests.ts';
 import { MemoryResolver } from '../cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
+import { parseVendorDataFrom } from '../cloudinit/vendor-data.ts';
 
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso
-       vmseed build --vmi VMI.yaml [--objects S.yaml ...] -o OUT.iso
+       vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]] -o OUT.iso
 
   --vmi renders the seed of a VirtualMachineInstance (or VirtualMachine)
   manifest exactly as the agent does, with its Secrets and ConfigMaps read
   from --objects files (or from the VMI file itself). The datasource comes
   from the VMI; the image timestamp from its creationTimestamp.
+  --vendor-data-from names the ConfigMap (in --objects) the agent's flag of
+  the same name would use as default vendor-data.
 
   F may be '-' for stdin (at most one). Without --meta-data, meta-data is
   {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
@@ -43,6 +46,7 @@ export const BUILD_OPTIONS = {
   output: { type: 'string', short: 'o' },
   vmi: { type: 'string' },
   objects: { type: 'string', multiple: true },
+  'vendor-data-from': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
@@ -126,7 +130,15 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
   }
   const vmi = objects.vmis[0];
   const refs = new MemoryResolver({ secrets: objects.secrets, configMaps: objects.configMaps });
-  const outcome = await renderSeed(vmi, refs, { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own' });
+  let defaultVendorData;
+  if (values['vendor-data-from'] !== undefined) {
+    try {
+      defaultVendorData = parseVendorDataFrom(values['vendor-data-from']);
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+  }
+  const outcome = await renderSeed(vmi, refs, { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own', ...(defaultVendorData ? { defaultVendorData } : {}) });
   if (outcome.kind === 'skip') {
     const code = outcome.warning ? `${outcome.warning.code}: ` : '';
     throw new UsageError(`--vmi ${vmiFile}: ${code}${outcome.reason}`);
@@ -172,6 +184,7 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
       ({ seed, timestamp } = await seedFromVmi(values, input));
     } else {
       if (values.objects !== undefined) throw new UsageError('--objects goes with --vmi');
+      if (values['vendor-data-from'] !== undefined) throw new UsageError('--vendor-data-from goes with --vmi');
       seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
       timestamp = timestampFrom(ctx.env);
     }

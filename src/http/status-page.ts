@@ -62,6 +62,9 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
+    // A capability token (see status-types.ts): this page is served on the
+    // node's status listener only, never on the datasource listener.
+    datasourceSerial: str(v.datasourceSerial),
   });
 }
 
@@ -287,6 +290,13 @@ function sortVmis(vmis: VmiStatusRecord[]): VmiStatusRecord[] {
   );
 }
 
+// "Did cloud-init even ask?": the last user-data fetch over HTTP.
+function fetchedCell(v: VmiStatusRecord, now: Date): string {
+  const at = v.lastFetch?.['user-data'];
+  if (at === undefined) return v.datasourceSerial !== undefined ? '<br><span class="muted">not fetched over HTTP</span>' : '';
+  return `<br><span class="muted" title="${esc(formatTime(at))}">the guest fetched user-data ${esc(formatAgo(at, now))}</span>`;
+}
+
 function vmiRow(v: VmiStatusRecord, now: Date): string {
   const problems = [
     v.lastError ? problemHtml(v.lastError, 'err') : '',
@@ -296,7 +306,7 @@ function vmiRow(v: VmiStatusRecord, now: Date): string {
   return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}">
 <td>${stateLabel(v.state)}</td>
 <td class="vmi-name"><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
-<td>${esc(v.datasource ?? '—')}</td>
+<td>${esc(v.datasource ?? '—')}${fetchedCell(v, now)}</td>
 <td class="mono path">${pathHtml(v.imagePath)}</td>
 <td class="num">${esc(formatBytes(v.imageBytes))}</td>
 <td>${shortHash(v.contentHash)}</td>
@@ -353,11 +363,15 @@ export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRe
         .map((f) => `<tr><td class="mono path">${esc(f.path)}</td><td class="num">${esc(formatBytes(f.size))}${f.size >= 1024 ? ` <span class="muted">(${esc(f.size)} B)</span>` : ''}</td></tr>`)
         .join('')}</tbody></table>`
     : '<div class="empty">no seed files recorded</div>';
-  const fetches = v.lastFetch && Object.keys(v.lastFetch).length
-    ? `<section class="panel"><h2>NoCloud HTTP fetches</h2><table class="kv">${Object.keys(v.lastFetch)
-        .sort()
-        .map((k) => row(k, `${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`))
-        .join('')}</table></section>`
+  const fetchRows = Object.keys(v.lastFetch ?? {})
+    .sort()
+    .map((k) => row(k, `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`));
+  const fetches = v.datasourceSerial !== undefined || fetchRows.length
+    ? `<section class="panel" id="nocloud-http"><h2>NoCloud over HTTP</h2><table class="kv">${
+        v.datasourceSerial !== undefined
+          ? row('firmware serial', `<span class="mono serial" title="spec.domain.firmware.serial">${esc(v.datasourceSerial)}</span>`)
+          : ''
+      }${fetchRows.join('') || row('fetches', '<span class="muted">the guest has not fetched anything yet</span>')}</table></section>`
     : '';
   const problems = [v.lastError ? problemHtml(v.lastError, 'err') + `<div class="muted">at ${esc(formatTime(v.lastError.at))}${v.lastError.kind ? ` · ${esc(v.lastError.kind)}` : ''}</div>` : '', ...v.warnings.map((w) => problemHtml(w, 'warn'))].join('');
   const body = `<p><a href="/status">← all VMIs</a></p>

@@ -8,7 +8,7 @@ import type pino from 'pino';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import { Agent } from '../../src/agent/agent.ts';
+import { Agent, type AgentOptions } from '../../src/agent/agent.ts';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { KubeRefResolver } from '../../src/agent/kube-resolver.ts';
@@ -64,7 +64,17 @@ export interface Harness {
 
 export async function startAgent(
   fake: FakeKube,
-  options: { stateDir: string; injector?: Injector; staleAfterMs?: number; resyncPeriodMs?: number; restartBaseMs?: number; waitSynced?: boolean },
+  options: {
+    stateDir: string;
+    injector?: Injector;
+    staleAfterMs?: number;
+    resyncPeriodMs?: number;
+    restartBaseMs?: number;
+    waitSynced?: boolean;
+    nocloudHttp?: AgentOptions['nocloudHttp'];
+    // Started on the agent before its first list (the datasource server).
+    beforeStart?: (agent: Agent) => Promise<void>;
+  },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
   const metrics = createMetrics({ version: 'test', processMetrics: false });
@@ -100,7 +110,9 @@ export async function startAgent(
     resyncPeriodMs: options.resyncPeriodMs ?? 60_000,
     retryBackoff: { baseMs: 50, maxMs: 400 },
     fsync: false,
+    ...(options.nocloudHttp ? { nocloudHttp: options.nocloudHttp } : {}),
   });
+  await options.beforeStart?.(agent);
   const started = agent.start();
   if (options.waitSynced !== false) await started;
   else started.catch(() => {});

@@ -1,0 +1,63 @@
+// Wiring of the NoCloud HTTP datasource into the agent: the keyring from
+// --datasource-key-file (reloaded when it changes), the DMI serial for the
+// status page, and the datasource server over the agent's seeds.
+import type { Logger } from 'pino';
+import type { DatasourceConfig } from '../config.ts';
+import { datasourceSerialFor } from '../commands/seed-url.ts';
+import { startDatasourceServer, type DatasourceServer } from '../http/datasource.ts';
+import { watchKeyFile } from '../http/datasource-key-watch.ts';
+import { DatasourceKeyring, fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
+import type { Metrics } from '../metrics/metrics.ts';
+import type { Agent } from './agent.ts';
+
+export interface NocloudHttp {
+  keyring: DatasourceKeyring;
+  // For AgentOptions.nocloudHttp.
+  agentOptions: { serial(uid: string): string | undefined };
+  // Starts the listener over the agent's seeds; close() stops it and the key watch.
+  start(agent: Agent): Promise<{ server: DatasourceServer; close(): Promise<void> }>;
+}
+
+// Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE / DATASOURCE_KEY_INVALID
+// when the key file cannot be used at start-up (no old keys to fall back on).
+export async function prepareNocloudHttp(config: DatasourceConfig, logger: Logger, metrics?: Metrics): Promise<NocloudHttp> {
+  const log = logger.child({ component: 'datasource' });
+  const source = fileKeySource(config.keyFile);
+  const text = await source.read();
+  const keyring = new DatasourceKeyring(parseKeyFile(text, source.description));
+  log.info({ keys: keyring.size, signing: keyring.fingerprints()[0] }, 'datasource keys loaded');
+  return {
+    keyring,
+    agentOptions: {
+      serial: (uid) => {
+        try {
+          return datasourceSerialFor(keyring, uid, config.baseUrl);
+        } catch {
+          return undefined;
+        }
+      },
+    },
+    async start(agent) {
+      if (!agent.seeds) throw new Error('the agent was made without nocloudHttp options');
+      const server = await startDatasourceServer({
+        listen: config.listen,
+        directory: agent.seeds,
+        keyring,
+        logger,
+        prefix: config.prefix,
+        ...(metrics ? { metrics } : {}),
+        compatSourceAddress: config.compatSourceAddress,
+      }).catch((e: Error) => {
+        throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`);
+      });
+      const watcher = watchKeyFile({ path: config.keyFile, source, keyring, logger: log, initialText: text });
+      return {
+        server,
+        close: async () => {
+          watcher.close();
+          await server.close();
+        },
+      };
+    },
+  };
+}
