@@ -207,9 +207,11 @@ export class Reconciler {
         resumed: result.resumed,
         at: new Date(this.#now()).toISOString(),
       };
-      if (result.seededAfterBoot && result.action !== 'none') {
-        warnings.push(this.#o.status.problem('SEEDED_AFTER_BOOT', `the seed was attached to running domain ${result.domain}; the guest may have booted without it`));
-      }
+    }
+    // Kept for as long as the VMI lives, not only on the reconcile that
+    // attached: the guest booted without its seed, and that stays true.
+    if (injection?.seededAfterBoot) {
+      warnings.push(this.#o.status.problem('SEEDED_AFTER_BOOT', `the seed was attached to running domain ${injection.domain}; the guest may have booted without it`));
     }
 
     const prev = this.#o.status.get(key);

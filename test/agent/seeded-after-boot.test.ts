@@ -1,0 +1,48 @@
+// The seed gate's last case: a domain already running when its seed arrives.
+// The guest may have booted without it; that stays true for the VMI's life,
+// so the warning stays on the status after later reconciles, and the Event
+// is written once (counted, not repeated).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { FakeKube } from '../support/fake-kube.ts';
+import { RecordingInjector, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
+
+class RunningDomainInjector extends RecordingInjector {
+  override async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {
+    const r = await super.inject(t, imagePath);
+    return { ...r, flags: ['--live'], domainState: 'running', seededAfterBoot: r.action !== 'none' };
+  }
+}
+
+test('seeded after boot: warning state and a SeedWarning Event that survive a resync', { timeout: 20_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  t.after(async () => {
+    await fake.close();
+    await dir.remove();
+  });
+  const h = await startAgent(fake, { stateDir: dir.path, injector: new RunningDomainInjector() });
+  t.after(h.stop);
+
+  fake.applyVmi(vmi('late'));
+  const rec = await waitFor('late seeded', () => {
+    const r = h.agent.status.get('default/late');
+    return r?.state === 'warning' ? r : undefined;
+  });
+  assert.equal(rec.injection?.seededAfterBoot, true);
+  assert.deepEqual(rec.warnings.map((w) => w.code), ['SEEDED_AFTER_BOOT']);
+
+  h.agent.resync();
+  await new Promise((r) => setTimeout(r, 200));
+  await h.agent.queue.idle();
+  const again = h.agent.status.get('default/late')!;
+  assert.equal(again.state, 'warning');
+  assert.deepEqual(again.warnings.map((w) => w.code), ['SEEDED_AFTER_BOOT']);
+
+  await h.agent.events.flush();
+  const warnings = fake.events().filter((e) => e.reason === 'SeedWarning' && e.involvedObject.name === 'late');
+  assert.equal(warnings.length, 1, 'one Event object');
+  assert.match(warnings[0]!.message, /^SEEDED_AFTER_BOOT: /);
+  assert.equal(warnings[0]!.count ?? 1, 1, 'not repeated by the resync');
+});
