@@ -29,7 +29,7 @@ const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64');
 interface Case {
   name: string;
   annotation: string;
-  secrets?: Array<{ name: string; data: Record<string, string> }>;
+  secrets?: Array<{ name: string; data: Record<string, string>; raw?: boolean }>;
   // What the seed (when there is one) must hold, proving the marker was read.
   seedHas?: { file: string; text: string };
   error?: string; // expected error code
@@ -93,6 +93,13 @@ function cases(): Case[] {
       secrets: [{ name: 'ops-password2', data: { password: mark('wrongkey') } }],
       error: 'SECRET_KEY_NOT_FOUND',
     },
+    {
+      name: 'bad-secret-data',
+      annotation: 'secretRef: {name: raw-secret}\n',
+      // `data` values must be base64; this one is not (raw: set as is).
+      secrets: [{ name: 'raw-secret', data: { userdata: `${mark('rawdata')}!!` }, raw: true }],
+      error: 'SECRET_DATA_INVALID',
+    },
   ];
 }
 
@@ -111,8 +118,8 @@ function vmiOf(c: Case, node: string | undefined): VmiObject {
   };
 }
 
-function secretOf(s: { name: string; data: Record<string, string> }): SecretObject {
-  return { apiVersion: 'v1', kind: 'Secret', metadata: { name: s.name, namespace: 'default' }, data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, b64(v)])) };
+function secretOf(s: { name: string; data: Record<string, string>; raw?: boolean }): SecretObject {
+  return { apiVersion: 'v1', kind: 'Secret', metadata: { name: s.name, namespace: 'default' }, data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, s.raw ? v : b64(v)])) };
 }
 
 interface Running {
@@ -239,17 +246,24 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
 test('local mode: no marker in any response or log line', { timeout: 90_000 }, async (t) => {
   const dir = await tempDir('vmseed-marker-local-');
   t.after(() => dir.remove());
-  const all = cases();
+  // A file with non-base64 Secret data is a manifest error in local mode
+  // (the whole file is refused); zz-broken.yaml covers that path below.
+  const all = cases().filter((c) => !c.secrets?.some((s) => s.raw));
   const manifests = join(dir.path, 'manifests');
   await mkdir(manifests);
   for (const c of all) {
     const docs = [...(c.secrets ?? []).map(secretOf), vmiOf(c, undefined)];
     await writeFile(join(manifests, `${c.name}.yaml`), docs.map((d) => dump(d, { lineWidth: -1 })).join('---\n'));
   }
+  // A manifest file that does not parse, with a marker in it: reported
+  // (status page, log) without its content.
+  await writeFile(join(manifests, 'zz-broken.yaml'), `apiVersion: v1\nkind: Secret\nmetadata: {name: half\nstringData: {password: ${mark('manifest')}\n  - [${mark('manifest2')}\n`);
   const run = startCli(['--local', manifests, '--state-dir', join(dir.path, 'seeds')], {}, dir.path);
   let code: number | null = null;
   try {
     const bodies = await exercise(run, all);
+    const json = JSON.parse(bodies[bodies.indexOf(bodies.find((b) => b.startsWith('/status.json '))!) + 1]) as { watch: { lastError?: string } };
+    assert.match(json.watch.lastError ?? '', /^MANIFEST_INVALID: .*zz-broken\.yaml/);
     assertNoMarker('HTTP', bodies);
   } finally {
     code = await run.stop();
