@@ -171,7 +171,7 @@ async function exercise(run: Running, all: Case[]): Promise<string[]> {
     },
     20_000,
   ).catch(async (e) => {
-    throw new Error(`${(e as Error).message}: ${JSON.stringify((await (await fetch(`${url}/status.json`)).json()).vmis.map((v: StatusVmi) => [v.name, v.state, v.lastError?.code]))}`);
+    throw new Error(`${(e as Error).message}: ${JSON.stringify(((await (await fetch(`${url}/status.json`)).json()) as { vmis: StatusVmi[] }).vmis.map((v: StatusVmi) => [v.name, v.state, v.lastError?.code]))}`);
   });
   for (const c of all) {
     const v = vmis.find((x) => x.name === c.name)!;
