@@ -12,6 +12,7 @@ import { RecordingInjector, startAgent, tempDir, vmi, waitFor } from '../support
 import { histogramBuckets, parseExposition, promtoolCheck, sampleValue, type Sample } from '../support/promtool.ts';
 import { startHttpServer } from '../../src/http/server.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
+import { VmseedError } from '../../src/errors.ts';
 
 function count(s: Sample[], name: string, labels: Record<string, string> = {}): number {
   return sampleValue(s, `${name}_count`, labels) ?? 0;
@@ -200,4 +201,56 @@ test('informer_synced follows the watch: 0 while the API server is away, 1 when 
   await waitFor('synced 1', async () => (await synced()) === 1, 10_000);
   const s = parseExposition(await (await fetch(`${srv.url}/metrics`)).text());
   assert.ok((sampleValue(s, 'vmseed_informer_restarts_total', { reason: 'error' }) ?? 0) >= 1);
+});
+
+// libvirt refuses one domain: the image was generated (one success
+// observation, not also an error one), the injection failed (attach, then
+// replace once the domain had our disk), the reconcile error has its code.
+class RefusingInjector extends RecordingInjector {
+  refuse = new Set<string>();
+
+  override async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {
+    if (this.refuse.has(t.name)) throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain ${t.namespace}_${t.name} is in a state vmseed cannot attach to; wait for it to settle`, { kind: 'terminal' });
+    return super.inject(t, imagePath);
+  }
+}
+
+test('injection failures: counted as injection errors, not as failed generations', { timeout: 30_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  const injector = new RefusingInjector();
+  injector.refuse.add('stuck');
+  fake.applyVmi(vmi('stuck'));
+  fake.applyVmi(vmi('fine'));
+  const h = await startAgent(fake, { stateDir: dir.path, injector });
+  const srv = await startHttpServer({ listen: '127.0.0.1:0', metrics: h.metrics, status: h.agent.status, logger: h.logger });
+  t.after(async () => {
+    await srv.close();
+    await h.stop();
+    await fake.close();
+    await dir.remove();
+  });
+  const scrape = async () => parseExposition(await (await fetch(`${srv.url}/metrics`)).text());
+  await waitFor('settled', () => h.agent.status.get('default/stuck')?.state === 'error' && h.agent.status.get('default/fine')?.state === 'ready', 10_000);
+  await h.agent.queue.idle();
+  let s = await scrape();
+  assert.equal(count(s, 'vmseed_seed_generation_duration_seconds', { datasource: 'nocloud', result: 'success' }), 2);
+  assert.equal(count(s, 'vmseed_seed_generation_duration_seconds', { datasource: 'nocloud', result: 'error' }), 0);
+  assert.equal(count(s, 'vmseed_injection_duration_seconds', { operation: 'attach', result: 'error' }), 1);
+  assert.equal(count(s, 'vmseed_injection_duration_seconds', { operation: 'attach', result: 'success' }), 1);
+  assert.equal(sampleValue(s, 'vmseed_reconcile_errors_total', { code: 'DOMAIN_STATE_UNSUPPORTED' }), 1);
+  assert.equal(sampleValue(s, 'vmseed_reconcile_total', { result: 'terminal' }), 1);
+
+  // fine's domain has our disk; the next change is a replace, and it fails.
+  injector.refuse.add('fine');
+  const cur = fake.getVmi('default', 'fine')!;
+  fake.applyVmi({ ...cur, metadata: { ...cur.metadata, annotations: { 'vmseed.io/cloud-init': 'userData: |\n  #cloud-config\n  hostname: changed\n' } } });
+  await waitFor('fine in error', () => h.agent.status.get('default/fine')?.state === 'error', 10_000);
+  await h.agent.queue.idle();
+  s = await scrape();
+  assert.equal(count(s, 'vmseed_injection_duration_seconds', { operation: 'replace', result: 'error' }), 1);
+  assert.equal(count(s, 'vmseed_seed_generation_duration_seconds', { datasource: 'nocloud', result: 'success' }), 3);
+  assert.equal(count(s, 'vmseed_seed_generation_duration_seconds', { datasource: 'nocloud', result: 'error' }), 0);
+  const check = await promtoolCheck(await (await fetch(`${srv.url}/metrics`)).text());
+  assert.ok(check.ok, check.output);
 });
