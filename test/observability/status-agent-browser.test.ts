@@ -139,7 +139,10 @@ test('status page of a running local-mode agent on examples/, in headless Chromi
     const shown = fileRows.find((r) => r[0] === f.path)![1];
     assert.ok(shown.includes(f.size >= 1024 ? `(${f.size} B)` : `${f.size}`), `${f.path}: ${shown}`);
   }
-  assert.match(await page.locator('main').innerText(), new RegExp(cd.contentHash!));
+  const main = await page.locator('main').innerText();
+  assert.match(main, new RegExp(cd.contentHash!));
+  // Local mode runs without libvirt: the page says so rather than "not injected".
+  assert.match(main, /injection\s+off \(--libvirt off\)/);
   await page.screenshot({ path: join(ARTIFACTS, 'status-agent-detail.png'), fullPage: true });
 
   // The broken VMI's detail page shows the problem.
