@@ -151,6 +151,10 @@ export function createMetrics(options: MetricsOptions) {
     }),
   };
   m.buildInfo.set({ version: options.version, node_version: process.version }, 1);
+  // Bounded label sets start at 0, so rate() and alerts see a series from
+  // the first scrape instead of nothing until the first occurrence.
+  for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
+  for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
   return {
     ...m,
     // The agent hands in its probes once it has a queue and a source.

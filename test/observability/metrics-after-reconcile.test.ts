@@ -133,6 +133,8 @@ test('metrics after real reconciles: promtool passes and every series holds what
     { pending: 0, ready: 4, warning: 0, error: 1, skipped: 0 },
   );
   assert.equal(sampleValue(s, 'vmseed_informer_synced'), 1);
+  // Bounded label sets are there at 0 before anything happened to them.
+  for (const reason of ['error', 'stale', 'gone']) assert.equal(sampleValue(s, 'vmseed_informer_restarts_total', { reason }), 0, reason);
   assert.equal(sampleValue(s, 'vmseed_workqueue_depth'), 0);
   assert.equal(sampleValue(s, 'vmseed_workqueue_in_flight'), 0);
   assert.equal(sampleValue(s, 'vmseed_workqueue_longest_running_seconds'), 0);
