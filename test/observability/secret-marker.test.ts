@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { dump } from 'js-yaml';
 import type { SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
@@ -224,6 +224,9 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
     fake.applyVmi(vmiOf(c, NODE));
   }
   const kubeconfig = await fake.writeKubeconfig(dir.path);
+  // The agent's own credential is a secret too (shown nowhere, logged never).
+  await writeFile(kubeconfig, (await readFile(kubeconfig, 'utf8')).replace('"token":"fake-token"', `"token":"${mark('token')}"`));
+  assert.ok((await readFile(kubeconfig, 'utf8')).includes(mark('token')));
   const run = startCli(['--kubeconfig', kubeconfig, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'off'], { NODE_NAME: NODE }, dir.path);
   let code: number | null = null;
   try {
