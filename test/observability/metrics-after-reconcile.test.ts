@@ -183,10 +183,14 @@ test('metrics after real reconciles: promtool passes and every series holds what
   assert.ok(final.ok, final.output);
 });
 
-test('informer_synced follows the watch: 0 while the API server is away, 1 when it is back', { timeout: 30_000 }, async (t) => {
+test('seed-ready latency counts from first sight; informer_synced 0 while the API server is away, 1 when it is back', { timeout: 30_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir();
-  fake.applyVmi(vmi('one'));
+  // Created two hours before this agent first saw it: the latency a VM
+  // owner feels is counted from first sight, not from creation.
+  const old = vmi('one');
+  old.metadata.creationTimestamp = new Date(Date.now() - 2 * 3600_000).toISOString();
+  fake.applyVmi(old);
   const h = await startAgent(fake, { stateDir: dir.path });
   const srv = await startHttpServer({ listen: '127.0.0.1:0', metrics: h.metrics, status: h.agent.status, logger: h.logger });
   t.after(async () => {
@@ -197,6 +201,10 @@ test('informer_synced follows the watch: 0 while the API server is away, 1 when 
   });
   const synced = async () => sampleValue(parseExposition(await (await fetch(`${srv.url}/metrics`)).text()), 'vmseed_informer_synced');
   assert.equal(await synced(), 1);
+  await waitFor('one ready', () => h.agent.status.get('default/one')?.state === 'ready', 5000);
+  const first = parseExposition(await (await fetch(`${srv.url}/metrics`)).text());
+  assert.equal(count(first, 'vmseed_seed_ready_latency_seconds'), 1);
+  assert.ok(sampleValue(first, 'vmseed_seed_ready_latency_seconds_sum')! < 10, 'counted from first sight');
   await fake.refuse(true);
   await waitFor('synced 0', async () => (await synced()) === 0, 10_000);
   await fake.refuse(false);
