@@ -21,14 +21,14 @@ function count(s: Sample[], name: string, labels: Record<string, string> = {}): 
 // Holds the inject() of one VMI until released, so a reconcile is in flight
 // while the test scrapes.
 class GatedInjector extends RecordingInjector {
-  gateName = '';
-  #release: (() => void) | undefined;
-  entered = false;
+  gatePrefix = '';
+  #waiting: Array<() => void> = [];
+  entered = 0;
 
   override async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {
-    if (t.name === this.gateName) {
-      this.entered = true;
-      await new Promise<void>((r) => (this.#release = r));
+    if (this.gatePrefix && t.name.startsWith(this.gatePrefix)) {
+      this.entered++;
+      await new Promise<void>((r) => this.#waiting.push(r));
     }
     return super.inject(t, imagePath);
   }
@@ -38,7 +38,8 @@ class GatedInjector extends RecordingInjector {
   }
 
   release(): void {
-    this.#release?.();
+    this.gatePrefix = '';
+    for (const r of this.#waiting.splice(0)) r();
   }
 }
 
@@ -155,17 +156,19 @@ test('metrics after real reconciles: promtool passes and every series holds what
   assert.ok(quiet >= 1.2 && quiet < 5, `age after 1.2 s without events: ${quiet}`);
 
   // A reconcile in flight: depth, in-flight and the longest running one.
-  injector.gateName = 'slow';
-  fake.applyVmi(vmi('slow'));
-  await waitFor('slow reconcile in inject()', () => injector.entered, 5000);
+  // Six slow ones against a concurrency of 4: four in flight, two waiting.
+  injector.gatePrefix = 'slow';
+  for (let i = 0; i < 6; i++) fake.applyVmi(vmi(`slow-${i}`));
+  await waitFor('four reconciles in inject()', () => injector.entered === 4, 5000);
   await new Promise((r) => setTimeout(r, 400));
   const busy = parseExposition(await scrape());
-  assert.equal(sampleValue(busy, 'vmseed_workqueue_in_flight'), 1);
-  assert.equal(sampleValue(busy, 'vmseed_vmis', { state: 'pending' }), 1);
+  assert.equal(sampleValue(busy, 'vmseed_workqueue_in_flight'), 4);
+  assert.equal(sampleValue(busy, 'vmseed_workqueue_depth'), 2);
+  assert.equal(sampleValue(busy, 'vmseed_vmis', { state: 'pending' }), 6);
   const longest = sampleValue(busy, 'vmseed_workqueue_longest_running_seconds')!;
   assert.ok(longest >= 0.4 && longest < 5, `longest running: ${longest}`);
   injector.release();
-  await waitFor('slow ready', () => h.agent.status.get('default/slow')?.state === 'ready', 5000);
+  await waitFor('slow ones ready', () => h.agent.status.snapshot().vmis.filter((v) => v.name.startsWith('slow-') && v.state === 'ready').length === 6, 5000);
   await h.agent.queue.idle();
 
   // A deleted VMI: detached, image removed, gauges follow.
@@ -175,10 +178,11 @@ test('metrics after real reconciles: promtool passes and every series holds what
   const after = parseExposition(await scrape());
   assert.equal(count(after, 'vmseed_injection_duration_seconds', { operation: 'detach', result: 'success' }), 1);
   assert.equal(injector.actions('eject', 'detached').length, 1);
-  assert.equal(sampleValue(after, 'vmseed_vmis', { state: 'ready' }), 4);
+  assert.equal(sampleValue(after, 'vmseed_vmis', { state: 'ready' }), 9);
+  assert.equal(sampleValue(after, 'vmseed_workqueue_depth'), 0);
   assert.equal(sampleValue(after, 'vmseed_workqueue_longest_running_seconds'), 0);
-  assert.equal(sampleValue(after, 'vmseed_reconcile_total', { result: 'success' }), 6);
-  assert.equal(count(after, 'vmseed_seed_ready_latency_seconds'), 5);
+  assert.equal(sampleValue(after, 'vmseed_reconcile_total', { result: 'success' }), 11);
+  assert.equal(count(after, 'vmseed_seed_ready_latency_seconds'), 10);
   const final = await promtoolCheck(await scrape());
   assert.ok(final.ok, final.output);
 });
