@@ -52,7 +52,6 @@ export class Agent {
   // Keys seen before garbage collection ran; the queue opens after it.
   #held: Set<string> | undefined = new Set();
   #resync: NodeJS.Timeout | undefined;
-  #metricsTimer: NodeJS.Timeout | undefined;
   #stopping = false;
 
   constructor(options: AgentOptions) {
@@ -68,6 +67,7 @@ export class Agent {
       versionOf: (key) => this.source.get(key)?.metadata.resourceVersion,
       ...(options.metrics ? { metrics: options.metrics } : {}),
     });
+    options.metrics?.setLiveProbes({ longestRunningSeconds: () => this.queue.longestRunningSeconds(), watch: () => this.source.status() });
     this.status = new StatusStore({
       version: options.version,
       nodeName: options.nodeName,
@@ -115,8 +115,6 @@ export class Agent {
 
   // Resolves once the first list is in and garbage collection ran.
   async start(): Promise<void> {
-    this.#metricsTimer = setInterval(() => this.#o.metrics?.queueLongestRunning.set(this.queue.longestRunningSeconds()), 1000);
-    this.#metricsTimer.unref();
     await this.source.start();
     await this.source.synced();
     if (this.#stopping) return;
@@ -150,7 +148,6 @@ export class Agent {
   async stop(deadlineMs = 10_000): Promise<boolean> {
     this.#stopping = true;
     if (this.#resync) clearInterval(this.#resync);
-    if (this.#metricsTimer) clearInterval(this.#metricsTimer);
     await this.source.stop();
     const finished = await this.queue.shutdown(deadlineMs);
     if (!finished) this.#log.warn({ deadlineMs }, 'stopped with reconciles still in flight');

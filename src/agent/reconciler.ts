@@ -124,6 +124,9 @@ export class Reconciler {
   async reconcile(key: string): Promise<WorkResult> {
     const started = performance.now();
     const vmi = this.#o.cache.get(key);
+    // A failure after the image was written (injection) is not a failed
+    // generation: the histogram has its success observation already.
+    const progress = { generated: false };
     try {
       if (!vmi || !this.isHere(vmi)) {
         await this.#cleanup(key);
@@ -132,13 +135,13 @@ export class Reconciler {
         this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
         return 'success';
       }
-      return await this.#ensure(key, vmi, started);
+      return await this.#ensure(key, vmi, started, progress);
     } catch (e) {
-      return this.#failed(key, vmi, e, started);
+      return this.#failed(key, vmi, e, started, progress);
     }
   }
 
-  async #ensure(key: string, vmi: VmiObject, started: number): Promise<WorkResult> {
+  async #ensure(key: string, vmi: VmiObject, started: number, progress: { generated: boolean }): Promise<WorkResult> {
     const uid = vmi.metadata.uid ?? key;
     const seen = this.#firstSeen.get(key);
     if (!seen || seen.uid !== uid) this.#firstSeen.set(key, { uid, at: this.#now(), reported: false });
@@ -179,6 +182,7 @@ export class Reconciler {
       this.#o.metrics?.seedGenerationDuration.observe({ datasource: seed.datasource, result: 'success' }, generationSeconds);
       this.#o.status.recordGeneration(generationSeconds);
     }
+    progress.generated = true;
 
     const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
     let injection = this.#o.status.get(key)?.injection;
@@ -189,7 +193,9 @@ export class Reconciler {
       try {
         result = await this.#o.injector.inject(target, entry.path);
       } catch (e) {
-        this.#o.metrics?.injectionDuration.observe({ operation: 'attach', result: 'error' }, (performance.now() - t0) / 1000);
+        // The domain had one of our images already: this was a replace.
+        const operation = this.#o.status.get(key)?.injection ? 'replace' : 'attach';
+        this.#o.metrics?.injectionDuration.observe({ operation, result: 'error' }, (performance.now() - t0) / 1000);
         throw e;
       }
       if (result.action !== 'none') {
@@ -248,12 +254,12 @@ export class Reconciler {
     return 'success';
   }
 
-  #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number): WorkResult {
+  #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: { generated: boolean }): WorkResult {
     const err = asVmseedError(e);
     const kind = err.kind;
     this.#o.metrics?.reconcileTotal.inc({ result: kind === 'terminal' ? 'terminal' : 'error' });
     this.#o.metrics?.reconcileErrors.inc({ code: err.code });
-    this.#o.metrics?.seedGenerationDuration.observe({ datasource: datasourceHint(vmi), result: 'error' }, (performance.now() - started) / 1000);
+    if (!progress.generated) this.#o.metrics?.seedGenerationDuration.observe({ datasource: datasourceHint(vmi), result: 'error' }, (performance.now() - started) / 1000);
     const [namespace, name] = splitKey(key);
     const fields = { namespace, name, code: err.code, kind, ...(err.field ? { field: err.field } : {}) };
     if (err.code === 'INTERNAL') this.#log.error({ ...fields, err: { message: String((err.cause as Error)?.message ?? '').slice(0, 200) } }, err.message);

@@ -1,6 +1,6 @@
 // The agent's view of itself and of every VMI, for /status, /status.json
 // and /readyz. Holds names, sizes, hashes, codes and our own messages only.
-import { access, constants } from 'node:fs/promises';
+import { access, constants, stat } from 'node:fs/promises';
 import type { AgentStatusSnapshot, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
@@ -104,10 +104,13 @@ export class StatusStore implements StatusSource {
     if (!w.synced) reasons.push('VMI watch has not completed its first list');
     if (!w.connected) reasons.push('VMI watch is not connected');
     if (w.stale) reasons.push('VMI watch is stale (no event or bookmark for too long)');
+    // W_OK alone passes a regular file that took the directory's place.
     try {
-      await access(this.#opts.stateDir, constants.W_OK);
-    } catch {
-      reasons.push(`state directory ${this.#opts.stateDir} is not writable`);
+      if (!(await stat(this.#opts.stateDir)).isDirectory()) reasons.push(`state directory ${this.#opts.stateDir} is not a directory`);
+      else await access(this.#opts.stateDir, constants.W_OK | constants.X_OK);
+    } catch (e) {
+      const missing = (e as NodeJS.ErrnoException).code === 'ENOENT';
+      reasons.push(`state directory ${this.#opts.stateDir} ${missing ? 'does not exist' : 'is not writable'}`);
     }
     return { ready: reasons.length === 0, reasons };
   }

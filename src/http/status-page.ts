@@ -389,7 +389,7 @@ ${row('generation time', esc(formatSeconds(v.generationSeconds)))}
 ${row('retries', esc(v.retries))}
 </table></section>
 <section class="panel"><h2>Injection</h2><table class="kv">
-${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', '<span class="muted">not injected</span>')}
+${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', `<span class="muted">${s.config.libvirt === 'off' ? 'off (--libvirt off): the image is only written to disk' : 'not injected'}</span>`)}
 </table></section>
 ${fetches}
 </div>

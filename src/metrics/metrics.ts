@@ -19,8 +19,16 @@ export interface MetricsOptions {
   processMetrics?: boolean;
 }
 
+// State that only the agent holds (its queue, its VMI source), read at
+// scrape time so the gauges are exact when scraped, not as old as a timer.
+export interface LiveProbes {
+  longestRunningSeconds?: () => number;
+  watch?: () => { synced: boolean; connected: boolean; stale: boolean; lastEventAt?: string };
+}
+
 export function createMetrics(options: MetricsOptions) {
   const registry = new Registry();
+  const live: LiveProbes = {};
   if (options.processMetrics !== false) {
     collectDefaultMetrics({ register: registry, prefix: 'vmseed_' });
     // prom-client exports these sums as gauges named *_total, which
@@ -84,6 +92,9 @@ export function createMetrics(options: MetricsOptions) {
       name: 'vmseed_workqueue_longest_running_seconds',
       help: 'How long the longest reconcile in flight has been running.',
       registers,
+      collect() {
+        if (live.longestRunningSeconds) this.set(live.longestRunningSeconds());
+      },
     }),
     informerRestarts: new Counter({
       name: 'vmseed_informer_restarts_total',
@@ -95,8 +106,20 @@ export function createMetrics(options: MetricsOptions) {
       name: 'vmseed_informer_last_event_age_seconds',
       help: 'Seconds since the informer last received an event or bookmark.',
       registers,
+      collect() {
+        const at = live.watch?.().lastEventAt;
+        if (at !== undefined) this.set(Math.max(0, (Date.now() - Date.parse(at)) / 1000));
+      },
     }),
-    informerSynced: new Gauge({ name: 'vmseed_informer_synced', help: '1 when the VMI informer has listed and is watching.', registers }),
+    informerSynced: new Gauge({
+      name: 'vmseed_informer_synced',
+      help: '1 when the VMI informer has listed and is watching.',
+      registers,
+      collect() {
+        const w = live.watch?.();
+        if (w) this.set(w.synced && w.connected && !w.stale ? 1 : 0);
+      },
+    }),
     vmis: new Gauge({ name: 'vmseed_vmis', help: 'VMIs of this node by state.', labelNames: ['state'] as const, registers }),
     imageBytes: new Histogram({
       name: 'vmseed_image_bytes',
@@ -128,7 +151,17 @@ export function createMetrics(options: MetricsOptions) {
     }),
   };
   m.buildInfo.set({ version: options.version, node_version: process.version }, 1);
-  return m;
+  // Bounded label sets start at 0, so rate() and alerts see a series from
+  // the first scrape instead of nothing until the first occurrence.
+  for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
+  for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
+  return {
+    ...m,
+    // The agent hands in its probes once it has a queue and a source.
+    setLiveProbes(probes: LiveProbes): void {
+      Object.assign(live, probes);
+    },
+  };
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
