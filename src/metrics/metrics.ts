@@ -69,7 +69,7 @@ export function createMetrics(options: MetricsOptions) {
     }),
     reconcileTotal: new Counter({
       name: 'vmseed_reconcile_total',
-      help: 'Reconciles by outcome: success, error (retryable), terminal, requeue.',
+      help: 'Reconciles by outcome: success, error (retryable: backed off and requeued), terminal (waits for the VMI to change).',
       labelNames: ['result'] as const,
       registers,
     }),
