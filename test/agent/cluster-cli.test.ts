@@ -32,7 +32,7 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   t.after(() => void (child.exitCode === null && child.kill('SIGKILL')));
 
-  const image = join(state, 'default', 'cli-vm', v.metadata.uid!, 'nocloud.iso');
+  const image = join(state, 'default', `cli-vm_${v.metadata.uid!}`, 'nocloud.iso');
   await waitFor('image', () => existsSync(image), 15_000);
   assert.equal(existsSync(join(state, 'default', 'elsewhere')), false);
   const url = await waitFor('url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);

@@ -65,7 +65,7 @@ test('local mode end to end: images appear, change and disappear with the files'
   await waitFor('first image', () => findImages(state).length === 1, 15_000);
   const first = join(state, findImages(state)[0]!);
   assert.match(isoFile(first, 'user-data'), /hostname: first-host/);
-  assert.match(first, /default\/one\/[0-9a-f-]+\/nocloud\.iso$/);
+  assert.match(first, /default\/one_[0-9a-f-]+\/nocloud\.iso$/);
 
   // the status page lists it
   const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
@@ -86,7 +86,7 @@ stringData:
 ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
   );
   await waitFor('second image', () => findImages(state).length === 2, 10_000);
-  const second = join(state, findImages(state).find((p) => p.includes('/two/'))!);
+  const second = join(state, findImages(state).find((p) => p.includes('/two_'))!);
   assert.match(isoFile(second, 'user-data'), /hostname: from-secret/);
 
   // edit: the image changes in place

@@ -26,7 +26,7 @@ test(`write (${mode}): atomic replace; concurrent readers only ever see a whole 
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: tmp.dir, syncMaxBytes });
   const path = store.pathFor(key, 'nocloud');
-  assert.equal(path, join(tmp.dir, 'default', 'vm-1', key.uid, 'nocloud.iso'));
+  assert.equal(path, join(tmp.dir, 'default', `vm-1_${key.uid}`, 'nocloud.iso'));
   await store.write(key, 'nocloud', image(1));
   let stop = false;
   let reads = 0;
@@ -47,7 +47,7 @@ test(`write (${mode}): atomic replace; concurrent readers only ever see a whole 
   assert.ok(reads > 0);
   assert.equal((await fsp.readFile(path))[0], 39);
   assert.equal(statSync(path).mode & 0o777, 0o640);
-  assert.deepEqual(readdirSync(join(tmp.dir, 'default', 'vm-1', key.uid)), ['nocloud.iso'], 'no temporaries left');
+  assert.deepEqual(readdirSync(join(tmp.dir, 'default', `vm-1_${key.uid}`)), ['nocloud.iso'], 'no temporaries left');
 });
 }
 
@@ -134,7 +134,7 @@ test('a failed write leaves the old image and no temporary (fault-injecting fs)'
     assert.match(e.message, /ENOSPC/);
     return true;
   });
-  const dir = join(tmp.dir, 'default', 'vm-1', key.uid);
+  const dir = join(tmp.dir, 'default', `vm-1_${key.uid}`);
   assert.deepEqual(readdirSync(dir), ['nocloud.iso']);
   assert.equal((await fsp.readFile(join(dir, 'nocloud.iso')))[0], 1);
 });
@@ -207,13 +207,13 @@ test('small images go through synchronous calls, large ones through fs/promises;
   assert.equal((await store.write(key, 'nocloud', big)).written, true);
   assert.deepEqual(log, [], 'above the threshold nothing synchronous is called');
   assert.ok((await fsp.readFile(store.pathFor(key, 'nocloud'))).equals(big));
-  assert.deepEqual(readdirSync(join(tmp.dir, 'default', 'vm-1', key.uid)), ['nocloud.iso']);
+  assert.deepEqual(readdirSync(join(tmp.dir, 'default', `vm-1_${key.uid}`)), ['nocloud.iso']);
 });
 
 test('synchronous path: a failed write leaves the old image and no temporary', async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
-  const dir = join(tmp.dir, 'default', 'vm-1', key.uid);
+  const dir = join(tmp.dir, 'default', `vm-1_${key.uid}`);
   await new ImageStore({ root: tmp.dir }).write(key, 'nocloud', image(1, 100));
   const fail = (c: string) => () => {
     throw Object.assign(new Error(c), { code: c });
@@ -238,7 +238,7 @@ test('synchronous path: a failed write leaves the old image and no temporary', a
 test('synchronous path: a crash between write and rename leaves the old image and a temporary the next start removes', async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
-  const dir = join(tmp.dir, 'default', 'vm-1', key.uid);
+  const dir = join(tmp.dir, 'default', `vm-1_${key.uid}`);
   await new ImageStore({ root: tmp.dir }).write(key, 'nocloud', image(1, 100));
   // The process "dies" at rename: nothing after it runs, not even the unlink.
   const died = () => {
