@@ -8,7 +8,8 @@ import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
 import { asVmseedError } from '../errors.ts';
-import { VirshInjector } from '../libvirt/injector.ts';
+import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
+import { DirPublisher } from '../libvirt/publish.ts';
 import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
@@ -22,13 +23,17 @@ const VERSION: string = createRequire(import.meta.url)('../../package.json').ver
 // terminationGracePeriodSeconds is 30 s by default).
 const STOP_DEADLINE_MS = 20_000;
 
-export function makeInjector(config: Config): Injector | undefined {
+// `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
+// undefined keeps `virsh resume`.
+export function makeInjector(config: Config, resume?: ResumeHook): Injector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
   return new VirshInjector({
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
+    ...(config.libvirt.publishDir !== undefined ? { publisher: new DirPublisher({ dirTemplate: config.libvirt.publishDir }) } : {}),
+    ...(resume ? { resume } : {}),
     bus: config.libvirt.diskBus,
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
@@ -52,9 +57,9 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     resyncPeriodMs: config.resyncPeriodMs,
     fsync: config.fsync,
   };
-  const injector = makeInjector(config);
-  const withInjector = injector ? { injector } : {};
   if (config.mode === 'local') {
+    const injector = makeInjector(config);
+    const withInjector = injector ? { injector } : {};
     const { LocalDirSource } = await import('../agent/local-source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
     const agent = new Agent({
@@ -66,15 +71,18 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     });
     return { agent, close: async () => {} };
   }
-  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }] = await Promise.all([
+  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause }] = await Promise.all([
     import('../agent/events.ts'),
     import('../agent/kube-api.ts'),
     import('../agent/kube-connection.ts'),
     import('../agent/kube-resolver.ts'),
     import('../agent/kube-source.ts'),
+    import('../agent/kubevirt-resume.ts'),
   ]);
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined);
+  const withInjector = injector ? { injector } : {};
   const agent = new Agent({
     ...common,
     ...withInjector,
