@@ -8,7 +8,6 @@
 import * as nodeFs from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, join } from 'node:path';
-import { DATASOURCES } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
 import { checkTemplate, renderForTarget, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
 import type { InjectionTarget } from './types.ts';
@@ -36,6 +35,7 @@ export interface PublishFs {
   chmod(path: string, mode: number): Promise<void>;
   rename(from: string, to: string): Promise<void>;
   unlink(path: string): Promise<void>;
+  readdir(path: string): Promise<string[]>;
 }
 
 export interface DirPublisherOptions {
@@ -116,10 +116,17 @@ export class DirPublisher implements ImagePublisher {
 
   async unpublish(target: InjectionTarget): Promise<void> {
     const dir = this.dirFor(target);
-    for (const ds of DATASOURCES) {
-      await this.#fs.unlink(join(dir, `${this.#prefix}${ds}.iso`)).catch((e) => {
-        // ENOENT: never published, or the pod (and its emptyDir) is gone.
-        if (errCode(e) !== 'ENOENT' && errCode(e) !== 'ENOTDIR') throw this.#failed(`cannot remove the seed image from ${dir}`, e);
+    // ENOENT: never published, or the pod (and its emptyDir) is gone.
+    const gone = (e: unknown) => errCode(e) === 'ENOENT' || errCode(e) === 'ENOTDIR';
+    const names = await this.#fs.readdir(dir).catch((e) => {
+      if (gone(e)) return [] as string[];
+      throw this.#failed(`cannot list publish directory ${dir}`, e);
+    });
+    // Ours only (and temporaries a crash left): KubeVirt's entries there
+    // never carry the prefix.
+    for (const n of names.filter((n) => n.startsWith(this.#prefix) || n.startsWith(`.${this.#prefix}`))) {
+      await this.#fs.unlink(join(dir, n)).catch((e) => {
+        if (!gone(e)) throw this.#failed(`cannot remove the seed image from ${dir}`, e);
       });
     }
   }
