@@ -10,6 +10,7 @@ import { ImageStore } from '../disk/store.ts';
 import { asVmseedError } from '../errors.ts';
 import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
 import { DirPublisher } from '../libvirt/publish.ts';
+import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
@@ -24,8 +25,8 @@ const VERSION: string = createRequire(import.meta.url)('../../package.json').ver
 const STOP_DEADLINE_MS = 20_000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
-// undefined keeps `virsh resume`.
-export function makeInjector(config: Config, resume?: ResumeHook): Injector | undefined {
+// undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
+export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): Injector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
   return new VirshInjector({
     virshPath: config.libvirt.virshPath,
@@ -34,6 +35,7 @@ export function makeInjector(config: Config, resume?: ResumeHook): Injector | un
     imagePathTemplate: config.libvirt.imagePathInDomain,
     ...(config.libvirt.publishDir !== undefined ? { publisher: new DirPublisher({ dirTemplate: config.libvirt.publishDir }) } : {}),
     ...(resume ? { resume } : {}),
+    ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
