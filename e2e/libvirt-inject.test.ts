@@ -3,10 +3,11 @@
 // SCSI CD-ROM; the virtio live detach runs a real guest (libvirt-guest test).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VirshInjector } from '../src/libvirt/injector.ts';
+import { DirPublisher } from '../src/libvirt/publish.ts';
 import { VmseedError } from '../src/errors.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
@@ -170,6 +171,31 @@ test('SCSI CD-ROM mode on a virtio-scsi controller: attach, replace and detach o
   assert.equal((await inj.eject(target(name))).action, 'detached');
   assert.deepEqual(await domblklist(domain), []);
   assert.deepEqual(await domblklist(domain, true), []);
+});
+
+// KubeVirt's layout in miniature: the image is published into the launcher
+// pod's hotplug-disks directory (under a temp "pods" root; here QEMU shares
+// the agent's mount namespace, so the domain path is the published path)
+// and QEMU really opens that copy; eject detaches it and removes the copy.
+test('publish into a launcher pod\'s hotplug-disks ({podUID}): QEMU opens the copy; eject removes it', async () => {
+  const { name, domain } = await newDomain('pub', { start: 'running', scsi: true });
+  const hotplug = join(dir, 'pods', 'pod-7', 'volumes/kubernetes.io~empty-dir/hotplug-disks');
+  mkdirSync(hotplug, { recursive: true });
+  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks') }) });
+  const t = { ...target(name), launcherPods: ['pod-7'] };
+  const seed = seedFile(`pub-${name}`);
+  const r = await inj.inject(t, seed);
+  assert.equal(r.action, 'attached');
+  const copy = join(hotplug, `vmseed-pub-${name}.iso`);
+  assert.deepEqual(readFileSync(copy), readFileSync(seed));
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: copy }]);
+  // QEMU itself holds the copy open (its block node names the file).
+  assert.match(await virsh('qemu-monitor-command', domain, '--hmp', 'info block'), new RegExp(copy.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  assert.equal((await inj.inject(t, seed)).action, 'none');
+
+  assert.equal((await inj.eject(t)).action, 'detached');
+  assert.deepEqual(await domblklist(domain), []);
+  assert.equal(existsSync(copy), false);
 });
 
 test('domain missing: DOMAIN_NOT_FOUND, retryable; eject of a missing domain is a no-op', async () => {

@@ -27,11 +27,17 @@ export interface Config {
   libvirt: {
     mode: LibvirtMode;
     virshPath: string;
-    // Templates: {namespace}, {name}, {uid}, {datasource} per VMI; the image
-    // path also {path} (the agent's) and {basename}.
+    // Templates: {namespace}, {name}, {uid}, {datasource}, {podUID} (the
+    // VMI's launcher pod on this node) per VMI; the image path also {path}
+    // (the published copy as the agent sees it) and {basename}.
     uri: string;
     domainName: string;
     imagePathInDomain: string;
+    // Copy images into this per-VMI directory for the domain (KubeVirt:
+    // the launcher pod's hotplug-disks emptyDir); absent: used in place.
+    publishDir?: string;
+    // How the seed gate resumes a paused domain.
+    resumeVia: 'virsh' | 'kubevirt';
     diskBus: 'virtio' | 'scsi';
     virshTimeoutMs: number;
   };
@@ -77,6 +83,8 @@ const OPTIONS = {
   'libvirt-uri': { type: 'string' },
   'domain-name': { type: 'string' },
   'image-path-in-domain': { type: 'string' },
+  'publish-dir': { type: 'string' },
+  'resume-via': { type: 'string' },
   'disk-bus': { type: 'string' },
   'virsh-timeout': { type: 'string' },
   'max-user-data-bytes': { type: 'string' },
@@ -113,6 +121,9 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --libvirt-uri TEMPLATE      (default qemu:///system)
   --domain-name TEMPLATE      libvirt domain of a VMI (default {namespace}_{name}, as KubeVirt names them)
   --image-path-in-domain TEMPLATE  image path as the domain sees it (default {path}, the path on this host)
+  --publish-dir TEMPLATE      copy each image into this directory for its domain, e.g. the launcher's
+                              /pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks (default: none)
+  --resume-via virsh|kubevirt how the seed gate resumes a paused VM (cluster: kubevirt, local: virsh)
   --disk-bus virtio|scsi      bus of the seed disk (default virtio)
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
@@ -161,7 +172,8 @@ export function parseListen(text: string, flag = 'listen'): { host: string; port
   return { host: m[1] ?? (m[2] || '0.0.0.0'), port };
 }
 
-const VMI_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource'];
+// {podUID}: the VMI's virt-launcher pod on this node (status.activePods).
+const VMI_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'podUID'];
 
 function checkTemplate(text: string, flag: string, allowed = VMI_PLACEHOLDERS): string {
   for (const [, name] of text.matchAll(/\{([^}]*)\}/g)) {
@@ -215,6 +227,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
       uri: checkTemplate(get('libvirt-uri') ?? 'qemu:///system', 'libvirt-uri'),
       domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),
       imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? '{path}', 'image-path-in-domain', [...VMI_PLACEHOLDERS, 'path', 'basename']),
+      ...(get('publish-dir') !== undefined ? { publishDir: checkTemplate(get('publish-dir')!, 'publish-dir') } : {}),
+      resumeVia: oneOf(get('resume-via') ?? (local ? 'virsh' : 'kubevirt'), 'resume-via', ['virsh', 'kubevirt'] as const),
       diskBus: oneOf(get('disk-bus') ?? 'virtio', 'disk-bus', ['virtio', 'scsi'] as const),
       virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
     },
@@ -226,6 +240,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   if (vendorDataFrom !== undefined) config.vendorDataFrom = checked(() => parseVendorDataFrom(vendorDataFrom));
   const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
   if (datasource) config.datasource = datasource;
+  if (local && config.libvirt.resumeVia === 'kubevirt') {
+    throw new ConfigError('--resume-via kubevirt needs a cluster (KubeVirt\'s unpause API); local mode resumes with virsh');
+  }
   return deepFreeze(config);
 }
 
@@ -281,7 +298,15 @@ export function configSummary(c: Config): Record<string, string | number | boole
     resyncPeriodSeconds: c.resyncPeriodMs / 1000,
     libvirt: c.libvirt.mode,
     ...(c.libvirt.mode === 'virsh'
-      ? { libvirtUri: c.libvirt.uri, domainName: c.libvirt.domainName, diskBus: c.libvirt.diskBus, virshTimeoutSeconds: c.libvirt.virshTimeoutMs / 1000 }
+      ? {
+          libvirtUri: c.libvirt.uri,
+          domainName: c.libvirt.domainName,
+          imagePathInDomain: c.libvirt.imagePathInDomain,
+          ...(c.libvirt.publishDir ? { publishDir: c.libvirt.publishDir } : {}),
+          resumeVia: c.libvirt.resumeVia,
+          diskBus: c.libvirt.diskBus,
+          virshTimeoutSeconds: c.libvirt.virshTimeoutMs / 1000,
+        }
       : {}),
     logLevel: c.logLevel,
     fsync: c.fsync,

@@ -11,7 +11,7 @@ export interface KubeResponse {
 }
 
 export interface KubeApi {
-  request(method: 'GET' | 'POST' | 'PATCH', path: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
+  request(method: 'GET' | 'POST' | 'PATCH' | 'PUT', path: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
 }
 
 export class KubeConnectionApi implements KubeApi {
@@ -23,7 +23,7 @@ export class KubeConnectionApi implements KubeApi {
     this.#timeoutMs = options.timeoutMs ?? 30_000;
   }
 
-  async request(method: 'GET' | 'POST' | 'PATCH', path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
+  async request(method: 'GET' | 'POST' | 'PATCH' | 'PUT', path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
     const url = this.#conn.getCurrentCluster().server + path;
     let res;
     try {

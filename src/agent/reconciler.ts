@@ -11,6 +11,7 @@ import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import type { InjectionTarget, Injector } from '../libvirt/types.ts';
+import { launcherPodsOnNode } from '../libvirt/launcher-pod.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
 import type { EventRecorder } from './events.ts';
@@ -48,6 +49,9 @@ interface Known {
   sha256: string;
   injectedSha?: string;
   annotations: Record<string, string>;
+  // The launcher pods last seen for it: eject still reaches the domain
+  // after the VMI object is gone.
+  launcherPods: string[];
 }
 
 export function nodeOf(vmi: VmiObject): string | undefined {
@@ -104,13 +108,14 @@ export class Reconciler {
             path: img.path,
             sha256: sha,
             annotations: live.metadata.annotations ?? {},
+            launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
           });
           kept++;
           continue;
         }
       }
       try {
-        await this.#removeImage(key, img, live?.metadata.annotations ?? {});
+        await this.#removeImage(key, img, live?.metadata.annotations ?? {}, live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : []);
         removed++;
       } catch (e) {
         const err = asVmseedError(e);
@@ -163,7 +168,7 @@ export class Reconciler {
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
     const sha = image.sha256;
     const size = image.bytes.length;
-    const target = injectionTarget(key, uid, seed.datasource, vmi);
+    const target = injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName);
     let entry = this.#known.get(key);
     let written = false;
     // Level-based down to the file: an image deleted behind our back is written again.
@@ -172,7 +177,7 @@ export class Reconciler {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
       written = res.written;
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations };
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
@@ -184,6 +189,11 @@ export class Reconciler {
     }
     progress.generated = true;
 
+    // A new launcher pod (the VM restarted or migrated) holds a new domain.
+    if (!sameList(entry.launcherPods, target.launcherPods ?? [])) {
+      entry.launcherPods = target.launcherPods ?? [];
+      entry.injectedSha = undefined;
+    }
     const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
     let injection = this.#o.status.get(key)?.injection;
     let injected = false;
@@ -280,12 +290,12 @@ export class Reconciler {
     const known = this.#known.get(key);
     if (!known) return;
     const [namespace, name] = splitKey(key);
-    await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations);
+    await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations, known.launcherPods);
   }
 
-  async #removeImage(key: string, img: StoredImage, annotations: Record<string, string>): Promise<void> {
+  async #removeImage(key: string, img: StoredImage, annotations: Record<string, string>, launcherPods: string[]): Promise<void> {
     if (this.#o.injector) {
-      const target: InjectionTarget = { namespace: img.namespace, name: img.name, uid: img.uid, datasource: img.datasource, annotations };
+      const target: InjectionTarget = { namespace: img.namespace, name: img.name, uid: img.uid, datasource: img.datasource, annotations, launcherPods };
       const t0 = performance.now();
       try {
         const res = await this.#o.injector.eject(target);
@@ -307,9 +317,13 @@ export class Reconciler {
   }
 }
 
-function injectionTarget(key: string, uid: string, datasource: Datasource, vmi: VmiObject): InjectionTarget {
+function injectionTarget(key: string, uid: string, datasource: Datasource, vmi: VmiObject, nodeName: string): InjectionTarget {
   const [namespace, name] = splitKey(key);
-  return { namespace, name, uid, datasource, annotations: vmi.metadata.annotations ?? {} };
+  return { namespace, name, uid, datasource, annotations: vmi.metadata.annotations ?? {}, launcherPods: launcherPodsOnNode(vmi.status?.activePods, nodeName) };
+}
+
+function sameList(a: string[], b: string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function datasourceHint(vmi: VmiObject | undefined): string {

@@ -8,7 +8,9 @@ import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
 import { asVmseedError } from '../errors.ts';
-import { VirshInjector } from '../libvirt/injector.ts';
+import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
+import { DirPublisher } from '../libvirt/publish.ts';
+import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
@@ -23,13 +25,18 @@ const VERSION: string = createRequire(import.meta.url)('../../package.json').ver
 // terminationGracePeriodSeconds is 30 s by default).
 const STOP_DEADLINE_MS = 20_000;
 
-export function makeInjector(config: Config): Injector | undefined {
+// `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
+// undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
+export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): Injector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
   return new VirshInjector({
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
+    ...(config.libvirt.publishDir !== undefined ? { publisher: new DirPublisher({ dirTemplate: config.libvirt.publishDir }) } : {}),
+    ...(resume ? { resume } : {}),
+    ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
@@ -71,9 +78,9 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     }
     return { agent, close: async () => { await ds?.close(); await close(); } };
   };
-  const injector = makeInjector(config);
-  const withInjector = injector ? { injector } : {};
   if (config.mode === 'local') {
+    const injector = makeInjector(config);
+    const withInjector = injector ? { injector } : {};
     const { LocalDirSource } = await import('../agent/local-source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
     const agent = new Agent({
@@ -85,15 +92,18 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     });
     return withDatasource(agent, async () => {});
   }
-  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }] = await Promise.all([
+  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause }] = await Promise.all([
     import('../agent/events.ts'),
     import('../agent/kube-api.ts'),
     import('../agent/kube-connection.ts'),
     import('../agent/kube-resolver.ts'),
     import('../agent/kube-source.ts'),
+    import('../agent/kubevirt-resume.ts'),
   ]);
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined);
+  const withInjector = injector ? { injector } : {};
   const agent = new Agent({
     ...common,
     ...withInjector,

@@ -5,6 +5,8 @@ import { VmseedError } from '../errors.ts';
 import { buildSeedDiskXml, findSeedDisk, parseDomainXml, pickFreeTarget, SEED_ALIAS, type DomainDisk, type SeedBus } from './disk-xml.ts';
 import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
 import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
+import { identityPublisher, type ImagePublisher } from './publish.ts';
+import { checkTemplate, IMAGE_PLACEHOLDERS, renderForTarget, renderTemplate, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
 
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 
@@ -24,13 +26,17 @@ export const virshResume: ResumeHook = async ({ domain, virsh }) => {
 
 export interface VirshInjectorOptions {
   virshPath?: string;
-  // Placeholders: {namespace} {name} {uid} {datasource}.
+  // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
+  // VMI's launcher pod on this node, see launcher-pod.ts).
   domainTemplate?: string;
-  // e.g. `qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock`.
+  // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`.
   uriTemplate?: string;
-  // How the domain's QEMU sees the image; {path} is the agent's path,
-  // e.g. `/var/run/kubevirt-private/vmseed/{namespace}/{name}/{basename}`.
+  // How the domain's QEMU sees the image; {path} is the published path as
+  // the agent sees it and {basename} its file name,
+  // e.g. `/var/run/kubevirt/hotplug-disks/{basename}`.
   imagePathTemplate?: string;
+  // Puts the image where the domain can open it (default: identity).
+  publisher?: ImagePublisher;
   bus?: SeedBus;
   alias?: string;
   timeoutMs?: number;
@@ -42,20 +48,7 @@ export interface VirshInjectorOptions {
   sleep?: (ms: number) => Promise<void>;
 }
 
-const PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'path', 'basename'] as const;
-type Vars = Partial<Record<(typeof PLACEHOLDERS)[number], string>>;
-
-function checkTemplate(field: string, template: string, allowed: readonly string[]): void {
-  for (const m of template.matchAll(/\{([^}]*)\}/g)) {
-    if (!allowed.includes(m[1])) {
-      throw new VmseedError('CONFIG_INVALID', `${field} '${template}' uses unknown placeholder {${m[1]}}; allowed: ${allowed.map((a) => `{${a}}`).join(' ')}`, { field });
-    }
-  }
-}
-
-export function renderTemplate(template: string, vars: Vars): string {
-  return template.replace(/\{([a-z]+)\}/g, (whole, key: string) => (vars as Record<string, string | undefined>)[key] ?? whole);
-}
+export { renderTemplate };
 
 interface DomainView {
   state: DomainState;
@@ -76,6 +69,7 @@ export class VirshInjector implements Injector {
   readonly #detachTimeoutMs: number;
   readonly #pollIntervalMs: number;
   readonly #resume: ResumeHook;
+  readonly #publisher: ImagePublisher;
   readonly #spawner: ProcessSpawner | undefined;
   readonly #sleep: (ms: number) => Promise<void>;
   // One change at a time per domain; different domains run concurrently.
@@ -86,9 +80,10 @@ export class VirshInjector implements Injector {
     this.#domainTemplate = options.domainTemplate ?? '{namespace}_{name}';
     this.#uriTemplate = options.uriTemplate ?? 'qemu:///system';
     this.#imagePathTemplate = options.imagePathTemplate ?? '{path}';
-    checkTemplate('domainTemplate', this.#domainTemplate, ['namespace', 'name', 'uid', 'datasource']);
-    checkTemplate('uriTemplate', this.#uriTemplate, ['namespace', 'name', 'uid', 'datasource']);
-    checkTemplate('imagePathTemplate', this.#imagePathTemplate, PLACEHOLDERS);
+    checkTemplate('domainTemplate', this.#domainTemplate, TARGET_PLACEHOLDERS);
+    checkTemplate('uriTemplate', this.#uriTemplate, TARGET_PLACEHOLDERS);
+    checkTemplate('imagePathTemplate', this.#imagePathTemplate, IMAGE_PLACEHOLDERS);
+    this.#publisher = options.publisher ?? identityPublisher;
     this.#bus = options.bus ?? 'virtio';
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {
       throw new VmseedError('CONFIG_INVALID', `bus '${String(this.#bus)}' is not supported; use virtio or scsi (the only hot-pluggable ones)`, { field: 'bus' });
@@ -104,19 +99,16 @@ export class VirshInjector implements Injector {
   }
 
   domainName(target: InjectionTarget): string {
-    return renderTemplate(this.#domainTemplate, this.#vars(target));
+    return renderForTarget(this.#domainTemplate, target);
   }
 
   uri(target: InjectionTarget): string {
-    return renderTemplate(this.#uriTemplate, this.#vars(target));
+    return renderForTarget(this.#uriTemplate, target);
   }
 
+  // `imagePath` is the published path (what the publisher returned).
   imagePathForDomain(target: InjectionTarget, imagePath: string): string {
-    return renderTemplate(this.#imagePathTemplate, { ...this.#vars(target), path: imagePath, basename: imagePath.split('/').pop() ?? imagePath });
-  }
-
-  #vars(t: InjectionTarget): Vars {
-    return { namespace: t.namespace, name: t.name, uid: t.uid, datasource: t.datasource };
+    return renderForTarget(this.#imagePathTemplate, target, { path: imagePath, basename: imagePath.split('/').pop() ?? imagePath });
   }
 
   #virsh(uri: string): Virsh {
@@ -135,16 +127,34 @@ export class VirshInjector implements Injector {
     }
   }
 
-  inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult> {
+  async inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
-    return this.#serialize(`${uri}\0${domain}`, () => this.#inject(target, domain, uri, this.imagePathForDomain(target, imagePath)));
+    return this.#serialize(`${uri}\0${domain}`, async () => {
+      const published = await this.#publisher.publish(target, imagePath);
+      return this.#inject(target, domain, uri, this.imagePathForDomain(target, published));
+    });
   }
 
-  eject(target: InjectionTarget): Promise<EjectionResult> {
+  async eject(target: InjectionTarget): Promise<EjectionResult> {
+    const perPod = [this.#uriTemplate, this.#domainTemplate].some(usesPodUID) || this.#publisher.perPod === true;
+    // No launcher pod on this node any more: its libvirt, its domain and
+    // its volumes (with our published copy) went with it.
+    if (perPod && (target.launcherPods ?? []).length === 0) return { action: 'none', domain: renderTemplate(this.#domainTemplate, { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource }) };
     const domain = this.domainName(target);
     const uri = this.uri(target);
-    return this.#serialize(`${uri}\0${domain}`, () => this.#eject(domain, uri));
+    return this.#serialize(`${uri}\0${domain}`, async () => {
+      let result: EjectionResult;
+      try {
+        result = await this.#eject(domain, uri);
+      } catch (e) {
+        // A per-pod socket that no longer answers: the pod is gone.
+        if (!(perPod && e instanceof VmseedError && e.code === 'LIBVIRT_UNREACHABLE')) throw e;
+        result = { action: 'none', domain };
+      }
+      await this.#publisher.unpublish(target);
+      return result;
+    });
   }
 
   async #view(virsh: Virsh, domain: string): Promise<DomainView> {

@@ -8,6 +8,10 @@ export interface InjectionTarget {
   datasource: Datasource;
   // VMI annotations (e.g. vmseed.io/resume-after-seed) that steer the seed gate.
   annotations: Record<string, string>;
+  // UIDs of the VMI's active launcher pods on this node (status.activePods
+  // filtered by node name, sorted): what {podUID} renders from. Exactly one
+  // is needed when a template uses {podUID} (see launcher-pod.ts).
+  launcherPods?: string[];
 }
 
 export type DomainState = 'running' | 'paused' | 'shutoff' | 'other';

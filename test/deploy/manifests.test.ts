@@ -66,7 +66,10 @@ test('the libvirt socket path in --libvirt-uri lies inside a mounted volume and 
   const socket = new URL(uri).searchParams.get('socket')!;
   const mount = agent.volumeMounts.find((m: Any) => socket.startsWith(m.mountPath + '/'));
   assert.ok(mount, `no volume mounted above ${socket}`);
-  assert.equal(mount.readOnly, true, 'connecting to a socket needs no writable mount');
+  // Connecting to a socket needs no writable mount; publishing images into
+  // the launchers' hotplug-disks (--publish-dir) under the same mount does.
+  const publish = agent.args.find((a: string) => a.startsWith('--publish-dir='))?.slice('--publish-dir='.length);
+  assert.equal(mount.readOnly === true, !publish?.startsWith(mount.mountPath + '/'), 'writable exactly when images are published into it');
   // A pod UID is 36 characters; a unix socket path must fit in 108 bytes with its NUL.
   const longest = socket.replace('{podUID}', '0'.repeat(36));
   assert.ok(Buffer.byteLength(longest) < 108, `${longest} is ${Buffer.byteLength(longest)} bytes`);
@@ -187,17 +190,10 @@ test('every manifest file parses', () => {
   assert.equal(dashboard.uid, 'vmseed-agent');
 });
 
-// The contract with src/config.ts (issue 4's branch): the DaemonSet's args
-// and environment must be accepted by the agent as they are. Until that
-// module is merged this is reported as todo; afterwards it must pass.
-test("the agent's config parser accepts the DaemonSet's args and environment", async (t) => {
-  const configModule = new URL('../../src/config.ts', import.meta.url);
-  const { existsSync } = await import('node:fs');
-  if (!existsSync(configModule)) {
-    t.todo('src/config.ts is not merged yet');
-    return;
-  }
-  const { loadConfig } = (await import(configModule.href)) as {
+// The contract with src/config.ts: the DaemonSet's args and environment
+// must be accepted by the agent as they are.
+test("the agent's config parser accepts the DaemonSet's args and environment", async () => {
+  const { loadConfig } = (await import('../../src/config.ts')) as unknown as {
     loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string): Any;
   };
   const env: NodeJS.ProcessEnv = {};
@@ -208,6 +204,17 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
   assert.equal(config.stateDir, '/var/lib/vmseed/seeds');
   assert.equal(config.kubevirtVolumes, 'ignore');
   assert.equal(config.libvirt.mode, 'virsh');
+  assert.equal(config.libvirt.resumeVia, 'kubevirt');
+  // The launcher's libvirt socket and its hotplug-disks emptyDir, both
+  // under the writable /pods mount of the kubelet's pods directory.
+  const mount = agent.volumeMounts.find((m: Any) => m.name === 'launcher-pods');
+  const volume = podSpec.volumes.find((v: Any) => v.name === 'launcher-pods');
+  assert.equal(volume.hostPath.path, '/var/lib/kubelet/pods');
+  assert.equal(mount.readOnly, false, '--publish-dir writes into it');
+  assert.equal(config.libvirt.uri, `qemu+unix:///session?socket=${mount.mountPath}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`);
+  assert.equal(config.libvirt.publishDir, `${mount.mountPath}/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks`);
+  assert.equal(config.libvirt.imagePathInDomain, '/var/run/kubevirt/hotplug-disks/{basename}');
+  assert.equal(agent.command, undefined, 'the ENTRYPOINT (bin/vmseed) starts the agent');
 });
 
 test('`kubectl apply -f manifests/` reads only built-in kinds (it works without the Prometheus Operator)', async () => {

@@ -1,25 +1,36 @@
-import { test } from 'node:test';
+import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { checkRbac, requestAttributes, ruleAllows, type PolicyRule, type RecordedCall } from '../support/rbac.ts';
 import { findObject, loadYamlDocuments } from '../support/manifests.ts';
+import { runKubevirtScenario } from '../support/kubevirt-scenario.ts';
 
 const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as { rules: PolicyRule[] };
 
-// The agent's API calls as a fake API server logs them (issue 4: informer,
-// Secret/ConfigMap reads, Events; issue 5: the seed gate's unpause). The lead
-// replaces this list with the calls recorded during the agent's tests.
-const AGENT_CALLS: RecordedCall[] = [
-  { method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dnode-a' },
-  {
-    method: 'GET',
-    path: '/apis/kubevirt.io/v1/virtualmachineinstances?allowWatchBookmarks=true&labelSelector=kubevirt.io%2FnodeName%3Dnode-a&resourceVersion=4711&watch=true',
-  },
-  { method: 'PUT', path: '/apis/subresources.kubevirt.io/v1/namespaces/team-a/virtualmachineinstances/vm1/unpause' },
-  { method: 'GET', path: '/api/v1/namespaces/team-a/secrets/vm1-userdata' },
-  { method: 'GET', path: '/api/v1/namespaces/team-a/configmaps/vm1-files' },
-  { method: 'POST', path: '/api/v1/namespaces/team-a/events' },
-  { method: 'PATCH', path: '/api/v1/namespaces/team-a/events/vm1.17a3b2c1d0e9f8a7' },
-];
+// The agent's API calls as the fake API server recorded them while an agent
+// ran test/support/kubevirt-scenario.ts: the informer, a Secret and a
+// ConfigMap read, Events created and patched, and the seed gate's unpause.
+let AGENT_CALLS: RecordedCall[] = [];
+before(async () => {
+  const { requests, unpaused } = await runKubevirtScenario();
+  assert.deepEqual(unpaused, ['team-a/vm1'], 'the scenario reached the seed gate');
+  AGENT_CALLS = requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
+});
+
+test('the scenario made every kind of call the agent has', () => {
+  const kinds = new Set(AGENT_CALLS.map((c) => {
+    const a = requestAttributes(c);
+    return `${a.apiGroup}/${a.resource}${a.subresource ? '/' + a.subresource : ''}:${a.verb}`;
+  }));
+  assert.deepEqual([...kinds].sort(), [
+    '/configmaps:get',
+    '/events:create',
+    '/events:patch',
+    '/secrets:get',
+    'kubevirt.io/virtualmachineinstances:list',
+    'kubevirt.io/virtualmachineinstances:watch',
+    'subresources.kubevirt.io/virtualmachineinstances/unpause:update',
+  ]);
+});
 
 test('request paths map to the attributes the API server authorizes', () => {
   const pick = (method: string, path: string) => {
@@ -74,7 +85,7 @@ test('a granted rule that no call uses is reported as unused', () => {
     { apiGroup: '', resource: 'pods', verb: 'list' },
   ]);
   // Dropping a call the agent makes leaves its grant unused.
-  const withoutWatch = AGENT_CALLS.filter((c) => !c.path.includes('watch=true'));
+  const withoutWatch = AGENT_CALLS.filter((c) => requestAttributes(c).verb !== 'watch');
   assert.deepEqual(checkRbac(role.rules, withoutWatch).unused, [{ apiGroup: 'kubevirt.io', resource: 'virtualmachineinstances', verb: 'watch' }]);
 });
 
@@ -98,8 +109,8 @@ test('every VMI list and watch is scoped to the node by label selector', () => {
   const vmiReads = AGENT_CALLS.map((c) => ({ c, a: requestAttributes(c) })).filter(
     ({ a }) => a.resource === 'virtualmachineinstances' && (a.verb === 'list' || a.verb === 'watch'),
   );
-  assert.equal(vmiReads.length, 2);
+  assert.deepEqual([...new Set(vmiReads.map(({ a }) => a.verb))].sort(), ['list', 'watch']);
   for (const { c } of vmiReads) {
-    assert.match(new URL(c.path, 'http://x').searchParams.get('labelSelector') ?? '', /^kubevirt\.io\/nodeName=[^,]+$/);
+    assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/nodeName=[^,]+$/);
   }
 });

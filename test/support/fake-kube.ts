@@ -2,7 +2,9 @@
 // @kubernetes/client-node 2.x uses it: VMI list (resourceVersion, label
 // selector) and watch (chunked JSON lines, allowWatchBookmarks/BOOKMARK,
 // 410 Gone as an HTTP status or an ERROR event), Secret/ConfigMap GET with
-// 404 Status, Event POST/PATCH. Faults on demand: dropped connections,
+// 404 Status, Event POST/PATCH, and KubeVirt's VMI `unpause` subresource
+// (PUT on subresources.kubevirt.io, answered like virt-api: 200, 404, 409
+// "VMI is not running" / "VMI is not paused"). Faults on demand: dropped connections,
 // stalled watches, refused connections. Every request is logged (method,
 // path, verb, resource) so tests can check RBAC covers exactly what is used.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -21,6 +23,7 @@ export interface RequestRecord {
   verb: Verb;
   group: string; // '' for core
   resource: string;
+  subresource?: string;
   namespace?: string;
   name?: string;
   query: Record<string, string>;
@@ -79,6 +82,8 @@ export interface FakeKubeOptions {
 
 export class FakeKube {
   readonly requests: RequestRecord[] = [];
+  // Successful unpause calls, as `namespace/name`.
+  readonly unpaused: string[] = [];
   readonly #server: Server;
   readonly #sockets = new Set<Socket>();
   readonly #vmis = new Map<string, VmiObject>();
@@ -314,6 +319,7 @@ export class FakeKube {
       verb,
       group: parsed.group,
       resource: parsed.resource,
+      ...(parsed.subresource ? { subresource: parsed.subresource } : {}),
       ...(parsed.namespace ? { namespace: parsed.namespace } : {}),
       ...(parsed.name ? { name: parsed.name } : {}),
       query: Object.fromEntries(url.searchParams),
@@ -371,6 +377,25 @@ export class FakeKube {
       return reply(200, obj);
     }
 
+    if (p.group === 'subresources.kubevirt.io' && p.resource === 'virtualmachineinstances' && p.subresource === 'unpause' && p.namespace && p.name) {
+      if (req.method !== 'PUT') return reply(405, status(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`));
+      const vmi = this.#vmis.get(`${p.namespace}/${p.name}`);
+      if (!vmi) return reply(404, status(404, 'NotFound', `virtualmachineinstance.kubevirt.io "${p.name}" not found`, { name: p.name, group: 'kubevirt.io', kind: 'virtualmachineinstance' }));
+      const conflict = (why: string) =>
+        reply(409, status(409, 'Conflict', `Operation cannot be fulfilled on virtualmachineinstance.kubevirt.io "${p.name}": ${why}`, { name: p.name, group: 'kubevirt.io', kind: 'virtualmachineinstance' }));
+      if (vmi.status?.phase !== 'Running') return conflict('VMI is not running');
+      const conditions = (vmi.status.conditions ?? []) as Array<{ type: string; status: string }>;
+      if (!conditions.some((c) => c.type === 'Paused' && c.status === 'True')) return conflict('VMI is not paused');
+      const next = structuredClone(vmi);
+      next.status!.conditions = conditions.filter((c) => c.type !== 'Paused');
+      this.applyVmi(next);
+      this.unpaused.push(`${p.namespace}/${p.name}`);
+      this.#record(req, url, 200, verb, p);
+      res.writeHead(200);
+      res.end();
+      return;
+    }
+
     if (p.group === '' && p.resource === 'events' && p.namespace) {
       if (req.method === 'POST' && !p.name) {
         const ev = JSON.parse(body) as StoredEvent;
@@ -397,7 +422,7 @@ export class FakeKube {
   }
 }
 
-function parsePath(path: string): { group: string; resource: string; namespace?: string; name?: string } {
+function parsePath(path: string): { group: string; resource: string; subresource?: string; namespace?: string; name?: string } {
   const parts = path.split('/').filter(Boolean);
   let rest: string[];
   let group = '';
@@ -411,7 +436,7 @@ function parsePath(path: string): { group: string; resource: string; namespace?:
     namespace = rest[1];
     rest = rest.slice(2);
   }
-  return { group, resource: rest[0] ?? '', ...(namespace ? { namespace } : {}), ...(rest[1] ? { name: rest[1] } : {}) };
+  return { group, resource: rest[0] ?? '', ...(namespace ? { namespace } : {}), ...(rest[1] ? { name: rest[1] } : {}), ...(rest[2] ? { subresource: rest[2] } : {}) };
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {

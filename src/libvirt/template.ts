@@ -1,0 +1,35 @@
+// The per-VMI templates of the libvirt side (connection URI, domain name,
+// image path in the domain, publish directory): {namespace} {name} {uid}
+// {datasource} {podUID}, and for image paths {path} {basename}.
+import { VmseedError } from '../errors.ts';
+import { launcherPodOf } from './launcher-pod.ts';
+import type { InjectionTarget } from './types.ts';
+
+export const TARGET_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'podUID'] as const;
+export const IMAGE_PLACEHOLDERS = [...TARGET_PLACEHOLDERS, 'path', 'basename'] as const;
+
+export type TemplateVars = Partial<Record<(typeof IMAGE_PLACEHOLDERS)[number], string>>;
+
+export function checkTemplate(field: string, template: string, allowed: readonly string[]): void {
+  for (const m of template.matchAll(/\{([^}]*)\}/g)) {
+    if (!allowed.includes(m[1]!)) {
+      throw new VmseedError('CONFIG_INVALID', `${field} '${template}' uses unknown placeholder {${m[1]}}; allowed: ${allowed.map((a) => `{${a}}`).join(' ')}`, { field });
+    }
+  }
+}
+
+export function usesPodUID(template: string): boolean {
+  return template.includes('{podUID}');
+}
+
+export function renderTemplate(template: string, vars: TemplateVars): string {
+  return template.replace(/\{([a-zA-Z]+)\}/g, (whole, key: string) => (vars as Record<string, string | undefined>)[key] ?? whole);
+}
+
+// {podUID} is resolved only when the template asks for it, so plain-libvirt
+// templates never depend on KubeVirt's status.
+export function renderForTarget(template: string, target: InjectionTarget, extra: TemplateVars = {}): string {
+  const vars: TemplateVars = { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource, ...extra };
+  if (usesPodUID(template)) vars.podUID = launcherPodOf(target);
+  return renderTemplate(template, vars);
+}

@@ -1,0 +1,88 @@
+// The seed gate through KubeVirt: the `unpause` subresource against the fake
+// API server (which answers like virt-api), alone and behind the injector.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { FakeKube } from '../support/fake-kube.ts';
+import { vmi, NODE } from '../support/agent-harness.ts';
+import { FakeLibvirt } from '../support/fake-libvirt.ts';
+import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { kubevirtUnpause, unpausePath } from '../../src/agent/kubevirt-resume.ts';
+import { VirshInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
+import { VmseedError } from '../../src/errors.ts';
+import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { InjectionTarget } from '../../src/libvirt/types.ts';
+
+async function setup(t: { after(fn: () => Promise<void>): void }) {
+  const fake = await FakeKube.start();
+  const connection = fake.connection();
+  t.after(async () => {
+    await connection.close();
+    await fake.close();
+  });
+  return { fake, api: new KubeConnectionApi(connection, { timeoutMs: 2000 }) };
+}
+
+function paused(name: string, phase = 'Running'): VmiObject {
+  const v = vmi(name);
+  v.metadata.annotations!['vmseed.io/resume-after-seed'] = 'true';
+  v.status = { nodeName: NODE, phase, conditions: [{ type: 'Paused', status: 'True' }], activePods: { 'pod-1': NODE } };
+  return v;
+}
+
+const target = (name: string): InjectionTarget => ({ namespace: 'default', name, uid: 'u', datasource: 'nocloud', annotations: { 'vmseed.io/resume-after-seed': 'true' } });
+const ctx = (name: string) => ({ target: target(name) }) as ResumeContext;
+const code = (c: string, kind: string) => (e: unknown) => e instanceof VmseedError && e.code === c && e.kind === kind;
+
+test('unpause: PUT on subresources.kubevirt.io with an UnpauseOptions body, as kubecli does', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('web-1'));
+  await kubevirtUnpause(api)(ctx('web-1'));
+  assert.deepEqual(fake.unpaused, ['default/web-1']);
+  const call = fake.requests.find((r) => r.subresource === 'unpause')!;
+  assert.deepEqual([call.method, call.path, call.status], ['PUT', '/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-1/unpause', 200]);
+  assert.equal(unpausePath('default', 'web-1'), call.path);
+  // KubeVirt dropped the Paused condition.
+  assert.deepEqual(fake.getVmi('default', 'web-1')!.status!.conditions, []);
+});
+
+test('unpause again (already running, e.g. our earlier answer was lost): 409 "not paused" is success', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('web-2'));
+  const hook = kubevirtUnpause(api);
+  await hook(ctx('web-2'));
+  await hook(ctx('web-2'));
+  assert.deepEqual(fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status), [200, 409]);
+  assert.deepEqual(fake.unpaused, ['default/web-2']);
+});
+
+test('not Running yet (409), VMI gone (404): VMI_UNPAUSE_FAILED, retryable', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('early', 'Scheduled'));
+  await assert.rejects(kubevirtUnpause(api)(ctx('early')), (e: unknown) => code('VMI_UNPAUSE_FAILED', 'retryable')(e) && /not running yet/.test((e as Error).message));
+  await assert.rejects(kubevirtUnpause(api)(ctx('missing')), (e: unknown) => code('VMI_UNPAUSE_FAILED', 'retryable')(e) && /404/.test((e as Error).message));
+  assert.deepEqual(fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status), [409, 404]);
+  assert.deepEqual(fake.unpaused, []);
+});
+
+test('API server away: KUBE_API_UNAVAILABLE, retryable', async (t) => {
+  const { fake, api } = await setup(t);
+  await fake.refuse(true);
+  await assert.rejects(kubevirtUnpause(api)(ctx('x')), code('KUBE_API_UNAVAILABLE', 'retryable'));
+  await fake.refuse(false);
+});
+
+test('behind the injector: a paused domain gets its seed, then KubeVirt (not virsh) resumes the VMI', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('gated'));
+  const lv = new FakeLibvirt();
+  lv.domains.set('default_gated', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
+  const inj = new VirshInjector({ spawner: lv, resume: kubevirtUnpause(api) });
+  const r = await inj.inject(target('gated'), '/seeds/nocloud.iso');
+  assert.deepEqual([r.action, r.flags, r.resumed], ['attached', ['--live'], true]);
+  assert.deepEqual(fake.unpaused, ['default/gated']);
+  assert.equal(lv.calls.some((c) => c[0] === 'resume'), false, 'virsh resume would desync KubeVirt');
+  // Without the annotation the VMI stays paused: no call at all.
+  lv.domains.set('default_quiet', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
+  await inj.inject({ ...target('quiet'), annotations: {} }, '/seeds/nocloud.iso');
+  assert.equal(fake.requests.filter((r) => r.subresource === 'unpause').length, 1);
+});

@@ -1,0 +1,78 @@
+// A fake libvirt behind the ProcessSpawner seam: it answers like virsh 9.0
+// did here (dominfo layout, dumpxml shape, the real error messages of
+// specs.md part B §6). Every call is recorded with the URI it used.
+import { readFileSync } from 'node:fs';
+import { parseDomainXml, type DomainDisk } from '../../src/libvirt/disk-xml.ts';
+import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';
+
+export interface FakeDomain {
+  state: 'running' | 'paused' | 'shut off' | 'in shutdown';
+  persistent: boolean;
+  live: DomainDisk[];
+  config: DomainDisk[];
+  // The guest answers ACPI unplug (live detach completes).
+  unplugs: boolean;
+}
+
+export class FakeLibvirt implements ProcessSpawner {
+  domains = new Map<string, FakeDomain>();
+  calls: string[][] = [];
+  uris: string[] = [];
+  failNext: Map<string, string> = new Map();
+
+  async run(_file: string, argv: readonly string[], _o: SpawnOptions): Promise<SpawnResult> {
+    const args = argv.slice(3); // -q -c URI
+    this.uris.push(argv[2]);
+    this.calls.push([...args]);
+    const ok = (stdout = ''): SpawnResult => ({ exitCode: 0, signal: null, stdout, stderr: '', timedOut: false, outputTruncated: false });
+    const fail = (stderr: string): SpawnResult => ({ exitCode: 1, signal: null, stdout: '', stderr, timedOut: false, outputTruncated: false });
+    const [cmd] = args;
+    const forced = this.failNext.get(cmd);
+    if (forced) {
+      this.failNext.delete(cmd);
+      return fail(forced);
+    }
+    const name = args.find((a, i) => i > 0 && !a.startsWith('--'))!;
+    const d = this.domains.get(name);
+    if (!d) return fail(`error: failed to get domain '${name}'\n`);
+    const active = d.state !== 'shut off';
+    switch (cmd) {
+      case 'dominfo':
+        return ok(`Id:             ${active ? 1 : '-'}\nName:           ${name}\nUUID:           347ba555-a2a7-4ec0-b250-4eedce37b6f1\nOS Type:        hvm\nState:          ${d.state}\nCPU(s):         1\nPersistent:     ${d.persistent ? 'yes' : 'no'}\nAutostart:      disable\n`);
+      case 'dumpxml': {
+        const disks = args.includes('--inactive') ? d.config : active ? d.live : d.config;
+        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n  <devices>\n${disks.map(diskXml).join('\n')}\n  </devices>\n</domain>\n`);
+      }
+      case 'resume':
+        d.state = 'running';
+        return ok();
+      case 'attach-device':
+      case 'detach-device': {
+        const disk = parseDomainXml(`<domain><devices>${readFileSync(args[2], 'utf8')}</devices></domain>`).disks[0];
+        const live = args.includes('--live');
+        const config = args.includes('--config');
+        if (config && !d.persistent) return fail(`error: Failed to ${cmd === 'attach-device' ? 'attach' : 'detach'} device from ${args[2]}\nerror: Requested operation is not valid: transient domains do not have any persistent config\n`);
+        if (live && !active) return fail(`error: Failed to attach device from ${args[2]}\nerror: Requested operation is not valid: domain is not running\n`);
+        for (const [flag, list] of [[live, d.live], [config, d.config]] as const) {
+          if (!flag) continue;
+          const i = list.findIndex((x) => x.targetDev === disk.targetDev);
+          if (cmd === 'attach-device') {
+            if (i >= 0) return fail(`error: Failed to attach device from ${args[2]}\nerror: XML error: target '${disk.targetDev}' duplicated for disk sources '${list[i].sourceFile}' and '${disk.sourceFile}'\n`);
+            list.push(disk);
+          } else {
+            if (i < 0) return fail(`error: Failed to detach device from ${args[2]}\nerror: device not found: disk ${disk.targetDev} not found\n`);
+            if (list === d.config || d.unplugs) list.splice(i, 1);
+          }
+        }
+        return ok();
+      }
+      default:
+        return fail(`error: unknown command: '${cmd}'\n`);
+    }
+  }
+}
+
+export function diskXml(d: DomainDisk): string {
+  return `    <disk type='${d.type}' device='${d.device}'>\n      <driver name='qemu' type='raw'/>\n      <source file='${d.sourceFile}' index='1'/>\n      <backingStore/>\n      <target dev='${d.targetDev}' bus='${d.bus}'/>\n${d.readonly ? '      <readonly/>\n' : ''}${d.alias ? `      <alias name='${d.alias}'/>\n` : ''}    </disk>`;
+}
+
