@@ -26,15 +26,23 @@ export class StatusStore implements StatusSource {
   readonly #vmis = new Map<string, VmiStatusRecord>();
   readonly #recent: Array<{ at: string; seconds: number }> = [];
   readonly #startedAt: string;
+  #config: Record<string, string | number | boolean>;
 
   constructor(options: StatusStoreOptions) {
     this.#opts = options;
+    this.#config = { ...options.config };
     this.#startedAt = this.#now().toISOString();
     this.#gauge();
   }
 
   #now(): Date {
     return this.#opts.now ? this.#opts.now() : new Date();
+  }
+
+  // Values known only once the agent runs, e.g. the address `--listen
+  // 127.0.0.1:0` was bound to: the page shows where it actually is.
+  setConfig(values: Record<string, string | number | boolean>): void {
+    this.#config = { ...this.#config, ...values };
   }
 
   get(key: string): VmiStatusRecord | undefined {
@@ -80,7 +88,7 @@ export class StatusStore implements StatusSource {
       version: this.#opts.version,
       nodeName: this.#opts.nodeName,
       startedAt: this.#startedAt,
-      config: { ...this.#opts.config },
+      config: { ...this.#config },
       watch: this.#opts.watch(),
       queue: this.#opts.queue(),
       vmis: [...this.#vmis.values()]

@@ -152,6 +152,8 @@ export const agent: Command = async (ctx) => {
     await closeConnection();
     return 1;
   }
+  const bound = http.address.host.includes(':') ? `[${http.address.host}]:${http.address.port}` : `${http.address.host}:${http.address.port}`;
+  agentInstance.status.setConfig({ listen: bound });
   log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
 
   const stopped = new Promise<void>((resolve) => {

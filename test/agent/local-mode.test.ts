@@ -69,8 +69,10 @@ test('local mode end to end: images appear, change and disappear with the files'
 
   // the status page lists it
   const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
-  const status = (await (await fetch(`${url}/status.json`)).json()) as { vmis: Array<{ name: string; state: string }> };
+  const status = (await (await fetch(`${url}/status.json`)).json()) as { config: { listen: string }; vmis: Array<{ name: string; state: string }> };
   assert.deepEqual(status.vmis.map((v) => [v.name, v.state]), [['one', 'ready']]);
+  // --listen 127.0.0.1:0: the page names the port actually bound.
+  assert.equal(status.config.listen, new URL(url).host);
 
   // add: a second file with a VMI, its Secret in another, multi-document
   await put(
