@@ -53,7 +53,10 @@ describe('path fuzz: no cross-VMI reads, no crash', () => {
     const body = r.body.toString('latin1');
     for (const m of B_MARKERS) assert.ok(!body.includes(m), `VMI B's data leaked for ${JSON.stringify(target.toString('latin1'))}`);
     assert.equal(r.headers['cache-control'], 'no-store', `no-store missing (status ${r.status})`);
-    const want = expected.get(target.toString('latin1'));
+    // Spaces around the target are request-line separators (`GET SP target
+    // SP HTTP/1.1`): Node's parser drops extra ones, so the server sees the
+    // target without them (checked: "GET  /v1/x HTTP/1.1" arrives as "/v1/x").
+    const want = expected.get(target.toString('latin1').replace(/^ +| +$/g, ''));
     if (r.status === 200) {
       assert.ok(want, `200 for a target that names no file of A: ${JSON.stringify(target.toString('latin1'))}`);
       assert.deepEqual(new Uint8Array(r.body), new Uint8Array(want));
