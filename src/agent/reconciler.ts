@@ -1,8 +1,12 @@
 // Level-based reconcile of one VMI key: read the latest object from the
 // cache and make the world match it. Ours and here: render, build, write
 // (skipped when the content hash is unchanged), inject (skipped when this
-// hash is already injected). Gone, moved, Succeeded or Failed: detach and
-// remove. Running it twice does nothing the second time.
+// hash is already injected), then prune the VMI's older images. Image paths
+// are content-addressed (see src/disk/store.ts): a new seed is a new path, so
+// the injector, comparing the domain's source path with ours, replaces the
+// disk, also after a restart that lost what was injected. Gone, moved,
+// Succeeded or Failed: detach and remove. Running it twice does nothing the
+// second time.
 import { createHash } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
 import type { Logger } from 'pino';
@@ -48,6 +52,9 @@ interface Known {
   path: string;
   sha256: string;
   injectedSha?: string;
+  // The VMI's directory may still hold other images (older seeds, or what
+  // was there at start-up); prune() clears it once path is in use.
+  needsPrune: boolean;
   annotations: Record<string, string>;
   // The launcher pods last seen for it: eject still reaches the domain
   // after the VMI object is gone.
@@ -90,7 +97,10 @@ export class Reconciler {
   // any more are detached and removed; the rest are remembered with the hash
   // of what is on disk, so a correct image is not rewritten. Its disk is not
   // re-attached either: the first reconcile calls inject(), which finds our
-  // disk already in the domain and reports `none`.
+  // disk (same content-addressed path) already in the domain and reports
+  // `none`. A VMI with several images (a crash between write and prune)
+  // keeps them all here: the first reconcile decides which one is wanted,
+  // injects it and prunes the others.
   async collectGarbage(): Promise<{ kept: number; removed: number }> {
     await this.#o.store.cleanupTemporaries();
     const images = await this.#o.store.list();
@@ -102,11 +112,21 @@ export class Reconciler {
       if (live && live.metadata.uid === img.uid && this.isHere(live)) {
         const sha = await hashFile(img.path);
         if (sha !== undefined) {
+          const had = this.#known.get(key);
+          // Prefer an image whose content matches its name.
+          if (had && had.uid === img.uid && had.path !== img.path) {
+            had.needsPrune = true;
+            if (img.sha16 === undefined || !sha.startsWith(img.sha16)) {
+              kept++;
+              continue;
+            }
+          }
           this.#known.set(key, {
             uid: img.uid,
             datasource: img.datasource,
             path: img.path,
             sha256: sha,
+            needsPrune: had !== undefined && had.uid === img.uid,
             annotations: live.metadata.annotations ?? {},
             launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
           });
@@ -177,7 +197,7 @@ export class Reconciler {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
       written = res.written;
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: entry !== undefined || !res.written, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
@@ -224,6 +244,9 @@ export class Reconciler {
         at: new Date(this.#now()).toISOString(),
       };
     }
+    // The domain uses entry.path now (or there is no domain): older images
+    // are no one's any more. A failed prune is retried by the next reconcile.
+    await this.#prune(target, entry);
     // Kept for as long as the VMI lives, not only on the reconcile that
     // attached: the guest booted without its seed, and that stays true.
     if (injection?.seededAfterBoot) {
@@ -284,6 +307,12 @@ export class Reconciler {
       this.#o.events.record(vmi, 'Warning', 'SeedFailed', `${err.code}: ${err.message}`);
     }
     return kind === 'terminal' ? 'terminal' : 'retry';
+  }
+
+  async #prune(target: InjectionTarget, entry: Known): Promise<void> {
+    if (!entry.needsPrune) return;
+    await this.#o.store.prune({ namespace: target.namespace, name: target.name, uid: entry.uid }, entry.path);
+    entry.needsPrune = false;
   }
 
   async #cleanup(key: string): Promise<void> {
