@@ -52,8 +52,10 @@ interface Known {
   path: string;
   sha256: string;
   injectedSha?: string;
-  // The VMI's directory may still hold other images (older seeds, or what
-  // was there at start-up); prune() clears it once path is in use.
+  // The VMI's directory may hold other images (older seeds, what was there
+  // at start-up): prune() clears it once path is in use. Set after every
+  // write (one readdir; a new VMI's directory may hold a stable-named image
+  // of an earlier version) and when start-up found several.
   needsPrune: boolean;
   annotations: Record<string, string>;
   // The launcher pods last seen for it: eject still reaches the domain
@@ -106,17 +108,30 @@ export class Reconciler {
     const images = await this.#o.store.list();
     let kept = 0;
     let removed = 0;
+    const removedVmis = new Set<string>();
     for (const img of images) {
       const key = `${img.namespace}/${img.name}`;
       const live = this.#o.cache.get(key);
       if (live && live.metadata.uid === img.uid && this.isHere(live)) {
+        const had = this.#known.get(key);
+        // A stable-named image of an earlier version was replaced in place:
+        // QEMU may hold an older inode than the file, so it never counts as
+        // what the domain has. The first reconcile writes the
+        // content-addressed image, the injector replaces the disk, and the
+        // old file is pruned then (kept until: a domain's config names it).
+        if (img.sha16 === undefined) {
+          if (had) had.needsPrune = true;
+          kept++;
+          continue;
+        }
         const sha = await hashFile(img.path);
         if (sha !== undefined) {
-          const had = this.#known.get(key);
-          // Prefer an image whose content matches its name.
-          if (had && had.uid === img.uid && had.path !== img.path) {
+          // Several images (a crash between write and prune): all stay, the
+          // first reconcile decides. An image whose content matches its name
+          // is preferred as the one on record.
+          if (had) {
             had.needsPrune = true;
-            if (img.sha16 === undefined || !sha.startsWith(img.sha16)) {
+            if (!sha.startsWith(img.sha16)) {
               kept++;
               continue;
             }
@@ -126,7 +141,7 @@ export class Reconciler {
             datasource: img.datasource,
             path: img.path,
             sha256: sha,
-            needsPrune: had !== undefined && had.uid === img.uid,
+            needsPrune: had !== undefined,
             annotations: live.metadata.annotations ?? {},
             launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
           });
@@ -134,6 +149,9 @@ export class Reconciler {
           continue;
         }
       }
+      // remove() takes all of the VMI's images at once.
+      if (removedVmis.has(`${key}\0${img.uid}`)) continue;
+      removedVmis.add(`${key}\0${img.uid}`);
       try {
         await this.#removeImage(key, img, live?.metadata.annotations ?? {}, live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : []);
         removed++;
@@ -197,7 +215,7 @@ export class Reconciler {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
       written = res.written;
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: entry !== undefined || !res.written, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: true, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
