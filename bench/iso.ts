@@ -134,7 +134,7 @@ async function main(): Promise<void> {
       // old one (the reconciler prunes that after the injector replaced the
       // disk); no rename over an existing file.
       const noSync = await time(VMSEED_RUNS, (i) => put(store, key, ts(i), false));
-      rows.push({ size: label, what: `vmseed build + atomic write, no fsync, update of an existing image (${FS_DISK})`, runs: VMSEED_RUNS, ...stats(noSync), bytes });
+      rows.push({ size: label, what: `vmseed build + atomic write, no fsync, update: a new content-addressed file next to the old (${FS_DISK})`, runs: VMSEED_RUNS, ...stats(noSync), bytes });
       const same = buildSeedImage(seed, ts(0)).bytes;
       await store.write(key, 'nocloud', same, { fsync: false });
       const identical = await time(VMSEED_RUNS, () => put(store, key, ts(0), false));
