@@ -15,8 +15,9 @@
 // Writes are atomic (temporary file in the same directory, write, fsync,
 // rename, fsync of the directory), so QEMU or a reader never sees a partial
 // image; temporaries left by a crash are removed by cleanupTemporaries() at
-// start. An identical image (same name, same bytes) is not rewritten. Seed-sized images take a path of
-// synchronous calls (see DEFAULT_SYNC_MAX_BYTES); the steps are the same.
+// start. An identical image (same name, same bytes) is not rewritten.
+// Seed-sized images take a path of synchronous calls (see
+// DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
