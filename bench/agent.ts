@@ -8,13 +8,14 @@
 //     (median, p99; new VMIs one at a time, the 1,000 still there);
 //   peak RSS of the agent (VmHWM); CPU of the agent while idle.
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { FakeKube } from '../test/support/fake-kube.ts';
 import type { VmiObject } from '../src/cloudinit/kube-types.ts';
+import { ImageStore } from '../src/disk/store.ts';
 
 const { values } = parseArgs({
   options: {
@@ -54,9 +55,19 @@ function addVmi(fake: FakeKube, i: number): VmiObject {
   return fake.applyVmi(v);
 }
 
-function imagePath(state: string, v: VmiObject): string {
+// The VMI's image is `<datasource>-<sha16>.iso` in its store directory
+// (content-addressed, see src/disk/store.ts): ready once one is there.
+function imagePath(state: string, v: VmiObject): { dir: string; prefix: string } {
   const ds = /configdrive/.test(v.metadata.annotations!['vmseed.io/cloud-init']!) ? 'configdrive' : 'nocloud';
-  return join(state, v.metadata.namespace!, v.metadata.name, v.metadata.uid!, `${ds}.iso`);
+  return { dir: new ImageStore({ root: state }).dirFor({ namespace: v.metadata.namespace!, name: v.metadata.name, uid: v.metadata.uid! }), prefix: `${ds}-` };
+}
+
+function hasImage(p: { dir: string; prefix: string }): boolean {
+  try {
+    return readdirSync(p.dir).some((n) => n.startsWith(p.prefix) && n.endsWith('.iso'));
+  } catch {
+    return false;
+  }
 }
 
 function procStat(pid: number): { cpuSeconds: number; hwmBytes: number; rssBytes: number } {
@@ -107,7 +118,7 @@ try {
   // Polled every 5 ms: a busy loop over 1,000 paths would take a core from the agent.
   const deadline = performance.now() + 60_000;
   while (remaining.length > 0 && performance.now() < deadline) {
-    remaining = remaining.filter((p) => !existsSync(p));
+    remaining = remaining.filter((p) => !hasImage(p));
     if (remaining.length > 0) await new Promise((r) => setTimeout(r, 5));
   }
   const allReady = remaining.length === 0;
@@ -119,7 +130,7 @@ try {
     const start = performance.now();
     const v = addVmi(fake, VMIS + i);
     const p = imagePath(state, v);
-    if (!(await until(() => existsSync(p), 10_000))) throw new Error(`event ${i}: no image after 10 s`);
+    if (!(await until(() => hasImage(p), 10_000))) throw new Error(`event ${i}: no image after 10 s`);
     latencies.push(performance.now() - start);
   }
   latencies.sort((a, b) => a - b);

@@ -87,7 +87,7 @@ spec:
 `,
   );
   const image = await waitFor('seed image', () => {
-    const found = existsSync(state) ? (readdirSync(state, { recursive: true }) as string[]).find((p) => p.endsWith('nocloud.iso')) : undefined;
+    const found = existsSync(state) ? (readdirSync(state, { recursive: true }) as string[]).find((p) => /(^|\/)nocloud-[0-9a-f]{16}\.iso$/.test(p)) : undefined;
     return found && join(state, found);
   }, 15_000);
   type Vmi = { name: string; state: string; datasourceSerial?: string; lastFetch?: Record<string, string> };

@@ -36,11 +36,15 @@ export interface ImageKey {
 export interface StoredImage extends ImageKey {
   datasource: Datasource;
   path: string;
+  // First 16 hex digits of the image's sha256 (from its content-addressed name).
+  sha16?: string;
 }
 
 export interface SeedImageStore {
   write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync: boolean; sha256?: string }): Promise<{ path: string; written: boolean }>;
   list(): Promise<StoredImage[]>;
+  // Removes the VMI's images other than keepPath (older seeds).
+  prune(key: ImageKey, keepPath: string): Promise<unknown>;
   remove(key: ImageKey): Promise<unknown>;
   cleanupTemporaries(): Promise<unknown>;
 }

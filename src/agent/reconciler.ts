@@ -1,8 +1,12 @@
 // Level-based reconcile of one VMI key: read the latest object from the
 // cache and make the world match it. Ours and here: render, build, write
 // (skipped when the content hash is unchanged), inject (skipped when this
-// hash is already injected). Gone, moved, Succeeded or Failed: detach and
-// remove. Running it twice does nothing the second time.
+// hash is already injected), then prune the VMI's older images. Image paths
+// are content-addressed (see src/disk/store.ts): a new seed is a new path, so
+// the injector, comparing the domain's source path with ours, replaces the
+// disk, also after a restart that lost what was injected. Gone, moved,
+// Succeeded or Failed: detach and remove. Running it twice does nothing the
+// second time.
 import { createHash } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
 import type { Logger } from 'pino';
@@ -48,6 +52,11 @@ interface Known {
   path: string;
   sha256: string;
   injectedSha?: string;
+  // The VMI's directory may hold other images (older seeds, what was there
+  // at start-up): prune() clears it once path is in use. Set after every
+  // write (one readdir; a new VMI's directory may hold a stable-named image
+  // of an earlier version) and when start-up found several.
+  needsPrune: boolean;
   annotations: Record<string, string>;
   // The launcher pods last seen for it: eject still reaches the domain
   // after the VMI object is gone.
@@ -90,23 +99,49 @@ export class Reconciler {
   // any more are detached and removed; the rest are remembered with the hash
   // of what is on disk, so a correct image is not rewritten. Its disk is not
   // re-attached either: the first reconcile calls inject(), which finds our
-  // disk already in the domain and reports `none`.
+  // disk (same content-addressed path) already in the domain and reports
+  // `none`. A VMI with several images (a crash between write and prune)
+  // keeps them all here: the first reconcile decides which one is wanted,
+  // injects it and prunes the others.
   async collectGarbage(): Promise<{ kept: number; removed: number }> {
     await this.#o.store.cleanupTemporaries();
     const images = await this.#o.store.list();
     let kept = 0;
     let removed = 0;
+    const removedVmis = new Set<string>();
     for (const img of images) {
       const key = `${img.namespace}/${img.name}`;
       const live = this.#o.cache.get(key);
       if (live && live.metadata.uid === img.uid && this.isHere(live)) {
+        const had = this.#known.get(key);
+        // A stable-named image of an earlier version was replaced in place:
+        // QEMU may hold an older inode than the file, so it never counts as
+        // what the domain has. The first reconcile writes the
+        // content-addressed image, the injector replaces the disk, and the
+        // old file is pruned then (kept until: a domain's config names it).
+        if (img.sha16 === undefined) {
+          if (had) had.needsPrune = true;
+          kept++;
+          continue;
+        }
         const sha = await hashFile(img.path);
         if (sha !== undefined) {
+          // Several images (a crash between write and prune): all stay, the
+          // first reconcile decides. An image whose content matches its name
+          // is preferred as the one on record.
+          if (had) {
+            had.needsPrune = true;
+            if (!sha.startsWith(img.sha16)) {
+              kept++;
+              continue;
+            }
+          }
           this.#known.set(key, {
             uid: img.uid,
             datasource: img.datasource,
             path: img.path,
             sha256: sha,
+            needsPrune: had !== undefined,
             annotations: live.metadata.annotations ?? {},
             launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
           });
@@ -114,6 +149,9 @@ export class Reconciler {
           continue;
         }
       }
+      // remove() takes all of the VMI's images at once.
+      if (removedVmis.has(`${key}\0${img.uid}`)) continue;
+      removedVmis.add(`${key}\0${img.uid}`);
       try {
         await this.#removeImage(key, img, live?.metadata.annotations ?? {}, live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : []);
         removed++;
@@ -177,7 +215,7 @@ export class Reconciler {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
       written = res.written;
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: true, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
@@ -224,6 +262,9 @@ export class Reconciler {
         at: new Date(this.#now()).toISOString(),
       };
     }
+    // The domain uses entry.path now (or there is no domain): older images
+    // are no one's any more. A failed prune is retried by the next reconcile.
+    await this.#prune(target, entry);
     // Kept for as long as the VMI lives, not only on the reconcile that
     // attached: the guest booted without its seed, and that stays true.
     if (injection?.seededAfterBoot) {
@@ -284,6 +325,12 @@ export class Reconciler {
       this.#o.events.record(vmi, 'Warning', 'SeedFailed', `${err.code}: ${err.message}`);
     }
     return kind === 'terminal' ? 'terminal' : 'retry';
+  }
+
+  async #prune(target: InjectionTarget, entry: Known): Promise<void> {
+    if (!entry.needsPrune) return;
+    await this.#o.store.prune({ namespace: target.namespace, name: target.name, uid: entry.uid }, entry.path);
+    entry.needsPrune = false;
   }
 
   async #cleanup(key: string): Promise<void> {

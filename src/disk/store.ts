@@ -1,4 +1,13 @@
-// Seed images on the node: <root>/<namespace>/<name>_<uid>/<datasource>.iso.
+// Seed images on the node:
+//   <root>/<namespace>/<name>_<uid>/<datasource>-<first 16 hex of sha256>.iso
+// Content-addressed names: a running QEMU keeps the inode it opened, so an
+// image replaced in place under a stable name is never seen by the guest
+// (the domain's source path did not change, so nothing re-attaches it).
+// With the hash in the name, "the domain's source is the desired path" means
+// "the domain has this content", and the injector's path compare replaces
+// the disk when the seed changes. A new seed is a new file: write() never
+// deletes an older one (a shut-off domain's config may still name it until
+// the injector replaced it); prune() does, once the caller moved on.
 // One directory per VMI, not <name>/<uid>/: each mkdir costs ~70 µs on ext4,
 // more than building the image, and a new VMI would pay for two. `_` cannot
 // occur in a Kubernetes name or UID, so the directory name splits back
@@ -6,13 +15,13 @@
 // Writes are atomic (temporary file in the same directory, write, fsync,
 // rename, fsync of the directory), so QEMU or a reader never sees a partial
 // image; temporaries left by a crash are removed by cleanupTemporaries() at
-// start. An identical image is not rewritten (its inode, and a running
-// guest's view of it, stay as they are). Seed-sized images take a path of
-// synchronous calls (see DEFAULT_SYNC_MAX_BYTES); the steps are the same.
+// start. An identical image (same name, same bytes) is not rewritten.
+// Seed-sized images take a path of synchronous calls (see
+// DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Datasource } from '../cloudinit/seed.ts';
 import { DATASOURCES } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
@@ -27,6 +36,9 @@ export interface StoredImage extends ImageKey {
   datasource: Datasource;
   path: string;
   size: number;
+  // The first 16 hex digits of the image's sha256, from its name; absent
+  // for a `<datasource>.iso` left by a version before content-addressed names.
+  sha16?: string;
 }
 
 // The few node:fs/promises calls the store makes, so tests can inject faults.
@@ -100,6 +112,19 @@ const NAMESPACE_RE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const NAME_RE = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 
+// 64 bits of sha256: a VMI holds a handful of seeds over its life, so a
+// collision between two of them is out of reach, and a path stays short.
+export const SHA_PREFIX_HEX = 16;
+const SHA_RE = /^[0-9a-f]{16,64}$/;
+// `<datasource>-<sha16>.iso`, or the stable name of earlier versions.
+const IMAGE_RE = /^(nocloud|configdrive)(?:-([0-9a-f]{16}))?\.iso$/;
+
+function parseImageName(file: string): { datasource: Datasource; sha16?: string } | undefined {
+  const m = IMAGE_RE.exec(file);
+  if (!m) return undefined;
+  return m[2] ? { datasource: m[1] as Datasource, sha16: m[2] } : { datasource: m[1] as Datasource };
+}
+
 const MAX_REMEMBERED = 16384;
 const MAX_KNOWN_DIRS = 16384;
 const ZERO_PREFIX = new Uint8Array(32 * 1024);
@@ -129,8 +154,6 @@ export class ImageStore {
   readonly #fs: StoreFs;
   readonly #syncFs: StoreSyncFs | undefined;
   readonly #syncMax: number;
-  // Image paths known to be the only image in their directory.
-  readonly #single = new Set<string>();
   // Directories this store created or found (synchronous path): a new VMI's
   // write then needs no stat of a file that cannot exist and no failing
   // open (a thrown ENOENT costs ~10 µs).
@@ -166,26 +189,31 @@ export class ImageStore {
     return join(this.root, key.namespace, `${key.name}_${key.uid}`);
   }
 
-  pathFor(key: ImageKey, datasource: Datasource): string {
+  // Where the image with this sha256 (hex, at least its first 16 digits) lives.
+  pathFor(key: ImageKey, datasource: Datasource, sha256: string): string {
     if (!DATASOURCES.includes(datasource)) {
       throw new VmseedError('STORE_KEY_INVALID', `datasource: '${String(datasource)}' is not nocloud or configdrive`, { field: 'datasource' });
     }
-    return join(this.dirFor(key), `${datasource}.iso`);
+    if (typeof sha256 !== 'string' || !SHA_RE.test(sha256)) {
+      throw new VmseedError('STORE_KEY_INVALID', 'sha256: not a lower-case hex digest of at least 16 digits; pass the image\'s sha256', { field: 'sha256' });
+    }
+    return join(this.dirFor(key), `${datasource}-${sha256.slice(0, SHA_PREFIX_HEX)}.iso`);
   }
 
-  // Replaces the VMI's image atomically unless it already holds these bytes.
+  // Writes the image under its content-addressed name unless that file
+  // already holds these bytes. Older images of the VMI stay until prune().
   // The store keeps a reference to `bytes` to recognise them next time:
   // do not mutate them afterwards.
   // `sha256` (hex, of `bytes`) saves hashing when the caller already has it.
   async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean; sha256?: string } = {}): Promise<{ path: string; written: boolean }> {
     const digest = new Digest(bytes, options.sha256);
     const fsync = options.fsync ?? true;
-    const path = this.pathFor(key, datasource);
+    const path = this.pathFor(key, datasource, digest.hex);
     const dir = dirname(path);
     const sfs = this.#syncFs;
     if (sfs && bytes.length <= this.#syncMax) {
       try {
-        return await this.#writeSync(sfs, dir, path, datasource, bytes, fsync, digest);
+        return await this.#writeSync(sfs, dir, path, bytes, fsync, digest);
       } catch (e) {
         throw this.#wrap(`write ${path}`, e);
       }
@@ -194,7 +222,7 @@ export class ImageStore {
     return this.#io(`write ${path}`, async () => {
       let written = false;
       if (!(await this.#same(path, bytes, digest))) {
-        const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
+        const tmp = this.#tmpFor(path);
         // The directory usually exists: create it only when open says so.
         const fh = await fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
           if (code(e) !== 'ENOENT') throw e;
@@ -220,26 +248,13 @@ export class ImageStore {
         if (fsync) await this.#syncDir(dir);
         written = true;
       }
-      // A datasource switch must not leave the other image behind. Once this
-      // store has seen the directory hold only `datasource`, it skips the check
-      // (it is the only writer under its root).
-      if (!this.#single.has(path)) {
-        for (const other of DATASOURCES) {
-          if (other === datasource) continue;
-          await fs.unlink(join(dir, `${other}.iso`)).catch((e) => {
-            if (code(e) !== 'ENOENT') throw e;
-          });
-          this.#single.delete(join(dir, `${other}.iso`));
-        }
-        this.#single.add(path);
-      }
       return { path, written };
     });
   }
 
   // The same steps as write()'s asynchronous path, in synchronous calls.
   // Without fsync it runs to completion synchronously (no await is reached).
-  async #writeSync(fs: StoreSyncFs, dir: string, path: string, datasource: Datasource, bytes: Uint8Array, fsync: boolean, digest: Digest): Promise<{ path: string; written: boolean }> {
+  async #writeSync(fs: StoreSyncFs, dir: string, path: string, bytes: Uint8Array, fsync: boolean, digest: Digest): Promise<{ path: string; written: boolean }> {
     const fsyncFd = (fd: number) => new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
     let written = false;
     let freshDir = false;
@@ -250,7 +265,7 @@ export class ImageStore {
       this.#dirs.add(dir);
     }
     if (freshDir || !this.#sameSync(fs, path, bytes, digest)) {
-      const tmp = join(dir, `.${datasource}.iso${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
+      const tmp = this.#tmpFor(path);
       let fd: number;
       try {
         fd = fs.openSync(tmp, 'wx', this.fileMode);
@@ -300,21 +315,39 @@ export class ImageStore {
       }
       written = true;
     }
-    // A directory this write created holds no other image.
-    if (freshDir) this.#single.add(path);
-    if (!this.#single.has(path)) {
-      for (const other of DATASOURCES) {
-        if (other === datasource) continue;
+    return { path, written };
+  }
+
+  // Removes the VMI's images other than `keepPath` (older seeds, the other
+  // datasource, a stable-named image of an earlier version). Call it once
+  // nothing refers to them any more: after the injector put `keepPath` into
+  // the domain, or right after write() when no domain is involved.
+  // Temporaries are left to cleanupTemporaries(). Returns the removed paths.
+  async prune(key: ImageKey, keepPath: string): Promise<string[]> {
+    const dir = this.dirFor(key);
+    const fs = this.#fs;
+    const removed: string[] = [];
+    await this.#io(`prune ${dir}`, async () => {
+      let files: string[];
+      try {
+        files = await fs.readdir(dir);
+      } catch (e) {
+        if (code(e) === 'ENOENT') return;
+        throw e;
+      }
+      for (const f of files.sort()) {
+        const p = join(dir, f);
+        if (p === keepPath || !parseImageName(f)) continue;
         try {
-          fs.unlinkSync(join(dir, `${other}.iso`));
+          await fs.unlink(p);
+          removed.push(p);
         } catch (e) {
           if (code(e) !== 'ENOENT') throw e;
         }
-        this.#single.delete(join(dir, `${other}.iso`));
+        this.#last.delete(p);
       }
-      this.#single.add(path);
-    }
-    return { path, written };
+    });
+    return removed;
   }
 
   async list(): Promise<StoredImage[]> {
@@ -336,11 +369,17 @@ export class ImageStore {
           const name = vmiDir.slice(0, sep);
           const uid = vmiDir.slice(sep + 1);
           for (const file of await ls(join(this.root, namespace, vmiDir))) {
-            const ds = file.endsWith('.iso') && !file.startsWith('.') ? (file.slice(0, -4) as Datasource) : undefined;
-            if (!ds || !DATASOURCES.includes(ds)) continue;
+            const parsed = parseImageName(file);
+            if (!parsed) continue;
             const path = join(this.root, namespace, vmiDir, file);
-            const { size } = await fs.stat(path);
-            out.push({ namespace, name, uid, datasource: ds, path, size });
+            let size: number;
+            try {
+              ({ size } = await fs.stat(path));
+            } catch (e) {
+              if (code(e) === 'ENOENT') continue; // pruned meanwhile
+              throw e;
+            }
+            out.push({ namespace, name, uid, ...parsed, path, size });
           }
         }
       }
@@ -348,15 +387,11 @@ export class ImageStore {
     return out;
   }
 
-  // Removes the VMI's images and its now-empty directories.
+  // Removes all of the VMI's images and its now-empty directories.
   async remove(key: ImageKey): Promise<void> {
     const dir = this.dirFor(key);
     const fs = this.#fs;
     this.#dirs.delete(dir);
-    for (const ds of DATASOURCES) {
-      this.#single.delete(join(dir, `${ds}.iso`));
-      this.#last.delete(join(dir, `${ds}.iso`));
-    }
     await this.#io(`remove ${dir}`, async () => {
       let files: string[];
       try {
@@ -365,7 +400,10 @@ export class ImageStore {
         if (code(e) === 'ENOENT') return;
         throw e;
       }
-      for (const f of files) await fs.unlink(join(dir, f));
+      for (const f of files) {
+        this.#last.delete(join(dir, f));
+        await fs.unlink(join(dir, f));
+      }
       for (const d of [dir, join(this.root, key.namespace)]) {
         try {
           await fs.rmdir(d);
@@ -403,6 +441,10 @@ export class ImageStore {
     };
     await this.#io(`clean ${this.root}`, () => visit(this.root, 0));
     return removed;
+  }
+
+  #tmpFor(path: string): string {
+    return join(dirname(path), `.${basename(path)}${TMP_MARK}${this.#tmpPrefix}-${(this.#tmpCount++).toString(36)}`);
   }
 
   #remember(path: string, digest: Digest, st: StoreStat): void {

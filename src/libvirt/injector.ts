@@ -132,7 +132,12 @@ export class VirshInjector implements Injector {
     const uri = this.uri(target);
     return this.#serialize(`${uri}\0${domain}`, async () => {
       const published = await this.#publisher.publish(target, imagePath);
-      return this.#inject(target, domain, uri, this.imagePathForDomain(target, published));
+      const result = await this.#inject(target, domain, uri, this.imagePathForDomain(target, published));
+      // Both views of the domain name `published` now: older copies (an
+      // earlier seed's content-addressed name) are unused. A failure leaves
+      // a small stale file that unpublish() removes with the rest.
+      await this.#publisher.prune?.(target, published).catch(() => {});
+      return result;
     });
   }
 

@@ -18,6 +18,9 @@ export interface ImagePublisher {
   publish(target: InjectionTarget, imagePath: string): Promise<string>;
   // Removes what publish() placed (after the disk is detached).
   unpublish(target: InjectionTarget): Promise<void>;
+  // Removes what publish() placed for the target except `keepPath` (a
+  // publish() result), once the domain's disk points at it.
+  prune?(target: InjectionTarget, keepPath: string): Promise<void>;
   // It lives in the launcher pod (its directory names {podUID}).
   readonly perPod?: boolean;
 }
@@ -41,9 +44,12 @@ export interface PublishFs {
 export interface DirPublisherOptions {
   // e.g. `/pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks`.
   dirTemplate: string;
-  // Our files are `vmseed-<datasource>.iso`: KubeVirt's own entries there
-  // are `<volume>.img` files and `<volume>` directories, and volume names
-  // cannot contain a dot, so the names never meet.
+  // Our files are `vmseed-<basename of the store's image>`, i.e.
+  // `vmseed-<datasource>-<sha16>.iso`: content-addressed like the store's, so
+  // a changed seed is a new path the injector replaces the disk with (QEMU
+  // keeps the old inode open; an in-place replace would go unseen). KubeVirt's
+  // own entries there are `<volume>.img` files and `<volume>` directories,
+  // and volume names cannot contain a dot, so the names never meet.
   prefix?: string;
   fileMode?: number;
   fs?: PublishFs;
@@ -97,7 +103,7 @@ export class DirPublisher implements ImagePublisher {
         if (errCode(e) === 'ENOENT') return undefined;
         throw e;
       });
-      // Identical: keep the file (and the inode QEMU may have open).
+      // Identical (the name says so, the bytes confirm): keep the file.
       if (current !== undefined && Buffer.from(current).equals(Buffer.from(bytes))) return dest;
       const tmp = join(dir, `.${basename(dest)}${TMP_MARK}${randomBytes(6).toString('hex')}`);
       try {
@@ -115,6 +121,15 @@ export class DirPublisher implements ImagePublisher {
   }
 
   async unpublish(target: InjectionTarget): Promise<void> {
+    await this.#removeOurs(target, undefined);
+  }
+
+  // Older seeds' copies, once the domain uses `keepPath`.
+  async prune(target: InjectionTarget, keepPath: string): Promise<void> {
+    await this.#removeOurs(target, basename(keepPath));
+  }
+
+  async #removeOurs(target: InjectionTarget, keep: string | undefined): Promise<void> {
     const dir = this.dirFor(target);
     // ENOENT: never published, or the pod (and its emptyDir) is gone.
     const gone = (e: unknown) => errCode(e) === 'ENOENT' || errCode(e) === 'ENOTDIR';
@@ -123,8 +138,9 @@ export class DirPublisher implements ImagePublisher {
       throw this.#failed(`cannot list publish directory ${dir}`, e);
     });
     // Ours only (and temporaries a crash left): KubeVirt's entries there
-    // never carry the prefix.
-    for (const n of names.filter((n) => n.startsWith(this.#prefix) || n.startsWith(`.${this.#prefix}`))) {
+    // never carry the prefix. Injections of one domain are serialized, so no
+    // temporary of a publish in progress is here when prune runs.
+    for (const n of names.filter((n) => n !== keep && (n.startsWith(this.#prefix) || n.startsWith(`.${this.#prefix}`)))) {
       await this.#fs.unlink(join(dir, n)).catch((e) => {
         if (!gone(e)) throw this.#failed(`cannot remove the seed image from ${dir}`, e);
       });

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
@@ -32,8 +32,8 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   t.after(() => void (child.exitCode === null && child.kill('SIGKILL')));
 
-  const image = join(state, 'default', `cli-vm_${v.metadata.uid!}`, 'nocloud.iso');
-  await waitFor('image', () => existsSync(image), 15_000);
+  const vmiDir = join(state, 'default', `cli-vm_${v.metadata.uid!}`);
+  const image = await waitFor('image', () => (existsSync(vmiDir) ? readdirSync(vmiDir).find((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n)) : undefined), 15_000);
   assert.equal(existsSync(join(state, 'default', 'elsewhere')), false);
   const url = await waitFor('url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
   await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200);

@@ -11,7 +11,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { load as loadYaml } from 'js-yaml';
 import { FakeKube } from '../support/fake-kube.ts';
-import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
 import { startHttpServer } from '../../src/http/server.ts';
@@ -84,8 +84,8 @@ test('agent datasource: read_seeded gets the image bytes via the status page URL
 
   const a = fake.applyVmi(vmi('a', { cloudInit: 'userData: |\n  #cloud-config\n  hostname: alpha\n  packages: [htop]\n' }));
   fake.applyVmi(vmi('b'));
-  const imageA = h.store.pathFor({ namespace: 'default', name: 'a', uid: a.metadata.uid! }, 'nocloud');
-  await waitFor('image of a', () => existsSync(imageA));
+  await waitFor('image of a', () => existsSync(imageOf(h.store, a)));
+  const imageA = imageOf(h.store, a);
   const recA = await waitFor('serial of a on /status.json', async () => {
     const r = await statusOf('a');
     return seedUrlOf(r) ? r : undefined;

@@ -5,11 +5,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { FakeKube } from '../support/fake-kube.ts';
-import { RecordingInjector, startAgent, tempDir, vmi, waitFor, NODE, type Harness } from '../support/agent-harness.ts';
+import { imageOf, imagesOf, RecordingInjector, startAgent, tempDir, vmi, waitFor, NODE, type Harness } from '../support/agent-harness.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
 function imagePath(h: Harness, v: VmiObject, ds: 'nocloud' | 'configdrive' = 'nocloud'): string {
-  return h.store.pathFor({ namespace: v.metadata.namespace!, name: v.metadata.name, uid: v.metadata.uid! }, ds);
+  return imageOf(h.store, v, ds);
 }
 
 async function setup(t: { after(fn: () => Promise<void>): void }) {
@@ -29,33 +29,40 @@ test('add, update and delete: image appears, changes, goes; injector attaches, r
   t.after(h.stop);
 
   const a = fake.applyVmi(vmi('a'));
+  await waitFor('image of a', () => existsSync(imagePath(h, a)));
   const path = imagePath(h, a);
-  await waitFor('image of a', () => existsSync(path));
   const first = readFileSync(path);
   assert.equal(injector.actions('inject', 'attached').length, 1);
 
   fake.applyVmi(vmi('a', { cloudInit: 'userData: |\n  #cloud-config\n  hostname: changed\n' }));
-  await waitFor('image of a to change', () => existsSync(path) && !readFileSync(path).equals(first));
+  // A changed seed is a new file (content-addressed): the domain's disk is
+  // replaced with it, then the old one goes.
   await waitFor('re-inject', () => injector.actions('inject').length === 2);
+  await h.agent.queue.idle();
+  const changed = imagePath(h, a);
+  assert.notEqual(changed, path);
+  assert.ok(!readFileSync(changed).equals(first));
+  assert.equal(injector.actions('inject', 'replaced').at(-1)?.path, changed);
+  assert.deepEqual(imagesOf(h.store, a), [changed], 'the old image pruned after the replace');
 
   // An update that does not change the seed (status only) rewrites nothing.
-  const before = statSync(path);
+  const before = statSync(changed);
   const v = structuredClone(fake.getVmi('default', 'a')!);
   v.status = { ...v.status, phase: 'Running' };
   fake.applyVmi(v);
   await new Promise((r) => setTimeout(r, 200));
   await h.agent.queue.idle();
-  assert.equal(statSync(path).ino, before.ino, 'image not rewritten');
+  assert.equal(statSync(changed).ino, before.ino, 'image not rewritten');
   assert.equal(injector.actions('inject').length, 2, 'not injected again');
 
   // Level-based down to the file: an image deleted behind the agent's back
   // comes back on the next reconcile (here: the periodic resync).
-  rmSync(path);
+  rmSync(changed);
   h.agent.resync();
-  await waitFor('image of a rewritten', () => existsSync(path));
+  await waitFor('image of a rewritten', () => existsSync(changed));
 
   fake.deleteVmi('default', 'a');
-  await waitFor('image of a removed', () => !existsSync(path));
+  await waitFor('image of a removed', () => !existsSync(changed));
   assert.equal(injector.actions('eject', 'detached').length, 1);
   assert.equal(h.agent.status.get('default/a'), undefined);
 

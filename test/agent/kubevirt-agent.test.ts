@@ -53,8 +53,11 @@ test('launcher pod unknown → retried; then published into the pod, unpaused by
   // KubeVirt reports the launcher: published, attached live, unpaused.
   fake.applyVmi(withPod);
   await waitFor('unpaused', () => fake.unpaused.includes('ns/web'));
-  assert.equal(lv.domains.get('ns_web')!.live[0]!.sourceFile, '/var/run/kubevirt/hotplug-disks/vmseed-nocloud.iso');
-  assert.ok(existsSync(join(pods, 'pod-1', HOTPLUG, 'vmseed-nocloud.iso')));
+  // The published copy carries the store image's content-addressed name.
+  const published = lv.domains.get('ns_web')!.live[0]!.sourceFile!;
+  assert.match(published, /^\/var\/run\/kubevirt\/hotplug-disks\/vmseed-nocloud-[0-9a-f]{16}\.iso$/);
+  const publishedName = published.split('/').pop()!;
+  assert.ok(existsSync(join(pods, 'pod-1', HOTPLUG, publishedName)));
   assert.ok(lv.uris.every((u) => u === `qemu+unix:///session?socket=${pods}/pod-1/sock`));
   assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
 
@@ -64,7 +67,7 @@ test('launcher pod unknown → retried; then published into the pod, unpaused by
   moved.status!.activePods = { 'pod-2': NODE };
   moved.status!.conditions = [{ type: 'Paused', status: 'True' }];
   fake.applyVmi(moved);
-  await waitFor('published into the new pod', () => existsSync(join(pods, 'pod-2', HOTPLUG, 'vmseed-nocloud.iso')));
+  await waitFor('published into the new pod', () => existsSync(join(pods, 'pod-2', HOTPLUG, publishedName)));
   await waitFor('attached in the new launcher', () => lv.domains.get('ns_web')!.live.length === 1);
   await waitFor('unpaused again', () => fake.unpaused.length === 2);
   assert.ok(lv.uris.at(-1)!.includes('/pod-2/'));

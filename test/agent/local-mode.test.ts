@@ -65,7 +65,7 @@ test('local mode end to end: images appear, change and disappear with the files'
   await waitFor('first image', () => findImages(state).length === 1, 15_000);
   const first = join(state, findImages(state)[0]!);
   assert.match(isoFile(first, 'user-data'), /hostname: first-host/);
-  assert.match(first, /default\/one_[0-9a-f-]+\/nocloud\.iso$/);
+  assert.match(first, /default\/one_[0-9a-f-]+\/nocloud-[0-9a-f]{16}\.iso$/);
 
   // the status page lists it
   const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
@@ -89,18 +89,23 @@ ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
   );
   await waitFor('second image', () => findImages(state).length === 2, 10_000);
   const second = join(state, findImages(state).find((p) => p.includes('/two_'))!);
+  const imageOf = (vmi: string) => findImages(state).filter((p) => p.includes(`/${vmi}_`)).map((p) => join(state, p));
   assert.match(isoFile(second, 'user-data'), /hostname: from-secret/);
 
-  // edit: the image changes in place
+  // edit: a new content-addressed image; the old one is pruned (no libvirt)
   await put(join(manifests, 'one.yaml'), vmiYaml('one', 'edited-host'));
-  await waitFor('edited image', () => existsSync(first) && /edited-host/.test(isoFile(first, 'user-data')), 10_000);
+  await waitFor('edited image', () => imageOf('one').length === 1 && imageOf('one')[0] !== first, 10_000);
+  const edited = imageOf('one')[0]!;
+  assert.match(isoFile(edited, 'user-data'), /edited-host/);
+  assert.equal(existsSync(first), false);
 
   // editing the Secret re-seeds the VMI that uses it
   await put(
     join(manifests, 'two.yaml'),
     readFileSync(join(manifests, 'two.yaml'), 'utf8').replace('hostname: from-secret', 'hostname: secret-edited'),
   );
-  await waitFor('secret edit applied', () => existsSync(second) && /secret-edited/.test(isoFile(second, 'user-data')), 10_000);
+  await waitFor('secret edit applied', () => imageOf('two').length === 1 && imageOf('two')[0] !== second, 10_000);
+  assert.match(isoFile(imageOf('two')[0]!, 'user-data'), /secret-edited/);
 
   // a broken VMI is reported, the others stay
   await put(join(manifests, 'bad.yaml'), vmiYaml('bad', '', 'userDataBase64: "not base64 at all!"'));
@@ -109,7 +114,7 @@ ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
 
   // delete: the image goes
   await rm(join(manifests, 'one.yaml'));
-  await waitFor('image removed', () => !existsSync(first), 10_000);
+  await waitFor('image removed', () => !existsSync(edited), 10_000);
   assert.equal(findImages(state).length, 1);
 
   child.kill('SIGTERM');

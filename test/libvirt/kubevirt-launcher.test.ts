@@ -5,7 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector } from '../../src/libvirt/injector.ts';
 import { launcherPodsOnNode } from '../../src/libvirt/launcher-pod.ts';
 import { DirPublisher, identityPublisher } from '../../src/libvirt/publish.ts';
@@ -69,6 +70,38 @@ test('{podUID}: the socket of the launcher on this node, the image copied into i
   assert.equal((await inj.eject(T)).action, 'detached');
   assert.deepEqual(lv.domains.get('ns1_vm1')!.live, []);
   assert.deepEqual(await readdir(join(root, 'pod-b', HOTPLUG)), []);
+});
+
+test('content-addressed store images: a changed seed is a new published name, the disk is replaced, the older copy removed after', async (t) => {
+  const { root, lv, inj } = await setup(t);
+  const hotplug = join(root, 'pod-b', HOTPLUG);
+  await mkdir(hotplug, { recursive: true });
+  const store = new ImageStore({ root: join(root, 'state') });
+  const key = { namespace: 'ns1', name: 'vm1', uid: 'u-1' };
+  const v1 = await store.write(key, 'nocloud', new TextEncoder().encode('seed one'), { fsync: false });
+  assert.equal((await inj.inject(T, v1.path)).action, 'attached');
+  const name1 = `vmseed-${basename(v1.path)}`;
+  assert.match(name1, /^vmseed-nocloud-[0-9a-f]{16}\.iso$/);
+  assert.equal(lv.domains.get('ns1_vm1')!.live[0]!.sourceFile, `/var/run/kubevirt/hotplug-disks/${name1}`);
+  // A KubeVirt hot-plugged volume next to ours is never touched.
+  await writeFile(join(hotplug, 'datavol.img'), 'not ours');
+
+  const v2 = await store.write(key, 'nocloud', new TextEncoder().encode('seed two'), { fsync: false });
+  const ino1 = (await stat(join(hotplug, name1))).ino;
+  const r = await inj.inject(T, v2.path);
+  assert.equal(r.action, 'replaced');
+  const name2 = `vmseed-${basename(v2.path)}`;
+  assert.notEqual(name2, name1);
+  assert.equal(lv.domains.get('ns1_vm1')!.live[0]!.sourceFile, `/var/run/kubevirt/hotplug-disks/${name2}`);
+  assert.equal(await readFile(join(hotplug, name2), 'utf8'), 'seed two');
+  assert.deepEqual((await readdir(hotplug)).sort(), ['datavol.img', name2], 'the older copy pruned after the replace');
+  assert.notEqual((await stat(join(hotplug, name2))).ino, ino1);
+
+  // The domain missing: nothing pruned (the old copy may still be in use).
+  const v3 = await store.write(key, 'nocloud', new TextEncoder().encode('seed three'), { fsync: false });
+  lv.domains.delete('ns1_vm1');
+  await assert.rejects(inj.inject(T, v3.path), code('DOMAIN_NOT_FOUND'));
+  assert.ok((await readdir(hotplug)).includes(name2));
 });
 
 test('launcher pod unknown or ambiguous: LAUNCHER_POD_UNKNOWN, retryable, before any virsh call', async (t) => {

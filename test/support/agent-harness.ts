@@ -1,6 +1,7 @@
 // An agent in-process against the fake API server, with the real renderer,
 // ISO builder and image store, and an injector fake that models which disk
 // each domain holds (so "no second attach" is observable).
+import { readdirSync, statSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +21,34 @@ import { captureLogger } from './capture-logger.ts';
 import type { FakeKube } from './fake-kube.ts';
 
 export const NODE = 'node-a';
+
+// The VMI's current image: names are content-addressed (the store's
+// pathFor needs the sha256), so tests that only know the VMI look in its
+// directory. Several images (before a prune): the newest. None: a path in
+// that directory that does not exist, so `existsSync(imageOf(...))` reads
+// as "the VMI has an image".
+export function imageOf(store: ImageStore, v: VmiObject | { namespace: string; name: string; uid: string }, datasource: 'nocloud' | 'configdrive' = 'nocloud'): string {
+  const key = 'metadata' in v ? { namespace: v.metadata.namespace ?? 'default', name: v.metadata.name, uid: v.metadata.uid! } : v;
+  const dir = store.dirFor(key);
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((n) => n.startsWith(`${datasource}-`) && n.endsWith('.iso'));
+  } catch {
+    names = [];
+  }
+  const paths = names.map((n) => join(dir, n)).sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  return paths[0] ?? join(dir, `${datasource}-none.iso`);
+}
+
+// All images the VMI's directory holds (any datasource), sorted.
+export function imagesOf(store: ImageStore, v: VmiObject): string[] {
+  const dir = store.dirFor({ namespace: v.metadata.namespace ?? 'default', name: v.metadata.name, uid: v.metadata.uid! });
+  try {
+    return readdirSync(dir).filter((n) => n.endsWith('.iso') && !n.startsWith('.')).map((n) => join(dir, n)).sort();
+  } catch {
+    return [];
+  }
+}
 
 export interface InjectorCall {
   op: 'inject' | 'eject';
