@@ -32,6 +32,11 @@ const SECTOR = 2048;
 const FIRST_FREE_SECTOR = 19;
 // cloudbase-init reads the low 16 bits of the volume size.
 export const MAX_SECTORS = 65536;
+// busybox's volume_id (findfs/blkid in busybox-based guests and initramfs,
+// e.g. CirrOS) reads the first 0x11000 bytes in one go and finds no label on
+// a shorter device; a small seed is ~60 KiB. genisoimage never hits this (it
+// pads 300 KiB by default). 128 KiB: checked in e2e/kernel-reads-iso.test.ts.
+export const MIN_SECTORS = 64;
 export const MAX_JOLIET_NAME = 64;
 export const MAX_LABEL = 32;
 // A label that blkid reports verbatim and cloud-init can match: no spaces
@@ -356,7 +361,7 @@ export function buildIso(input: IsoInput): Uint8Array {
       fileOrder.push(c);
     }
   }
-  const total = next + (next & 1); // a multiple of 4096 bytes
+  const total = Math.max(MIN_SECTORS, next + (next & 1)); // a multiple of 4096 bytes
   if (total >= MAX_SECTORS) {
     fail('ISO_TOO_LARGE', `files: the image would be ${total} sectors; it must stay under ${MAX_SECTORS} (128 MiB, cloudbase-init reads 16 bits of the volume size)`, 'files');
   }

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { mkdirSync } from 'node:fs';
 import { buildSeedImage, seedFiles } from '../../src/disk/seed-image.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
+import { MIN_SECTORS } from '../../src/disk/iso9660.ts';
 import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 import { blkid, bsdtarExtract, cloudinitRead, isoinfoPaths, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
@@ -104,14 +105,14 @@ for (const [name, seed, label] of cases) {
   });
 }
 
-test('the image is the fixed 26-sector overhead plus whole data sectors, rounded to 4 KiB', () => {
+test('the image is the fixed 26-sector overhead plus whole data sectors, rounded to 4 KiB, at least MIN_SECTORS', () => {
   // 16 system area + PVD, SVD, terminator + 4 path tables + 2 root directories
   // + 1 continuation area (ER); each file starts on its own sector.
-  for (const size of [0, 1, 2048, 2049, 16 * 1024, 100_000]) {
+  for (const size of [0, 1, 2048, 2049, 16 * 1024, 100_000, 200_001, 1 << 20]) {
     const seed: Seed = { datasource: 'nocloud', metaData: { 'instance-id': 'i' }, userData: new Uint8Array(size).fill(0x61), warnings: [] };
     const image = buildSeedImage(seed, TIMESTAMP);
     const sectors = 26 + 1 + Math.ceil(size / 2048);
-    assert.equal(image.bytes.length, Math.ceil(sectors / 2) * 4096, `user-data of ${size} bytes`);
+    assert.equal(image.bytes.length, Math.max(MIN_SECTORS * 2048, Math.ceil(sectors / 2) * 4096), `user-data of ${size} bytes`);
   }
 });
 
