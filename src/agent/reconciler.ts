@@ -44,6 +44,9 @@ interface Known {
   path: string;
   sha256: string;
   injectedSha?: string;
+  // Rewritten in place while an older image was injected: QEMU still holds
+  // the old (now unlinked) file open, so the disk must go out and back in.
+  reattach?: boolean;
   annotations: Record<string, string>;
 }
 
@@ -166,7 +169,8 @@ export class Reconciler {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true });
       written = res.written;
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations };
+      const reattach = entry !== undefined && entry.path === res.path && (entry.reattach === true || (res.written && entry.injectedSha !== undefined && entry.injectedSha !== sha));
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, annotations: target.annotations, ...(reattach ? { reattach } : {}) };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
@@ -183,7 +187,14 @@ export class Reconciler {
       const t0 = performance.now();
       let result;
       try {
+        const reattach = entry.reattach === true;
+        if (reattach) {
+          // Same path, so the injector alone would see "our disk, same source".
+          await this.#o.injector.eject(target);
+          entry.reattach = false;
+        }
         result = await this.#o.injector.inject(target, entry.path);
+        if (reattach && result.action === 'attached') result = { ...result, action: 'replaced' as const };
       } catch (e) {
         this.#o.metrics?.injectionDuration.observe({ operation: 'attach', result: 'error' }, (performance.now() - t0) / 1000);
         throw e;

@@ -37,6 +37,9 @@ test('add, update and delete: image appears, changes, goes; injector attaches, r
   fake.applyVmi(vmi('a', { cloudInit: 'userData: |\n  #cloud-config\n  hostname: changed\n' }));
   await waitFor('image of a to change', () => existsSync(path) && !readFileSync(path).equals(first));
   await waitFor('re-inject', () => injector.actions('inject').length === 2);
+  // Rewritten at the same path: a running QEMU still reads the old (unlinked)
+  // file, so the disk is taken out and put back in.
+  assert.deepEqual(injector.calls.map((c) => `${c.op}:${c.action}`), ['inject:attached', 'eject:detached', 'inject:attached']);
 
   // An update that does not change the seed (status only) rewrites nothing.
   const before = statSync(path);
@@ -56,7 +59,7 @@ test('add, update and delete: image appears, changes, goes; injector attaches, r
 
   fake.deleteVmi('default', 'a');
   await waitFor('image of a removed', () => !existsSync(path));
-  assert.equal(injector.actions('eject', 'detached').length, 1);
+  assert.equal(injector.actions('eject', 'detached').length, 2);
   assert.equal(h.agent.status.get('default/a'), undefined);
 
   const ready = fake.events().filter((e) => e.reason === 'SeedReady' && e.involvedObject.name === 'a');
