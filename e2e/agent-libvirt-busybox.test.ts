@@ -11,9 +11,9 @@ import { existsSync, readdirSync, readlinkSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ensureLibvirtd, uniqueName, destroyDomain, defineDomain, domblklist, domstate, emptyDomainXml, virsh } from './support/libvirtd.ts';
+import { ensureLibvirtd, uniqueName, defineDomain, domblklist, domstate, emptyDomainXml, virsh } from './support/libvirtd.ts';
 import { guestDomainXml, waitForConsole } from './support/libvirt-guest.ts';
-import { startAgentProcess, vmiYaml, waitUntil, type AgentProcess } from './support/agent-process.ts';
+import { cleanupAll, removeDomainChecked, startAgentProcess, vmiYaml, waitUntil, type AgentProcess } from './support/agent-process.ts';
 
 const NS = 'e2e';
 
@@ -54,11 +54,7 @@ test('dropped VMI file: image written, attached to the paused domain, resumed, r
   const name = uniqueName('chain');
   const domain = `${NS}_${name}`;
   const consoleLog = join(work, 'console.log');
-  t.after(async () => {
-    await agent.dispose();
-    await destroyDomain(domain);
-    await rm(work, { recursive: true, force: true });
-  });
+  t.after(() => cleanupAll(() => agent.dispose(), () => removeDomainChecked(domain), () => rm(work, { recursive: true, force: true })));
 
   await defineDomain(await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.after=stay vmseed.wait=240' }));
   await virsh('start', '--paused', domain);
@@ -130,11 +126,7 @@ test('domain not defined yet: DOMAIN_NOT_FOUND (retryable) on the status page, o
   const other = uniqueName('other');
   const lateDomain = `${NS}_${late}`;
   const otherDomain = `${NS}_${other}`;
-  t.after(async () => {
-    await agent.dispose();
-    await destroyDomain(lateDomain);
-    await destroyDomain(otherDomain);
-  });
+  t.after(() => cleanupAll(() => agent.dispose(), () => removeDomainChecked(lateDomain), () => removeDomainChecked(otherDomain)));
 
   // Shut-off persistent domains: the seed goes into the config (no QEMU).
   await defineDomain(emptyDomainXml({ name: otherDomain }));

@@ -1,12 +1,13 @@
 // The real agent CLI (`node src/main.ts agent --local DIR --libvirt virsh`)
 // as a subprocess, for the whole-chain tests: manifests go into its local
 // directory, its status page is read over HTTP, and it is always killed.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AgentStatusSnapshot, VmiStatusRecord } from '../../src/agent/status-types.ts';
+import { destroyDomain } from './libvirtd.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
@@ -119,4 +120,36 @@ export function vmiYaml(o: VmiYamlOptions): string {
     metadata: { name: o.name, namespace: o.namespace, annotations },
     spec: { domain },
   }, null, 2) + '\n';
+}
+
+// Destroys and undefines a test domain, then checks that its QEMU is gone
+// (libvirt names the process `-name guest=<domain>,...`).
+export async function removeDomainChecked(domain: string): Promise<void> {
+  await destroyDomain(domain);
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const left = await qemuProcessesOf(domain);
+    if (left.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`QEMU of domain ${domain} still running after destroy: pids ${left.join(', ')}`);
+    await sleep(200);
+  }
+}
+
+async function qemuProcessesOf(domain: string): Promise<string[]> {
+  return new Promise((resolve) => {
+    execFile('pgrep', ['-f', `guest=${domain},`], (err, stdout) => resolve(err ? [] : stdout.trim().split('\n').filter((l) => l !== '')));
+  });
+}
+
+// Runs every cleanup step even when one fails, then reports the first failure.
+export async function cleanupAll(...steps: Array<() => Promise<unknown>>): Promise<void> {
+  const errors: unknown[] = [];
+  for (const s of steps) {
+    try {
+      await s();
+    } catch (e) {
+      errors.push(e);
+    }
+  }
+  if (errors.length > 0) throw errors[0];
 }
