@@ -97,6 +97,7 @@ async function seedAndBoot(t: { after(fn: () => Promise<void>): void }, c: Case)
     `  - echo "PASSWD=$(getent passwd ${user})"`,
     `  - echo "KEY=$(cat /home/${user}/.ssh/authorized_keys)"`,
     '  - echo "WF=$(cat /etc/vmseed-written)"',
+    '  - echo "IID=$(cat /var/lib/cloud/data/instance-id)"',
     ...c.extraRuncmd.map((r) => `  - ${r}`),
     '',
   ].join('\n');
@@ -120,6 +121,8 @@ async function seedAndBoot(t: { after(fn: () => Promise<void>): void }, c: Case)
   assert.ok(runcmdLine(`PASSWD=${user}:x:\\d+:\\d+:[^:]*:/home/${user}:\\S+`).test(con), `the user exists (getent); ${tail()}`);
   assert.ok(con.includes(`KEY=${key}`), `the user's authorized_keys holds the seed's key; ${tail()}`);
   assert.ok(runcmdLine(`WF=${written}`).test(con), `write_files content; ${tail()}`);
+  // instance-id is the VMI's firmware uuid (meta-data instance-id / meta_data.json uuid).
+  assert.ok(runcmdLine(`IID=${uuid}`).test(con), `instance-id; ${tail()}`);
   c.check(con, tail, uuid);
   assert.equal(await agent.stop(), 0);
 }
@@ -147,12 +150,14 @@ test('SLOW: ConfigDrive seed from the agent: SMBIOS UUID = seed uuid, static add
       '    gateway4: 10.0.2.2',
       '',
     ].join('\n'),
-    extraRuncmd: ['echo "UUID=$(cat /sys/class/dmi/id/product_uuid)"', 'ip addr'],
+    extraRuncmd: ['echo "SMBIOS=$(cat /sys/class/dmi/id/product_uuid)"', 'ip addr'],
     check: (con, tail, uuid) => {
       assert.match(con, /Datasource DataSourceConfigDrive \[[^\]]*\]\[source=\/dev\/vd[a-z]\]/, `ConfigDrive datasource from the seed disk; ${tail()}`);
-      assert.ok(runcmdLine(`UUID=${uuid}`).test(con), `the domain's SMBIOS UUID is the VMI's firmware uuid; ${tail()}`);
-      assert.ok(runcmdLine(`\\s*link/ether ${GUEST_MAC} `).test(con), `the NIC; ${tail()}`);
-      assert.ok(runcmdLine('\\s*inet 10\\.0\\.2\\.77/24 ').test(con), `static address from network_data.json on eth0; ${tail()}`);
+      // The domain's SMBIOS UUID equals the seed's uuid (checked as the instance-id above).
+      assert.ok(runcmdLine(`SMBIOS=${uuid}`).test(con), `SMBIOS UUID; ${tail()}`);
+      assert.ok(runcmdLine(`\\s*link/ether ${GUEST_MAC} .*`).test(con), `the NIC; ${tail()}`);
+      // Not 10.0.2.15, which QEMU's DHCP would have handed out.
+      assert.ok(runcmdLine('\\s*inet 10\\.0\\.2\\.77/24 .*scope global eth0').test(con), `static address from network_data.json on eth0; ${tail()}`);
     },
   });
 });
