@@ -141,13 +141,15 @@ test('domain not defined yet: DOMAIN_NOT_FOUND (retryable) on the status page, o
   // The image itself is ready: only the injection waits.
   assert.equal(images(agent.stateDir).length, 1);
 
-  await agent.put('other.yaml', vmiYaml({ namespace: NS, name: other, cloudInit: JSON.stringify({ userData: '#cloud-config\n# other\n' }) }));
+  // This one uses KubeVirt's cloudInitNoCloud volume instead of the annotation.
+  await agent.put('other.yaml', vmiYaml({ namespace: NS, name: other, noCloudVolume: { userData: '#cloud-config\n# other\n' } }));
   const served = await waitUntil('the other VMI seeded', async () => {
     const r = await agent.vmi(NS, other);
     return r?.state === 'ready' && r.injection ? r : undefined;
   }, 30_000, () => tail(agent));
   assert.deepEqual(served.injection!.flags, ['--config']);
   assert.deepEqual((await domblklist(otherDomain, true)).map((b) => b.source), [served.imagePath]);
+  assert.equal(isoFile(served.imagePath!, 'user-data'), '#cloud-config\n# other\n');
   assert.equal((await agent.vmi(NS, late))?.state, 'error', 'still waiting for its domain');
 
   // Let it fail a few times (backoff grows), then define the domain.

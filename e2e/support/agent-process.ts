@@ -103,7 +103,9 @@ export interface VmiYamlOptions {
   namespace: string;
   name: string;
   /** The vmseed.io/cloud-init annotation document (YAML). */
-  cloudInit: string;
+  cloudInit?: string;
+  /** Instead: KubeVirt's own cloudInitNoCloud volume (local mode owns such volumes). */
+  noCloudVolume?: { userData: string };
   resumeAfterSeed?: boolean;
   firmwareUuid?: string;
 }
@@ -111,14 +113,20 @@ export interface VmiYamlOptions {
 // The annotation document is embedded as a JSON string: no YAML indentation
 // games, and user-data bytes survive exactly.
 export function vmiYaml(o: VmiYamlOptions): string {
-  const annotations: Record<string, string> = { 'vmseed.io/cloud-init': o.cloudInit };
+  const annotations: Record<string, string> = {};
+  if (o.cloudInit !== undefined) annotations['vmseed.io/cloud-init'] = o.cloudInit;
   if (o.resumeAfterSeed) annotations['vmseed.io/resume-after-seed'] = 'true';
-  const domain = o.firmwareUuid ? { firmware: { uuid: o.firmwareUuid } } : {};
+  const domain: Record<string, unknown> = o.firmwareUuid ? { firmware: { uuid: o.firmwareUuid } } : {};
+  const spec: Record<string, unknown> = { domain };
+  if (o.noCloudVolume) {
+    domain.devices = { disks: [{ name: 'cloudinit', disk: { bus: 'virtio' } }] };
+    spec.volumes = [{ name: 'cloudinit', cloudInitNoCloud: { userData: o.noCloudVolume.userData } }];
+  }
   return JSON.stringify({
     apiVersion: 'kubevirt.io/v1',
     kind: 'VirtualMachineInstance',
     metadata: { name: o.name, namespace: o.namespace, annotations },
-    spec: { domain },
+    spec,
   }, null, 2) + '\n';
 }
 
