@@ -21,7 +21,7 @@ export interface AnnotationSpec {
 
 const STRING_FIELDS = ['userData', 'userDataBase64', 'networkData', 'networkDataBase64', 'datasource'] as const;
 const REF_FIELDS = ['secretRef', 'userDataSecretRef', 'networkDataSecretRef'] as const;
-// Every field of the document; docs/annotation-reference.md documents each
+// Every field of the document; the README's annotation reference documents each
 // (a test keeps the two in step).
 export const ANNOTATION_FIELDS: readonly string[] = [...STRING_FIELDS, ...REF_FIELDS, ...EXTRA_FIELDS];
 const KNOWN = new Set<string>(ANNOTATION_FIELDS);

@@ -1,4 +1,4 @@
-// docs/annotation-reference.md documents exactly the fields the annotation
+// The README's annotation reference documents exactly the fields the annotation
 // parser knows: every field has a row, and every row is a field.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -6,7 +6,10 @@ import { readFileSync } from 'node:fs';
 import { ANNOTATION, ANNOTATION_FIELDS, parseAnnotation } from '../../src/cloudinit/annotation.ts';
 import { FILE_FIELDS, INIT_FIELDS, NIC_FIELDS, USER_FIELDS, parseInit } from '../../src/cloudinit/init/parse.ts';
 
-const doc = readFileSync(new URL('../../docs/annotation-reference.md', import.meta.url), 'utf8');
+const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+// Only the annotation's section: the README has other tables.
+const start = readme.indexOf('\n## The `vmseed.io/cloud-init` annotation\n');
+const doc = readme.slice(start, readme.indexOf('\n## ', start + 1));
 const rows = doc.split('\n').filter((l) => l.startsWith('| `')).map((l) => l.split(/(?<!\\)\|/).map((c) => c.trim()));
 const documented = rows.map((r) => r[1].replace(/`/g, ''));
 
