@@ -6,6 +6,7 @@ import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { RenderOutcome } from '../cloudinit/render.ts';
 import type { KubevirtVolumes } from '../config.ts';
 import type { VendorDataRef } from '../cloudinit/vendor-data.ts';
+import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
 
 export type { RenderOutcome };
 
@@ -27,18 +28,11 @@ export interface BuiltImage {
 
 export type BuildSeedImage = (seed: Seed, timestamp: Date) => BuiltImage;
 
-export interface ImageKey {
-  namespace: string;
-  name: string;
-  uid: string;
-}
+export type { ImageKey };
 
-export interface StoredImage extends ImageKey {
-  datasource: Datasource;
-  path: string;
-  // First 16 hex digits of the image's sha256 (from its content-addressed name).
-  sha16?: string;
-}
+// What the reconciler needs of a stored image (it also makes these for
+// cleanup, where the size is not known).
+export type StoredImage = Omit<StoreEntry, 'size'>;
 
 export interface SeedImageStore {
   write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync: boolean; sha256?: string }): Promise<{ path: string; written: boolean }>;

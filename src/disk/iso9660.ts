@@ -528,12 +528,18 @@ class Writer {
     return off + 33 + id.length + (id.length % 2 === 0 ? 1 : 0);
   }
 
-  px(off: number, mode: number, nlink: number): number {
+  // Every SUSP entry starts with its two-letter signature, its length and
+  // version 1 (IEEE P1281 4.1).
+  susp(off: number, sig: string, len: number): void {
     const b = this.buf;
-    b[off] = 0x50; // P
-    b[off + 1] = 0x58; // X
-    b[off + 2] = PX_LEN;
+    b[off] = sig.charCodeAt(0);
+    b[off + 1] = sig.charCodeAt(1);
+    b[off + 2] = len;
     b[off + 3] = 1;
+  }
+
+  px(off: number, mode: number, nlink: number): number {
+    this.susp(off, 'PX', PX_LEN);
     this.u32both(off + 4, mode);
     this.u32both(off + 12, nlink);
     // uid and gid 0: already zero.
@@ -542,10 +548,7 @@ class Writer {
 
   tf(off: number): number {
     const b = this.buf;
-    b[off] = 0x54; // T
-    b[off + 1] = 0x46; // F
-    b[off + 2] = TF_LEN;
-    b[off + 3] = 1;
+    this.susp(off, 'TF', TF_LEN);
     b[off + 4] = 0x0e;
     b.set(this.recDate, off + 5);
     b.set(this.recDate, off + 12);
@@ -555,21 +558,14 @@ class Writer {
 
   nm(off: number, flags: number, name: Uint8Array): number {
     const b = this.buf;
-    b[off] = 0x4e; // N
-    b[off + 1] = 0x4d; // M
-    b[off + 2] = NM_HEAD + name.length;
-    b[off + 3] = 1;
+    this.susp(off, 'NM', NM_HEAD + name.length);
     b[off + 4] = flags;
     b.set(name, off + 5);
     return off + NM_HEAD + name.length;
   }
 
   ce(off: number, sector: number, offset: number, length: number): number {
-    const b = this.buf;
-    b[off] = 0x43; // C
-    b[off + 1] = 0x45; // E
-    b[off + 2] = CE_LEN;
-    b[off + 3] = 1;
+    this.susp(off, 'CE', CE_LEN);
     this.u32both(off + 4, sector);
     this.u32both(off + 12, offset);
     this.u32both(off + 20, length);
@@ -578,10 +574,7 @@ class Writer {
 
   er(off: number): void {
     const b = this.buf;
-    b[off] = 0x45; // E
-    b[off + 1] = 0x52; // R
-    b[off + 2] = ER_LEN;
-    b[off + 3] = 1;
+    this.susp(off, 'ER', ER_LEN);
     b[off + 4] = ER_ID.length;
     b[off + 5] = ER_DES.length;
     b[off + 6] = ER_SRC.length;
