@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
+import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import type { InjectionTarget, Injector } from '../libvirt/types.ts';
 import { launcherPodsOnNode } from '../libvirt/launcher-pod.ts';
@@ -219,6 +220,7 @@ export class Reconciler {
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
+    releaseImageBytes(image.bytes);
     this.#o.seeds?.put(key, vmi, seed);
     const generationSeconds = (performance.now() - started) / 1000;
     if (written) {
