@@ -328,14 +328,7 @@ export class ImageStore {
     const fs = this.#fs;
     const removed: string[] = [];
     await this.#io(`prune ${dir}`, async () => {
-      let files: string[];
-      try {
-        files = await fs.readdir(dir);
-      } catch (e) {
-        if (code(e) === 'ENOENT') return;
-        throw e;
-      }
-      for (const f of files.sort()) {
+      for (const f of await this.#entries(dir)) {
         const p = join(dir, f);
         if (p === keepPath || !parseImageName(f)) continue;
         try {
@@ -353,14 +346,7 @@ export class ImageStore {
   async list(): Promise<StoredImage[]> {
     const out: StoredImage[] = [];
     const fs = this.#fs;
-    const ls = async (p: string): Promise<string[]> => {
-      try {
-        return (await fs.readdir(p)).sort();
-      } catch (e) {
-        if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return [];
-        throw e;
-      }
-    };
+    const ls = (p: string) => this.#entries(p);
     await this.#io(`list ${this.root}`, async () => {
       for (const namespace of await ls(this.root)) {
         for (const vmiDir of await ls(join(this.root, namespace))) {
@@ -393,14 +379,7 @@ export class ImageStore {
     const fs = this.#fs;
     this.#dirs.delete(dir);
     await this.#io(`remove ${dir}`, async () => {
-      let files: string[];
-      try {
-        files = await fs.readdir(dir);
-      } catch (e) {
-        if (code(e) === 'ENOENT') return;
-        throw e;
-      }
-      for (const f of files) {
+      for (const f of await this.#entries(dir)) {
         this.#last.delete(join(dir, f));
         await fs.unlink(join(dir, f));
       }
@@ -415,19 +394,22 @@ export class ImageStore {
     });
   }
 
+  // A directory's entries, sorted; none when it (or a parent) is not there.
+  async #entries(dir: string): Promise<string[]> {
+    try {
+      return (await this.#fs.readdir(dir)).sort();
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return [];
+      throw e;
+    }
+  }
+
   // Deletes temporaries a crash left mid-write; run at start, before writes.
   async cleanupTemporaries(): Promise<string[]> {
     const removed: string[] = [];
     const fs = this.#fs;
     const visit = async (dir: string, depth: number): Promise<void> => {
-      let names: string[];
-      try {
-        names = await fs.readdir(dir);
-      } catch (e) {
-        if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return;
-        throw e;
-      }
-      for (const n of names.sort()) {
+      for (const n of await this.#entries(dir)) {
         const p = join(dir, n);
         if (depth === 2) {
           if (n.startsWith('.') && n.includes(TMP_MARK)) {

@@ -13,18 +13,11 @@ import { join } from 'node:path';
 import { VmseedError } from '../../src/errors.ts';
 import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, imagesOf, RecordingInjector, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import { fakeKubeAndDir } from '../support/agent-harness.ts';
 
 const seed = (host: string) => `userData: |\n  #cloud-config\n  hostname: ${host}\n`;
 
-async function setup(t: { after(fn: () => Promise<void>): void }) {
-  const fake = await FakeKube.start();
-  const dir = await tempDir();
-  t.after(async () => {
-    await fake.close();
-    await dir.remove();
-  });
-  return { fake, dir };
-}
+const setup = fakeKubeAndDir;
 
 test('a changed seed: inject with a new path → replaced, then the old image is pruned', { timeout: 20_000 }, async (t) => {
   const { fake, dir } = await setup(t);

@@ -6,21 +6,14 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, imagesOf, RecordingInjector, startAgent, tempDir, vmi, waitFor, NODE, type Harness } from '../support/agent-harness.ts';
+import { fakeKubeAndDir } from '../support/agent-harness.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
 function imagePath(h: Harness, v: VmiObject, ds: 'nocloud' | 'configdrive' = 'nocloud'): string {
   return imageOf(h.store, v, ds);
 }
 
-async function setup(t: { after(fn: () => Promise<void>): void }) {
-  const fake = await FakeKube.start();
-  const dir = await tempDir();
-  t.after(async () => {
-    await fake.close();
-    await dir.remove();
-  });
-  return { fake, dir };
-}
+const setup = fakeKubeAndDir;
 
 test('add, update and delete: image appears, changes, goes; injector attaches, replaces nothing needlessly, detaches', { timeout: 20_000 }, async (t) => {
   const { fake, dir } = await setup(t);

@@ -4,8 +4,7 @@
 // is written once (counted, not repeated).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { FakeKube } from '../support/fake-kube.ts';
-import { RecordingInjector, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
 import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
 
 class RunningDomainInjector extends RecordingInjector {
@@ -16,12 +15,7 @@ class RunningDomainInjector extends RecordingInjector {
 }
 
 test('seeded after boot: warning state and a SeedWarning Event that survive a resync', { timeout: 20_000 }, async (t) => {
-  const fake = await FakeKube.start();
-  const dir = await tempDir();
-  t.after(async () => {
-    await fake.close();
-    await dir.remove();
-  });
+  const { fake, dir } = await fakeKubeAndDir(t);
   const h = await startAgent(fake, { stateDir: dir.path, injector: new RunningDomainInjector() });
   t.after(h.stop);
 

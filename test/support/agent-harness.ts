@@ -18,7 +18,7 @@ import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { captureLogger } from './capture-logger.ts';
-import type { FakeKube } from './fake-kube.ts';
+import { FakeKube } from './fake-kube.ts';
 
 export const NODE = 'node-a';
 
@@ -191,4 +191,15 @@ export function vmi(
     spec: { domain: {} },
     status: { nodeName: node, phase: options.phase ?? 'Scheduled' },
   };
+}
+
+// A fake API server and a temporary state directory, both gone after the test.
+export async function fakeKubeAndDir(t: { after(fn: () => Promise<void>): void }): Promise<{ fake: FakeKube; dir: { path: string; remove(): Promise<void> } }> {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  t.after(async () => {
+    await fake.close();
+    await dir.remove();
+  });
+  return { fake, dir };
 }
