@@ -89,7 +89,10 @@ spec:
   const image = await waitFor('seed image', () => {
     const found = existsSync(state) ? (readdirSync(state, { recursive: true }) as string[]).find((p) => /(^|\/)nocloud-[0-9a-f]{16}\.iso$/.test(p)) : undefined;
     return found && join(state, found);
-  }, 15_000);
+  }, 15_000).catch((e: Error) => {
+    // The agent's own account is what explains a missing image.
+    throw new Error(`${e.message}\nagent log:\n${log.slice(-4000)}`);
+  });
   type Vmi = { name: string; state: string; datasourceSerial?: string; lastFetch?: Record<string, string> };
   const statusOf = async () => ((await (await fetch(`${statusUrl}/status.json`)).json()) as { vmis: Vmi[] }).vmis.find((v) => v.name === 'http-guest');
   const serial = await waitFor('serial on /status.json', async () => (await statusOf())?.datasourceSerial, 15_000);
