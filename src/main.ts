@@ -9,6 +9,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
   build: { summary: 'write a NoCloud or ConfigDrive seed image from files', load: async () => (await import('./commands/build.ts')).build },
   inspect: { summary: 'show the label, datasource and files of a seed image', load: async () => (await import('./commands/inspect.ts')).inspect },
   'seed-url': { summary: 'print the DMI serial (ds=nocloud;s=...) for a VMI\'s seed over HTTP', load: async () => (await import('./commands/seed-url.ts')).seedUrl },
+  'warm-cache': { summary: 'fill Node\'s compile cache so the agent starts without the TypeScript stripper (image builds)', load: async () => (await import('./commands/warm-cache.ts')).warmCache },
 };
 
 function usage(): string {
