@@ -32,6 +32,14 @@ RUN ln -s /opt/vmseed/bin/vmseed /usr/local/bin/vmseed
 # DaemonSet then sets runAsUser: 0 (docs/operations.md).
 RUN groupadd --system --gid 107 vmseed \
  && useradd --system --uid 107 --gid 107 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin vmseed
+# Node's compile cache (node_modules/.cache/vmseed, see bin/vmseed), filled
+# here so the agent starts without Node's TypeScript stripper (~18 MB less
+# RSS for its whole life; the root filesystem is read-only at run time).
+# Node keys the cache by uid: filled for root (runAsUser: 0 set-ups) and for
+# 107, which owns the directory so that it can add its own.
+RUN vmseed warm-cache \
+ && chown 107:107 node_modules/.cache/vmseed
 USER 107:107
+RUN vmseed warm-cache
 EXPOSE 8080
 ENTRYPOINT ["vmseed", "agent"]

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { lintDockerfile, parseDockerfile, stagesOf } from '../support/dockerfile.ts';
 import { runDockerfile, type ImageTree } from '../support/dockerfile-run.ts';
 import { ROOT, findObject, loadYamlDocuments } from '../support/manifests.ts';
+import { COMPILE_CACHE_DEBUG, transpileTrace } from '../support/compile-cache.ts';
 
 const run = promisify(execFile);
 const DOCKERFILE = join(ROOT, 'Dockerfile');
@@ -162,6 +163,19 @@ exec ${process.execPath} "$@"
   } finally {
     rmSync(shimDir, { recursive: true, force: true });
   }
+});
+
+// The image build fills Node's compile cache (RUN vmseed warm-cache), so
+// the pod starts without Node's TypeScript stripper. Here every step ran as
+// the host user, who is also the one starting the tree (Node keys the cache
+// by uid).
+test('the image ships a warm compile cache: the ENTRYPOINT strips no TypeScript', async () => {
+  const app = join(tree.root, tree.workdir);
+  assert.ok(existsSync(join(app, 'node_modules/.cache/vmseed')), 'the cache is in the image');
+  const r = await run(tree.entrypoint[0], [...tree.entrypoint.slice(1), '--help'], { cwd: '/', env: { PATH: hostPath(tree), ...COMPILE_CACHE_DEBUG } });
+  const trace = transpileTrace(r.stderr);
+  assert.deepEqual(trace.misses, []);
+  assert.ok(trace.hits.some((m) => m === `file://${join(app, 'src/commands/agent.ts')}`), 'the agent command came from the cache');
 });
 
 test('vmseed build from the image tree writes a NoCloud seed image', async () => {

@@ -115,6 +115,15 @@ function runStep(cmd: string, tree: ImageTree, inTree: (p: string) => string, op
     mkdirSync(dirname(link), { recursive: true });
     // Absolute targets point into the tree, as they would inside the image.
     symlinkSync(w[2].startsWith('/') ? join(tree.root, w[2]) : w[2], link);
+  } else if (w[0] === 'vmseed') {
+    // The image's own command, through the tree's /usr/local/bin/vmseed link
+    // and the Node on the runner's PATH. Every step runs as the host user
+    // here, USER or not (Node keys its compile cache by uid: the tests run
+    // the tree as that same user).
+    execFileSync('sh', ['-c', cmd], { cwd: join(tree.root, tree.workdir), env: { ...options.env, PATH: [...tree.binDirs, options.env.PATH].join(':') }, stdio: 'pipe' });
+  } else if (w[0] === 'chown' && w.length === 3) {
+    // Ownership is the image's business; the tree keeps the host user's.
+    statSync(inTree(w[2]));
   } else if (w[0] === 'groupadd' || w[0] === 'useradd') {
     const idFlag = w[0] === 'groupadd' ? '--gid' : '--uid';
     const id = Number(w[w.indexOf(idFlag) + 1]);
