@@ -1,11 +1,5 @@
 // npm run bench:agent [-- --vmis 1000 --events 200 --idle-seconds 60]
 //
-// The agent runs as the DaemonSet runs it: through bin/vmseed (its Node
-// flags, malloc settings and compile cache, warmed first with `vmseed
-// warm-cache` as the image build does) with the NODE_OPTIONS of the
-// DaemonSet's agent container (the V8 heap cap sized with the memory limit).
-// `--node-options ''` runs it without them; `--cold-cache` with an empty
-// compile cache (Node's TypeScript stripper loaded).
 // The real `vmseed agent` as a subprocess against the fake API server (in
 // this process) with 1,000 VMIs of its node: mixed NoCloud/ConfigDrive, a
 // quarter with user-data from a Secret. Measures:
@@ -13,6 +7,13 @@
 //   event → image: a new VMI's watch event sent → its image on disk
 //     (median, p99; new VMIs one at a time, the 1,000 still there);
 //   peak RSS of the agent (VmHWM); CPU of the agent while idle.
+// The agent runs as the DaemonSet runs it: through bin/vmseed (its Node
+// flags, malloc settings and compile cache, warmed first with `vmseed
+// warm-cache` as the image build does) with the NODE_OPTIONS of the
+// DaemonSet's agent container (the V8 heap cap sized with the memory limit).
+// `--node-options=` runs it without them (`--node-options=--flag` with
+// others); `--cold-cache` with an empty compile cache (Node's TypeScript
+// stripper loaded).
 import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';

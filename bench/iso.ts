@@ -194,15 +194,13 @@ async function main(): Promise<void> {
     const ref = rows.find((x) => x.size === r.size && x.what.startsWith('vmseed build + atomic write, no fsync, new VMI'))!;
     lines.push(`| ${r.size} | ${r.what} | ${r.runs} | ${fmt(r.median)} | ${fmt(r.p99)} | ${r.bytes} | ${(r.median / ref.median).toFixed(r.median / ref.median < 10 ? 2 : 0)}× |`);
   }
-  // What the 100x target asks of the slowest part we cannot remove.
-  for (const size of ['16 KiB']) {
-    const row = (prefix: string) => rows.find((r) => r.size === size && r.what.startsWith(prefix))!;
-    const mem = row('vmseed buildSeedImage');
-    const floor = row('filesystem floor');
-    const g = row('genisoimage');
-    const bound = mem.median + floor.median;
-    lines.push('', `Bound at ${size}: build + sha256 (${fmt(mem.median)}) + the filesystem floor (${fmt(floor.median)}) = ${fmt(bound)}, so a new VMI's build + write can be at most ${(g.median / bound).toFixed(0)}× faster than genisoimage (${fmt(g.median)}) on this ${FS_DISK}; 100× needs ≤ ${fmt(g.median / 100)}.`);
-  }
+  // What the 100x target (stated at 16 KiB) asks of the parts we cannot remove.
+  const row = (prefix: string) => rows.find((r) => r.size === '16 KiB' && r.what.startsWith(prefix))!;
+  const mem = row('vmseed buildSeedImage');
+  const floor = row('filesystem floor');
+  const g = row('genisoimage');
+  const bound = mem.median + floor.median;
+  lines.push('', `Bound at 16 KiB: build + sha256 (${fmt(mem.median)}) + the filesystem floor (${fmt(floor.median)}) = ${fmt(bound)}, so a new VMI's build + write can be at most ${(g.median / bound).toFixed(0)}× faster than genisoimage (${fmt(g.median)}) on this ${FS_DISK}; 100× needs ≤ ${fmt(g.median / 100)}.`);
   lines.push('', ...sizeReport());
   process.stdout.write(lines.join('\n') + '\n');
 }
