@@ -12,7 +12,7 @@ import path from 'node:path';
 import { cloneRootfs, ensureDebianGuest } from './support/guest/debian.ts';
 import { runQemu } from './support/guest/qemu.ts';
 
-test('SLOW: Debian guest under TCG applies a genisoimage NoCloud seed with cloud-init (datasource, runcmd, user + ssh key, write_files)', async () => {
+test('SLOW: Debian guest under TCG applies a genisoimage NoCloud seed with cloud-init (datasource, runcmd, user + ssh key, write_files)', { timeout: 300_000 }, async () => {
   const guest = await ensureDebianGuest();
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-debian-test-'));
   try {
