@@ -174,3 +174,23 @@ test('a base whose flags moved fails to build (the overlays never patch the wron
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+// The contract with src/config.ts, per variant: the rendered args and
+// environment load as they are.
+test("the agent's config parser accepts every variant's args and environment", async () => {
+  const { loadConfig } = await import('../../src/config.ts');
+  const load = (objects: KubeObject[]) => {
+    const agent = agentOf(objects);
+    const env: NodeJS.ProcessEnv = {};
+    for (const e of agent.env) env[e.name] = e.valueFrom ? 'node-a' : e.value;
+    return loadConfig(agent.args, env, '/')!;
+  };
+  const kubevirt = load(rendered.get('kubevirt')!);
+  assert.deepEqual([kubevirt.platform, kubevirt.kubevirtVolumes, kubevirt.libvirt.resumeVia, kubevirt.podsDir], ['kubevirt', 'ignore', 'kubevirt', '/pods']);
+  assert.equal(kubevirt.namespaces, undefined);
+  const libvirt = load(rendered.get('libvirt')!);
+  assert.deepEqual([libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode], ['libvirt', 'own', 'virsh', 'kubernetes']);
+  const namespaced = load(rendered.get('namespaced')!);
+  const bound = rendered.get('namespaced')!.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
+  assert.deepEqual([...namespaced.namespaces!].sort(), bound.sort());
+});
