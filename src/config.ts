@@ -14,10 +14,6 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 
 export interface Config {
   mode: 'kubernetes' | 'local';
-  // The preset of libvirt-side defaults (cluster: kubevirt, local: libvirt).
-  platform: 'kubevirt' | 'libvirt';
-  // Where the host's /var/lib/kubelet/pods is mounted (kubevirt platform).
-  podsDir: string;
   // The per-VMI detail (status page, /status.json); local mode: --listen.
   statusListen: { host: string; port: number };
   // Namespaced mode: one informer per namespace; absent = cluster-wide.
@@ -34,6 +30,10 @@ export interface Config {
   logLevel: LogLevel;
   libvirt: {
     mode: LibvirtMode;
+    // The preset of libvirt-side defaults (cluster: kubevirt, local: libvirt).
+    platform: 'kubevirt' | 'libvirt';
+    // Where the host's /var/lib/kubelet/pods is mounted (kubevirt platform).
+    podsDir: string;
     virshPath: string;
     // Templates: {namespace}, {name}, {uid}, {datasource}, {podUID} (the
     // VMI's launcher pod on this node) per VMI; the image path also {path}
@@ -230,8 +230,6 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   const namespaces = get('namespaces');
   const config: Config = {
     mode: local ? 'local' : 'kubernetes',
-    platform: oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const),
-    podsDir: resolve(cwd, get('pods-dir') ?? '/pods'),
     statusListen: get('status-listen') !== undefined ? parseListen(get('status-listen')!, 'status-listen') : local ? listen : { host: '127.0.0.1', port: 8090 },
     ...(namespaces !== undefined ? { namespaces: parseNamespaces(namespaces) } : {}),
     ...(local ? { localDir: resolve(cwd, localDir) } : {}),
@@ -245,6 +243,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
       mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
+      platform: oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const),
+      podsDir: resolve(cwd, get('pods-dir') ?? '/pods'),
       virshPath: get('virsh-path') ?? 'virsh',
       uri: checkTemplate(get('libvirt-uri') ?? 'qemu:///system', 'libvirt-uri'),
       domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),

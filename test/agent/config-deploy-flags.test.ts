@@ -9,27 +9,27 @@ const cluster = (args: string[], env: NodeJS.ProcessEnv = {}) => loadConfig(args
 
 test('cluster defaults: kubevirt platform, /pods, status detail on loopback 8090, all namespaces', () => {
   const c = cluster([]);
-  assert.equal(c.platform, 'kubevirt');
-  assert.equal(c.podsDir, '/pods');
+  assert.equal(c.libvirt.platform, 'kubevirt');
+  assert.equal(c.libvirt.podsDir, '/pods');
   assert.deepEqual(c.statusListen, { host: '127.0.0.1', port: 8090 });
   assert.equal(c.namespaces, undefined);
 });
 
 test('local defaults: libvirt platform, one listener for everything', () => {
   const c = loadConfig(['--local', 'examples', '--listen', '127.0.0.1:9999'], {}, '/srv')!;
-  assert.equal(c.platform, 'libvirt');
+  assert.equal(c.libvirt.platform, 'libvirt');
   assert.deepEqual(c.statusListen, { host: '127.0.0.1', port: 9999 });
 });
 
 test('explicit values and their environment fallbacks', () => {
   const c = cluster(['--platform=libvirt', '--pods-dir=kubelet-pods', '--status-listen=0.0.0.0:9000', '--namespaces=team-a, team-b,team-a']);
-  assert.equal(c.platform, 'libvirt');
-  assert.equal(c.podsDir, '/work/kubelet-pods');
+  assert.equal(c.libvirt.platform, 'libvirt');
+  assert.equal(c.libvirt.podsDir, '/work/kubelet-pods');
   assert.deepEqual(c.statusListen, { host: '0.0.0.0', port: 9000 });
   assert.deepEqual(c.namespaces, ['team-a', 'team-b'], 'trimmed, each once');
   assert.ok(Object.isFrozen(c.namespaces));
   const e = cluster([], { VMSEED_PLATFORM: 'libvirt', VMSEED_NAMESPACES: 'x' });
-  assert.equal(e.platform, 'libvirt');
+  assert.equal(e.libvirt.platform, 'libvirt');
   assert.deepEqual(e.namespaces, ['x']);
 });
 

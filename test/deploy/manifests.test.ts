@@ -234,8 +234,8 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
   assert.equal(config.kubevirtVolumes, 'ignore');
   assert.equal(config.libvirt.mode, 'virsh');
   assert.equal(config.libvirt.resumeVia, 'kubevirt');
-  assert.equal(config.platform, 'kubevirt');
-  assert.equal(config.podsDir, agent.volumeMounts.find((m: Any) => m.name === 'launcher-pods').mountPath);
+  assert.equal(config.libvirt.platform, 'kubevirt');
+  assert.equal(config.libvirt.podsDir, agent.volumeMounts.find((m: Any) => m.name === 'launcher-pods').mountPath);
   assert.deepEqual(config.statusListen, { host: '127.0.0.1', port: 8090 });
   assert.deepEqual(config.listen, { host: '0.0.0.0', port: 8080 });
   assert.equal(config.namespaces, undefined, 'cluster-wide');

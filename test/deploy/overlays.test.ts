@@ -186,10 +186,10 @@ test("the agent's config parser accepts every variant's args and environment", a
     return loadConfig(agent.args, env, '/')!;
   };
   const kubevirt = load(rendered.get('kubevirt')!);
-  assert.deepEqual([kubevirt.platform, kubevirt.kubevirtVolumes, kubevirt.libvirt.resumeVia, kubevirt.podsDir], ['kubevirt', 'ignore', 'kubevirt', '/pods']);
+  assert.deepEqual([kubevirt.libvirt.platform, kubevirt.kubevirtVolumes, kubevirt.libvirt.resumeVia, kubevirt.libvirt.podsDir], ['kubevirt', 'ignore', 'kubevirt', '/pods']);
   assert.equal(kubevirt.namespaces, undefined);
   const libvirt = load(rendered.get('libvirt')!);
-  assert.deepEqual([libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode], ['libvirt', 'own', 'virsh', 'kubernetes']);
+  assert.deepEqual([libvirt.libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode], ['libvirt', 'own', 'virsh', 'kubernetes']);
   const namespaced = load(rendered.get('namespaced')!);
   const bound = rendered.get('namespaced')!.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
   assert.deepEqual([...namespaced.namespaces!].sort(), bound.sort());
