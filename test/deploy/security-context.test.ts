@@ -13,10 +13,10 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ROOT, findObject, type KubeObject } from '../support/manifests.ts';
+import { ROOT, type KubeObject } from '../support/manifests.ts';
+import { setprivOptions as identity } from '../support/pod-identity.ts';
 import { kustomize } from '../support/kustomize.ts';
 
-type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 const run = promisify(execFile);
 
 // Shorter than a real pod UID: under a temp directory a 36-character UID
@@ -69,27 +69,6 @@ after(async () => {
   for (const s of servers) s.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
-
-// The container's identity as setpriv options: the pod's user, group and
-// supplementary groups, the container's capabilities (only `drop: [ALL]` is
-// supported here: nothing is kept, not even in the bounding set) and
-// allowPrivilegeEscalation: false as no_new_privs.
-function identity(objects: KubeObject[]): string[] {
-  const pod = (findObject(objects, 'DaemonSet', 'vmseed') as Any).spec.template.spec;
-  const agent = pod.containers.find((c: Any) => c.name === 'agent');
-  const sc = pod.securityContext;
-  assert.deepEqual(agent.securityContext.capabilities, { drop: ['ALL'] });
-  assert.equal(agent.securityContext.allowPrivilegeEscalation, false);
-  const groups: number[] = sc.supplementalGroups ?? [];
-  return [
-    `--reuid=${sc.runAsUser}`,
-    `--regid=${sc.runAsGroup}`,
-    groups.length > 0 ? `--groups=${groups.join(',')}` : '--clear-groups',
-    '--inh-caps=-all',
-    '--bounding-set=-all',
-    '--no-new-privs',
-  ];
-}
 
 // Runs the probe script as `who`; returns one line per step: `ok` or the errno name.
 const PROBE = String.raw`
