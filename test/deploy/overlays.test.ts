@@ -194,3 +194,13 @@ test("the agent's config parser accepts every variant's args and environment", a
   const bound = rendered.get('namespaced')!.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
   assert.deepEqual([...namespaced.namespaces!].sort(), bound.sort());
 });
+
+test('every directory in deploy/ is a variant tested here and documented in docs/operations.md', async () => {
+  const { readdir, readFile: read } = await import('node:fs/promises');
+  const dirs = (await readdir(join(ROOT, 'deploy'), { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name);
+  assert.deepEqual(dirs.sort(), [...OVERLAYS].sort());
+  const docs = await read(join(ROOT, 'docs', 'operations.md'), 'utf8');
+  const section = docs.slice(docs.indexOf('\n## Deployment variants\n'), docs.indexOf('\n### ', docs.indexOf('\n## Deployment variants\n')));
+  const rows = [...section.matchAll(/^\| `deploy\/([a-z-]+)` \|/gm)].map((m) => m[1]);
+  assert.deepEqual(rows.sort(), dirs.sort());
+});
