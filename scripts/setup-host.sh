@@ -8,9 +8,17 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 mapfile -t pkgs < <(grep -v '^\s*#' "$here/deb-packages.txt" | grep -v '^\s*$')
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+# A line `a | b` is satisfied by any one of them; the first is installed.
 missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+for line in "${pkgs[@]}"; do
+  IFS='|' read -ra alts <<< "$line"
+  ok=
+  for a in "${alts[@]}"; do
+    a="${a//[[:space:]]/}"
+    if installed "$a"; then ok=1; break; fi
+  done
+  [ -n "$ok" ] || missing+=("${alts[0]//[[:space:]]/}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup-host: installing ${missing[*]}"

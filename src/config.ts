@@ -14,6 +14,10 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 
 export interface Config {
   mode: 'kubernetes' | 'local';
+  // The per-VMI detail (status page, /status.json); local mode: --listen.
+  statusListen: { host: string; port: number };
+  // Namespaced mode: one informer per namespace; absent = cluster-wide.
+  namespaces?: string[];
   // local mode: the directory of YAML manifests.
   localDir?: string;
   nodeName: string;
@@ -26,6 +30,10 @@ export interface Config {
   logLevel: LogLevel;
   libvirt: {
     mode: LibvirtMode;
+    // The preset of libvirt-side defaults (cluster: kubevirt, local: libvirt).
+    platform: 'kubevirt' | 'libvirt';
+    // Where the host's /var/lib/kubelet/pods is mounted (kubevirt platform).
+    podsDir: string;
     virshPath: string;
     // Templates: {namespace}, {name}, {uid}, {datasource}, {podUID} (the
     // VMI's launcher pod on this node) per VMI; the image path also {path}
@@ -70,6 +78,10 @@ export class ConfigError extends Error {
 
 const OPTIONS = {
   'node-name': { type: 'string' },
+  platform: { type: 'string' },
+  'pods-dir': { type: 'string' },
+  'status-listen': { type: 'string' },
+  namespaces: { type: 'string' },
   'state-dir': { type: 'string' },
   listen: { type: 'string' },
   kubeconfig: { type: 'string' },
@@ -110,6 +122,10 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
 
   --local DIR                 run on a directory of YAML manifests instead of a cluster
   --node-name NAME            this node (env NODE_NAME; required in cluster mode)
+  --platform kubevirt|libvirt  preset of the libvirt-side defaults (cluster: kubevirt, local: libvirt)
+  --pods-dir DIR              the kubelet's /var/lib/kubelet/pods as mounted here (default /pods)
+  --status-listen HOST:PORT   status page and /status.json (cluster: 127.0.0.1:8090, local: --listen)
+  --namespaces NS[,NS...]     serve only these namespaces' VMIs (default: all)
   --state-dir DIR             where seed images go (cluster: /var/lib/vmseed/seeds, local: ./var/seeds)
   --listen HOST:PORT          status page and /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
   --kubeconfig FILE           (env KUBECONFIG; in-cluster config when absent)
@@ -210,12 +226,16 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     throw new ConfigError(`--node-name: '${nodeName}' is not a valid Kubernetes node name`);
   }
   const stateDir = resolve(cwd, get('state-dir') ?? (local ? 'var/seeds' : '/var/lib/vmseed/seeds'));
+  const listen = parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080'));
+  const namespaces = get('namespaces');
   const config: Config = {
     mode: local ? 'local' : 'kubernetes',
+    statusListen: get('status-listen') !== undefined ? parseListen(get('status-listen')!, 'status-listen') : local ? listen : { host: '127.0.0.1', port: 8090 },
+    ...(namespaces !== undefined ? { namespaces: parseNamespaces(namespaces) } : {}),
     ...(local ? { localDir: resolve(cwd, localDir) } : {}),
     nodeName,
     stateDir,
-    listen: parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080')),
+    listen,
     ...(get('kubeconfig') !== undefined ? { kubeconfig: resolve(cwd, get('kubeconfig')!) } : {}),
     concurrency: parseIntFlag(get('concurrency') ?? '4', 'concurrency', 1, 256),
     kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', ['own', 'ignore'] as const),
@@ -223,6 +243,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
       mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
+      platform: oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const),
+      podsDir: resolve(cwd, get('pods-dir') ?? '/pods'),
       virshPath: get('virsh-path') ?? 'virsh',
       uri: checkTemplate(get('libvirt-uri') ?? 'qemu:///system', 'libvirt-uri'),
       domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),
@@ -244,6 +266,16 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     throw new ConfigError('--resume-via kubevirt needs a cluster (KubeVirt\'s unpause API); local mode resumes with virsh');
   }
   return deepFreeze(config);
+}
+
+function parseNamespaces(text: string): string[] {
+  const list = [...new Set(text.split(',').map((n) => n.trim()))];
+  for (const n of list) {
+    if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(n)) {
+      throw new ConfigError(`--namespaces: '${n}' is not a namespace name; give a comma-separated list, e.g. team-a,team-b`);
+    }
+  }
+  return list;
 }
 
 // A VmseedError from a shared parser becomes the one-line ConfigError.

@@ -20,10 +20,10 @@ const daemonSet = findObject(objects, 'DaemonSet', 'vmseed') as Any;
 const podSpec = daemonSet.spec.template.spec;
 const agent = podSpec.containers.find((c: Any) => c.name === 'agent');
 
-test('daemonset.yaml holds the namespace, RBAC, DaemonSet and Service, each valid against the Kubernetes schema', async () => {
+test('daemonset.yaml holds the namespace, RBAC, DaemonSet, Service and NetworkPolicy, each valid against the Kubernetes schema', async () => {
   assert.deepEqual(
     objects.map((o) => o.kind).sort(),
-    ['ClusterRole', 'ClusterRoleBinding', 'DaemonSet', 'Namespace', 'Service', 'ServiceAccount'],
+    ['ClusterRole', 'ClusterRoleBinding', 'DaemonSet', 'Namespace', 'NetworkPolicy', 'Service', 'ServiceAccount'],
   );
   for (const o of objects) {
     await assert.doesNotReject(validateBuiltin(o), `${o.kind} ${o.metadata.name}`);
@@ -61,18 +61,45 @@ test('the DaemonSet gets its node name from the Downward API and keeps seeds on 
   assert.ok(agent.args.includes('--kubevirt-volumes=ignore'), 'beside KubeVirt, its own cloud-init volumes are not ours');
 });
 
-test('the libvirt socket path in --libvirt-uri lies inside a mounted volume and fits in sun_path', () => {
-  const uri = agent.args.find((a: string) => a.startsWith('--libvirt-uri=')).slice('--libvirt-uri='.length);
-  const socket = new URL(uri).searchParams.get('socket')!;
-  const mount = agent.volumeMounts.find((m: Any) => socket.startsWith(m.mountPath + '/'));
-  assert.ok(mount, `no volume mounted above ${socket}`);
-  // Connecting to a socket needs no writable mount; publishing images into
-  // the launchers' hotplug-disks (--publish-dir) under the same mount does.
-  const publish = agent.args.find((a: string) => a.startsWith('--publish-dir='))?.slice('--publish-dir='.length);
-  assert.equal(mount.readOnly === true, !publish?.startsWith(mount.mountPath + '/'), 'writable exactly when images are published into it');
+// The KubeVirt preset's per-launcher socket (fixed with --platform=kubevirt):
+// {podsDir}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock.
+const LAUNCHER_SOCKET = '/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock';
+const argValue = (flag: string): string | undefined => agent.args.find((a: string) => a.startsWith(`--${flag}=`))?.slice(flag.length + 3);
+
+test('the KubeVirt preset: --pods-dir is the mount of the kubelet pod tree, and the launcher socket under it fits in sun_path', () => {
+  assert.equal(argValue('platform'), 'kubevirt');
+  const podsDir = argValue('pods-dir')!;
+  const mount = agent.volumeMounts.find((m: Any) => m.mountPath === podsDir);
+  assert.ok(mount, `nothing mounted at --pods-dir ${podsDir}`);
+  const volume = podSpec.volumes.find((v: Any) => v.name === mount.name);
+  assert.equal(volume.hostPath.path, '/var/lib/kubelet/pods');
+  assert.equal(volume.hostPath.type, 'Directory');
+  // Launcher pods (and their tmpfs emptyDirs) created after the agent started.
+  assert.equal(mount.mountPropagation, 'HostToContainer');
+  // Images are written into each launcher's ephemeral-disks/vmseed/.
+  assert.equal(mount.readOnly, false);
   // A pod UID is 36 characters; a unix socket path must fit in 108 bytes with its NUL.
-  const longest = socket.replace('{podUID}', '0'.repeat(36));
+  const longest = (podsDir + LAUNCHER_SOCKET).replace('{podUID}', '0'.repeat(36));
   assert.ok(Buffer.byteLength(longest) < 108, `${longest} is ${Buffer.byteLength(longest)} bytes`);
+  assert.ok(Buffer.byteLength(('/var/lib/kubelet/pods' + LAUNCHER_SOCKET).replace('{podUID}', '0'.repeat(36))) >= 108, 'the host path itself would not fit: why /pods');
+});
+
+test('no hand-written launcher layout is left: the preset owns it, and nothing points into hotplug-disks', () => {
+  for (const flag of ['libvirt-uri', 'publish-dir', 'image-path-in-domain', 'disk-bus', 'domain-name', 'resume-via']) {
+    assert.equal(argValue(flag), undefined, `--${flag} overrides the KubeVirt preset`);
+  }
+  const text = readFileSync(ROOT + 'manifests/daemonset.yaml', 'utf8');
+  assert.doesNotMatch(text, /hotplug-disks/, 'KubeVirt detaches foreign disks under its hotplug prefix');
+  assert.doesNotMatch(readFileSync(ROOT + 'docs/operations.md', 'utf8'), /hotplug-disks/);
+});
+
+test('listeners: probes and /metrics on the pod network, the per-VMI detail on loopback only', () => {
+  assert.equal(argValue('listen'), '0.0.0.0:8080');
+  const status = argValue('status-listen')!;
+  assert.match(status, /^127\.0\.0\.1:\d+$/, 'the status detail of every tenant stays off the pod network');
+  const statusPort = Number(status.split(':')[1]);
+  assert.ok(!agent.ports.some((p: Any) => p.containerPort === statusPort), 'the loopback port is not declared as a container port');
+  assert.ok(argValue('datasource-listen')!.endsWith(':8081'));
 });
 
 test('probes, port and Prometheus annotations point at the agent listener', () => {
@@ -91,6 +118,8 @@ test('probes, port and Prometheus annotations point at the agent listener', () =
 test('the security context grants nothing beyond socket access', () => {
   assert.equal(podSpec.securityContext.runAsNonRoot, true);
   assert.equal(podSpec.securityContext.runAsUser, 107, 'qemu, the owner of a non-root launcher socket');
+  assert.equal(podSpec.securityContext.runAsGroup, 107);
+  assert.deepEqual(podSpec.securityContext.supplementalGroups, [0], "search on the kubelet's 0750 root:root pod directories");
   assert.equal(podSpec.securityContext.seccompProfile.type, 'RuntimeDefault');
   assert.equal(podSpec.hostNetwork ?? false, false);
   assert.equal(podSpec.hostPID ?? false, false);
@@ -205,21 +234,37 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
   assert.equal(config.kubevirtVolumes, 'ignore');
   assert.equal(config.libvirt.mode, 'virsh');
   assert.equal(config.libvirt.resumeVia, 'kubevirt');
-  // The launcher's libvirt socket and its hotplug-disks emptyDir, both
-  // under the writable /pods mount of the kubelet's pods directory.
-  const mount = agent.volumeMounts.find((m: Any) => m.name === 'launcher-pods');
-  const volume = podSpec.volumes.find((v: Any) => v.name === 'launcher-pods');
-  assert.equal(volume.hostPath.path, '/var/lib/kubelet/pods');
-  assert.equal(mount.readOnly, false, '--publish-dir writes into it');
-  assert.equal(config.libvirt.uri, `qemu+unix:///session?socket=${mount.mountPath}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`);
-  assert.equal(config.libvirt.publishDir, `${mount.mountPath}/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks`);
-  assert.equal(config.libvirt.imagePathInDomain, '/var/run/kubevirt/hotplug-disks/{basename}');
+  assert.equal(config.libvirt.platform, 'kubevirt');
+  assert.equal(config.libvirt.podsDir, agent.volumeMounts.find((m: Any) => m.name === 'launcher-pods').mountPath);
+  assert.deepEqual(config.statusListen, { host: '127.0.0.1', port: 8090 });
+  assert.deepEqual(config.listen, { host: '0.0.0.0', port: 8080 });
+  assert.equal(config.namespaces, undefined, 'cluster-wide');
   assert.equal(agent.command, undefined, 'the ENTRYPOINT (bin/vmseed) starts the agent');
 });
 
-test('`kubectl apply -f manifests/` reads only built-in kinds (it works without the Prometheus Operator)', async () => {
+test('manifests/ holds daemonset.yaml (built-in kinds only, so it applies without the Prometheus Operator) and its kustomization', async () => {
   const { readdirSync, statSync } = await import('node:fs');
   const files = readdirSync(ROOT + 'manifests').filter((f) => /\.(ya?ml|json)$/.test(f) && statSync(ROOT + 'manifests/' + f).isFile());
-  assert.deepEqual(files, ['daemonset.yaml']);
-  for (const f of files) for (const o of loadYamlDocuments('manifests/' + f)) await validateBuiltin(o);
+  assert.deepEqual(files.sort(), ['daemonset.yaml', 'kustomization.yaml']);
+  for (const o of loadYamlDocuments('manifests/daemonset.yaml')) await validateBuiltin(o);
+  const [kustomization] = loadYamlDocuments('manifests/kustomization.yaml') as Any[];
+  assert.deepEqual(kustomization.resources, ['daemonset.yaml']);
+});
+
+test('the NetworkPolicy: in, only the probe/metrics and datasource ports; out, only the API server', () => {
+  const policy = findObject(objects, 'NetworkPolicy') as Any;
+  const podLabels = daemonSet.spec.template.metadata.labels;
+  for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels)) assert.equal(podLabels[k], v, `podSelector ${k}`);
+  assert.deepEqual(policy.spec.policyTypes.sort(), ['Egress', 'Ingress']);
+  const ingressPorts = policy.spec.ingress.flatMap((r: Any) => r.ports.map((p: Any) => `${p.protocol}/${p.port}`)).sort();
+  assert.deepEqual(ingressPorts, agent.ports.map((p: Any) => `${p.protocol}/${p.containerPort}`).sort(), 'exactly the declared container ports');
+  const listened = ['listen', 'datasource-listen'].map((f) => `TCP/${argValue(f)!.split(':')[1]}`).sort();
+  assert.deepEqual(ingressPorts, listened);
+  const egress = policy.spec.egress.flatMap((r: Any) => {
+    assert.ok(r.ports?.length > 0, 'every egress rule names its ports');
+    return r.ports.map((p: Any) => `${p.protocol}/${p.port}`);
+  });
+  assert.deepEqual(egress.sort(), ['TCP/443', 'TCP/6443']);
+  // The in-cluster config addresses the API server by IP: no DNS.
+  assert.ok(!egress.some((p: string) => p.endsWith('/53')));
 });

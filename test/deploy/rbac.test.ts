@@ -1,16 +1,35 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkRbac, requestAttributes, ruleAllows, type PolicyRule, type RecordedCall } from '../support/rbac.ts';
-import { findObject, loadYamlDocuments } from '../support/manifests.ts';
+import { join } from 'node:path';
+import {
+  checkRbac,
+  checkScopedRbac,
+  perNamespaceVmiCalls,
+  requestAttributes,
+  ruleAllows,
+  rulesOfServiceAccount,
+  scopedAllows,
+  type PolicyRule,
+  type RecordedCall,
+  type ScopedRules,
+} from '../support/rbac.ts';
+import { ROOT, findObject, loadYamlDocuments, type KubeObject } from '../support/manifests.ts';
+import { kustomize } from '../support/kustomize.ts';
 import { runKubevirtScenario } from '../support/kubevirt-scenario.ts';
 
 const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as { rules: PolicyRule[] };
+const ACCOUNT = { namespace: 'vmseed', name: 'vmseed' };
 
 // The agent's API calls as the fake API server recorded them while an agent
 // ran test/support/kubevirt-scenario.ts: the informer, a Secret and a
 // ConfigMap read, Events created and patched, and the seed gate's unpause.
 let AGENT_CALLS: RecordedCall[] = [];
+// The variants as `kubectl apply -k deploy/<variant>` creates them.
+let CLUSTER_WIDE: KubeObject[] = [];
+let NAMESPACED: KubeObject[] = [];
 before(async () => {
+  CLUSTER_WIDE = await kustomize(join(ROOT, 'deploy', 'kubevirt'));
+  NAMESPACED = await kustomize(join(ROOT, 'deploy', 'namespaced'));
   const { requests, unpaused } = await runKubevirtScenario();
   assert.deepEqual(unpaused, ['team-a/vm1'], 'the scenario reached the seed gate');
   AGENT_CALLS = requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
@@ -113,4 +132,100 @@ test('every VMI list and watch is scoped to the node by label selector', () => {
   for (const { c } of vmiReads) {
     assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/nodeName=[^,]+$/);
   }
+});
+
+// --- per deployment variant: what the bindings give the ServiceAccount ------
+
+function namespacesFlag(objects: KubeObject[]): string[] {
+  const ds = findObject(objects, 'DaemonSet', 'vmseed') as unknown as { spec: { template: { spec: { containers: { name: string; args: string[] }[] } } } };
+  const args = ds.spec.template.spec.containers.find((c) => c.name === 'agent')!.args;
+  const flag = args.find((a) => a.startsWith('--namespaces='));
+  return flag === undefined ? [] : flag.slice('--namespaces='.length).split(',');
+}
+
+test('cluster-wide (deploy/kubevirt): the ServiceAccount holds exactly the calls the agent makes, everywhere', () => {
+  const scoped = rulesOfServiceAccount(CLUSTER_WIDE, ACCOUNT);
+  assert.deepEqual(scoped.map((s) => `${s.namespace || '*'} ${s.via}`), ['* ClusterRoleBinding vmseed-agent -> ClusterRole vmseed-agent']);
+  assert.deepEqual(namespacesFlag(CLUSTER_WIDE), []);
+  assert.deepEqual(checkScopedRbac(scoped, AGENT_CALLS), { denied: [], unused: [] });
+  // Any namespace: a Secret of a namespace the scenario never used.
+  assert.equal(scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/namespaces/elsewhere/secrets/s' })), true);
+});
+
+// The agent with --namespaces lists and watches VMIs per namespace; every
+// other call it makes is already in the VMI's namespace. Until the
+// scenario's agent runs namespaced itself, its cluster-wide VMI reads are
+// rewritten into the per-namespace form (perNamespaceVmiCalls).
+test('namespaced (deploy/namespaced): every call allowed in the listed namespaces, every rule used, nothing cluster-wide', () => {
+  const namespaces = namespacesFlag(NAMESPACED);
+  assert.ok(namespaces.includes('team-a'), 'the scenario\'s VMIs live in team-a');
+  const scoped = rulesOfServiceAccount(NAMESPACED, ACCOUNT);
+  assert.deepEqual(scoped.map((s) => s.namespace).sort(), [...namespaces].sort(), 'one grant per listed namespace, none cluster-wide');
+  const calls = perNamespaceVmiCalls(AGENT_CALLS, namespaces);
+  for (const ns of namespaces) {
+    assert.ok(
+      calls.some((c) => c.path.startsWith(`/apis/kubevirt.io/v1/namespaces/${ns}/virtualmachineinstances`) && requestAttributes(c).verb === 'watch'),
+      `an informer for ${ns}`,
+    );
+  }
+  assert.deepEqual(checkScopedRbac(scoped, calls), { denied: [], unused: [] });
+
+  // The cluster-wide informer of the default mode is refused here, and so is
+  // anything in a namespace that is not listed.
+  const refused = checkScopedRbac(scoped, AGENT_CALLS).denied.map((d) => `${d.attributes.resource} ${d.attributes.verb} ${d.attributes.namespace || '*'}`);
+  assert.deepEqual([...new Set(refused)].sort(), ['virtualmachineinstances list *', 'virtualmachineinstances watch *']);
+  for (const path of [
+    '/api/v1/namespaces/elsewhere/secrets/s',
+    '/api/v1/namespaces/vmseed/configmaps/c',
+    '/apis/kubevirt.io/v1/namespaces/elsewhere/virtualmachineinstances',
+  ]) {
+    assert.equal(scopedAllows(scoped, requestAttributes({ method: 'GET', path })), false, path);
+  }
+  assert.equal(
+    scopedAllows(scoped, requestAttributes({ method: 'PUT', path: '/apis/subresources.kubevirt.io/v1/namespaces/elsewhere/virtualmachineinstances/v/unpause' })),
+    false,
+  );
+});
+
+test('bindings: only those naming the ServiceAccount count; a RoleBinding grants in its own namespace; a dangling roleRef is an error', () => {
+  const rules: PolicyRule[] = [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }];
+  const sa = [{ kind: 'ServiceAccount', name: 'vmseed', namespace: 'vmseed' }];
+  const objects = [
+    { kind: 'ClusterRole', metadata: { name: 'cr' }, rules },
+    { kind: 'Role', metadata: { name: 'r', namespace: 'a' }, rules },
+    { kind: 'RoleBinding', metadata: { name: 'b1', namespace: 'a' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'r' }, subjects: sa },
+    { kind: 'RoleBinding', metadata: { name: 'b2', namespace: 'b' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' }, subjects: sa },
+    // Other subjects: not ours.
+    { kind: 'ClusterRoleBinding', metadata: { name: 'c1' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' }, subjects: [{ kind: 'ServiceAccount', name: 'vmseed', namespace: 'other' }] },
+    { kind: 'ClusterRoleBinding', metadata: { name: 'c2' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' }, subjects: [] },
+  ];
+  const scoped: ScopedRules[] = rulesOfServiceAccount(objects, ACCOUNT);
+  assert.deepEqual(scoped.map((s) => s.via), ['RoleBinding a/b1 -> Role r', 'RoleBinding b/b2 -> ClusterRole cr']);
+  const get = (ns: string) => scopedAllows(scoped, requestAttributes({ method: 'GET', path: `/api/v1/namespaces/${ns}/secrets/s` }));
+  assert.deepEqual([get('a'), get('b'), get('c')], [true, true, false]);
+  assert.equal(scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/secrets' })), false, 'a RoleBinding never grants a cluster-wide list');
+  // A Role of another namespace does not resolve.
+  const wrong = [{ ...objects[1], metadata: { name: 'r', namespace: 'x' } }, objects[2]];
+  assert.throws(() => rulesOfServiceAccount(wrong, ACCOUNT), /no Role r to bind/);
+  // Unused is judged per rule across the namespaces it is held in.
+  assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/secrets/s' }]), { denied: [], unused: [] });
+  assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/configmaps/c' }]).unused, [{ apiGroup: '', resource: 'secrets', verb: 'get' }]);
+});
+
+test('perNamespaceVmiCalls: a cluster-wide VMI list/watch becomes one per namespace with the same query; other calls stay', () => {
+  const calls: RecordedCall[] = [
+    { method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dn&watch=true' },
+    { method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: { labelSelector: 'kubevirt.io/nodeName=n' } },
+    { method: 'GET', path: '/api/v1/namespaces/a/secrets/s' },
+  ];
+  const out = perNamespaceVmiCalls(calls, ['a', 'b']);
+  assert.deepEqual(out.map((c) => c.path), [
+    '/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dn&watch=true',
+    '/apis/kubevirt.io/v1/namespaces/b/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dn&watch=true',
+    '/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstances',
+    '/apis/kubevirt.io/v1/namespaces/b/virtualmachineinstances',
+    '/api/v1/namespaces/a/secrets/s',
+  ]);
+  assert.deepEqual(out.map((c) => `${requestAttributes(c).verb} ${requestAttributes(c).namespace}`), ['watch a', 'watch b', 'list a', 'list b', 'get a']);
+  assert.deepEqual(out[2]!.query, { labelSelector: 'kubevirt.io/nodeName=n' });
 });

@@ -143,3 +143,86 @@ export function checkRbac(rules: PolicyRule[], calls: RecordedCall[]): RbacRepor
   const unused = grantsOf(rules).filter((g) => !attributes.some((c) => grantCovers(g, c.attributes)));
   return { denied, unused };
 }
+
+// --- bindings: which rules a ServiceAccount holds, and where -----------------
+
+// Rules held through one binding. `namespace` '' is a ClusterRoleBinding
+// (valid for every request, cluster-scoped ones included); otherwise a
+// RoleBinding, whose grant holds for requests in that namespace only,
+// whether its roleRef is a Role or a ClusterRole (Kubernetes RBAC).
+export interface ScopedRules {
+  namespace: string;
+  rules: PolicyRule[];
+  // e.g. `RoleBinding team-a/vmseed-agent -> ClusterRole vmseed-agent`
+  via: string;
+}
+
+interface RbacObject {
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  rules?: PolicyRule[];
+  roleRef?: { apiGroup: string; kind: string; name: string };
+  subjects?: { kind: string; name: string; namespace?: string }[];
+}
+
+export function rulesOfServiceAccount(objects: readonly unknown[], account: { namespace: string; name: string }): ScopedRules[] {
+  const all = objects as RbacObject[];
+  const out: ScopedRules[] = [];
+  for (const b of all.filter((o) => o.kind === 'ClusterRoleBinding' || o.kind === 'RoleBinding')) {
+    const bound = (b.subjects ?? []).some((s) => s.kind === 'ServiceAccount' && s.name === account.name && s.namespace === account.namespace);
+    if (!bound) continue;
+    const ref = b.roleRef!;
+    if (b.kind === 'ClusterRoleBinding' && ref.kind !== 'ClusterRole') throw new Error(`ClusterRoleBinding ${b.metadata.name}: roleRef must be a ClusterRole`);
+    const namespace = b.kind === 'RoleBinding' ? b.metadata.namespace ?? '' : '';
+    if (b.kind === 'RoleBinding' && namespace === '') throw new Error(`RoleBinding ${b.metadata.name} has no namespace`);
+    const role = all.find(
+      (o) => o.kind === ref.kind && o.metadata.name === ref.name && (ref.kind === 'ClusterRole' || o.metadata.namespace === namespace),
+    );
+    if (role === undefined) throw new Error(`${b.kind} ${namespace}/${b.metadata.name}: no ${ref.kind} ${ref.name} to bind`);
+    out.push({ namespace, rules: role.rules ?? [], via: `${b.kind} ${namespace ? namespace + '/' : ''}${b.metadata.name} -> ${ref.kind} ${ref.name}` });
+  }
+  return out;
+}
+
+export function scopedAllows(scoped: readonly ScopedRules[], a: RequestAttributes): boolean {
+  return scoped.some((s) => (s.namespace === '' || s.namespace === a.namespace) && s.rules.some((r) => ruleAllows(r, a)));
+}
+
+// checkRbac over bindings: every call allowed in its namespace; a grant is
+// unused when no call uses it in any scope it is held in.
+export function checkScopedRbac(scoped: readonly ScopedRules[], calls: RecordedCall[]): RbacReport {
+  const attributes = calls.map((call) => ({ call, attributes: requestAttributes(call) }));
+  const denied = attributes.filter((c) => !scopedAllows(scoped, c.attributes));
+  const seen = new Set<string>();
+  const unused: Grant[] = [];
+  for (const s of scoped) {
+    for (const g of grantsOf(s.rules)) {
+      const key = `${g.apiGroup} ${g.resource} ${g.verb}`;
+      const used = scoped
+        .filter((t) => grantsOf(t.rules).some((h) => `${h.apiGroup} ${h.resource} ${h.verb}` === key))
+        .some((t) => attributes.some((c) => (t.namespace === '' || t.namespace === c.attributes.namespace) && grantCovers(g, c.attributes)));
+      if (!used && !seen.has(key)) unused.push(g);
+      seen.add(key);
+    }
+  }
+  return { denied, unused };
+}
+
+// What the agent with `--namespaces a,b` asks instead of its cluster-wide
+// VMI list and watch: the same request under each listed namespace
+// (`/apis/kubevirt.io/v1/namespaces/<ns>/virtualmachineinstances`, same
+// query). Calls already made in a namespace are kept as they are.
+export function perNamespaceVmiCalls(calls: RecordedCall[], namespaces: readonly string[]): RecordedCall[] {
+  return calls.flatMap((call) => {
+    const a = requestAttributes(call);
+    const clusterWideVmiRead = a.apiGroup === 'kubevirt.io' && a.resource === 'virtualmachineinstances' && a.namespace === '' && (a.verb === 'list' || a.verb === 'watch');
+    if (!clusterWideVmiRead) return [call];
+    const url = new URL(call.path, 'http://api.invalid');
+    const legacyWatch = url.pathname.startsWith(`/apis/kubevirt.io/${a.version}/watch/`);
+    return namespaces.map((ns) => ({
+      ...call,
+      path:
+        `/apis/kubevirt.io/${a.version}/${legacyWatch ? 'watch/' : ''}namespaces/${encodeURIComponent(ns)}/virtualmachineinstances` + url.search,
+    }));
+  });
+}

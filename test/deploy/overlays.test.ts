@@ -1,0 +1,206 @@
+// The deployment variants in deploy/, rendered by the real `kubectl
+// kustomize` (whatever kubectl scripts/setup-host.sh left on PATH: Debian's
+// kubernetes-client 1.20 with kustomize 2.0.3, or a current one). Each test
+// reads the rendered objects, as `kubectl apply -k deploy/<variant>` would
+// send them.
+import { before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
+import { OVERLAYS, kubectlVersion, kustomize, objectId, type Overlay } from '../support/kustomize.ts';
+
+type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const rendered = new Map<Overlay | 'base', KubeObject[]>();
+const base = loadYamlDocuments('manifests/daemonset.yaml');
+const baseAgent = agentOf(base);
+
+before(async () => {
+  process.stderr.write(`# ${await kubectlVersion()}\n`);
+  rendered.set('base', await kustomize(join(ROOT, 'manifests')));
+  for (const o of OVERLAYS) rendered.set(o, await kustomize(join(ROOT, 'deploy', o)));
+});
+
+function daemonSetOf(objects: KubeObject[]): Any {
+  return findObject(objects, 'DaemonSet', 'vmseed');
+}
+function agentOf(objects: KubeObject[]): Any {
+  return daemonSetOf(objects).spec.template.spec.containers.find((c: Any) => c.name === 'agent');
+}
+function byId(objects: KubeObject[]): Map<string, KubeObject> {
+  return new Map(objects.map((o) => [objectId(o), o]));
+}
+// Objects of `a` that differ from, or are missing in, `b`.
+function changed(a: KubeObject[], b: KubeObject[]): string[] {
+  const other = byId(b);
+  return a.filter((o) => !isDeepStrictEqual(o, other.get(objectId(o)))).map(objectId).sort();
+}
+function isDeepStrictEqual(x: unknown, y: unknown): boolean {
+  try {
+    assert.deepStrictEqual(x, y);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+test('every variant renders with kubectl kustomize into objects valid against the Kubernetes schema', async () => {
+  for (const [name, objects] of rendered) {
+    assert.ok(objects.length >= 7, name);
+    for (const o of objects) await assert.doesNotReject(validateBuiltin(o), `${name}: ${objectId(o)}`);
+    assert.equal(new Set(objects.map(objectId)).size, objects.length, `${name}: no object twice`);
+  }
+});
+
+test('the base and the kubevirt variant are manifests/daemonset.yaml as `kubectl apply -f` reads it', () => {
+  // kustomize parses YAML as kubectl does (YAML 1.1): any value that a YAML
+  // 1.2 reader takes differently (a leading-zero octal mode) shows up here.
+  for (const name of ['base', 'kubevirt'] as const) {
+    const objects = rendered.get(name)!;
+    assert.deepEqual(objects.map(objectId).sort(), base.map(objectId).sort(), name);
+    assert.deepEqual(changed(objects, base), [], name);
+  }
+});
+
+test('kubevirt: uid 107, gid 107, supplementary group 0, no capability, the kubelet pod tree at /pods', () => {
+  const pod = daemonSetOf(rendered.get('kubevirt')!).spec.template.spec;
+  assert.deepEqual(pod.securityContext, {
+    runAsUser: 107,
+    runAsGroup: 107,
+    supplementalGroups: [0],
+    runAsNonRoot: true,
+    seccompProfile: { type: 'RuntimeDefault' },
+  });
+  const agent = agentOf(rendered.get('kubevirt')!);
+  assert.deepEqual(agent.securityContext, { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+  assert.deepEqual(agent.args.slice(0, 2), ['--platform=kubevirt', '--pods-dir=/pods']);
+  const mount = agent.volumeMounts.find((m: Any) => m.mountPath === '/pods');
+  assert.deepEqual(pod.volumes.find((v: Any) => v.name === mount.name).hostPath, { path: '/var/lib/kubelet/pods', type: 'Directory' });
+  assert.equal(mount.mountPropagation, 'HostToContainer');
+  assert.ok(agent.args.includes('--status-listen=127.0.0.1:8090'));
+  assert.ok(!agent.args.some((a: string) => a.startsWith('--namespaces')), 'cluster-wide');
+});
+
+test('libvirt: --platform=libvirt, the host libvirt socket directory instead of /pods, root without capabilities', () => {
+  const objects = rendered.get('libvirt')!;
+  assert.deepEqual(changed(objects, base), ['DaemonSet/vmseed/vmseed'], 'only the DaemonSet differs');
+  const ds = daemonSetOf(objects);
+  const pod = ds.spec.template.spec;
+  const agent = agentOf(objects);
+  // The args are the base's with exactly these substitutions.
+  const expected = baseAgent.args
+    .filter((a: string) => !a.startsWith('--pods-dir='))
+    .map((a: string) => (a === '--platform=kubevirt' ? '--platform=libvirt' : a === '--kubevirt-volumes=ignore' ? '--kubevirt-volumes=own' : a))
+    .concat('--resume-via=virsh');
+  assert.deepEqual(agent.args, expected);
+  // A system-mode libvirtd's socket is root's (0700, or 0770 root:libvirt).
+  assert.deepEqual(pod.securityContext, { runAsUser: 0, runAsGroup: 0, runAsNonRoot: false, seccompProfile: { type: 'RuntimeDefault' } });
+  assert.deepEqual(agent.securityContext, baseAgent.securityContext, 'still drop ALL, no escalation, read-only root');
+  // Mounts: the base's, less /pods, plus the socket directory read-only.
+  const mounts = (c: Any) => c.volumeMounts.map((m: Any) => `${m.name}:${m.mountPath}:${m.readOnly === true ? 'ro' : 'rw'}`).sort();
+  assert.deepEqual(
+    mounts(agent),
+    [...mounts(baseAgent).filter((m: string) => !m.includes(':/pods:')), 'libvirt-run:/var/run/libvirt:ro'].sort(),
+  );
+  assert.equal(pod.volumes.some((v: Any) => v.hostPath?.path === '/var/lib/kubelet/pods'), false);
+  assert.deepEqual(pod.volumes.find((v: Any) => v.name === 'libvirt-run').hostPath, { path: '/var/run/libvirt', type: 'Directory' });
+  // QEMU on the host opens the image where the agent wrote it: the state
+  // directory is mounted at its host path.
+  const seeds = pod.volumes.find((v: Any) => v.name === 'seeds');
+  assert.equal(agent.volumeMounts.find((m: Any) => m.name === 'seeds').mountPath, seeds.hostPath.path);
+  assert.ok(agent.args.includes(`--state-dir=${seeds.hostPath.path}`));
+  // Root without CAP_DAC_OVERRIDE writes only into its own directories.
+  const init = pod.initContainers.find((c: Any) => c.name === 'state-dir-owner');
+  assert.deepEqual(init.command, ['chown', '-R', '0:0', seeds.hostPath.path]);
+  assert.deepEqual(init.securityContext.capabilities, { drop: ['ALL'], add: ['CHOWN'] });
+  const term = pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms;
+  assert.deepEqual(term, [{ matchExpressions: [{ key: 'vmseed.io/libvirt', operator: 'Exists' }] }]);
+});
+
+test('namespaced: --namespaces and one RoleBinding per listed namespace; the ClusterRole is bound nowhere cluster-wide', () => {
+  const objects = rendered.get('namespaced')!;
+  const agent = agentOf(objects);
+  assert.deepEqual(agent.args.slice(0, -1), baseAgent.args);
+  const flag = agent.args.at(-1) as string;
+  assert.match(flag, /^--namespaces=[a-z0-9-]+(,[a-z0-9-]+)*$/);
+  const namespaces = flag.slice('--namespaces='.length).split(',');
+  assert.ok(namespaces.length >= 2, 'the example lists more than one');
+  assert.deepEqual(daemonSetOf(objects).spec.template.spec.securityContext, daemonSetOf(base).spec.template.spec.securityContext);
+
+  const account = findObject(objects, 'ServiceAccount', 'vmseed');
+  const subject = { kind: 'ServiceAccount', name: account.metadata.name, namespace: account.metadata.namespace };
+  const bindings = objects.filter((o) => o.kind === 'RoleBinding') as Any[];
+  assert.deepEqual(bindings.map((b) => b.metadata.namespace).sort(), [...namespaces].sort(), 'the RoleBindings and --namespaces agree');
+  for (const b of bindings) {
+    assert.deepEqual(b.subjects, [subject]);
+    assert.deepEqual(b.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'vmseed-agent' });
+  }
+  assert.deepEqual((findObject(objects, 'ClusterRoleBinding', 'vmseed-agent') as Any).subjects, []);
+  assert.deepEqual(findObject(objects, 'ClusterRole', 'vmseed-agent'), findObject(base, 'ClusterRole', 'vmseed-agent'), 'the same rules');
+  assert.deepEqual(changed(objects, base), [
+    'ClusterRoleBinding//vmseed-agent',
+    'DaemonSet/vmseed/vmseed',
+    ...namespaces.map((ns) => `RoleBinding/${ns}/vmseed-agent`),
+  ].sort());
+});
+
+test('every variant ships the same NetworkPolicy, and nothing in deploy/ points into hotplug-disks', async () => {
+  const policy = findObject(base, 'NetworkPolicy');
+  for (const o of OVERLAYS) {
+    assert.deepEqual(findObject(rendered.get(o)!, 'NetworkPolicy'), policy, o);
+    assert.doesNotMatch(JSON.stringify(rendered.get(o)), /hotplug-disks/, o);
+  }
+});
+
+// The overlays patch the base's args by position; their JSON-patch "test"
+// ops must make a reordered base fail to build instead of patching the wrong
+// flag. Build a copy whose first two args are swapped.
+test('a base whose flags moved fails to build (the overlays never patch the wrong flag)', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-kustomize-'));
+  try {
+    await cp(join(ROOT, 'manifests'), join(dir, 'manifests'), { recursive: true });
+    await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
+    const file = join(dir, 'manifests', 'daemonset.yaml');
+    const text = await readFile(file, 'utf8');
+    const swapped = text.replace('- --platform=kubevirt\n', '- --PLACEHOLDER\n').replace('- --pods-dir=/pods\n', '- --platform=kubevirt\n').replace('- --PLACEHOLDER\n', '- --pods-dir=/pods\n');
+    assert.notEqual(swapped, text);
+    await writeFile(file, swapped);
+    // The copy itself is sound: the unpatched variant still builds.
+    await kustomize(join(dir, 'deploy', 'kubevirt'));
+    await assert.rejects(kustomize(join(dir, 'deploy', 'libvirt')), /kustomize .*libvirt failed/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+// The contract with src/config.ts, per variant: the rendered args and
+// environment load as they are.
+test("the agent's config parser accepts every variant's args and environment", async () => {
+  const { loadConfig } = await import('../../src/config.ts');
+  const load = (objects: KubeObject[]) => {
+    const agent = agentOf(objects);
+    const env: NodeJS.ProcessEnv = {};
+    for (const e of agent.env) env[e.name] = e.valueFrom ? 'node-a' : e.value;
+    return loadConfig(agent.args, env, '/')!;
+  };
+  const kubevirt = load(rendered.get('kubevirt')!);
+  assert.deepEqual([kubevirt.libvirt.platform, kubevirt.kubevirtVolumes, kubevirt.libvirt.resumeVia, kubevirt.libvirt.podsDir], ['kubevirt', 'ignore', 'kubevirt', '/pods']);
+  assert.equal(kubevirt.namespaces, undefined);
+  const libvirt = load(rendered.get('libvirt')!);
+  assert.deepEqual([libvirt.libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode], ['libvirt', 'own', 'virsh', 'kubernetes']);
+  const namespaced = load(rendered.get('namespaced')!);
+  const bound = rendered.get('namespaced')!.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
+  assert.deepEqual([...namespaced.namespaces!].sort(), bound.sort());
+});
+
+test('every directory in deploy/ is a variant tested here and documented in docs/operations.md', async () => {
+  const { readdir, readFile: read } = await import('node:fs/promises');
+  const dirs = (await readdir(join(ROOT, 'deploy'), { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name);
+  assert.deepEqual(dirs.sort(), [...OVERLAYS].sort());
+  const docs = await read(join(ROOT, 'docs', 'operations.md'), 'utf8');
+  const section = docs.slice(docs.indexOf('\n## Deployment variants\n'), docs.indexOf('\n### ', docs.indexOf('\n## Deployment variants\n')));
+  const rows = [...section.matchAll(/^\| `deploy\/([a-z-]+)` \|/gm)].map((m) => m[1]);
+  assert.deepEqual(rows.sort(), dirs.sort());
+});
