@@ -43,6 +43,13 @@ export const ERROR_CODES = [
   'NETWORK_CONVERSION_UNSUPPORTED',
   'REFERENCE_KEY_INVALID',
   'VENDORDATA_NO_HEADER',
+  // KubeVirt parity (issue 15): admission rules, empty data, pass-through warnings
+  'VOLUME_SOURCE_CONFLICT',
+  'ACCESS_CREDENTIAL_INVALID',
+  'CLOUDINIT_DATA_EMPTY',
+  'NETWORKDATA_UNPARSED',
+  'KUBEVIRT_INLINE_LIMIT',
+  'DEVICE_METADATA_INCOMPLETE',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',

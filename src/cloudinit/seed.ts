@@ -6,7 +6,16 @@ export type Datasource = 'nocloud' | 'configdrive';
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 
 export interface SeedWarning {
-  code: 'USERDATA_NO_HEADER' | 'VENDORDATA_NO_HEADER' | 'KUBEVIRT_VOLUME_CONFLICT' | 'SEEDED_AFTER_BOOT';
+  code:
+    | 'USERDATA_NO_HEADER'
+    | 'USERDATA_CLOUDCONFIG_INVALID'
+    | 'VENDORDATA_NO_HEADER'
+    | 'KUBEVIRT_VOLUME_CONFLICT'
+    | 'SEEDED_AFTER_BOOT'
+    | 'NETWORKDATA_UNPARSED'
+    | 'NETWORK_CONVERSION_UNSUPPORTED'
+    | 'KUBEVIRT_INLINE_LIMIT'
+    | 'DEVICE_METADATA_INCOMPLETE';
   message: string;
   field?: string;
 }
