@@ -82,6 +82,9 @@ function checkCredential(c: unknown, file: string, doc: number, field: string): 
   if (!isPlainObject(c)) throw junk(file, doc, `${field} must be a mapping`, field);
   const ssh = c.sshPublicKey;
   if (ssh === undefined || ssh === null) return;
+  // No source at all is for the admission check (kubevirt-admission.ts), which
+  // answers with KubeVirt's wording; a malformed one is a manifest error.
+  if (isPlainObject(ssh) && (ssh.source === undefined || ssh.source === null || (isPlainObject(ssh.source) && ssh.source.secret == null))) return;
   const name = isPlainObject(ssh) && isPlainObject(ssh.source) && isPlainObject(ssh.source.secret) ? ssh.source.secret.secretName : undefined;
   if (typeof name !== 'string' || name === '') {
     throw junk(file, doc, `${field}.sshPublicKey.source.secret.secretName must be a non-empty string`, `${field}.sshPublicKey.source.secret.secretName`);
