@@ -27,7 +27,7 @@ export const RANDOM_UUID = '<uuid.NewString()>';
 
 type Obj = Record<string, any>;
 
-const present = (v: unknown) => v !== undefined && v !== null;
+const present = (v: unknown): boolean => v !== undefined && v !== null;
 
 // Go's base64.StdEncoding.DecodeString: padding required, \r and \n skipped.
 function goBase64(s: string): { ok: true; bytes: Buffer } | { ok: false; message: string } {
