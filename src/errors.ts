@@ -50,6 +50,8 @@ export const ERROR_CODES = [
   'NETWORKDATA_UNPARSED',
   'KUBEVIRT_INLINE_LIMIT',
   'DEVICE_METADATA_INCOMPLETE',
+  // local mode: a manifest naming another node (kubevirt.io/nodeName)
+  'VMI_ON_OTHER_NODE',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',
