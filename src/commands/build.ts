@@ -30,8 +30,10 @@ export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdriv
 
   F may be '-' for stdin (at most one). Without --meta-data, meta-data is
   {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
-  {"uuid": "iid-local01"} (configdrive). meta-data may be JSON or YAML; it is
-  written as compact JSON. SOURCE_DATE_EPOCH fixes the timestamp.
+  {"uuid": "iid-local01"} (configdrive). meta-data may be JSON or YAML (a
+  mapping); it is checked and written as given, byte for byte, except a YAML
+  file for configdrive, whose meta_data.json must be JSON (written as compact
+  JSON). SOURCE_DATE_EPOCH fixes the timestamp.
 `;
 
 // One table for every mode, so a new mode adds its options beside these.
@@ -85,6 +87,15 @@ export class InputReader {
   }
 }
 
+function isJsonText(bytes: Uint8Array): boolean {
+  try {
+    JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
   let v: unknown;
   try {
@@ -103,10 +114,18 @@ export async function seedFromFiles(values: BuildValues, datasource: Datasource,
   const userFile = values['user-data'];
   if (userFile === undefined) throw new UsageError('--user-data is required (use an empty file for none)');
   const userData = await input.read('user-data', userFile);
-  const metaData = values['meta-data'] === undefined
-    ? datasource === 'configdrive' ? { uuid: 'iid-local01' } : { 'instance-id': 'iid-local01' }
-    : parseMetaData(await input.read('meta-data', values['meta-data']));
-  const seed: Seed = { datasource, metaData, userData, warnings: [] };
+  let seed: Seed;
+  if (values['meta-data'] === undefined) {
+    const metaData = datasource === 'configdrive' ? { uuid: 'iid-local01' } : { 'instance-id': 'iid-local01' };
+    seed = { datasource, metaData, userData, warnings: [] };
+  } else {
+    // Like cloud-localds: the user's file as given (comments, key order),
+    // once it is known to be a mapping cloud-init can read.
+    const raw = await input.read('meta-data', values['meta-data']);
+    const metaData = parseMetaData(raw);
+    const keep = datasource === 'nocloud' || isJsonText(raw);
+    seed = { datasource, metaData, userData, warnings: [], ...(keep ? { metaDataRaw: raw } : {}) };
+  }
   if (values['network-config'] !== undefined) seed.networkConfig = await input.read('network-config', values['network-config']);
   if (values['vendor-data'] !== undefined) seed.vendorData = await input.read('vendor-data', values['vendor-data']);
   return seed;
