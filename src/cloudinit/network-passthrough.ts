@@ -13,9 +13,11 @@
 // - NoCloud: util.load_yaml(network-config) returns None for anything that is
 //   not a YAML mapping (sources/DataSourceNoCloud.py), so the datasource has
 //   no network config and cloud-init uses its fallback (DHCP on the first
-//   NIC). A mapping without a usable "version" reaches
-//   net/network_state.py parse_net_config_data, which raises "No valid
-//   network_state object created". user-data is read either way.
+//   NIC). A mapping without a usable "version" makes the init-local stage
+//   fail (distros/networking.py extract_physdevs: "Unknown network config
+//   version"; cloud-init-local.service fails) and networking stays as the
+//   image sets it up; the later stages still apply user-data (seen on a
+//   Debian 12 guest: e2e/guest-debian-kubevirt-network.test.ts).
 // - ConfigDrive: network_data.json is loaded with util.load_json
 //   (sources/helpers/openstack.py read_v2); text that is not JSON raises
 //   BrokenMetadata for the whole drive, so neither user-data nor keys are
@@ -59,7 +61,8 @@ function guestOutcome(bytes: Uint8Array, datasource: Datasource): string {
   }
   const parsed = text === undefined ? undefined : parseYaml(text, { allowDuplicateKeys: true });
   if (parsed && parsed.ok && isPlainObject(parsed.value)) {
-    return 'cloud-init loads the mapping but its network renderer cannot use it and logs an error; user-data is still applied';
+    return 'cloud-init\'s init-local stage fails on it ("Unknown network config version") and networking stays as the image ' +
+      'sets it up; the later stages still apply user-data';
   }
   return 'cloud-init ignores a network-config that is not a YAML mapping and uses its fallback (DHCP on the first NIC); ' +
     'user-data is still applied';
