@@ -106,7 +106,13 @@ function toVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObje
 
 // What virt-controller does when it starts a VirtualMachine: the VMI takes
 // the VM's name and namespace, the template's metadata and spec, and a
-// firmware UUID derived from the VM name when none is set.
+// firmware UUID derived from the VM name when none is set. That UUIDv5 is
+// KubeVirt's legacy value (pkg/virt-controller/watch/vm/firmware.go
+// CalculateLegacyUUID); since 1.6 its VM mutating webhook stores a random
+// UUID in a new VM instead (vm-mutator.go setFirmwareDefaultsIfEmpty). A
+// manifest on disk has nowhere to keep a random one, and a new one per run
+// would change the instance-id, so the stable legacy value is used; set
+// firmware.uuid in the template to pin another (docs/kubevirt-differences.md).
 function vmToVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObject {
   const vmMeta = readMeta(obj.metadata, file, doc);
   const spec = obj.spec;
