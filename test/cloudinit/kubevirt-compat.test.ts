@@ -113,3 +113,23 @@ test('an empty first Secret key fails like KubeVirt and names the key that shado
     return true;
   });
 });
+
+test('with the annotation, SSH keys propagated to the other datasource are refused, not dropped', async () => {
+  const v = vmi({
+    accessCredentials: [{ sshPublicKey: { source: { secret: { secretName: 'keys' } }, propagationMethod: { configDrive: {} } } }],
+  });
+  v.metadata.annotations = { 'vmseed.io/cloud-init': 'userData: "#cloud-config\\n"\n' };
+  const refs = new MemoryResolver({ secrets: [{ metadata: { name: 'keys', namespace: 'ns' }, stringData: { k: 'ssh-ed25519 AAAA k' } }] });
+  await assert.rejects(renderSeed(v, refs, DEFAULT_RENDER_OPTIONS), (e: unknown) => {
+    assert.ok(e instanceof VmseedError);
+    assert.equal(e.code, 'ACCESS_CREDENTIAL_INVALID');
+    assert.equal(e.field, 'spec.accessCredentials[0].sshPublicKey.propagationMethod');
+    assert.match(e.message, /^spec\.accessCredentials\[0\] requires a configDrive volume to exist when the configDrive propagationMethod is in use\./);
+    return true;
+  });
+  // The matching datasource keeps the keys.
+  v.metadata.annotations = { 'vmseed.io/cloud-init': 'datasource: configdrive\nuserData: "#cloud-config\\n"\n' };
+  const out = await renderSeed(v, refs, DEFAULT_RENDER_OPTIONS);
+  assert.ok(out.kind === 'seed');
+  assert.deepEqual(out.seed.metaData.public_keys, { 0: 'ssh-ed25519 AAAA k' });
+});
