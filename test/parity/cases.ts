@@ -20,7 +20,10 @@ export type Difference =
   // the domain; without it vmseed omits the device and warns.
   | 'device-needs-domain'
   // network-config v1/v2 given for ConfigDrive is converted to network_data.json.
-  | 'configdrive-network-converted';
+  | 'configdrive-network-converted'
+  // A VirtualMachine manifest without firmware.uuid: the legacy UUIDv5 of the
+  // VM name, not the random UUID KubeVirt >= 1.6 stores at creation.
+  | 'vm-legacy-firmware-uuid';
 
 export interface ParityCase {
   name: string;
@@ -30,6 +33,8 @@ export interface ParityCase {
   differs?: Difference[];
   // Warning codes vmseed must print (stderr) for this case.
   warnings?: string[];
+  // Given to vmseed as a VirtualMachine whose template is `vmi`.
+  vm?: boolean;
 }
 
 const FW = '5d307ca9-b3ef-428c-8861-06e72d69f223';
@@ -145,6 +150,10 @@ export const CASES: ParityCase[] = [
   { name: 'configdrive: instance-id of a VMI without firmware', from: 'vmi_cloudinit_test.go: cloud-init instance-id should be stable',
     vmi: vmi([containerDisk, cd({ userData: '#cloud-config\npassword: fedora\nchpasswd: { expire: False }' })], { firmware: false }),
     differs: ['configdrive-instance-id', 'stable-instance-id'] },
+
+  { name: 'VirtualMachine without firmware.uuid', from: 'vmi_cloudinit_test.go: cloud-init instance-id should be stable (a VM, restarted)',
+    vmi: vmi([containerDisk, cd({ userData: '#cloud-config\npassword: fedora\nchpasswd: { expire: False }' })], { firmware: false }),
+    vm: true, differs: ['configdrive-instance-id', 'vm-legacy-firmware-uuid'] },
 
   // tests/compute/credentials.go
   ...(['noCloud', 'configDrive'] as const).map((m): ParityCase => ({

@@ -14,6 +14,8 @@
 //   SanitizeHostname, and virt-launcher's buildDevicesMetadata for interfaces
 //   whose guest address the spec pins (pciAddress).
 
+import { createHash } from 'node:crypto';
+
 export type Secrets = Record<string, Record<string, string>>;
 
 export interface Cause {
@@ -25,7 +27,33 @@ export interface Cause {
 // the VMI has no firmware section (cloudInitUUIDFromVMI).
 export const RANDOM_UUID = '<uuid.NewString()>';
 
+// The firmware UUID KubeVirt >= 1.6 stores in a new VirtualMachine
+// (pkg/virt-api/webhooks/mutating-webhook/mutators/vm-mutator.go
+// setFirmwareDefaultsIfEmpty: uuid.New()).
+export const VM_RANDOM_UUID = '<VM mutator uuid.New()>';
+
 type Obj = Record<string, any>;
+
+// pkg/virt-controller/watch/vm/firmware.go CalculateLegacyUUID:
+// uuid.NewSHA1(6a1a24a1-4061-4607-8bf4-a3963d0c5895, name) (RFC 4122 v5).
+export function calculateLegacyUUID(name: string): string {
+  const ns = Buffer.from('6a1a24a140614607' + '8bf4a3963d0c5895', 'hex');
+  const h = createHash('sha1').update(ns).update(name).digest().subarray(0, 16);
+  h[6] = (h[6] & 0x0f) | 0x50;
+  h[8] = (h[8] & 0x3f) | 0x80;
+  const x = h.toString('hex');
+  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
+}
+
+// A VirtualMachine created on KubeVirt >= 1.6 and started: the VMI takes the
+// template, the VM's name and namespace, and the firmware UUID the mutating
+// webhook stored at creation.
+export function startVm(vm: Obj): Obj {
+  const spec = structuredClone(vm.spec.template.spec);
+  spec.domain.firmware ??= {};
+  spec.domain.firmware.uuid ||= VM_RANDOM_UUID;
+  return { apiVersion: vm.apiVersion, kind: 'VirtualMachineInstance', metadata: { ...(vm.spec.template.metadata ?? {}), name: vm.metadata.name, namespace: vm.metadata.namespace }, spec };
+}
 
 const present = (v: unknown): boolean => v !== undefined && v !== null;
 
