@@ -19,8 +19,9 @@ export type Difference =
   // A tag on an interface without pciAddress (or a host device/GPU) needs
   // the domain; without it vmseed omits the device and warns.
   | 'device-needs-domain'
-  // network-config v1/v2 given for ConfigDrive is converted to network_data.json.
-  | 'configdrive-network-converted'
+  // network-config v1/v2 given for ConfigDrive is converted to network_data.json,
+  // network_data.json given for NoCloud to v2.
+  | 'network-converted'
   // A VirtualMachine manifest without firmware.uuid: the legacy UUIDv5 of the
   // VM name, not the random UUID KubeVirt >= 1.6 stores at creation.
   | 'vm-legacy-firmware-uuid';
@@ -252,5 +253,8 @@ export const CASES: ParityCase[] = [
     differs: ['configdrive-instance-id', 'device-needs-domain'], warnings: ['DEVICE_METADATA_INCOMPLETE'] },
   { name: 'configdrive: network-config v2 given for ConfigDrive', from: 'cloud-init.go GenerateLocalData (network_data.json as given)',
     vmi: vmi([cd({ userData: '#cloud-config\n', networkData: 'version: 2\nethernets:\n  eth0:\n    match: {macaddress: "52:54:00:12:34:56"}\n    dhcp4: true\n' })]),
-    differs: ['configdrive-instance-id', 'configdrive-network-converted'] },
+    differs: ['configdrive-instance-id', 'network-converted'] },
+  { name: 'nocloud: network_data.json given for NoCloud', from: 'cloud-init.go GenerateLocalData (network-config as given)',
+    vmi: vmi([nc({ userData: '#cloud-config\n', networkData: '{"links":[{"id":"eth0","type":"phy","ethernet_mac_address":"52:54:00:12:34:56"}],"networks":[{"id":"n0","link":"eth0","type":"ipv4_dhcp","network_id":"x"}],"services":[]}' })]),
+    differs: ['network-converted'] },
 ];
