@@ -16,10 +16,12 @@ import { MemoryResolver } from '../cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/vendor-data.ts';
+import { domainDevicesFromXml } from '../cloudinit/domain-devices.ts';
 
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso
-       vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]] -o OUT.iso
+       vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]]
+                    [--domain-xml DOMAIN.xml] -o OUT.iso
 
   --vmi renders the seed of a VirtualMachineInstance (or VirtualMachine)
   manifest exactly as the agent does, with its Secrets and ConfigMaps read
@@ -27,6 +29,10 @@ export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdriv
   from the VMI; the image timestamp from its creationTimestamp.
   --vendor-data-from names the ConfigMap (in --objects) the agent's flag of
   the same name would use as default vendor-data.
+  --domain-xml takes the VM's libvirt domain (virsh dumpxml): ConfigDrive
+  "devices" metadata then lists every tagged interface, host device and GPU
+  at the guest address libvirt gave it, as KubeVirt's virt-launcher does;
+  without it only interfaces with spec pciAddress are listed.
 
   F may be '-' for stdin (at most one). Without --meta-data, meta-data is
   {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
@@ -49,6 +55,7 @@ export const BUILD_OPTIONS = {
   vmi: { type: 'string' },
   objects: { type: 'string', multiple: true },
   'vendor-data-from': { type: 'string' },
+  'domain-xml': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
@@ -157,7 +164,17 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
       throw new UsageError((e as Error).message);
     }
   }
-  const outcome = await renderSeed(vmi, refs, { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own', ...(defaultVendorData ? { defaultVendorData } : {}) });
+  let domainDevices;
+  if (values['domain-xml'] !== undefined) {
+    domainDevices = domainDevicesFromXml(await text('domain-xml', values['domain-xml']));
+    if (domainDevices === undefined) throw new UsageError(`--domain-xml ${values['domain-xml']}: not a libvirt <domain> XML (as virsh dumpxml prints it)`);
+  }
+  const outcome = await renderSeed(
+    vmi,
+    refs,
+    { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own', ...(defaultVendorData ? { defaultVendorData } : {}) },
+    domainDevices ? { domainDevices } : {},
+  );
   if (outcome.kind === 'skip') {
     const code = outcome.warning ? `${outcome.warning.code}: ` : '';
     throw new UsageError(`--vmi ${vmiFile}: ${code}${outcome.reason}`);
@@ -204,6 +221,7 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
     } else {
       if (values.objects !== undefined) throw new UsageError('--objects goes with --vmi');
       if (values['vendor-data-from'] !== undefined) throw new UsageError('--vendor-data-from goes with --vmi');
+      if (values['domain-xml'] !== undefined) throw new UsageError('--domain-xml goes with --vmi');
       seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
       timestamp = timestampFrom(ctx.env);
     }
