@@ -40,6 +40,15 @@ function warned(id: string, code: string): boolean {
   return (seeds.get(id.replace(/^vendor:/, ''))?.warnings ?? []).some((w) => w.code === code);
 }
 
+function isJson(b: Uint8Array): boolean {
+  try {
+    JSON.parse(Buffer.from(b).toString('utf8'));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 // "0", "1", … → the list cloud-init installs, in that order.
 function keysInOrder(m: unknown): string[] {
   const rec = (m ?? {}) as Record<string, string>;
@@ -135,6 +144,7 @@ test('seeds with unparseable network data or cloud-config are in the corpus, and
     assert.match(Buffer.from(r.userdata!, 'base64').toString('utf8'), /^#cloud-config\n/, r.id);
   }
   assert.ok(res.configDrives.some((r) => r.ok && warned(r.id, 'NETWORKDATA_UNPARSED')));
+  assert.ok(res.configDrives.some((r) => !r.ok && warned(r.id, 'NETWORKDATA_UNPARSED')), 'a ConfigDrive with non-JSON network data');
   assert.ok(res.cloudConfigs.some((r) => warned(r.id, 'USERDATA_CLOUDCONFIG_INVALID')));
 });
 
@@ -142,6 +152,13 @@ test('every ConfigDrive seed is read by ConfigDriveReader.read_v2 with the expec
   assert.equal(res.configDrives.length, req.configDrives.length);
   for (const r of res.configDrives) {
     const seed = seeds.get(r.id)!;
+    if (warned(r.id, 'NETWORKDATA_UNPARSED') && !isJson(seed.networkConfig!)) {
+      // Written as given, like KubeVirt: cloud-init rejects the whole drive,
+      // which is what the warning tells the user.
+      assert.equal(r.ok, false, `${r.id}: cloud-init read a drive with non-JSON network_data.json`);
+      assert.match(r.error!, /network_data\.json/, r.id);
+      continue;
+    }
     assert.ok(r.ok, `${r.id}: ${r.error}`);
     assert.equal(r.instanceId, seed.metaData.uuid, r.id);
     assert.equal(r.hostname, seed.metaData.hostname, r.id);
