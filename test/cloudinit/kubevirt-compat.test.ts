@@ -133,3 +133,21 @@ test('with the annotation, SSH keys propagated to the other datasource are refus
   assert.ok(out.kind === 'seed');
   assert.deepEqual(out.seed.metaData.public_keys, { 0: 'ssh-ed25519 AAAA k' });
 });
+
+test('v2 that has no network_data.json form, on a ConfigDrive volume: written as given with NETWORK_CONVERSION_UNSUPPORTED', async () => {
+  const net = 'version: 2\nethernets:\n  eth0: {match: {macaddress: "52:54:00:00:00:01"}}\n  eth1: {match: {macaddress: "52:54:00:00:00:02"}}\n' +
+    'bonds:\n  bond0: {interfaces: [eth0, eth1], dhcp4: true}\n';
+  const v = vmi({ volumes: [{ name: 'c', cloudInitConfigDrive: { userData: '#cloud-config\n', networkData: net } }] });
+  const out = await renderSeed(v, new MemoryResolver(), DEFAULT_RENDER_OPTIONS);
+  assert.ok(out.kind === 'seed');
+  assert.equal(Buffer.from(out.seed.networkConfig!).toString(), net);
+  const w = out.seed.warnings.find((x) => x.code === 'NETWORK_CONVERSION_UNSUPPORTED');
+  assert.ok(w, JSON.stringify(out.seed.warnings));
+  assert.equal(w.field, 'spec.volumes[0].cloudInitConfigDrive.networkData');
+  // YAML is not JSON: cloud-init's ConfigDrive reader would reject the drive.
+  assert.match(w.message, /rejects the whole drive/);
+  // The same data through the annotation is refused.
+  const a = vmi({});
+  a.metadata.annotations = { 'vmseed.io/cloud-init': `datasource: configdrive\nuserData: "#cloud-config\\n"\nnetworkData: ${JSON.stringify(net)}\n` };
+  await assert.rejects(renderSeed(a, new MemoryResolver(), DEFAULT_RENDER_OPTIONS), (e: unknown) => e instanceof VmseedError && e.code === 'NETWORK_CONVERSION_UNSUPPORTED');
+});
