@@ -43,6 +43,15 @@ export const ERROR_CODES = [
   'NETWORK_CONVERSION_UNSUPPORTED',
   'REFERENCE_KEY_INVALID',
   'VENDORDATA_NO_HEADER',
+  // KubeVirt parity (issue 15): admission rules, empty data, pass-through warnings
+  'VOLUME_SOURCE_CONFLICT',
+  'ACCESS_CREDENTIAL_INVALID',
+  'CLOUDINIT_DATA_EMPTY',
+  'NETWORKDATA_UNPARSED',
+  'KUBEVIRT_INLINE_LIMIT',
+  'DEVICE_METADATA_INCOMPLETE',
+  // local mode: a manifest naming another node (kubevirt.io/nodeName)
+  'VMI_ON_OTHER_NODE',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',

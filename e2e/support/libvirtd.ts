@@ -1,5 +1,6 @@
-// Starts virtlogd and libvirtd as root without systemd (see
-// ../shared/environment.md) and waits until qemu:///system answers.
+// Starts virtlogd and libvirtd as root without systemd (qemu.conf user/group
+// root; virtlogd first, as libvirt's libvirtd.service wants virtlogd.socket)
+// and waits until qemu:///system answers.
 // Idempotent: several test files may call it at once; a mkdir lock keeps two
 // of them from starting a second daemon, and a running daemon is reused.
 import { execFile, spawn } from 'node:child_process';

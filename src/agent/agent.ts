@@ -37,6 +37,9 @@ export interface AgentOptions {
   // NoCloud over HTTP on: the agent keeps each VMI's seed for the
   // datasource (agent.seeds) and shows its DMI serial on the status page.
   nocloudHttp?: { serial(uid: string): string | undefined };
+  // Local mode: show VMIs whose node is another one as skipped (with the
+  // reason) instead of ignoring them; a cluster's informer never lists them.
+  reportOtherNodes?: boolean;
 }
 
 export class Agent {
@@ -96,6 +99,7 @@ export class Agent {
       renderOptions: options.renderOptions,
       fsync: options.fsync ?? true,
       failures: (key) => this.queue.failures(key),
+      ...(options.reportOtherNodes ? { reportOtherNodes: true } : {}),
       ...(this.seeds ? { seeds: this.seeds } : {}),
     });
   }

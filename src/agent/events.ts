@@ -50,6 +50,8 @@ interface Pending {
   reason: EventReason;
   message: string;
   at: Date;
+  // Nanoseconds for the Event name, unique within this recorder.
+  nanos: bigint;
 }
 
 export class KubeEventRecorder implements EventRecorder {
@@ -63,6 +65,7 @@ export class KubeEventRecorder implements EventRecorder {
   readonly #busy = new Set<string>();
   #inFlight = 0;
   #dropped = 0;
+  #lastNanos = 0n;
   #flushWaiters: Array<() => void> = [];
 
   constructor(options: { api: KubeApi; logger: Logger; host: string; now?: () => Date }) {
@@ -77,6 +80,14 @@ export class KubeEventRecorder implements EventRecorder {
     const ns = vmi.metadata.namespace ?? 'default';
     const aggKey = [vmi.metadata.uid ?? '', ns, vmi.metadata.name, type, reason, message].join('\u0000');
     const at = this.#now();
+    // client-go names an Event "<object>.<t.UnixNano() in hex>"; its clock has
+    // nanoseconds, ours milliseconds, so two Events in one millisecond (SeedReady
+    // then SeedWarning in one reconcile) would share a name and the second POST
+    // would meet 409 AlreadyExists. Taken here, in record order, and kept
+    // strictly increasing.
+    let nanos = BigInt(at.getTime()) * 1_000_000n;
+    if (nanos <= this.#lastNanos) nanos = this.#lastNanos + 1n;
+    this.#lastNanos = nanos;
     if (this.#backlog.length >= MAX_BACKLOG) {
       // Like client-go's broadcaster: a full buffer drops Events rather than
       // holding reconciles up or growing without bound.
@@ -84,7 +95,7 @@ export class KubeEventRecorder implements EventRecorder {
       this.#dropped++;
       if (this.#dropped % 100 === 1) this.#log.warn({ dropped: this.#dropped }, 'Event backlog full; dropping the oldest Events');
     }
-    this.#backlog.push({ aggKey, vmi, ns, type, reason, message, at });
+    this.#backlog.push({ aggKey, vmi, ns, type, reason, message, at, nanos });
     this.#pump();
   }
 
@@ -98,7 +109,7 @@ export class KubeEventRecorder implements EventRecorder {
       const e = this.#backlog.splice(i, 1)[0]!;
       this.#busy.add(e.aggKey);
       this.#inFlight++;
-      void this.#send(e.aggKey, e.vmi, e.ns, e.type, e.reason, e.message, e.at)
+      void this.#send(e)
         .catch((err: unknown) => {
           this.#log.warn({ err: { message: (err as Error).message }, namespace: e.ns, name: e.vmi.metadata.name, reason: e.reason }, 'could not record Event');
         })
@@ -120,7 +131,8 @@ export class KubeEventRecorder implements EventRecorder {
     return new Promise((r) => this.#flushWaiters.push(r));
   }
 
-  async #send(aggKey: string, vmi: VmiObject, ns: string, type: EventType, reason: EventReason, message: string, at: Date): Promise<void> {
+  async #send(e: Pending): Promise<void> {
+    const { aggKey, vmi, ns, type, reason, message, at } = e;
     const ts = at.toISOString().replace(/\.\d+Z$/, 'Z');
     const seen = this.#seen.get(aggKey);
     if (seen) {
@@ -133,8 +145,7 @@ export class KubeEventRecorder implements EventRecorder {
       if (res.status !== 404) throw new Error(`PATCH Event answered ${res.status}`);
       this.#seen.delete(aggKey);
     }
-    // Unique name the way client-go makes it: object name + hex nanoseconds.
-    const name = `${vmi.metadata.name}.${(BigInt(at.getTime()) * 1_000_000n + BigInt(this.#seen.size % 1_000_000)).toString(16)}`;
+    const name = `${vmi.metadata.name}.${e.nanos.toString(16)}`;
     const event = {
       apiVersion: 'v1',
       kind: 'Event',

@@ -44,6 +44,10 @@ export interface ReconcilerOptions {
   // Failed attempts so far for a key (the queue's count), for the status page.
   failures?: (key: string) => number;
   now?: () => number;
+  // Local mode: a VMI labelled for another node is shown as skipped with the
+  // reason and logged once, not silently dropped (a manifest copied from a
+  // cluster keeps its kubevirt.io/nodeName label).
+  reportOtherNodes?: boolean;
 }
 
 // What is on disk (and in the domain) for a key.
@@ -78,6 +82,8 @@ export class Reconciler {
   readonly #known = new Map<string, Known>();
   // key -> uid and when this agent first saw it (seed-ready latency).
   readonly #firstSeen = new Map<string, { uid: string; at: number; reported: boolean }>();
+  // key -> the other node it was last logged for (log once per change).
+  readonly #otherNodeLogged = new Map<string, string>();
 
   constructor(options: ReconcilerOptions) {
     this.#o = options;
@@ -174,7 +180,12 @@ export class Reconciler {
     try {
       if (!vmi || !this.isHere(vmi)) {
         await this.#cleanup(key);
-        this.#o.status.remove(key);
+        const other = vmi && this.#o.reportOtherNodes ? nodeOf(vmi) : undefined;
+        if (vmi && other !== undefined && other !== this.#o.nodeName) this.#skipOtherNode(key, vmi, other);
+        else {
+          this.#o.status.remove(key);
+          this.#otherNodeLogged.delete(key);
+        }
         this.#firstSeen.delete(key);
         this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
         return 'success';
@@ -185,7 +196,26 @@ export class Reconciler {
     }
   }
 
+  #skipOtherNode(key: string, vmi: VmiObject, node: string): void {
+    const message = `the VMI names node "${node}" (${vmi.status?.nodeName ? 'status.nodeName' : 'label kubevirt.io/nodeName'}) and this agent is ` +
+      `--node-name "${this.#o.nodeName}"; remove the label from the manifest or start the agent with --node-name ${node}`;
+    this.#o.status.update(key, vmi.metadata.uid ?? key, {
+      state: 'skipped',
+      warnings: [this.#o.status.problem('VMI_ON_OTHER_NODE', message, { field: vmi.status?.nodeName ? 'status.nodeName' : 'metadata.labels.kubevirt.io/nodeName' })],
+      lastError: undefined,
+      retries: 0,
+      datasource: undefined,
+      imagePath: undefined,
+    });
+    if (this.#otherNodeLogged.get(key) !== node) {
+      this.#otherNodeLogged.set(key, node);
+      const [namespace, name] = key.split('/');
+      this.#log.warn({ namespace, name, node, agentNode: this.#o.nodeName }, `skipped: ${message}`);
+    }
+  }
+
   async #ensure(key: string, vmi: VmiObject, started: number, progress: { generated: boolean }): Promise<WorkResult> {
+    this.#otherNodeLogged.delete(key);
     const uid = vmi.metadata.uid ?? key;
     const seen = this.#firstSeen.get(key);
     if (!seen || seen.uid !== uid) this.#firstSeen.set(key, { uid, at: this.#now(), reported: false });

@@ -82,6 +82,9 @@ function checkCredential(c: unknown, file: string, doc: number, field: string): 
   if (!isPlainObject(c)) throw junk(file, doc, `${field} must be a mapping`, field);
   const ssh = c.sshPublicKey;
   if (ssh === undefined || ssh === null) return;
+  // No source at all is for the admission check (kubevirt-admission.ts), which
+  // answers with KubeVirt's wording; a malformed one is a manifest error.
+  if (isPlainObject(ssh) && (ssh.source === undefined || ssh.source === null || (isPlainObject(ssh.source) && ssh.source.secret == null))) return;
   const name = isPlainObject(ssh) && isPlainObject(ssh.source) && isPlainObject(ssh.source.secret) ? ssh.source.secret.secretName : undefined;
   if (typeof name !== 'string' || name === '') {
     throw junk(file, doc, `${field}.sshPublicKey.source.secret.secretName must be a non-empty string`, `${field}.sshPublicKey.source.secret.secretName`);
@@ -103,7 +106,13 @@ function toVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObje
 
 // What virt-controller does when it starts a VirtualMachine: the VMI takes
 // the VM's name and namespace, the template's metadata and spec, and a
-// firmware UUID derived from the VM name when none is set.
+// firmware UUID derived from the VM name when none is set. That UUIDv5 is
+// KubeVirt's legacy value (pkg/virt-controller/watch/vm/firmware.go
+// CalculateLegacyUUID); since 1.6 its VM mutating webhook stores a random
+// UUID in a new VM instead (vm-mutator.go setFirmwareDefaultsIfEmpty). A
+// manifest on disk has nowhere to keep a random one, and a new one per run
+// would change the instance-id, so the stable legacy value is used; set
+// firmware.uuid in the template to pin another (docs/kubevirt-differences.md).
 function vmToVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObject {
   const vmMeta = readMeta(obj.metadata, file, doc);
   const spec = obj.spec;

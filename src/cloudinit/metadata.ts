@@ -4,6 +4,7 @@ import type { VmiObject } from './kube-types.ts';
 import type { Datasource } from './seed.ts';
 import { hostname } from './hostname.ts';
 import { instanceId } from './instance-id.ts';
+import type { DeviceData } from './devices-metadata.ts';
 
 // KubeVirt puts the VM's instancetype into meta-data; the cluster-wide one
 // wins over the namespaced one (cloud-init.go ReadCloudInitVolumeDataSource).
@@ -15,7 +16,12 @@ export function instanceType(vmi: VmiObject): string | undefined {
   return a[CLUSTER_INSTANCETYPE_ANNOTATION] || a[INSTANCETYPE_ANNOTATION] || undefined;
 }
 
-export function buildMetaData(vmi: VmiObject, datasource: Datasource, publicKeys: Record<string, string>): Record<string, unknown> {
+export function buildMetaData(
+  vmi: VmiObject,
+  datasource: Datasource,
+  publicKeys: Record<string, string>,
+  devices: DeviceData[] = [],
+): Record<string, unknown> {
   const id = instanceId(vmi);
   const host = hostname(vmi);
   const type = instanceType(vmi);
@@ -28,6 +34,9 @@ export function buildMetaData(vmi: VmiObject, datasource: Datasource, publicKeys
       ...(hasKeys ? { 'public-keys': publicKeys } : {}),
     };
   }
+  // KubeVirt's ConfigDriveMetadata keys (pkg/cloud-init/cloud-init.go) and
+  // no others: instance_type, instance_id, hostname, uuid, devices,
+  // public_keys (local_hostname is in its struct but never set).
   // cloud-init's ConfigDrive reader takes the instance-id from `uuid` (required)
   // and compares it with the SMBIOS UUID. instance_id repeats it rather than
   // KubeVirt's "<name>.<namespace>" so both datasources name the instance alike.
@@ -35,8 +44,8 @@ export function buildMetaData(vmi: VmiObject, datasource: Datasource, publicKeys
     uuid: id,
     instance_id: id,
     hostname: host,
-    name: vmi.metadata.name,
     ...(type ? { instance_type: type } : {}),
+    ...(devices.length > 0 ? { devices } : {}),
     ...(hasKeys ? { public_keys: publicKeys } : {}),
   };
 }

@@ -20,6 +20,10 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
+import { buildDevicesMetadata, type DeviceData, type DomainDevice } from './devices-metadata.ts';
+import { admitAccessCredentials, admitCloudInitVolumes, volumeDatasources } from './kubevirt-admission.ts';
+import { isPassableNetworkError, passThroughWarning } from './network-passthrough.ts';
+import { requireSomeData } from './empty-data.ts';
 
 export { ANNOTATION } from './annotation.ts';
 
@@ -46,6 +50,13 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
   maxUserDataBytes: 1024 * 1024,
   maxNetworkDataBytes: 64 * 1024,
 });
+
+// Per-VMI facts from outside the objects, when the caller has them.
+export interface RenderContext {
+  // The running domain's interfaces and host devices (from its XML), for the
+  // ConfigDrive `devices` metadata; without it only what the spec pins is listed.
+  domainDevices?: DomainDevice[];
+}
 
 export type RenderOutcome = { kind: 'seed'; seed: Seed } | { kind: 'skip'; reason: string; warning?: SeedWarning };
 
@@ -77,7 +88,7 @@ function tooLarge(code: 'USERDATA_TOO_LARGE' | 'NETWORKDATA_TOO_LARGE', field: s
   );
 }
 
-export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: RenderOptions): Promise<RenderOutcome> {
+export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: RenderOptions, context: RenderContext = {}): Promise<RenderOutcome> {
   const annotationText = vmi.metadata.annotations?.[ANNOTATION];
   const hasAnnotation = annotationText !== undefined;
   const volume = firstCloudInitVolume(vmi);
@@ -109,6 +120,9 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   let secretRefField: string;
   let policy: SourcePolicy;
   let extras: AnnotationExtras | undefined;
+  // What KubeVirt's webhook would say about the VMI (only warnings get here;
+  // a rejection throws).
+  const admissionWarnings: SeedWarning[] = [];
   if (hasAnnotation) {
     const spec = parseAnnotation(annotationText);
     extras = spec.extras;
@@ -117,6 +131,7 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
     fieldPrefix = ANNOTATION;
     secretRefField = spec.secretRefField;
     policy = 'single';
+    admitAccessCredentials(vmi, { nocloud: datasource === 'nocloud', configdrive: datasource === 'configdrive' });
   } else {
     const v = volume!;
     datasource = v.datasource;
@@ -124,10 +139,13 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
     fieldPrefix = `spec.volumes[${v.index}].${v.datasource === 'nocloud' ? 'cloudInitNoCloud' : 'cloudInitConfigDrive'}`;
     secretRefField = 'secretRef';
     policy = 'kubevirt';
+    admissionWarnings.push(...admitCloudInitVolumes(vmi));
+    admitAccessCredentials(vmi, volumeDatasources(vmi));
   }
 
   const namespace = vmi.metadata.namespace ?? 'default';
   const data = await resolveSourceData(source, fieldPrefix, secretRefField, policy, namespace, refs);
+  if (!hasAnnotation) await requireSomeData(data, source, fieldPrefix, namespace, refs);
   let publicKeys = await resolvePublicKeys(vmi, datasource, refs);
   if (extras) publicKeys = await appendSshKeys(publicKeys, extras.sshKeys, extras.sshKeysFrom, namespace, refs, ANNOTATION);
 
@@ -173,20 +191,29 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   if (userData.length > options.maxUserDataBytes) {
     throw tooLarge('USERDATA_TOO_LARGE', userDataField, userData.length, options.maxUserDataBytes);
   }
-  const warnings = lintUserData(userData, userDataField);
+  const warnings = [...admissionWarnings, ...lintVolumeUserData(userData, userDataField, hasAnnotation)];
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
   if (givenNetwork && givenNetwork.length > options.maxNetworkDataBytes) {
     throw tooLarge('NETWORKDATA_TOO_LARGE', data.networkDataField, givenNetwork.length, options.maxNetworkDataBytes);
   }
-  const networkConfig = chooseNetworkConfig({
-    vmi,
-    datasource,
-    prefix: ANNOTATION,
-    forceDHCP: extras?.forceDHCP ?? false,
-    ...(init?.network ? { initNetwork: init.network } : {}),
-    ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
-  });
+  let networkConfig: Uint8Array | undefined;
+  try {
+    networkConfig = chooseNetworkConfig({
+      vmi,
+      datasource,
+      prefix: ANNOTATION,
+      forceDHCP: extras?.forceDHCP ?? false,
+      ...(init?.network ? { initNetwork: init.network } : {}),
+      ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
+    });
+  } catch (e) {
+    // KubeVirt writes a volume's network data as given, whatever it is; the
+    // annotation (vmseed's own API) stays strict.
+    if (hasAnnotation || !givenNetwork || !isPassableNetworkError(e)) throw e;
+    networkConfig = givenNetwork;
+    warnings.push(passThroughWarning(e, givenNetwork, datasource, data.networkDataField));
+  }
 
   const vendor = await resolveVendorData(extras, options.defaultVendorData, namespace, refs, ANNOTATION);
   let vendorData: Uint8Array | undefined;
@@ -195,9 +222,15 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
     vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
   }
 
+  let devices: DeviceData[] | undefined;
+  if (datasource === 'configdrive') {
+    const d = buildDevicesMetadata(vmi, context.domainDevices);
+    devices = d.devices;
+    warnings.push(...d.warnings);
+  }
   const seed: Seed = {
     datasource,
-    metaData: mergeMetaData(buildMetaData(vmi, datasource, publicKeys), extras?.metaData, datasource, `${ANNOTATION}.metaData`),
+    metaData: mergeMetaData(buildMetaData(vmi, datasource, publicKeys, devices), extras?.metaData, datasource, `${ANNOTATION}.metaData`),
     userData,
     ...(networkConfig ? { networkConfig } : {}),
     ...(vendorData && vendorData.length > 0 ? { vendorData } : {}),
@@ -210,4 +243,21 @@ function extrasProduceData(extras: AnnotationExtras | undefined): boolean {
   if (!extras) return false;
   return !!(extras.metaData || extras.userDataFrom || extras.userDataScript !== undefined || extras.files.length > 0 ||
     extras.forceDHCP || extras.init || extras.vendorData || extras.vendorDataFrom);
+}
+
+// The annotation is vmseed's API and refuses cloud-config cloud-init cannot
+// load. A volume's user-data is KubeVirt's: it writes it as given, and the
+// guest still gets the SSH keys and network config of the seed, so vmseed
+// warns instead of withholding the whole seed.
+function lintVolumeUserData(userData: Uint8Array, field: string, strict: boolean): SeedWarning[] {
+  try {
+    return lintUserData(userData, field);
+  } catch (e) {
+    if (strict || !(e instanceof VmseedError) || e.code !== 'USERDATA_CLOUDCONFIG_INVALID') throw e;
+    return [{
+      code: 'USERDATA_CLOUDCONFIG_INVALID',
+      field,
+      message: `${e.message}. Written as given, as KubeVirt does: the seed's SSH keys and network config still apply`,
+    }];
+  }
 }

@@ -11,8 +11,9 @@ export interface SeedFile {
 export const CONFIGDRIVE_DIR = 'openstack/latest';
 
 // meta-data is compact JSON (JSON.stringify, no trailing newline), as
-// KubeVirt's json.Marshal writes it.
+// KubeVirt's json.Marshal writes it, unless the user's own file is kept.
 export function metaDataBytes(seed: Seed): Uint8Array {
+  if (seed.metaDataRaw) return seed.metaDataRaw;
   return new Uint8Array(Buffer.from(JSON.stringify(seed.metaData), 'utf8'));
 }
 

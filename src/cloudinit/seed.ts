@@ -6,7 +6,16 @@ export type Datasource = 'nocloud' | 'configdrive';
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 
 export interface SeedWarning {
-  code: 'USERDATA_NO_HEADER' | 'VENDORDATA_NO_HEADER' | 'KUBEVIRT_VOLUME_CONFLICT' | 'SEEDED_AFTER_BOOT';
+  code:
+    | 'USERDATA_NO_HEADER'
+    | 'USERDATA_CLOUDCONFIG_INVALID'
+    | 'VENDORDATA_NO_HEADER'
+    | 'KUBEVIRT_VOLUME_CONFLICT'
+    | 'SEEDED_AFTER_BOOT'
+    | 'NETWORKDATA_UNPARSED'
+    | 'NETWORK_CONVERSION_UNSUPPORTED'
+    | 'KUBEVIRT_INLINE_LIMIT'
+    | 'DEVICE_METADATA_INCOMPLETE';
   message: string;
   field?: string;
 }
@@ -16,6 +25,10 @@ export interface Seed {
   // Serialised as JSON: `meta-data` (NoCloud) or `openstack/latest/meta_data.json`
   // (ConfigDrive, where it must contain `uuid`).
   metaData: Record<string, unknown>;
+  // The meta-data file exactly as a user gave it (`vmseed build --meta-data`,
+  // like cloud-localds), when nothing was generated or merged into it; it
+  // replaces the JSON serialisation of metaData, which still describes it.
+  metaDataRaw?: Uint8Array;
   // Bytes as the guest must see them (may be gzip, MIME, a script...).
   userData: Uint8Array;
   // NoCloud: network-config YAML (v1/v2). ConfigDrive: network_data.json text.

@@ -1,8 +1,9 @@
 // Virtlet's user-data merge (Mirantis/virtlet pkg/utils/merge.go `Merge`):
 // mappings merge recursively, lists are concatenated (base then override),
 // and anything else — scalars, null, or two values of different kinds —
-// takes the override. This is not any cloud-init merger string (see
-// shared/specs.md B4), so it is done here, before cloud-init sees the data.
+// takes the override. No cloud-init merger string does that (cloud-init
+// doc/rtd/reference/merging.rst, cloudinit/mergers/m_dict.py, m_list.py),
+// so it is done here, before cloud-init sees the data.
 import { isPlainObject } from './yaml.ts';
 
 export type MergeMode = 'merge' | 'overwrite';

@@ -66,6 +66,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     resyncPeriodMs: config.resyncPeriodMs,
     fsync: config.fsync,
     ...(nocloudHttp ? { nocloudHttp: nocloudHttp.agentOptions } : {}),
+    reportOtherNodes: config.mode === 'local',
   };
   // The datasource listener serves the agent's seeds; stopped after the agent.
   const withDatasource = async (agent: Agent, close: () => Promise<void>) => {

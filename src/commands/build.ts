@@ -16,10 +16,12 @@ import { MemoryResolver } from '../cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/vendor-data.ts';
+import { domainDevicesFromXml } from '../cloudinit/domain-devices.ts';
 
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso
-       vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]] -o OUT.iso
+       vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]]
+                    [--domain-xml DOMAIN.xml] -o OUT.iso
 
   --vmi renders the seed of a VirtualMachineInstance (or VirtualMachine)
   manifest exactly as the agent does, with its Secrets and ConfigMaps read
@@ -27,11 +29,17 @@ export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdriv
   from the VMI; the image timestamp from its creationTimestamp.
   --vendor-data-from names the ConfigMap (in --objects) the agent's flag of
   the same name would use as default vendor-data.
+  --domain-xml takes the VM's libvirt domain (virsh dumpxml): ConfigDrive
+  "devices" metadata then lists every tagged interface, host device and GPU
+  at the guest address libvirt gave it, as KubeVirt's virt-launcher does;
+  without it only interfaces with spec pciAddress are listed.
 
   F may be '-' for stdin (at most one). Without --meta-data, meta-data is
   {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
-  {"uuid": "iid-local01"} (configdrive). meta-data may be JSON or YAML; it is
-  written as compact JSON. SOURCE_DATE_EPOCH fixes the timestamp.
+  {"uuid": "iid-local01"} (configdrive). meta-data may be JSON or YAML (a
+  mapping); it is checked and written as given, byte for byte, except a YAML
+  file for configdrive, whose meta_data.json must be JSON (written as compact
+  JSON). SOURCE_DATE_EPOCH fixes the timestamp.
 `;
 
 // One table for every mode, so a new mode adds its options beside these.
@@ -47,6 +55,7 @@ export const BUILD_OPTIONS = {
   vmi: { type: 'string' },
   objects: { type: 'string', multiple: true },
   'vendor-data-from': { type: 'string' },
+  'domain-xml': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
@@ -85,6 +94,15 @@ export class InputReader {
   }
 }
 
+function isJsonText(bytes: Uint8Array): boolean {
+  try {
+    JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
   let v: unknown;
   try {
@@ -103,10 +121,18 @@ export async function seedFromFiles(values: BuildValues, datasource: Datasource,
   const userFile = values['user-data'];
   if (userFile === undefined) throw new UsageError('--user-data is required (use an empty file for none)');
   const userData = await input.read('user-data', userFile);
-  const metaData = values['meta-data'] === undefined
-    ? datasource === 'configdrive' ? { uuid: 'iid-local01' } : { 'instance-id': 'iid-local01' }
-    : parseMetaData(await input.read('meta-data', values['meta-data']));
-  const seed: Seed = { datasource, metaData, userData, warnings: [] };
+  let seed: Seed;
+  if (values['meta-data'] === undefined) {
+    const metaData = datasource === 'configdrive' ? { uuid: 'iid-local01' } : { 'instance-id': 'iid-local01' };
+    seed = { datasource, metaData, userData, warnings: [] };
+  } else {
+    // Like cloud-localds: the user's file as given (comments, key order),
+    // once it is known to be a mapping cloud-init can read.
+    const raw = await input.read('meta-data', values['meta-data']);
+    const metaData = parseMetaData(raw);
+    const keep = datasource === 'nocloud' || isJsonText(raw);
+    seed = { datasource, metaData, userData, warnings: [], ...(keep ? { metaDataRaw: raw } : {}) };
+  }
   if (values['network-config'] !== undefined) seed.networkConfig = await input.read('network-config', values['network-config']);
   if (values['vendor-data'] !== undefined) seed.vendorData = await input.read('vendor-data', values['vendor-data']);
   return seed;
@@ -138,7 +164,17 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
       throw new UsageError((e as Error).message);
     }
   }
-  const outcome = await renderSeed(vmi, refs, { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own', ...(defaultVendorData ? { defaultVendorData } : {}) });
+  let domainDevices;
+  if (values['domain-xml'] !== undefined) {
+    domainDevices = domainDevicesFromXml(await text('domain-xml', values['domain-xml']));
+    if (domainDevices === undefined) throw new UsageError(`--domain-xml ${values['domain-xml']}: not a libvirt <domain> XML (as virsh dumpxml prints it)`);
+  }
+  const outcome = await renderSeed(
+    vmi,
+    refs,
+    { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own', ...(defaultVendorData ? { defaultVendorData } : {}) },
+    domainDevices ? { domainDevices } : {},
+  );
   if (outcome.kind === 'skip') {
     const code = outcome.warning ? `${outcome.warning.code}: ` : '';
     throw new UsageError(`--vmi ${vmiFile}: ${code}${outcome.reason}`);
@@ -185,6 +221,7 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
     } else {
       if (values.objects !== undefined) throw new UsageError('--objects goes with --vmi');
       if (values['vendor-data-from'] !== undefined) throw new UsageError('--vendor-data-from goes with --vmi');
+      if (values['domain-xml'] !== undefined) throw new UsageError('--domain-xml goes with --vmi');
       seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
       timestamp = timestampFrom(ctx.env);
     }

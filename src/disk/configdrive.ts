@@ -2,7 +2,8 @@
 // `config-2`. cloud-init's reader rejects a drive whose meta_data.json has no
 // `uuid` (it becomes the instance-id). Only `latest` is written: the reader
 // falls back to it when no dated version directory exists.
-// shared/specs.md part B §2.
+// cloud-init cloudinit/sources/helpers/openstack.py ConfigDriveReader.read_v2
+// (KEY_COPIES: uuid -> instance-id) and doc/rtd/reference/datasources/configdrive.rst.
 import type { Seed } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
 import type { IsoFile } from './iso9660.ts';

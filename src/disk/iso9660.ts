@@ -1,7 +1,12 @@
 // In-process ISO 9660 writer: PVD + Joliet SVD (level 3) + Rock Ridge, the
 // combination every seed consumer reads (Linux isofs, blkid, bsdtar, Windows
 // CDFS, cloudbase-init). Pure: the timestamp comes in, no clock, no I/O.
-// Facts and offsets: shared/specs.md part B §5 (ECMA-119, Joliet, SUSP/RRIP).
+// Facts and offsets: ECMA-119 2nd ed. (1987) clauses 6-9 (volume descriptors
+// 8.3-8.5, directory records 9.1, path tables 9.4, numbers 7.1-7.3); the
+// Joliet specification (Microsoft, 1995: SVD escape sequences, UCS-2 BE
+// names); SUSP and RRIP (IEEE P1281/P1282, RRIP 1.12: SP, ER, CE, PX, TF,
+// NM). Which extension each reader needs: Linux fs/isofs/inode.c
+// isofs_fill_super and rock.c, util-linux libblkid/src/superblocks/iso9660.c.
 //
 // Layout (2048-byte sectors):
 //   0-15 system area (zero) | 16 PVD | 17 Joliet SVD | 18 terminator

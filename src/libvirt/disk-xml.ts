@@ -45,7 +45,8 @@ const builder = new XMLBuilder({
 });
 
 // virtio: a read-only virtio disk (PCI hot-plug). scsi: a CD-ROM on a
-// virtio-scsi controller, the only hot-pluggable CD-ROM (specs.md B §6).
+// virtio-scsi controller, the only hot-pluggable CD-ROM (libvirt
+// src/qemu/qemu_hotplug.c qemuDomainAttachDeviceDiskLive; checked on libvirt 9.0).
 export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   const alias = spec.alias ?? SEED_ALIAS;
   if (!/^ua-[a-zA-Z0-9_-]+$/.test(alias)) {

@@ -118,7 +118,8 @@ interface Rule {
 }
 
 // Matched against virsh's `error:` lines (LC_ALL=C), in order. Sources:
-// specs.md part B §6, each message checked on libvirt 9.0.
+// libvirt's messages (src/qemu/qemu_hotplug.c, src/conf/domain_conf.c,
+// docs/manpages/virsh.rst), each one checked as virsh 9.0 printed it.
 const RULES: Rule[] = [
   { test: /failed to connect to the hypervisor|Failed to connect socket/, code: 'LIBVIRT_UNREACHABLE', kind: 'retryable', hint: 'libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry' },
   { test: /failed to get domain '|Domain not found/, code: 'DOMAIN_NOT_FOUND', kind: 'retryable', hint: 'the domain is not defined yet; will retry' },

@@ -2,6 +2,7 @@
 // no namespace/name (per-VMI detail lives on the status page), error codes
 // come from the closed list in src/errors.ts.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { registerEventLoopLag } from './eventloop-lag.ts';
 
 // From 50 µs (an in-memory build of a small seed) to 10 s (a slow API server).
 const LATENCY_BUCKETS = [
@@ -33,7 +34,10 @@ export function createMetrics(options: MetricsOptions) {
     // Event-loop lag sampled every 100 ms, not prom-client's 10 ms: a 100 Hz
     // timer was most of the idle agent's CPU (~0.7 of ~0.9 % on a 2-core VM),
     // and the lag that matters here (blocks of tens of ms and more) still shows.
-    collectDefaultMetrics({ register: registry, prefix: 'vmseed_', eventLoopMonitoringPrecision: 100 });
+    // prom-client's own delay histogram reports the resolution as lag; it is
+    // left idle (one tick an hour) and replaced by one that subtracts it.
+    collectDefaultMetrics({ register: registry, prefix: 'vmseed_', eventLoopMonitoringPrecision: 3_600_000 });
+    registerEventLoopLag(registry, 'vmseed_', 100);
     // prom-client exports these sums as gauges named *_total, which
     // `promtool check metrics` rejects (only counters end in _total); the
     // per-type series (vmseed_nodejs_active_handles{type}) carry the same.

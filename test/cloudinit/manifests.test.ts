@@ -74,7 +74,7 @@ test('junk is reported with the file name and document number', () => {
     /spec\.volumes\[0\]\.cloudInitNoCloud\.userData must be a string/);
   assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitConfigDrive: {secretRef: s}}]}\n',
     /cloudInitConfigDrive\.secretRef must be a mapping/);
-  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {accessCredentials: [{sshPublicKey: {source: {}}}]}\n',
+  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {accessCredentials: [{sshPublicKey: {source: {secret: {}}}}]}\n',
     /accessCredentials\[0\]\.sshPublicKey\.source\.secret\.secretName/);
 });
 

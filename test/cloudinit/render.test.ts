@@ -62,9 +62,9 @@ test('rendering is deterministic: same input, same bytes (no clock, no randomnes
 test('renderSeed does not modify the VMI or the Secrets it reads', async () => {
   const vmi: VmiObject = {
     metadata: { name: 'vm', namespace: 'ns' },
-    spec: { volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#!/bin/sh\n', secretRef: { name: 's' } } }] },
+    spec: { volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#!/bin/sh\n', networkDataSecretRef: { name: 's' } } }] },
   };
-  const secret: SecretObject = { metadata: { name: 's', namespace: 'ns' }, data: { userdata: Buffer.from('#cloud-config\n{}\n').toString('base64') } };
+  const secret: SecretObject = { metadata: { name: 's', namespace: 'ns' }, data: { networkdata: Buffer.from('version: 2\nethernets: {}\n').toString('base64') } };
   const before = structuredClone({ vmi, secret });
   await renderSeed(vmi, new MemoryResolver({ secrets: [secret] }), DEFAULT_RENDER_OPTIONS);
   assert.deepEqual({ vmi, secret }, before);

@@ -1,6 +1,6 @@
 // The injector's decisions, against a fake libvirt behind the ProcessSpawner
 // seam: it answers like virsh 9.0 did here (dominfo layout, dumpxml shape,
-// the real error messages of specs.md part B §6).
+// the real error messages virsh 9.0 printed, see test/libvirt/virsh.test.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { VirshInjector, parseDominfo, renderTemplate } from '../../src/libvirt/injector.ts';

@@ -4,7 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { classifyVirshError, Virsh, NodeProcessSpawner, XML_FILE, type ProcessSpawner, type SpawnOptions, type SpawnResult } from '../../src/libvirt/virsh.ts';
 import { readFileSync } from 'node:fs';
 
-// stderr exactly as virsh 9.0 printed it here (specs.md part B §6).
+// stderr exactly as virsh 9.0 printed it here (libvirt src/qemu/qemu_hotplug.c).
 const REAL: Array<[string, string, boolean]> = [
   ["error: failed to get domain 'x'\n", 'DOMAIN_NOT_FOUND', true],
   ["error: Failed to attach device from /tmp/d.xml\nerror: XML error: target 'vdb' duplicated for disk sources '/a' and '/b'\n", 'TARGET_IN_USE', true],

@@ -103,6 +103,7 @@ export async function startAgent(
     nocloudHttp?: AgentOptions['nocloudHttp'];
     // Started on the agent before its first list (the datasource server).
     beforeStart?: (agent: Agent) => Promise<void>;
+    kubevirtVolumes?: 'own' | 'ignore';
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -135,7 +136,7 @@ export async function startAgent(
     metrics,
     logger,
     concurrency: 4,
-    renderOptions: { kubevirtVolumes: 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
+    renderOptions: { kubevirtVolumes: options.kubevirtVolumes ?? 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
     resyncPeriodMs: options.resyncPeriodMs ?? 60_000,
     retryBackoff: { baseMs: 50, maxMs: 400 },
     fsync: false,

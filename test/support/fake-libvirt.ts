@@ -1,6 +1,6 @@
 // A fake libvirt behind the ProcessSpawner seam: it answers like virsh 9.0
-// did here (dominfo layout, dumpxml shape, the real error messages of
-// specs.md part B §6). Every call is recorded with the URI it used.
+// did here (dominfo layout, dumpxml shape, the real error messages recorded
+// in test/libvirt/virsh.test.ts). Every call is recorded with the URI it used.
 import { readFileSync } from 'node:fs';
 import { parseDomainXml, type DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';

@@ -1,0 +1,67 @@
+// A libvirt domain's interfaces and host devices, as ConfigDrive `devices`
+// metadata needs them (devices-metadata.ts): alias, guest PCI address, MAC.
+// The element and attribute names are libvirt's (docs/formatdomain.rst,
+// "Network interfaces", "Host device assignment", "Device Addresses"), the
+// ones KubeVirt's api.Interface / api.HostDevice read.
+import { XMLParser } from 'fast-xml-parser';
+import type { DomainDevice, PciAddress } from './devices-metadata.ts';
+
+// Domain XML from `virsh dumpxml` is small; this bounds a hostile file.
+export const MAX_DOMAIN_XML_BYTES = 1 << 20;
+
+const parser = new XMLParser({
+  ignoreAttributes: false,
+  attributeNamePrefix: '@_',
+  isArray: (_name, jpath) => jpath === 'domain.devices.interface' || jpath === 'domain.devices.hostdev',
+  parseAttributeValue: false,
+  parseTagValue: false,
+  processEntities: false,
+});
+
+type Node = Record<string, unknown>;
+
+function attr(node: unknown, name: string): string | undefined {
+  if (node === null || typeof node !== 'object') return undefined;
+  const v = (node as Node)[`@_${name}`];
+  return typeof v === 'string' ? v : undefined;
+}
+
+function address(node: unknown): PciAddress | undefined {
+  const type = attr(node, 'type');
+  const domain = attr(node, 'domain');
+  const bus = attr(node, 'bus');
+  const slot = attr(node, 'slot');
+  const fn = attr(node, 'function');
+  if (type === undefined || domain === undefined || bus === undefined || slot === undefined || fn === undefined) return undefined;
+  return { type, domain, bus, slot, function: fn };
+}
+
+// Devices in document order, interfaces and hostdevs each. Returns undefined
+// when the text is not a domain (the caller then renders from the spec).
+export function domainDevicesFromXml(xml: string): DomainDevice[] | undefined {
+  if (Buffer.byteLength(xml) > MAX_DOMAIN_XML_BYTES) return undefined;
+  let doc: Node;
+  try {
+    doc = parser.parse(xml) as Node;
+  } catch {
+    return undefined;
+  }
+  const domain = doc.domain as Node | undefined;
+  if (!domain || typeof domain !== 'object') return undefined;
+  const devices = (domain.devices ?? {}) as Node;
+  const out: DomainDevice[] = [];
+  for (const i of (devices.interface ?? []) as Node[]) {
+    const alias = attr(i.alias, 'name');
+    const addr = address(i.address);
+    const mac = attr(i.mac, 'address');
+    out.push({ kind: 'interface', ...(alias ? { alias } : {}), ...(addr ? { address: addr } : {}), ...(mac ? { mac } : {}) });
+  }
+  for (const h of (devices.hostdev ?? []) as Node[]) {
+    const alias = attr(h.alias, 'name');
+    // The guest-side address is the hostdev's own <address>; <source><address>
+    // is the host's.
+    const addr = address(h.address);
+    out.push({ kind: 'hostdev', ...(alias ? { alias } : {}), ...(addr ? { address: addr } : {}) });
+  }
+  return out;
+}
