@@ -6,6 +6,7 @@ import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS, SEED_TARGETS, seedBusFor,
 import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
 import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
+import { isPodUid } from './launcher-pod.ts';
 import { checkTemplate, encodeUriValue, IMAGE_PLACEHOLDERS, renderForTarget, renderTemplate, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
 
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
@@ -188,7 +189,10 @@ export class VirshInjector implements Injector {
   }
 
   async eject(target: InjectionTarget): Promise<EjectionResult> {
-    const pods = target.launcherPods ?? [];
+    // A UID that is not a pod UID was never used (refused before any
+    // write): nothing of ours is behind it.
+    const pods = (target.launcherPods ?? []).filter(isPodUid);
+    target = { ...target, launcherPods: pods };
     // No launcher pod on this node any more: its libvirt, its domain and
     // its volumes (with our published copy) went with it.
     if (this.perPod && pods.length === 0) return { action: 'none', domain: renderTemplate(this.#domainTemplate, { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource }) };
