@@ -236,7 +236,9 @@ export class DirPublisher implements ImagePublisher {
         handle = undefined;
         // rename replaces whatever has our name (a symlink is replaced, not
         // followed).
-        await fs.rename(dir.at(tmp), dir.at(name));
+        await fs.rename(dir.at(tmp), dir.at(name)).catch((e) => {
+          throw errCode(e) === 'EISDIR' || errCode(e) === 'ENOTEMPTY' ? unsafe(dest, 'is a directory') : e;
+        });
       } catch (e) {
         await handle?.close().catch(() => {});
         await fs.unlink(dir.at(tmp)).catch(() => {});

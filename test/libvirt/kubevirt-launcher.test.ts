@@ -194,7 +194,14 @@ test('inside vmseed/: a symlink or FIFO under our file name is replaced, never f
   await inj.inject(T, image);
   assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
 
-  // Names like ours but not ours, a directory with our name: kept.
+  // A directory under our file name: refused, not retried forever.
+  await inj.eject(T);
+  await mkdir(join(ours, 'vmseed-nocloud.iso', 'x'), { recursive: true });
+  await assert.rejects(inj.inject(T, image), code('STORE_UNSAFE_PATH', 'terminal'));
+  await rm(join(ours, 'vmseed-nocloud.iso'), { recursive: true });
+  await inj.inject(T, image);
+
+  // Names like ours but not ours: kept.
   for (const n of ['vmseed-nocloud.iso.bak', 'vmseed-other.iso', 'xvmseed-nocloud.iso']) await writeFile(join(ours, n), 'x');
   await inj.eject(T);
   assert.deepEqual((await readdir(ours)).sort(), ['vmseed-nocloud.iso.bak', 'vmseed-other.iso', 'xvmseed-nocloud.iso']);
