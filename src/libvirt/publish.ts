@@ -205,7 +205,11 @@ export class DirPublisher implements ImagePublisher {
         if (!held) throw failed(`cannot create ${path}`, Object.assign(new Error('vanished'), { code: 'ENOENT' }));
         // On the held inode: the mode umask filtered, and setgid (a mode
         // bit mkdir does not set).
-        await held.handle.chmod(this.#dirMode).catch(() => held!.handle.chmod(this.#dirMode & 0o777));
+        const dir = held;
+        await dir.handle.chmod(this.#dirMode).catch(() => dir.handle.chmod(this.#dirMode & 0o777)).catch(async (e) => {
+          await dir.close();
+          throw failed(`cannot set the mode of ${path}`, e);
+        });
       }
       return held;
     } finally {
