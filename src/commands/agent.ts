@@ -8,7 +8,7 @@ import { renderSeed } from '../cloudinit/render.ts';
 import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from '../config.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
-import { asVmseedError } from '../errors.ts';
+import { asVmseedError, VmseedError } from '../errors.ts';
 import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
 import { DirPublisher } from '../libvirt/publish.ts';
 import { LEGACY_SEED_ALIAS } from '../libvirt/disk-xml.ts';
@@ -38,7 +38,7 @@ export function makeInjector(config: Config, resume?: ResumeHook, spawner?: Proc
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
     ...(config.libvirt.publishDir !== undefined ? { publisher: dirPublisher(config.libvirt.publishDir) } : {}),
-    ...(resume ? { resume } : {}),
+    ...(resume ? { resume } : kubevirt ? { resume: noVirshResume } : {}),
     ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
     // KubeVirt owns the domain's definition; a disk in its persistent
@@ -49,6 +49,12 @@ export function makeInjector(config: Config, resume?: ResumeHook, spawner?: Proc
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
 }
+
+// KubeVirt resumes any pause it did not order and keeps its own record of
+// the one it made: the kubevirt platform never falls back to `virsh resume`.
+const noVirshResume: ResumeHook = async () => {
+  throw new VmseedError('CONFIG_INVALID', 'the seed gate on --platform kubevirt resumes through KubeVirt\'s unpause API only, and none is configured', { kind: 'terminal', field: 'resumeVia' });
+};
 
 // The publish directory's last component is ours to create (e.g. `vmseed`
 // in the launcher's emptyDir); its parent must exist.

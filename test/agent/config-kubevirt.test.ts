@@ -103,6 +103,10 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   assert.equal(await readFile(join(ephemeral, 'vmseed', 'vmseed-nocloud.iso'), 'utf8'), 'seed');
   assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
   assert.equal(makeInjector(loadConfig(['--libvirt', 'off'], { NODE_NAME: 'n1' }, '/')!), undefined);
+  // Built without KubeVirt's unpause, the kubevirt platform still never runs virsh resume.
+  lv.domains.set('ns_vm2', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
+  await assert.rejects(makeInjector(c, undefined, lv)!.inject({ ...target, name: 'vm2' }, image), (e: unknown) => e instanceof Error && /unpause API only/.test(e.message));
+  assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
 });
 
 test('makeInjector, libvirt preset: live and config, virtio vdzz, and an older vmseed\'s ua-vmseed disk replaced', async () => {
