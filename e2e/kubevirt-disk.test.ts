@@ -7,7 +7,7 @@
 // attach and for a SCSI detach, which does not need the guest.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config.ts';
@@ -151,4 +151,34 @@ test('our target taken by a disk that is not ours: TARGET_IN_USE, terminal; noth
   await virsh('start', '--paused', domain);
   await assert.rejects(kubevirtInjector([]).inject(target(name), storeImage(name, 'd')), (e: unknown) => e instanceof VmseedError && e.code === 'TARGET_IN_USE' && e.kind === 'terminal');
   assert.deepEqual((await domblklist(domain)).map((b) => b.target), ['sdzz']);
+});
+
+// The preset's socket URI is built from --pods-dir, percent-encoded; libvirt
+// decodes it (virURIParseParams). A pods directory with a `%` in it, the
+// launcher's socket there standing for the system daemon's: the whole
+// preset (socket, publish directory) reaches the domain; only the image path
+// differs (QEMU here shares our mount namespace).
+test('the preset\'s encoded socket URI reaches libvirt: --pods-dir with a % in it', async () => {
+  const podsDir = '/tmp/%q';
+  rmSync(podsDir, { recursive: true, force: true });
+  const runtime = join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/libvirt-runtime');
+  mkdirSync(runtime, { recursive: true });
+  mkdirSync(join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/ephemeral-disks'), { recursive: true });
+  symlinkSync('/var/run/libvirt/libvirt-sock', join(runtime, 'virtqemud-sock'));
+  try {
+    const config = loadConfig(['--pods-dir', podsDir, '--image-path-in-domain', '{path}'], { NODE_NAME: 'n1' }, '/')!;
+    assert.equal(config.libvirt.uri, 'qemu+unix:///session?socket=/tmp/%25q/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock');
+    const { name, domain } = await pausedDomain('kvuri', true);
+    const resumed: string[] = [];
+    // The system daemon answers on that socket; `session` in the path is
+    // what KubeVirt uses for its per-launcher daemon.
+    const inj = makeInjector({ ...config, libvirt: { ...config.libvirt, uri: config.libvirt.uri.replace('///session', '///system') } }, async ({ target }) => void resumed.push(target.name)) as VirshInjector;
+    const r = await inj.inject(target(name), storeImage(name, 'e'));
+    assert.deepEqual([r.action, r.targetDev, r.flags], ['attached', 'sdzz', ['--live']]);
+    assert.deepEqual((await domblklist(domain)).map((b) => b.target), ['sda', 'sdzz']);
+    assert.ok((await domblklist(domain))[1]!.source.startsWith(join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/ephemeral-disks/vmseed/')));
+    assert.deepEqual(resumed, [name]);
+  } finally {
+    rmSync(podsDir, { recursive: true, force: true });
+  }
 });
