@@ -111,8 +111,8 @@ async function seedAndBoot(t: { after(fn: () => Promise<void>): void }, c: Case)
   }, 60_000, async () => `agent log tail:\n${agent.log().split('\n').slice(-25).join('\n')}\nstatus: ${JSON.stringify(await agent.vmi(NS, name))}`);
   assert.equal(rec.datasource, c.datasource);
   assert.equal(rec.injection!.resumed, true);
-  assert.equal(rec.injection!.targetDev, 'vdb', 'the root disk holds vda');
-  assert.deepEqual((await domblklist(domain)).map((b) => [b.target, b.source]), [['vda', root.path], ['vdb', rec.imagePath]]);
+  assert.equal(rec.injection!.targetDev, 'vdzz', 'a fixed far target, never the next free one');
+  assert.deepEqual((await domblklist(domain)).map((b) => [b.target, b.source]), [['vda', root.path], ['vdzz', rec.imagePath]]);
   assert.equal(await domstate(domain), 'running');
 
   const con = await waitForConsoleText(consoleLog, (text) => text.includes(marker) && /Cloud-init v\. \S+ finished at/.test(text), BOOT_TIMEOUT_MS);

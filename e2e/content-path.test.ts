@@ -65,7 +65,7 @@ test('running domain, seed changed through the store and the injector: the disk 
   const v1 = await store.write(key, 'nocloud', img1.bytes, { sha256: img1.sha256, fsync: false });
   assert.equal(basename(v1.path), `nocloud-${img1.sha256.slice(0, 16)}.iso`);
   assert.equal((await inj.inject(target, v1.path)).action, 'attached');
-  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: v1.path }]);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: v1.path }]);
   assert.ok(await qemuOpens(domain, v1.path));
 
   // The same seed again: same path, nothing to do.
@@ -79,8 +79,8 @@ test('running domain, seed changed through the store and the injector: the disk 
   const r = await inj.inject(target, v2.path);
   assert.equal(r.action, 'replaced');
   assert.deepEqual(r.flags, ['--live', '--config']);
-  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: v2.path }]);
-  assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'cdrom', target: 'sda', source: v2.path }]);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: v2.path }]);
+  assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'disk', target: 'sdzz', source: v2.path }]);
   assert.ok(await qemuOpens(domain, v2.path), 'QEMU opened the new image');
   assert.equal(await qemuOpens(domain, v1.path), false, 'and let go of the old one');
 
@@ -90,14 +90,16 @@ test('running domain, seed changed through the store and the injector: the disk 
   await store.remove(key);
 });
 
-test('published into a launcher pod: the copy carries the content suffix, a changed seed replaces it, the older copy is removed after the replace', async () => {
+test('published into a launcher pod\'s ephemeral-disks/vmseed: the copy carries the content suffix, a changed seed replaces it, the older copy is removed after the replace', async () => {
   const { name, domain } = await runningScsiDomain('caspub');
   const store = new ImageStore({ root: join(dir, 'store') });
   const key = { namespace: 'e2e', name, uid: `uid-${name}` };
-  const hotplug = join(dir, 'pods', 'pod-9', 'volumes/kubernetes.io~empty-dir/hotplug-disks');
-  mkdirSync(hotplug, { recursive: true });
-  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks') }) });
-  const target: InjectionTarget = { ...key, datasource: 'nocloud', annotations: {}, launcherPods: ['pod-9'] };
+  const pod = '9e9e9e9e-9e9e-4e9e-8e9e-9e9e9e9e9e9e';
+  const ephemeral = join(dir, 'pods', pod, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
+  mkdirSync(ephemeral, { recursive: true });
+  const hotplug = join(ephemeral, 'vmseed');
+  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
+  const target: InjectionTarget = { ...key, datasource: 'nocloud', annotations: {}, launcherPods: [pod] };
   const ts = new Date(0);
 
   const img1 = buildSeedImage(seed('one'), ts);

@@ -66,7 +66,7 @@ test('running persistent domain: attach --live --config, seeded after boot; seco
   assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
   assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
   const xml = await virsh('dumpxml', domain);
-  assert.match(xml, /<alias name='ua-vmseed'\/>/);
+  assert.match(xml, /<alias name='ua-vmseed_seed'\/>/);
   assert.match(xml, /<readonly\/>/);
 
   const again = await inj.inject(target(name), seed);
@@ -129,7 +129,7 @@ test('shut-off domain: seed changed → source replaced; eject → gone from the
   assert.equal((await inj.eject(target(name))).action, 'none');
 });
 
-test('picks a free target next to an existing disk', async () => {
+test('a fixed far target (vdzz) next to an existing disk, never the next free one', async () => {
   const name = uniqueName('busy');
   const domain = `e2e_${name}`;
   domains.push(domain);
@@ -139,8 +139,8 @@ test('picks a free target next to an existing disk', async () => {
     extraDevices: `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='${other}'/><target dev='vda' bus='virtio'/></disk>`,
   }));
   const r = await new VirshInjector().inject(target(name), seedFile(`b-${name}`));
-  assert.equal(r.targetDev, 'vdb');
-  assert.deepEqual((await domblklist(domain, true)).map((b) => b.target), ['vda', 'vdb']);
+  assert.equal(r.targetDev, 'vdzz');
+  assert.deepEqual((await domblklist(domain, true)).map((b) => b.target), ['vda', 'vdzz']);
 });
 
 test('transient running domain: --live only, never --config', async () => {
@@ -152,43 +152,44 @@ test('transient running domain: --live only, never --config', async () => {
   assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
 });
 
-test('SCSI CD-ROM mode on a virtio-scsi controller: attach, replace and detach on a running domain', async () => {
+test('SCSI mode on a virtio-scsi controller: a read-only disk on sdzz at drive address target 7, replaced and detached on a running domain', async () => {
   const { name, domain } = await newDomain('scsi', { start: 'running', scsi: true });
   const inj = new VirshInjector({ bus: 'scsi' });
   const first = seedFile(`s1-${name}`);
   const r = await inj.inject(target(name), first);
-  assert.equal(r.action, 'attached');
-  assert.equal(r.bus, 'scsi');
-  assert.equal(r.targetDev, 'sda');
-  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: first }]);
-  assert.match(await virsh('dumpxml', domain), /<disk type='file' device='cdrom'>[\s\S]*<target dev='sda' bus='scsi'\/>[\s\S]*<alias name='ua-vmseed'\/>/);
+  assert.deepEqual([r.action, r.bus, r.targetDev], ['attached', 'scsi', 'sdzz']);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: first }]);
+  assert.match(await virsh('dumpxml', domain), /<disk type='file' device='disk'>[\s\S]*<target dev='sdzz' bus='scsi'\/>[\s\S]*<alias name='ua-vmseed_seed'\/>\s*<address type='drive' controller='0' bus='0' target='7' unit='0'\/>/);
 
   const second = seedFile(`s2-${name}`);
   const r2 = await inj.inject(target(name), second);
   assert.equal(r2.action, 'replaced');
-  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: second }]);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: second }]);
 
   assert.equal((await inj.eject(target(name))).action, 'detached');
   assert.deepEqual(await domblklist(domain), []);
   assert.deepEqual(await domblklist(domain, true), []);
 });
 
-// KubeVirt's layout in miniature: the image is published into the launcher
-// pod's hotplug-disks directory (under a temp "pods" root; here QEMU shares
-// the agent's mount namespace, so the domain path is the published path)
-// and QEMU really opens that copy; eject detaches it and removes the copy.
-test('publish into a launcher pod\'s hotplug-disks ({podUID}): QEMU opens the copy; eject removes it', async () => {
+// KubeVirt's layout in miniature: the image is published into a `vmseed`
+// directory of the launcher pod's ephemeral-disks (under a temp "pods" root;
+// here QEMU shares the agent's mount namespace, so the domain path is the
+// published path) and QEMU really opens that copy; eject detaches it and
+// removes the copy.
+test('publish into a launcher pod\'s ephemeral-disks/vmseed ({podUID}): QEMU opens the copy; eject removes it', async () => {
   const { name, domain } = await newDomain('pub', { start: 'running', scsi: true });
-  const hotplug = join(dir, 'pods', 'pod-7', 'volumes/kubernetes.io~empty-dir/hotplug-disks');
-  mkdirSync(hotplug, { recursive: true });
-  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks') }) });
-  const t = { ...target(name), launcherPods: ['pod-7'] };
-  const seed = seedFile(`pub-${name}`);
+  const pod = '7e7e7e7e-7e7e-4e7e-8e7e-7e7e7e7e7e7e';
+  const ephemeral = join(dir, 'pods', pod, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
+  mkdirSync(ephemeral, { recursive: true });
+  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
+  const t = { ...target(name), launcherPods: [pod] };
+  const seed = join(mkdtempSync(join(dir, 'store-')), 'nocloud-0123456789abcdef.iso');
+  writeFileSync(seed, Buffer.alloc(64 * 1024, name));
   const r = await inj.inject(t, seed);
   assert.equal(r.action, 'attached');
-  const copy = join(hotplug, `vmseed-pub-${name}.iso`);
+  const copy = join(ephemeral, 'vmseed', 'vmseed-nocloud-0123456789abcdef.iso');
   assert.deepEqual(readFileSync(copy), readFileSync(seed));
-  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'cdrom', target: 'sda', source: copy }]);
+  assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: copy }]);
   // QEMU itself holds the copy open (its block node names the file).
   assert.match(await virsh('qemu-monitor-command', domain, '--hmp', 'info block'), new RegExp(copy.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
   assert.equal((await inj.inject(t, seed)).action, 'none');

@@ -7,9 +7,11 @@ import { resolve } from 'node:path';
 import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/vendor-data.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './commands/seed-url.ts';
 import { normalisePrefix } from './http/datasource-path.ts';
+import { encodeUriValue } from './libvirt/template.ts';
 
 export type KubevirtVolumes = 'own' | 'ignore';
 export type LibvirtMode = 'off' | 'virsh';
+export type Platform = 'kubevirt' | 'libvirt';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
 export interface Config {
@@ -30,9 +32,11 @@ export interface Config {
   logLevel: LogLevel;
   libvirt: {
     mode: LibvirtMode;
-    // The preset of libvirt-side defaults (cluster: kubevirt, local: libvirt).
-    platform: 'kubevirt' | 'libvirt';
-    // Where the host's /var/lib/kubelet/pods is mounted (kubevirt platform).
+    // The preset the defaults below come from: kubevirt (each VM's libvirt
+    // in its virt-launcher pod, attached live only, resumed by KubeVirt) or
+    // libvirt (libvirt on the host).
+    platform: Platform;
+    // Where the kubelet's /var/lib/kubelet/pods is mounted (kubevirt).
     podsDir: string;
     virshPath: string;
     // Templates: {namespace}, {name}, {uid}, {datasource}, {podUID} (the
@@ -41,8 +45,9 @@ export interface Config {
     uri: string;
     domainName: string;
     imagePathInDomain: string;
-    // Copy images into this per-VMI directory for the domain (KubeVirt:
-    // the launcher pod's hotplug-disks emptyDir); absent: used in place.
+    // Copy images into this per-VMI directory for the domain (KubeVirt: a
+    // `vmseed` directory in the launcher pod's ephemeral-disks emptyDir; its
+    // last component is created when missing); absent: used in place.
     publishDir?: string;
     // How the seed gate resumes a paused domain.
     resumeVia: 'virsh' | 'kubevirt';
@@ -89,6 +94,8 @@ const OPTIONS = {
   'kubevirt-volumes': { type: 'string' },
   'resync-period': { type: 'string' },
   libvirt: { type: 'string' },
+  platform: { type: 'string' },
+  'pods-dir': { type: 'string' },
   'log-level': { type: 'string' },
   local: { type: 'string' },
   'virsh-path': { type: 'string' },
@@ -133,14 +140,23 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --kubevirt-volumes own|ignore  read VMIs' cloudInitNoCloud/ConfigDrive volumes (cluster: ignore, local: own)
   --resync-period DURATION    re-check every VMI this often (default 10m; e.g. 30s, 5m, 1h)
   --libvirt off|virsh         inject seeds into libvirt domains (local default off, cluster default virsh)
+  --platform kubevirt|libvirt the defaults of the libvirt side (cluster: kubevirt, local: libvirt); the
+                              flags below override single values
+  --pods-dir DIR              the kubelet's /var/lib/kubelet/pods as mounted here (default /pods)
   --virsh-path PATH           (default virsh)
-  --libvirt-uri TEMPLATE      (default qemu:///system)
+  --libvirt-uri TEMPLATE      kubevirt: the launcher's socket, qemu+unix:///session?socket=
+                              {pods-dir}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock;
+                              libvirt: qemu:///system
   --domain-name TEMPLATE      libvirt domain of a VMI (default {namespace}_{name}, as KubeVirt names them)
-  --image-path-in-domain TEMPLATE  image path as the domain sees it (default {path}, the path on this host)
-  --publish-dir TEMPLATE      copy each image into this directory for its domain, e.g. the launcher's
-                              /pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks (default: none)
-  --resume-via virsh|kubevirt how the seed gate resumes a paused VM (cluster: kubevirt, local: virsh)
-  --disk-bus virtio|scsi      bus of the seed disk (default virtio)
+  --image-path-in-domain TEMPLATE  image path as the domain sees it (kubevirt:
+                              /var/run/kubevirt-ephemeral-disks/vmseed/{basename}; libvirt: {path}, this host's)
+  --publish-dir TEMPLATE      copy each image into this directory for its domain, created when its parent
+                              exists (kubevirt: {pods-dir}/{podUID}/volumes/kubernetes.io~empty-dir/
+                              ephemeral-disks/vmseed; libvirt: none, the image is used where it is)
+  --resume-via virsh|kubevirt how the seed gate resumes a paused VM (kubevirt: kubevirt, the only one
+                              allowed; libvirt: virsh)
+  --disk-bus virtio|scsi      bus of the seed disk: scsi sdzz, virtio vdzz (kubevirt: scsi, virtio when the
+                              domain has no virtio-scsi controller; libvirt: virtio)
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
   --fsync true|false          fsync images before they replace the old ones (default true)
@@ -201,6 +217,38 @@ function checkTemplate(text: string, flag: string, allowed = VMI_PLACEHOLDERS): 
   return text;
 }
 
+// Paths inside a launcher pod as the kubelet lays it out on the node
+// (emptyDirs under volumes/kubernetes.io~empty-dir/<volume name>; KubeVirt
+// names them libvirt-runtime and ephemeral-disks).
+const EMPTY_DIR = 'volumes/kubernetes.io~empty-dir';
+const LAUNCHER_SOCKET = (podsDir: string, pod: string) => `${podsDir}/${pod}/${EMPTY_DIR}/libvirt-runtime/virtqemud-sock`;
+// sun_path holds 108 bytes with the terminating NUL.
+const MAX_SOCKET_PATH = 107;
+
+interface PlatformDefaults {
+  uri: string;
+  imagePathInDomain: string;
+  publishDir?: string;
+  resumeVia: 'virsh' | 'kubevirt';
+  diskBus: 'virtio' | 'scsi';
+}
+
+function platformDefaults(platform: Platform, podsDir: string): PlatformDefaults {
+  if (platform === 'libvirt') return { uri: 'qemu:///system', imagePathInDomain: '{path}', resumeVia: 'virsh', diskBus: 'virtio' };
+  return {
+    // How KubeVirt itself reaches a non-root launcher's virtqemud; the
+    // directory is percent-encoded as the rest of the URI's values are.
+    uri: `qemu+unix:///session?socket=${LAUNCHER_SOCKET(encodeUriValue(podsDir), '{podUID}')}`,
+    // The launcher's ephemeral-disks emptyDir (mounted there at
+    // /var/run/kubevirt-ephemeral-disks): outside hotplug-disks, whose foreign
+    // disks KubeVirt's launcher detaches on every sync.
+    publishDir: `${podsDir}/{podUID}/${EMPTY_DIR}/ephemeral-disks/vmseed`,
+    imagePathInDomain: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}',
+    resumeVia: 'kubevirt',
+    diskBus: 'scsi',
+  };
+}
+
 // Returns undefined when --help was asked for.
 export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string): Config | undefined {
   let parsed;
@@ -228,6 +276,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   const stateDir = resolve(cwd, get('state-dir') ?? (local ? 'var/seeds' : '/var/lib/vmseed/seeds'));
   const listen = parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080'));
   const namespaces = get('namespaces');
+  const platform = oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const);
+  const podsDir = resolve(cwd, get('pods-dir') ?? '/pods');
+  const preset = platformDefaults(platform, podsDir);
   const config: Config = {
     mode: local ? 'local' : 'kubernetes',
     statusListen: get('status-listen') !== undefined ? parseListen(get('status-listen')!, 'status-listen') : local ? listen : { host: '127.0.0.1', port: 8090 },
@@ -243,15 +294,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
       mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
-      platform: oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const),
-      podsDir: resolve(cwd, get('pods-dir') ?? '/pods'),
+      platform,
+      podsDir,
       virshPath: get('virsh-path') ?? 'virsh',
-      uri: checkTemplate(get('libvirt-uri') ?? 'qemu:///system', 'libvirt-uri'),
+      uri: checkTemplate(get('libvirt-uri') ?? preset.uri, 'libvirt-uri'),
       domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),
-      imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? '{path}', 'image-path-in-domain', [...VMI_PLACEHOLDERS, 'path', 'basename']),
-      ...(get('publish-dir') !== undefined ? { publishDir: checkTemplate(get('publish-dir')!, 'publish-dir') } : {}),
-      resumeVia: oneOf(get('resume-via') ?? (local ? 'virsh' : 'kubevirt'), 'resume-via', ['virsh', 'kubevirt'] as const),
-      diskBus: oneOf(get('disk-bus') ?? 'virtio', 'disk-bus', ['virtio', 'scsi'] as const),
+      imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? preset.imagePathInDomain, 'image-path-in-domain', [...VMI_PLACEHOLDERS, 'path', 'basename']),
+      ...((get('publish-dir') ?? preset.publishDir) !== undefined ? { publishDir: checkTemplate((get('publish-dir') ?? preset.publishDir)!, 'publish-dir') } : {}),
+      resumeVia: oneOf(get('resume-via') ?? preset.resumeVia, 'resume-via', ['virsh', 'kubevirt'] as const),
+      diskBus: oneOf(get('disk-bus') ?? preset.diskBus, 'disk-bus', ['virtio', 'scsi'] as const),
       virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
     },
     maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(16 * 1024 * 1024), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
@@ -262,8 +313,18 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   if (vendorDataFrom !== undefined) config.vendorDataFrom = checked(() => parseVendorDataFrom(vendorDataFrom));
   const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
   if (datasource) config.datasource = datasource;
+  if (local && platform === 'kubevirt') {
+    throw new ConfigError('--platform kubevirt needs a cluster (KubeVirt\'s VMI status and unpause API); local mode uses --platform libvirt');
+  }
   if (local && config.libvirt.resumeVia === 'kubevirt') {
     throw new ConfigError('--resume-via kubevirt needs a cluster (KubeVirt\'s unpause API); local mode resumes with virsh');
+  }
+  if (platform === 'kubevirt' && config.libvirt.resumeVia === 'virsh') {
+    throw new ConfigError('--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt');
+  }
+  const socket = LAUNCHER_SOCKET(podsDir, '00000000-0000-0000-0000-000000000000');
+  if (config.libvirt.uri === preset.uri && platform === 'kubevirt' && Buffer.byteLength(socket) > MAX_SOCKET_PATH) {
+    throw new ConfigError(`--pods-dir: '${podsDir}' makes the launcher socket path ${Buffer.byteLength(socket)} bytes, over the ${MAX_SOCKET_PATH} a unix socket path may have; mount the kubelet's pods directory at a shorter path such as /pods`);
   }
   return deepFreeze(config);
 }
@@ -331,6 +392,8 @@ export function configSummary(c: Config): Record<string, string | number | boole
     libvirt: c.libvirt.mode,
     ...(c.libvirt.mode === 'virsh'
       ? {
+          platform: c.libvirt.platform,
+          ...(c.libvirt.platform === 'kubevirt' ? { podsDir: c.libvirt.podsDir } : {}),
           libvirtUri: c.libvirt.uri,
           domainName: c.libvirt.domainName,
           imagePathInDomain: c.libvirt.imagePathInDomain,

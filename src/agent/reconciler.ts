@@ -16,7 +16,7 @@ import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import type { InjectionTarget, Injector } from '../libvirt/types.ts';
-import { launcherPodsOnNode } from '../libvirt/launcher-pod.ts';
+import { launcherPodOf, launcherPodsOnNode, migrationInProgress, migrationStateOf, planLaunchers, type LauncherPlan } from '../libvirt/launcher-pod.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
 import type { EventRecorder } from './events.ts';
@@ -66,6 +66,10 @@ interface Known {
   // The launcher pods last seen for it: eject still reaches the domain
   // after the VMI object is gone.
   launcherPods: string[];
+  // KubeVirt: the launcher pod whose domain got the disk, and migration
+  // targets that got the image only.
+  attachedPod?: string;
+  stagedPods?: string[];
 }
 
 export function nodeOf(vmi: VmiObject): string | undefined {
@@ -96,10 +100,14 @@ export class Reconciler {
 
   // Is this VMI one this agent should have a seed for (if vmseed's)?
   isHere(vmi: VmiObject): boolean {
-    const node = nodeOf(vmi);
-    if (node !== undefined && node !== this.#o.nodeName) return false;
     const phase = vmi.status?.phase;
-    return phase !== 'Succeeded' && phase !== 'Failed';
+    if (phase === 'Succeeded' || phase === 'Failed') return false;
+    const node = nodeOf(vmi);
+    if (node === undefined || node === this.#o.nodeName) return true;
+    // Migrating to this node: its target pod needs the image before QEMU
+    // there opens it (status.nodeName changes only when the migration ends).
+    const m = migrationStateOf(vmi.status);
+    return migrationInProgress(m) && m.targetNode === this.#o.nodeName;
   }
 
   // Start-up, after the first full list: images of VMIs that are not here
@@ -246,7 +254,10 @@ export class Reconciler {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
       written = res.written;
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: true, annotations: target.annotations, launcherPods: target.launcherPods ?? [] };
+      // Where the previous image went stays known (a new seed for the same
+      // launcher pods).
+      const placed = entry?.uid === uid ? { launcherPods: entry.launcherPods, ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}), stagedPods: entry.stagedPods ?? [] } : { launcherPods: target.launcherPods ?? [] };
+      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: true, annotations: target.annotations, ...placed };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
@@ -259,19 +270,30 @@ export class Reconciler {
     }
     progress.generated = true;
 
-    // A new launcher pod (the VM restarted or migrated) holds a new domain.
-    if (!sameList(entry.launcherPods, target.launcherPods ?? [])) {
-      entry.launcherPods = target.launcherPods ?? [];
-      entry.injectedSha = undefined;
-    }
     const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
     let injection = this.#o.status.get(key)?.injection;
     let injected = false;
-    if (this.#o.injector && entry.injectedSha !== sha) {
+    let staged: string[] = [];
+    const injector = this.#o.injector;
+    let attach = injector !== undefined;
+    if (injector?.perPod) {
+      // Which of this node's launcher pods gets the disk, which (migration
+      // targets) the image only, and which no longer run the VM.
+      const plan = await this.#plan(target, vmi, entry);
+      staged = await this.#applyPlan(target, entry, plan);
+      attach = plan.attachTo !== undefined;
+      if (plan.attachTo !== undefined) target.launcherPods = [plan.attachTo];
+      else if (!plan.receiving) launcherPodOf({ ...target, launcherPods: [] }); // LAUNCHER_POD_UNKNOWN, retried
+    } else if (!sameList(entry.launcherPods, target.launcherPods ?? [])) {
+      // A new launcher pod (the VM restarted or migrated) holds a new domain.
+      entry.launcherPods = target.launcherPods ?? [];
+      entry.injectedSha = undefined;
+    }
+    if (injector && attach && entry.injectedSha !== sha) {
       const t0 = performance.now();
       let result;
       try {
-        result = await this.#o.injector.inject(target, entry.path);
+        result = await injector.inject(target, entry.path);
       } catch (e) {
         // The domain had one of our images already: this was a replace.
         const operation = this.#o.status.get(key)?.injection ? 'replace' : 'attach';
@@ -328,13 +350,52 @@ export class Reconciler {
       this.#o.metrics?.seedReadyLatency.observe(Math.max(0, this.#now() - from) / 1000);
     }
     if (changed) {
-      const what = this.#o.injector ? `seed image ${seed.datasource} ready and attached to ${injection?.domain ?? 'the domain'}` : `seed image ${seed.datasource} ready at ${entry.path}`;
+      const what = !this.#o.injector
+        ? `seed image ${seed.datasource} ready at ${entry.path}`
+        : attach
+          ? `seed image ${seed.datasource} ready and attached to ${injection?.domain ?? 'the domain'}`
+          : `seed image ${seed.datasource} staged for the incoming migration in launcher pod ${staged.join(', ')}`;
       this.#o.events.record(vmi, 'Normal', 'SeedReady', `${what} (sha256 ${sha.slice(0, 12)})`);
       for (const w of warnings) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
       this.#log.info({ namespace: target.namespace, name: target.name, datasource: seed.datasource, written, injected, seconds: generationSeconds }, 'seed ready');
     }
     this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
     return 'success';
+  }
+
+  async #plan(target: InjectionTarget, vmi: VmiObject, entry: Known): Promise<LauncherPlan> {
+    const injector = this.#o.injector!;
+    const probe = injector.activeDomainPods ? (pods: string[]) => injector.activeDomainPods!(target, pods) : undefined;
+    return planLaunchers(target, target.launcherPods ?? [], migrationStateOf(vmi.status), this.#o.nodeName, { ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}), stagedPods: entry.stagedPods ?? [] }, probe);
+  }
+
+  // Stages and releases what the plan says; returns the pods staged into.
+  async #applyPlan(target: InjectionTarget, entry: Known, plan: LauncherPlan): Promise<string[]> {
+    const injector = this.#o.injector!;
+    const remember = () => {
+      entry.launcherPods = [...new Set([...(entry.attachedPod ? [entry.attachedPod] : []), ...(entry.stagedPods ?? [])])].sort();
+    };
+    for (const pod of plan.releaseFrom) {
+      await injector.unstage?.({ ...target, launcherPods: [pod] });
+      if (entry.attachedPod === pod) delete entry.attachedPod;
+      entry.stagedPods = (entry.stagedPods ?? []).filter((p) => p !== pod);
+      remember();
+    }
+    for (const pod of plan.stageIn) {
+      await injector.stage?.({ ...target, launcherPods: [pod] }, entry.path);
+      if (!(entry.stagedPods ?? []).includes(pod)) entry.stagedPods = [...(entry.stagedPods ?? []), pod];
+      remember();
+    }
+    if (plan.attachTo !== undefined && entry.attachedPod !== plan.attachTo) {
+      // A new launcher pod (the VM restarted, or a migration to it ended)
+      // holds a new domain; a migrated one has our disk already (inject
+      // finds it and does nothing).
+      entry.attachedPod = plan.attachTo;
+      entry.stagedPods = (entry.stagedPods ?? []).filter((p) => p !== plan.attachTo);
+      entry.injectedSha = undefined;
+      remember();
+    }
+    return plan.stageIn;
   }
 
   #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: { generated: boolean }): WorkResult {
@@ -398,7 +459,20 @@ export class Reconciler {
 
 function injectionTarget(key: string, uid: string, datasource: Datasource, vmi: VmiObject, nodeName: string): InjectionTarget {
   const [namespace, name] = splitKey(key);
-  return { namespace, name, uid, datasource, annotations: vmi.metadata.annotations ?? {}, launcherPods: launcherPodsOnNode(vmi.status?.activePods, nodeName) };
+  const conditions = Array.isArray(vmi.status?.conditions) ? (vmi.status.conditions as Array<{ type?: unknown; status?: unknown }>) : [];
+  return {
+    namespace,
+    name,
+    uid,
+    datasource,
+    annotations: vmi.metadata.annotations ?? {},
+    launcherPods: launcherPodsOnNode(vmi.status?.activePods, nodeName),
+    vmi: {
+      ...(typeof vmi.status?.phase === 'string' ? { phase: vmi.status.phase } : {}),
+      startPaused: vmi.spec.startStrategy === 'Paused',
+      pausedCondition: conditions.some((c) => c?.type === 'Paused' && c?.status === 'True'),
+    },
+  };
 }
 
 function sameList(a: string[], b: string[]): boolean {

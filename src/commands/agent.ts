@@ -1,15 +1,17 @@
 // `vmseed agent`: the DaemonSet process (cluster mode) or the embedded
 // default on a directory of manifests (`--local DIR`).
 import { mkdir } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
 import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../cloudinit/render.ts';
 import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from '../config.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
-import { asVmseedError } from '../errors.ts';
+import { asVmseedError, VmseedError } from '../errors.ts';
 import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
 import { DirPublisher } from '../libvirt/publish.ts';
+import { LEGACY_SEED_ALIAS } from '../libvirt/disk-xml.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
@@ -29,17 +31,37 @@ const STOP_DEADLINE_MS = 20_000;
 // undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
 export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): Injector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
+  const kubevirt = config.libvirt.platform === 'kubevirt';
   return new VirshInjector({
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
-    ...(config.libvirt.publishDir !== undefined ? { publisher: new DirPublisher({ dirTemplate: config.libvirt.publishDir }) } : {}),
-    ...(resume ? { resume } : {}),
+    ...(config.libvirt.publishDir !== undefined ? { publisher: dirPublisher(config.libvirt.publishDir) } : {}),
+    ...(resume ? { resume } : kubevirt ? { resume: noVirshResume } : {}),
     ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
+    // KubeVirt owns the domain's definition; a disk in its persistent
+    // config is what its launcher's sync would detach (and ua-vmseed may be
+    // a VMI disk there, never ours).
+    liveOnly: kubevirt,
+    legacyAliases: kubevirt ? [] : [LEGACY_SEED_ALIAS],
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
+}
+
+// KubeVirt resumes any pause it did not order and keeps its own record of
+// the one it made: the kubevirt platform never falls back to `virsh resume`.
+const noVirshResume: ResumeHook = async () => {
+  throw new VmseedError('CONFIG_INVALID', 'the seed gate on --platform kubevirt resumes through KubeVirt\'s unpause API only, and none is configured', { kind: 'terminal', field: 'resumeVia' });
+};
+
+// The publish directory's last component is ours to create (e.g. `vmseed`
+// in the launcher's emptyDir); its parent must exist.
+function dirPublisher(template: string): DirPublisher {
+  const last = basename(template);
+  if (last === '' || last.includes('{') || dirname(template) === template) return new DirPublisher({ dirTemplate: template });
+  return new DirPublisher({ dirTemplate: dirname(template), subdir: last });
 }
 
 // Each mode loads only its own modules (the Kubernetes client is heavy).

@@ -4,9 +4,24 @@ import { XMLBuilder, XMLParser } from 'fast-xml-parser';
 import { VmseedError } from '../errors.ts';
 
 // libvirt keeps user aliases only when they start with `ua-` (others are
-// silently replaced), so this is how we find our disk again.
-export const SEED_ALIAS = 'ua-vmseed';
+// silently replaced), so this is how we find our disk again. KubeVirt names
+// its disks `ua-<disk name>` with DNS-1123 names (kubevirt
+// pkg/virt-launcher/virtwrap/converter), which never hold an underscore:
+// `ua-vmseed_seed` cannot be a KubeVirt disk, where `ua-vmseed` could.
+export const SEED_ALIAS = 'ua-vmseed_seed';
+// What vmseed attached before: recognised (plain libvirt only) so an upgrade
+// detaches its own older disk, never used for a new one.
+export const LEGACY_SEED_ALIAS = 'ua-vmseed';
 export const SEED_SERIAL = 'cidata';
+
+// Fixed targets far from the start. KubeVirt names disks by the lowest free
+// index per prefix (`vd` virtio; `sd` shared by sata, scsi and usb;
+// pkg/virt-launcher/virtwrap/converter/storage/disk.go): a seed on the first
+// free name takes the one KubeVirt's next hot-plugged volume gets. Index 701.
+export const SEED_TARGETS = { scsi: 'sdzz', virtio: 'vdzz' } as const;
+// KubeVirt's SCSI disks sit on controller 0, bus 0, target 0, unit = their
+// index; target 7 is never one of theirs.
+export const SEED_SCSI_ADDRESS = { controller: '0', bus: '0', target: '7', unit: '0' } as const;
 
 export type SeedBus = 'virtio' | 'scsi';
 
@@ -16,6 +31,8 @@ export interface SeedDiskSpec {
   bus: SeedBus;
   alias?: string;
   serial?: string;
+  // scsi: the drive address (default SEED_SCSI_ADDRESS); null: libvirt picks.
+  address?: { controller: string; bus: string; target: string; unit: string } | null;
 }
 
 export interface DomainDisk {
@@ -32,8 +49,8 @@ export interface DomainDisk {
 export interface DomainXmlInfo {
   name: string;
   disks: DomainDisk[];
-  // `model` of every `<controller type='scsi'>`.
-  scsiControllers: string[];
+  // Every `<controller type='scsi'>`: its index and model.
+  scsiControllers: Array<{ index: string; model: string }>;
 }
 
 const builder = new XMLBuilder({
@@ -44,9 +61,10 @@ const builder = new XMLBuilder({
   suppressEmptyNode: true,
 });
 
-// virtio: a read-only virtio disk (PCI hot-plug). scsi: a CD-ROM on a
-// virtio-scsi controller, the only hot-pluggable CD-ROM (libvirt
-// src/qemu/qemu_hotplug.c qemuDomainAttachDeviceDiskLive; checked on libvirt 9.0).
+// virtio: a read-only virtio disk (PCI hot-plug). scsi: a read-only disk at
+// a fixed drive address on the virtio-scsi controller: it takes no PCIe port
+// (KubeVirt reserves few for its own hot-plug) and detaches at once, also
+// from a paused guest (a virtio unplug waits for the guest).
 export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   const alias = spec.alias ?? SEED_ALIAS;
   if (!/^ua-[a-zA-Z0-9_-]+$/.test(alias)) {
@@ -54,7 +72,7 @@ export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   }
   const disk: Record<string, unknown> = {
     '@_type': 'file',
-    '@_device': spec.bus === 'scsi' ? 'cdrom' : 'disk',
+    '@_device': 'disk',
     driver: { '@_name': 'qemu', '@_type': 'raw' },
     source: { '@_file': spec.sourceFile },
     target: { '@_dev': spec.targetDev, '@_bus': spec.bus },
@@ -62,6 +80,10 @@ export function buildSeedDiskXml(spec: SeedDiskSpec): string {
     serial: spec.serial ?? SEED_SERIAL,
     alias: { '@_name': alias },
   };
+  const address = spec.address === undefined ? SEED_SCSI_ADDRESS : spec.address;
+  if (spec.bus === 'scsi' && address !== null) {
+    disk.address = { '@_type': 'drive', '@_controller': address.controller, '@_bus': address.bus, '@_target': address.target, '@_unit': address.unit };
+  }
   return builder.build({ disk }) as string;
 }
 
@@ -117,7 +139,7 @@ export function parseDomainXml(xml: string): DomainXmlInfo {
   }));
   const scsiControllers = ((devices.controller ?? []) as Node[])
     .filter((c) => attr(c, 'type') === 'scsi')
-    .map((c) => attr(c, 'model') ?? 'default');
+    .map((c) => ({ index: attr(c, 'index') ?? '0', model: attr(c, 'model') ?? 'default' }));
   return { name: text(domain.name) ?? '', disks, scsiControllers };
 }
 
@@ -125,24 +147,10 @@ export function findSeedDisk(disks: DomainDisk[], alias: string = SEED_ALIAS): D
   return disks.find((d) => d.alias === alias);
 }
 
-// The first free target on the bus, in libvirt's naming: vda..vdz, vdaa..;
-// sda..; skipping every target any disk already uses (live or config).
-export function pickFreeTarget(bus: SeedBus, used: Iterable<string>, max = 26 * 27): string {
-  const prefix = bus === 'scsi' ? 'sd' : 'vd';
-  const taken = new Set(used);
-  for (let i = 0; i < max; i++) {
-    const name = prefix + indexToSuffix(i);
-    if (!taken.has(name)) return name;
-  }
-  throw new VmseedError('NO_FREE_TARGET', `no free ${bus} disk target (${prefix}*) left on the domain; remove unused disks`, { kind: 'terminal', field: 'bus' });
-}
-
-function indexToSuffix(i: number): string {
-  let s = '';
-  let n = i;
-  do {
-    s = String.fromCharCode(97 + (n % 26)) + s;
-    n = Math.floor(n / 26) - 1;
-  } while (n >= 0);
-  return s;
+// The seed's bus on this domain: SCSI where a virtio-scsi controller 0 takes
+// the fixed drive address (KubeVirt adds one unless disableHotplug is set and
+// no disk uses scsi), else virtio.
+export function seedBusFor(wanted: SeedBus, controllers: DomainXmlInfo['scsiControllers']): SeedBus {
+  if (wanted === 'virtio') return 'virtio';
+  return controllers.some((c) => c.index === '0' && c.model === 'virtio-scsi') ? 'scsi' : 'virtio';
 }

@@ -2,11 +2,12 @@
 // virsh. Level-based: every call looks at the domain as it is now (live and
 // next-boot config) and does only what is missing, so it can be repeated.
 import { VmseedError } from '../errors.ts';
-import { buildSeedDiskXml, findSeedDisk, parseDomainXml, pickFreeTarget, SEED_ALIAS, type DomainDisk, type SeedBus } from './disk-xml.ts';
+import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS, SEED_TARGETS, seedBusFor, type DomainDisk, type DomainXmlInfo, type SeedBus } from './disk-xml.ts';
 import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
 import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
-import { checkTemplate, IMAGE_PLACEHOLDERS, renderForTarget, renderTemplate, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
+import { isPodUid } from './launcher-pod.ts';
+import { checkTemplate, encodeUriValue, IMAGE_PLACEHOLDERS, renderForTarget, renderTemplate, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
 
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 
@@ -18,7 +19,8 @@ export interface ResumeContext {
 }
 
 // In KubeVirt the agent calls the VMI's `unpause` subresource instead.
-export type ResumeHook = (ctx: ResumeContext) => Promise<void>;
+// `false`: the hook decided this pause is not the seed gate's to end.
+export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
 export const virshResume: ResumeHook = async ({ domain, virsh }) => {
   await virsh.run(['resume', domain]);
@@ -29,16 +31,23 @@ export interface VirshInjectorOptions {
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
   // VMI's launcher pod on this node, see launcher-pod.ts).
   domainTemplate?: string;
-  // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`.
+  // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`;
+  // placeholder values are percent-encoded.
   uriTemplate?: string;
   // How the domain's QEMU sees the image; {path} is the published path as
   // the agent sees it and {basename} its file name,
-  // e.g. `/var/run/kubevirt/hotplug-disks/{basename}`.
+  // e.g. `/var/run/kubevirt-ephemeral-disks/vmseed/{basename}`.
   imagePathTemplate?: string;
   // Puts the image where the domain can open it (default: identity).
   publisher?: ImagePublisher;
+  // The wanted bus; scsi falls back to virtio on a domain without a
+  // virtio-scsi controller 0.
   bus?: SeedBus;
-  alias?: string;
+  // Change the running domain only, never its persistent config (KubeVirt:
+  // a CONFIG change is what its launcher's sync would fight over).
+  liveOnly?: boolean;
+  // Aliases of our own older disks, detached when found (never attached).
+  legacyAliases?: string[];
   timeoutMs?: number;
   maxOutputBytes?: number;
   detachTimeoutMs?: number;
@@ -50,11 +59,14 @@ export interface VirshInjectorOptions {
 
 export { renderTemplate };
 
+type Flag = '--live' | '--config';
+
 interface DomainView {
   state: DomainState;
   persistent: boolean;
   live: DomainDisk[] | undefined; // undefined: not running
-  config: DomainDisk[] | undefined; // undefined: transient
+  config: DomainDisk[] | undefined; // undefined: transient (or not looked at)
+  scsiControllers: DomainXmlInfo['scsiControllers'];
 }
 
 export class VirshInjector implements Injector {
@@ -63,7 +75,8 @@ export class VirshInjector implements Injector {
   readonly #uriTemplate: string;
   readonly #imagePathTemplate: string;
   readonly #bus: SeedBus;
-  readonly #alias: string;
+  readonly #liveOnly: boolean;
+  readonly #legacy: string[];
   readonly #timeoutMs: number;
   readonly #maxOutputBytes: number;
   readonly #detachTimeoutMs: number;
@@ -88,7 +101,8 @@ export class VirshInjector implements Injector {
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {
       throw new VmseedError('CONFIG_INVALID', `bus '${String(this.#bus)}' is not supported; use virtio or scsi (the only hot-pluggable ones)`, { field: 'bus' });
     }
-    this.#alias = options.alias ?? SEED_ALIAS;
+    this.#liveOnly = options.liveOnly ?? false;
+    this.#legacy = (options.legacyAliases ?? []).filter((a) => a !== SEED_ALIAS);
     this.#timeoutMs = options.timeoutMs ?? 30_000;
     this.#maxOutputBytes = options.maxOutputBytes ?? 4 * 1024 * 1024;
     this.#detachTimeoutMs = options.detachTimeoutMs ?? 20_000;
@@ -103,12 +117,16 @@ export class VirshInjector implements Injector {
   }
 
   uri(target: InjectionTarget): string {
-    return renderForTarget(this.#uriTemplate, target);
+    return renderForTarget(this.#uriTemplate, target, {}, encodeUriValue);
   }
 
   // `imagePath` is the published path (what the publisher returned).
   imagePathForDomain(target: InjectionTarget, imagePath: string): string {
     return renderForTarget(this.#imagePathTemplate, target, { path: imagePath, basename: imagePath.split('/').pop() ?? imagePath });
+  }
+
+  get perPod(): boolean {
+    return [this.#uriTemplate, this.#domainTemplate].some(usesPodUID) || this.#publisher.perPod === true;
   }
 
   #virsh(uri: string): Virsh {
@@ -141,11 +159,54 @@ export class VirshInjector implements Injector {
     });
   }
 
+  // A migration target's launcher: the image at the path the migrated
+  // domain will open, nothing attached (target.launcherPods: that one pod).
+  async stage(target: InjectionTarget, imagePath: string): Promise<string> {
+    const published = await this.#publisher.publish(target, imagePath);
+    return this.imagePathForDomain(target, published);
+  }
+
+  // A launcher that no longer runs the VM (a migration's source): our copy
+  // goes; its domain is not touched.
+  async unstage(target: InjectionTarget): Promise<void> {
+    await this.#publisher.unpublish(target);
+  }
+
+  // The pods (of `pods`) whose libvirt has the domain running or paused.
+  async activeDomainPods(target: InjectionTarget, pods: string[]): Promise<string[] | undefined> {
+    if (!this.perPod) return undefined;
+    const active: string[] = [];
+    for (const pod of pods) {
+      const t = { ...target, launcherPods: [pod] };
+      try {
+        const info = parseDominfo(await this.#virsh(this.uri(t)).run(['dominfo', this.domainName(t)]));
+        if (info.state === 'running' || info.state === 'paused') active.push(pod);
+      } catch (e) {
+        if (!(e instanceof VmseedError && (e.code === 'DOMAIN_NOT_FOUND' || e.code === 'LIBVIRT_UNREACHABLE'))) return undefined;
+      }
+    }
+    return active;
+  }
+
   async eject(target: InjectionTarget): Promise<EjectionResult> {
-    const perPod = [this.#uriTemplate, this.#domainTemplate].some(usesPodUID) || this.#publisher.perPod === true;
+    // A UID that is not a pod UID was never used (refused before any
+    // write): nothing of ours is behind it.
+    const pods = (target.launcherPods ?? []).filter(isPodUid);
+    target = { ...target, launcherPods: pods };
     // No launcher pod on this node any more: its libvirt, its domain and
     // its volumes (with our published copy) went with it.
-    if (perPod && (target.launcherPods ?? []).length === 0) return { action: 'none', domain: renderTemplate(this.#domainTemplate, { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource }) };
+    if (this.perPod && pods.length === 0) return { action: 'none', domain: renderTemplate(this.#domainTemplate, { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource }) };
+    if (!this.perPod || pods.length === 1) return this.#ejectOne(target);
+    // A migration left copies in several pods here: each one separately.
+    let result: EjectionResult | undefined;
+    for (const pod of pods) {
+      const r = await this.#ejectOne({ ...target, launcherPods: [pod] });
+      if (!result || r.action === 'detached') result = r;
+    }
+    return result!;
+  }
+
+  async #ejectOne(target: InjectionTarget): Promise<EjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
     return this.#serialize(`${uri}\0${domain}`, async () => {
@@ -154,7 +215,7 @@ export class VirshInjector implements Injector {
         result = await this.#eject(domain, uri);
       } catch (e) {
         // A per-pod socket that no longer answers: the pod is gone.
-        if (!(perPod && e instanceof VmseedError && e.code === 'LIBVIRT_UNREACHABLE')) throw e;
+        if (!(this.perPod && e instanceof VmseedError && e.code === 'LIBVIRT_UNREACHABLE')) throw e;
         result = { action: 'none', domain };
       }
       await this.#publisher.unpublish(target);
@@ -164,11 +225,22 @@ export class VirshInjector implements Injector {
 
   async #view(virsh: Virsh, domain: string): Promise<DomainView> {
     const info = parseDominfo(await virsh.run(['dominfo', domain]));
-    const live = info.state === 'running' || info.state === 'paused'
-      ? parseDomainXml(await virsh.run(['dumpxml', domain])).disks
-      : undefined;
-    const config = info.persistent ? parseDomainXml(await virsh.run(['dumpxml', '--inactive', domain])).disks : undefined;
-    return { ...info, live, config };
+    const liveXml = info.state === 'running' || info.state === 'paused' ? parseDomainXml(await virsh.run(['dumpxml', domain])) : undefined;
+    const configXml = info.persistent && !this.#liveOnly ? parseDomainXml(await virsh.run(['dumpxml', '--inactive', domain])) : undefined;
+    return {
+      ...info,
+      live: liveXml?.disks,
+      config: configXml?.disks,
+      scsiControllers: (liveXml ?? configXml)?.scsiControllers ?? [],
+    };
+  }
+
+  #isOurs(d: DomainDisk): boolean {
+    return d.alias === SEED_ALIAS;
+  }
+
+  #isLegacy(d: DomainDisk): boolean {
+    return d.alias !== undefined && this.#legacy.includes(d.alias);
   }
 
   async #inject(target: InjectionTarget, domain: string, uri: string, source: string): Promise<InjectionResult> {
@@ -177,51 +249,57 @@ export class VirshInjector implements Injector {
     if (view.state === 'other') {
       throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is neither running, paused nor shut off (e.g. shutting down or crashed); will retry`, { kind: 'retryable' });
     }
-    const views: Array<{ flag: '--live' | '--config'; disks: DomainDisk[] }> = [];
+    if (this.#liveOnly && !view.live) {
+      throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is not running; the seed is attached to the running domain only (never to its persistent config, which KubeVirt owns); will retry`, { kind: 'retryable' });
+    }
+    const views: Array<{ flag: Flag; disks: DomainDisk[] }> = [];
     if (view.live) views.push({ flag: '--live', disks: view.live });
     if (view.config) views.push({ flag: '--config', disks: view.config });
 
-    const ours = views.map((v) => ({ ...v, disk: findSeedDisk(v.disks, this.#alias) }));
-    const stale = ours.filter((v) => v.disk && v.disk.sourceFile !== source);
-    const missing = ours.filter((v) => !v.disk || v.disk.sourceFile !== source);
-    const existingTarget = ours.find((v) => v.disk)?.disk?.targetDev;
+    const bus = seedBusFor(this.#bus, view.scsiControllers);
+    const targetDev = SEED_TARGETS[bus];
+    // Our fixed target held by a disk that is not ours: never take another
+    // name (it could be the one KubeVirt gives its next volume) and never
+    // touch that disk.
+    for (const v of views) {
+      const holder = v.disks.find((d) => d.targetDev === targetDev && !this.#isOurs(d));
+      if (holder) {
+        throw new VmseedError('TARGET_IN_USE', `domain '${domain}' already has a disk on ${targetDev} (alias ${holder.alias ?? 'none'}) that is not vmseed's; vmseed attaches its seed only there and leaves that disk alone: free ${targetDev} or choose the other --disk-bus`, { kind: 'terminal', field: 'bus' });
+      }
+    }
+
+    const wanted = (d: DomainDisk) => d.sourceFile === source && d.targetDev === targetDev && d.bus === bus;
+    const stale: Array<{ flag: Flag; disk: DomainDisk }> = [];
+    const missing: Flag[] = [];
+    for (const v of views) {
+      const ours = v.disks.filter((d) => this.#isOurs(d));
+      for (const d of [...ours.filter((d) => !wanted(d)), ...v.disks.filter((d) => this.#isLegacy(d))]) stale.push({ flag: v.flag, disk: d });
+      if (!ours.some(wanted)) missing.push(v.flag);
+    }
 
     let action: InjectionResult['action'] = 'none';
-    let flags: string[] = [];
-    let targetDev = existingTarget ?? '';
-    let bus: SeedBus = (ours.find((v) => v.disk)?.disk?.bus as SeedBus | undefined) ?? this.#bus;
-
+    if (stale.length > 0) {
+      // The seed changed (or an older vmseed's disk is there): take the old
+      // disk out where it is, then attach.
+      await this.#detach(virsh, domain, stale);
+      action = 'replaced';
+    }
     if (missing.length > 0) {
-      if (stale.length > 0) {
-        // The seed changed: take the old disk out where it is, then attach.
-        await this.#detach(virsh, domain, stale.map((v) => ({ flag: v.flag, disk: v.disk! })));
-        action = 'replaced';
-      } else {
-        action = 'attached';
-      }
-      // Keep a target we already hold in one view (so live and config agree);
-      // otherwise the first target no disk uses in either view.
-      const others = views.flatMap((v) => v.disks.filter((d) => d.alias !== this.#alias).map((d) => d.targetDev));
-      if (!existingTarget || others.includes(existingTarget) || bus !== this.#bus) {
-        bus = this.#bus;
-        targetDev = pickFreeTarget(bus, others);
-      }
-      flags = missing.map((v) => v.flag);
-      const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: this.#alias });
-      await virsh.run(['attach-device', domain, XML_FILE, ...flags], { xml });
+      if (action === 'none') action = 'attached';
+      const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
+      await virsh.run(['attach-device', domain, XML_FILE, ...missing], { xml });
     }
 
     let resumed = false;
     if (view.state === 'paused' && target.annotations[RESUME_ANNOTATION] === 'true') {
-      await this.#resume({ domain, uri, target, virsh });
-      resumed = true;
+      resumed = (await this.#resume({ domain, uri, target, virsh })) !== false;
     }
     return {
       action,
       domain,
       targetDev,
       bus,
-      flags,
+      flags: missing,
       domainState: view.state,
       persistent: view.persistent,
       seededAfterBoot: view.state === 'running' && action !== 'none',
@@ -239,11 +317,10 @@ export class VirshInjector implements Injector {
       if (e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND') return { action: 'none', domain };
       throw e;
     }
-    const found: Array<{ flag: '--live' | '--config'; disk: DomainDisk }> = [];
-    const liveDisk = view.live && findSeedDisk(view.live, this.#alias);
-    const configDisk = view.config && findSeedDisk(view.config, this.#alias);
-    if (liveDisk) found.push({ flag: '--live', disk: liveDisk });
-    if (configDisk) found.push({ flag: '--config', disk: configDisk });
+    const found: Array<{ flag: Flag; disk: DomainDisk }> = [];
+    for (const [flag, disks] of [['--live', view.live], ['--config', view.config]] as const) {
+      for (const d of disks ?? []) if (this.#isOurs(d) || this.#isLegacy(d)) found.push({ flag, disk: d });
+    }
     if (found.length === 0) return { action: 'none', domain };
     await this.#detach(virsh, domain, found);
     return { action: 'detached', domain };
@@ -251,21 +328,23 @@ export class VirshInjector implements Injector {
 
   // detach-device per view (live and config may differ), then wait until
   // the live disk is really gone: libvirt reports success before the guest
-  // has released it.
-  async #detach(virsh: Virsh, domain: string, where: Array<{ flag: '--live' | '--config'; disk: DomainDisk }>): Promise<void> {
+  // has released it (virtio; a SCSI disk goes at once).
+  async #detach(virsh: Virsh, domain: string, where: Array<{ flag: Flag; disk: DomainDisk }>): Promise<void> {
     for (const { flag, disk } of where) {
-      const xml = buildSeedDiskXml({ sourceFile: disk.sourceFile ?? '', targetDev: disk.targetDev, bus: disk.bus === 'scsi' ? 'scsi' : 'virtio', alias: this.#alias });
+      // Matched by libvirt on the target dev; the alias names our disk.
+      const xml = buildSeedDiskXml({ sourceFile: disk.sourceFile ?? '', targetDev: disk.targetDev, bus: disk.bus === 'scsi' ? 'scsi' : 'virtio', alias: disk.alias ?? SEED_ALIAS, address: null });
       try {
         await virsh.run(['detach-device', domain, XML_FILE, flag], { xml });
       } catch (e) {
         if (!(e instanceof VmseedError && e.code === 'DEVICE_NOT_FOUND')) throw e;
       }
     }
-    if (!where.some((w) => w.flag === '--live')) return;
+    const aliases = new Set(where.filter((w) => w.flag === '--live').map((w) => w.disk.alias));
+    if (aliases.size === 0) return;
     const deadline = Date.now() + this.#detachTimeoutMs;
     for (;;) {
       const disks = parseDomainXml(await virsh.run(['dumpxml', domain])).disks;
-      if (!findSeedDisk(disks, this.#alias)) return;
+      if (!disks.some((d) => aliases.has(d.alias))) return;
       if (Date.now() >= deadline) {
         throw new VmseedError('DETACH_TIMEOUT', `seed disk still on domain '${domain}' ${this.#detachTimeoutMs} ms after detach-device; the guest did not release it (no ACPI hot-unplug support, or paused); will retry`, { kind: 'retryable' });
       }

@@ -1,11 +1,20 @@
 // Where the domain's QEMU finds the seed image. With libvirt on the host the
 // image in the agent's state directory is already visible (identity). In
 // KubeVirt each VM's QEMU runs in its virt-launcher pod, which does not mount
-// the agent's state directory; the image is copied into a directory of that
-// pod instead: its `hotplug-disks` emptyDir, the one virt-handler bind-mounts
-// KubeVirt's own hot-plugged disk images into (owned by qemu, uid 107), seen
-// in the launcher at /var/run/kubevirt/hotplug-disks.
-import * as nodeFs from 'node:fs/promises';
+// the agent's state directory; the image is copied into that pod's
+// `ephemeral-disks` emptyDir instead (seen in the launcher at
+// /var/run/kubevirt-ephemeral-disks, where KubeVirt keeps its own cloud-init
+// ISO): under a `vmseed/` directory of ours, a path KubeVirt's launcher never
+// detaches, ejects or deletes (unlike `hotplug-disks`, whose foreign disks
+// its syncDisks removes).
+//
+// The directory is writable by the launcher (emptyDirs are 2777), so nothing
+// in it is trusted: every path is resolved from a directory opened with
+// O_NOFOLLOW (through /proc/self/fd, Linux's openat for path-based APIs), no
+// symlink is followed, only regular files are read, reads are bounded, and
+// only names of vmseed's own images are deleted.
+import { constants as C } from 'node:fs';
+import * as fs from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, join } from 'node:path';
 import { VmseedError } from '../errors.ts';
@@ -30,93 +39,220 @@ export const identityPublisher: ImagePublisher = {
   unpublish: async () => {},
 };
 
-// The fs calls DirPublisher makes (tests may pass faults).
-export interface PublishFs {
-  stat(path: string): Promise<{ isDirectory(): boolean }>;
-  readFile(path: string): Promise<Uint8Array>;
-  writeFile(path: string, data: Uint8Array, options: { mode: number; flag: string }): Promise<void>;
-  chmod(path: string, mode: number): Promise<void>;
-  rename(from: string, to: string): Promise<void>;
-  unlink(path: string): Promise<void>;
-  readdir(path: string): Promise<string[]>;
-}
-
 export interface DirPublisherOptions {
-  // e.g. `/pods/{podUID}/volumes/kubernetes.io~empty-dir/hotplug-disks`.
+  // An existing directory, never created here (the launcher's volume), e.g.
+  // `/pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks`.
   dirTemplate: string;
-  // Our files are `vmseed-<basename of the store's image>`, i.e.
-  // `vmseed-<datasource>-<sha16>.iso`: content-addressed like the store's, so
-  // a changed seed is a new path the injector replaces the disk with (QEMU
-  // keeps the old inode open; an in-place replace would go unseen). KubeVirt's
-  // own entries there are `<volume>.img` files and `<volume>` directories,
-  // and volume names cannot contain a dot, so the names never meet.
-  prefix?: string;
+  // A directory of ours inside it, created when missing (e.g. `vmseed`).
+  subdir?: string;
+  // Seeds may carry passwords: owner and group only. In KubeVirt the agent
+  // runs as the launcher's qemu user (107), so QEMU opens its own file.
   fileMode?: number;
-  fs?: PublishFs;
+  // setgid keeps the emptyDir's group (107) on what is created inside.
+  dirMode?: number;
+  // Largest image copied (the store's images are far smaller).
+  maxBytes?: number;
 }
 
-const TMP_MARK = '.vmseed-tmp-';
+const PREFIX = 'vmseed-';
+// The store's image names (`<datasource>-<sha16>.iso`, or the stable name of
+// earlier versions), published as `vmseed-<name>`; temporaries are
+// `.vmseed-<name>.vmseed-tmp-<12 hex>`. KubeVirt's own files never match.
+const IMAGE = '(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\\.iso';
+const OURS_RE = new RegExp(`^${PREFIX}${IMAGE}$`);
+const TMP_RE = new RegExp(`^\\.${PREFIX}${IMAGE}\\.vmseed-tmp-[0-9a-f]{12}$`);
+const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
+// A launcher can fill its emptyDir with names; a listing stops here.
+const MAX_DIR_ENTRIES = 10_000;
+
+export function isPublishedName(name: string): boolean {
+  return OURS_RE.test(name) || TMP_RE.test(name);
+}
 
 function errCode(e: unknown): string | undefined {
   return (e as { code?: string }).code;
 }
 
+const gone = (e: unknown) => errCode(e) === 'ENOENT' || errCode(e) === 'ENOTDIR';
+
+function unsafe(path: string, what: string): VmseedError {
+  return new VmseedError('STORE_UNSAFE_PATH', `${path} ${what}; vmseed follows no symlink and writes only into a directory it can verify: remove it (the launcher pod's volume is writable from inside the pod)`, { kind: 'terminal', field: 'publishDir' });
+}
+
+// A directory held open: names below it resolve from this inode, whatever
+// happens to the path it was opened by.
+class HeldDir {
+  readonly handle: fs.FileHandle;
+  readonly path: string;
+  constructor(handle: fs.FileHandle, path: string) {
+    this.handle = handle;
+    this.path = path;
+  }
+  at(name: string): string {
+    return `/proc/self/fd/${this.handle.fd}/${name}`;
+  }
+  close(): Promise<void> {
+    return this.handle.close();
+  }
+}
+
+// Opens `path` as a directory without following a symlink at its last
+// component; undefined when it does not exist.
+async function openDir(path: string, at: string = path): Promise<HeldDir | undefined> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(at, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
+  } catch (e) {
+    if (errCode(e) === 'ENOENT') return undefined;
+    if (errCode(e) !== 'ELOOP' && errCode(e) !== 'ENOTDIR') throw failed(`cannot open ${path}`, e);
+    // The last component is a symlink (ELOOP, or ENOTDIR with O_DIRECTORY)
+    // or not a directory; ENOTDIR from a parent that is not one: not there.
+    const st = await fs.lstat(at).catch((e2) => {
+      if (gone(e2)) return undefined;
+      throw failed(`cannot stat ${path}`, e2);
+    });
+    if (!st) return undefined;
+    throw unsafe(path, st.isSymbolicLink() ? 'is a symlink' : 'is not a directory');
+  }
+  const st = await handle.stat().catch(async (e) => {
+    await handle.close();
+    throw failed(`cannot stat ${path}`, e);
+  });
+  if (!st.isDirectory()) {
+    await handle.close();
+    throw unsafe(path, 'is not a directory');
+  }
+  return new HeldDir(handle, path);
+}
+
+function failed(what: string, e: unknown): VmseedError {
+  if (e instanceof VmseedError) return e;
+  return new VmseedError('SEED_PUBLISH_FAILED', `${what}: ${errCode(e) ?? 'I/O error'}; will retry`, { kind: 'retryable', cause: e });
+}
+
+// A regular file's bytes, read without blocking on a FIFO or device and
+// never more than `max`; undefined when there is none (or something else).
+async function readRegular(path: string, max: number, shownAs: string): Promise<Uint8Array | undefined> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(path, C.O_RDONLY | C.O_NOFOLLOW | C.O_NONBLOCK);
+  } catch (e) {
+    if (gone(e) || errCode(e) === 'ELOOP') return undefined;
+    throw e;
+  }
+  try {
+    const st = await handle.stat();
+    if (!st.isFile()) return undefined;
+    if (st.size > max) throw new VmseedError('SEED_PUBLISH_FAILED', `${shownAs} is ${st.size} bytes, more than the ${max} a seed image may have`, { kind: 'terminal' });
+    const buf = Buffer.alloc(st.size);
+    let off = 0;
+    while (off < buf.length) {
+      const { bytesRead } = await handle.read(buf, off, buf.length - off, off);
+      if (bytesRead === 0) break;
+      off += bytesRead;
+    }
+    return off === buf.length ? buf : undefined;
+  } finally {
+    await handle.close();
+  }
+}
+
 export class DirPublisher implements ImagePublisher {
   readonly #dirTemplate: string;
-  readonly #prefix: string;
-  readonly #mode: number;
-  readonly #fs: PublishFs;
+  readonly #subdir: string | undefined;
+  readonly #fileMode: number;
+  readonly #dirMode: number;
+  readonly #maxBytes: number;
   readonly perPod: boolean;
 
   constructor(options: DirPublisherOptions) {
     checkTemplate('publishDir', options.dirTemplate, TARGET_PLACEHOLDERS);
+    if (options.subdir !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(options.subdir)) {
+      throw new VmseedError('CONFIG_INVALID', `publish subdirectory '${options.subdir}' must be one plain name`, { field: 'publishDir' });
+    }
     this.perPod = usesPodUID(options.dirTemplate);
     this.#dirTemplate = options.dirTemplate;
-    this.#prefix = options.prefix ?? 'vmseed-';
-    // Seeds may carry passwords: owner and group only. The agent runs as
-    // the launcher's qemu user (107), so QEMU opens its own file.
-    this.#mode = options.fileMode ?? 0o640;
-    this.#fs = options.fs ?? (nodeFs as unknown as PublishFs);
+    this.#subdir = options.subdir;
+    this.#fileMode = options.fileMode ?? 0o640;
+    this.#dirMode = options.dirMode ?? 0o2750;
+    this.#maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
   }
 
+  // The directory the image is copied into, as the agent sees it.
   dirFor(target: InjectionTarget): string {
-    return renderForTarget(this.#dirTemplate, target);
+    const base = renderForTarget(this.#dirTemplate, target);
+    return this.#subdir ? join(base, this.#subdir) : base;
+  }
+
+  // Our directory held open (created in the volume when missing), or
+  // undefined when `create` is false and it is not there.
+  async #ours(target: InjectionTarget, create: boolean): Promise<HeldDir | undefined> {
+    const base = renderForTarget(this.#dirTemplate, target);
+    const volume = await openDir(base);
+    if (!volume) {
+      if (!create) return undefined;
+      throw new VmseedError('SEED_PUBLISH_FAILED', `publish directory ${base} does not exist (launcher pod not started yet, or check --publish-dir / --pods-dir and that the kubelet pods directory is mounted); will retry`, { kind: 'retryable', field: 'publishDir' });
+    }
+    if (!this.#subdir) return volume;
+    const path = join(base, this.#subdir);
+    try {
+      let held = await openDir(path, volume.at(this.#subdir));
+      if (!held && create) {
+        await fs.mkdir(volume.at(this.#subdir), { mode: this.#dirMode & 0o777 }).catch((e) => {
+          if (errCode(e) !== 'EEXIST') throw failed(`cannot create ${path}`, e);
+        });
+        held = await openDir(path, volume.at(this.#subdir));
+        if (!held) throw failed(`cannot create ${path}`, Object.assign(new Error('vanished'), { code: 'ENOENT' }));
+        // On the held inode: the mode umask filtered, and setgid (a mode
+        // bit mkdir does not set).
+        const dir = held;
+        await dir.handle.chmod(this.#dirMode).catch(() => dir.handle.chmod(this.#dirMode & 0o777)).catch(async (e) => {
+          await dir.close();
+          throw failed(`cannot set the mode of ${path}`, e);
+        });
+      }
+      return held;
+    } finally {
+      await volume.close();
+    }
   }
 
   async publish(target: InjectionTarget, imagePath: string): Promise<string> {
-    const dir = this.dirFor(target);
-    const dest = join(dir, this.#prefix + basename(imagePath));
-    const fs = this.#fs;
-    // Never created here: the directory is the launcher pod's volume, and
-    // one that is missing means the pod is not there (yet) or the template
-    // is wrong.
-    const isDir = await fs.stat(dir).then((s) => s.isDirectory(), (e) => {
-      if (errCode(e) === 'ENOENT') return false;
-      throw this.#failed(`cannot stat publish directory ${dir}`, e);
-    });
-    if (!isDir) {
-      throw new VmseedError('SEED_PUBLISH_FAILED', `publish directory ${dir} does not exist (launcher pod not started yet, or check --publish-dir and that the kubelet pods directory is mounted); will retry`, { kind: 'retryable', field: 'publishDir' });
+    const name = PREFIX + basename(imagePath);
+    if (!OURS_RE.test(name)) {
+      throw new VmseedError('INTERNAL', `image ${basename(imagePath)} does not have a store image name; refusing to publish it`, { kind: 'terminal' });
     }
+    const dir = (await this.#ours(target, true))!;
+    const dest = join(dir.path, name);
     try {
-      const bytes = await fs.readFile(imagePath);
-      const current = await fs.readFile(dest).catch((e) => {
-        if (errCode(e) === 'ENOENT') return undefined;
-        throw e;
-      });
+      const bytes = await readRegular(imagePath, this.#maxBytes, imagePath);
+      if (!bytes) throw failed(`cannot read the seed image ${imagePath}`, Object.assign(new Error('not a regular file'), { code: 'ENOENT' }));
+      const current = await readRegular(dir.at(name), bytes.length, dest);
       // Identical (the name says so, the bytes confirm): keep the file.
       if (current !== undefined && Buffer.from(current).equals(Buffer.from(bytes))) return dest;
-      const tmp = join(dir, `.${basename(dest)}${TMP_MARK}${randomBytes(6).toString('hex')}`);
+      const tmp = `.${name}.vmseed-tmp-${randomBytes(6).toString('hex')}`;
+      let handle: fs.FileHandle | undefined;
       try {
-        await fs.writeFile(tmp, bytes, { mode: this.#mode, flag: 'wx' });
-        await fs.chmod(tmp, this.#mode); // the umask filtered writeFile's mode
-        await fs.rename(tmp, dest);
+        handle = await fs.open(dir.at(tmp), C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, this.#fileMode);
+        await handle.writeFile(bytes);
+        await handle.chmod(this.#fileMode); // the umask filtered open's mode
+        await handle.close();
+        handle = undefined;
+        // rename replaces whatever has our name (a symlink is replaced, not
+        // followed).
+        await fs.rename(dir.at(tmp), dir.at(name)).catch((e) => {
+          throw errCode(e) === 'EISDIR' || errCode(e) === 'ENOTEMPTY' ? unsafe(dest, 'is a directory') : e;
+        });
       } catch (e) {
-        await fs.unlink(tmp).catch(() => {});
+        await handle?.close().catch(() => {});
+        await fs.unlink(dir.at(tmp)).catch(() => {});
         throw e;
       }
       return dest;
     } catch (e) {
-      throw this.#failed(`cannot copy the seed image into ${dir}`, e);
+      throw failed(`cannot copy the seed image into ${dir.path}`, e);
+    } finally {
+      await dir.close();
     }
   }
 
@@ -130,25 +266,38 @@ export class DirPublisher implements ImagePublisher {
   }
 
   async #removeOurs(target: InjectionTarget, keep: string | undefined): Promise<void> {
-    const dir = this.dirFor(target);
-    // ENOENT: never published, or the pod (and its emptyDir) is gone.
-    const gone = (e: unknown) => errCode(e) === 'ENOENT' || errCode(e) === 'ENOTDIR';
-    const names = await this.#fs.readdir(dir).catch((e) => {
-      if (gone(e)) return [] as string[];
-      throw this.#failed(`cannot list publish directory ${dir}`, e);
-    });
-    // Ours only (and temporaries a crash left): KubeVirt's entries there
-    // never carry the prefix. Injections of one domain are serialized, so no
-    // temporary of a publish in progress is here when prune runs.
-    for (const n of names.filter((n) => n !== keep && (n.startsWith(this.#prefix) || n.startsWith(`.${this.#prefix}`)))) {
-      await this.#fs.unlink(join(dir, n)).catch((e) => {
-        if (!gone(e)) throw this.#failed(`cannot remove the seed image from ${dir}`, e);
-      });
+    let dir: HeldDir | undefined;
+    try {
+      dir = await this.#ours(target, false);
+    } catch (e) {
+      // Our directory replaced by something else: nothing of ours is in it.
+      if (e instanceof VmseedError && e.code === 'STORE_UNSAFE_PATH') return;
+      throw e;
     }
-  }
-
-  #failed(what: string, e: unknown): VmseedError {
-    if (e instanceof VmseedError) return e;
-    return new VmseedError('SEED_PUBLISH_FAILED', `${what}: ${errCode(e) ?? 'I/O error'}; will retry`, { kind: 'retryable', cause: e });
+    // Not there: never published, or the pod (and its emptyDir) is gone.
+    if (!dir) return;
+    try {
+      const names: string[] = [];
+      const listing = await fs.opendir(dir.at('.')).catch((e) => {
+        if (gone(e)) return undefined;
+        throw failed(`cannot list ${dir!.path}`, e);
+      });
+      if (listing) {
+        let seen = 0;
+        for await (const entry of listing) {
+          if (++seen > MAX_DIR_ENTRIES) break;
+          if (entry.name !== keep && isPublishedName(entry.name)) names.push(entry.name);
+        }
+      }
+      for (const n of names) {
+        const st = await fs.lstat(dir.at(n)).catch(() => undefined);
+        if (!st || st.isDirectory()) continue;
+        await fs.unlink(dir.at(n)).catch((e) => {
+          if (!gone(e)) throw failed(`cannot remove the seed image from ${dir!.path}`, e);
+        });
+      }
+    } finally {
+      await dir.close();
+    }
   }
 }

@@ -12,6 +12,14 @@ export interface InjectionTarget {
   // filtered by node name, sorted): what {podUID} renders from. Exactly one
   // is needed when a template uses {podUID} (see launcher-pod.ts).
   launcherPods?: string[];
+  // What KubeVirt reports of the VMI, for the seed gate's unpause.
+  vmi?: {
+    phase?: string;
+    // spec.startStrategy: Paused (the pause KubeVirt made at start).
+    startPaused: boolean;
+    // The condition Paused=True.
+    pausedCondition: boolean;
+  };
 }
 
 export type DomainState = 'running' | 'paused' | 'shutoff' | 'other';
@@ -44,4 +52,12 @@ export interface EjectionResult {
 export interface Injector {
   inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult>;
   eject(target: InjectionTarget): Promise<EjectionResult>;
+  // Per-launcher-pod injectors (KubeVirt) also place the image in a
+  // migration target's pod without attaching it (returns the path the
+  // domain sees), remove it from a pod that no longer runs the VM, and tell
+  // which pods' libvirt has the domain running or paused.
+  readonly perPod?: boolean;
+  stage?(target: InjectionTarget, imagePath: string): Promise<string>;
+  unstage?(target: InjectionTarget): Promise<void>;
+  activeDomainPods?(target: InjectionTarget, pods: string[]): Promise<string[] | undefined>;
 }

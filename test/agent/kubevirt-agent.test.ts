@@ -1,8 +1,9 @@
-// The reconciler beside KubeVirt: the launcher pod comes from
-// status.activePods (retried until KubeVirt reports it), the image is
-// published into that pod, the gate unpauses through KubeVirt, a new
-// launcher pod gets the seed again, and deleting the VMI detaches the disk
-// and removes the published copy.
+// The agent beside KubeVirt (informer, work queue, reconciler, the kubevirt
+// preset's injector): the launcher pod comes from status.activePods (retried
+// until KubeVirt reports it), the image is published into that pod's
+// ephemeral-disks/vmseed, the gate waits for the Paused condition and
+// unpauses through KubeVirt, a new launcher pod gets the seed again, and
+// deleting the VMI detaches the disk and removes the published copy.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -11,13 +12,11 @@ import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { startAgent, tempDir, waitFor, NODE } from '../support/agent-harness.ts';
-import { HOTPLUG, launcherVmi } from '../support/kubevirt-scenario.ts';
+import { EPHEMERAL, POD_1, POD_2, kubevirtInjector, launcherVmi } from '../support/kubevirt-scenario.ts';
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
-import { VirshInjector } from '../../src/libvirt/injector.ts';
-import { DirPublisher } from '../../src/libvirt/publish.ts';
 
-test('launcher pod unknown → retried; then published into the pod, unpaused by KubeVirt; new pod → seeded again; deleted → detached and removed', { timeout: 30_000 }, async (t) => {
+test('launcher pod unknown → retried; Paused condition awaited; then published into the pod, unpaused by KubeVirt; new pod → seeded again; deleted → detached and removed', { timeout: 30_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir();
   const connection = fake.connection();
@@ -27,53 +26,57 @@ test('launcher pod unknown → retried; then published into the pod, unpaused by
     await dir.remove();
   });
   const pods = join(dir.path, 'pods');
-  for (const pod of ['pod-1', 'pod-2']) await mkdir(join(pods, pod, HOTPLUG), { recursive: true });
+  for (const pod of [POD_1, POD_2]) await mkdir(join(pods, pod, EPHEMERAL), { recursive: true });
   const lv = new FakeLibvirt();
-  lv.domains.set('ns_web', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
-  const injector = new VirshInjector({
-    spawner: lv,
-    uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/sock`,
-    imagePathTemplate: '/var/run/kubevirt/hotplug-disks/{basename}',
-    publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${HOTPLUG}` }),
-    resume: kubevirtUnpause(new KubeConnectionApi(connection, { timeoutMs: 2000 })),
-    sleep: async () => {},
-  });
+  lv.domains.set('ns_web', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
+  const injector = kubevirtInjector(pods, lv, kubevirtUnpause(new KubeConnectionApi(connection, { timeoutMs: 2000 })));
   const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector });
   t.after(h.stop);
 
   // Scheduled, no launcher pod reported yet.
-  const early = launcherVmi('web', 'ns', 'userData: "#cloud-config\\nhostname: web\\n"\n', 'pod-1', { paused: true });
-  const withPod = structuredClone(early);
+  const ready = launcherVmi('web', 'ns', 'userData: "#cloud-config\\nhostname: web\\n"\n', POD_1, { paused: true });
+  const early = structuredClone(ready);
   early.status = { nodeName: NODE, phase: 'Scheduled' };
   fake.applyVmi(early);
   const failed = await waitFor('SeedFailed', () => fake.events().find((e) => e.reason === 'SeedFailed'));
   assert.match(failed.message, /^LAUNCHER_POD_UNKNOWN: VMI ns\/web: status\.activePods names no launcher pod on this node yet/);
   assert.equal(lv.calls.length, 0);
 
-  // KubeVirt reports the launcher: published, attached live, unpaused.
-  fake.applyVmi(withPod);
+  // The launcher runs the paused domain; KubeVirt has not set the condition.
+  const noCondition = structuredClone(ready);
+  noCondition.status!.conditions = [];
+  fake.applyVmi(noCondition);
+  await waitFor('waiting for the Paused condition', () => h.agent.status.get('ns/web')?.lastError?.code === 'SEED_GATE_WAITING');
+  assert.equal(lv.domains.get('ns_web')!.live.length, 1, 'the seed is attached while it waits');
+  assert.deepEqual(fake.unpaused, []);
+  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false, 'no unpause before the condition: it would be a 409');
+
+  // KubeVirt reports Paused: unpaused.
+  fake.applyVmi(structuredClone(ready));
   await waitFor('unpaused', () => fake.unpaused.includes('ns/web'));
-  // The published copy carries the store image's content-addressed name.
-  const published = lv.domains.get('ns_web')!.live[0]!.sourceFile!;
-  assert.match(published, /^\/var\/run\/kubevirt\/hotplug-disks\/vmseed-nocloud-[0-9a-f]{16}\.iso$/);
-  const publishedName = published.split('/').pop()!;
-  assert.ok(existsSync(join(pods, 'pod-1', HOTPLUG, publishedName)));
-  assert.ok(lv.uris.every((u) => u === `qemu+unix:///session?socket=${pods}/pod-1/sock`));
+  const disk = lv.domains.get('ns_web')!.live[0]!;
+  assert.match(disk.sourceFile!, /^\/var\/run\/kubevirt-ephemeral-disks\/vmseed\/vmseed-nocloud-[0-9a-f]{16}\.iso$/);
+  assert.deepEqual([disk.targetDev, disk.bus, disk.alias], ['sdzz', 'scsi', 'ua-vmseed_seed']);
+  assert.deepEqual(lv.domains.get('ns_web')!.config, [], 'live only');
+  const publishedName = disk.sourceFile!.split('/').pop()!;
+  assert.ok(existsSync(join(pods, POD_1, EPHEMERAL, 'vmseed', publishedName)));
+  assert.ok(lv.uris.every((u) => u === `qemu+unix:///session?socket=${pods}/${POD_1}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`));
   assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
 
   // The VM restarted in a new launcher pod (its domain is new and empty).
-  lv.domains.set('ns_web', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
+  lv.domains.set('ns_web', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
   const moved = structuredClone(fake.getVmi('ns', 'web')!);
-  moved.status!.activePods = { 'pod-2': NODE };
+  moved.status!.activePods = { [POD_2]: NODE };
   moved.status!.conditions = [{ type: 'Paused', status: 'True' }];
   fake.applyVmi(moved);
-  await waitFor('published into the new pod', () => existsSync(join(pods, 'pod-2', HOTPLUG, publishedName)));
+  await waitFor('published into the new pod', () => existsSync(join(pods, POD_2, EPHEMERAL, 'vmseed', publishedName)));
   await waitFor('attached in the new launcher', () => lv.domains.get('ns_web')!.live.length === 1);
   await waitFor('unpaused again', () => fake.unpaused.length === 2);
-  assert.ok(lv.uris.at(-1)!.includes('/pod-2/'));
+  assert.ok(lv.uris.at(-1)!.includes(`/${POD_2}/`));
+  await waitFor('the old pod\'s copy released', async () => (await readdir(join(pods, POD_1, EPHEMERAL, 'vmseed'))).length === 0);
 
   // Deleted: detached from the domain, the published copy removed.
   fake.deleteVmi('ns', 'web');
   await waitFor('detached', () => lv.domains.get('ns_web')!.live.length === 0);
-  await waitFor('copy removed', async () => (await readdir(join(pods, 'pod-2', HOTPLUG))).length === 0);
+  await waitFor('copy removed', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0);
 });

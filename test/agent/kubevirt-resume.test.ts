@@ -86,3 +86,36 @@ test('behind the injector: a paused domain gets its seed, then KubeVirt (not vir
   await inj.inject({ ...target('quiet'), annotations: {} }, '/seeds/nocloud.iso');
   assert.equal(fake.requests.filter((r) => r.subresource === 'unpause').length, 1);
 });
+
+// The gate's view of the VMI, as the reconciler fills it from the VMI.
+const gated = (name: string, vmi: NonNullable<InjectionTarget['vmi']>, pod = 'p-1'): ResumeContext => ({ target: { ...target(name), launcherPods: [pod], vmi } }) as ResumeContext;
+
+test('only the start pause: a VMI without startStrategy Paused is not unpaused (the hook says so, no call)', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('owner-paused'));
+  assert.equal(await kubevirtUnpause(api)(gated('owner-paused', { phase: 'Running', startPaused: false, pausedCondition: true })), false);
+  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
+});
+
+test('before phase Running and Paused=True: SEED_GATE_WAITING, retryable, and no call virt-api would answer 409', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('early-gate', 'Scheduled'));
+  const hook = kubevirtUnpause(api);
+  for (const vmi of [{ phase: 'Scheduled', startPaused: true, pausedCondition: true }, { phase: 'Running', startPaused: true, pausedCondition: false }, { startPaused: true, pausedCondition: false }]) {
+    await assert.rejects(hook(gated('early-gate', vmi)), (e: unknown) => code('SEED_GATE_WAITING', 'retryable')(e) && /Paused=True/.test((e as Error).message) && (e as VmseedError).field === 'status.conditions');
+  }
+  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
+});
+
+test('once per launcher: a later pause of the same launcher is the owner\'s and stays; a new launcher pod is gated again', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('once'));
+  const hook = kubevirtUnpause(api);
+  const ready = { phase: 'Running', startPaused: true, pausedCondition: true };
+  assert.equal(await hook(gated('once', ready)), undefined);
+  fake.applyVmi(paused('once'));
+  assert.equal(await hook(gated('once', ready)), false);
+  assert.deepEqual(fake.unpaused, ['default/once']);
+  await hook(gated('once', ready, 'p-2'));
+  assert.deepEqual(fake.unpaused, ['default/once', 'default/once']);
+});

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
-import { buildSeedDiskXml, parseDomainXml, findSeedDisk, pickFreeTarget, SEED_ALIAS } from '../../src/libvirt/disk-xml.ts';
+import { buildSeedDiskXml, parseDomainXml, findSeedDisk, seedBusFor, LEGACY_SEED_ALIAS, SEED_ALIAS, SEED_TARGETS } from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
 
 const fixture = (n: string) => readFileSync(new URL(`./fixtures/${n}`, import.meta.url), 'utf8');
@@ -17,13 +17,30 @@ test('virtio seed disk: file-backed raw read-only disk with serial and ua- alias
   assert.match(xml, /<driver name="qemu" type="raw"\/>/);
 });
 
-test('scsi mode: a CD-ROM on bus scsi', () => {
-  const xml = buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'sda', bus: 'scsi' });
+test('scsi mode: a read-only disk at drive address 0:0:7:0 (KubeVirt\'s SCSI disks use target 0)', () => {
+  const xml = buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'sdzz', bus: 'scsi' });
   const [d] = parseDomainXml(inDomain(xml)).disks;
-  assert.equal(d.device, 'cdrom');
-  assert.equal(d.bus, 'scsi');
-  assert.equal(d.targetDev, 'sda');
-  assert.equal(d.readonly, true);
+  assert.deepEqual([d.device, d.bus, d.targetDev, d.readonly, d.alias], ['disk', 'scsi', 'sdzz', true, 'ua-vmseed_seed']);
+  assert.match(xml, /<address type="drive" controller="0" bus="0" target="7" unit="0"\/>/);
+  // A detach names the disk by its target: no address needed.
+  assert.doesNotMatch(buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'sdzz', bus: 'scsi', address: null }), /<address/);
+  assert.doesNotMatch(buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'vdzz', bus: 'virtio' }), /<address/);
+});
+
+test('our alias cannot be a KubeVirt disk\'s (ua-<DNS-1123 name>); the fixed targets are far from the first free ones', () => {
+  assert.equal(SEED_ALIAS, 'ua-vmseed_seed');
+  const dns1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+  assert.equal(dns1123.test(SEED_ALIAS.slice('ua-'.length)), false);
+  assert.equal(dns1123.test(LEGACY_SEED_ALIAS.slice('ua-'.length)), true, 'the old alias could be a VMI disk named vmseed');
+  assert.deepEqual(SEED_TARGETS, { scsi: 'sdzz', virtio: 'vdzz' });
+});
+
+test('bus: scsi only on a domain with virtio-scsi controller 0, else virtio; virtio stays virtio', () => {
+  assert.equal(seedBusFor('scsi', [{ index: '0', model: 'virtio-scsi' }]), 'scsi');
+  assert.equal(seedBusFor('scsi', []), 'virtio');
+  assert.equal(seedBusFor('scsi', [{ index: '0', model: 'lsilogic' }]), 'virtio');
+  assert.equal(seedBusFor('scsi', [{ index: '1', model: 'virtio-scsi' }]), 'virtio');
+  assert.equal(seedBusFor('virtio', [{ index: '0', model: 'virtio-scsi' }]), 'virtio');
 });
 
 test('round trip keeps any source path intact (quotes, ampersands, angle brackets, unicode)', () => {
@@ -41,14 +58,15 @@ test('real virsh dumpxml (live, paused domain): both disks, aliases, virtio-scsi
     { type: 'file', device: 'disk', bus: 'virtio', targetDev: 'vdb', sourceFile: '/tmp/seedA.img', alias: 'ua-vmseed', serial: 'cidata', readonly: true },
     { type: 'file', device: 'cdrom', bus: 'scsi', targetDev: 'sda', sourceFile: '/tmp/seedA.img', alias: 'ua-vmseed2', serial: undefined, readonly: true },
   ]);
-  assert.deepEqual(info.scsiControllers, ['virtio-scsi']);
-  assert.equal(findSeedDisk(info.disks)?.targetDev, 'vdb');
+  assert.deepEqual(info.scsiControllers, [{ index: '0', model: 'virtio-scsi' }]);
+  assert.equal(findSeedDisk(info.disks, LEGACY_SEED_ALIAS)?.targetDev, 'vdb');
+  assert.equal(findSeedDisk(info.disks), undefined);
 });
 
 test('real virsh dumpxml --inactive: only the --config disk, alias kept', () => {
   const info = parseDomainXml(fixture('dumpxml-paused-inactive.xml'));
   assert.equal(info.disks.length, 1);
-  assert.equal(findSeedDisk(info.disks)?.sourceFile, '/tmp/seedA.img');
+  assert.equal(findSeedDisk(info.disks, LEGACY_SEED_ALIAS)?.sourceFile, '/tmp/seedA.img');
 });
 
 test('a domain without devices has no disks', () => {
@@ -61,13 +79,4 @@ test('not a domain: VIRSH_FAILED', () => {
 
 test('aliases libvirt would silently replace are refused', () => {
   assert.throws(() => buildSeedDiskXml({ sourceFile: '/s', targetDev: 'vdb', bus: 'virtio', alias: 'vmseed' }), (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID');
-});
-
-test('free targets: first unused in libvirt order, past vdz into vdaa', () => {
-  assert.equal(pickFreeTarget('virtio', []), 'vda');
-  assert.equal(pickFreeTarget('virtio', ['vda', 'vdc']), 'vdb');
-  assert.equal(pickFreeTarget('scsi', ['sda', 'vdb']), 'sdb');
-  const all = Array.from({ length: 26 }, (_, i) => `vd${String.fromCharCode(97 + i)}`);
-  assert.equal(pickFreeTarget('virtio', all), 'vdaa');
-  assert.throws(() => pickFreeTarget('virtio', [...all, 'vdaa'], 27), (e: unknown) => e instanceof VmseedError && e.code === 'NO_FREE_TARGET');
 });

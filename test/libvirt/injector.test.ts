@@ -10,7 +10,7 @@ import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 
 const other = (dev: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'virtio', targetDev: dev, sourceFile: `/images/${dev}.qcow2`, alias: `virtio-disk0`, serial: undefined, readonly: false });
-const ours = (dev: string, src: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'virtio', targetDev: dev, sourceFile: src, alias: 'ua-vmseed', serial: 'cidata', readonly: true });
+const ours = (dev: string, src: string, alias = 'ua-vmseed_seed'): DomainDisk => ({ type: 'file', device: 'disk', bus: dev.startsWith('sd') ? 'scsi' : 'virtio', targetDev: dev, sourceFile: src, alias, serial: 'cidata', readonly: true });
 
 function setup(d: Partial<FakeDomain>, name = 'ns1_vm1') {
   const lv = new FakeLibvirt();
@@ -23,10 +23,10 @@ const GATED: InjectionTarget = { ...T, annotations: { 'vmseed.io/resume-after-se
 const noSleep = async () => {};
 const mutating = (lv: FakeLibvirt) => lv.calls.filter((c) => c[0] !== 'dominfo' && c[0] !== 'dumpxml');
 
-test('shut-off persistent: --config only, next free target', async () => {
+test('shut-off persistent: --config only, on the fixed far target vdzz', async () => {
   const lv = setup({ state: 'shut off' });
   const r = await new VirshInjector({ spawner: lv }).inject(T, '/seeds/a.iso');
-  assert.deepEqual([r.action, r.flags, r.targetDev, r.domainState, r.seededAfterBoot, r.resumed], ['attached', ['--config'], 'vdb', 'shutoff', false, false]);
+  assert.deepEqual([r.action, r.flags, r.targetDev, r.domainState, r.seededAfterBoot, r.resumed], ['attached', ['--config'], 'vdzz', 'shutoff', false, false]);
   assert.deepEqual(mutating(lv).map((c) => [c[0], c[1], ...c.slice(3)]), [['attach-device', 'ns1_vm1', '--config']]);
   assert.equal(lv.domains.get('ns1_vm1')!.config[1].sourceFile, '/seeds/a.iso');
 });
@@ -60,9 +60,9 @@ test('paused without the annotation (or not "true") stays paused; default hook i
 });
 
 test('same source already in live and config: nothing to do (a paused gated domain is still resumed)', async () => {
-  const lv = setup({ state: 'paused', live: [other('vda'), ours('vdb', '/s.iso')], config: [other('vda'), ours('vdb', '/s.iso')] });
+  const lv = setup({ state: 'paused', live: [other('vda'), ours('vdzz', '/s.iso')], config: [other('vda'), ours('vdzz', '/s.iso')] });
   const r = await new VirshInjector({ spawner: lv }).inject(GATED, '/s.iso');
-  assert.deepEqual([r.action, r.targetDev, r.flags, r.resumed], ['none', 'vdb', [], true]);
+  assert.deepEqual([r.action, r.targetDev, r.flags, r.resumed], ['none', 'vdzz', [], true]);
   assert.deepEqual(mutating(lv).map((c) => c[0]), ['resume']);
 });
 
@@ -73,34 +73,80 @@ test('run twice: one disk, not two', async () => {
   const r = await inj.inject(T, '/s.iso');
   assert.equal(r.action, 'none');
   assert.equal(r.seededAfterBoot, false);
-  assert.equal(lv.domains.get('ns1_vm1')!.live.filter((d) => d.alias === 'ua-vmseed').length, 1);
-  assert.equal(lv.domains.get('ns1_vm1')!.config.filter((d) => d.alias === 'ua-vmseed').length, 1);
+  assert.equal(lv.domains.get('ns1_vm1')!.live.filter((d) => d.alias === 'ua-vmseed_seed').length, 1);
+  assert.equal(lv.domains.get('ns1_vm1')!.config.filter((d) => d.alias === 'ua-vmseed_seed').length, 1);
 });
 
 test('seed changed: detach the old disk where it is, wait until gone, attach on the same target', async () => {
-  const lv = setup({ live: [other('vda'), ours('vdc', '/old.iso')], config: [other('vda'), ours('vdc', '/old.iso')] });
+  const lv = setup({ live: [other('vda'), ours('vdzz', '/old.iso')], config: [other('vda'), ours('vdzz', '/old.iso')] });
   const r = await new VirshInjector({ spawner: lv, sleep: noSleep }).inject(T, '/new.iso');
-  assert.deepEqual([r.action, r.targetDev, r.flags], ['replaced', 'vdc', ['--live', '--config']]);
+  assert.deepEqual([r.action, r.targetDev, r.flags], ['replaced', 'vdzz', ['--live', '--config']]);
   assert.deepEqual(mutating(lv).map((c) => [c[0], c.at(-1)]), [['detach-device', '--live'], ['detach-device', '--config'], ['attach-device', '--config']]);
   assert.deepEqual(lv.domains.get('ns1_vm1')!.live.map((d) => d.sourceFile), ['/images/vda.qcow2', '/new.iso']);
 });
 
 test('live has it, config lost it: attach --config only, same target', async () => {
-  const lv = setup({ live: [other('vda'), ours('vdc', '/s.iso')] });
+  const lv = setup({ live: [other('vda'), ours('vdzz', '/s.iso')] });
   const r = await new VirshInjector({ spawner: lv }).inject(T, '/s.iso');
-  assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--config'], 'vdc']);
+  assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--config'], 'vdzz']);
 });
 
-test('a target used by another disk in either view is skipped', async () => {
-  const lv = setup({ live: [other('vda')], config: [other('vda'), other('vdb')] });
-  assert.equal((await new VirshInjector({ spawner: lv }).inject(T, '/s.iso')).targetDev, 'vdc');
+test('the first free targets stay free: with vda..vdc and sda used the seed still goes to vdzz / sdzz', async () => {
+  const used = [other('vda'), other('vdb'), { ...other('sda'), bus: 'scsi' }];
+  const lv = setup({ live: [...used], config: [...used, other('vdc')], scsi: true });
+  assert.equal((await new VirshInjector({ spawner: lv }).inject(T, '/s.iso')).targetDev, 'vdzz');
+  const lv2 = setup({ live: [...used], config: [...used], scsi: true });
+  assert.equal((await new VirshInjector({ spawner: lv2, bus: 'scsi' }).inject(T, '/s.iso')).targetDev, 'sdzz');
 });
 
-test('scsi bus: a CD-ROM on sdX', async () => {
-  const lv = setup({ state: 'shut off' });
+test('our target held by a disk that is not ours: TARGET_IN_USE, terminal; that disk untouched, no other name taken', async () => {
+  const foreign = { ...other('vdzz'), alias: 'ua-data' };
+  const lv = setup({ live: [other('vda'), foreign], config: [other('vda'), foreign] });
+  await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'TARGET_IN_USE' && e.kind === 'terminal' && /vdzz \(alias ua-data\)/.test(e.message));
+  assert.deepEqual(mutating(lv), []);
+  // Eject finds nothing of ours either.
+  assert.equal((await new VirshInjector({ spawner: lv }).eject(T)).action, 'none');
+  assert.deepEqual(mutating(lv), []);
+});
+
+test('scsi bus: a read-only disk on sdzz at drive address target 7; virtio vdzz when the domain has no SCSI controller', async () => {
+  const lv = setup({ state: 'shut off', scsi: true });
   const r = await new VirshInjector({ spawner: lv, bus: 'scsi' }).inject(T, '/s.iso');
-  assert.deepEqual([r.bus, r.targetDev], ['scsi', 'sda']);
-  assert.equal(lv.domains.get('ns1_vm1')!.config[1].device, 'cdrom');
+  assert.deepEqual([r.bus, r.targetDev], ['scsi', 'sdzz']);
+  assert.deepEqual([lv.domains.get('ns1_vm1')!.config[1].device, lv.domains.get('ns1_vm1')!.config[1].alias], ['disk', 'ua-vmseed_seed']);
+  const lv2 = setup({ state: 'shut off' });
+  const r2 = await new VirshInjector({ spawner: lv2, bus: 'scsi' }).inject(T, '/s.iso');
+  assert.deepEqual([r2.bus, r2.targetDev], ['virtio', 'vdzz']);
+});
+
+test('live only (KubeVirt): --live on a persistent running domain, its config never read or changed; not running → retried', async () => {
+  const lv = setup({ scsi: true });
+  const inj = new VirshInjector({ spawner: lv, bus: 'scsi', liveOnly: true, sleep: noSleep });
+  const r = await inj.inject(T, '/s.iso');
+  assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--live'], 'sdzz']);
+  assert.deepEqual(lv.domains.get('ns1_vm1')!.config.map((d) => d.targetDev), ['vda']);
+  assert.equal(lv.calls.some((c) => c.includes('--inactive') || c.includes('--config')), false);
+  assert.equal((await inj.inject(T, '/s.iso')).action, 'none');
+  assert.deepEqual((await inj.inject(T, '/t.iso')).flags, ['--live']);
+  assert.deepEqual(await inj.eject(T), { action: 'detached', domain: 'ns1_vm1' });
+  assert.equal(lv.calls.some((c) => c.includes('--config')), false);
+  const off = setup({ state: 'shut off', scsi: true });
+  await assert.rejects(new VirshInjector({ spawner: off, liveOnly: true }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_STATE_UNSUPPORTED' && e.retryable);
+  assert.deepEqual(mutating(off), []);
+});
+
+test('legacy alias: plain libvirt replaces its own older ua-vmseed disk; without legacy aliases (KubeVirt) a ua-vmseed disk is a VMI disk and stays', async () => {
+  const old = ours('vdb', '/old.iso', 'ua-vmseed');
+  const lv = setup({ live: [other('vda'), old], config: [other('vda'), old] });
+  const r = await new VirshInjector({ spawner: lv, legacyAliases: ['ua-vmseed'], sleep: noSleep }).inject(T, '/s.iso');
+  assert.deepEqual([r.action, r.targetDev], ['replaced', 'vdzz']);
+  assert.deepEqual(lv.domains.get('ns1_vm1')!.live.map((d) => d.alias), ['virtio-disk0', 'ua-vmseed_seed']);
+  const vmiDisk = ours('sda', '/var/run/kubevirt-private/vmi-disks/vmseed/disk.img', 'ua-vmseed');
+  const kv = setup({ state: 'paused', live: [other('vda'), vmiDisk], config: [], scsi: true });
+  const inj = new VirshInjector({ spawner: kv, bus: 'scsi', liveOnly: true, sleep: noSleep });
+  assert.equal((await inj.inject(T, '/s.iso')).action, 'attached');
+  await inj.eject(T);
+  assert.deepEqual(kv.domains.get('ns1_vm1')!.live.map((d) => d.alias), ['virtio-disk0', 'ua-vmseed']);
 });
 
 test('domain missing: DOMAIN_NOT_FOUND, retryable; nothing attached', async () => {
@@ -118,12 +164,12 @@ test('real libvirt errors surface with their codes', async () => {
   const lv = setup({});
   lv.failNext.set('attach-device', "error: Failed to attach device from /tmp/x\nerror: Cannot access storage file '/s.iso': No such file or directory\n");
   await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'SEED_FILE_NOT_ACCESSIBLE');
-  lv.failNext.set('attach-device', 'error: Failed to attach device from /tmp/x\nerror: unsupported configuration: non unique alias detected: ua-vmseed\n');
+  lv.failNext.set('attach-device', 'error: Failed to attach device from /tmp/x\nerror: unsupported configuration: non unique alias detected: ua-vmseed_seed\n');
   await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'ALIAS_IN_USE');
 });
 
 test('eject: detach with the same flags, poll until gone; absent disk or domain → none', async () => {
-  const lv = setup({ live: [other('vda'), ours('vdb', '/s.iso')], config: [other('vda'), ours('vdb', '/s.iso')] });
+  const lv = setup({ live: [other('vda'), ours('vdzz', '/s.iso')], config: [other('vda'), ours('vdzz', '/s.iso')] });
   const inj = new VirshInjector({ spawner: lv, sleep: noSleep });
   assert.deepEqual(await inj.eject(T), { action: 'detached', domain: 'ns1_vm1' });
   assert.deepEqual(lv.domains.get('ns1_vm1')!.live.map((d) => d.targetDev), ['vda']);
@@ -133,7 +179,7 @@ test('eject: detach with the same flags, poll until gone; absent disk or domain 
 });
 
 test('eject: a guest that never releases the disk → DETACH_TIMEOUT after polling', async () => {
-  const lv = setup({ unplugs: false, live: [ours('vdb', '/s.iso')], config: [] });
+  const lv = setup({ unplugs: false, live: [ours('vdzz', '/s.iso')], config: [] });
   let polls = 0;
   const inj = new VirshInjector({ spawner: lv, detachTimeoutMs: 30, pollIntervalMs: 5, sleep: (ms) => { polls++; return new Promise((r) => setTimeout(r, ms)); } });
   await assert.rejects(inj.eject(T), (e: unknown) => e instanceof VmseedError && e.code === 'DETACH_TIMEOUT' && e.retryable);
@@ -141,7 +187,7 @@ test('eject: a guest that never releases the disk → DETACH_TIMEOUT after polli
 });
 
 test('eject of a shut-off domain: --config only, no polling of the live domain', async () => {
-  const lv = setup({ state: 'shut off', config: [ours('vdb', '/s.iso')] });
+  const lv = setup({ state: 'shut off', config: [ours('vdzz', '/s.iso')] });
   await new VirshInjector({ spawner: lv }).eject(T);
   assert.deepEqual(mutating(lv).map((c) => c.at(-1)), ['--config']);
   assert.equal(lv.domains.get('ns1_vm1')!.config.length, 0);

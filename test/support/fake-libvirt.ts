@@ -12,10 +12,16 @@ export interface FakeDomain {
   config: DomainDisk[];
   // The guest answers ACPI unplug (live detach completes).
   unplugs: boolean;
+  // A virtio-scsi controller index 0 (KubeVirt adds one unless hotplug is
+  // disabled and no disk uses scsi).
+  scsi?: boolean;
 }
 
 export class FakeLibvirt implements ProcessSpawner {
   domains = new Map<string, FakeDomain>();
+  // Per-launcher libvirt daemons: the domains of a URI that contains the key
+  // (e.g. a pod UID); other URIs reach `domains`.
+  daemons = new Map<string, Map<string, FakeDomain>>();
   calls: string[][] = [];
   uris: string[] = [];
   failNext: Map<string, string> = new Map();
@@ -33,7 +39,8 @@ export class FakeLibvirt implements ProcessSpawner {
       return fail(forced);
     }
     const name = args.find((a, i) => i > 0 && !a.startsWith('--'))!;
-    const d = this.domains.get(name);
+    const daemon = [...this.daemons].find(([k]) => argv[2].includes(k))?.[1] ?? this.domains;
+    const d = daemon.get(name);
     if (!d) return fail(`error: failed to get domain '${name}'\n`);
     const active = d.state !== 'shut off';
     switch (cmd) {
@@ -41,7 +48,8 @@ export class FakeLibvirt implements ProcessSpawner {
         return ok(`Id:             ${active ? 1 : '-'}\nName:           ${name}\nUUID:           347ba555-a2a7-4ec0-b250-4eedce37b6f1\nOS Type:        hvm\nState:          ${d.state}\nCPU(s):         1\nPersistent:     ${d.persistent ? 'yes' : 'no'}\nAutostart:      disable\n`);
       case 'dumpxml': {
         const disks = args.includes('--inactive') ? d.config : active ? d.live : d.config;
-        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n  <devices>\n${disks.map(diskXml).join('\n')}\n  </devices>\n</domain>\n`);
+        const controllers = d.scsi ? "\n    <controller type='scsi' index='0' model='virtio-scsi'>\n      <alias name='scsi0'/>\n    </controller>" : '';
+        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n  <devices>\n${disks.map(diskXml).join('\n')}${controllers}\n  </devices>\n</domain>\n`);
       }
       case 'resume':
         d.state = 'running';
@@ -57,6 +65,7 @@ export class FakeLibvirt implements ProcessSpawner {
           if (!flag) continue;
           const i = list.findIndex((x) => x.targetDev === disk.targetDev);
           if (cmd === 'attach-device') {
+            if (disk.alias && list.some((x) => x.alias === disk.alias)) return fail(`error: Failed to attach device from ${args[2]}\nerror: unsupported configuration: non unique alias detected: ${disk.alias}\n`);
             if (i >= 0) return fail(`error: Failed to attach device from ${args[2]}\nerror: XML error: target '${disk.targetDev}' duplicated for disk sources '${list[i].sourceFile}' and '${disk.sourceFile}'\n`);
             list.push(disk);
           } else {

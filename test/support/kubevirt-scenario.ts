@@ -12,23 +12,49 @@ import { FakeLibvirt } from './fake-libvirt.ts';
 import { startAgent, tempDir, vmi, waitFor, NODE } from './agent-harness.ts';
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
-import { VirshInjector } from '../../src/libvirt/injector.ts';
+import { VirshInjector, type VirshInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
-export const HOTPLUG = 'volumes/kubernetes.io~empty-dir/hotplug-disks';
+// The launcher's emptyDir the seed is published into (a `vmseed` directory
+// of ours inside it), as the kubelet lays it out under its pods directory.
+export const EPHEMERAL = 'volumes/kubernetes.io~empty-dir/ephemeral-disks';
+// Launcher pod UIDs (status.activePods keys are pod UIDs).
+export const POD_1 = '0b4c2c4e-6f0e-4a4e-9d55-1f1f0c6e1a01';
+export const POD_2 = '5d3f1a9e-2b7c-4e8f-a1d2-3c4b5a6f7e02';
+export const POD_3 = '9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c03';
+const ELSEWHERE = 'e1e1e1e1-e1e1-4e1e-8e1e-e1e1e1e1e1e1';
 
+// paused: started with spec.startStrategy Paused, asking for the seed gate.
 export function launcherVmi(name: string, namespace: string, cloudInit: string, pod: string, extra: { paused?: boolean } = {}): VmiObject {
   const v = vmi(name, { namespace, cloudInit });
-  if (extra.paused) v.metadata.annotations!['vmseed.io/resume-after-seed'] = 'true';
+  if (extra.paused) {
+    v.metadata.annotations!['vmseed.io/resume-after-seed'] = 'true';
+    v.spec.startStrategy = 'Paused';
+  }
   v.status = {
     nodeName: NODE,
     phase: 'Running',
-    ...(extra.paused ? { conditions: [{ type: 'Paused', status: 'True' }] } : {}),
-    // The migration source elsewhere is listed too; only this node's counts.
-    activePods: { [pod]: NODE, [`${pod}-elsewhere`]: 'node-b' },
+    ...(extra.paused ? { conditions: [{ type: 'Paused', status: 'True', reason: 'PausedByUser' }] } : {}),
+    // A pod elsewhere is listed too; only this node's counts.
+    activePods: { [pod]: NODE, [ELSEWHERE]: 'node-b' },
   };
   return v;
+}
+
+// The kubevirt preset's injector, with the pods tree under `pods`.
+export function kubevirtInjector(pods: string, lv: FakeLibvirt, resume: VirshInjectorOptions['resume']): VirshInjector {
+  return new VirshInjector({
+    spawner: lv,
+    uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`,
+    imagePathTemplate: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}',
+    publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed' }),
+    bus: 'scsi',
+    liveOnly: true,
+    legacyAliases: [],
+    resume,
+    sleep: async () => {},
+  });
 }
 
 export async function runKubevirtScenario(): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
@@ -39,27 +65,20 @@ export async function runKubevirtScenario(): Promise<{ requests: RequestRecord[]
   const api = new KubeConnectionApi(connection, { timeoutMs: 2000 });
   const lv = new FakeLibvirt();
   try {
-    for (const pod of ['pod-1', 'pod-2']) await mkdir(join(pods, pod, HOTPLUG), { recursive: true });
+    for (const pod of [POD_1, POD_2]) await mkdir(join(pods, pod, EPHEMERAL), { recursive: true });
     fake.setSecret({ metadata: { name: 'vm1-userdata', namespace: 'team-a' }, stringData: { userdata: '#cloud-config\nhostname: vm1\n' } });
     fake.setConfigMap({ metadata: { name: 'vm1-files', namespace: 'team-a' }, data: { userdata: '#cloud-config\nhostname: files\n' } });
-    lv.domains.set('team-a_vm1', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
-    lv.domains.set('team-a_files', { state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
-    fake.applyVmi(launcherVmi('vm1', 'team-a', 'secretRef: {name: vm1-userdata}\n', 'pod-1', { paused: true }));
-    fake.applyVmi(launcherVmi('files', 'team-a', 'userDataFrom: {kind: configmap, name: vm1-files, key: userdata}\n', 'pod-2'));
+    lv.domains.set('team-a_vm1', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
+    lv.domains.set('team-a_files', { state: 'running', persistent: true, live: [], config: [], unplugs: true, scsi: true });
+    fake.applyVmi(launcherVmi('vm1', 'team-a', 'secretRef: {name: vm1-userdata}\n', POD_1, { paused: true }));
+    fake.applyVmi(launcherVmi('files', 'team-a', 'userDataFrom: {kind: configmap, name: vm1-files, key: userdata}\n', POD_2));
     // A Secret that never comes: SeedFailed, then repeats of it (PATCH).
-    fake.applyVmi(launcherVmi('broken', 'team-a', 'secretRef: {name: missing}\n', 'pod-3'));
-    const injector = new VirshInjector({
-      spawner: lv,
-      uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`,
-      imagePathTemplate: '/var/run/kubevirt/hotplug-disks/{basename}',
-      publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${HOTPLUG}` }),
-      resume: kubevirtUnpause(api),
-      sleep: async () => {},
-    });
+    fake.applyVmi(launcherVmi('broken', 'team-a', 'secretRef: {name: missing}\n', POD_3));
+    const injector = kubevirtInjector(pods, lv, kubevirtUnpause(api));
     const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector });
     try {
       await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 10_000);
-      await waitFor('files seeded', () => lv.domains.get('team-a_files')!.config.some((d) => d.alias === 'ua-vmseed'), 10_000);
+      await waitFor('files seeded', () => lv.domains.get('team-a_files')!.live.some((d) => d.alias === 'ua-vmseed_seed'), 10_000);
       await waitFor('a repeated Event patched', () => fake.requests.some((r) => r.resource === 'events' && r.verb === 'patch'), 10_000);
     } finally {
       await h.stop();
