@@ -19,6 +19,9 @@ export interface Config {
   nodeName: string;
   stateDir: string;
   listen: { host: string; port: number };
+  // The per-VMI detail (status page, /status.json, /status/<ns>/<name>).
+  // Equal to `listen`: one listener serves everything.
+  statusListen: { host: string; port: number };
   kubeconfig?: string;
   concurrency: number;
   kubevirtVolumes: KubevirtVolumes;
@@ -72,6 +75,7 @@ const OPTIONS = {
   'node-name': { type: 'string' },
   'state-dir': { type: 'string' },
   listen: { type: 'string' },
+  'status-listen': { type: 'string' },
   kubeconfig: { type: 'string' },
   concurrency: { type: 'string' },
   'kubevirt-volumes': { type: 'string' },
@@ -111,7 +115,9 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --local DIR                 run on a directory of YAML manifests instead of a cluster
   --node-name NAME            this node (env NODE_NAME; required in cluster mode)
   --state-dir DIR             where seed images go (cluster: /var/lib/vmseed/seeds, local: ./var/seeds)
-  --listen HOST:PORT          status page and /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
+  --listen HOST:PORT          /healthz, /readyz, /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
+  --status-listen HOST:PORT   status page, /status.json, /status/NS/NAME: every VMI's names and errors
+                              (cluster: 127.0.0.1:8090, local: the --listen address, one listener)
   --kubeconfig FILE           (env KUBECONFIG; in-cluster config when absent)
   --concurrency N             reconciles in parallel (default 4)
   --kubevirt-volumes own|ignore  read VMIs' cloudInitNoCloud/ConfigDrive volumes (cluster: ignore, local: own)
@@ -216,6 +222,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     nodeName,
     stateDir,
     listen: parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080')),
+    statusListen: parseListen(get('status-listen') ?? (local ? (get('listen') ?? '127.0.0.1:8080') : '127.0.0.1:8090'), 'status-listen'),
     ...(get('kubeconfig') !== undefined ? { kubeconfig: resolve(cwd, get('kubeconfig')!) } : {}),
     concurrency: parseIntFlag(get('concurrency') ?? '4', 'concurrency', 1, 256),
     kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', ['own', 'ignore'] as const),
@@ -293,6 +300,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
     nodeName: c.nodeName,
     stateDir: c.stateDir,
     listen: `${c.listen.host}:${c.listen.port}`,
+    statusListen: `${c.statusListen.host}:${c.statusListen.port}`,
     concurrency: c.concurrency,
     kubevirtVolumes: c.kubevirtVolumes,
     resyncPeriodSeconds: c.resyncPeriodMs / 1000,

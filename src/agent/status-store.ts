@@ -15,9 +15,8 @@ export interface StatusStoreOptions {
   metrics?: Metrics;
   watch: () => WatchStatus;
   queue: () => { depth: number; inFlight: number };
-  // NoCloud HTTP datasource on: the DMI serial string of a VMI (computed at
-  // snapshot time, so a key rotation shows at once).
-  datasourceSerial?: (uid: string) => string | undefined;
+  // NoCloud HTTP datasource on: NoCloud seeds on disk are marked as served.
+  servedOverHttp?: boolean;
   now?: () => Date;
 }
 
@@ -93,16 +92,14 @@ export class StatusStore implements StatusSource {
       queue: this.#opts.queue(),
       vmis: [...this.#vmis.values()]
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
-        .map((r) => this.#withSerial(structuredClone(r))),
+        .map((r) => this.#withHttp(structuredClone(r))),
       recentGenerations: this.#recent.slice(),
     };
   }
 
-  #withSerial(r: VmiStatusRecord): VmiStatusRecord {
+  #withHttp(r: VmiStatusRecord): VmiStatusRecord {
     // Only for VMIs the datasource can serve (a NoCloud image on disk).
-    if (!this.#opts.datasourceSerial || r.datasource !== 'nocloud' || (r.state !== 'ready' && r.state !== 'warning')) return r;
-    const serial = this.#opts.datasourceSerial(r.uid);
-    if (serial !== undefined) r.datasourceSerial = serial;
+    if (this.#opts.servedOverHttp && r.datasource === 'nocloud' && (r.state === 'ready' || r.state === 'warning')) r.servedOverHttp = true;
     return r;
   }
 

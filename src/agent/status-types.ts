@@ -48,12 +48,11 @@ export interface VmiStatusRecord {
   retries: number;
   // NoCloud-over-HTTP: the last time the guest fetched each file.
   lastFetch?: Record<string, string>;
-  // NoCloud-over-HTTP: the DMI serial (`ds=nocloud;s=<base>/<token>/`) for
-  // spec.domain.firmware.serial. The token in it is a capability (whoever
-  // holds it reads this VMI's seed): it belongs on the node's status
-  // listener, which is as trusted as the seeds' own status, and never on
-  // the datasource listener, which guests reach.
-  datasourceSerial?: string;
+  // NoCloud-over-HTTP: the datasource serves this VMI's seed. Never the DMI
+  // serial itself: its token is a capability (whoever holds it reads the
+  // seed, passwords included) and every page here is readable by more
+  // people than the VMI's owner. `vmseed seed-url` prints it, offline.
+  servedOverHttp?: boolean;
 }
 
 export interface WatchStatus {

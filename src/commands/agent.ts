@@ -143,18 +143,32 @@ export const agent: Command = async (ctx) => {
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
-  const listen = config.listen.host.includes(':') ? `[${config.listen.host}]:${config.listen.port}` : `${config.listen.host}:${config.listen.port}`;
-  let http;
+  const hostPort = (a: { host: string; port: number }) => (a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`);
+  const listen = hostPort(config.listen);
+  const statusListen = hostPort(config.statusListen);
+  // Two listeners unless both flags name one address: probes and /metrics
+  // for the pod network, the per-VMI detail for whoever reaches statusListen.
+  const split = listen !== statusListen;
+  const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
   try {
-    http = await startHttpServer({ listen, metrics, status: agentInstance.status, logger }); // it names its own component
+    for (const [addr, serve] of split ? ([[listen, 'probes'], [statusListen, 'status']] as const) : ([[listen, 'all']] as const)) {
+      servers.push(await startHttpServer({ listen: addr, serve, metrics, status: agentInstance.status, logger }).catch((e: Error) => {
+        throw new Error(`cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`);
+      }));
+    }
   } catch (e) {
-    ctx.stderr.write(`vmseed agent: cannot listen on ${listen}: ${(e as Error).message}\n`);
+    ctx.stderr.write(`vmseed agent: ${(e as Error).message}\n`);
+    await Promise.all(servers.map((s) => s.close()));
     await closeConnection();
     return 1;
   }
-  const bound = http.address.host.includes(':') ? `[${http.address.host}]:${http.address.port}` : `${http.address.host}:${http.address.port}`;
-  agentInstance.status.setConfig({ listen: bound });
-  log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
+  const http = {
+    url: servers[0]!.url,
+    statusUrl: servers.at(-1)!.url,
+    close: async () => void (await Promise.all(servers.map((s) => s.close()))),
+  };
+  agentInstance.status.setConfig({ listen: hostPort(servers[0]!.address), statusListen: hostPort(servers.at(-1)!.address) });
+  log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, statusUrl: http.statusUrl, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
 
   const stopped = new Promise<void>((resolve) => {
     if (ctx.stopSignal.aborted) resolve();

@@ -1,5 +1,7 @@
-// The agent's HTTP listener: /metrics, /healthz, /readyz, /status,
-// /status.json, /status/<namespace>/<name>. node:http only. Rendering lives
+// The agent's HTTP listeners: /metrics, /healthz, /readyz (probes, on the
+// pod network) and /status, /status.json, /status/<namespace>/<name> (every
+// tenant's VMI names, paths and errors: loopback by default in cluster
+// mode), on one listener or two. node:http only. Rendering lives
 // in status-page.ts; this module routes, sets headers and keeps errors and
 // query strings away from clients and logs.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -20,6 +22,8 @@ import {
 
 export interface HttpServerOptions {
   listen: string; // host:port, [v6]:port or :port; port 0 picks a free one
+  // What this listener answers (404 for the rest). Default 'all'.
+  serve?: 'all' | 'probes' | 'status';
   metrics: Metrics;
   status: StatusSource;
   logger: pino.Logger;
@@ -105,8 +109,20 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   const { host, port } = parseListen(options.listen);
   const monitor = createEventLoopMonitor(options.health);
 
+  const serve = options.serve ?? 'all';
+  const probes = serve !== 'status';
+  const detail = serve !== 'probes';
+
   async function route(url: URL): Promise<Reply> {
     const path = url.pathname;
+    if (!probes && (path === '/metrics' || path === '/healthz' || path === '/readyz')) {
+      return html(404, renderNotFoundPage(`no page at ${path} on the status listener; probes and /metrics are on --listen`));
+    }
+    if (!detail) {
+      if (path !== '/metrics' && path !== '/healthz' && path !== '/readyz') {
+        return text(404, 'not served here: this listener has /healthz, /readyz and /metrics; the status pages are on --status-listen (loopback: use kubectl port-forward)\n');
+      }
+    }
     if (path === '/metrics') {
       return { status: 200, type: metrics.registry.contentType, body: await metrics.registry.metrics() };
     }
@@ -222,7 +238,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   const addr = server.address() as AddressInfo;
   const urlHost = addr.address === '0.0.0.0' ? '127.0.0.1' : addr.address === '::' ? '::1' : addr.address;
   const url = `http://${urlHost.includes(':') ? `[${urlHost}]` : urlHost}:${addr.port}`;
-  log.info({ url, listen: options.listen }, 'http server listening');
+  log.info({ url, listen: options.listen, serve }, 'http server listening');
 
   let closing: Promise<void> | undefined;
   return {

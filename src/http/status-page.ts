@@ -62,9 +62,8 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
-    // A capability token (see status-types.ts): this page is served on the
-    // node's status listener only, never on the datasource listener.
-    datasourceSerial: str(v.datasourceSerial),
+    // A flag, never the serial: its token is a capability (status-types.ts).
+    servedOverHttp: v.servedOverHttp === true ? true : undefined,
   });
 }
 
@@ -293,7 +292,7 @@ function sortVmis(vmis: VmiStatusRecord[]): VmiStatusRecord[] {
 // "Did cloud-init even ask?": the last user-data fetch over HTTP.
 function fetchedCell(v: VmiStatusRecord, now: Date): string {
   const at = v.lastFetch?.['user-data'];
-  if (at === undefined) return v.datasourceSerial !== undefined ? '<br><span class="muted">not fetched over HTTP</span>' : '';
+  if (at === undefined) return v.servedOverHttp ? '<br><span class="muted">not fetched over HTTP</span>' : '';
   return `<br><span class="muted" title="${esc(formatTime(at))}">the guest fetched user-data ${esc(formatAgo(at, now))}</span>`;
 }
 
@@ -366,10 +365,12 @@ export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRe
   const fetchRows = Object.keys(v.lastFetch ?? {})
     .sort()
     .map((k) => row(k, `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`));
-  const fetches = v.datasourceSerial !== undefined || fetchRows.length
+  // The serial holds the seed's token: the page says how to get it, with
+  // the key, instead of showing it to everyone who can read this page.
+  const fetches = v.servedOverHttp || fetchRows.length
     ? `<section class="panel" id="nocloud-http"><h2>NoCloud over HTTP</h2><table class="kv">${
-        v.datasourceSerial !== undefined
-          ? row('firmware serial', `<span class="mono serial" title="spec.domain.firmware.serial">${esc(v.datasourceSerial)}</span>`)
+        v.servedOverHttp
+          ? row('firmware serial', `<span class="muted">not shown (it holds the seed's token); print it with</span> <span class="mono serial">${esc(`vmseed seed-url ${v.namespace}/${v.name} --uid ${v.uid} --key-file KEYFILE`)}</span>`)
           : ''
       }${fetchRows.join('') || row('fetches', '<span class="muted">the guest has not fetched anything yet</span>')}</table></section>`
     : '';

@@ -249,3 +249,29 @@ test('/healthz turns 503 after the event loop was blocked, and 200 again when th
     { health: { intervalMs: 20, thresholdMs: 600, windowMs: 2500 } },
   );
 });
+
+test("serve: 'probes' answers /healthz, /readyz, /metrics only; 'status' the per-VMI pages only", async () => {
+  const detail = ['/', '/status', '/status/', '/status.json', '/status/default/web-1', '/status?state=ready'];
+  const probes = ['/healthz', '/readyz', '/metrics'];
+  await withServer(async ({ url }) => {
+    for (const p of probes) assert.equal((await fetch(`${url}${p}`)).status, 200, `probes: ${p}`);
+    for (const p of detail) {
+      const res = await fetch(`${url}${p}`, { redirect: 'manual' });
+      assert.equal(res.status, 404, `probes: ${p}`);
+      const body = await res.text();
+      assert.match(body, /--status-listen/, `probes: ${p} says where the pages are`);
+      assert.doesNotMatch(body, /web-1/, `probes: ${p} shows no VMI`);
+    }
+  }, { serve: 'probes' });
+  await withServer(async ({ url, source }) => {
+    for (const p of ['/status', '/status.json']) assert.equal((await fetch(`${url}${p}`)).status, 200, `status: ${p}`);
+    assert.equal((await fetch(`${url}/`, { redirect: 'manual' })).status, 302);
+    const name = source.snapshot().vmis[0]!;
+    assert.equal((await fetch(`${url}/status/${name.namespace}/${name.name}`)).status, 200);
+    for (const p of probes) {
+      const res = await fetch(`${url}${p}`);
+      assert.equal(res.status, 404, `status: ${p}`);
+      assert.match(await res.text(), /--listen/);
+    }
+  }, { serve: 'status' });
+});
