@@ -26,6 +26,8 @@ export interface Config {
   concurrency: number;
   kubevirtVolumes: KubevirtVolumes;
   resyncPeriodMs: number;
+  // After SIGTERM: how long in-flight work may run before the agent exits anyway.
+  shutdownTimeoutMs: number;
   logLevel: LogLevel;
   libvirt: {
     mode: LibvirtMode;
@@ -80,6 +82,7 @@ const OPTIONS = {
   concurrency: { type: 'string' },
   'kubevirt-volumes': { type: 'string' },
   'resync-period': { type: 'string' },
+  'shutdown-timeout': { type: 'string' },
   libvirt: { type: 'string' },
   'log-level': { type: 'string' },
   local: { type: 'string' },
@@ -122,6 +125,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --concurrency N             reconciles in parallel (default 4)
   --kubevirt-volumes own|ignore  read VMIs' cloudInitNoCloud/ConfigDrive volumes (cluster: ignore, local: own)
   --resync-period DURATION    re-check every VMI this often (default 10m; e.g. 30s, 5m, 1h)
+  --shutdown-timeout DURATION after SIGTERM, how long in-flight work may run before the agent exits
+                              anyway (default 20s; keep ~5s under terminationGracePeriodSeconds)
   --libvirt off|virsh         inject seeds into libvirt domains (local default off, cluster default virsh)
   --virsh-path PATH           (default virsh)
   --libvirt-uri TEMPLATE      (default qemu:///system)
@@ -227,6 +232,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     concurrency: parseIntFlag(get('concurrency') ?? '4', 'concurrency', 1, 256),
     kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', ['own', 'ignore'] as const),
     resyncPeriodMs: parseDuration(get('resync-period') ?? '10m', 'resync-period'),
+    shutdownTimeoutMs: parseDuration(get('shutdown-timeout') ?? '20s', 'shutdown-timeout'),
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
       mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
@@ -304,6 +310,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
     concurrency: c.concurrency,
     kubevirtVolumes: c.kubevirtVolumes,
     resyncPeriodSeconds: c.resyncPeriodMs / 1000,
+    shutdownTimeoutSeconds: c.shutdownTimeoutMs / 1000,
     libvirt: c.libvirt.mode,
     ...(c.libvirt.mode === 'virsh'
       ? {

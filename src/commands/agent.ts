@@ -21,9 +21,9 @@ import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
 
-// How long in-flight reconciles get after SIGTERM (the DaemonSet's
-// terminationGracePeriodSeconds is 30 s by default).
-const STOP_DEADLINE_MS = 20_000;
+// After the stop deadline (--shutdown-timeout), what closing the listeners
+// and the API connection may add before the command returns regardless.
+const CLOSE_GRACE_MS = 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
@@ -184,10 +184,30 @@ export const agent: Command = async (ctx) => {
   let failed = false;
   await Promise.race([stopped, started.catch(() => (failed = true))]);
   if (!failed) await stopped;
-  log.info('stopping: no new work, finishing what is in flight');
-  const finished = await agentInstance.stop(STOP_DEADLINE_MS);
-  await http.close();
-  await closeConnection();
-  log.info({ finished }, 'vmseed agent stopped');
-  return failed ? 1 : 0;
+  const deadlineMs = config.shutdownTimeoutMs;
+  log.info({ deadlineMs }, 'stopping: no new work, finishing what is in flight');
+  // Every step is bounded: a reconcile stuck in a file read or a virsh call
+  // must not keep the pod past its grace period. main() then ends the
+  // process even if that work still holds the event loop.
+  const shutdown = (async () => {
+    const finished = await agentInstance.stop(deadlineMs);
+    await http.close();
+    await closeConnection();
+    return finished;
+  })();
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    shutdown,
+    new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), deadlineMs + CLOSE_GRACE_MS))),
+  ]);
+  clearTimeout(timer);
+  if (outcome === true) {
+    log.info({ finished: true }, 'vmseed agent stopped');
+    return failed ? 1 : 0;
+  }
+  log.warn(
+    { finished: false, deadlineMs, inFlight: agentInstance.queue.inFlight, reason: outcome === 'timeout' ? 'shutdown steps did not finish in time' : 'reconciles still in flight at the stop deadline' },
+    'vmseed agent stopped with work abandoned; exiting anyway',
+  );
+  return 1;
 };
