@@ -17,6 +17,7 @@ import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
+import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
@@ -134,15 +135,24 @@ export const agent: Command = async (ctx) => {
   const log = logger.child({ component: 'agent' });
   const metrics = createMetrics({ version: VERSION });
   let agentInstance: Agent;
-  let closeConnection: () => Promise<void>;
+  let closeAgent: () => Promise<void>;
+  let lock: StateLock | undefined;
   try {
     await mkdir(config.stateDir, { recursive: true, mode: 0o750 });
-    ({ agent: agentInstance, close: closeConnection } = await makeAgent(config, logger, metrics));
+    // Before anything reads or deletes in the state directory (GC).
+    lock = await lockStateDir(config.stateDir);
+    ({ agent: agentInstance, close: closeAgent } = await makeAgent(config, logger, metrics));
   } catch (e) {
+    await lock?.release();
     const err = asVmseedError(e);
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
+  // The lock goes last: nothing of this agent touches the directory after.
+  const closeConnection = async () => {
+    await closeAgent();
+    await lock.release();
+  };
   const hostPort = (a: { host: string; port: number }) => (a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`);
   const listen = hostPort(config.listen);
   const statusListen = hostPort(config.statusListen);
