@@ -206,14 +206,17 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     );
   }
 
-  const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 30_000, headersTimeout: 10_000 }, (req, res) => {
+  // Node checks the header and request timeouts every 30 s by default: long
+  // enough for slow clients to hold every socket in between.
+  const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 30_000, headersTimeout: 10_000, connectionsCheckingInterval: 1000 }, (req, res) => {
     handle(req, res).catch((e) => {
       log.error({ err: safeErrorForLog(e) }, 'response failed');
       res.destroy();
     });
   });
   server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    // Destroyed once flushed: end() alone waits for a client that may never close.
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n', () => socket.destroy());
     else socket.destroy();
   });
 
