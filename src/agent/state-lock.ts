@@ -38,7 +38,9 @@ export async function lockStateDir(stateDir: string, options: LockOptions = {}):
   const path = join(stateDir, LOCK_FILE);
   let fh: FileHandle;
   try {
-    fh = await open(path, constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o640);
+    // Read-only: flock needs no write access, and a descriptor open for
+    // writing would keep the filesystem from being remounted read-only.
+    fh = await open(path, constants.O_RDONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o640);
   } catch (e) {
     const c = (e as NodeJS.ErrnoException).code;
     throw new VmseedError(
@@ -65,10 +67,16 @@ export async function lockStateDir(stateDir: string, options: LockOptions = {}):
     if (status !== 0) {
       throw new VmseedError('STATE_LOCK_FAILED', `flock ${path} failed (${status}); is util-linux's flock installed?`, { kind: 'terminal', field: 'state-dir' });
     }
-    // Ours now: say whose it is, for the next one's message.
-    const who = Buffer.from(`pid ${process.pid} on ${hostname()} since ${new Date().toISOString()}\n`);
-    await fh.truncate(0);
-    await fh.write(who, 0, who.length, 0);
+    // Ours now: say whose it is, for the next one's message (through a
+    // short-lived descriptor of the same checked file).
+    const w = await open(path, constants.O_WRONLY | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      const [a, b] = [await fh.stat(), await w.stat()];
+      if (a.ino !== b.ino || a.dev !== b.dev) throw new VmseedError('STATE_LOCK_FAILED', `${path} was replaced while being locked; is another process managing it?`, { kind: 'terminal', field: 'state-dir' });
+      await w.write(`pid ${process.pid} on ${hostname()} since ${new Date().toISOString()}\n`);
+    } finally {
+      await w.close();
+    }
   } catch (e) {
     await fh.close();
     throw e;

@@ -65,6 +65,12 @@ export interface WatchStatus {
   lastError?: string;
 }
 
+export interface ReadinessStatus {
+  ready: boolean;
+  reasons: string[];
+  at: string; // ISO 8601, when it was checked
+}
+
 export interface AgentStatusSnapshot {
   version: string;
   nodeName: string;
@@ -76,10 +82,13 @@ export interface AgentStatusSnapshot {
   vmis: VmiStatusRecord[];
   // Most recent generation latencies, oldest first, for the status chart.
   recentGenerations: Array<{ at: string; seconds: number }>;
+  // The last readiness check (what /readyz answered), when there was one.
+  readiness?: ReadinessStatus;
 }
 
 export interface StatusSource {
   snapshot(): AgentStatusSnapshot;
-  // /readyz: informer synced and not stale; state directory writable.
+  // /readyz: informer synced and not stale; state directory writable with
+  // room; virsh there when libvirt is on.
   readiness(): Promise<{ ready: boolean; reasons: string[] }>;
 }

@@ -18,6 +18,7 @@ import { Agent } from '../agent/agent.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
+import { freeSpaceCheck, virshCheck } from '../agent/readiness-checks.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
@@ -148,6 +149,10 @@ export const agent: Command = async (ctx) => {
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
+  if (config.libvirt.mode === 'virsh') agentInstance.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, ctx.env.PATH));
+  // Room for the largest seed the limits allow (user-data and vendor-data,
+  // network-config, and the ISO's own structures).
+  agentInstance.status.addReadinessCheck(freeSpaceCheck(config.stateDir, 2 * config.maxUserDataBytes + config.maxNetworkDataBytes + 1024 * 1024));
   // The lock goes last: nothing of this agent touches the directory after.
   const closeConnection = async () => {
     await closeAgent();

@@ -145,6 +145,11 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
         : text(503, `not ready\n${(r.reasons.length ? r.reasons : ['no reason given']).map((x) => `- ${String(x).replace(/[\r\n]+/g, ' ')}\n`).join('')}`);
     }
     const filter = parseStateFilter(url.searchParams.get('state'));
+    // The list pages show why the agent is not ready: check now, so the
+    // page is as fresh as /readyz (the result lands in the snapshot).
+    if (path === '/status' || path === '/status/' || path === '/status.json') {
+      await withTimeout(status.readiness(), readinessTimeoutMs).catch((e: unknown) => log.warn({ err: safeErrorForLog(e) }, 'readiness check failed'));
+    }
     if (path === '/status' || path === '/status/') {
       return html(200, renderStatusPage(status.snapshot(), { now: now(), filter, refreshSeconds }));
     }

@@ -93,7 +93,18 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
     queue: { depth: Number(s.queue.depth), inFlight: Number(s.queue.inFlight) },
     vmis: s.vmis.map(projectVmi),
     recentGenerations: s.recentGenerations.map((g) => ({ at: String(g.at), seconds: Number(g.seconds) })),
+    ...(s.readiness
+      ? { readiness: { ready: Boolean(s.readiness.ready), reasons: (s.readiness.reasons ?? []).map(String), at: String(s.readiness.at) } }
+      : {}),
   };
+}
+
+// Not ready: the reasons /readyz gives, first thing on the page.
+function readinessPanel(r: AgentStatusSnapshot['readiness'], now: Date): string {
+  if (!r || r.ready) return '';
+  return `<section class="panel" id="readiness"><h2>Not ready <span class="badge b-bad">/readyz 503</span></h2><ul>${r.reasons
+    .map((x) => `<li class="err">${esc(x)}</li>`)
+    .join('')}</ul><div class="muted">checked ${esc(formatAgo(r.at, now))}</div></section>`;
 }
 
 export function stateCounts(vmis: readonly VmiStatusRecord[]): Record<VmiState, number> {
@@ -339,7 +350,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
     ? `<table class="vmis"><thead><tr><th>state</th><th>VMI</th><th>datasource</th><th>image</th><th>size</th><th>content hash</th><th>generated</th><th>gen. time</th><th>injection</th><th>seeded after boot</th><th>last error / warnings</th></tr></thead>
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
-  const body = `<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
+  const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
 <div class="panels">${watchPanel(s.watch, s.queue, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a> · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a></footer>`;
