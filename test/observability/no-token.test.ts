@@ -1,9 +1,10 @@
-// Nothing a pod can read gives a datasource token. The real agent CLI in
-// local mode with the NoCloud HTTP datasource on and a few VMIs (NoCloud,
-// ConfigDrive, one that fails), logging at trace level, probes and status
-// pages on two listeners: every page, JSON document, metric, response
-// header, log line and Event (local mode logs them) is searched for each
-// VMI's token, seed URL and DMI serial as `vmseed seed-url` computes them.
+// Nothing a pod can read gives a datasource token. The real agent CLI with
+// the NoCloud HTTP datasource on and a few VMIs (NoCloud, ConfigDrive, one
+// that fails), logging at trace level, probes and status pages on two
+// listeners, in local mode (Events in the log) and against the fake API
+// server (Events posted to it): every page, JSON document, metric, response
+// header, log line and Event is searched for each VMI's token, seed URL and
+// DMI serial as `vmseed seed-url` computes them.
 // The guests' own fetches run first, so the token really was in use, and
 // the serial printed by seed-url really opens the seed.
 import { test } from 'node:test';
@@ -13,7 +14,10 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { NODE, tempDir, waitFor } from '../support/agent-harness.ts';
+import { FakeKube } from '../support/fake-kube.ts';
+import { load as loadYaml } from 'js-yaml';
+import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { fetchAll, type FetchedRoute } from '../support/fetch-all.ts';
 import { runCli } from '../support/cli.ts';
 import { datasourceSerialFor } from '../../src/commands/seed-url.ts';
@@ -56,24 +60,65 @@ spec:
 `;
 }
 
+interface Mode {
+  name: string;
+  // Puts the VMIs where the agent finds them; returns the agent's own flags.
+  setup(dir: string, all: Vm[]): Promise<{ args: string[]; env: Record<string, string>; events(): string[] }>;
+}
+
+const LOCAL: Mode = {
+  name: 'local mode',
+  async setup(dir, all) {
+    const manifests = join(dir, 'manifests');
+    await mkdir(manifests);
+    for (const v of all) await writeFile(join(manifests, `${v.name}.yaml`), manifest(v));
+    // Local mode's Events are log lines: searched with the log.
+    return { args: ['--local', manifests], env: {}, events: () => [] };
+  },
+};
+
+function clusterMode(fake: FakeKube): Mode {
+  return {
+    name: 'cluster mode',
+    async setup(dir, all) {
+      for (const v of all) {
+        const obj = loadYaml(manifest(v)) as VmiObject;
+        obj.metadata.labels = { 'kubevirt.io/nodeName': NODE };
+        obj.status = { nodeName: NODE, phase: 'Scheduled' };
+        assert.equal(fake.applyVmi(obj).metadata.uid, v.uid);
+      }
+      const kubeconfig = await fake.writeKubeconfig(dir);
+      return { args: ['--kubeconfig', kubeconfig, '--libvirt', 'off'], env: { NODE_NAME: NODE }, events: () => fake.events().map((e) => JSON.stringify(e)) };
+    },
+  };
+}
+
 test('local mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event', { timeout: 90_000 }, async (t) => {
+  await noToken(t, LOCAL);
+});
+
+test('cluster mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event', { timeout: 90_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  t.after(() => fake.close());
+  await noToken(t, clusterMode(fake));
+});
+
+async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promise<void> {
   const dir = await tempDir('vmseed-no-token-');
   t.after(() => dir.remove());
-  const manifests = join(dir.path, 'manifests');
-  await mkdir(manifests);
   const all = vms();
-  for (const v of all) await writeFile(join(manifests, `${v.name}.yaml`), manifest(v));
+  const setup = await mode.setup(dir.path, all);
   const keyFile = join(dir.path, 'keys');
   await writeFile(keyFile, `${randomBytes(32).toString('base64')}\n${randomBytes(32).toString('base64')}\n`);
 
   const child = spawn(
     process.execPath,
     [
-      join(ROOT, 'src/main.ts'), 'agent', '--local', manifests, '--state-dir', join(dir.path, 'seeds'),
+      join(ROOT, 'src/main.ts'), 'agent', ...setup.args, '--state-dir', join(dir.path, 'seeds'),
       '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.2:0', '--log-level', 'trace',
       '--datasource-listen', '127.0.0.1:0', '--datasource-key-file', keyFile,
     ],
-    { cwd: dir.path, stdio: ['ignore', 'pipe', 'pipe'] },
+    { cwd: dir.path, env: { ...process.env, ...setup.env }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let out = '';
   child.stdout.on('data', (d) => (out += d));
@@ -143,13 +188,16 @@ test('local mode, datasource on: no token, seed URL or serial on any page, metri
   child.kill('SIGTERM');
   assert.equal(await exited, 0, out.slice(-2000));
   const lines = out.split('\n').filter(Boolean);
-  assert.ok(lines.some((l) => l.includes('"reason":"SeedReady"')), 'Events are in the log');
-  assert.ok(lines.some((l) => l.includes('"reason":"SeedFailed"')), 'failure Events are in the log');
+  const events = setup.events();
+  const eventTexts = mode === LOCAL ? lines : events;
+  assert.ok(eventTexts.some((l) => l.includes('"reason":"SeedReady"')), `${mode.name}: SeedReady Events searched`);
+  assert.ok(eventTexts.some((l) => l.includes('"reason":"SeedFailed"')), `${mode.name}: SeedFailed Events searched`);
   assert.ok(lines.some((l) => l.includes('served seed file')), 'datasource fetches are in the log');
 
   const texts = [
     ...routes.map((r) => ({ where: `${r.listener} ${r.path}`, text: `${JSON.stringify(r.headers)}\n${r.body}` })),
     ...lines.map((l, i) => ({ where: `log line ${i}`, text: l })),
+    ...events.map((e, i) => ({ where: `Event ${i}`, text: e })),
   ];
   assert.ok(texts.length > 60, `searched ${texts.length} texts`);
   for (const s of secrets) {
@@ -159,4 +207,4 @@ test('local mode, datasource on: no token, seed URL or serial on any page, metri
     }
   }
   for (const x of texts) assert.doesNotMatch(x.text, /ds=nocloud;s=/, `${x.where} carries a serial`);
-});
+}
