@@ -18,6 +18,7 @@ import { metaDataBytes } from '../cloudinit/seed-files.ts';
 import { endpointLabel, normalisePrefix, parseDatasourcePath, type DatasourceRoute } from './datasource-path.ts';
 import type { DatasourceKeyring } from './datasource-tokens.ts';
 import { RateLimiter } from './rate-limit.ts';
+import { capConnectionsPerSource, unwrapMapped } from './connection-cap.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -136,10 +137,6 @@ const COMMON_HEADERS = {
 // nothing about valid tokens; the final check is constant-time (verify()).
 function indexKey(token: string): string {
   return createHash('sha256').update(token).digest('base64');
-}
-
-function unwrapMapped(address: string): string {
-  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
 }
 
 class TokenIndex {
@@ -311,24 +308,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     },
   );
   server.maxConnections = limits.maxConnections ?? 1024;
-  const perSource = limits.maxConnectionsPerSource ?? 32;
-  const open = new Map<string, number>();
-  server.on('connection', (socket) => {
-    const source = unwrapMapped(socket.remoteAddress ?? '');
-    const n = (open.get(source) ?? 0) + 1;
-    if (n > perSource) {
-      // Nothing written: a client over its share gets a reset, not a slot.
-      socket.destroy();
-      metrics?.datasourceConnectionsRefused.inc();
-      return;
-    }
-    open.set(source, n);
-    socket.once('close', () => {
-      const left = (open.get(source) ?? 1) - 1;
-      if (left <= 0) open.delete(source);
-      else open.set(source, left);
-    });
-  });
+  capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 32, () => metrics?.datasourceConnectionsRefused.inc());
   // Malformed HTTP (bad request line, oversized headers): answer plainly,
   // with the same no-store header, and close.
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {

@@ -11,6 +11,7 @@ import type { StatusSource } from '../agent/status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { VmseedError } from '../errors.ts';
 import { createEventLoopMonitor, type HealthOptions } from './health.ts';
+import { capConnectionsPerSource } from './connection-cap.ts';
 import {
   CONTENT_SECURITY_POLICY,
   parseStateFilter,
@@ -30,6 +31,8 @@ export interface HttpServerOptions {
   // Seconds between automatic reloads of the status pages.
   refreshSeconds?: number;
   health?: HealthOptions;
+  // Open connections per source address (default 32).
+  maxConnectionsPerSource?: number;
   // /readyz answers 503 when the StatusSource takes longer than this.
   readinessTimeoutMs?: number;
   now?: () => Date;
@@ -219,6 +222,10 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
       res.destroy();
     });
   });
+  // One client (a pod flooding the probe port) must not starve the kubelet's
+  // probes or Prometheus; browsers use about six connections.
+  server.maxConnections = 1024;
+  capConnectionsPerSource(server, options.maxConnectionsPerSource ?? 32);
   server.on('clientError', (_err, socket) => {
     // Destroyed once flushed: end() alone waits for a client that may never close.
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n', () => socket.destroy());

@@ -275,3 +275,29 @@ test("serve: 'probes' answers /healthz, /readyz, /metrics only; 'status' the per
     }
   }, { serve: 'status' });
 });
+
+test('one source gets at most 32 connections (silent ones too); probes from another address still answer', async () => {
+  const { connect } = await import('node:net');
+  await withServer(async ({ url }) => {
+    const { port } = new URL(url);
+    const sockets = await Promise.all(
+      Array.from({ length: 40 }, () => new Promise<{ closed: Promise<void> }>((resolve) => {
+        const s = connect({ port: Number(port), host: '127.0.0.1', localAddress: '127.0.0.1' });
+        const closed = new Promise<void>((r) => s.on('close', () => r()));
+        s.on('error', () => {});
+        s.on('data', () => {});
+        s.on('connect', () => resolve({ closed }));
+      })),
+    );
+    // The eight over the share are closed by the server at once.
+    const done = await Promise.all(sockets.map((s) => Promise.race([s.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000))])));
+    assert.equal(done.filter(Boolean).length, 8);
+    const res = await new Promise<number>((resolve, reject) => {
+      request({ host: '127.0.0.1', port: Number(port), path: '/healthz', localAddress: '127.0.0.2', agent: false }, (r) => {
+        r.resume();
+        resolve(r.statusCode ?? 0);
+      }).on('error', reject).end();
+    });
+    assert.equal(res, 200);
+  }, { serve: 'probes' });
+});
