@@ -154,7 +154,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
       await withTimeout(status.readiness(), readinessTimeoutMs).catch((e: unknown) => log.warn({ err: safeErrorForLog(e) }, 'readiness check failed'));
     }
     if (path === '/status' || path === '/status/') {
-      return html(200, renderStatusPage(status.snapshot(), { now: now(), filter, refreshSeconds }));
+      return html(200, renderStatusPage(status.snapshot(), { now: now(), filter, refreshSeconds, probeLinks: probes }));
     }
     if (path === '/status.json') {
       return json(200, statusJson(status.snapshot(), filter, now()));

@@ -332,6 +332,8 @@ export interface StatusPageOptions {
   now: Date;
   filter?: VmiState;
   refreshSeconds?: number;
+  // Links to /metrics, /readyz, /healthz: only where this listener has them.
+  probeLinks?: boolean;
 }
 
 export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusPageOptions): string {
@@ -353,7 +355,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
 <div class="panels">${watchPanel(s.watch, s.queue, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
-<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a> · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a></footer>`;
+<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${options.probeLinks ?? true ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({
     title: `${counts.error > 0 ? `(${counts.error} error) ` : ''}vmseed · ${s.nodeName}`,
     refreshSeconds: options.refreshSeconds,

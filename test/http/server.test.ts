@@ -266,6 +266,7 @@ test("serve: 'probes' answers /healthz, /readyz, /metrics only; 'status' the per
   await withServer(async ({ url, source }) => {
     for (const p of ['/status', '/status.json']) assert.equal((await fetch(`${url}${p}`)).status, 200, `status: ${p}`);
     assert.equal((await fetch(`${url}/`, { redirect: 'manual' })).status, 302);
+    assert.doesNotMatch(await (await fetch(`${url}/status`)).text(), /href="\/metrics"/, 'no link to a page this listener does not serve');
     const name = source.snapshot().vmis[0]!;
     assert.equal((await fetch(`${url}/status/${name.namespace}/${name.name}`)).status, 200);
     for (const p of probes) {
