@@ -15,8 +15,13 @@ RUN npm ci --omit=dev --no-audit --no-fund
 
 FROM node:24.21-bookworm-slim
 # virsh only (Debian's libvirt-clients): no daemon, no QEMU, no recommends.
+# tini: PID 1 that reaps. The virsh timeout kills virsh's whole process
+# group; its children's parent is gone, so they are re-parented to PID 1 and
+# only PID 1 can reap them: Node reaps its own children only, so under Node
+# as PID 1 they stay zombies. util-linux (flock) is essential in bookworm;
+# named for the state directory's lock all the same.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libvirt-clients \
+ && apt-get install -y --no-install-recommends libvirt-clients tini util-linux \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/vmseed
 COPY --from=deps /opt/vmseed/node_modules ./node_modules
@@ -42,4 +47,6 @@ RUN vmseed warm-cache \
 USER 107:107
 RUN vmseed warm-cache
 EXPOSE 8080
-ENTRYPOINT ["vmseed", "agent"]
+# tini forwards SIGTERM to the agent only (not -g): in-flight virsh calls
+# get the agent's shutdown deadline instead of dying with it.
+ENTRYPOINT ["tini", "--", "vmseed", "agent"]

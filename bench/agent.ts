@@ -132,7 +132,7 @@ const t0 = performance.now();
 // script execs Node, so the pid is the agent's.
 const child = spawn(
   join(ROOT, 'bin/vmseed'),
-  ['agent', '--kubeconfig', kubeconfig, '--node-name', NODE, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--log-level', 'warn', '--concurrency', '4', '--fsync', values.fsync!],
+  ['agent', '--kubeconfig', kubeconfig, '--node-name', NODE, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.1:0', '--log-level', 'warn', '--concurrency', '4', '--fsync', values.fsync!],
   { stdio: ['ignore', 'ignore', 'pipe'], env: agentEnv },
 );
 let stderr = '';

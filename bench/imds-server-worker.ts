@@ -10,7 +10,7 @@ import { createMetrics } from '../src/metrics/metrics.ts';
 import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } from '../src/http/datasource.ts';
 import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
 
-const { kind, key, vmis } = workerData as { kind: 'vmseed' | 'bare'; key: Uint8Array; vmis: number };
+const { kind, key, vmis, perSourceCap } = workerData as { kind: 'vmseed' | 'bare'; key: Uint8Array; vmis: number; perSourceCap?: boolean };
 
 function seedOf(i: number): Seed {
   const enc = new TextEncoder();
@@ -42,8 +42,9 @@ if (kind === 'vmseed') {
     logger: pino({ level: 'silent' }),
     metrics: createMetrics({ version: 'bench', processMetrics: false }),
     // One loopback client stands for every guest here, so the per-source
-    // limit is lifted; the limiter still runs on every request.
-    limits: { ratePerSecond: 1e9, burst: 1e9 },
+    // rate limit is lifted (the limiter still runs on every request), and so
+    // is the per-source connection cap unless the flood row asks for it.
+    limits: { ratePerSecond: 1e9, burst: 1e9, ...(perSourceCap ? {} : { maxConnectionsPerSource: 1e9 }) },
   });
   parentPort!.postMessage({ port: server.address.port });
 } else {

@@ -3,9 +3,14 @@
 // all four files, and measures each request from the moment it was due (so
 // a stalled client or server cannot hide latency). The same load against a
 // bare node:http server returning a fixed body is the reference floor.
+// The flood row runs the same load from 127.0.0.2 (32 connections: the
+// per-source cap is on) while 127.0.0.1 tries to hold --flood half-open
+// connections (half a request line, never read): the guests' latency with
+// one bad client on the node.
 //
-//   npm run bench:imds -- [--seconds 30] [--rate 1000] [--no-reference]
+//   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference]
 import { parseArgs } from 'node:util';
+import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import { Pool } from 'undici';
@@ -16,6 +21,7 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '30' },
     rate: { type: 'string', default: '1000' },
     vmis: { type: 'string', default: '500' },
+    flood: { type: 'string', default: '1000' },
     'no-reference': { type: 'boolean', default: false },
   },
 });
@@ -33,8 +39,8 @@ interface Result {
   latenciesMs: Float64Array;
 }
 
-async function startWorker(kind: 'vmseed' | 'bare', key: Uint8Array): Promise<{ port: number; worker: Worker }> {
-  const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), { workerData: { kind, key, vmis } });
+async function startWorker(kind: 'vmseed' | 'bare', key: Uint8Array, perSourceCap = false): Promise<{ port: number; worker: Worker }> {
+  const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), { workerData: { kind, key, vmis, perSourceCap } });
   const port = await new Promise<number>((resolve, reject) => {
     worker.once('message', (m: { port: number }) => resolve(m.port));
     worker.once('error', reject);
@@ -42,8 +48,8 @@ async function startWorker(kind: 'vmseed' | 'bare', key: Uint8Array): Promise<{ 
   return { port, worker };
 }
 
-async function load(name: string, port: number, paths: string[], secs = seconds): Promise<Result> {
-  const pool = new Pool(`http://127.0.0.1:${port}`, { connections: 64, pipelining: 1 });
+async function load(name: string, port: number, paths: string[], secs = seconds, from?: { localAddress: string; connections: number }): Promise<Result> {
+  const pool = new Pool(`http://127.0.0.1:${port}`, { connections: from?.connections ?? 64, pipelining: 1, ...(from ? { localAddress: from.localAddress } : {}) });
   const total = Math.round(secs * rate);
   const latencies = new Float64Array(total);
   let sent = 0;
@@ -92,6 +98,24 @@ const results: Result[] = [];
   const { port, worker } = await startWorker('vmseed', key);
   await load('warm-up', port, paths, 1); // JIT, token index, connections
   results.push(await load('vmseed datasource', port, paths));
+  await worker.terminate();
+}
+const flood = Number(values.flood);
+if (flood > 0) {
+  const { port, worker } = await startWorker('vmseed', key, true);
+  const held: Socket[] = [];
+  for (let i = 0; i < flood; i += 100) {
+    held.push(...(await Promise.all(Array.from({ length: Math.min(100, flood - i) }, () => new Promise<Socket>((resolve) => {
+      const s = connect({ port, host: '127.0.0.1', localAddress: '127.0.0.1' });
+      s.on('error', () => {});
+      s.on('connect', () => { s.write('GET /v1/'); resolve(s); });
+      s.on('close', () => resolve(s));
+    })))));
+  }
+  const from = { localAddress: '127.0.0.2', connections: 32 };
+  await load('warm-up', port, paths, 1, from);
+  results.push(await load(`vmseed, ${flood} half-open from one other source`, port, paths, seconds, from));
+  for (const s of held) s.destroy();
   await worker.terminate();
 }
 if (!values['no-reference']) {

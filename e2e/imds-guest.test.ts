@@ -13,6 +13,7 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir, waitFor } from '../test/support/agent-harness.ts';
 import { readIso } from '../src/disk/iso9660-read.ts';
+import { runCli } from '../test/support/cli.ts';
 import { bootWithImage } from './support/guest/qemu.ts';
 
 const ROOT = new URL('../', import.meta.url).pathname;
@@ -93,9 +94,13 @@ spec:
     // The agent's own account is what explains a missing image.
     throw new Error(`${e.message}\nagent log:\n${log.slice(-4000)}`);
   });
-  type Vmi = { name: string; state: string; datasourceSerial?: string; lastFetch?: Record<string, string> };
+  type Vmi = { name: string; state: string; servedOverHttp?: boolean; lastFetch?: Record<string, string> };
   const statusOf = async () => ((await (await fetch(`${statusUrl}/status.json`)).json()) as { vmis: Vmi[] }).vmis.find((v) => v.name === 'http-guest');
-  const serial = await waitFor('serial on /status.json', async () => (await statusOf())?.datasourceSerial, 15_000);
+  await waitFor('served over HTTP on /status.json', async () => (await statusOf())?.servedOverHttp, 15_000);
+  // The serial comes from seed-url with the key, as an owner gets it; no page shows it.
+  const cli = await runCli(['seed-url', 'default/http-guest', '--uid', UID, '--key-file', keyFile, '--base', `http://${GUEST_IP}/v1`], dir.path);
+  assert.equal(cli.code, 0, cli.err);
+  const serial = cli.out.toString().trim();
   const m = new RegExp(`^ds=nocloud;s=(http://${GUEST_IP.replaceAll('.', '\\.')}/v1/[A-Za-z0-9_-]{43}/)$`).exec(serial);
   assert.ok(m, serial);
   const seedUrl = m[1]!;

@@ -16,8 +16,6 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 
 export interface Config {
   mode: 'kubernetes' | 'local';
-  // The per-VMI detail (status page, /status.json); local mode: --listen.
-  statusListen: { host: string; port: number };
   // Namespaced mode: one informer per namespace; absent = cluster-wide.
   namespaces?: string[];
   // local mode: the directory of YAML manifests.
@@ -25,10 +23,15 @@ export interface Config {
   nodeName: string;
   stateDir: string;
   listen: { host: string; port: number };
+  // The per-VMI detail (status page, /status.json, /status/<ns>/<name>).
+  // Equal to `listen`: one listener serves everything.
+  statusListen: { host: string; port: number };
   kubeconfig?: string;
   concurrency: number;
   kubevirtVolumes: KubevirtVolumes;
   resyncPeriodMs: number;
+  // After SIGTERM: how long in-flight work may run before the agent exits anyway.
+  shutdownTimeoutMs: number;
   logLevel: LogLevel;
   libvirt: {
     mode: LibvirtMode;
@@ -93,9 +96,8 @@ const OPTIONS = {
   concurrency: { type: 'string' },
   'kubevirt-volumes': { type: 'string' },
   'resync-period': { type: 'string' },
+  'shutdown-timeout': { type: 'string' },
   libvirt: { type: 'string' },
-  platform: { type: 'string' },
-  'pods-dir': { type: 'string' },
   'log-level': { type: 'string' },
   local: { type: 'string' },
   'virsh-path': { type: 'string' },
@@ -131,14 +133,17 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --node-name NAME            this node (env NODE_NAME; required in cluster mode)
   --platform kubevirt|libvirt  preset of the libvirt-side defaults (cluster: kubevirt, local: libvirt)
   --pods-dir DIR              the kubelet's /var/lib/kubelet/pods as mounted here (default /pods)
-  --status-listen HOST:PORT   status page and /status.json (cluster: 127.0.0.1:8090, local: --listen)
   --namespaces NS[,NS...]     serve only these namespaces' VMIs (default: all)
   --state-dir DIR             where seed images go (cluster: /var/lib/vmseed/seeds, local: ./var/seeds)
-  --listen HOST:PORT          status page and /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
+  --listen HOST:PORT          /healthz, /readyz, /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
+  --status-listen HOST:PORT   status page, /status.json, /status/NS/NAME: every VMI's names and errors
+                              (cluster: 127.0.0.1:8090, local: the --listen address, one listener)
   --kubeconfig FILE           (env KUBECONFIG; in-cluster config when absent)
   --concurrency N             reconciles in parallel (default 4)
   --kubevirt-volumes own|ignore  read VMIs' cloudInitNoCloud/ConfigDrive volumes (cluster: ignore, local: own)
   --resync-period DURATION    re-check every VMI this often (default 10m; e.g. 30s, 5m, 1h)
+  --shutdown-timeout DURATION after SIGTERM, how long in-flight work may run before the agent exits
+                              anyway (default 20s; keep ~5s under terminationGracePeriodSeconds)
   --libvirt off|virsh         inject seeds into libvirt domains (local default off, cluster default virsh)
   --platform kubevirt|libvirt the defaults of the libvirt side (cluster: kubevirt, local: libvirt); the
                               flags below override single values
@@ -291,6 +296,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     concurrency: parseIntFlag(get('concurrency') ?? '4', 'concurrency', 1, 256),
     kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', ['own', 'ignore'] as const),
     resyncPeriodMs: parseDuration(get('resync-period') ?? '10m', 'resync-period'),
+    shutdownTimeoutMs: parseDuration(get('shutdown-timeout') ?? '20s', 'shutdown-timeout'),
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
       mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
@@ -386,9 +392,11 @@ export function configSummary(c: Config): Record<string, string | number | boole
     nodeName: c.nodeName,
     stateDir: c.stateDir,
     listen: `${c.listen.host}:${c.listen.port}`,
+    statusListen: `${c.statusListen.host}:${c.statusListen.port}`,
     concurrency: c.concurrency,
     kubevirtVolumes: c.kubevirtVolumes,
     resyncPeriodSeconds: c.resyncPeriodMs / 1000,
+    shutdownTimeoutSeconds: c.shutdownTimeoutMs / 1000,
     libvirt: c.libvirt.mode,
     ...(c.libvirt.mode === 'virsh'
       ? {

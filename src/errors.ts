@@ -79,6 +79,9 @@ export const ERROR_CODES = [
   'DATASOURCE_KEY_INVALID',
   'DATASOURCE_KEY_FILE_UNREADABLE',
   'DATASOURCE_URL_INVALID',
+  // the state directory's lock (src/agent/state-lock.ts)
+  'STATE_DIR_LOCKED',
+  'STATE_LOCK_FAILED',
   // configuration
   'CONFIG_INVALID',
   'INTERNAL',

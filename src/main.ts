@@ -32,10 +32,19 @@ export async function main(argv: string[], base: Omit<CliContext, 'argv'>): Prom
   return command({ ...base, argv: rest });
 }
 
+// After a command returns, the loop should empty at once; what still holds
+// it then is work the command gave up on (its stop deadline passed).
+const EXIT_GRACE_MS = 1000;
+
 if (import.meta.main) {
+  const { forceExit, processExitDeps } = await import('./process-exit.ts');
   const controller = new AbortController();
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(sig, () => controller.abort(new Error(sig)));
+    process.on(sig, () => {
+      // A second signal: the operator does not want to wait for the deadline.
+      if (controller.signal.aborted) forceExit(1, `second ${sig} during shutdown`, processExitDeps());
+      else controller.abort(new Error(sig));
+    });
   }
   const code = await main(process.argv.slice(2), {
     stdout: process.stdout,
@@ -46,4 +55,5 @@ if (import.meta.main) {
     stopSignal: controller.signal,
   });
   process.exitCode = code;
+  setTimeout(() => forceExit(code, `still running ${EXIT_GRACE_MS} ms after the command returned`, processExitDeps()), EXIT_GRACE_MS).unref();
 }

@@ -35,8 +35,8 @@ export interface AgentOptions {
   retryBackoff?: BackoffPolicy;
   fsync?: boolean;
   // NoCloud over HTTP on: the agent keeps each VMI's seed for the
-  // datasource (agent.seeds) and shows its DMI serial on the status page.
-  nocloudHttp?: { serial(uid: string): string | undefined };
+  // datasource (agent.seeds). Its DMI serial is shown nowhere (seed-url).
+  nocloudHttp?: Record<string, never>;
   // Local mode: show VMIs whose node is another one as skipped (with the
   // reason) instead of ignoring them; a cluster's informer never lists them.
   reportOtherNodes?: boolean;
@@ -79,7 +79,7 @@ export class Agent {
       ...(options.metrics ? { metrics: options.metrics } : {}),
       watch: () => this.source.status(),
       queue: () => ({ depth: this.queue.depth, inFlight: this.queue.inFlight }),
-      ...(options.nocloudHttp ? { datasourceSerial: options.nocloudHttp.serial } : {}),
+      ...(options.nocloudHttp ? { servedOverHttp: true } : {}),
     });
     this.seeds = options.nocloudHttp
       ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })

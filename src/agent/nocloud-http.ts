@@ -1,9 +1,9 @@
 // Wiring of the NoCloud HTTP datasource into the agent: the keyring from
-// --datasource-key-file (reloaded when it changes), the DMI serial for the
-// status page, and the datasource server over the agent's seeds.
+// --datasource-key-file (reloaded when it changes) and the datasource server
+// over the agent's seeds. The DMI serials are not computed here: only
+// `vmseed seed-url` prints them (a token on a page is a key to the seed).
 import type { Logger } from 'pino';
 import type { DatasourceConfig } from '../config.ts';
-import { datasourceSerialFor } from '../commands/seed-url.ts';
 import { startDatasourceServer, type DatasourceServer } from '../http/datasource.ts';
 import { watchKeyFile } from '../http/datasource-key-watch.ts';
 import { DatasourceKeyring, fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
@@ -13,7 +13,7 @@ import type { Agent } from './agent.ts';
 export interface NocloudHttp {
   keyring: DatasourceKeyring;
   // For AgentOptions.nocloudHttp.
-  agentOptions: { serial(uid: string): string | undefined };
+  agentOptions: Record<string, never>;
   // Starts the listener over the agent's seeds; close() stops it and the key watch.
   start(agent: Agent): Promise<{ server: DatasourceServer; close(): Promise<void> }>;
 }
@@ -28,15 +28,7 @@ export async function prepareNocloudHttp(config: DatasourceConfig, logger: Logge
   log.info({ keys: keyring.size, signing: keyring.fingerprints()[0] }, 'datasource keys loaded');
   return {
     keyring,
-    agentOptions: {
-      serial: (uid) => {
-        try {
-          return datasourceSerialFor(keyring, uid, config.baseUrl);
-        } catch {
-          return undefined;
-        }
-      },
-    },
+    agentOptions: {},
     async start(agent) {
       if (!agent.seeds) throw new Error('the agent was made without nocloudHttp options');
       const server = await startDatasourceServer({

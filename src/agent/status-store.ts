@@ -1,10 +1,16 @@
 // The agent's view of itself and of every VMI, for /status, /status.json
 // and /readyz. Holds names, sizes, hashes, codes and our own messages only.
-import { access, constants, stat } from 'node:fs/promises';
-import type { AgentStatusSnapshot, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
+import { constants } from 'node:fs';
+import { open, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { AgentStatusSnapshot, ReadinessStatus, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
 const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
+// Created and removed by each readiness check: writing is the only honest
+// test of "writable" (access(2) says yes to root on a read-only mount's
+// directory, and no to nothing a full disk refuses).
+const PROBE = '.vmseed-readyz';
 const RECENT = 120;
 
 export interface StatusStoreOptions {
@@ -15,9 +21,8 @@ export interface StatusStoreOptions {
   metrics?: Metrics;
   watch: () => WatchStatus;
   queue: () => { depth: number; inFlight: number };
-  // NoCloud HTTP datasource on: the DMI serial string of a VMI (computed at
-  // snapshot time, so a key rotation shows at once).
-  datasourceSerial?: (uid: string) => string | undefined;
+  // NoCloud HTTP datasource on: NoCloud seeds on disk are marked as served.
+  servedOverHttp?: boolean;
   now?: () => Date;
 }
 
@@ -26,7 +31,9 @@ export class StatusStore implements StatusSource {
   readonly #vmis = new Map<string, VmiStatusRecord>();
   readonly #recent: Array<{ at: string; seconds: number }> = [];
   readonly #startedAt: string;
+  readonly #checks: Array<() => Promise<string | undefined>> = [];
   #config: Record<string, string | number | boolean>;
+  #readiness: ReadinessStatus | undefined;
 
   constructor(options: StatusStoreOptions) {
     this.#opts = options;
@@ -43,6 +50,12 @@ export class StatusStore implements StatusSource {
   // 127.0.0.1:0` was bound to: the page shows where it actually is.
   setConfig(values: Record<string, string | number | boolean>): void {
     this.#config = { ...this.#config, ...values };
+  }
+
+  // More /readyz conditions (virsh present, free space): each gives a
+  // reason when not ready. Run in order, after the built-in ones.
+  addReadinessCheck(check: () => Promise<string | undefined>): void {
+    this.#checks.push(check);
   }
 
   get(key: string): VmiStatusRecord | undefined {
@@ -93,16 +106,15 @@ export class StatusStore implements StatusSource {
       queue: this.#opts.queue(),
       vmis: [...this.#vmis.values()]
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
-        .map((r) => this.#withSerial(structuredClone(r))),
+        .map((r) => this.#withHttp(structuredClone(r))),
       recentGenerations: this.#recent.slice(),
+      ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
     };
   }
 
-  #withSerial(r: VmiStatusRecord): VmiStatusRecord {
+  #withHttp(r: VmiStatusRecord): VmiStatusRecord {
     // Only for VMIs the datasource can serve (a NoCloud image on disk).
-    if (!this.#opts.datasourceSerial || r.datasource !== 'nocloud' || (r.state !== 'ready' && r.state !== 'warning')) return r;
-    const serial = this.#opts.datasourceSerial(r.uid);
-    if (serial !== undefined) r.datasourceSerial = serial;
+    if (this.#opts.servedOverHttp && r.datasource === 'nocloud' && (r.state === 'ready' || r.state === 'warning')) r.servedOverHttp = true;
     return r;
   }
 
@@ -112,15 +124,24 @@ export class StatusStore implements StatusSource {
     if (!w.synced) reasons.push('VMI watch has not completed its first list');
     if (!w.connected) reasons.push('VMI watch is not connected');
     if (w.stale) reasons.push('VMI watch is stale (no event or bookmark for too long)');
-    // W_OK alone passes a regular file that took the directory's place.
+    const dir = this.#opts.stateDir;
     try {
-      if (!(await stat(this.#opts.stateDir)).isDirectory()) reasons.push(`state directory ${this.#opts.stateDir} is not a directory`);
-      else await access(this.#opts.stateDir, constants.W_OK | constants.X_OK);
+      if (!(await stat(dir)).isDirectory()) reasons.push(`state directory ${dir} is not a directory`);
+      else await probeWrite(join(dir, PROBE));
     } catch (e) {
-      const missing = (e as NodeJS.ErrnoException).code === 'ENOENT';
-      reasons.push(`state directory ${this.#opts.stateDir} ${missing ? 'does not exist' : 'is not writable'}`);
+      const code = (e as NodeJS.ErrnoException).code;
+      reasons.push(`state directory ${dir} ${code === 'ENOENT' ? 'does not exist' : `is not writable (${code ?? 'error'})`}`);
     }
-    return { ready: reasons.length === 0, reasons };
+    for (const check of this.#checks) {
+      try {
+        const why = await check();
+        if (why) reasons.push(why);
+      } catch (e) {
+        reasons.push(`readiness check failed (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
+      }
+    }
+    this.#readiness = { ready: reasons.length === 0, reasons, at: this.#now().toISOString() };
+    return { ready: reasons.length === 0, reasons: reasons.slice() };
   }
 
   #gauge(): void {
@@ -130,6 +151,19 @@ export class StatusStore implements StatusSource {
     for (const r of this.#vmis.values()) counts[r.state]++;
     for (const s of STATES) m.vmis.set({ state: s }, counts[s]);
   }
+}
+
+// O_NOFOLLOW: a symlink planted under the probe's name is refused, never
+// written through; O_NONBLOCK: a FIFO there cannot hang the probe.
+async function probeWrite(path: string): Promise<void> {
+  const fh = await open(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
+  try {
+    if (!(await fh.stat()).isFile()) throw Object.assign(new Error('not a regular file'), { code: 'ENOTREG' });
+    await fh.write('ok\n');
+  } finally {
+    await fh.close();
+  }
+  await unlink(path);
 }
 
 export function splitKey(key: string): [string, string] {

@@ -48,12 +48,11 @@ export interface VmiStatusRecord {
   retries: number;
   // NoCloud-over-HTTP: the last time the guest fetched each file.
   lastFetch?: Record<string, string>;
-  // NoCloud-over-HTTP: the DMI serial (`ds=nocloud;s=<base>/<token>/`) for
-  // spec.domain.firmware.serial. The token in it is a capability (whoever
-  // holds it reads this VMI's seed): it belongs on the node's status
-  // listener, which is as trusted as the seeds' own status, and never on
-  // the datasource listener, which guests reach.
-  datasourceSerial?: string;
+  // NoCloud-over-HTTP: the datasource serves this VMI's seed. Never the DMI
+  // serial itself: its token is a capability (whoever holds it reads the
+  // seed, passwords included) and every page here is readable by more
+  // people than the VMI's owner. `vmseed seed-url` prints it, offline.
+  servedOverHttp?: boolean;
 }
 
 export interface WatchStatus {
@@ -64,6 +63,12 @@ export interface WatchStatus {
   restarts: number;
   lastEventAt?: string;
   lastError?: string;
+}
+
+export interface ReadinessStatus {
+  ready: boolean;
+  reasons: string[];
+  at: string; // ISO 8601, when it was checked
 }
 
 export interface AgentStatusSnapshot {
@@ -77,10 +82,13 @@ export interface AgentStatusSnapshot {
   vmis: VmiStatusRecord[];
   // Most recent generation latencies, oldest first, for the status chart.
   recentGenerations: Array<{ at: string; seconds: number }>;
+  // The last readiness check (what /readyz answered), when there was one.
+  readiness?: ReadinessStatus;
 }
 
 export interface StatusSource {
   snapshot(): AgentStatusSnapshot;
-  // /readyz: informer synced and not stale; state directory writable.
+  // /readyz: informer synced and not stale; state directory writable with
+  // room; virsh there when libvirt is on.
   readiness(): Promise<{ ready: boolean; reasons: string[] }>;
 }

@@ -19,13 +19,15 @@ import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
+import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
+import { freeSpaceCheck, virshCheck } from '../agent/readiness-checks.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
 
-// How long in-flight reconciles get after SIGTERM (the DaemonSet's
-// terminationGracePeriodSeconds is 30 s by default).
-const STOP_DEADLINE_MS = 20_000;
+// After the stop deadline (--shutdown-timeout), what closing the listeners
+// and the API connection may add before the command returns regardless.
+const CLOSE_GRACE_MS = 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
@@ -157,27 +159,54 @@ export const agent: Command = async (ctx) => {
   const log = logger.child({ component: 'agent' });
   const metrics = createMetrics({ version: VERSION });
   let agentInstance: Agent;
-  let closeConnection: () => Promise<void>;
+  let closeAgent: () => Promise<void>;
+  let lock: StateLock | undefined;
   try {
     await mkdir(config.stateDir, { recursive: true, mode: 0o750 });
-    ({ agent: agentInstance, close: closeConnection } = await makeAgent(config, logger, metrics));
+    // Before anything reads or deletes in the state directory (GC).
+    lock = await lockStateDir(config.stateDir);
+    ({ agent: agentInstance, close: closeAgent } = await makeAgent(config, logger, metrics));
   } catch (e) {
+    await lock?.release();
     const err = asVmseedError(e);
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
-  const listen = config.listen.host.includes(':') ? `[${config.listen.host}]:${config.listen.port}` : `${config.listen.host}:${config.listen.port}`;
-  let http;
+  if (config.libvirt.mode === 'virsh') agentInstance.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, ctx.env.PATH));
+  // Room for the largest seed the limits allow (user-data and vendor-data,
+  // network-config, and the ISO's own structures).
+  agentInstance.status.addReadinessCheck(freeSpaceCheck(config.stateDir, 2 * config.maxUserDataBytes + config.maxNetworkDataBytes + 1024 * 1024));
+  // The lock goes last: nothing of this agent touches the directory after.
+  const closeConnection = async () => {
+    await closeAgent();
+    await lock.release();
+  };
+  const hostPort = (a: { host: string; port: number }) => (a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`);
+  const listen = hostPort(config.listen);
+  const statusListen = hostPort(config.statusListen);
+  // Two listeners unless both flags name one address: probes and /metrics
+  // for the pod network, the per-VMI detail for whoever reaches statusListen.
+  const split = listen !== statusListen;
+  const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
   try {
-    http = await startHttpServer({ listen, metrics, status: agentInstance.status, logger }); // it names its own component
+    for (const [addr, serve] of split ? ([[listen, 'probes'], [statusListen, 'status']] as const) : ([[listen, 'all']] as const)) {
+      servers.push(await startHttpServer({ listen: addr, serve, metrics, status: agentInstance.status, logger }).catch((e: Error) => {
+        throw new Error(`cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`);
+      }));
+    }
   } catch (e) {
-    ctx.stderr.write(`vmseed agent: cannot listen on ${listen}: ${(e as Error).message}\n`);
+    ctx.stderr.write(`vmseed agent: ${(e as Error).message}\n`);
+    await Promise.all(servers.map((s) => s.close()));
     await closeConnection();
     return 1;
   }
-  const bound = http.address.host.includes(':') ? `[${http.address.host}]:${http.address.port}` : `${http.address.host}:${http.address.port}`;
-  agentInstance.status.setConfig({ listen: bound });
-  log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
+  const http = {
+    url: servers[0]!.url,
+    statusUrl: servers.at(-1)!.url,
+    close: async () => void (await Promise.all(servers.map((s) => s.close()))),
+  };
+  agentInstance.status.setConfig({ listen: hostPort(servers[0]!.address), statusListen: hostPort(servers.at(-1)!.address) });
+  log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, statusUrl: http.statusUrl, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
 
   const stopped = new Promise<void>((resolve) => {
     if (ctx.stopSignal.aborted) resolve();
@@ -193,10 +222,30 @@ export const agent: Command = async (ctx) => {
   let failed = false;
   await Promise.race([stopped, started.catch(() => (failed = true))]);
   if (!failed) await stopped;
-  log.info('stopping: no new work, finishing what is in flight');
-  const finished = await agentInstance.stop(STOP_DEADLINE_MS);
-  await http.close();
-  await closeConnection();
-  log.info({ finished }, 'vmseed agent stopped');
-  return failed ? 1 : 0;
+  const deadlineMs = config.shutdownTimeoutMs;
+  log.info({ deadlineMs }, 'stopping: no new work, finishing what is in flight');
+  // Every step is bounded: a reconcile stuck in a file read or a virsh call
+  // must not keep the pod past its grace period. main() then ends the
+  // process even if that work still holds the event loop.
+  const shutdown = (async () => {
+    const finished = await agentInstance.stop(deadlineMs);
+    await http.close();
+    await closeConnection();
+    return finished;
+  })();
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    shutdown,
+    new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), deadlineMs + CLOSE_GRACE_MS))),
+  ]);
+  clearTimeout(timer);
+  if (outcome === true) {
+    log.info({ finished: true }, 'vmseed agent stopped');
+    return failed ? 1 : 0;
+  }
+  log.warn(
+    { finished: false, deadlineMs, inFlight: agentInstance.queue.inFlight, reason: outcome === 'timeout' ? 'shutdown steps did not finish in time' : 'reconciles still in flight at the stop deadline' },
+    'vmseed agent stopped with work abandoned; exiting anyway',
+  );
+  return 1;
 };

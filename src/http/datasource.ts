@@ -18,6 +18,7 @@ import { metaDataBytes } from '../cloudinit/seed-files.ts';
 import { endpointLabel, normalisePrefix, parseDatasourcePath, type DatasourceRoute } from './datasource-path.ts';
 import type { DatasourceKeyring } from './datasource-tokens.ts';
 import { RateLimiter } from './rate-limit.ts';
+import { capConnectionsPerSource, unwrapMapped } from './connection-cap.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -61,10 +62,20 @@ export interface DatasourceLimits {
   // Header bytes per request (431 beyond), Node's own limit.
   maxHeaderBytes?: number;
   // Socket-level timeouts, so slow or idle clients do not hold sockets.
+  // A connection that has not sent its whole head within headersTimeoutMs
+  // (counted from the connection's start, silent ones included) is closed
+  // at the next check, every connectionsCheckingIntervalMs: Node's default
+  // interval is 30 s, during which one client could hold every slot.
   requestTimeoutMs?: number;
   headersTimeoutMs?: number;
   keepAliveTimeoutMs?: number;
+  connectionsCheckingIntervalMs?: number;
   maxConnections?: number;
+  // Open connections per source address; more are closed on arrival, so
+  // one client cannot take the slots every guest shares. Default 32
+  // (cloud-init uses one or two at a time). In compat mode behind NAT or
+  // QEMU user networking, all guests behind one address share it.
+  maxConnectionsPerSource?: number;
 }
 
 export interface DatasourceServerOptions {
@@ -126,10 +137,6 @@ const COMMON_HEADERS = {
 // nothing about valid tokens; the final check is constant-time (verify()).
 function indexKey(token: string): string {
   return createHash('sha256').update(token).digest('base64');
-}
-
-function unwrapMapped(address: string): string {
-  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
 }
 
 class TokenIndex {
@@ -275,9 +282,10 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
   const server: Server = createServer(
     {
       maxHeaderSize: limits.maxHeaderBytes ?? 8192,
-      requestTimeout: limits.requestTimeoutMs ?? 10_000,
-      headersTimeout: limits.headersTimeoutMs ?? 5_000,
+      requestTimeout: limits.requestTimeoutMs ?? 5_000,
+      headersTimeout: limits.headersTimeoutMs ?? 3_000,
       keepAliveTimeout: limits.keepAliveTimeoutMs ?? 5_000,
+      connectionsCheckingInterval: limits.connectionsCheckingIntervalMs ?? 500,
     },
     (req, res) => {
       const started = performance.now();
@@ -300,12 +308,16 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     },
   );
   server.maxConnections = limits.maxConnections ?? 1024;
+  capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 32, () => metrics?.datasourceConnectionsRefused.inc());
   // Malformed HTTP (bad request line, oversized headers): answer plainly,
   // with the same no-store header, and close.
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (!socket.writable) return socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
-    socket.end(`HTTP/1.1 ${status}\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+    // Destroyed once the answer is handed to the kernel: end() alone would
+    // keep the socket (and the source's connection slot) until the client
+    // closes its side, which a client that never reads never does.
+    socket.end(`HTTP/1.1 ${status}\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`, () => socket.destroy());
     metrics?.datasourceRequests.inc({ endpoint: 'other', status: status.slice(0, 3) });
   });
 

@@ -1,5 +1,7 @@
-// The agent's HTTP listener: /metrics, /healthz, /readyz, /status,
-// /status.json, /status/<namespace>/<name>. node:http only. Rendering lives
+// The agent's HTTP listeners: /metrics, /healthz, /readyz (probes, on the
+// pod network) and /status, /status.json, /status/<namespace>/<name> (every
+// tenant's VMI names, paths and errors: loopback by default in cluster
+// mode), on one listener or two. node:http only. Rendering lives
 // in status-page.ts; this module routes, sets headers and keeps errors and
 // query strings away from clients and logs.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -9,6 +11,7 @@ import type { StatusSource } from '../agent/status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { VmseedError } from '../errors.ts';
 import { createEventLoopMonitor, type HealthOptions } from './health.ts';
+import { capConnectionsPerSource } from './connection-cap.ts';
 import {
   CONTENT_SECURITY_POLICY,
   parseStateFilter,
@@ -20,12 +23,16 @@ import {
 
 export interface HttpServerOptions {
   listen: string; // host:port, [v6]:port or :port; port 0 picks a free one
+  // What this listener answers (404 for the rest). Default 'all'.
+  serve?: 'all' | 'probes' | 'status';
   metrics: Metrics;
   status: StatusSource;
   logger: pino.Logger;
   // Seconds between automatic reloads of the status pages.
   refreshSeconds?: number;
   health?: HealthOptions;
+  // Open connections per source address (default 32).
+  maxConnectionsPerSource?: number;
   // /readyz answers 503 when the StatusSource takes longer than this.
   readinessTimeoutMs?: number;
   now?: () => Date;
@@ -105,8 +112,20 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   const { host, port } = parseListen(options.listen);
   const monitor = createEventLoopMonitor(options.health);
 
+  const serve = options.serve ?? 'all';
+  const probes = serve !== 'status';
+  const detail = serve !== 'probes';
+
   async function route(url: URL): Promise<Reply> {
     const path = url.pathname;
+    if (!probes && (path === '/metrics' || path === '/healthz' || path === '/readyz')) {
+      return html(404, renderNotFoundPage(`no page at ${path} on the status listener; probes and /metrics are on --listen`));
+    }
+    if (!detail) {
+      if (path !== '/metrics' && path !== '/healthz' && path !== '/readyz') {
+        return text(404, 'not served here: this listener has /healthz, /readyz and /metrics; the status pages are on --status-listen (loopback: use kubectl port-forward)\n');
+      }
+    }
     if (path === '/metrics') {
       return { status: 200, type: metrics.registry.contentType, body: await metrics.registry.metrics() };
     }
@@ -129,8 +148,13 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
         : text(503, `not ready\n${(r.reasons.length ? r.reasons : ['no reason given']).map((x) => `- ${String(x).replace(/[\r\n]+/g, ' ')}\n`).join('')}`);
     }
     const filter = parseStateFilter(url.searchParams.get('state'));
+    // The list pages show why the agent is not ready: check now, so the
+    // page is as fresh as /readyz (the result lands in the snapshot).
+    if (path === '/status' || path === '/status/' || path === '/status.json') {
+      await withTimeout(status.readiness(), readinessTimeoutMs).catch((e: unknown) => log.warn({ err: safeErrorForLog(e) }, 'readiness check failed'));
+    }
     if (path === '/status' || path === '/status/') {
-      return html(200, renderStatusPage(status.snapshot(), { now: now(), filter, refreshSeconds }));
+      return html(200, renderStatusPage(status.snapshot(), { now: now(), filter, refreshSeconds, probeLinks: probes }));
     }
     if (path === '/status.json') {
       return json(200, statusJson(status.snapshot(), filter, now()));
@@ -190,14 +214,21 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     );
   }
 
-  const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 30_000, headersTimeout: 10_000 }, (req, res) => {
+  // Node checks the header and request timeouts every 30 s by default: long
+  // enough for slow clients to hold every socket in between.
+  const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 30_000, headersTimeout: 10_000, connectionsCheckingInterval: 1000 }, (req, res) => {
     handle(req, res).catch((e) => {
       log.error({ err: safeErrorForLog(e) }, 'response failed');
       res.destroy();
     });
   });
+  // One client (a pod flooding the probe port) must not starve the kubelet's
+  // probes or Prometheus; browsers use about six connections.
+  server.maxConnections = 1024;
+  capConnectionsPerSource(server, options.maxConnectionsPerSource ?? 32);
   server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    // Destroyed once flushed: end() alone waits for a client that may never close.
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n', () => socket.destroy());
     else socket.destroy();
   });
 
@@ -222,7 +253,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   const addr = server.address() as AddressInfo;
   const urlHost = addr.address === '0.0.0.0' ? '127.0.0.1' : addr.address === '::' ? '::1' : addr.address;
   const url = `http://${urlHost.includes(':') ? `[${urlHost}]` : urlHost}:${addr.port}`;
-  log.info({ url, listen: options.listen }, 'http server listening');
+  log.info({ url, listen: options.listen, serve }, 'http server listening');
 
   let closing: Promise<void> | undefined;
   return {

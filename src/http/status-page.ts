@@ -62,9 +62,8 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
-    // A capability token (see status-types.ts): this page is served on the
-    // node's status listener only, never on the datasource listener.
-    datasourceSerial: str(v.datasourceSerial),
+    // A flag, never the serial: its token is a capability (status-types.ts).
+    servedOverHttp: v.servedOverHttp === true ? true : undefined,
   });
 }
 
@@ -94,7 +93,18 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
     queue: { depth: Number(s.queue.depth), inFlight: Number(s.queue.inFlight) },
     vmis: s.vmis.map(projectVmi),
     recentGenerations: s.recentGenerations.map((g) => ({ at: String(g.at), seconds: Number(g.seconds) })),
+    ...(s.readiness
+      ? { readiness: { ready: Boolean(s.readiness.ready), reasons: (s.readiness.reasons ?? []).map(String), at: String(s.readiness.at) } }
+      : {}),
   };
+}
+
+// Not ready: the reasons /readyz gives, first thing on the page.
+function readinessPanel(r: AgentStatusSnapshot['readiness'], now: Date): string {
+  if (!r || r.ready) return '';
+  return `<section class="panel" id="readiness"><h2>Not ready <span class="badge b-bad">/readyz 503</span></h2><ul>${r.reasons
+    .map((x) => `<li class="err">${esc(x)}</li>`)
+    .join('')}</ul><div class="muted">checked ${esc(formatAgo(r.at, now))}</div></section>`;
 }
 
 export function stateCounts(vmis: readonly VmiStatusRecord[]): Record<VmiState, number> {
@@ -293,7 +303,7 @@ function sortVmis(vmis: VmiStatusRecord[]): VmiStatusRecord[] {
 // "Did cloud-init even ask?": the last user-data fetch over HTTP.
 function fetchedCell(v: VmiStatusRecord, now: Date): string {
   const at = v.lastFetch?.['user-data'];
-  if (at === undefined) return v.datasourceSerial !== undefined ? '<br><span class="muted">not fetched over HTTP</span>' : '';
+  if (at === undefined) return v.servedOverHttp ? '<br><span class="muted">not fetched over HTTP</span>' : '';
   return `<br><span class="muted" title="${esc(formatTime(at))}">the guest fetched user-data ${esc(formatAgo(at, now))}</span>`;
 }
 
@@ -322,6 +332,8 @@ export interface StatusPageOptions {
   now: Date;
   filter?: VmiState;
   refreshSeconds?: number;
+  // Links to /metrics, /readyz, /healthz: only where this listener has them.
+  probeLinks?: boolean;
 }
 
 export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusPageOptions): string {
@@ -340,10 +352,10 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
     ? `<table class="vmis"><thead><tr><th>state</th><th>VMI</th><th>datasource</th><th>image</th><th>size</th><th>content hash</th><th>generated</th><th>gen. time</th><th>injection</th><th>seeded after boot</th><th>last error / warnings</th></tr></thead>
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
-  const body = `<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
+  const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
 <div class="panels">${watchPanel(s.watch, s.queue, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
-<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a> · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a></footer>`;
+<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${options.probeLinks ?? true ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({
     title: `${counts.error > 0 ? `(${counts.error} error) ` : ''}vmseed · ${s.nodeName}`,
     refreshSeconds: options.refreshSeconds,
@@ -366,10 +378,12 @@ export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRe
   const fetchRows = Object.keys(v.lastFetch ?? {})
     .sort()
     .map((k) => row(k, `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`));
-  const fetches = v.datasourceSerial !== undefined || fetchRows.length
+  // The serial holds the seed's token: the page says how to get it, with
+  // the key, instead of showing it to everyone who can read this page.
+  const fetches = v.servedOverHttp || fetchRows.length
     ? `<section class="panel" id="nocloud-http"><h2>NoCloud over HTTP</h2><table class="kv">${
-        v.datasourceSerial !== undefined
-          ? row('firmware serial', `<span class="mono serial" title="spec.domain.firmware.serial">${esc(v.datasourceSerial)}</span>`)
+        v.servedOverHttp
+          ? row('firmware serial', `<span class="muted">not shown (it holds the seed's token); print it with</span> <span class="mono serial">${esc(`vmseed seed-url ${v.namespace}/${v.name} --uid ${v.uid} --key-file KEYFILE`)}</span>`)
           : ''
       }${fetchRows.join('') || row('fetches', '<span class="muted">the guest has not fetched anything yet</span>')}</table></section>`
     : '';

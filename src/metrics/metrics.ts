@@ -143,6 +143,11 @@ export function createMetrics(options: MetricsOptions) {
       labelNames: ['endpoint', 'status'] as const,
       registers,
     }),
+    datasourceConnectionsRefused: new Counter({
+      name: 'vmseed_datasource_connections_refused_total',
+      help: 'Connections to the NoCloud HTTP datasource closed on arrival because their source address already had its share open.',
+      registers,
+    }),
     datasourceRequestDuration: new Histogram({
       name: 'vmseed_datasource_request_duration_seconds',
       help: 'Time to answer a NoCloud HTTP datasource request, by endpoint.',

@@ -23,7 +23,7 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   fake.applyVmi(vmi('elsewhere', { node: 'node-b' }));
   const kubeconfig = await fake.writeKubeconfig(dir.path);
   const state = join(dir.path, 'seeds');
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', '--kubeconfig', kubeconfig, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0'], {
+  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', '--kubeconfig', kubeconfig, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.2:0'], {
     env: { ...process.env, NODE_NAME: NODE },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

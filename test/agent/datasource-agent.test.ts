@@ -1,6 +1,7 @@
 // The agent with its NoCloud HTTP datasource on, against the fake API
-// server: cloud-init's own read_seeded fetches the seed through the URL the
-// status page gives, and gets exactly the bytes of the image on disk; the
+// server: cloud-init's own read_seeded fetches the seed through the URL
+// seed-url's code computes from the live keyring (the status page only says
+// the seed is served: the serial's token is never on a page), and gets exactly the bytes of the image on disk; the
 // guest's fetch shows on the status page; deleting the VMI makes its token
 // 404; keys rotate through the key file while the agent runs.
 import { test } from 'node:test';
@@ -17,6 +18,8 @@ import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
 import { startHttpServer } from '../../src/http/server.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import type { VmiStatusRecord } from '../../src/agent/status-types.ts';
+import { datasourceSerialFor } from '../../src/commands/seed-url.ts';
+import type { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 
 async function freePort(): Promise<number> {
   const s = createServer();
@@ -39,9 +42,9 @@ async function statusAt(url: string): Promise<number> {
   return (await fetch(url)).status;
 }
 
-function seedUrlOf(r: VmiStatusRecord | undefined): string | undefined {
-  const m = /^ds=nocloud;s=(\S+)$/.exec(r?.datasourceSerial ?? '');
-  return m?.[1];
+// What `vmseed seed-url` prints for a VMI the status page says is served.
+function seedUrlFrom(keyring: DatasourceKeyring, base: string): (r: VmiStatusRecord | undefined) => string | undefined {
+  return (r) => (r?.servedOverHttp ? /^ds=nocloud;s=(\S+)$/.exec(datasourceSerialFor(keyring, r.uid, base))?.[1] : undefined);
 }
 
 test('agent datasource: read_seeded gets the image bytes via the status page URL; fetch recorded; delete → 404; key rotation at run time', { timeout: 60_000 }, async (t) => {
@@ -64,6 +67,7 @@ test('agent datasource: read_seeded gets the image bytes via the status page URL
     { listen: { host: '127.0.0.1', port }, keyFile, baseUrl: `http://127.0.0.1:${port}/v1`, prefix: '/v1', compatSourceAddress: false },
     (await import('pino')).pino({ level: 'silent' }),
   );
+  const seedUrlOf = seedUrlFrom(ds.keyring, `http://127.0.0.1:${port}/v1`);
   const h = await startAgent(fake, {
     stateDir,
     nocloudHttp: ds.agentOptions,
@@ -93,9 +97,10 @@ test('agent datasource: read_seeded gets the image bytes via the status page URL
   const urlA = seedUrlOf(recA)!;
   assert.ok(urlA.startsWith(`http://127.0.0.1:${port}/v1/`) && urlA.endsWith('/'), urlA);
   assert.equal(recA!.lastFetch, undefined, 'nothing fetched yet');
-  // The serial is shown on the status page (HTML) too.
+  // The detail page says how to get the serial, and never shows its token.
   const page = await (await fetch(`${http.url}/status/default/a`)).text();
-  assert.ok(page.includes(recA!.datasourceSerial!.replace(/&/g, '&amp;')), 'serial on the detail page');
+  assert.ok(page.includes(`vmseed seed-url default/a --uid ${a.metadata.uid}`), 'seed-url hint on the detail page');
+  assert.ok(!page.includes(urlA.split('/').at(-2)!), 'no token on the detail page');
 
   // cloud-init's reader against the agent's listener: exactly the image's files.
   const iso = readIso(readFileSync(imageA));
@@ -119,7 +124,7 @@ test('agent datasource: read_seeded gets the image bytes via the status page URL
   assert.match(await (await fetch(`${http.url}/status`)).text(), /the guest fetched user-data \d+s ago/);
 
   // One VMI's token does not open another's seed: b has its own.
-  const urlB = seedUrlOf(await waitFor('serial of b', async () => ((await statusOf('b'))?.datasourceSerial ? await statusOf('b') : undefined)))!;
+  const urlB = seedUrlOf(await waitFor('serial of b', async () => (seedUrlOf(await statusOf('b')) ? await statusOf('b') : undefined)))!;
   assert.notEqual(urlB, urlA);
   const udB = await (await fetch(`${urlB}user-data`)).text();
   assert.match(udB, /hostname: b/);
@@ -202,6 +207,6 @@ test('agent datasource, compat mode: token-less /v1/<file> answered by the sourc
   fake.applyVmi(bIp);
   await waitFor('ambiguous → 404', async () => (await statusAt(`${base}/user-data`)) === 404);
   // Tokens keep working beside compat mode.
-  const serial = ds.agentOptions.serial(a.metadata.uid!)!;
+  const serial = datasourceSerialFor(ds.keyring, a.metadata.uid!, base);
   assert.equal((await fetch(`${serial.replace(/^ds=nocloud;s=/, '')}user-data`)).status, 200);
 });

@@ -54,7 +54,7 @@ test('byAddress: reported addresses (ipAddress, ipAddresses, IPv6 lower-cased, p
   assert.equal(d.byAddress('10.0.0.5'), undefined, 'two VMIs report it: ambiguous');
 });
 
-test('status: the serial shows for ready NoCloud VMIs only, fetches land on the record, both on the pages', () => {
+test('status: ready NoCloud VMIs are marked served (never their serial), fetches land on the record, both on the pages', () => {
   const now = new Date('2026-11-22T03:00:00Z');
   const s = new StatusStore({
     version: 't',
@@ -63,7 +63,7 @@ test('status: the serial shows for ready NoCloud VMIs only, fetches land on the 
     config: {},
     watch: () => ({ mode: 'local', synced: true, connected: true, stale: false, restarts: 0 }),
     queue: () => ({ depth: 0, inFlight: 0 }),
-    datasourceSerial: (uid) => `ds=nocloud;s=http://169.254.169.254/v1/tok-${uid}/`,
+    servedOverHttp: true,
     now: () => now,
   });
   s.update('ns/a', 'ua', { state: 'ready', datasource: 'nocloud' });
@@ -73,14 +73,16 @@ test('status: the serial shows for ready NoCloud VMIs only, fetches land on the 
   s.recordFetch('ns/a', 'other-uid', 'meta-data', now);
   const json = statusJson(s.snapshot(), undefined, now);
   const by = Object.fromEntries(json.vmis.map((v) => [v.name, v]));
-  assert.equal(by.a!.datasourceSerial, 'ds=nocloud;s=http://169.254.169.254/v1/tok-ua/');
+  assert.equal(by.a!.servedOverHttp, true);
+  assert.ok(!JSON.stringify(json).includes('ds=nocloud'), 'no serial in /status.json');
   assert.deepEqual(by.a!.lastFetch, { 'user-data': '2026-11-22T02:59:55.000Z' });
-  assert.equal(by.cd!.datasourceSerial, undefined, 'ConfigDrive is not served over HTTP');
-  assert.equal(by.p!.datasourceSerial, undefined, 'no image yet');
-  assert.equal(s.get('ns/a')!.datasourceSerial, undefined, 'computed at snapshot time, not stored');
+  assert.equal(by.cd!.servedOverHttp, undefined, 'ConfigDrive is not served over HTTP');
+  assert.equal(by.p!.servedOverHttp, undefined, 'no image yet');
+  assert.equal(s.get('ns/a')!.servedOverHttp, undefined, 'computed at snapshot time, not stored');
   const page = renderStatusPage(s.snapshot(), { now });
   assert.match(page, /the guest fetched user-data 5s ago/);
   const detail = renderVmiPage(s.snapshot(), s.snapshot().vmis.find((v) => v.name === 'a')!, { now });
-  assert.ok(detail.includes('ds=nocloud;s=http://169.254.169.254/v1/tok-ua/'));
+  assert.ok(detail.includes('vmseed seed-url ns/a --uid ua --key-file KEYFILE'));
+  assert.ok(!detail.includes('ds=nocloud'));
   assert.match(detail, /the guest fetched user-data at /);
 });

@@ -1,7 +1,7 @@
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -40,8 +40,11 @@ before(async () => {
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
+// The ENTRYPOINT is `tini -- <program>`: the program is what runs as vmseed.
+const program = () => tree.entrypoint.slice(tree.entrypoint.indexOf('--') + 1);
+
 async function vmseed(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const [cmd, ...rest] = [...tree.entrypoint.slice(0, 1), ...args];
+  const [cmd, ...rest] = [...program().slice(0, 1), ...args];
   return run(cmd, rest, { cwd: '/', env: { PATH: hostPath(tree) } }).then(
     (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
     (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
@@ -97,8 +100,11 @@ test('the image tree holds the runtime dependencies and none of the dev dependen
   assert.ok(!existsSync(join(app, 'test')) && !existsSync(join(app, 'manifests')), 'only what the Dockerfile copies');
 });
 
-test('virsh comes from the one Debian package the image adds, and it runs', () => {
-  assert.deepEqual(tree.aptPackages, ['libvirt-clients'], 'nothing else in the final image');
+test('virsh, tini and flock come from the Debian packages the image adds, and they run', () => {
+  assert.deepEqual(tree.aptPackages, ['libvirt-clients', 'tini', 'util-linux'], 'nothing else in the final image');
+  assert.match(execFileSync('tini', ['--version'], { encoding: 'utf8' }), /^tini version \d/);
+  assert.match(execFileSync('dpkg-query', ['-S', '/usr/bin/tini'], { encoding: 'utf8' }), /^tini:/);
+  assert.match(execFileSync('dpkg-query', ['-S', '/usr/bin/flock'], { encoding: 'utf8' }), /^util-linux:/);
   for (const p of tree.aptPackages) execFileSync('dpkg-query', ['-W', p]);
   const virsh = execFileSync('sh', ['-c', 'command -v virsh'], { encoding: 'utf8' }).trim();
   const owner = execFileSync('dpkg-query', ['-S', execFileSync('readlink', ['-f', virsh], { encoding: 'utf8' }).trim()], { encoding: 'utf8' });
@@ -107,7 +113,7 @@ test('virsh comes from the one Debian package the image adds, and it runs', () =
 });
 
 test('the image user is the launcher qemu uid the DaemonSet runs as, and the entrypoint is vmseed agent', () => {
-  assert.deepEqual(tree.entrypoint, ['vmseed', 'agent']);
+  assert.deepEqual(tree.entrypoint, ['tini', '--', 'vmseed', 'agent']);
   assert.equal(tree.user, '107:107');
   assert.deepEqual(
     tree.accounts.map((a) => `${a.kind}:${a.id}`),
@@ -130,16 +136,16 @@ test('vmseed --help runs from the image tree on the Node found on PATH', async (
   assert.equal(code, 0);
   assert.match(stdout, /^usage: vmseed <command>/);
   // The launcher really used PATH: without a node there, it cannot start.
-  const noNode = await run(tree.entrypoint[0], ['--help'], { cwd: '/', env: { PATH: [...tree.binDirs, '/bin'].join(':') } }).then(
+  const noNode = await run(program()[0], ['--help'], { cwd: '/', env: { PATH: [...tree.binDirs, '/bin'].join(':') } }).then(
     () => 0,
     (e: { code: number }) => e.code,
   );
   assert.notEqual(noNode, 0);
 });
 
-test('the ENTRYPOINT starts: vmseed agent --help', async () => {
-  const { code, stdout, stderr } = await vmseed([...tree.entrypoint.slice(1), '--help']);
-  assert.equal(code, 0, stderr);
+test('the ENTRYPOINT starts: tini -- vmseed agent --help', async () => {
+  // Rejects on a non-zero exit.
+  const { stdout } = await run(tree.entrypoint[0], [...tree.entrypoint.slice(1), '--help'], { cwd: '/', env: { PATH: hostPath(tree) } });
   assert.match(stdout, /--node-name/);
   // The flags the DaemonSet passes for KubeVirt are the agent's.
   for (const flag of ['--publish-dir', '--resume-via', '--image-path-in-domain', '--libvirt-uri']) assert.ok(stdout.includes(flag), flag);
@@ -150,7 +156,7 @@ test('the ENTRYPOINT starts: vmseed agent --help', async () => {
 // young generation and MALLOC_ARENA_MAX=2 the memory limit was sized with.
 // A `node` shim first on PATH records how the launcher really starts Node.
 test('the ENTRYPOINT is bin/vmseed: Node started with --max-semi-space-size=2 and MALLOC_ARENA_MAX=2', async () => {
-  const link = execFileSync('readlink', ['-f', join(tree.binDirs[0], tree.entrypoint[0])], { encoding: 'utf8' }).trim();
+  const link = execFileSync('readlink', ['-f', join(tree.binDirs[0], program()[0]!)], { encoding: 'utf8' }).trim();
   assert.equal(link, join(tree.root, tree.workdir, 'bin/vmseed'));
   const shimDir = mkdtempSync(join(tmpdir(), 'vmseed-node-shim-'));
   try {
@@ -209,4 +215,68 @@ test('.dockerignore keeps the context small without hiding what the Dockerfile c
     .filter((i) => i.keyword === 'COPY' && i.flags.from === undefined)
     .flatMap((i) => i.args.split(/\s+/).slice(0, -1));
   for (const src of copied) assert.ok(!ignored.includes(src.replace(/\/$/, '')), `${src} is copied but ignored`);
+});
+
+// The issue this guards against: the virsh timeout kills virsh's process
+// group, whose members are then re-parented to PID 1, and only PID 1 can
+// reap them. The image's ENTRYPOINT runs as PID 1 of a fresh PID namespace
+// (unshare, as the container runtime would), with a fake virsh that leaves
+// two children in its group and never answers; the same agent started
+// without tini is the control, and keeps the zombies.
+test('PID 1: the ENTRYPOINT (tini) reaps what virsh timeouts leave behind; Node as PID 1 does not', { timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-pid1-'));
+  try {
+    const manifests = join(dir, 'manifests');
+    execFileSync('mkdir', ['-p', manifests]);
+    writeFileSync(join(manifests, 'vm.yaml'), readFileSync(join(ROOT, 'examples/nocloud-inline.yaml')));
+    const zombiesWith = async (init: string[], name: string): Promise<{ zombies: number[]; calls: number }> => {
+      const calls = join(dir, `${name}.calls`);
+      const virsh = join(dir, `${name}-virsh`);
+      writeFileSync(virsh, `#!/bin/sh\necho $$ >> '${calls}'\nsleep 300 &\nsleep 300 &\nexec sleep 300\n`, { mode: 0o755 });
+      const child = spawn('unshare', ['--pid', '--fork', '--kill-child', '--', ...init, ...program(),
+        '--local', manifests, '--state-dir', join(dir, `${name}-seeds`), '--listen', '127.0.0.1:0',
+        '--libvirt', 'virsh', '--virsh-path', virsh, '--virsh-timeout', '1s'], { cwd: '/', env: { PATH: hostPath(tree) }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let log = '';
+      child.stderr.on('data', (d) => (log += d));
+      const exited = new Promise((r) => child.on('exit', r));
+      try {
+        // Three calls: the first two were killed by the timeout.
+        const deadline = Date.now() + 60_000;
+        const callCount = () => (existsSync(calls) ? readFileSync(calls, 'utf8').trim().split('\n').length : 0);
+        while (callCount() < 3) {
+          if (Date.now() > deadline || child.exitCode !== null) assert.fail(`${name}: virsh was not called three times; log:\n${log.slice(-2000)}`);
+          await new Promise((r) => setTimeout(r, 200));
+        }
+        // PID 1 of the namespace: unshare's only child.
+        const pid1 = Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim());
+        const zombies = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+          try {
+            const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+            const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+            return state === 'Z' && Number(ppid) === pid1;
+          } catch {
+            return false;
+          }
+        }).map(Number);
+        // Reaping is immediate for a reaper; give it a moment all the same.
+        let z = zombies();
+        for (let i = 0; i < 20 && z.length > 0; i++) {
+          await new Promise((r) => setTimeout(r, 100));
+          z = zombies();
+        }
+        return { zombies: z, calls: callCount() };
+      } finally {
+        // unshare ignores SIGTERM while it waits; SIGKILL it, and --kill-child
+        // takes PID 1, and with it the whole namespace.
+        child.kill('SIGKILL');
+        await exited;
+      }
+    };
+    const control = await zombiesWith([], 'node');
+    assert.ok(control.zombies.length >= 4, `Node as PID 1 keeps the killed children as zombies (${control.zombies.length} after ${control.calls} calls)`);
+    const image = await zombiesWith(tree.entrypoint.slice(0, tree.entrypoint.indexOf('--') + 1), 'tini');
+    assert.deepEqual(image.zombies, [], `tini reaps them (${image.calls} calls)`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

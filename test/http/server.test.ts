@@ -249,3 +249,56 @@ test('/healthz turns 503 after the event loop was blocked, and 200 again when th
     { health: { intervalMs: 20, thresholdMs: 600, windowMs: 2500 } },
   );
 });
+
+test("serve: 'probes' answers /healthz, /readyz, /metrics only; 'status' the per-VMI pages only", async () => {
+  const detail = ['/', '/status', '/status/', '/status.json', '/status/default/web-1', '/status?state=ready'];
+  const probes = ['/healthz', '/readyz', '/metrics'];
+  await withServer(async ({ url }) => {
+    for (const p of probes) assert.equal((await fetch(`${url}${p}`)).status, 200, `probes: ${p}`);
+    for (const p of detail) {
+      const res = await fetch(`${url}${p}`, { redirect: 'manual' });
+      assert.equal(res.status, 404, `probes: ${p}`);
+      const body = await res.text();
+      assert.match(body, /--status-listen/, `probes: ${p} says where the pages are`);
+      assert.doesNotMatch(body, /web-1/, `probes: ${p} shows no VMI`);
+    }
+  }, { serve: 'probes' });
+  await withServer(async ({ url, source }) => {
+    for (const p of ['/status', '/status.json']) assert.equal((await fetch(`${url}${p}`)).status, 200, `status: ${p}`);
+    assert.equal((await fetch(`${url}/`, { redirect: 'manual' })).status, 302);
+    assert.doesNotMatch(await (await fetch(`${url}/status`)).text(), /href="\/metrics"/, 'no link to a page this listener does not serve');
+    const name = source.snapshot().vmis[0]!;
+    assert.equal((await fetch(`${url}/status/${name.namespace}/${name.name}`)).status, 200);
+    for (const p of probes) {
+      const res = await fetch(`${url}${p}`);
+      assert.equal(res.status, 404, `status: ${p}`);
+      assert.match(await res.text(), /--listen/);
+    }
+  }, { serve: 'status' });
+});
+
+test('one source gets at most 32 connections (silent ones too); probes from another address still answer', async () => {
+  const { connect } = await import('node:net');
+  await withServer(async ({ url }) => {
+    const { port } = new URL(url);
+    const sockets = await Promise.all(
+      Array.from({ length: 40 }, () => new Promise<{ closed: Promise<void> }>((resolve) => {
+        const s = connect({ port: Number(port), host: '127.0.0.1', localAddress: '127.0.0.1' });
+        const closed = new Promise<void>((r) => s.on('close', () => r()));
+        s.on('error', () => {});
+        s.on('data', () => {});
+        s.on('connect', () => resolve({ closed }));
+      })),
+    );
+    // The eight over the share are closed by the server at once.
+    const done = await Promise.all(sockets.map((s) => Promise.race([s.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000))])));
+    assert.equal(done.filter(Boolean).length, 8);
+    const res = await new Promise<number>((resolve, reject) => {
+      request({ host: '127.0.0.1', port: Number(port), path: '/healthz', localAddress: '127.0.0.2', agent: false }, (r) => {
+        r.resume();
+        resolve(r.statusCode ?? 0);
+      }).on('error', reject).end();
+    });
+    assert.equal(res, 200);
+  }, { serve: 'probes' });
+});

@@ -17,7 +17,7 @@ const AS_ROOT = process.getuid?.() === 0;
 const NOBODY = 65534;
 
 function startCli(args: string[], env: Record<string, string> = {}) {
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0'], {
+  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.1:0'], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     ...(AS_ROOT ? { uid: NOBODY, gid: NOBODY } : {}),

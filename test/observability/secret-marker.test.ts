@@ -129,7 +129,7 @@ interface Running {
 }
 
 function startCli(args: string[], env: Record<string, string>, cwd: string): Running {
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0', '--log-level', 'debug'], {
+  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.1:0', '--log-level', 'debug'], {
     cwd,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
