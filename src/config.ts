@@ -94,8 +94,6 @@ const OPTIONS = {
   'kubevirt-volumes': { type: 'string' },
   'resync-period': { type: 'string' },
   libvirt: { type: 'string' },
-  platform: { type: 'string' },
-  'pods-dir': { type: 'string' },
   'log-level': { type: 'string' },
   local: { type: 'string' },
   'virsh-path': { type: 'string' },
