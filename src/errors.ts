@@ -62,6 +62,9 @@ export const ERROR_CODES = [
   'SEED_PUBLISH_FAILED',
   // Kubernetes API (src/agent)
   'KUBE_API_UNAVAILABLE',
+  'KUBE_API_THROTTLED',
+  'KUBE_API_UNAUTHORIZED',
+  'KUBE_API_FORBIDDEN',
   'KUBE_API_ERROR',
   'VMI_UNPAUSE_FAILED',
   // NoCloud over HTTP (src/http/datasource*)

@@ -503,6 +503,9 @@ export class FakeKube {
       const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
       if (this.#honourWatchTimeout && timeoutSeconds > 0) {
         w.timer = setTimeout(() => {
+          // The API server's watch cache sends a bookmark as a watch nears its
+          // deadline, so the client resumes from a current resourceVersion.
+          if (w.bookmarks) this.#send(w, { type: 'BOOKMARK', object: { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1', metadata: { resourceVersion: String(this.#rv) } } });
           this.#watchers.delete(w);
           res.end();
         }, timeoutSeconds * 1000);
