@@ -49,6 +49,8 @@ export interface Config {
   datasource?: DatasourceConfig;
   // Operator-wide vendor-data ConfigMap (RenderOptions.defaultVendorData).
   vendorDataFrom?: VendorDataRef;
+  // Namespaced mode: watch and read only these (absent: cluster-wide).
+  namespaces?: string[];
 }
 
 export interface DatasourceConfig {
@@ -95,6 +97,7 @@ const OPTIONS = {
   'datasource-base-url': { type: 'string' },
   'datasource-compat-source-address': { type: 'boolean' },
   'vendor-data-from': { type: 'string' },
+  namespaces: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -130,6 +133,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --fsync true|false          fsync images before they replace the old ones (default true)
   --vendor-data-from NS/NAME[/KEY]  ConfigMap key (default vendor-data) used as every seed's vendor-data
                               unless the VMI sets its own
+  --namespaces NS[,NS...]     namespaced mode: watch VMIs and read Secrets/ConfigMaps only in these
+                              namespaces, with a Role per namespace (default: cluster-wide)
   --datasource-listen HOST:PORT  serve seeds as NoCloud over HTTP on this address (off when absent)
   --datasource-key-file FILE  token keys, one base64 key per line, signing key first (required with
                               --datasource-listen; reloaded when it changes)
@@ -238,12 +243,33 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   };
   const vendorDataFrom = get('vendor-data-from');
   if (vendorDataFrom !== undefined) config.vendorDataFrom = checked(() => parseVendorDataFrom(vendorDataFrom));
+  const namespaces = get('namespaces');
+  if (namespaces !== undefined) {
+    if (local) throw new ConfigError('--namespaces needs a cluster; local mode reads its directory');
+    config.namespaces = parseNamespaces(namespaces);
+    if (config.vendorDataFrom && !config.namespaces.includes(config.vendorDataFrom.namespace)) {
+      throw new ConfigError(`--vendor-data-from: namespace '${config.vendorDataFrom.namespace}' is not in --namespaces; the agent can only read ConfigMaps there`);
+    }
+  }
   const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
   if (datasource) config.datasource = datasource;
   if (local && config.libvirt.resumeVia === 'kubevirt') {
     throw new ConfigError('--resume-via kubevirt needs a cluster (KubeVirt\'s unpause API); local mode resumes with virsh');
   }
   return deepFreeze(config);
+}
+
+// `a,b`: DNS-1123 labels (what a namespace name is), each once.
+const MAX_NAMESPACES = 100;
+export function parseNamespaces(text: string): string[] {
+  const names = text.split(',').map((n) => n.trim());
+  if (names.length > MAX_NAMESPACES) throw new ConfigError(`--namespaces: ${names.length} namespaces; at most ${MAX_NAMESPACES} (one watch each)`);
+  for (const n of names) {
+    if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(n)) {
+      throw new ConfigError(`--namespaces: '${n}' is not a namespace name (lowercase letters, digits and '-', at most 63); separate names with commas`);
+    }
+  }
+  return [...new Set(names)];
 }
 
 // A VmseedError from a shared parser becomes the one-line ConfigError.
@@ -310,6 +336,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
       : {}),
     logLevel: c.logLevel,
     fsync: c.fsync,
+    ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),
     ...(c.vendorDataFrom ? { vendorDataFrom: `${c.vendorDataFrom.namespace}/${c.vendorDataFrom.name}${c.vendorDataFrom.key ? `/${c.vendorDataFrom.key}` : ''}` } : {}),
     // The key file's path only, never its content.
     ...(c.datasource
