@@ -132,7 +132,13 @@ export function statusError(method: string, path: string, res: number | KubeResp
 }
 
 // The transport's own reason (ECONNREFUSED, TimeoutError...), never a body.
-function transportReason(e: unknown): string {
+export function transportReason(e: unknown): string {
   const err = e as { name?: string; code?: string; message?: string; cause?: { code?: string; message?: string } };
-  return (err.cause?.code ?? err.code ?? (err.name === 'TimeoutError' ? 'timeout' : err.cause?.message ?? err.message ?? 'error')).slice(0, 120);
+  const code = err.cause?.code ?? err.code;
+  // OpenSSL's verify errors: the server is not who ca.crt / the kubeconfig's CA says.
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return `TLS: the server's certificate does not name the host connected to (${code})`;
+  if (code && /^(UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_[A-Z_]+)$/.test(code)) {
+    return `TLS: the server's certificate is not signed by the configured CA (${code}); check the service account's ca.crt or the kubeconfig's certificate-authority`;
+  }
+  return (code ?? (err.name === 'TimeoutError' ? 'timeout' : err.cause?.message ?? err.message ?? 'error')).slice(0, 120);
 }

@@ -24,7 +24,7 @@ import type { VmiObject } from '../cloudinit/kube-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { WatchStatus } from './status-types.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
-import { statusError, type KubeApi } from './kube-api.ts';
+import { statusError, transportReason, type KubeApi } from './kube-api.ts';
 import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './kube-watch.ts';
 import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
@@ -208,12 +208,8 @@ class ScopedInformer {
     if (this.#stopped) return;
     this.connected = false;
     this.#failures++;
-    const e = err as { message?: string; code?: unknown; statusCode?: number; retryAfterMs?: number; cause?: { code?: string } };
-    this.lastError = (
-      err instanceof VmseedError
-        ? err.message
-        : (e?.cause?.code ?? (typeof e?.code === 'string' ? e.code : undefined) ?? (e?.statusCode ? `HTTP ${e.statusCode}` : undefined) ?? e?.message ?? 'unknown error')
-    ).slice(0, 300);
+    const e = err as { message?: string; statusCode?: number; retryAfterMs?: number };
+    this.lastError = (err instanceof VmseedError ? err.message : e?.statusCode ? (e.message ?? `HTTP ${e.statusCode}`) : transportReason(err)).slice(0, 300);
     this.#changed();
     const backoff = backoffDelay(this.#restartBackoff, this.#failures);
     // The server asked for a pause (429 from priority and fairness, 503).
