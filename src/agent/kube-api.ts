@@ -105,6 +105,7 @@ export function retryAfterMs(header: string | null | undefined, now = Date.now()
   if (header === null || header === undefined || header.trim() === '') return undefined;
   const text = header.trim();
   if (/^\d{1,9}$/.test(text)) return Number(text) * 1000;
+  if (!/^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(text)) return undefined; // IMF-fixdate only
   const at = Date.parse(text);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
