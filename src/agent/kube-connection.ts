@@ -79,8 +79,13 @@ export class KubeConnection {
     ctx.setDispatcher(this.#dispatcher);
   }
 
-  async close(): Promise<void> {
-    await this.#dispatcher.close();
+  // Lets in-flight calls finish, but not a watch that never ends.
+  async close(graceMs = 2000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), graceMs)));
+    const closed = await Promise.race([this.#dispatcher.close().then(() => 'closed' as const), late]);
+    clearTimeout(timer);
+    if (closed === 'late') await this.#dispatcher.destroy();
   }
 
   // The API server said 401: read the token file again now (it may have

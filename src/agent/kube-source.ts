@@ -155,6 +155,12 @@ class ScopedInformer {
             done(err);
           },
         );
+        // Stopped or restarted while this watch was connecting: ListWatch
+        // had no handle to abort yet, so the stream would stay open.
+        if (gen !== this.#generation && !finished) {
+          aborted = true;
+          handle.abort();
+        }
         if (!finished && !aborted && gen === this.#generation) {
           this.connected = true;
           this.#failures = 0;

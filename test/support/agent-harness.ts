@@ -103,6 +103,8 @@ export async function startAgent(
     nocloudHttp?: AgentOptions['nocloudHttp'];
     // Started on the agent before its first list (the datasource server).
     beforeStart?: (agent: Agent) => Promise<void>;
+    // Namespaced mode (--namespaces).
+    namespaces?: string[];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -125,8 +127,9 @@ export async function startAgent(
         onKey,
         restartBackoff: { baseMs: options.restartBaseMs ?? 50, maxMs: 400 },
         staleAfterMs: options.staleAfterMs ?? 60_000,
+        ...(options.namespaces ? { namespaces: options.namespaces } : {}),
       }),
-    refs: new KubeRefResolver(api),
+    refs: new KubeRefResolver(api, options.namespaces ? { namespaces: options.namespaces } : {}),
     render: renderSeed,
     build: buildSeedImage,
     store,

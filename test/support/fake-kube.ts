@@ -45,6 +45,8 @@ export interface RequestRecord {
   name?: string;
   query: Record<string, string>;
   status: number;
+  // Date.now() when answered.
+  at: number;
 }
 
 export interface StoredEvent {
@@ -432,6 +434,7 @@ export class FakeKube {
       ...(parsed.name ? { name: parsed.name } : {}),
       query: Object.fromEntries(url.searchParams),
       status,
+      at: Date.now(),
     });
   }
 

@@ -94,3 +94,22 @@ export function forbiddenStatus(user: string, a: RequestAttributes): Record<stri
     code: 403,
   };
 }
+
+// A namespaced install as far as RBAC goes: the manifest ClusterRole's rules
+// (manifests/daemonset.yaml unless given) as a Role in each namespace, bound
+// to the agent's service account there; nothing at the cluster scope.
+export function namespacedRbac(namespaces: string[], rules?: PolicyRule[]): unknown[] {
+  const roleRules =
+    rules ??
+    ((loadManifestObjects(new URL('../../manifests/daemonset.yaml', import.meta.url).pathname) as Obj[]).find((o) => o.kind === 'ClusterRole')?.rules ?? []);
+  return namespaces.flatMap((ns) => [
+    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'vmseed-agent', namespace: ns }, rules: roleRules },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: 'vmseed-agent', namespace: ns },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'vmseed-agent' },
+      subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT.name, namespace: AGENT_SERVICE_ACCOUNT.namespace }],
+    },
+  ]);
+}

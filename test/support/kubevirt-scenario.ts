@@ -31,8 +31,11 @@ export function launcherVmi(name: string, namespace: string, cloudInit: string, 
   return v;
 }
 
-export async function runKubevirtScenario(): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
-  const fake = await FakeKube.start();
+// `namespaces`: the agent in namespaced mode (--namespaces); `rbac`: the
+// objects (Roles, bindings...) the fake API server authorises with instead
+// of manifests/daemonset.yaml.
+export async function runKubevirtScenario(options: { namespaces?: string[]; rbac?: unknown[] } = {}): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
+  const fake = await FakeKube.start(options.rbac ? { rbac: options.rbac } : {});
   const dir = await tempDir('vmseed-kubevirt-');
   const pods = join(dir.path, 'pods');
   const connection = fake.connection();
@@ -56,7 +59,7 @@ export async function runKubevirtScenario(): Promise<{ requests: RequestRecord[]
       resume: kubevirtUnpause(api),
       sleep: async () => {},
     });
-    const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector });
+    const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector, ...(options.namespaces ? { namespaces: options.namespaces } : {}) });
     try {
       await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 10_000);
       await waitFor('files seeded', () => lv.domains.get('team-a_files')!.config.some((d) => d.alias === 'ua-vmseed'), 10_000);
