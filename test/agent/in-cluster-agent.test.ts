@@ -10,16 +10,17 @@ import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { serviceAccountVolume, SA_PATH } from '../support/in-cluster.ts';
 import { testPki } from '../support/test-pki.ts';
+import { namespacedRbac } from '../support/kube-authz.ts';
 import { tempDir, vmi, waitFor, NODE } from '../support/agent-harness.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
-async function startInCluster(t: { after(fn: () => unknown): void }) {
-  const fake = await FakeKube.start();
+async function startInCluster(t: { after(fn: () => unknown): void }, options: { args?: string[]; rbac?: unknown[] } = {}) {
+  const fake = await FakeKube.start(options.rbac ? { rbac: options.rbac } : {});
   const dir = await tempDir();
   const sa = await serviceAccountVolume(fake, dir.path);
   const state = join(dir.path, 'seeds');
-  const [file, ...args] = sa.command([process.execPath, join(ROOT, 'src/main.ts'), 'agent', '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0']);
+  const [file, ...args] = sa.command([process.execPath, join(ROOT, 'src/main.ts'), 'agent', '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', ...(options.args ?? [])]);
   const child = spawn(file!, args, { env: sa.env({ NODE_NAME: NODE }), stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   child.stderr.on('data', (d) => (log += d));
@@ -94,4 +95,23 @@ test('in-cluster config: a server certificate from another CA is refused', { tim
   assert.equal(fake.requests.length, 0, 'no request got through the TLS handshake');
   child.kill('SIGTERM');
   assert.equal(await exited, 0, log.slice(-2000));
+});
+
+test('--namespaces through the CLI: Roles in two namespaces suffice, only namespaced paths are asked, other namespaces are left alone', { timeout: 60_000 }, async (t) => {
+  const run = await startInCluster(t, { args: ['--namespaces', 'team-a,team-b'], rbac: namespacedRbac(['team-a', 'team-b']) });
+  const { fake, state } = run;
+  const seeded = ['team-a', 'team-b'].map((ns) => fake.applyVmi(vmi('vm', { namespace: ns })));
+  const other = fake.applyVmi(vmi('vm', { namespace: 'team-c' }));
+  for (const v of seeded) await waitFor(`image in ${v.metadata.namespace}`, () => imageIn(state, v.metadata.namespace!, 'vm', v.metadata.uid!), 20_000);
+  await waitFor('SeedReady Events in both', () => seeded.every((v) => fake.events().some((e) => e.reason === 'SeedReady' && e.involvedObject.uid === v.metadata.uid)));
+  const url = await run.url();
+  await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200, 10_000);
+  assert.equal(existsSync(join(state, 'team-c')), false);
+  assert.equal(imageIn(state, 'team-c', 'vm', other.metadata.uid!), false);
+  for (const r of fake.requests) {
+    assert.match(r.path, /^\/api(s\/[^/]+)?\/v1\/namespaces\/team-[ab]\//, `${r.method} ${r.path}`);
+    assert.ok(r.status < 400, `${r.method} ${r.path} ${r.status}`);
+  }
+  run.child.kill('SIGTERM');
+  assert.equal(await run.exited, 0, run.log().slice(-2000));
 });
