@@ -47,6 +47,12 @@ const vmiCalls = (fake: FakeKube, verb: 'list' | 'watch'): RequestRecord[] => fa
 test('watches ask for timeoutSeconds in [min, 2*min]; the server ends them; each renewal resumes from its resourceVersion: no relist, no event lost', { timeout: 30_000 }, async (t) => {
   const { fake, source, keys } = await start(t, {}, { minWatchTimeoutMs: 1000 });
   const names: string[] = [];
+  // A change in every gap between a watch's end and the next one.
+  let gap = 0;
+  fake.afterWatchTimeout(() => {
+    names.push(`gap-${gap}`);
+    fake.applyVmi(vmi(`gap-${gap++}`));
+  });
   for (let i = 0; vmiCalls(fake, 'watch').length < 4; i++) {
     names.push(`v${i}`);
     fake.applyVmi(vmi(`v${i}`));
@@ -54,6 +60,7 @@ test('watches ask for timeoutSeconds in [min, 2*min]; the server ends them; each
     await new Promise((r) => setTimeout(r, 300));
     assert.ok(i < 60, 'the server-side timeout renews the watch');
   }
+  assert.ok(gap >= 3, 'changes were made while no watch was open');
   await waitFor('every VMI seen', () => names.every((n) => source.get(`default/${n}`)), 5000);
   assert.deepEqual([...new Set(keys)].sort(), names.map((n) => `default/${n}`).sort(), 'every VMI enqueued, none of the other node');
   const watches = vmiCalls(fake, 'watch');

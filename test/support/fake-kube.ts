@@ -152,6 +152,7 @@ export class FakeKube {
   #rbac: RbacPolicy | undefined;
   readonly #faults: FaultRule[] = [];
   #honourWatchTimeout = true;
+  readonly #afterWatchTimeout: Array<() => void> = [];
 
   private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
     this.#pki = pki;
@@ -227,6 +228,12 @@ export class FakeKube {
   // between, that never ends them); the client must notice and renew.
   honourWatchTimeouts(on: boolean): void {
     this.#honourWatchTimeout = on;
+  }
+
+  // Runs right after the server ends a watch at its timeoutSeconds, before
+  // the client can have watched again.
+  afterWatchTimeout(fn: () => void): void {
+    this.#afterWatchTimeout.push(fn);
   }
 
   #firstToken(): string {
@@ -511,6 +518,8 @@ export class FakeKube {
           if (w.bookmarks) this.#send(w, { type: 'BOOKMARK', object: { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1', metadata: { resourceVersion: String(this.#rv) } } });
           this.#watchers.delete(w);
           res.end();
+          // Changes made here reach no open watch: the client must resume from its resourceVersion.
+          for (const fn of this.#afterWatchTimeout) fn();
         }, timeoutSeconds * 1000);
       }
       res.on('close', () => {
