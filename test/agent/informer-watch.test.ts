@@ -8,18 +8,22 @@ import { FakeKube, type FakeKubeOptions, type RequestRecord } from '../support/f
 import { captureLogger } from '../support/capture-logger.ts';
 import { vmi, waitFor, NODE } from '../support/agent-harness.ts';
 import { namespacedRbac } from '../support/kube-authz.ts';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeConnection } from '../../src/agent/kube-connection.ts';
+import { tempDir } from '../support/agent-harness.ts';
 import { KubeVmiSource, type KubeSourceOptions } from '../../src/agent/kube-source.ts';
 
 async function start(
   t: { after(fn: () => Promise<void>): void },
   fakeOptions: FakeKubeOptions,
   options: Partial<KubeSourceOptions> = {},
-  { waitSynced = true, before }: { waitSynced?: boolean; before?: (fake: FakeKube) => void } = {},
+  { waitSynced = true, before, connect }: { waitSynced?: boolean; before?: (fake: FakeKube) => void; connect?: (fake: FakeKube) => KubeConnection } = {},
 ) {
   const fake = await FakeKube.start(fakeOptions);
   before?.(fake);
-  const connection = fake.connection();
+  const connection = connect ? connect(fake) : fake.connection();
   const { logger, lines } = captureLogger('debug');
   const keys: string[] = [];
   const source = new KubeVmiSource({
@@ -151,4 +155,36 @@ test('cluster-wide mode against namespaced Roles only: the list is forbidden at 
     /403 to GET \/apis\/kubevirt\.io\/v1\/virtualmachineinstances \(virtualmachineinstances\.kubevirt\.io is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot list resource "virtualmachineinstances" in API group "kubevirt\.io" at the cluster scope\)/,
   );
   assert.equal(source.status().synced, false);
+});
+
+test('a watch answered 429 is retried after its Retry-After, from its resourceVersion', { timeout: 30_000 }, async (t) => {
+  const { fake, source } = await start(t, {}, { restartBackoff: { baseMs: 50, maxMs: 50 } });
+  fake.fail({ status: 429, verb: 'watch', retryAfterSeconds: 1 });
+  fake.dropWatches();
+  fake.applyVmi(vmi('while-throttled'));
+  await waitFor('the change arrives', () => source.get('default/while-throttled'), 10_000);
+  const watches = vmiCalls(fake, 'watch');
+  const throttled = watches.findIndex((w) => w.status === 429);
+  assert.ok(throttled > 0);
+  const next = watches[throttled + 1]!;
+  assert.ok(next.at - watches[throttled]!.at >= 950, `waited ${next.at - watches[throttled]!.at} ms`);
+  assert.equal(next.query.resourceVersion, watches[throttled]!.query.resourceVersion);
+  assert.equal(vmiCalls(fake, 'list').length, 1);
+});
+
+test('a rotated token: the next watch gets 401, the token file is re-read, the watch resumes without a relist', { timeout: 30_000 }, async (t) => {
+  const dir = await tempDir();
+  t.after(() => dir.remove());
+  const file = join(dir.path, 'token');
+  await writeFile(file, 'old-token');
+  const { fake, source } = await start(t, { tokens: ['old-token'] }, { restartBackoff: { baseMs: 50, maxMs: 50 } }, {
+    connect: (f) => new KubeConnection({ server: f.url, ca: f.caCert!, tokenFile: file }),
+  });
+  await writeFile(file, 'new-token');
+  fake.acceptTokens('new-token');
+  fake.dropWatches();
+  fake.applyVmi(vmi('after-rotation'));
+  await waitFor('the change arrives', () => source.get('default/after-rotation'), 10_000);
+  assert.deepEqual(vmiCalls(fake, 'watch').map((w) => w.status), [200, 401, 200]);
+  assert.equal(vmiCalls(fake, 'list').length, 1);
 });
