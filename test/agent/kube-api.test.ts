@@ -185,3 +185,23 @@ test('Retry-After: delay-seconds or an HTTP date', () => {
   assert.equal(retryAfterMs(null, now), undefined);
   assert.equal(retryAfterMs('-1', now), undefined);
 });
+
+test('the fake\'s unpause runs KubeVirt\'s side first (onUnpause); its failure is a 500 the client retries', async (t) => {
+  const { fake, api, slept } = await setup(t);
+  const v = fake.applyVmi(vmi('vm2'));
+  const paused = structuredClone(v);
+  paused.status = { nodeName: NODE, phase: 'Running', conditions: [{ type: 'Paused', status: 'True' }] };
+  fake.applyVmi(paused);
+  const resumed: string[] = [];
+  let failures = 1;
+  fake.onUnpause(async (ns, name) => {
+    if (failures-- > 0) throw new Error('launcher unreachable');
+    resumed.push(`${ns}/${name}`);
+  });
+  await kubevirtUnpause(api)({ target: { namespace: 'default', name: 'vm2', uid: v.metadata.uid!, datasource: 'nocloud', annotations: {} } } as ResumeContext);
+  assert.deepEqual(resumed, ['default/vm2']);
+  assert.deepEqual(fake.unpaused, ['default/vm2']);
+  assert.deepEqual(fake.requests.filter((r) => r.method === 'PUT').map((r) => r.status), [500, 200]);
+  assert.deepEqual(slept, [250]);
+  assert.deepEqual(fake.getVmi('default', 'vm2')!.status!.conditions, [], 'the Paused condition is gone');
+});

@@ -153,6 +153,7 @@ export class FakeKube {
   readonly #faults: FaultRule[] = [];
   #honourWatchTimeout = true;
   readonly #afterWatchTimeout: Array<() => void> = [];
+  readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
 
   private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
     this.#pki = pki;
@@ -228,6 +229,12 @@ export class FakeKube {
   // between, that never ends them); the client must notice and renew.
   honourWatchTimeouts(on: boolean): void {
     this.#honourWatchTimeout = on;
+  }
+
+  // What KubeVirt does on unpause besides clearing the Paused condition
+  // (e.g. resume the libvirt domain); awaited before the 200, a throw is a 500.
+  onUnpause(fn: (namespace: string, name: string) => void | Promise<void>): void {
+    this.#onUnpause.push(fn);
   }
 
   // Runs right after the server ends a watch at its timeoutSeconds, before
@@ -545,8 +552,16 @@ export class FakeKube {
       if (vmi.status?.phase !== 'Running') return conflict('VMI is not running');
       const conditions = (vmi.status.conditions ?? []) as Array<{ type: string; status: string }>;
       if (!conditions.some((c) => c.type === 'Paused' && c.status === 'True')) return conflict('VMI is not paused');
-      const next = structuredClone(vmi);
-      next.status!.conditions = conditions.filter((c) => c.type !== 'Paused');
+      // virt-api answers once virt-handler had the launcher resume the domain.
+      for (const fn of this.#onUnpause) {
+        try {
+          await fn(p.namespace, p.name);
+        } catch (e) {
+          return reply(500, status(500, 'InternalError', `Internal error occurred: ${(e as Error).message}`));
+        }
+      }
+      const next = structuredClone(this.#vmis.get(`${p.namespace}/${p.name}`) ?? vmi);
+      next.status!.conditions = ((next.status!.conditions ?? []) as Array<{ type: string }>).filter((c) => c.type !== 'Paused');
       this.applyVmi(next);
       this.unpaused.push(`${p.namespace}/${p.name}`);
       this.#record(req, url, 200, verb, p);
