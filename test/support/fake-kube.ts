@@ -16,7 +16,8 @@
 // status or an ERROR event), Secret/ConfigMap GET with 404 Status, Event
 // POST/PATCH, and KubeVirt's VMI `unpause` subresource (PUT on
 // subresources.kubevirt.io, answered like virt-api: 200, 404, 409 "VMI is
-// not running" / "VMI is not paused"). Every request is logged (method,
+// not running" / "VMI is not paused"; `onUnpause()` adds what KubeVirt
+// does to the domain). Every request is logged (method,
 // path, verb, resource, status) so tests can check RBAC covers exactly what
 // is used.
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
