@@ -16,8 +16,6 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 
 export interface Config {
   mode: 'kubernetes' | 'local';
-  // Namespaced mode: one informer per namespace; absent = cluster-wide.
-  namespaces?: string[];
   // local mode: the directory of YAML manifests.
   localDir?: string;
   nodeName: string;
@@ -65,6 +63,8 @@ export interface Config {
   datasource?: DatasourceConfig;
   // Operator-wide vendor-data ConfigMap (RenderOptions.defaultVendorData).
   vendorDataFrom?: VendorDataRef;
+  // Namespaced mode: watch and read only these (absent: cluster-wide).
+  namespaces?: string[];
 }
 
 export interface DatasourceConfig {
@@ -89,7 +89,6 @@ const OPTIONS = {
   platform: { type: 'string' },
   'pods-dir': { type: 'string' },
   'status-listen': { type: 'string' },
-  namespaces: { type: 'string' },
   'state-dir': { type: 'string' },
   listen: { type: 'string' },
   kubeconfig: { type: 'string' },
@@ -116,6 +115,7 @@ const OPTIONS = {
   'datasource-base-url': { type: 'string' },
   'datasource-compat-source-address': { type: 'boolean' },
   'vendor-data-from': { type: 'string' },
+  namespaces: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -133,7 +133,6 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --node-name NAME            this node (env NODE_NAME; required in cluster mode)
   --platform kubevirt|libvirt  preset of the libvirt-side defaults (cluster: kubevirt, local: libvirt)
   --pods-dir DIR              the kubelet's /var/lib/kubelet/pods as mounted here (default /pods)
-  --namespaces NS[,NS...]     serve only these namespaces' VMIs (default: all)
   --state-dir DIR             where seed images go (cluster: /var/lib/vmseed/seeds, local: ./var/seeds)
   --listen HOST:PORT          /healthz, /readyz, /metrics (cluster: 0.0.0.0:8080, local: 127.0.0.1:8080)
   --status-listen HOST:PORT   status page, /status.json, /status/NS/NAME: every VMI's names and errors
@@ -167,6 +166,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --fsync true|false          fsync images before they replace the old ones (default true)
   --vendor-data-from NS/NAME[/KEY]  ConfigMap key (default vendor-data) used as every seed's vendor-data
                               unless the VMI sets its own
+  --namespaces NS[,NS...]     namespaced mode: watch VMIs and read Secrets/ConfigMaps only in these
+                              namespaces, with a Role per namespace (default: cluster-wide)
   --datasource-listen HOST:PORT  serve seeds as NoCloud over HTTP on this address (off when absent)
   --datasource-key-file FILE  token keys, one base64 key per line, signing key first (required with
                               --datasource-listen; reloaded when it changes)
@@ -280,14 +281,12 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   }
   const stateDir = resolve(cwd, get('state-dir') ?? (local ? 'var/seeds' : '/var/lib/vmseed/seeds'));
   const listen = parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080'));
-  const namespaces = get('namespaces');
   const platform = oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const);
   const podsDir = resolve(cwd, get('pods-dir') ?? '/pods');
   const preset = platformDefaults(platform, podsDir);
   const config: Config = {
     mode: local ? 'local' : 'kubernetes',
     statusListen: get('status-listen') !== undefined ? parseListen(get('status-listen')!, 'status-listen') : local ? listen : { host: '127.0.0.1', port: 8090 },
-    ...(namespaces !== undefined ? { namespaces: parseNamespaces(namespaces) } : {}),
     ...(local ? { localDir: resolve(cwd, localDir) } : {}),
     nodeName,
     stateDir,
@@ -317,6 +316,14 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   };
   const vendorDataFrom = get('vendor-data-from');
   if (vendorDataFrom !== undefined) config.vendorDataFrom = checked(() => parseVendorDataFrom(vendorDataFrom));
+  const namespaces = get('namespaces');
+  if (namespaces !== undefined) {
+    if (local) throw new ConfigError('--namespaces needs a cluster; local mode reads its directory');
+    config.namespaces = parseNamespaces(namespaces);
+    if (config.vendorDataFrom && !config.namespaces.includes(config.vendorDataFrom.namespace)) {
+      throw new ConfigError(`--vendor-data-from: namespace '${config.vendorDataFrom.namespace}' is not in --namespaces; the agent can only read ConfigMaps there`);
+    }
+  }
   const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
   if (datasource) config.datasource = datasource;
   if (local && platform === 'kubevirt') {
@@ -335,14 +342,17 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   return deepFreeze(config);
 }
 
-function parseNamespaces(text: string): string[] {
-  const list = [...new Set(text.split(',').map((n) => n.trim()))];
-  for (const n of list) {
+// `a,b`: DNS-1123 labels (what a namespace name is), each once.
+const MAX_NAMESPACES = 100;
+export function parseNamespaces(text: string): string[] {
+  const names = text.split(',').map((n) => n.trim());
+  if (names.length > MAX_NAMESPACES) throw new ConfigError(`--namespaces: ${names.length} namespaces; at most ${MAX_NAMESPACES} (one watch each)`);
+  for (const n of names) {
     if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(n)) {
-      throw new ConfigError(`--namespaces: '${n}' is not a namespace name; give a comma-separated list, e.g. team-a,team-b`);
+      throw new ConfigError(`--namespaces: '${n}' is not a namespace name (lowercase letters, digits and '-', at most 63); separate names with commas`);
     }
   }
-  return list;
+  return [...new Set(names)];
 }
 
 // A VmseedError from a shared parser becomes the one-line ConfigError.
@@ -413,6 +423,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
       : {}),
     logLevel: c.logLevel,
     fsync: c.fsync,
+    ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),
     ...(c.vendorDataFrom ? { vendorDataFrom: `${c.vendorDataFrom.namespace}/${c.vendorDataFrom.name}${c.vendorDataFrom.key ? `/${c.vendorDataFrom.key}` : ''}` } : {}),
     // The key file's path only, never its content.
     ...(c.datasource

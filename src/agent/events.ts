@@ -170,7 +170,8 @@ export class KubeEventRecorder implements EventRecorder {
     };
     const path = `/api/v1/namespaces/${encodeURIComponent(ns)}/events`;
     const res = await this.#api.request('POST', path, event);
-    if (res.status !== 201 && res.status !== 200) throw new Error(`POST Event answered ${res.status}`);
+    // 409 AlreadyExists: a retried POST whose first try was stored before its 5xx answer.
+    if (res.status !== 201 && res.status !== 200 && res.status !== 409) throw new Error(`POST Event answered ${res.status}`);
     if (this.#seen.size >= MAX_CACHED) this.#seen.delete(this.#seen.keys().next().value!);
     this.#seen.set(aggKey, { name, namespace: ns, count: 1 });
   }

@@ -1,29 +1,74 @@
 // A small JSON client for the few Kubernetes calls the agent makes (list
-// VMIs, get Secret/ConfigMap, create/patch Event) over the connection's
-// server, TLS, credentials and keep-alive pool.
+// VMIs, get Secret/ConfigMap, create/patch Event, unpause) over the
+// connection's server, TLS, credentials and keep-alive pool.
+//
+// The API server sheds load with 429 and a Retry-After (priority and
+// fairness), and answers 5xx while it or etcd is in trouble: those are
+// retried here, a few times, honouring Retry-After up to a cap, before the
+// caller sees the status. A 401 makes the connection re-read its token file
+// (a rotated service-account token) and the call is tried once more.
 import { fetch } from 'undici';
 import { VmseedError } from '../errors.ts';
 import type { KubeConnection } from './kube-connection.ts';
 
+export type KubeMethod = 'GET' | 'POST' | 'PATCH' | 'PUT';
+
 export interface KubeResponse {
   status: number;
   body: unknown;
+  // From a Retry-After header, in milliseconds.
+  retryAfterMs?: number;
 }
 
 export interface KubeApi {
-  request(method: 'GET' | 'POST' | 'PATCH' | 'PUT', path: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
+  request(method: KubeMethod, path: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
+}
+
+export interface KubeRetryPolicy {
+  // Further attempts after a 429 or 5xx (0: none).
+  retries: number;
+  // Without Retry-After: baseMs * 2^(n-1), at most maxMs.
+  baseMs: number;
+  maxMs: number;
+  // Retry-After is honoured up to this; a longer one is cut to it.
+  maxRetryAfterMs: number;
+}
+
+export const DEFAULT_RETRY: KubeRetryPolicy = { retries: 3, baseMs: 250, maxMs: 2000, maxRetryAfterMs: 5000 };
+
+export function isRetryableStatus(status: number): boolean {
+  return status === 429 || (status >= 500 && status <= 504);
 }
 
 export class KubeConnectionApi implements KubeApi {
   readonly #conn: KubeConnection;
   readonly #timeoutMs: number;
+  readonly #retry: KubeRetryPolicy;
+  readonly #sleep: (ms: number) => Promise<void>;
 
-  constructor(conn: KubeConnection, options: { timeoutMs?: number } = {}) {
+  constructor(conn: KubeConnection, options: { timeoutMs?: number; retry?: Partial<KubeRetryPolicy>; sleep?: (ms: number) => Promise<void> } = {}) {
     this.#conn = conn;
     this.#timeoutMs = options.timeoutMs ?? 30_000;
+    this.#retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
   }
 
-  async request(method: 'GET' | 'POST' | 'PATCH' | 'PUT', path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
+  async request(method: KubeMethod, path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
+    let reauthenticated = false;
+    for (let attempt = 0; ; attempt++) {
+      const res = await this.#once(method, path, body, contentType);
+      if (res.status === 401 && !reauthenticated && this.#conn.tokenRejected()) {
+        reauthenticated = true;
+        attempt--;
+        continue;
+      }
+      if (!isRetryableStatus(res.status) || attempt >= this.#retry.retries) return res;
+      const backoff = Math.min(this.#retry.maxMs, this.#retry.baseMs * 2 ** attempt);
+      await this.#sleep(res.retryAfterMs !== undefined ? Math.min(res.retryAfterMs, this.#retry.maxRetryAfterMs) : backoff);
+    }
+  }
+
+  async #once(method: KubeMethod, path: string, body: unknown, contentType: string): Promise<KubeResponse> {
     const url = this.#conn.getCurrentCluster().server + path;
     let res;
     try {
@@ -50,22 +95,51 @@ export class KubeConnectionApi implements KubeApi {
     } catch {
       parsed = undefined;
     }
-    return { status: res.status, body: parsed };
+    const after = retryAfterMs(res.headers.get('retry-after'));
+    return { status: res.status, body: parsed, ...(after !== undefined ? { retryAfterMs: after } : {}) };
   }
 }
 
-// 5xx and 429 are the server's trouble and pass; the rest are ours.
-export function statusError(method: string, path: string, status: number): VmseedError {
-  const retryable = status >= 500 || status === 429;
-  return new VmseedError(
-    retryable ? 'KUBE_API_UNAVAILABLE' : 'KUBE_API_ERROR',
-    `Kubernetes API answered ${status} to ${method} ${path.split('?')[0]}${status === 403 ? '; check the agent ClusterRole' : ''}`,
-    { kind: retryable || status === 403 ? 'retryable' : 'terminal' },
-  );
+// Retry-After as delay-seconds or an HTTP date (RFC 9110 10.2.3).
+export function retryAfterMs(header: string | null | undefined, now = Date.now()): number | undefined {
+  if (header === null || header === undefined || header.trim() === '') return undefined;
+  const text = header.trim();
+  if (/^\d{1,9}$/.test(text)) return Number(text) * 1000;
+  if (!/^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(text)) return undefined; // IMF-fixdate only
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+// The typed error for a status the caller cannot use. The API server's
+// Status message is quoted for 403 only: it names the user, verb, resource
+// and namespace RBAC refused, never object content.
+export function statusError(method: string, path: string, res: number | KubeResponse): VmseedError {
+  const status = typeof res === 'number' ? res : res.status;
+  const where = `${method} ${path.split('?')[0]}`;
+  if (status === 429) {
+    return new VmseedError('KUBE_API_THROTTLED', `Kubernetes API server is shedding load (429 to ${where}, retried); will retry`, { kind: 'retryable' });
+  }
+  if (status >= 500) {
+    return new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API answered ${status} to ${where} (retried); will retry`, { kind: 'retryable' });
+  }
+  if (status === 401) {
+    return new VmseedError('KUBE_API_UNAUTHORIZED', `Kubernetes API rejected the agent's credentials (401 to ${where}): the service-account token expired or was revoked, or the kubeconfig's is wrong; will retry`, { kind: 'retryable' });
+  }
+  if (status === 403) {
+    const message = typeof res === 'number' ? '' : String((res.body as { message?: unknown } | undefined)?.message ?? '').slice(0, 300);
+    return new VmseedError('KUBE_API_FORBIDDEN', `Kubernetes API answered 403 to ${where}${message ? ` (${message})` : ''}; grant it in the agent's ClusterRole, or in the namespace's Role with --namespaces; will retry`, { kind: 'retryable' });
+  }
+  return new VmseedError('KUBE_API_ERROR', `Kubernetes API answered ${status} to ${where}`, { kind: 'terminal' });
 }
 
 // The transport's own reason (ECONNREFUSED, TimeoutError...), never a body.
-function transportReason(e: unknown): string {
+export function transportReason(e: unknown): string {
   const err = e as { name?: string; code?: string; message?: string; cause?: { code?: string; message?: string } };
-  return (err.cause?.code ?? err.code ?? (err.name === 'TimeoutError' ? 'timeout' : err.cause?.message ?? err.message ?? 'error')).slice(0, 120);
+  const code = err.cause?.code ?? err.code;
+  // OpenSSL's verify errors: the server is not who ca.crt / the kubeconfig's CA says.
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return `TLS: the server's certificate does not name the host connected to (${code})`;
+  if (code && /^(UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_[A-Z_]+)$/.test(code)) {
+    return `TLS: the server's certificate is not signed by the configured CA (${code}); check the service account's ca.crt or the kubeconfig's certificate-authority`;
+  }
+  return (code ?? (err.name === 'TimeoutError' ? 'timeout' : err.cause?.message ?? err.message ?? 'error')).slice(0, 120);
 }

@@ -5,15 +5,21 @@
 // bearer token or client certificate. The object is shaped like what
 // client-node's Watch asks of a KubeConfig (getCurrentCluster,
 // applySecurityAuthentication), so the informer runs on it unchanged.
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Agent } from 'undici';
 import { load as loadYaml } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 
-const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-// Bound service-account tokens rotate; client-go re-reads the file each minute.
+export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+// Bound service-account tokens rotate: kubelet rewrites the projected file
+// at 80% of the token's TTL (1 h by default, so after ~48 min), and the old
+// token stays valid until it expires. client-go re-reads the file each
+// minute (transport.NewCachedFileTokenSource); so does this, and at once
+// after a 401.
 const TOKEN_REREAD_MS = 60_000;
+// A service-account JWT is ~1-2 KiB.
+const MAX_TOKEN_BYTES = 64 * 1024;
 
 export interface ConnectionSpec {
   server: string;
@@ -24,6 +30,7 @@ export interface ConnectionSpec {
   serverName?: string;
   token?: string;
   tokenFile?: string;
+  tokenRereadMs?: number;
 }
 
 // The subset of client-node's RequestContext that is used.
@@ -72,21 +79,51 @@ export class KubeConnection {
     ctx.setDispatcher(this.#dispatcher);
   }
 
-  async close(): Promise<void> {
-    await this.#dispatcher.close();
+  // Lets in-flight calls finish, but not a watch that never ends.
+  async close(graceMs = 2000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), graceMs)));
+    const closed = await Promise.race([this.#dispatcher.close().then(() => 'closed' as const), late]);
+    clearTimeout(timer);
+    if (closed === 'late') await this.#dispatcher.destroy();
+  }
+
+  // The API server said 401: read the token file again now (it may have
+  // been rotated since the last read). True when that gave a different
+  // token, so the call is worth one more try.
+  tokenRejected(): boolean {
+    if (!this.#spec.tokenFile) return false;
+    const before = this.#token;
+    this.#readToken();
+    return this.#token !== undefined && this.#token !== before;
   }
 
   #currentToken(): string | undefined {
     const file = this.#spec.tokenFile;
-    if (file && (this.#token === undefined || Date.now() - this.#tokenReadAt > TOKEN_REREAD_MS)) {
-      try {
-        this.#token = readFileSync(file, 'utf8').trim();
-        this.#tokenReadAt = Date.now();
-      } catch {
-        // Keep the last token; the API server will say 401 if it expired.
-      }
-    }
+    if (file && (this.#token === undefined || Date.now() - this.#tokenReadAt > (this.#spec.tokenRereadMs ?? TOKEN_REREAD_MS))) this.#readToken();
     return this.#token;
+  }
+
+  // kubelet's projected volume makes `token` a symlink into its current
+  // `..data` directory and swaps that directory on rotation: the path is
+  // opened afresh each time, following that link by design.
+  #readToken(): void {
+    const file = this.#spec.tokenFile!;
+    let fd: number | undefined;
+    try {
+      fd = openSync(file, 'r');
+      const buf = Buffer.alloc(MAX_TOKEN_BYTES + 1);
+      let n = 0;
+      for (let r; n < buf.length && (r = readSync(fd, buf, n, buf.length - n, null)) > 0; ) n += r;
+      if (n > MAX_TOKEN_BYTES) return; // not a token; keep the last one
+      const token = buf.subarray(0, n).toString('utf8').trim();
+      if (token !== '') this.#token = token;
+      this.#tokenReadAt = Date.now();
+    } catch {
+      // Keep the last token; the API server will say 401 if it expired.
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
   }
 }
 
@@ -104,6 +141,8 @@ export function inClusterConnection(env: NodeJS.ProcessEnv = process.env, saDir 
   } catch {
     throw invalid(`no service-account CA at ${saDir}/ca.crt; mount the service account token or pass --kubeconfig`);
   }
+  // client-go's rest.InClusterConfig: the CA from ca.crt only (a server
+  // certificate from another CA is refused), the token from its file.
   return new KubeConnection({ server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`, ca, tokenFile: `${saDir}/token` });
 }
 

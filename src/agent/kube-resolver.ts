@@ -1,29 +1,42 @@
 // RefResolver backed by the Kubernetes API: Secrets and ConfigMaps are read
 // when a reconcile needs them (no Secret watch: the agent's RBAC stays
 // `get` on Secrets). 404 means "does not exist"; transport trouble is a
-// retryable KUBE_API_UNAVAILABLE.
+// retryable KUBE_API_UNAVAILABLE. In namespaced mode (--namespaces) only
+// those namespaces are asked: a VMI can only reference objects in its own
+// namespace, and the agent holds no Role anywhere else.
 import type { ConfigMapObject, RefResolver, SecretObject } from '../cloudinit/kube-types.ts';
 import { statusError, type KubeApi } from './kube-api.ts';
+import { VmseedError } from '../errors.ts';
 
 export class KubeRefResolver implements RefResolver {
   readonly #api: KubeApi;
+  readonly #namespaces: ReadonlySet<string> | undefined;
 
-  constructor(api: KubeApi) {
+  constructor(api: KubeApi, options: { namespaces?: readonly string[] } = {}) {
     this.#api = api;
+    this.#namespaces = options.namespaces && options.namespaces.length > 0 ? new Set(options.namespaces) : undefined;
   }
 
-  getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
-    return this.#get(`/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`) as Promise<SecretObject | undefined>;
+  async getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
+    this.#checkScope(namespace, 'Secret', name);
+    return (await this.#get(`/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`)) as SecretObject | undefined;
   }
 
-  getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
-    return this.#get(`/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps/${encodeURIComponent(name)}`) as Promise<ConfigMapObject | undefined>;
+  async getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
+    this.#checkScope(namespace, 'ConfigMap', name);
+    return (await this.#get(`/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps/${encodeURIComponent(name)}`)) as ConfigMapObject | undefined;
+  }
+
+  #checkScope(namespace: string, kind: string, name: string): void {
+    if (this.#namespaces && !this.#namespaces.has(namespace)) {
+      throw new VmseedError('KUBE_API_FORBIDDEN', `${kind} ${namespace}/${name} is outside the agent's namespaces (--namespaces ${[...this.#namespaces].join(',')}); not read`, { kind: 'terminal' });
+    }
   }
 
   async #get(path: string): Promise<unknown> {
     const res = await this.#api.request('GET', path);
     if (res.status === 404) return undefined;
-    if (res.status !== 200) throw statusError('GET', path, res.status);
+    if (res.status !== 200) throw statusError('GET', path, res);
     return res.body;
   }
 }

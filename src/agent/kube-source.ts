@@ -1,12 +1,22 @@
 // The node's VMIs from the Kubernetes API: client-node's ListWatch on
 // /apis/kubevirt.io/v1/virtualmachineinstances with the label selector
-// kubevirt.io/nodeName=<node>. client-node's informer stops for good on any
-// error other than 410 and can stall silently, so this class owns its
-// lifecycle: restart after errors with capped exponential backoff, restart
-// from a watchdog when nothing (not even a bookmark) arrived for too long.
+// kubevirt.io/nodeName=<node>, or, in namespaced mode (--namespaces a,b),
+// one ListWatch per namespace on /apis/kubevirt.io/v1/namespaces/<ns>/
+// virtualmachineinstances with the same selector, aggregated: synced when
+// every namespace is, connected when every watch is.
+//
+// Watches are bounded as client-go's reflector bounds them (kube-watch.ts):
+// the server ends each one cleanly after a randomised timeoutSeconds and
+// ListWatch watches again from its resourceVersion; one that runs past it
+// is cut and renewed the same way. client-node's informer stops for good on
+// any other error and can stall silently, so this class owns its lifecycle:
+// restart after errors with capped exponential backoff (at least the
+// server's Retry-After on a 429/503), restart from a watchdog when nothing
+// (not even a bookmark) arrived for too long. A restart keeps the
+// resourceVersion: only a 410 Gone relists.
 // Deep imports: the package index loads every generated API client.
 import { ListWatch } from '@kubernetes/client-node/dist/cache.js';
-import { Watch } from '@kubernetes/client-node/dist/watch.js';
+import type { Watch } from '@kubernetes/client-node/dist/watch.js';
 import type { KubernetesObject, KubernetesListObject } from '@kubernetes/client-node/dist/types.js';
 import type { KubeConnection } from './kube-connection.ts';
 import type { Logger } from 'pino';
@@ -14,11 +24,16 @@ import type { VmiObject } from '../cloudinit/kube-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { WatchStatus } from './status-types.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
-import { statusError, type KubeApi } from './kube-api.ts';
+import { statusError, transportReason, type KubeApi } from './kube-api.ts';
+import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './kube-watch.ts';
 import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 
 export const VMI_PATH = '/apis/kubevirt.io/v1/virtualmachineinstances';
+
+export function vmiPath(namespace?: string): string {
+  return namespace === undefined ? VMI_PATH : `/apis/kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances`;
+}
 
 export interface KubeSourceOptions {
   connection: KubeConnection;
@@ -27,50 +42,63 @@ export interface KubeSourceOptions {
   logger: Logger;
   metrics?: Metrics;
   onKey: KeyHandler;
+  // Namespaced mode: watch only these (absent or empty: cluster-wide).
+  namespaces?: readonly string[];
   restartBackoff?: BackoffPolicy;
+  // A Retry-After longer than this is cut to it.
+  maxRetryAfterMs?: number;
   // No event or bookmark for this long: the watch is stale and restarted.
   staleAfterMs?: number;
   watchdogIntervalMs?: number;
-  // client-node's per-watch inactivity timeout; above staleAfterMs so the
-  // watchdog is what notices.
-  watchTimeoutMs?: number;
+  // client-go's minWatchTimeout (5 min): each watch asks the server to end
+  // it after a random time in [min, 2*min].
+  minWatchTimeoutMs?: number;
+  // How long past its timeoutSeconds a watch may run before it is cut.
+  watchGraceMs?: number;
 }
 
-type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
-type DoneCallback = (err: unknown) => void;
+type ListError = Error & { statusCode?: number; retryAfterMs?: number };
 
-export class KubeVmiSource implements VmiSource {
+// One ListWatch: the whole cluster, or one namespace.
+class ScopedInformer {
+  readonly namespace: string | undefined;
   readonly #opts: KubeSourceOptions;
   readonly #log: Logger;
   readonly #informer: ListWatch<KubernetesObject>;
   readonly #selector: string;
+  readonly #path: string;
   readonly #restartBackoff: BackoffPolicy;
   readonly #staleAfterMs: number;
+  readonly #changed: () => void;
   #synced = false;
   #syncedWaiters: Array<() => void> = [];
-  #connected = false;
-  #stale = false;
-  #restarts = 0;
+  connected = false;
+  stale = false;
+  restarts = 0;
   #failures = 0;
-  #lastEventAt: number | undefined;
-  #lastError: string | undefined;
+  lastEventAt: number | undefined;
+  lastError: string | undefined;
   #stopped = true;
   #restartTimer: NodeJS.Timeout | undefined;
   #watchdog: NodeJS.Timeout | undefined;
   // Bumped on every (re)start: done/error callbacks of older watches are ignored.
   #generation = 0;
 
-  constructor(options: KubeSourceOptions) {
+  constructor(options: KubeSourceOptions, namespace: string | undefined, changed: () => void) {
+    this.namespace = namespace;
     this.#opts = options;
-    this.#log = options.logger;
+    this.#changed = changed;
+    this.#log = namespace === undefined ? options.logger : options.logger.child({ watchNamespace: namespace });
     this.#selector = `kubevirt.io/nodeName=${options.nodeName}`;
+    this.#path = vmiPath(namespace);
     this.#restartBackoff = options.restartBackoff ?? { baseMs: 1000, maxMs: 60_000 };
     this.#staleAfterMs = options.staleAfterMs ?? 180_000;
-    // Watch only calls getCurrentCluster() and applySecurityAuthentication().
-    const watch = new Watch(options.connection as never);
-    // Private in the typings, but the only knob for client-node's inactivity timeout.
-    (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = options.watchTimeoutMs ?? this.#staleAfterMs * 2;
-    this.#informer = new ListWatch<KubernetesObject>(VMI_PATH, this.#wrapWatch(watch) as unknown as Watch, () => this.#list(), false, this.#selector);
+    const watch = new BoundedWatch({
+      connection: options.connection,
+      ...(options.minWatchTimeoutMs !== undefined ? { minWatchTimeoutMs: options.minWatchTimeoutMs } : {}),
+      ...(options.watchGraceMs !== undefined ? { graceMs: options.watchGraceMs } : {}),
+    });
+    this.#informer = new ListWatch<KubernetesObject>(this.#path, this.#wrapWatch(watch) as unknown as Watch, () => this.#list(), false, this.#selector);
     const enqueue = (obj: KubernetesObject) => {
       try {
         this.#opts.onKey(keyOf(obj as VmiObject));
@@ -84,19 +112,24 @@ export class KubeVmiSource implements VmiSource {
     this.#informer.on('error', (err: unknown) => this.#onError(err));
   }
 
-  // Intercepts client-node's Watch: adds allowWatchBookmarks, notes every
-  // line (bookmarks included) for the watchdog, tracks connection state and
-  // drops callbacks of watches we aborted ourselves (client-node would
-  // otherwise report the abort as an error, or abort the next watch).
-  #wrapWatch(watch: Watch) {
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  // Notes every line (bookmarks included) for the watchdog, tracks
+  // connection state and drops callbacks of watches we aborted ourselves.
+  // A clean end (the server's timeoutSeconds) or a watch cut past its
+  // timeout is a renewal, not a disconnection: ListWatch watches again
+  // from its resourceVersion at once.
+  #wrapWatch(watch: BoundedWatch) {
     return {
       watch: async (path: string, query: Record<string, unknown>, callback: WatchCallback, done: DoneCallback) => {
         const gen = this.#generation;
         let aborted = false;
         let finished = false;
-        const controller = await watch.watch(
+        const handle = await watch.watch(
           path,
-          { ...query, allowWatchBookmarks: true },
+          query,
           (phase, obj, raw) => {
             if (aborted || gen !== this.#generation) return;
             this.#sawEvent();
@@ -109,25 +142,35 @@ export class KubeVmiSource implements VmiSource {
           },
           (err) => {
             finished = true;
-            this.#connected = false;
-            this.#publishSynced();
             if (aborted || gen !== this.#generation) return;
-            if (err && ((err as { statusCode?: number }).statusCode === 410 || (err as { code?: number }).code === 410)) {
-              this.#opts.metrics?.informerRestarts.inc({ reason: 'gone' });
+            const e = err as WatchError | null;
+            if (e === null || e.name === 'TimeoutError') {
+              if (e) this.#log.info({ reason: e.message }, 'VMI watch ran past its timeout; renewing it from its resourceVersion');
+              else this.#log.debug('VMI watch ended by the API server; renewing it from its resourceVersion');
+            } else {
+              this.connected = false;
+              this.#changed();
+              if (e.statusCode === 410) this.#opts.metrics?.informerRestarts.inc({ reason: 'gone' });
             }
             done(err);
           },
         );
+        // Stopped or restarted while this watch was connecting: ListWatch
+        // had no handle to abort yet, so the stream would stay open.
+        if (gen !== this.#generation && !finished) {
+          aborted = true;
+          handle.abort();
+        }
         if (!finished && !aborted && gen === this.#generation) {
-          this.#connected = true;
+          this.connected = true;
           this.#failures = 0;
-          this.#lastError = undefined;
-          this.#publishSynced();
+          this.lastError = undefined;
+          this.#changed();
         }
         return {
           abort: () => {
             aborted = true;
-            controller.abort();
+            handle.abort();
           },
         };
       },
@@ -135,11 +178,12 @@ export class KubeVmiSource implements VmiSource {
   }
 
   async #list(): Promise<KubernetesListObject<KubernetesObject>> {
-    const path = `${VMI_PATH}?labelSelector=${encodeURIComponent(this.#selector)}`;
+    const path = `${this.#path}?labelSelector=${encodeURIComponent(this.#selector)}`;
     const res = await this.#opts.api.request('GET', path);
     if (res.status !== 200) {
-      const err = statusError('GET', path, res.status) as Error & { statusCode?: number };
+      const err = statusError('GET', path, res) as ListError;
       err.statusCode = res.status;
+      if (res.retryAfterMs !== undefined) err.retryAfterMs = res.retryAfterMs;
       throw err;
     }
     this.#sawEvent();
@@ -149,15 +193,10 @@ export class KubeVmiSource implements VmiSource {
     return { ...list, items: list.items ?? [] };
   }
 
-  // vmseed_informer_synced: listed and watching, and not stale.
-  #publishSynced(): void {
-    this.#opts.metrics?.informerSynced.set(this.#synced && this.#connected && !this.#stale ? 1 : 0);
-  }
-
   #markSynced(): void {
     if (this.#synced) return;
     this.#synced = true;
-    this.#publishSynced();
+    this.#changed();
     const w = this.#syncedWaiters;
     this.#syncedWaiters = [];
     for (const f of w) f();
@@ -165,25 +204,23 @@ export class KubeVmiSource implements VmiSource {
   }
 
   #sawEvent(): void {
-    this.#lastEventAt = Date.now();
-    if (this.#stale) this.#log.info('VMI watch is receiving again');
-    this.#stale = false;
+    this.lastEventAt = Date.now();
+    if (this.stale) this.#log.info('VMI watch is receiving again');
+    this.stale = false;
     this.#failures = 0;
   }
 
   #onError(err: unknown): void {
     if (this.#stopped) return;
-    this.#connected = false;
-    this.#publishSynced();
+    this.connected = false;
     this.#failures++;
-    const e = err as { message?: string; code?: unknown; statusCode?: number; cause?: { code?: string } };
-    this.#lastError = (
-      err instanceof VmseedError
-        ? err.message
-        : (e?.cause?.code ?? (typeof e?.code === 'string' ? e.code : undefined) ?? (e?.statusCode ? `HTTP ${e.statusCode}` : undefined) ?? e?.message ?? 'unknown error')
-    ).slice(0, 200);
-    const delay = backoffDelay(this.#restartBackoff, this.#failures);
-    this.#log.warn({ error: this.#lastError, retryInMs: delay }, 'VMI watch failed; restarting');
+    const e = err as { message?: string; statusCode?: number; retryAfterMs?: number };
+    this.lastError = (err instanceof VmseedError ? err.message : e?.statusCode ? (e.message ?? `HTTP ${e.statusCode}`) : transportReason(err)).slice(0, 300);
+    this.#changed();
+    const backoff = backoffDelay(this.#restartBackoff, this.#failures);
+    // The server asked for a pause (429 from priority and fairness, 503).
+    const delay = typeof e?.retryAfterMs === 'number' ? Math.max(backoff, Math.min(e.retryAfterMs, this.#opts.maxRetryAfterMs ?? 60_000)) : backoff;
+    this.#log.warn({ error: this.lastError, retryInMs: delay }, 'VMI watch failed; restarting');
     this.#scheduleRestart('error', delay);
   }
 
@@ -197,18 +234,19 @@ export class KubeVmiSource implements VmiSource {
 
   async #restart(reason: 'error' | 'stale'): Promise<void> {
     if (this.#stopped) return;
-    this.#restarts++;
+    this.restarts++;
     this.#opts.metrics?.informerRestarts.inc({ reason });
     this.#generation++;
     await this.#informer.stop();
-    this.#connected = false;
+    this.connected = false;
     if (this.#stopped) return;
+    // ListWatch.start() keeps its resourceVersion: a watch from there, no relist.
     await this.#informer.start().catch((e: unknown) => this.#onError(e));
   }
 
   async start(): Promise<void> {
     this.#stopped = false;
-    this.#lastEventAt = Date.now();
+    this.lastEventAt = Date.now();
     const interval = this.#opts.watchdogIntervalMs ?? Math.max(50, Math.min(10_000, this.#staleAfterMs / 4));
     this.#watchdog = setInterval(() => this.#checkStale(), interval);
     this.#generation++;
@@ -216,14 +254,13 @@ export class KubeVmiSource implements VmiSource {
   }
 
   #checkStale(): void {
-    const age = this.#lastEventAt === undefined ? 0 : (Date.now() - this.#lastEventAt) / 1000;
-    this.#opts.metrics?.informerLastEventAge.set(age);
-    this.#publishSynced();
+    this.#changed();
     if (this.#stopped || this.#restartTimer) return;
-    if (age * 1000 > this.#staleAfterMs) {
-      this.#stale = true;
-      this.#log.warn({ secondsSinceLastEvent: Math.round(age) }, 'VMI watch is stale; restarting it');
-      this.#lastEventAt = Date.now();
+    const age = this.lastEventAt === undefined ? 0 : Date.now() - this.lastEventAt;
+    if (age > this.#staleAfterMs) {
+      this.stale = true;
+      this.#log.warn({ secondsSinceLastEvent: Math.round(age / 1000) }, 'VMI watch is stale; restarting it');
+      this.lastEventAt = Date.now();
       this.#scheduleRestart('stale', 0);
     }
   }
@@ -236,33 +273,86 @@ export class KubeVmiSource implements VmiSource {
     this.#restartTimer = undefined;
     this.#watchdog = undefined;
     await this.#informer.stop();
-    this.#connected = false;
-    this.#publishSynced();
+    this.connected = false;
+    this.#changed();
   }
 
-  get(key: string): VmiObject | undefined {
-    const i = key.indexOf('/');
-    return this.#informer.get(key.slice(i + 1), key.slice(0, i)) as VmiObject | undefined;
+  get(namespace: string, name: string): VmiObject | undefined {
+    return this.#informer.get(name, namespace) as VmiObject | undefined;
   }
 
   keys(): string[] {
     return this.#informer.list().map((o) => keyOf(o as VmiObject));
   }
 
-  synced(): Promise<void> {
+  whenSynced(): Promise<void> {
     if (this.#synced) return Promise.resolve();
     return new Promise((r) => this.#syncedWaiters.push(r));
   }
+}
+
+export class KubeVmiSource implements VmiSource {
+  readonly #opts: KubeSourceOptions;
+  readonly #informers: ScopedInformer[];
+  readonly #byNamespace: Map<string, ScopedInformer> | undefined;
+
+  constructor(options: KubeSourceOptions) {
+    this.#opts = options;
+    const namespaces = [...new Set(options.namespaces ?? [])];
+    const changed = () => this.#publish();
+    if (namespaces.length === 0) {
+      this.#informers = [new ScopedInformer(options, undefined, changed)];
+      this.#byNamespace = undefined;
+    } else {
+      this.#informers = namespaces.map((ns) => new ScopedInformer(options, ns, changed));
+      this.#byNamespace = new Map(this.#informers.map((i) => [i.namespace!, i]));
+    }
+  }
+
+  // vmseed_informer_synced: every scope listed and watching, none stale.
+  #publish(): void {
+    const s = this.status();
+    this.#opts.metrics?.informerSynced.set(s.synced && s.connected && !s.stale ? 1 : 0);
+    if (s.lastEventAt !== undefined) this.#opts.metrics?.informerLastEventAge.set(Math.max(0, (Date.now() - Date.parse(s.lastEventAt)) / 1000));
+  }
+
+  async start(): Promise<void> {
+    await Promise.all(this.#informers.map((i) => i.start()));
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.#informers.map((i) => i.stop()));
+  }
+
+  get(key: string): VmiObject | undefined {
+    const i = key.indexOf('/');
+    const namespace = key.slice(0, i);
+    const informer = this.#byNamespace ? this.#byNamespace.get(namespace) : this.#informers[0];
+    return informer?.get(namespace, key.slice(i + 1));
+  }
+
+  keys(): string[] {
+    return this.#informers.flatMap((i) => i.keys());
+  }
+
+  synced(): Promise<void> {
+    return Promise.all(this.#informers.map((i) => i.whenSynced())).then(() => undefined);
+  }
 
   status(): WatchStatus {
+    const all = this.#informers;
+    const times = all.map((i) => i.lastEventAt).filter((t): t is number => t !== undefined);
+    const failing = all.find((i) => i.lastError !== undefined);
+    const lastError = failing === undefined ? undefined : failing.namespace === undefined ? failing.lastError : `namespace ${failing.namespace}: ${failing.lastError}`;
     return {
       mode: 'kubernetes',
-      synced: this.#synced,
-      connected: this.#connected,
-      stale: this.#stale,
-      restarts: this.#restarts,
-      ...(this.#lastEventAt !== undefined ? { lastEventAt: new Date(this.#lastEventAt).toISOString() } : {}),
-      ...(this.#lastError !== undefined ? { lastError: this.#lastError } : {}),
+      synced: all.every((i) => i.synced),
+      connected: all.every((i) => i.connected),
+      stale: all.some((i) => i.stale),
+      restarts: all.reduce((n, i) => n + i.restarts, 0),
+      // The oldest: the watchdog's view of the quietest watch.
+      ...(times.length > 0 ? { lastEventAt: new Date(Math.min(...times)).toISOString() } : {}),
+      ...(lastError !== undefined ? { lastError } : {}),
     };
   }
 }

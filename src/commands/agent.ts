@@ -134,8 +134,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     ...withInjector,
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
-      new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey }),
-    refs: new KubeRefResolver(api),
+      new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey, ...(config.namespaces ? { namespaces: config.namespaces } : {}) }),
+    refs: new KubeRefResolver(api, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
   return withDatasource(agent, () => connection.close());
 }

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { connectionFromKubeconfig, inClusterConnection } from '../../src/agent/kube-connection.ts';
+import { connectionFromKubeconfig, inClusterConnection, KubeConnection } from '../../src/agent/kube-connection.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { tempDir } from '../support/agent-harness.ts';
 
@@ -53,4 +53,29 @@ test('in-cluster: service account CA and rotating token file', async (t) => {
   assert.equal(c.getCurrentCluster().server, 'https://10.0.0.1:443');
   assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer tok-1' });
   assert.throws(() => inClusterConnection({}, sa), /KUBERNETES_SERVICE_HOST is not set/);
+});
+
+test('token file: re-read after its period and on demand after a 401; an oversized file is not a token', async (t) => {
+  const dir = await tempDir();
+  t.after(() => dir.remove());
+  const file = join(dir.path, 'token');
+  await writeFile(file, 'tok-1\n');
+  const c = new KubeConnection({ server: 'https://127.0.0.1:1', tokenFile: file, tokenRereadMs: 60_000 });
+  t.after(() => c.close());
+  assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer tok-1' });
+  await writeFile(file, 'tok-2\n');
+  assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer tok-1' }, 'cached within the period');
+  assert.equal(c.tokenRejected(), true, 'a 401 re-reads at once: a new token, worth a retry');
+  assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer tok-2' });
+  assert.equal(c.tokenRejected(), false, 'the same token again: no retry');
+  await writeFile(file, 'x'.repeat(65 * 1024));
+  assert.equal(c.tokenRejected(), false);
+  assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer tok-2' }, 'the last good token is kept');
+  const quick = new KubeConnection({ server: 'https://127.0.0.1:1', tokenFile: file, tokenRereadMs: 0 });
+  t.after(() => quick.close());
+  await writeFile(file, 'tok-3');
+  assert.deepEqual(quick.authHeaders(), { Authorization: 'Bearer tok-3' });
+  await new Promise((r) => setTimeout(r, 5));
+  await writeFile(file, 'tok-4');
+  assert.deepEqual(quick.authHeaders(), { Authorization: 'Bearer tok-4' }, 'the period elapsed: read again');
 });

@@ -227,6 +227,7 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
   // The agent's own credential is a secret too (shown nowhere, logged never).
   await writeFile(kubeconfig, (await readFile(kubeconfig, 'utf8')).replace('"token":"fake-token"', `"token":"${mark('token')}"`));
   assert.ok((await readFile(kubeconfig, 'utf8')).includes(mark('token')));
+  fake.acceptTokens(mark('token'));
   const run = startCli(['--kubeconfig', kubeconfig, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'off'], { NODE_NAME: NODE }, dir.path);
   let code: number | null = null;
   try {

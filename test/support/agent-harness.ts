@@ -104,6 +104,8 @@ export async function startAgent(
     // Started on the agent before its first list (the datasource server).
     beforeStart?: (agent: Agent) => Promise<void>;
     kubevirtVolumes?: 'own' | 'ignore';
+    // Namespaced mode (--namespaces).
+    namespaces?: string[];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -126,8 +128,9 @@ export async function startAgent(
         onKey,
         restartBackoff: { baseMs: options.restartBaseMs ?? 50, maxMs: 400 },
         staleAfterMs: options.staleAfterMs ?? 60_000,
+        ...(options.namespaces ? { namespaces: options.namespaces } : {}),
       }),
-    refs: new KubeRefResolver(api),
+    refs: new KubeRefResolver(api, options.namespaces ? { namespaces: options.namespaces } : {}),
     render: renderSeed,
     build: buildSeedImage,
     store,

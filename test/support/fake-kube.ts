@@ -1,19 +1,37 @@
 // A fake Kubernetes API server on loopback that speaks the real protocol as
-// @kubernetes/client-node 2.x uses it: VMI list (resourceVersion, label
-// selector) and watch (chunked JSON lines, allowWatchBookmarks/BOOKMARK,
-// 410 Gone as an HTTP status or an ERROR event), Secret/ConfigMap GET with
-// 404 Status, Event POST/PATCH, and KubeVirt's VMI `unpause` subresource
-// (PUT on subresources.kubevirt.io, answered like virt-api: 200, 404, 409
-// "VMI is not running" / "VMI is not paused"). Faults on demand: dropped connections,
-// stalled watches, refused connections. Every request is logged (method,
-// path, verb, resource) so tests can check RBAC covers exactly what is used.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+// the agent uses it, behind what a real API server puts in front:
+// - HTTPS with a CA of the test's own (test-pki.ts); `tls: false` keeps
+//   plain HTTP for the few tests about something else.
+// - Authentication: a bearer token from the accepted set (the service
+//   account's; `acceptTokens()` rotates it), else 401 Unauthorized.
+// - RBAC: the rules manifests/daemonset.yaml grants the agent's service
+//   account (or other manifests: ClusterRole/Role with their bindings),
+//   else 403 Forbidden with the API server's own message.
+// - Faults on demand: 429 with Retry-After and 5xx (`fail()`), dropped
+//   connections, stalled watches, refused connections, watches that ignore
+//   `timeoutSeconds`.
+// Resources: VMI list (resourceVersion, label selector) and watch, cluster-
+// wide or per namespace (chunked JSON lines, allowWatchBookmarks/BOOKMARK,
+// timeoutSeconds honoured by ending the stream cleanly, 410 Gone as an HTTP
+// status or an ERROR event), Secret/ConfigMap GET with 404 Status, Event
+// POST/PATCH, and KubeVirt's VMI `unpause` subresource (PUT on
+// subresources.kubevirt.io, answered like virt-api: 200, 404, 409 "VMI is
+// not running" / "VMI is not paused"; `onUnpause()` adds what KubeVirt
+// does to the domain). Every request is logged (method,
+// path, verb, resource, status) so tests can check RBAC covers exactly what
+// is used.
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { KubeConnection } from '../../src/agent/kube-connection.ts';
 import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
+import { requestAttributes, type RequestAttributes } from './rbac.ts';
+import { AGENT_SERVICE_ACCOUNT, allows, forbiddenStatus, loadManifestObjects, rbacFromManifests, serviceAccountUser, type RbacPolicy } from './kube-authz.ts';
+import { testPki, type TestPki } from './test-pki.ts';
+import { ROOT } from './manifests.ts';
 
 export type Verb = 'list' | 'watch' | 'get' | 'create' | 'patch' | 'update' | 'delete' | 'unknown';
 
@@ -28,6 +46,8 @@ export interface RequestRecord {
   name?: string;
   query: Record<string, string>;
   status: number;
+  // Date.now() when answered.
+  at: number;
 }
 
 export interface StoredEvent {
@@ -52,8 +72,25 @@ interface HistoryEntry {
 interface Watcher {
   res: ServerResponse;
   selector: Selector;
+  // Namespaced watch: only that namespace's VMIs.
+  namespace?: string;
   bookmarks: boolean;
   stalled: boolean;
+  timer?: NodeJS.Timeout;
+}
+
+// A fault to answer instead of serving: matched after authentication (as
+// the API server's priority-and-fairness filter) for 429, after
+// authorization for 5xx.
+export interface FaultRule {
+  status: 429 | 500 | 502 | 503 | 504;
+  method?: string;
+  // Matched against the path without the query string.
+  path?: RegExp;
+  verb?: Verb;
+  retryAfterSeconds?: number;
+  // How many requests get the fault (default 1).
+  times?: number;
 }
 
 type Selector = (labels: Record<string, string> | undefined) => boolean;
@@ -75,9 +112,20 @@ function status(code: number, reason: string, message: string, details?: Record<
   return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code, ...(details ? { details } : {}) };
 }
 
+export const DEFAULT_TOKEN = 'fake-token';
+
 export interface FakeKubeOptions {
   // Send a BOOKMARK to bookmark-enabled watches this often.
   bookmarkIntervalMs?: number;
+  // HTTPS with the PKI's server certificate (default: on, with testPki()).
+  tls?: boolean;
+  pki?: TestPki;
+  // Accepted bearer tokens (default [DEFAULT_TOKEN]).
+  tokens?: string[];
+  // Authorization: the objects of these manifests (default
+  // manifests/daemonset.yaml), a policy, or false for none (everything a
+  // valid token asks is allowed).
+  rbac?: false | unknown[] | RbacPolicy;
 }
 
 export class FakeKube {
@@ -100,9 +148,20 @@ export class FakeKube {
   #port = 0;
   #refusing = false;
   #bookmarkTimer: NodeJS.Timeout | undefined;
+  readonly #pki: TestPki | undefined;
+  #tokens: Set<string>;
+  #rbac: RbacPolicy | undefined;
+  readonly #faults: FaultRule[] = [];
+  #honourWatchTimeout = true;
+  readonly #afterWatchTimeout: Array<() => void> = [];
+  readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
 
-  private constructor() {
-    this.#server = createServer((req, res) => this.#handle(req, res));
+  private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
+    this.#pki = pki;
+    this.#tokens = new Set(tokens);
+    this.#rbac = rbac;
+    const handler = (req: IncomingMessage, res: ServerResponse) => void this.#handle(req, res);
+    this.#server = pki ? createHttpsServer({ cert: pki.serverCert, key: pki.serverKey }, handler) : createHttpServer(handler);
     this.#server.on('connection', (s: Socket) => {
       this.#sockets.add(s);
       s.on('close', () => this.#sockets.delete(s));
@@ -110,7 +169,8 @@ export class FakeKube {
   }
 
   static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
-    const f = new FakeKube();
+    const pki = options.tls === false ? undefined : (options.pki ?? (await testPki()));
+    const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac));
     await f.#listen(0);
     if (options.bookmarkIntervalMs) {
       f.#bookmarkTimer = setInterval(() => f.bookmark(), options.bookmarkIntervalMs);
@@ -131,12 +191,61 @@ export class FakeKube {
   }
 
   get url(): string {
-    return `http://127.0.0.1:${this.#port}`;
+    return `${this.#pki ? 'https' : 'http'}://127.0.0.1:${this.#port}`;
   }
 
-  // What the agent connects with (plain http on loopback).
-  connection(): KubeConnection {
-    return new KubeConnection({ server: this.url, token: 'fake-token' });
+  get port(): number {
+    return this.#port;
+  }
+
+  // The CA a client must trust (undefined with `tls: false`).
+  get caCert(): string | undefined {
+    return this.#pki?.caCert;
+  }
+
+  // The identity an accepted token authenticates as.
+  readonly user = serviceAccountUser(AGENT_SERVICE_ACCOUNT);
+
+  // What the agent connects with: the fake's CA and an accepted token.
+  connection(token = this.#firstToken()): KubeConnection {
+    return new KubeConnection({ server: this.url, token, ...(this.#pki ? { ca: this.#pki.caCert } : {}) });
+  }
+
+  // Only these tokens authenticate from now on (a rotation: the old one
+  // expires). Open watches stay open, as on a real API server.
+  acceptTokens(...tokens: string[]): void {
+    this.#tokens = new Set(tokens);
+  }
+
+  setRbac(rbac: false | unknown[] | RbacPolicy): void {
+    this.#rbac = toPolicy(rbac);
+  }
+
+  // Answer the next matching request(s) with this fault.
+  fail(rule: FaultRule): void {
+    this.#faults.push({ times: 1, ...rule });
+  }
+
+  // false: watches run past their timeoutSeconds (a server, or something
+  // between, that never ends them); the client must notice and renew.
+  honourWatchTimeouts(on: boolean): void {
+    this.#honourWatchTimeout = on;
+  }
+
+  // What KubeVirt does on unpause besides clearing the Paused condition
+  // (e.g. resume the libvirt domain); awaited before the 200, a throw is a 500.
+  onUnpause(fn: (namespace: string, name: string) => void | Promise<void>): void {
+    this.#onUnpause.push(fn);
+  }
+
+  // Runs right after the server ends a watch at its timeoutSeconds, before
+  // the client can have watched again.
+  afterWatchTimeout(fn: () => void): void {
+    this.#afterWatchTimeout.push(fn);
+  }
+
+  #firstToken(): string {
+    return [...this.#tokens][0] ?? DEFAULT_TOKEN;
   }
 
   // A kubeconfig file for a subprocess (`--kubeconfig`); JSON is YAML.
@@ -145,8 +254,8 @@ export class FakeKube {
     const config = {
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{ name: 'fake', cluster: { server: this.url } }],
-      users: [{ name: 'agent', user: { token: 'fake-token' } }],
+      clusters: [{ name: 'fake', cluster: { server: this.url, ...(this.#pki ? { 'certificate-authority-data': Buffer.from(this.#pki.caCert).toString('base64') } : {}) } }],
+      users: [{ name: 'agent', user: { token: this.#firstToken() } }],
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'agent' } }],
       'current-context': 'fake',
     };
@@ -298,6 +407,7 @@ export class FakeKube {
   }
 
   #deliver(w: Watcher, e: HistoryEntry): void {
+    if (w.namespace !== undefined && e.obj.metadata.namespace !== w.namespace) return;
     const now = e.type !== 'DELETED' && w.selector(e.obj.metadata.labels);
     const before = e.prev !== undefined && w.selector(e.prev.metadata.labels);
     let type: string | undefined;
@@ -312,6 +422,21 @@ export class FakeKube {
     w.res.write(JSON.stringify(event) + '\n');
   }
 
+  #authenticate(req: IncomingMessage): boolean {
+    const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '');
+    return m !== null && this.#tokens.has(m[1]!);
+  }
+
+  #takeFault(req: IncomingMessage, path: string, verb: Verb, statuses: (s: number) => boolean): FaultRule | undefined {
+    const i = this.#faults.findIndex(
+      (f) => statuses(f.status) && (f.method === undefined || f.method === req.method) && (f.verb === undefined || f.verb === verb) && (f.path === undefined || f.path.test(path)),
+    );
+    if (i < 0) return undefined;
+    const f = this.#faults[i]!;
+    if (--f.times! <= 0) this.#faults.splice(i, 1);
+    return f;
+  }
+
   #record(req: IncomingMessage, url: URL, status: number, verb: Verb, parsed: ReturnType<typeof parsePath>): void {
     this.requests.push({
       method: req.method ?? '',
@@ -324,6 +449,7 @@ export class FakeKube {
       ...(parsed.name ? { name: parsed.name } : {}),
       query: Object.fromEntries(url.searchParams),
       status,
+      at: Date.now(),
     });
   }
 
@@ -333,17 +459,42 @@ export class FakeKube {
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
     const verb: Verb =
       req.method === 'GET' ? (p.name ? 'get' : watch ? 'watch' : 'list') : req.method === 'POST' ? 'create' : req.method === 'PATCH' ? 'patch' : req.method === 'PUT' ? 'update' : req.method === 'DELETE' ? 'delete' : 'unknown';
-    const reply = (code: number, body: unknown) => {
+    const reply = (code: number, body: unknown, headers: Record<string, string> = {}) => {
       this.#record(req, url, code, verb, p);
-      res.writeHead(code, { 'content-type': 'application/json' });
+      res.writeHead(code, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
     };
     const body = await readBody(req);
 
-    if (url.pathname === VMI_PATH && req.method === 'GET') {
-      const selector = parseSelector(url.searchParams.get('labelSelector') ?? undefined);
+    // The API server's filter chain: authentication, priority and fairness
+    // (429), authorization (403), then the handler.
+    if (!this.#authenticate(req)) return reply(401, status(401, 'Unauthorized', 'Unauthorized'));
+    const fault429 = this.#takeFault(req, url.pathname, verb, (s) => s === 429);
+    if (fault429) {
+      const after = fault429.retryAfterSeconds ?? 1;
+      return reply(429, status(429, 'TooManyRequests', 'Too many requests, please try again later.', { retryAfterSeconds: after }), { 'retry-after': String(after) });
+    }
+    let attrs: RequestAttributes | undefined;
+    try {
+      attrs = requestAttributes({ method: req.method ?? 'GET', path: req.url ?? '/' });
+    } catch {
+      attrs = undefined; // not a resource request: 404 below
+    }
+    if (attrs && this.#rbac && !allows(this.#rbac, attrs)) return reply(403, forbiddenStatus(this.user, attrs));
+    const fault5xx = this.#takeFault(req, url.pathname, verb, (s) => s >= 500);
+    if (fault5xx) {
+      const reason = fault5xx.status === 503 ? 'ServiceUnavailable' : fault5xx.status === 504 ? 'Timeout' : 'InternalError';
+      return reply(fault5xx.status, status(fault5xx.status, reason, `fault injected by the test (${fault5xx.status})`), fault5xx.retryAfterSeconds !== undefined ? { 'retry-after': String(fault5xx.retryAfterSeconds) } : {});
+    }
+
+    const vmiNamespace = url.pathname === VMI_PATH ? null : /^\/apis\/kubevirt\.io\/v1\/namespaces\/([^/]+)\/virtualmachineinstances$/.exec(url.pathname)?.[1];
+    if (vmiNamespace !== undefined && req.method === 'GET') {
+      const ns = vmiNamespace === null ? undefined : decodeURIComponent(vmiNamespace);
+      const labelSelector = parseSelector(url.searchParams.get('labelSelector') ?? undefined);
+      const selector: Selector = labelSelector;
+      const inScope = (v: VmiObject) => ns === undefined || v.metadata.namespace === ns;
       if (!watch) {
-        const items = [...this.#vmis.values()].filter((v) => selector(v.metadata.labels));
+        const items = [...this.#vmis.values()].filter((v) => inScope(v) && selector(v.metadata.labels));
         return reply(200, { apiVersion: 'kubevirt.io/v1', kind: 'VirtualMachineInstanceList', metadata: { resourceVersion: String(this.#rv) }, items });
       }
       const from = url.searchParams.get('resourceVersion') ?? '';
@@ -354,19 +505,35 @@ export class FakeKube {
       this.#record(req, url, 200, verb, p);
       res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
       res.flushHeaders();
-      const w: Watcher = { res, selector, bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true', stalled: this.#stallNew };
+      const w: Watcher = { res, selector, ...(ns !== undefined ? { namespace: ns } : {}), bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true', stalled: this.#stallNew };
       if (fromRv !== undefined && fromRv < this.#compactedRv) {
         this.#send(w, { type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`) });
         res.end();
         return;
       }
       if (fromRv === undefined) {
-        for (const v of this.#vmis.values()) if (selector(v.metadata.labels)) this.#send(w, { type: 'ADDED', object: v });
+        for (const v of this.#vmis.values()) if (inScope(v) && selector(v.metadata.labels)) this.#send(w, { type: 'ADDED', object: v });
       } else {
         for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
       }
       this.#watchers.add(w);
-      res.on('close', () => this.#watchers.delete(w));
+      // timeoutSeconds: the API server ends the watch cleanly when it runs out.
+      const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
+      if (this.#honourWatchTimeout && timeoutSeconds > 0) {
+        w.timer = setTimeout(() => {
+          // The API server's watch cache sends a bookmark as a watch nears its
+          // deadline, so the client resumes from a current resourceVersion.
+          if (w.bookmarks) this.#send(w, { type: 'BOOKMARK', object: { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1', metadata: { resourceVersion: String(this.#rv) } } });
+          this.#watchers.delete(w);
+          res.end();
+          // Changes made here reach no open watch: the client must resume from its resourceVersion.
+          for (const fn of this.#afterWatchTimeout) fn();
+        }, timeoutSeconds * 1000);
+      }
+      res.on('close', () => {
+        if (w.timer) clearTimeout(w.timer);
+        this.#watchers.delete(w);
+      });
       return;
     }
 
@@ -386,8 +553,16 @@ export class FakeKube {
       if (vmi.status?.phase !== 'Running') return conflict('VMI is not running');
       const conditions = (vmi.status.conditions ?? []) as Array<{ type: string; status: string }>;
       if (!conditions.some((c) => c.type === 'Paused' && c.status === 'True')) return conflict('VMI is not paused');
-      const next = structuredClone(vmi);
-      next.status!.conditions = conditions.filter((c) => c.type !== 'Paused');
+      // virt-api answers once virt-handler had the launcher resume the domain.
+      for (const fn of this.#onUnpause) {
+        try {
+          await fn(p.namespace, p.name);
+        } catch (e) {
+          return reply(500, status(500, 'InternalError', `Internal error occurred: ${(e as Error).message}`));
+        }
+      }
+      const next = structuredClone(this.#vmis.get(`${p.namespace}/${p.name}`) ?? vmi);
+      next.status!.conditions = ((next.status!.conditions ?? []) as Array<{ type: string }>).filter((c) => c.type !== 'Paused');
       this.applyVmi(next);
       this.unpaused.push(`${p.namespace}/${p.name}`);
       this.#record(req, url, 200, verb, p);
@@ -443,4 +618,12 @@ async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
   return Buffer.concat(chunks).toString('utf8');
+}
+
+let defaultPolicy: RbacPolicy | undefined;
+
+function toPolicy(rbac: false | unknown[] | RbacPolicy | undefined): RbacPolicy | undefined {
+  if (rbac === false) return undefined;
+  if (rbac === undefined) return (defaultPolicy ??= rbacFromManifests(loadManifestObjects(`${ROOT}manifests/daemonset.yaml`)));
+  return Array.isArray(rbac) ? rbacFromManifests(rbac) : rbac;
 }

@@ -57,8 +57,11 @@ export function kubevirtInjector(pods: string, lv: FakeLibvirt, resume: VirshInj
   });
 }
 
-export async function runKubevirtScenario(): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
-  const fake = await FakeKube.start();
+// `namespaces`: the agent in namespaced mode (--namespaces); `rbac`: the
+// objects (Roles, bindings...) the fake API server authorises with instead
+// of manifests/daemonset.yaml.
+export async function runKubevirtScenario(options: { namespaces?: string[]; rbac?: unknown[] } = {}): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
+  const fake = await FakeKube.start(options.rbac ? { rbac: options.rbac } : {});
   const dir = await tempDir('vmseed-kubevirt-');
   const pods = join(dir.path, 'pods');
   const connection = fake.connection();
@@ -75,7 +78,7 @@ export async function runKubevirtScenario(): Promise<{ requests: RequestRecord[]
     // A Secret that never comes: SeedFailed, then repeats of it (PATCH).
     fake.applyVmi(launcherVmi('broken', 'team-a', 'secretRef: {name: missing}\n', POD_3));
     const injector = kubevirtInjector(pods, lv, kubevirtUnpause(api));
-    const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector });
+    const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector, ...(options.namespaces ? { namespaces: options.namespaces } : {}) });
     try {
       await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 10_000);
       await waitFor('files seeded', () => lv.domains.get('team-a_files')!.live.some((d) => d.alias === 'ua-vmseed_seed'), 10_000);

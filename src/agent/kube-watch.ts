@@ -1,0 +1,152 @@
+// One watch request, bounded the way client-go's reflector bounds it
+// (k8s.io/client-go/tools/cache/reflector.go): `timeoutSeconds` chosen at
+// random in [minWatchTimeout, 2*minWatchTimeout] so that the API server ends
+// the watch cleanly and the agents of a fleet do not renew in step, and
+// `allowWatchBookmarks`. When the stream runs past that timeout plus a grace
+// (a server or proxy that never ends it), the watch is cut here and reported
+// as a TimeoutError, which client-node's ListWatch answers by watching again
+// from its last resourceVersion (no relist).
+//
+// It has the shape of client-node's Watch.watch (the only thing ListWatch
+// calls), so the informer runs on it; client-node's own Watch adds an
+// inactivity timer that is private (`requestTimeoutMs`) and would renew a
+// quiet watch every 30 s.
+import { fetch } from 'undici';
+import type { KubeConnection } from './kube-connection.ts';
+import { retryAfterMs } from './kube-api.ts';
+
+export type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
+export type DoneCallback = (err: unknown) => void;
+
+export interface BoundedWatchOptions {
+  connection: KubeConnection;
+  // client-go's default minWatchTimeout is 5 minutes.
+  minWatchTimeoutMs?: number;
+  // How long past timeoutSeconds the server may take to end the stream.
+  graceMs?: number;
+  random?: () => number;
+  // One watch event line, at most (a VMI is a few KiB).
+  maxLineBytes?: number;
+}
+
+// Errors a watch request ends with; `statusCode` and `code` as client-node's
+// ListWatch reads them (410 → relist).
+export interface WatchError extends Error {
+  statusCode?: number;
+  retryAfterMs?: number;
+}
+
+export const MIN_WATCH_TIMEOUT_MS = 5 * 60_000;
+
+export class BoundedWatch {
+  readonly #conn: KubeConnection;
+  readonly #minMs: number;
+  readonly #graceMs: number;
+  readonly #random: () => number;
+  readonly #maxLine: number;
+
+  constructor(options: BoundedWatchOptions) {
+    this.#conn = options.connection;
+    this.#minMs = options.minWatchTimeoutMs ?? MIN_WATCH_TIMEOUT_MS;
+    this.#graceMs = options.graceMs ?? 30_000;
+    this.#random = options.random ?? Math.random;
+    this.#maxLine = options.maxLineBytes ?? 8 * 1024 * 1024;
+  }
+
+  // The timeoutSeconds of the next watch: whole seconds, at least 1.
+  nextTimeoutSeconds(): number {
+    return Math.max(1, Math.floor((this.#minMs / 1000) * (1 + this.#random())));
+  }
+
+  async watch(path: string, query: Record<string, unknown>, callback: WatchCallback, done: DoneCallback): Promise<{ abort(): void }> {
+    const timeoutSeconds = this.nextTimeoutSeconds();
+    const url = new URL(this.#conn.getCurrentCluster().server + path);
+    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
+    url.searchParams.set('watch', 'true');
+    url.searchParams.set('allowWatchBookmarks', 'true');
+    url.searchParams.set('timeoutSeconds', String(timeoutSeconds));
+
+    const controller = new AbortController();
+    let finished = false;
+    let abortedByCaller = false;
+    const finish = (err: unknown) => {
+      clearTimeout(deadline);
+      if (finished) return;
+      finished = true;
+      controller.abort();
+      if (!abortedByCaller) done(err);
+    };
+    const deadline = setTimeout(() => {
+      const e = new Error(`watch ran ${timeoutSeconds}s + ${this.#graceMs}ms without the server ending it`) as WatchError;
+      e.name = 'TimeoutError';
+      finish(e);
+    }, timeoutSeconds * 1000 + this.#graceMs);
+    deadline.unref();
+    const handle = {
+      abort: () => {
+        abortedByCaller = true;
+        finish(null);
+      },
+    };
+
+    let res;
+    try {
+      res = await fetch(url, { headers: { ...this.#conn.authHeaders(), accept: 'application/json' }, dispatcher: this.#conn.dispatcher, signal: controller.signal });
+    } catch (e) {
+      finish(e);
+      return handle;
+    }
+    if (res.status !== 200) {
+      const text = await res.text().catch(() => '');
+      let message = '';
+      try {
+        message = String((JSON.parse(text) as { message?: unknown }).message ?? '');
+      } catch {
+        // not a Status
+      }
+      const e = new Error(`watch answered ${res.status}${message ? `: ${message.slice(0, 200)}` : ''}`) as WatchError;
+      e.statusCode = res.status;
+      const after = retryAfterMs(res.headers.get('retry-after'));
+      if (after !== undefined) e.retryAfterMs = after;
+      if (res.status === 401) this.#conn.tokenRejected();
+      finish(e);
+      return handle;
+    }
+    void this.#read(res.body, callback, () => finished).then(
+      () => finish(null),
+      (e: unknown) => finish(e),
+    );
+    return handle;
+  }
+
+  // JSON lines until the server ends the stream; a line over the budget
+  // ends the watch with an error (the informer restarts it).
+  async #read(body: ReadableStream<Uint8Array> | null, callback: WatchCallback, stopped: () => boolean): Promise<void> {
+    if (!body) return;
+    const decoder = new TextDecoder();
+    let buf = '';
+    for await (const chunk of body) {
+      if (stopped()) return;
+      buf += decoder.decode(chunk, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.trim() !== '') this.#emit(line, callback);
+        if (stopped()) return;
+      }
+      if (buf.length > this.#maxLine) throw new Error(`watch event over ${this.#maxLine} bytes`);
+    }
+    if (buf.trim() !== '' && !stopped()) this.#emit(buf, callback);
+  }
+
+  #emit(line: string, callback: WatchCallback): void {
+    let event: { type?: string; object?: unknown };
+    try {
+      event = JSON.parse(line) as { type?: string; object?: unknown };
+    } catch {
+      return; // as client-node: a line that is not JSON is skipped
+    }
+    if (typeof event.type === 'string') callback(event.type, event.object, event);
+  }
+}
