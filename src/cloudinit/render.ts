@@ -20,6 +20,9 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
+import { SeedBudget } from './limits.ts';
+import { memoize } from './memo-resolver.ts';
+import { measureExpanded } from './yaml.ts';
 
 export { ANNOTATION } from './annotation.ts';
 
@@ -39,6 +42,8 @@ export interface RenderOptions {
   // Salt for the SHA-512 crypt of init.users[].passwordFrom. Default:
   // deriveSalt (from VMI uid and user name; see password-salt.ts for why).
   passwordSalt?: SaltProvider;
+  // Bound on all seed files together (default: see SeedBudget).
+  maxSeedBytes?: number;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
@@ -77,7 +82,10 @@ function tooLarge(code: 'USERDATA_TOO_LARGE' | 'NETWORKDATA_TOO_LARGE', field: s
   );
 }
 
-export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: RenderOptions): Promise<RenderOutcome> {
+export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options: RenderOptions): Promise<RenderOutcome> {
+  // Budgets and a per-render memo of referenced objects (limits.ts, memo-resolver.ts).
+  const refs = memoize(resolver);
+  const budget = new SeedBudget(options);
   const annotationText = vmi.metadata.annotations?.[ANNOTATION];
   const hasAnnotation = annotationText !== undefined;
   const volume = firstCloudInitVolume(vmi);
@@ -155,7 +163,7 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   }
   let generated: Record<string, unknown> = init?.cloudConfig ?? {};
   if (extras && extras.files.length > 0) {
-    const writeFiles = await filesToWriteFiles(extras.files, namespace, refs, ANNOTATION);
+    const writeFiles = await filesToWriteFiles(extras.files, namespace, refs, ANNOTATION, budget);
     generated = virtletMerge(generated, { write_files: writeFiles }) as Record<string, unknown>;
   }
   const fromField = `${ANNOTATION}.userDataFrom`;
@@ -167,18 +175,21 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
     ...(data.userData && data.userData.length > 0 ? { inline: { bytes: data.userData, field: data.userDataField } } : {}),
     ...(extras?.userDataScript !== undefined ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } } : {}),
     mode: extras?.userDataMerge ?? 'merge',
+    budget,
   });
   const userData = composed?.bytes ?? new Uint8Array();
   const userDataField = composed?.field ?? data.userDataField;
   if (userData.length > options.maxUserDataBytes) {
     throw tooLarge('USERDATA_TOO_LARGE', userDataField, userData.length, options.maxUserDataBytes);
   }
+  budget.seed(userData.length, userDataField);
   const warnings = lintUserData(userData, userDataField);
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
   if (givenNetwork && givenNetwork.length > options.maxNetworkDataBytes) {
     throw tooLarge('NETWORKDATA_TOO_LARGE', data.networkDataField, givenNetwork.length, options.maxNetworkDataBytes);
   }
+  if (givenNetwork) budget.seed(givenNetwork.length, data.networkDataField);
   const networkConfig = chooseNetworkConfig({
     vmi,
     datasource,
@@ -191,13 +202,16 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   const vendor = await resolveVendorData(extras, options.defaultVendorData, namespace, refs, ANNOTATION);
   let vendorData: Uint8Array | undefined;
   if (vendor) {
+    budget.seed(vendor.bytes.length, vendor.field);
     warnings.push(...lintVendorData(vendor.bytes, vendor.field, options.maxUserDataBytes));
     vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
   }
 
+  const metaData = mergeMetaData(buildMetaData(vmi, datasource, publicKeys), extras?.metaData, datasource, `${ANNOTATION}.metaData`);
+  budget.seed(metaDataSize(metaData, budget.seedRemaining), `${ANNOTATION}.metaData`);
   const seed: Seed = {
     datasource,
-    metaData: mergeMetaData(buildMetaData(vmi, datasource, publicKeys), extras?.metaData, datasource, `${ANNOTATION}.metaData`),
+    metaData,
     userData,
     ...(networkConfig ? { networkConfig } : {}),
     ...(vendorData && vendorData.length > 0 ? { vendorData } : {}),
@@ -210,4 +224,12 @@ function extrasProduceData(extras: AnnotationExtras | undefined): boolean {
   if (!extras) return false;
   return !!(extras.metaData || extras.userDataFrom || extras.userDataScript !== undefined || extras.files.length > 0 ||
     extras.forceDHCP || extras.init || extras.vendorData || extras.vendorDataFrom);
+}
+
+// meta-data's JSON size, measured (not serialised) against what is left of
+// the seed budget; past it (or cyclic, which parsing already refuses), one
+// byte more than what is left, so seed() refuses it.
+function metaDataSize(metaData: Record<string, unknown>, remaining: number): number {
+  const m = measureExpanded(metaData, remaining);
+  return typeof m === 'number' ? m : remaining + 1;
 }

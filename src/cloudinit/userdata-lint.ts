@@ -85,7 +85,7 @@ export function lintUserData(data: Uint8Array, field: string): SeedWarning[] {
   }
   if (kind === '#cloud-config') {
     const text = new TextDecoder().decode(payload);
-    const parsed = parseYaml(text, { allowDuplicateKeys: true });
+    const parsed = parseYaml(text, { allowDuplicateKeys: true, field });
     if (!parsed.ok) {
       throw new VmseedError(
         'USERDATA_CLOUDCONFIG_INVALID',

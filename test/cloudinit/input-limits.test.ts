@@ -1,0 +1,113 @@
+// Budgets on input (issue 14): strict base64 through Buffer, bounded YAML
+// (aliases, depth, expanded size, cycles), the running seed budget.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { decodeBase64Strict } from '../../src/cloudinit/base64.ts';
+import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { ANNOTATION, DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
+import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import { measureExpanded, parseYaml } from '../../src/cloudinit/yaml.ts';
+import { LIMITS } from '../../src/cloudinit/limits.ts';
+
+// The character-at-a-time decoder this replaced: the oracle for the answer
+// and for the position named in an error.
+function reference(text: string): { ok: true; bytes: Buffer } | { ok: false; position: number } {
+  let clean = '';
+  const positions: number[] = [];
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === '\r' || text[i] === '\n') continue;
+    clean += text[i];
+    positions.push(i);
+  }
+  let padStart = -1;
+  for (let i = 0; i < clean.length; i++) {
+    const inAlphabet = /[A-Za-z0-9+/]/.test(clean[i]);
+    if (clean[i] === '=') {
+      if (padStart < 0) padStart = i;
+      continue;
+    }
+    if (!inAlphabet || padStart >= 0) return { ok: false, position: positions[i] + 1 };
+  }
+  if (padStart >= 0 && clean.length - padStart > 2) return { ok: false, position: positions[padStart] + 1 };
+  if (clean.length % 4 !== 0) return { ok: false, position: text.length };
+  return { ok: true, bytes: Buffer.from(clean, 'base64') };
+}
+
+test('strict base64 agrees with the reference decoder on valid and broken text', () => {
+  const alphabet = 'ABCxyz019+/=\r\n-_ .'.split('');
+  const noisy = fc.array(fc.constantFrom(...alphabet), { maxLength: 40 }).map((a) => a.join(''));
+  const valid = fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b).toString('base64').replace(/(.{8})/g, '$1\n'));
+  fc.assert(
+    fc.property(fc.oneof(noisy, valid), (text) => {
+      const want = reference(text);
+      const got = decodeBase64Strict(text);
+      assert.equal(got.ok, want.ok, JSON.stringify(text));
+      if (got.ok && want.ok) assert.deepEqual(Buffer.from(got.bytes), want.bytes);
+      if (!got.ok && !want.ok) assert.equal(got.position, want.position, JSON.stringify(text));
+    }),
+    { numRuns: 2000 },
+  );
+});
+
+test('a 1 MiB base64 value decodes to the same bytes as Buffer', () => {
+  const bytes = Buffer.alloc(768 * 1024);
+  for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7919) & 0xff;
+  const r = decodeBase64Strict(bytes.toString('base64'));
+  assert.ok(r.ok);
+  assert.ok(Buffer.from(r.bytes).equals(bytes));
+  const broken = decodeBase64Strict(`${bytes.toString('base64').slice(0, 1000)}!${bytes.toString('base64').slice(1001)}`);
+  assert.deepEqual(broken.ok ? undefined : broken.position, 1001);
+});
+
+test('YAML: aliases past the cap, nesting past the cap and recursive aliases are YAML_TOO_COMPLEX with the field', () => {
+  const aliases = `a: &a 1\nb: [${Array.from({ length: LIMITS.yamlAliases + 1 }, () => '*a').join(', ')}]\n`;
+  assert.throws(() => parseYaml(aliases, { field: 'f' }), { code: 'YAML_TOO_COMPLEX', field: 'f', kind: 'terminal' });
+  const fewer = `a: &a 1\nb: [${Array.from({ length: LIMITS.yamlAliases }, () => '*a').join(', ')}]\n`;
+  assert.equal(parseYaml(fewer).ok, true);
+  assert.throws(() => parseYaml(`${'['.repeat(LIMITS.yamlDepth + 1)}${']'.repeat(LIMITS.yamlDepth + 1)}`, { field: 'f' }), { code: 'YAML_TOO_COMPLEX' });
+  assert.throws(() => parseYaml('a: &a [*a]', { field: 'f' }), /recursive alias/);
+  // A syntax error is still a result, not a throw.
+  assert.equal(parseYaml('a: [', { field: 'f' }).ok, false);
+});
+
+test('YAML: the expanded size is bounded, counting shared nodes each time they are reached', () => {
+  const leaf = 'x'.repeat(100);
+  const shared = [leaf, leaf];
+  const doc = { a: shared, b: shared, c: shared };
+  const size = measureExpanded(doc, 1e6);
+  assert.equal(typeof size, 'number');
+  assert.ok((size as number) > 600);
+  assert.equal(measureExpanded(doc, 500), 'over');
+  const cyclic: unknown[] = [];
+  cyclic.push(cyclic);
+  assert.equal(measureExpanded(cyclic, 1e6), 'cycle');
+  assert.throws(() => parseYaml('a: &a [1, 2]\nb: [*a, *a]\n', { field: 'f', maxExpandedBytes: 20 }), { code: 'YAML_TOO_COMPLEX' });
+});
+
+const vmi = (annotation: string): VmiObject => ({
+  metadata: { name: 'vm', namespace: 'ns', uid: '2c1a4f4e-5b1e-4f4b-8f0e-0c6b7f3c2a11', annotations: { [ANNOTATION]: annotation } },
+  spec: {},
+});
+
+test('the seed budget: user-data, vendor-data and meta-data together', async () => {
+  const opts = { ...DEFAULT_RENDER_OPTIONS, maxUserDataBytes: 1000, maxNetworkDataBytes: 100 };
+  const ud = `#cloud-config\n#${'u'.repeat(900)}`;
+  const vd = `#cloud-config\n#${'v'.repeat(900)}`;
+  const ok = await renderSeed(vmi(JSON.stringify({ userData: ud })), new MemoryResolver(), opts);
+  assert.equal(ok.kind, 'seed');
+  await assert.rejects(
+    renderSeed(vmi(JSON.stringify({ userData: ud, vendorData: vd, metaData: { note: 'm'.repeat(300) } })), new MemoryResolver(), opts),
+    { code: 'SEED_TOO_LARGE', kind: 'terminal', field: `${ANNOTATION}.metaData` },
+  );
+});
+
+test('files[]: the user-data budget refuses before the base64 of every entry is made', async () => {
+  const secret = { metadata: { name: 's', namespace: 'ns' }, data: { k: Buffer.alloc(600).toString('base64') } };
+  const files = Array.from({ length: 5 }, (_, i) => ({ from: { kind: 'secret', name: 's', key: 'k' }, path: `/f${i}` }));
+  const opts = { ...DEFAULT_RENDER_OPTIONS, maxUserDataBytes: 2000 };
+  await assert.rejects(renderSeed(vmi(JSON.stringify({ files })), new MemoryResolver({ secrets: [secret] }), opts), {
+    code: 'USERDATA_TOO_LARGE',
+    field: `${ANNOTATION}.files[2]`,
+  });
+});
