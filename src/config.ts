@@ -106,6 +106,13 @@ function envName(flag: string): string {
   return `VMSEED_${flag.toUpperCase().replaceAll('-', '_')}`;
 }
 
+// 1 MiB: the largest Secret the API server stores, so any user-data KubeVirt
+// can take from a secretRef fits, and one tenant's seed stays small beside
+// the agent's 128 MiB heap. Network data: KubeVirt's own bound is the same
+// Secret size; 1 MiB is far above any real network config.
+export const DEFAULT_MAX_USER_DATA_BYTES = 1024 * 1024;
+export const DEFAULT_MAX_NETWORK_DATA_BYTES = 1024 * 1024;
+
 export const AGENT_USAGE = `usage: vmseed agent [options]
 
   --local DIR                 run on a directory of YAML manifests instead of a cluster
@@ -128,6 +135,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
   --fsync true|false          fsync images before they replace the old ones (default true)
+  --max-user-data-bytes N     largest user-data (and vendor-data) of a seed, after merging (default 1048576, 1 MiB)
+  --max-network-data-bytes N  largest network data of a seed (default 1048576, 1 MiB)
   --vendor-data-from NS/NAME[/KEY]  ConfigMap key (default vendor-data) used as every seed's vendor-data
                               unless the VMI sets its own
   --datasource-listen HOST:PORT  serve seeds as NoCloud over HTTP on this address (off when absent)
@@ -232,8 +241,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
       diskBus: oneOf(get('disk-bus') ?? 'virtio', 'disk-bus', ['virtio', 'scsi'] as const),
       virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
     },
-    maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(16 * 1024 * 1024), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
-    maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(1024 * 1024), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
+    maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(DEFAULT_MAX_USER_DATA_BYTES), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
+    maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(DEFAULT_MAX_NETWORK_DATA_BYTES), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
     fsync: oneOf(get('fsync') ?? 'true', 'fsync', ['true', 'false'] as const) === 'true',
   };
   const vendorDataFrom = get('vendor-data-from');

@@ -374,7 +374,16 @@ export class Reconciler {
         }
       }
     }
-    await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
+    try {
+      await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
+    } catch (e) {
+      // A directory vmseed did not make (a symlink, a file): reported and
+      // left alone. Nothing of ours is left to remove, so the VMI is
+      // forgotten rather than retried.
+      if (!(e instanceof VmseedError && e.code === 'STORE_UNSAFE_PATH')) throw e;
+      this.#o.metrics?.reconcileErrors.inc({ code: e.code });
+      this.#log.warn({ namespace: img.namespace, name: img.name, code: e.code, kind: e.kind, field: e.field }, e.message);
+    }
     if (this.#known.get(key)?.uid === img.uid) {
       this.#known.delete(key);
       this.#o.seeds?.drop(key);

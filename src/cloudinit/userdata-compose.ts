@@ -128,11 +128,13 @@ export function composeUserData(parts: UserDataParts): ComposedUserData | undefi
   for (const d of documents) merged = mergeCloudConfig(merged, d.map ?? cloudConfigOf(d.bytes!, d.field, maxExpanded), parts.mode);
   const last = documents[documents.length - 1];
   // Lists are concatenated and mappings merged, so the result is about the
-  // parts' sum; measured, not serialised, against the limit.
-  if (maxExpanded !== undefined && measureExpanded(merged, maxExpanded) === 'over') {
+  // parts' sum. Measured before it is serialised; the measure may count a
+  // small-scalar document up to about twice its YAML size, so it is held to
+  // twice the limit, and the serialised bytes to the limit itself (render).
+  if (maxExpanded !== undefined && measureExpanded(merged, 2 * maxExpanded) === 'over') {
     throw new VmseedError(
       'USERDATA_TOO_LARGE',
-      `the merged user-data (up to ${last.field}) is more than ${maxExpanded} bytes, over the limit; shrink the parts or raise --max-user-data-bytes`,
+      `the merged user-data (up to ${last.field}) is far more than the limit of ${maxExpanded} bytes; shrink the parts or raise --max-user-data-bytes`,
       { kind: 'terminal', field: last.field },
     );
   }

@@ -20,7 +20,9 @@ export interface YamlOptions {
   allowDuplicateKeys?: boolean;
   // The input field, for YAML_TOO_COMPLEX.
   field?: string;
-  // Bound on the parsed value's expanded size (default LIMITS.yamlExpandedBytes).
+  // Bound on the parsed value's expanded size (default
+  // LIMITS.yamlExpandedBytes), never below 4 × the text's own length: a
+  // document without aliases measures a small multiple of its text.
   maxExpandedBytes?: number;
 }
 
@@ -33,13 +35,14 @@ function tooComplex(field: string | undefined, what: string): VmseedError {
   });
 }
 
-// The size in bytes the value would have as compact JSON, give or take a
-// few bytes per node, or 'over' once it passes `limit`, or 'cycle' for a
-// value that contains itself (a recursive alias such as `&a [*a]`).
+// About the size in bytes the value would have serialised (as JSON, or as
+// block YAML with its indentation), or 'over' once it passes `limit`, or
+// 'cycle' for a value that contains itself (a recursive alias `&a [*a]`).
 export function measureExpanded(value: unknown, limit: number): number | 'over' | 'cycle' {
   let total = 0;
   const path = new Set<object>();
   const visit = (v: unknown): boolean => {
+    const indent = 2 * path.size;
     if (typeof v === 'string') total += v.length + 2;
     else if (v === null || typeof v !== 'object') total += 8;
     else if (v instanceof Uint8Array) total += v.length;
@@ -50,12 +53,12 @@ export function measureExpanded(value: unknown, limit: number): number | 'over' 
       total += 2;
       if (Array.isArray(v)) {
         for (const x of v) {
-          total += 1;
+          total += 3 + indent;
           if (total > limit || !visit(x)) return false;
         }
       } else {
         for (const [k, x] of Object.entries(v)) {
-          total += k.length + 4;
+          total += k.length + 4 + indent;
           if (total > limit || !visit(x)) return false;
         }
       }
@@ -104,7 +107,7 @@ export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<u
     const docs = loadAll(text, { json: options.allowDuplicateKeys === true, ...LOAD_LIMITS });
     if (docs.length > 1) return { ok: false, reason: 'expected a single YAML document but found several ("---")' };
     const value = docs.length === 0 ? null : docs[0];
-    checkExpanded(value, options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, options.field);
+    checkExpanded(value, Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length), options.field);
     return { ok: true, value };
   } catch (e) {
     limitFailure(e, options.field);
@@ -116,7 +119,7 @@ export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<u
 export function parseYamlAll(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<unknown[]> {
   try {
     const docs = loadAll(text, LOAD_LIMITS);
-    for (const d of docs) checkExpanded(d, options.maxExpandedBytes ?? Math.max(LIMITS.yamlExpandedBytes, 2 * text.length), options.field);
+    for (const d of docs) checkExpanded(d, Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length), options.field);
     return { ok: true, value: docs };
   } catch (e) {
     limitFailure(e, options.field);

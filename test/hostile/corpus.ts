@@ -107,7 +107,7 @@ export const HOSTILE_CASES: readonly HostileCase[] = [
     id: 'base64-1mib',
     what: 'a 1 MiB base64 userdata value in a Secret (decodes to 768 KiB)',
     annotation: 'secretRef: {name: b64}\n',
-    secrets: [{ name: 'b64', data: { userdata: b64(b64(Buffer.alloc(768 * 1024 - 64, 0x43))) } }],
+    secrets: [{ name: 'b64', data: { userdata: b64(`#cloud-config\n# ${'C'.repeat(768 * 1024 - 64)}\n`) } }],
     expect: { state: 'ready' },
   },
   {
