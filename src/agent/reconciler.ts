@@ -207,6 +207,9 @@ export class Reconciler {
       return 'success';
     }
     const seed = outcome.seed;
+    // Rendering and building are each one synchronous stretch: let the
+    // event loop run between them.
+    await new Promise<void>((resolve) => setImmediate(resolve));
     const buildStart = performance.now();
     const image = this.#o.build(seed, seedTimestamp(vmi));
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);

@@ -117,3 +117,10 @@ export function base64DecodedUpperBound(encodedLength: number): number {
 export function base64EncodedLength(bytes: number): number {
   return Math.ceil(bytes / 3) * 4;
 }
+
+// Lets the event loop run between the stages of a render (each parse or
+// serialisation is one synchronous block; together they would be one long
+// one when the referenced objects come from memory).
+export function yieldToLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}

@@ -20,7 +20,7 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
-import { SeedBudget } from './limits.ts';
+import { SeedBudget, yieldToLoop } from './limits.ts';
 import { memoize } from './memo-resolver.ts';
 import { measureExpanded } from './yaml.ts';
 
@@ -119,6 +119,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   let extras: AnnotationExtras | undefined;
   if (hasAnnotation) {
     const spec = parseAnnotation(annotationText);
+    await yieldToLoop();
     extras = spec.extras;
     datasource = spec.datasource;
     source = spec.source;
@@ -183,7 +184,9 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     throw tooLarge('USERDATA_TOO_LARGE', userDataField, userData.length, options.maxUserDataBytes);
   }
   budget.seed(userData.length, userDataField);
-  const warnings = lintUserData(userData, userDataField);
+  await yieldToLoop();
+  const warnings = composed?.merged ? [] : lintUserData(userData, userDataField);
+  await yieldToLoop();
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
   if (givenNetwork && givenNetwork.length > options.maxNetworkDataBytes) {

@@ -36,6 +36,9 @@ export interface ComposedUserData {
   bytes: Uint8Array;
   // Where the bytes came from, for size errors and lint warnings.
   field: string;
+  // Serialised here from the merged mapping: valid #cloud-config by
+  // construction, so linting it would only parse it a second time.
+  merged?: true;
 }
 
 const utf8 = (s: string) => new Uint8Array(Buffer.from(s, 'utf8'));
@@ -138,5 +141,5 @@ export function composeUserData(parts: UserDataParts): ComposedUserData | undefi
       { kind: 'terminal', field: last.field },
     );
   }
-  return { bytes: utf8(`#cloud-config\n${dumpYaml(merged)}`), field: last.field };
+  return { bytes: utf8(`#cloud-config\n${dumpYaml(merged)}`), field: last.field, merged: true };
 }

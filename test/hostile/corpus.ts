@@ -29,6 +29,18 @@ export function aliasBomb(levels: number, width: number, indent = ''): string {
   return lines.join('\n');
 }
 
+// `#cloud-config` of `kN: N` lines up to `bytes`: the most YAML nodes per byte.
+export function denseCloudConfig(bytes: number): string {
+  const lines = ['#cloud-config'];
+  let size = lines[0].length + 1;
+  for (let i = 0; size < bytes - 32; i++) {
+    const l = `k${i}: ${i}`;
+    lines.push(l);
+    size += l.length + 1;
+  }
+  return lines.join('\n') + '\n';
+}
+
 function block(text: string, indent: string): string {
   return text.split('\n').map((l) => indent + l).join('\n');
 }
@@ -165,6 +177,13 @@ export const HOSTILE_CASES: readonly HostileCase[] = [
     annotation: 'init:\n  users: [{name: admin, passwordFrom: {name: pw}}]\n',
     secrets: [{ name: 'pw', data: { password: b64(Buffer.alloc(MiB - 64, 0x45)) } }],
     expect: { state: 'error', code: 'INIT_INVALID', field: `${ANNOTATION}.init.users[0].passwordFrom` },
+  },
+  {
+    id: 'dense-userdata-1mib',
+    what: 'user-data of 1 MiB of one-line keys from a Secret (the densest YAML under the limit)',
+    annotation: 'secretRef: {name: dense}\n',
+    secrets: [{ name: 'dense', data: { userdata: b64(denseCloudConfig(MiB - 1024)) } }],
+    expect: { state: 'ready' },
   },
   {
     id: 'long-line',
