@@ -2,14 +2,14 @@
 // the same way: 1-based line and column plus the parser's reason, never the
 // source snippet (it would quote user-data or Secret content into Events).
 //
-// Every parse is bounded (issue 14): js-yaml's own maxAliases and maxDepth
-// stop an alias bomb or a deep nest while parsing, and the parsed value is
-// measured as if every alias were expanded (what JSON.stringify, dump or a
-// merge would walk) before anyone serialises it. Aliases share objects, so
-// the measure counts a shared node each time it is reached and stops as
-// soon as the bound is passed: its cost is bounded by the bound, not by the
-// expansion.
-import { dump, loadAll, YAMLException } from 'js-yaml';
+// Every parse is bounded (issue 14): js-yaml's maxDepth stops a deep nest
+// while parsing; then, on the parser's event stream and before any object is
+// built, aliases are counted (at most LIMITS.yamlAliases) and the document's
+// size with every alias expanded (what JSON.stringify, dump or a merge would
+// walk) is computed in one pass from the sizes of the anchored nodes, so an
+// alias bomb costs its own length, not its expansion. Only then are the
+// objects constructed from the same events. A recursive alias is refused.
+import { constructFromEvents, dump, EVENT_ID, parseEvents, YAMLException, type Event } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 import { LIMITS } from './limits.ts';
 
@@ -26,7 +26,99 @@ export interface YamlOptions {
   maxExpandedBytes?: number;
 }
 
-const LOAD_LIMITS = { maxAliases: LIMITS.yamlAliases, maxDepth: LIMITS.yamlDepth } as const;
+const NO_RANGE = -1;
+
+interface EventMeasure {
+  // Expanded size of each document, or why it is refused.
+  verdict: 'ok' | 'over' | 'cycle' | 'aliases';
+  // Top-level node of the first document, and whether construction could
+  // still fail (explicit tags, an alias to no anchor) where parsing did not.
+  top: 'mapping' | 'sequence' | 'scalar' | 'empty';
+  needsConstruct: boolean;
+  documents: number;
+}
+
+// One pass over the events: each node's size is its scalar text (+2) or the
+// sum of its children (+2 per entry and its indentation), an alias adds the
+// size its anchor's node had, a document over `limit` stops the pass.
+function measureEvents(events: Event[], source: string, limit: number): EventMeasure {
+  const out: EventMeasure = { verdict: 'ok', top: 'empty', needsConstruct: false, documents: 0 };
+  let anchors = new Map<string, number>();
+  const open = new Set<string>();
+  const stack: Array<{ size: number; anchor?: string }> = [];
+  let aliases = 0;
+  let docSize = 0;
+  const add = (n: number): boolean => {
+    const frame = stack[stack.length - 1];
+    if (frame) frame.size += n + 2 * stack.length;
+    else docSize += n;
+    return (frame ? frame.size : docSize) <= limit && docSize <= limit;
+  };
+  const anchorOf = (e: { anchorStart: number; anchorEnd: number }) =>
+    e.anchorStart === NO_RANGE ? undefined : source.slice(e.anchorStart, e.anchorEnd);
+  for (const e of events) {
+    switch (e.type) {
+      case EVENT_ID.DOCUMENT:
+        out.documents++;
+        anchors = new Map();
+        open.clear();
+        stack.length = 0;
+        aliases = 0;
+        docSize = 0;
+        break;
+      case EVENT_ID.SCALAR: {
+        if (out.documents === 1 && stack.length === 0) out.top = e.valueStart === NO_RANGE && e.tagStart === NO_RANGE ? 'empty' : 'scalar';
+        if (e.tagStart !== NO_RANGE) out.needsConstruct = true;
+        const size = (e.valueStart === NO_RANGE ? 0 : e.valueEnd - e.valueStart) + 2;
+        const a = anchorOf(e);
+        if (a !== undefined) anchors.set(a, size);
+        if (!add(size)) return { ...out, verdict: 'over' };
+        break;
+      }
+      case EVENT_ID.SEQUENCE:
+      case EVENT_ID.MAPPING: {
+        if (out.documents === 1 && stack.length === 0) out.top = e.type === EVENT_ID.MAPPING ? 'mapping' : 'sequence';
+        if (e.tagStart !== NO_RANGE) out.needsConstruct = true;
+        const a = anchorOf(e);
+        if (a !== undefined) open.add(a);
+        stack.push({ size: 2, ...(a !== undefined ? { anchor: a } : {}) });
+        break;
+      }
+      case EVENT_ID.POP: {
+        const f = stack.pop();
+        if (!f) break;
+        if (f.anchor !== undefined) {
+          open.delete(f.anchor);
+          anchors.set(f.anchor, f.size);
+        }
+        if (!add(f.size)) return { ...out, verdict: 'over' };
+        break;
+      }
+      case EVENT_ID.ALIAS: {
+        if (++aliases > LIMITS.yamlAliases) return { ...out, verdict: 'aliases' };
+        const name = source.slice(e.anchorStart, e.anchorEnd);
+        if (open.has(name)) return { ...out, verdict: 'cycle' };
+        const size = anchors.get(name);
+        if (size === undefined) out.needsConstruct = true; // js-yaml reports the unknown alias
+        if (!add(size ?? 0)) return { ...out, verdict: 'over' };
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Parse to events and measure them; throws YAML_TOO_COMPLEX, or a
+// YAMLException for a syntax error.
+function parseMeasured(text: string, options: YamlOptions): { events: Event[]; m: EventMeasure } {
+  const events = parseEvents(text, { maxDepth: LIMITS.yamlDepth });
+  const limit = Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length);
+  const m = measureEvents(events, text, limit);
+  if (m.verdict === 'aliases') throw tooComplex(options.field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
+  if (m.verdict === 'cycle') throw tooComplex(options.field, 'a recursive alias makes the document contain itself');
+  if (m.verdict === 'over') throw tooComplex(options.field, `with its aliases expanded the document is more than ${limit} bytes`);
+  return { events, m };
+}
 
 function tooComplex(field: string | undefined, what: string): VmseedError {
   return new VmseedError('YAML_TOO_COMPLEX', `${field ?? 'YAML'}: ${what}; write the data out instead of using anchors and aliases, or nest less`, {
@@ -102,15 +194,34 @@ function failure(e: unknown): { ok: false; line?: number; column?: number; reaso
   throw e;
 }
 
+function construct(text: string, events: Event[], options: YamlOptions): unknown[] {
+  return constructFromEvents(events, { source: text, json: options.allowDuplicateKeys === true, maxAliases: LIMITS.yamlAliases });
+}
+
 export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<unknown> {
   try {
+    const { events } = parseMeasured(text, options);
     // An empty or comment-only document is null in PyYAML; js-yaml's load throws.
-    const docs = loadAll(text, { json: options.allowDuplicateKeys === true, ...LOAD_LIMITS });
+    const docs = construct(text, events, options);
     if (docs.length > 1) return { ok: false, reason: 'expected a single YAML document but found several ("---")' };
-    const value = docs.length === 0 ? null : docs[0];
-    // Without a "*" there is no alias, so nothing expands and nothing is cyclic.
-    if (text.includes('*')) checkExpanded(value, Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length), options.field);
-    return { ok: true, value };
+    return { ok: true, value: docs.length === 0 ? null : docs[0] };
+  } catch (e) {
+    limitFailure(e, options.field);
+    return failure(e);
+  }
+}
+
+// What a linter needs without building the objects (a 1 MiB document of
+// one-line keys costs ~3x more to construct than to parse): is it one valid
+// document, and is its top a mapping. Constructed anyway when only
+// construction could find the error (explicit tags, an unknown alias);
+// duplicate keys are allowed, as PyYAML allows them.
+export function checkYaml(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<{ top: EventMeasure['top'] }> {
+  try {
+    const { events, m } = parseMeasured(text, options);
+    if (m.documents > 1) return { ok: false, reason: 'expected a single YAML document but found several ("---")' };
+    if (m.needsConstruct) construct(text, events, { ...options, allowDuplicateKeys: true });
+    return { ok: true, value: { top: m.top } };
   } catch (e) {
     limitFailure(e, options.field);
     return failure(e);
@@ -120,9 +231,8 @@ export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<u
 // Several documents (local manifests). `maxExpandedBytes` bounds each.
 export function parseYamlAll(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<unknown[]> {
   try {
-    const docs = loadAll(text, LOAD_LIMITS);
-    if (text.includes('*')) for (const d of docs) checkExpanded(d, Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length), options.field);
-    return { ok: true, value: docs };
+    const { events } = parseMeasured(text, options);
+    return { ok: true, value: construct(text, events, options) };
   } catch (e) {
     limitFailure(e, options.field);
     return failure(e);
