@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/vendor-data.ts';
+import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from './cloudinit/limits.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './commands/seed-url.ts';
 import { normalisePrefix } from './http/datasource-path.ts';
 
@@ -105,13 +106,6 @@ function envName(flag: string): string {
   if (flag === 'kubeconfig') return 'KUBECONFIG';
   return `VMSEED_${flag.toUpperCase().replaceAll('-', '_')}`;
 }
-
-// 1 MiB: the largest Secret the API server stores, so any user-data KubeVirt
-// can take from a secretRef fits, and one tenant's seed stays small beside
-// the agent's 128 MiB heap. Network data: KubeVirt's own bound is the same
-// Secret size; 1 MiB is far above any real network config.
-export const DEFAULT_MAX_USER_DATA_BYTES = 1024 * 1024;
-export const DEFAULT_MAX_NETWORK_DATA_BYTES = 1024 * 1024;
 
 export const AGENT_USAGE = `usage: vmseed agent [options]
 

@@ -5,6 +5,14 @@
 // budget that is generous for one VM is what keeps the others seeded.
 import { VmseedError } from '../errors.ts';
 
+// The agent's defaults for --max-user-data-bytes / --max-network-data-bytes.
+// 1 MiB: the largest Secret the API server stores, so any user-data KubeVirt
+// can take from a secretRef fits, and one tenant's seed stays small beside
+// the agent's 128 MiB heap (KubeVirt itself has no bound but the object
+// size). Network data: 1 MiB is far above any real network config.
+export const DEFAULT_MAX_USER_DATA_BYTES = 1024 * 1024;
+export const DEFAULT_MAX_NETWORK_DATA_BYTES = 1024 * 1024;
+
 export const LIMITS = Object.freeze({
   // Kubernetes refuses an object whose annotations add up to more than
   // 256 KiB (apimachinery TotalAnnotationSizeLimitB); local manifests are

@@ -20,7 +20,7 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
-import { SeedBudget, yieldToLoop } from './limits.ts';
+import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
 import { memoize } from './memo-resolver.ts';
 import { measureExpanded } from './yaml.ts';
 
@@ -48,7 +48,7 @@ export interface RenderOptions {
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
   kubevirtVolumes: 'own',
-  maxUserDataBytes: 1024 * 1024,
+  maxUserDataBytes: DEFAULT_MAX_USER_DATA_BYTES,
   maxNetworkDataBytes: 64 * 1024,
 });
 
