@@ -8,10 +8,13 @@
 //     worst event-loop block, seen by perf_hooks' monitorEventLoopDelay
 //     (1 ms resolution) while the case runs;
 //   real agent: `bin/vmseed agent --local` with the DaemonSet's NODE_OPTIONS,
-//     a normal VMI seeded first, then the case's manifest dropped in: time
+//     a baseline VMI seeded first, then the case's manifest dropped in: time
 //     from the write to the answer on /status.json (includes the directory
 //     watcher's latency and 20 ms polling), and the agent's peak RSS
-//     (VmHWM) after it; one fresh agent per case. Last row: all at once.
+//     (VmHWM) after it; one fresh agent per case (the baseline must still be
+//     seeded after). Last row: every hostile case at once.
+// On a shared machine the median and p99 move with the load; the minimum is
+// the floor of what the work costs.
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -41,7 +44,7 @@ const OPTIONS: RenderOptions = {
   maxNetworkDataBytes: DEFAULT_MAX_NETWORK_DATA_BYTES,
 };
 
-const NORMAL: HostileCase = { id: 'normal (beside)', what: 'a normal VMI', annotation: 'userData: |\n  #cloud-config\n  hostname: normal\n', expect: { state: 'ready' } };
+const NORMAL: HostileCase = { id: 'normal', what: 'a normal VMI', annotation: 'userData: |\n  #cloud-config\n  hostname: normal\n', expect: { state: 'ready' } };
 
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -50,6 +53,7 @@ function percentile(xs: number[], p: number): number {
 
 interface RenderRow {
   answer: string;
+  min: number;
   median: number;
   p99: number;
   worstBlock: number;
@@ -84,7 +88,7 @@ async function renderCase(c: HostileCase): Promise<RenderRow> {
   h.disable();
   // The monitor reports how late its 1 ms timer fired: a block plus up to
   // the resolution.
-  return { answer, median: percentile(times, 50), p99: percentile(times, 99), worstBlock: Math.max(0, h.max / 1e6 - 1) };
+  return { answer, min: Math.min(...times), median: percentile(times, 50), p99: percentile(times, 99), worstBlock: Math.max(0, h.max / 1e6 - 1) };
 }
 
 interface AgentRow {
@@ -96,11 +100,11 @@ interface AgentRow {
 async function agentCase(cases: HostileCase[], work: string): Promise<AgentRow> {
   const manifests = await freshDir(join(work, 'manifests'));
   const state = await freshDir(join(work, 'state'));
-  await put(join(manifests, 'normal.json'), JSON.stringify(normalVmi('normal')));
+  await put(join(manifests, 'baseline.json'), JSON.stringify(normalVmi('baseline')));
   const agent = await startLocalAgent(manifests, state);
   try {
     const find = async (name: string) => (await agent.status()).vmis.find((v) => v.namespace === NAMESPACE && v.name === name);
-    await waitUntil('normal seeded', async () => (await find('normal'))?.state === 'ready', 30_000);
+    await waitUntil('baseline seeded', async () => (await find('baseline'))?.state === 'ready', 30_000);
     const t0 = performance.now();
     for (const c of cases) await put(join(manifests, `${c.id}.yaml`), caseManifest(c));
     let answer = '';
@@ -114,7 +118,7 @@ async function agentCase(cases: HostileCase[], work: string): Promise<AgentRow> 
       return done;
     }, 120_000);
     const ms = performance.now() - t0;
-    if ((await find('normal'))?.state !== 'ready') throw new Error('the normal VMI lost its seed');
+    if ((await find('baseline'))?.state !== 'ready') throw new Error('the baseline VMI lost its seed');
     return { answer, ms, peakMiB: agent.peakRss() / 2 ** 20 };
   } finally {
     await agent.stop();
@@ -131,22 +135,22 @@ try {
     if (r.answer !== expected) throw new Error(`${c.id}: expected ${expected}, got ${r.answer}`);
     let agentCols = ['-', '-'];
     if (!values['no-agent']) {
-      const a = c === NORMAL ? await agentCase([], work) : await agentCase([c], work);
+      const a = await agentCase([c], work);
       agentCols = [f(a.ms, 0), f(a.peakMiB)];
     }
-    rows.push([c.id, r.answer, f(r.median, 2), f(r.p99, 2), f(r.worstBlock), ...agentCols]);
+    rows.push([c.id, r.answer, f(r.min, 2), f(r.median, 2), f(r.p99, 2), f(r.worstBlock), ...agentCols]);
     process.stderr.write('.');
   }
   if (!values['no-agent']) {
     const a = await agentCase([...HOSTILE_CASES], work);
-    rows.push([`all ${HOSTILE_CASES.length} at once`, a.answer, '-', '-', '-', f(a.ms, 0), f(a.peakMiB)]);
+    rows.push([`all ${HOSTILE_CASES.length} at once`, a.answer, '-', '-', '-', '-', f(a.ms, 0), f(a.peakMiB)]);
   }
 } finally {
   await rm(work, { recursive: true, force: true });
 }
 process.stderr.write('\n');
 
-const header = ['case', 'answer', 'render median ms', 'render p99 ms', 'worst loop block ms', 'agent: write→answer ms', 'agent peak RSS MiB'];
+const header = ['case', 'answer', 'render min ms', 'render median ms', 'render p99 ms', 'worst loop block ms', 'agent: write→answer ms', 'agent peak RSS MiB'];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
 const line = (cols: string[]) => `| ${cols.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ')} |`;
 console.log(`bench:hostile — ${ITERATIONS} renders per case in-process (${process.version}); agent: bin/vmseed --local with the DaemonSet's NODE_OPTIONS, one fresh agent per row`);
