@@ -34,6 +34,9 @@ export const LIMITS = Object.freeze({
   initUsers: 64,
   initFiles: 64,
   initNics: 32,
+  // A VMI's own interface lists (forceDHCP reads their MACs): far above
+  // the PCI slots a domain has for NICs.
+  vmiInterfaces: 256,
   nicRoutes: 64,
   dnsEntries: 16,
   userGroups: 64,

@@ -192,6 +192,13 @@ export const HOSTILE_CASES: readonly HostileCase[] = [
     expect: { state: 'ready' },
   },
   {
+    id: 'many-interfaces-force-dhcp',
+    what: 'forceDHCP on a VMI listing 20,000 interfaces',
+    annotation: 'forceDHCP: true\n',
+    spec: { domain: { devices: { interfaces: Array.from({ length: 20_000 }, (_, i) => ({ name: `n${i}`, macAddress: `52:54:00:${((i >> 16) & 255).toString(16).padStart(2, '0')}:${((i >> 8) & 255).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}` })) } } },
+    expect: { state: 'error', code: 'LIST_TOO_LONG', field: 'spec.domain.devices.interfaces' },
+  },
+  {
     id: 'many-access-credentials',
     what: '200 accessCredentials',
     annotation: 'userData: "#cloud-config\\n"\n',
