@@ -115,3 +115,42 @@ test('files[]: the user-data budget refuses before the base64 of every entry is 
     field: `${ANNOTATION}.files[2]`,
   });
 });
+
+test('checkYaml (events only) and parseYaml (objects) agree on validity and on the top-level kind', async () => {
+  const { checkYaml } = await import('../../src/cloudinit/yaml.ts');
+  const { loadAll } = await import('js-yaml');
+  const piece = fc.constantFrom('a: 1', 'b: &x [1, 2]', 'c: *x', 'd: *nope', '- 1', '- &y {k: v}', '- *y', 'e: !!binary aGk=', 'f: !!int x', 'g: !custom 1',
+    '"q": "v"', 'h: [1, *x]', 'i: |\n  text', '---', '', '# c', 'j: {a: 1, a: 2}', 'k: &z', '  nested: 1', ': bad', '[1, 2', 'l: &r [*r]');
+  fc.assert(
+    fc.property(fc.array(piece, { maxLength: 6 }), (parts) => {
+      const text = parts.join('\n');
+      let checked: ReturnType<typeof checkYaml>;
+      try {
+        checked = checkYaml(text);
+      } catch (e) {
+        // Refused as too complex: only the recursive alias is that here.
+        assert.equal((e as { code?: string }).code, 'YAML_TOO_COMPLEX');
+        assert.match(text, /&r \[\*r\]/, JSON.stringify(text));
+        return;
+      }
+      let parsed: { ok: boolean; top?: string };
+      try {
+        const docs = loadAll(text, { json: true });
+        const v = docs[0];
+        parsed = docs.length > 1 ? { ok: false } : { ok: true, top: docs.length === 0 || v === null ? 'null' : Array.isArray(v) ? 'sequence' : typeof v === 'object' ? 'mapping' : 'scalar' };
+      } catch {
+        parsed = { ok: false };
+      }
+      // The event check may refuse more (a recursive alias, too many aliases), never less.
+      if (checked.ok) {
+        assert.ok(parsed.ok, `checkYaml accepted what js-yaml refuses: ${JSON.stringify(text)}`);
+        const top = checked.value.top;
+        if (top === 'mapping' || top === 'sequence') assert.equal(parsed.top, top, JSON.stringify(text));
+        else assert.ok(parsed.top === 'scalar' || parsed.top === 'null', JSON.stringify(text));
+      } else {
+        assert.ok(!parsed.ok, `checkYaml refused valid YAML: ${JSON.stringify(text)}`);
+      }
+    }),
+    { numRuns: 3000 },
+  );
+});
