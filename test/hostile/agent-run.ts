@@ -7,26 +7,20 @@ import { lstatSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { load } from 'js-yaml';
+import { findObject, loadYamlDocuments } from '../support/manifests.ts';
 import type { AgentStatusSnapshot } from '../../src/agent/status-types.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
 // The agent container's NODE_OPTIONS in the shipped DaemonSet.
 export function daemonSetNodeOptions(): string {
-  const docs = [] as unknown[];
-  for (const d of readFileSync(join(ROOT, 'manifests/daemonset.yaml'), 'utf8').split(/^---$/m)) {
-    const doc = load(d);
-    if (doc) docs.push(doc);
-  }
-  for (const d of docs as Array<{ kind?: string; spec?: { template?: { spec?: { containers?: Array<{ env?: Array<{ name: string; value?: string }> }> } } } }>) {
-    if (d.kind !== 'DaemonSet') continue;
-    for (const c of d.spec?.template?.spec?.containers ?? []) {
-      const v = c.env?.find((e) => e.name === 'NODE_OPTIONS')?.value;
-      if (v) return v;
-    }
-  }
-  throw new Error('manifests/daemonset.yaml sets no NODE_OPTIONS on the agent');
+  const ds = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'DaemonSet') as unknown as {
+    spec: { template: { spec: { containers: Array<{ name: string; env?: Array<{ name: string; value?: string }> }> } } };
+  };
+  const agent = ds.spec.template.spec.containers.find((c) => c.name === 'agent');
+  const value = agent?.env?.find((e) => e.name === 'NODE_OPTIONS')?.value;
+  if (!value) throw new Error('manifests/daemonset.yaml sets no NODE_OPTIONS on the agent container');
+  return value;
 }
 
 export interface LocalAgent {
