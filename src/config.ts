@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/vendor-data.ts';
+import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from './cloudinit/limits.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './commands/seed-url.ts';
 import { normalisePrefix } from './http/datasource-path.ts';
 import { encodeUriValue } from './libvirt/template.ts';
@@ -164,6 +165,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --virsh-timeout DURATION    per virsh call (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
   --fsync true|false          fsync images before they replace the old ones (default true)
+  --max-user-data-bytes N     largest user-data (and vendor-data) of a seed, after merging (default 1048576, 1 MiB)
+  --max-network-data-bytes N  largest network data of a seed (default 1048576, 1 MiB)
   --vendor-data-from NS/NAME[/KEY]  ConfigMap key (default vendor-data) used as every seed's vendor-data
                               unless the VMI sets its own
   --namespaces NS[,NS...]     namespaced mode: watch VMIs and read Secrets/ConfigMaps only in these
@@ -310,8 +313,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
       diskBus: oneOf(get('disk-bus') ?? preset.diskBus, 'disk-bus', ['virtio', 'scsi'] as const),
       virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
     },
-    maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(16 * 1024 * 1024), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
-    maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(1024 * 1024), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
+    maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(DEFAULT_MAX_USER_DATA_BYTES), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
+    maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(DEFAULT_MAX_NETWORK_DATA_BYTES), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
     fsync: oneOf(get('fsync') ?? 'true', 'fsync', ['true', 'false'] as const) === 'true',
   };
   const vendorDataFrom = get('vendor-data-from');

@@ -14,6 +14,7 @@ export const ERROR_CODES = [
   'ISO_TIMESTAMP_INVALID',
   'STORE_KEY_INVALID',
   'STORE_IO_FAILED',
+  'STORE_UNSAFE_PATH',
   // seed rendering (src/cloudinit)
   'ANNOTATION_INVALID',
   'DATASOURCE_UNKNOWN',
@@ -52,6 +53,11 @@ export const ERROR_CODES = [
   'DEVICE_METADATA_INCOMPLETE',
   // local mode: a manifest naming another node (kubevirt.io/nodeName)
   'VMI_ON_OTHER_NODE',
+  // input budgets (issue 14): checked before the work they bound
+  'ANNOTATION_TOO_LARGE',
+  'YAML_TOO_COMPLEX',
+  'LIST_TOO_LONG',
+  'SEED_TOO_LARGE',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',

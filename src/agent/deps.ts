@@ -41,4 +41,8 @@ export interface SeedImageStore {
   prune(key: ImageKey, keepPath: string): Promise<unknown>;
   remove(key: ImageKey): Promise<unknown>;
   cleanupTemporaries(): Promise<unknown>;
+  // sha256 / lstat of one of its images, never through a symlink nor
+  // opening a FIFO or device (undefined for those and for missing files).
+  hashImage(path: string): Promise<string | undefined>;
+  imageStat(path: string): Promise<{ size: number; mtimeMs: number } | undefined>;
 }

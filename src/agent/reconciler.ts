@@ -8,7 +8,6 @@
 // Succeeded or Failed: detach and remove. Running it twice does nothing the
 // second time.
 import { createHash } from 'node:crypto';
-import { readFile, stat } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
@@ -71,6 +70,12 @@ interface Known {
   attachedPod?: string;
   stagedPods?: string[];
 }
+
+// An INTERNAL error is a bug or an input nothing else caught: retried this
+// many times in all (the backoff spaces them), then reported terminal, so a
+// poisoned object cannot keep the agent busy for ever. A change to the
+// object tries again.
+export const MAX_INTERNAL_ATTEMPTS = 5;
 
 export function nodeOf(vmi: VmiObject): string | undefined {
   return vmi.status?.nodeName || vmi.metadata.labels?.['kubevirt.io/nodeName'] || undefined;
@@ -139,7 +144,7 @@ export class Reconciler {
           kept++;
           continue;
         }
-        const sha = await hashFile(img.path);
+        const sha = await this.#o.store.hashImage(img.path);
         if (sha !== undefined) {
           // Several images (a crash between write and prune): all stay, the
           // first reconcile decides. An image whose content matches its name
@@ -240,6 +245,9 @@ export class Reconciler {
       return 'success';
     }
     const seed = outcome.seed;
+    // Rendering and building are each one synchronous stretch: let the
+    // event loop run between them.
+    await new Promise<void>((resolve) => setImmediate(resolve));
     const buildStart = performance.now();
     const image = this.#o.build(seed, seedTimestamp(vmi));
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
@@ -249,7 +257,7 @@ export class Reconciler {
     let entry = this.#known.get(key);
     let written = false;
     // Level-based down to the file: an image deleted behind our back is written again.
-    const onDisk = entry !== undefined && entry.sha256 === sha && (await sizeOf(entry.path)) === size;
+    const onDisk = entry !== undefined && entry.sha256 === sha && (await this.#o.store.imageStat(entry.path))?.size === size;
     if (!entry || !onDisk || entry.datasource !== seed.datasource) {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
       const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
@@ -327,7 +335,7 @@ export class Reconciler {
 
     const prev = this.#o.status.get(key);
     const changed = written || injected || !prev || prev.state === 'pending' || prev.state === 'error' || prev.contentHash !== sha;
-    const fileTime = written ? new Date(this.#now()).toISOString() : (prev?.generatedAt ?? (await mtimeIso(entry.path)));
+    const fileTime = written ? new Date(this.#now()).toISOString() : (prev?.generatedAt ?? (await this.#mtimeIso(entry.path)));
     this.#o.status.update(key, uid, {
       state: warnings.length > 0 ? 'warning' : 'ready',
       datasource: seed.datasource,
@@ -398,8 +406,20 @@ export class Reconciler {
     return plan.stageIn;
   }
 
+  async #mtimeIso(path: string): Promise<string | undefined> {
+    const st = await this.#o.store.imageStat(path);
+    return st ? new Date(st.mtimeMs).toISOString() : undefined;
+  }
+
   #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: { generated: boolean }): WorkResult {
-    const err = asVmseedError(e);
+    let err = asVmseedError(e);
+    const attempts = (this.#o.failures?.(key) ?? 0) + 1;
+    if (err.code === 'INTERNAL' && err.kind === 'retryable' && attempts >= MAX_INTERNAL_ATTEMPTS) {
+      err = new VmseedError('INTERNAL', `internal error, ${attempts} attempts in a row; vmseed stops retrying until the VMI changes (see the agent log)`, {
+        kind: 'terminal',
+        cause: err.cause,
+      });
+    }
     const kind = err.kind;
     this.#o.metrics?.reconcileTotal.inc({ result: kind === 'terminal' ? 'terminal' : 'error' });
     this.#o.metrics?.reconcileErrors.inc({ code: err.code });
@@ -448,7 +468,16 @@ export class Reconciler {
         }
       }
     }
-    await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
+    try {
+      await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
+    } catch (e) {
+      // A directory vmseed did not make (a symlink, a file): reported and
+      // left alone. Nothing of ours is left to remove, so the VMI is
+      // forgotten rather than retried.
+      if (!(e instanceof VmseedError && e.code === 'STORE_UNSAFE_PATH')) throw e;
+      this.#o.metrics?.reconcileErrors.inc({ code: e.code });
+      this.#log.warn({ namespace: img.namespace, name: img.name, code: e.code, kind: e.kind, field: e.field }, e.message);
+    }
     if (this.#known.get(key)?.uid === img.uid) {
       this.#known.delete(key);
       this.#o.seeds?.drop(key);
@@ -486,26 +515,3 @@ function datasourceHint(vmi: VmiObject | undefined): string {
   return vmi ? 'nocloud' : 'unknown';
 }
 
-async function hashFile(path: string): Promise<string | undefined> {
-  try {
-    return sha256Hex(await readFile(path));
-  } catch {
-    return undefined;
-  }
-}
-
-async function sizeOf(path: string): Promise<number | undefined> {
-  try {
-    return (await stat(path)).size;
-  } catch {
-    return undefined;
-  }
-}
-
-async function mtimeIso(path: string): Promise<string | undefined> {
-  try {
-    return (await stat(path)).mtime.toISOString();
-  } catch {
-    return undefined;
-  }
-}

@@ -6,12 +6,14 @@ import type { RefResolver, VmiObject } from './kube-types.ts';
 import type { Datasource } from './seed.ts';
 import { secretKeys, secretValue } from './secret-data.ts';
 import { fetchSecret } from './secret-refs.ts';
+import { checkListLength, LIMITS, listTooLong } from './limits.ts';
 
 export async function resolvePublicKeys(vmi: VmiObject, datasource: Datasource, refs: RefResolver): Promise<Record<string, string>> {
   const keys: Record<string, string> = {};
   let n = 0;
   const ns = vmi.metadata.namespace ?? 'default';
   const creds = vmi.spec?.accessCredentials ?? [];
+  checkListLength(creds, LIMITS.accessCredentials, 'spec.accessCredentials');
   for (let i = 0; i < creds.length; i++) {
     const ssh = creds[i]?.sshPublicKey;
     if (!ssh) continue;
@@ -25,6 +27,7 @@ export async function resolvePublicKeys(vmi: VmiObject, datasource: Datasource, 
     for (const key of secretKeys(secret)) {
       const value = secretValue(secret, key);
       if (!value || value.length === 0) continue;
+      if (n >= LIMITS.sshKeys) throw listTooLong(field, n + 1, LIMITS.sshKeys);
       keys[String(n++)] = Buffer.from(value).toString('utf8');
     }
   }

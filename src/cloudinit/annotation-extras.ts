@@ -7,6 +7,7 @@ import { VmseedError } from '../errors.ts';
 import type { MergeMode } from './virtlet-merge.ts';
 import type { ObjectRef } from './object-refs.ts';
 import { isPlainObject } from './yaml.ts';
+import { checkListLength, LIMITS } from './limits.ts';
 
 export interface UserDataFrom extends ObjectRef {
   encoding: 'plain' | 'base64';
@@ -109,10 +110,12 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
     const list = typeof doc.sshKeys === 'string' ? doc.sshKeys.split('\n') : doc.sshKeys;
     if (!Array.isArray(list) || !list.every((k) => typeof k === 'string')) throw bad('sshKeys', 'must be a list of public keys (strings)');
     out.sshKeys = list.map((k) => k.trim()).filter((k) => k !== '' && !k.startsWith('#'));
+    checkListLength(out.sshKeys, LIMITS.sshKeys, `${annotation}.sshKeys`);
   }
   if (doc.sshKeysFrom != null) out.sshKeysFrom = readObjectRef(annotation, doc.sshKeysFrom, 'sshKeysFrom');
   if (doc.files != null) {
     if (!Array.isArray(doc.files)) throw bad('files', 'must be a list of {from: {kind, name, key?}, path, permissions?}');
+    checkListLength(doc.files, LIMITS.files, `${annotation}.files`);
     out.files = doc.files.map((f, i) => {
       const field = `files[${i}]`;
       if (!isPlainObject(f)) throw bad(field, 'must be a mapping {from, path, permissions?}');

@@ -7,6 +7,7 @@ import type { CloudInitSource, LocalObjectReference } from './kube-types.ts';
 import type { Datasource } from './seed.ts';
 import { isPlainObject, parseYaml, where } from './yaml.ts';
 import { EXTRA_FIELDS, parseExtras, type AnnotationExtras } from './annotation-extras.ts';
+import { LIMITS } from './limits.ts';
 
 export const ANNOTATION = 'vmseed.io/cloud-init';
 
@@ -38,7 +39,16 @@ function readRef(value: unknown, field: string): LocalObjectReference {
 }
 
 export function parseAnnotation(text: string): AnnotationSpec {
-  const parsed = parseYaml(text);
+  // Checked on the UTF-16 length first: no byte count of a huge string is made.
+  if (text.length > LIMITS.annotationBytes || Buffer.byteLength(text, 'utf8') > LIMITS.annotationBytes) {
+    throw new VmseedError(
+      'ANNOTATION_TOO_LARGE',
+      `annotation ${ANNOTATION} is more than ${LIMITS.annotationBytes} bytes (the Kubernetes limit for all of an object's annotations); ` +
+        'move large data into a Secret or ConfigMap and reference it',
+      { kind: 'terminal', field: ANNOTATION },
+    );
+  }
+  const parsed = parseYaml(text, { field: ANNOTATION });
   if (!parsed.ok) {
     throw invalid(`YAML error at ${where(parsed)}: ${parsed.reason}; fix the annotation's YAML`, ANNOTATION);
   }

@@ -12,8 +12,8 @@ function invalid(field: string, message: string): VmseedError {
   return new VmseedError('NETWORKDATA_INVALID', `${field}: ${message}`, { kind: 'terminal', field });
 }
 
-function yamlNetworkVersion(text: string): { version?: number; disabled?: boolean; doc?: Record<string, unknown>; error?: string } {
-  const parsed = parseYaml(text, { allowDuplicateKeys: true });
+function yamlNetworkVersion(text: string, field: string): { version?: number; disabled?: boolean; doc?: Record<string, unknown>; error?: string } {
+  const parsed = parseYaml(text, { allowDuplicateKeys: true, field });
   if (!parsed.ok) return { error: `is not valid YAML at ${where(parsed)} (${parsed.reason})` };
   let doc = parsed.value;
   if (!isPlainObject(doc)) return { error: 'must be a YAML mapping with "version: 1" or "version: 2"' };
@@ -32,7 +32,7 @@ function yamlNetworkVersion(text: string): { version?: number; disabled?: boolea
 }
 
 function checkNoCloud(text: string, field: string): Uint8Array | undefined {
-  const r = yamlNetworkVersion(text);
+  const r = yamlNetworkVersion(text, field);
   if (r.error && r.doc && (Array.isArray(r.doc.links) || Array.isArray(r.doc.networks))) {
     // OpenStack network_data.json (JSON is YAML): NoCloud does not read it,
     // so it is converted to v2 with the meaning cloud-init gives it.
@@ -73,7 +73,7 @@ function checkConfigDrive(text: string, field: string): Uint8Array | undefined {
     }
     if (json.links !== undefined || json.networks !== undefined) return undefined;
   }
-  const r = yamlNetworkVersion(text);
+  const r = yamlNetworkVersion(text, field);
   if (r.version !== undefined) {
     checkNoCloud(text, field);
     return convertNetworkConfigToNetworkData(r.doc!, field);

@@ -24,6 +24,9 @@ import { buildDevicesMetadata, type DeviceData, type DomainDevice } from './devi
 import { admitAccessCredentials, admitCloudInitVolumes, volumeDatasources } from './kubevirt-admission.ts';
 import { isPassableNetworkError, passThroughWarning } from './network-passthrough.ts';
 import { requireSomeData } from './empty-data.ts';
+import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
+import { memoize } from './memo-resolver.ts';
+import { measureExpanded } from './yaml.ts';
 
 export { ANNOTATION } from './annotation.ts';
 
@@ -43,11 +46,13 @@ export interface RenderOptions {
   // Salt for the SHA-512 crypt of init.users[].passwordFrom. Default:
   // deriveSalt (from VMI uid and user name; see password-salt.ts for why).
   passwordSalt?: SaltProvider;
+  // Bound on all seed files together (default: see SeedBudget).
+  maxSeedBytes?: number;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
   kubevirtVolumes: 'own',
-  maxUserDataBytes: 1024 * 1024,
+  maxUserDataBytes: DEFAULT_MAX_USER_DATA_BYTES,
   maxNetworkDataBytes: 64 * 1024,
 });
 
@@ -88,7 +93,10 @@ function tooLarge(code: 'USERDATA_TOO_LARGE' | 'NETWORKDATA_TOO_LARGE', field: s
   );
 }
 
-export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: RenderOptions, context: RenderContext = {}): Promise<RenderOutcome> {
+export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options: RenderOptions, context: RenderContext = {}): Promise<RenderOutcome> {
+  // Budgets and a per-render memo of referenced objects (limits.ts, memo-resolver.ts).
+  const refs = memoize(resolver);
+  const budget = new SeedBudget(options);
   const annotationText = vmi.metadata.annotations?.[ANNOTATION];
   const hasAnnotation = annotationText !== undefined;
   const volume = firstCloudInitVolume(vmi);
@@ -125,6 +133,7 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   const admissionWarnings: SeedWarning[] = [];
   if (hasAnnotation) {
     const spec = parseAnnotation(annotationText);
+    await yieldToLoop();
     extras = spec.extras;
     datasource = spec.datasource;
     source = spec.source;
@@ -173,7 +182,7 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   }
   let generated: Record<string, unknown> = init?.cloudConfig ?? {};
   if (extras && extras.files.length > 0) {
-    const writeFiles = await filesToWriteFiles(extras.files, namespace, refs, ANNOTATION);
+    const writeFiles = await filesToWriteFiles(extras.files, namespace, refs, ANNOTATION, budget);
     generated = virtletMerge(generated, { write_files: writeFiles }) as Record<string, unknown>;
   }
   const fromField = `${ANNOTATION}.userDataFrom`;
@@ -185,18 +194,23 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
     ...(data.userData && data.userData.length > 0 ? { inline: { bytes: data.userData, field: data.userDataField } } : {}),
     ...(extras?.userDataScript !== undefined ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } } : {}),
     mode: extras?.userDataMerge ?? 'merge',
+    budget,
   });
   const userData = composed?.bytes ?? new Uint8Array();
   const userDataField = composed?.field ?? data.userDataField;
   if (userData.length > options.maxUserDataBytes) {
     throw tooLarge('USERDATA_TOO_LARGE', userDataField, userData.length, options.maxUserDataBytes);
   }
-  const warnings = [...admissionWarnings, ...lintVolumeUserData(userData, userDataField, hasAnnotation)];
+  budget.seed(userData.length, userDataField);
+  await yieldToLoop();
+  const warnings = [...admissionWarnings, ...(composed?.merged ? [] : lintVolumeUserData(userData, userDataField, hasAnnotation))];
+  await yieldToLoop();
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
   if (givenNetwork && givenNetwork.length > options.maxNetworkDataBytes) {
     throw tooLarge('NETWORKDATA_TOO_LARGE', data.networkDataField, givenNetwork.length, options.maxNetworkDataBytes);
   }
+  if (givenNetwork) budget.seed(givenNetwork.length, data.networkDataField);
   let networkConfig: Uint8Array | undefined;
   try {
     networkConfig = chooseNetworkConfig({
@@ -218,6 +232,7 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   const vendor = await resolveVendorData(extras, options.defaultVendorData, namespace, refs, ANNOTATION);
   let vendorData: Uint8Array | undefined;
   if (vendor) {
+    budget.seed(vendor.bytes.length, vendor.field);
     warnings.push(...lintVendorData(vendor.bytes, vendor.field, options.maxUserDataBytes));
     vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
   }
@@ -228,9 +243,11 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
     devices = d.devices;
     warnings.push(...d.warnings);
   }
+  const metaData = mergeMetaData(buildMetaData(vmi, datasource, publicKeys, devices), extras?.metaData, datasource, `${ANNOTATION}.metaData`);
+  budget.seed(metaDataSize(metaData, budget.seedRemaining), `${ANNOTATION}.metaData`);
   const seed: Seed = {
     datasource,
-    metaData: mergeMetaData(buildMetaData(vmi, datasource, publicKeys, devices), extras?.metaData, datasource, `${ANNOTATION}.metaData`),
+    metaData,
     userData,
     ...(networkConfig ? { networkConfig } : {}),
     ...(vendorData && vendorData.length > 0 ? { vendorData } : {}),
@@ -260,4 +277,12 @@ function lintVolumeUserData(userData: Uint8Array, field: string, strict: boolean
       message: `${e.message}. Written as given, as KubeVirt does: the seed's SSH keys and network config still apply`,
     }];
   }
+}
+
+// meta-data's JSON size, measured (not serialised) against what is left of
+// the seed budget; past it (or cyclic, which parsing already refuses), one
+// byte more than what is left, so seed() refuses it.
+function metaDataSize(metaData: Record<string, unknown>, remaining: number): number {
+  const m = measureExpanded(metaData, remaining);
+  return typeof m === 'number' ? m : remaining + 1;
 }

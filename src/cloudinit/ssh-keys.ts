@@ -4,6 +4,7 @@
 // they land in meta-data `public-keys` / `public_keys` as KubeVirt's do.
 import type { RefResolver } from './kube-types.ts';
 import { readObjectKey, type ObjectRef } from './object-refs.ts';
+import { LIMITS, listTooLong } from './limits.ts';
 
 export const SSH_KEYS_DEFAULT_KEY = 'authorized_keys';
 
@@ -25,8 +26,11 @@ export async function appendSshKeys(
     keys.push(...splitAuthorizedKeys(Buffer.from(bytes).toString('utf8')));
   }
   keys.push(...inline);
-  const out = { ...base };
   let n = Object.keys(base).length;
+  if (n + keys.length > LIMITS.sshKeys) {
+    throw listTooLong(from ? `${prefix}.sshKeysFrom` : `${prefix}.sshKeys`, n + keys.length, LIMITS.sshKeys);
+  }
+  const out = { ...base };
   for (const k of keys) out[String(n++)] = k;
   return out;
 }

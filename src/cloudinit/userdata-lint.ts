@@ -7,7 +7,7 @@
 import { gunzipSync } from 'node:zlib';
 import { VmseedError } from '../errors.ts';
 import type { SeedWarning } from './seed.ts';
-import { isPlainObject, parseYaml, where } from './yaml.ts';
+import { checkYaml, isPlainObject, parseYaml, where } from './yaml.ts';
 
 // handlers/__init__.py INCLUSION_TYPES_MAP; searched longest first.
 export const USERDATA_HEADERS: readonly string[] = [
@@ -85,7 +85,10 @@ export function lintUserData(data: Uint8Array, field: string): SeedWarning[] {
   }
   if (kind === '#cloud-config') {
     const text = new TextDecoder().decode(payload);
-    const parsed = parseYaml(text, { allowDuplicateKeys: true });
+    // Checked without building the objects; built only to describe a
+    // document that is not a mapping.
+    const checked = checkYaml(text, { field });
+    const parsed = !checked.ok ? checked : checked.value.top === 'mapping' || checked.value.top === 'empty' ? { ok: true as const, value: null } : parseYaml(text, { allowDuplicateKeys: true, field });
     if (!parsed.ok) {
       throw new VmseedError(
         'USERDATA_CLOUDCONFIG_INVALID',

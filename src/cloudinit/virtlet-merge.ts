@@ -4,7 +4,11 @@
 // takes the override. No cloud-init merger string does that (cloud-init
 // doc/rtd/reference/merging.rst, cloudinit/mergers/m_dict.py, m_list.py),
 // so it is done here, before cloud-init sees the data.
-import { isPlainObject } from './yaml.ts';
+// Keys are data: a `__proto__` or `constructor` key in user-data or
+// meta-data is merged and written like any other key (spread and setKey
+// define own properties) instead of replacing the object's prototype, where
+// it vanished from meta-data and made the YAML dumper throw.
+import { isPlainObject, setKey } from './yaml.ts';
 
 export type MergeMode = 'merge' | 'overwrite';
 
@@ -12,11 +16,11 @@ export function virtletMerge(base: unknown, override: unknown): unknown {
   if (isPlainObject(base) && isPlainObject(override)) {
     const out: Record<string, unknown> = { ...base };
     for (const [k, v] of Object.entries(override)) {
-      if (!Object.hasOwn(base, k)) out[k] = v;
+      if (!Object.hasOwn(base, k)) setKey(out, k, v);
       // Go's reflect.SetMapIndex with the invalid value that merging into a
       // nil interface yields deletes the key: `key: null` removes a key.
       else if (v === null) delete out[k];
-      else out[k] = virtletMerge(base[k], v);
+      else setKey(out, k, virtletMerge(base[k], v));
     }
     return out;
   }

@@ -1,13 +1,58 @@
 // One place that parses YAML for src/cloudinit, so every caller reports errors
 // the same way: 1-based line and column plus the parser's reason, never the
 // source snippet (it would quote user-data or Secret content into Events).
-import { dump, loadAll, YAMLException } from 'js-yaml';
+//
+// Every parse is bounded (issue 14): js-yaml's maxDepth stops a deep nest
+// while parsing; then, on the parser's event stream and before any object is
+// built, aliases are counted (at most LIMITS.yamlAliases) and the document's
+// size with every alias expanded (what JSON.stringify, dump or a merge would
+// walk) is computed in one pass from the sizes of the anchored nodes, so an
+// alias bomb costs its own length, not its expansion. Only then are the
+// objects constructed from the same events. A recursive alias is refused.
+import { constructFromEvents, dump, parseEvents, YAMLException, type Event } from 'js-yaml';
+import { VmseedError } from '../errors.ts';
+import { LIMITS } from './limits.ts';
+import { measureEvents, type EventMeasure } from './yaml-measure.ts';
+
+export { measureExpanded } from './yaml-measure.ts';
 
 export type YamlResult<T> = { ok: true; value: T } | { ok: false; line?: number; column?: number; reason: string };
 
 export interface YamlOptions {
   // PyYAML (cloud-init) lets a later duplicate key win; js-yaml rejects it unless asked.
   allowDuplicateKeys?: boolean;
+  // The input field, for YAML_TOO_COMPLEX.
+  field?: string;
+  // Bound on the parsed value's expanded size (default
+  // LIMITS.yamlExpandedBytes), never below 4 × the text's own length: a
+  // document without aliases measures a small multiple of its text.
+  maxExpandedBytes?: number;
+}
+
+// Parse to events and measure them; throws YAML_TOO_COMPLEX, or a
+// YAMLException for a syntax error.
+function parseMeasured(text: string, options: YamlOptions): { events: Event[]; m: EventMeasure } {
+  const events = parseEvents(text, { maxDepth: LIMITS.yamlDepth });
+  const limit = Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length);
+  const m = measureEvents(events, text, limit);
+  if (m.verdict === 'aliases') throw tooComplex(options.field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
+  if (m.verdict === 'cycle') throw tooComplex(options.field, 'a recursive alias makes the document contain itself');
+  if (m.verdict === 'over') throw tooComplex(options.field, `with its aliases expanded the document is more than ${limit} bytes`);
+  return { events, m };
+}
+
+function tooComplex(field: string | undefined, what: string): VmseedError {
+  return new VmseedError('YAML_TOO_COMPLEX', `${field ?? 'YAML'}: ${what}; write the data out instead of using anchors and aliases, or nest less`, {
+    kind: 'terminal',
+    ...(field ? { field } : {}),
+  });
+}
+
+// js-yaml's limit errors become YAML_TOO_COMPLEX, not a syntax error.
+function limitFailure(e: unknown, field: string | undefined): void {
+  if (!(e instanceof YAMLException)) return;
+  if (e.reason.startsWith('aliases exceeded maxAliases')) throw tooComplex(field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
+  if (e.reason.startsWith('nesting exceeded maxDepth')) throw tooComplex(field, `nested more than ${LIMITS.yamlDepth} levels deep`);
 }
 
 // Some js-yaml reasons quote the input (tag names, alias names); keep only
@@ -25,21 +70,47 @@ function failure(e: unknown): { ok: false; line?: number; column?: number; reaso
   throw e;
 }
 
+function construct(text: string, events: Event[], options: YamlOptions): unknown[] {
+  return constructFromEvents(events, { source: text, json: options.allowDuplicateKeys === true, maxAliases: LIMITS.yamlAliases });
+}
+
 export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<unknown> {
   try {
+    const { events } = parseMeasured(text, options);
     // An empty or comment-only document is null in PyYAML; js-yaml's load throws.
-    const docs = loadAll(text, { json: options.allowDuplicateKeys === true });
+    const docs = construct(text, events, options);
     if (docs.length > 1) return { ok: false, reason: 'expected a single YAML document but found several ("---")' };
     return { ok: true, value: docs.length === 0 ? null : docs[0] };
   } catch (e) {
+    limitFailure(e, options.field);
     return failure(e);
   }
 }
 
-export function parseYamlAll(text: string): YamlResult<unknown[]> {
+// What a linter needs without building the objects (a 1 MiB document of
+// one-line keys costs ~3x more to construct than to parse): is it one valid
+// document, and is its top a mapping. Constructed anyway when only
+// construction could find the error (explicit tags, an unknown alias);
+// duplicate keys are allowed, as PyYAML allows them.
+export function checkYaml(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<{ top: EventMeasure['top'] }> {
   try {
-    return { ok: true, value: loadAll(text) };
+    const { events, m } = parseMeasured(text, options);
+    if (m.documents > 1) return { ok: false, reason: 'expected a single YAML document but found several ("---")' };
+    if (m.needsConstruct) construct(text, events, { ...options, allowDuplicateKeys: true });
+    return { ok: true, value: { top: m.top } };
   } catch (e) {
+    limitFailure(e, options.field);
+    return failure(e);
+  }
+}
+
+// Several documents (local manifests). `maxExpandedBytes` bounds each.
+export function parseYamlAll(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<unknown[]> {
+  try {
+    const { events } = parseMeasured(text, options);
+    return { ok: true, value: construct(text, events, options) };
+  } catch (e) {
+    limitFailure(e, options.field);
     return failure(e);
   }
 }
@@ -50,6 +121,13 @@ export function where(r: { line?: number; column?: number }): string {
 
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+// Sets a key that comes from users as an own property: `obj['__proto__'] = v`
+// would replace the prototype instead (js-yaml defines such keys the same way).
+export function setKey(obj: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === '__proto__') Object.defineProperty(obj, key, { value, enumerable: true, configurable: true, writable: true });
+  else obj[key] = value;
 }
 
 // YAML that vmseed generates (merged cloud-config, network-config v2). js-yaml

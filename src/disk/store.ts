@@ -18,10 +18,23 @@
 // start. An identical image (same name, same bytes) is not rewritten.
 // Seed-sized images take a path of synchronous calls (see
 // DEFAULT_SYNC_MAX_BYTES); the steps are the same.
+//
+// The state dir cannot be turned against the node (issue 14): before any
+// operation the VMI's directory and its namespace directory are lstat'ed and
+// must be real directories (a symlink or anything else is STORE_UNSAFE_PATH,
+// terminal, and left alone); files are read only through
+// O_NOFOLLOW|O_NONBLOCK opens checked with fstat (regular files only, reads
+// bounded by the size expected), so neither a symlink nor a FIFO named like
+// an image is followed or hangs a read; only names of vmseed's own images and
+// temporaries are ever unlinked, and unlink/rename act on the entry itself,
+// never on what a symlink points to. Node has no openat(), so a directory
+// swapped between the lstat and the use is not caught; the state dir is the
+// agent's own (0750), which such a swap already needs write access to.
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
+import { constants as fsConstants } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import type { Datasource } from '../cloudinit/seed.ts';
 import { DATASOURCES } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
@@ -46,9 +59,13 @@ export interface StoreStat {
   size: number;
   ino: number;
   mtimeMs: number;
+  isFile(): boolean;
+  isDirectory(): boolean;
+  isSymbolicLink(): boolean;
 }
 
 export interface StoreFileHandle {
+  read(buffer: Uint8Array, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
   writeFile(data: Uint8Array): Promise<void>;
   chmod(mode: number): Promise<void>;
   stat(): Promise<StoreStat>;
@@ -57,9 +74,8 @@ export interface StoreFileHandle {
 }
 
 export interface StoreFs {
-  open(path: string, flags: string, mode?: number): Promise<StoreFileHandle>;
-  readFile(path: string): Promise<Uint8Array>;
-  stat(path: string): Promise<StoreStat>;
+  open(path: string, flags: string | number, mode?: number): Promise<StoreFileHandle>;
+  lstat(path: string): Promise<StoreStat>;
   rename(from: string, to: string): Promise<void>;
   unlink(path: string): Promise<void>;
   mkdir(path: string, options: { recursive: true; mode?: number }): Promise<unknown>;
@@ -70,7 +86,8 @@ export interface StoreFs {
 
 // The synchronous calls of the small-image path (see ImageStore.write).
 export interface StoreSyncFs {
-  openSync(path: string, flags: string, mode?: number): number;
+  openSync(path: string, flags: string | number, mode?: number): number;
+  readSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number;
   writeSync(fd: number, data: Uint8Array, offset: number, length: number, position: number): number;
   fchmodSync(fd: number, mode: number): void;
   // fsync stays off the event loop: it takes milliseconds, not microseconds.
@@ -80,8 +97,7 @@ export interface StoreSyncFs {
   renameSync(from: string, to: string): void;
   unlinkSync(path: string): void;
   mkdirSync(path: string, options: { recursive: true; mode?: number }): unknown;
-  statSync(path: string, options: { throwIfNoEntry: false }): StoreStat | undefined;
-  readFileSync(path: string): Uint8Array;
+  lstatSync(path: string, options: { throwIfNoEntry: false }): StoreStat | undefined;
 }
 
 export interface ImageStoreOptions {
@@ -106,6 +122,14 @@ export interface ImageStoreOptions {
 export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
+// A temporary of write(): `.<image name>.tmp-<store prefix>-<counter>`.
+const TEMP_RE = /^\.(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\.iso\.tmp-[0-9a-z-]+$/;
+// Every read of a file under the root: never through a symlink, never
+// blocking on a FIFO or a device (the fstat that follows refuses them).
+const READ_FLAGS = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK;
+// No seed image comes near this (ISO_TOO_LARGE is far lower); a file that
+// does is not read, whatever its name.
+export const MAX_IMAGE_READ_BYTES = 64 * 1024 * 1024;
 // Kubernetes names: namespace is a DNS label, name a DNS subdomain, uid a
 // UUID. Anything else (slashes, '..', NUL) could leave the root.
 const NAMESPACE_RE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -220,6 +244,7 @@ export class ImageStore {
     }
     const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
+      await this.#verifyDirs(dir);
       let written = false;
       if (!(await this.#same(path, bytes, digest))) {
         const tmp = this.#tmpFor(path);
@@ -258,6 +283,7 @@ export class ImageStore {
     const fsyncFd = (fd: number) => new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
     let written = false;
     let freshDir = false;
+    this.#verifyDirsSync(fs, dir);
     if (!this.#dirs.has(dir)) {
       // mkdirSync returns the first directory it created, undefined if none.
       freshDir = fs.mkdirSync(dir, { recursive: true, mode: 0o750 }) !== undefined;
@@ -328,6 +354,7 @@ export class ImageStore {
     const fs = this.#fs;
     const removed: string[] = [];
     await this.#io(`prune ${dir}`, async () => {
+      await this.#verifyDirs(dir);
       for (const f of await this.#entries(dir)) {
         const p = join(dir, f);
         if (p === keepPath || !parseImageName(f)) continue;
@@ -345,27 +372,41 @@ export class ImageStore {
 
   async list(): Promise<StoredImage[]> {
     const out: StoredImage[] = [];
-    const fs = this.#fs;
     const ls = (p: string) => this.#entries(p);
+    // Only real directories are descended and only regular files listed: a
+    // symlink or a FIFO under the root is not an image of ours, and garbage
+    // collection never reaches what it points to.
+    const kind = async (p: string) => {
+      try {
+        const st = await this.#fs.lstat(p);
+        return st.isSymbolicLink() ? 'other' : st.isDirectory() ? 'dir' : st.isFile() ? 'file' : 'other';
+      } catch (e) {
+        if (code(e) === 'ENOENT') return 'gone';
+        throw e;
+      }
+    };
     await this.#io(`list ${this.root}`, async () => {
       for (const namespace of await ls(this.root)) {
+        if ((await kind(join(this.root, namespace))) !== 'dir') continue;
         for (const vmiDir of await ls(join(this.root, namespace))) {
           const sep = vmiDir.indexOf('_');
           if (sep <= 0) continue;
+          if ((await kind(join(this.root, namespace, vmiDir))) !== 'dir') continue;
           const name = vmiDir.slice(0, sep);
           const uid = vmiDir.slice(sep + 1);
           for (const file of await ls(join(this.root, namespace, vmiDir))) {
             const parsed = parseImageName(file);
             if (!parsed) continue;
             const path = join(this.root, namespace, vmiDir, file);
-            let size: number;
+            let st: StoreStat;
             try {
-              ({ size } = await fs.stat(path));
+              st = await this.#fs.lstat(path);
             } catch (e) {
               if (code(e) === 'ENOENT') continue; // pruned meanwhile
               throw e;
             }
-            out.push({ namespace, name, uid, ...parsed, path, size });
+            if (!st.isFile()) continue;
+            out.push({ namespace, name, uid, ...parsed, path, size: st.size });
           }
         }
       }
@@ -379,9 +420,18 @@ export class ImageStore {
     const fs = this.#fs;
     this.#dirs.delete(dir);
     await this.#io(`remove ${dir}`, async () => {
+      await this.#verifyDirs(dir);
+      // Only vmseed's own names: whatever else someone put there stays, and
+      // so does the directory (rmdir below then finds it not empty).
       for (const f of await this.#entries(dir)) {
+        if (!parseImageName(f) && !TEMP_RE.test(f)) continue;
         this.#last.delete(join(dir, f));
-        await fs.unlink(join(dir, f));
+        try {
+          await fs.unlink(join(dir, f));
+        } catch (e) {
+          // A directory named like an image is not ours either.
+          if (code(e) !== 'ENOENT' && code(e) !== 'EISDIR' && code(e) !== 'EPERM') throw e;
+        }
       }
       for (const d of [dir, join(this.root, key.namespace)]) {
         try {
@@ -412,12 +462,24 @@ export class ImageStore {
       for (const n of await this.#entries(dir)) {
         const p = join(dir, n);
         if (depth === 2) {
-          if (n.startsWith('.') && n.includes(TMP_MARK)) {
-            await fs.unlink(p);
-            removed.push(p);
+          if (TEMP_RE.test(n)) {
+            try {
+              await fs.unlink(p);
+              removed.push(p);
+            } catch (e) {
+              if (code(e) !== 'ENOENT' && code(e) !== 'EISDIR' && code(e) !== 'EPERM') throw e;
+            }
           }
         } else {
-          await visit(p, depth + 1);
+          // Never descend through a symlink or into a non-directory.
+          let st: StoreStat;
+          try {
+            st = await fs.lstat(p);
+          } catch (e) {
+            if (code(e) === 'ENOENT') continue;
+            throw e;
+          }
+          if (st.isDirectory() && !st.isSymbolicLink()) await visit(p, depth + 1);
         }
       }
     };
@@ -435,25 +497,146 @@ export class ImageStore {
     if (this.#last.size > MAX_REMEMBERED) this.#last.delete(this.#last.keys().next().value!);
   }
 
+  // Is the file at `path` these bytes? Anything but a regular file (a
+  // symlink, a FIFO named like the image) is "no": rename() then replaces
+  // the entry itself. A directory there is refused.
   #sameSync(fs: StoreSyncFs, path: string, bytes: Uint8Array, digest: Digest): boolean {
-    const st = fs.statSync(path, { throwIfNoEntry: false });
-    if (st === undefined || st.size !== bytes.length) return false;
+    const st = fs.lstatSync(path, { throwIfNoEntry: false });
+    if (st === undefined) return false;
+    if (st.isDirectory()) throw this.#unsafe(path, 'is a directory where the image goes');
+    if (!st.isFile() || st.size !== bytes.length) return false;
     const last = this.#last.get(path);
     if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
-    return Buffer.from(fs.readFileSync(path)).equals(bytes);
+    const read = this.#readRegularSync(fs, path, bytes.length);
+    return read !== undefined && Buffer.from(read).equals(bytes);
   }
 
   async #same(path: string, bytes: Uint8Array, digest: Digest): Promise<boolean> {
+    let st: StoreStat;
     try {
-      const st = await this.#fs.stat(path);
-      if (st.size !== bytes.length) return false;
-      const last = this.#last.get(path);
-      if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
-      return Buffer.from(await this.#fs.readFile(path)).equals(bytes);
+      st = await this.#fs.lstat(path);
     } catch (e) {
       if (code(e) === 'ENOENT') return false;
       throw e;
     }
+    if (st.isDirectory()) throw this.#unsafe(path, 'is a directory where the image goes');
+    if (!st.isFile() || st.size !== bytes.length) return false;
+    const last = this.#last.get(path);
+    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
+    const read = await this.#readRegular(path, bytes.length);
+    return read !== undefined && Buffer.from(read).equals(bytes);
+  }
+
+  // The file's bytes if it is a regular file (not through a symlink) of at
+  // most `max` bytes; undefined otherwise. Never blocks on a FIFO.
+  #readRegularSync(fs: StoreSyncFs, path: string, max: number): Uint8Array | undefined {
+    let fd: number;
+    try {
+      fd = fs.openSync(path, READ_FLAGS);
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ELOOP' || code(e) === 'ENXIO') return undefined;
+      throw e;
+    }
+    try {
+      const st = fs.fstatSync(fd);
+      if (!st.isFile() || st.size > max) return undefined;
+      const buf = new Uint8Array(st.size);
+      let off = 0;
+      while (off < buf.length) {
+        const n = fs.readSync(fd, buf, off, buf.length - off, off);
+        if (n === 0) break;
+        off += n;
+      }
+      return off === buf.length ? buf : undefined;
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  async #readRegular(path: string, max: number, onChunk?: (chunk: Uint8Array) => void): Promise<Uint8Array | undefined> {
+    let fh: StoreFileHandle;
+    try {
+      fh = await this.#fs.open(path, READ_FLAGS);
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ELOOP' || code(e) === 'ENXIO') return undefined;
+      throw e;
+    }
+    try {
+      const st = await fh.stat();
+      if (!st.isFile() || st.size > max) return undefined;
+      const size = st.size;
+      // Hashing streams through one chunk; a comparison needs the whole.
+      const buf = new Uint8Array(onChunk ? Math.min(size, 1024 * 1024) : size);
+      let pos = 0;
+      while (pos < size) {
+        const off = onChunk ? 0 : pos;
+        const { bytesRead } = await fh.read(buf, off, Math.min(buf.length - off, size - pos), pos);
+        if (bytesRead === 0) break;
+        onChunk?.(buf.subarray(off, off + bytesRead));
+        pos += bytesRead;
+      }
+      return pos === size ? buf : undefined;
+    } finally {
+      await fh.close().catch(() => {});
+    }
+  }
+
+  // sha256 (hex) of an image under the root: a regular file reached without
+  // following a symlink, at most MAX_IMAGE_READ_BYTES; undefined for
+  // anything else (garbage collection then treats it as not ours to keep).
+  async hashImage(path: string): Promise<string | undefined> {
+    if (!this.#under(path)) return undefined;
+    const hash = createHash('sha256');
+    const read = await this.#io(`read ${path}`, () => this.#readRegular(path, MAX_IMAGE_READ_BYTES, (c) => hash.update(c)));
+    return read === undefined ? undefined : hash.digest('hex');
+  }
+
+  // Size and mtime of a regular file under the root, by lstat.
+  async imageStat(path: string): Promise<{ size: number; mtimeMs: number } | undefined> {
+    if (!this.#under(path)) return undefined;
+    try {
+      const st = await this.#fs.lstat(path);
+      return st.isFile() ? { size: st.size, mtimeMs: st.mtimeMs } : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  #under(path: string): boolean {
+    const rel = relative(this.root, path);
+    return rel !== '' && !rel.startsWith('..') && !rel.startsWith('/');
+  }
+
+  // The VMI's directory and its namespace's must be real directories, or
+  // not exist yet.
+  async #verifyDirs(dir: string): Promise<void> {
+    for (const d of [dirname(dir), dir]) {
+      let st: StoreStat;
+      try {
+        st = await this.#fs.lstat(d);
+      } catch (e) {
+        if (code(e) === 'ENOENT') return;
+        throw e;
+      }
+      if (st.isSymbolicLink() || !st.isDirectory()) throw this.#unsafe(d, st.isSymbolicLink() ? 'is a symbolic link' : 'is not a directory');
+    }
+  }
+
+  #verifyDirsSync(fs: StoreSyncFs, dir: string): void {
+    for (const d of [dirname(dir), dir]) {
+      const st = fs.lstatSync(d, { throwIfNoEntry: false });
+      if (st === undefined) return;
+      if (st.isSymbolicLink() || !st.isDirectory()) throw this.#unsafe(d, st.isSymbolicLink() ? 'is a symbolic link' : 'is not a directory');
+    }
+  }
+
+  #unsafe(path: string, what: string): VmseedError {
+    const rel = relative(this.root, path);
+    return new VmseedError(
+      'STORE_UNSAFE_PATH',
+      `image store: ${rel} ${what}; vmseed did not make it and leaves it alone. Remove it from the state directory to let the VMI be seeded`,
+      { kind: 'terminal', field: rel },
+    );
   }
 
   async #syncDir(dir: string): Promise<void> {

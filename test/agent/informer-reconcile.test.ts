@@ -204,8 +204,8 @@ test('a Secret created after its VMI: seeded once it appears', { timeout: 20_000
   assert.equal(existsSync(imagePath(h, v)), false);
   fake.setSecret({ metadata: { name: 'late', namespace: 'default' }, stringData: { userdata: '#cloud-config\nhostname: late\n' } });
   await waitFor('seeded within the backoff', () => existsSync(imagePath(h, v)), 5000);
-  // The image is written before the status records the success.
-  await waitFor('ready', () => h.agent.status.get('default/late-secret')?.state === 'ready');
+  // The file is written before the reconcile's last steps (prune, status).
+  await waitFor('ready', () => h.agent.status.get('default/late-secret')?.state === 'ready', 5000);
   assert.ok(fake.requests.some((r) => r.verb === 'get' && r.resource === 'secrets' && r.status === 404));
 });
 

@@ -130,6 +130,11 @@ test('switching datasource: both images until prune; list (with sha16, also stab
   assert.equal((await store.prune(key, cd.path)).length, 2);
   assert.deepEqual(readdirSync(vmiDir(tmp.dir)).sort(), [basename(cd.path), 'notes.txt']);
   await store.remove(key);
+  // Only vmseed's own names are deleted: a file someone else put there
+  // stays, and so does its directory.
+  assert.deepEqual(readdirSync(vmiDir(tmp.dir)), ['notes.txt']);
+  fs.unlinkSync(join(vmiDir(tmp.dir), 'notes.txt'));
+  await store.remove(key);
   await store.remove(key); // idempotent
   assert.deepEqual((await store.list()).map((s) => s.name), ['db.primary']);
   assert.ok(!existsSync(join(tmp.dir, 'default')), 'empty directories go too');
@@ -159,6 +164,7 @@ test('a failed write leaves the old image and no temporary (fault-injecting fs)'
     open: async (p, flags, mode) => {
       const fh = await fsp.open(p, flags, mode);
       return {
+        read: (b: Uint8Array, o: number, l: number, p: number) => fh.read(b, o, l, p),
         writeFile: async () => {
           throw Object.assign(new Error('disk full'), { code: 'ENOSPC' });
         },
@@ -212,7 +218,7 @@ test('keys that could escape the root are refused with STORE_KEY_INVALID', async
 // node:fs with some synchronous calls replaced, and a log of the calls made.
 function syncFs(log: string[], over: Partial<StoreSyncFs> = {}): StoreSyncFs {
   const real = fs as unknown as StoreSyncFs;
-  const names = ['openSync', 'writeSync', 'fchmodSync', 'fsync', 'fstatSync', 'closeSync', 'renameSync', 'unlinkSync', 'mkdirSync', 'statSync', 'readFileSync'] as const;
+  const names = ['openSync', 'writeSync', 'fchmodSync', 'fsync', 'fstatSync', 'closeSync', 'renameSync', 'unlinkSync', 'mkdirSync', 'lstatSync', 'readSync'] as const;
   const out: Record<string, unknown> = {};
   for (const n of names) {
     out[n] = (...args: unknown[]) => {
@@ -230,10 +236,10 @@ test('small images go through synchronous calls, large ones through fs/promises;
   const store = new ImageStore({ root: tmp.dir, syncFs: syncFs(log) });
   await store.write(key, 'nocloud', image(1, 64 * 1024), { fsync: true });
   const sync = log.filter((c) => c !== 'writeSync');
-  // A new VMI: its directory is created, so no stat of the image and no
-  // failing open.
+  // A new VMI: its namespace directory is not there yet (one lstat), its
+  // directory is created, so no stat of the image and no failing open.
   assert.deepEqual(sync, [
-    'mkdirSync', 'openSync', 'fchmodSync', 'fsync', 'fstatSync', 'renameSync', 'closeSync',
+    'lstatSync', 'mkdirSync', 'openSync', 'fchmodSync', 'fsync', 'fstatSync', 'renameSync', 'closeSync',
     'openSync', 'fsync', 'closeSync',
   ]);
   assert.ok(log.indexOf('writeSync') < log.indexOf('fsync'), 'data written before the file fsync');
@@ -244,7 +250,8 @@ test('small images go through synchronous calls, large ones through fs/promises;
   const p2 = store.pathFor(key, 'nocloud', sha(image(2, 64 * 1024)));
   assert.equal(fs.readFileSync(p2)[0], 2);
   await pending;
-  assert.deepEqual(log.filter((c) => c !== 'writeSync'), ['statSync', 'openSync', 'fchmodSync', 'fstatSync', 'renameSync', 'closeSync']);
+  // Namespace and VMI directories lstat'ed (not symlinks), then the image.
+  assert.deepEqual(log.filter((c) => c !== 'writeSync'), ['lstatSync', 'lstatSync', 'lstatSync', 'openSync', 'fchmodSync', 'fstatSync', 'renameSync', 'closeSync']);
   assert.equal((await fsp.readFile(p2))[0], 2);
   log.length = 0;
   const big = image(3, DEFAULT_SYNC_MAX_BYTES + 1);

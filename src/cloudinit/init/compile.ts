@@ -10,6 +10,7 @@ import type { SaltProvider } from '../password-salt.ts';
 import { fetchSecret } from '../secret-refs.ts';
 import { secretValue } from '../secret-data.ts';
 import type { InitSpec } from './parse.ts';
+import { LIMITS } from '../limits.ts';
 
 export interface CompiledInit {
   cloudConfig: Record<string, unknown>;
@@ -36,6 +37,10 @@ async function hashedPassword(user: InitSpec['users'][number], i: number, ctx: C
       `Secret ${ctx.namespace}/${ref.name} referenced by ${field} has no key "${ref.key}"; add the password under it (vmseed retries)`,
       { kind: 'retryable', field },
     );
+  }
+  // Checked before decoding or hashing: crypt's cost grows with the length.
+  if (bytes.length > LIMITS.passwordBytes + 2) {
+    throw new VmseedError('INIT_INVALID', `${field}: the password in Secret ${ctx.namespace}/${ref.name} is longer than ${LIMITS.passwordBytes} bytes; use a shorter password`, { kind: 'terminal', field });
   }
   // `kubectl create secret --from-file` keeps the file's final newline, which
   // nobody types at a login prompt.

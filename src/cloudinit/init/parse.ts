@@ -5,6 +5,7 @@ import { VmseedError } from '../../errors.ts';
 import { isIp, isV6, normalizeMac, parseCidr } from '../network/model.ts';
 import { isPlainObject } from '../yaml.ts';
 import { permissionsText } from '../annotation-extras.ts';
+import { LIMITS, listTooLong } from '../limits.ts';
 
 export interface InitUser {
   name: string;
@@ -67,9 +68,14 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
     if (typeof v !== 'string' || v === '') throw bad(field, 'must be a non-empty string');
     return v;
   };
-  const strList = (v: unknown, field: string): string[] => {
+  const cap = (list: readonly unknown[], max: number, field: string) => {
+    if (list.length > max) throw listTooLong(`${prefix}.${field}`, list.length, max);
+  };
+  const strList = (v: unknown, field: string, max: number): string[] => {
     if (v == null) return [];
-    if (!Array.isArray(v) || !v.every((x) => typeof x === 'string' && x !== '')) throw bad(field, 'must be a list of non-empty strings');
+    if (!Array.isArray(v)) throw bad(field, 'must be a list of non-empty strings');
+    cap(v, max, field);
+    if (!v.every((x) => typeof x === 'string' && x !== '')) throw bad(field, 'must be a list of non-empty strings');
     return v as string[];
   };
   const bool = (v: unknown, field: string): boolean => {
@@ -92,6 +98,7 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
 
   if (raw.users != null) {
     if (!Array.isArray(raw.users)) throw bad('users', 'must be a list of users ({name, groups, sudo, shell, passwordFrom, authorizedKeys})');
+    cap(raw.users, LIMITS.initUsers, 'users');
     const seen = new Set<string>();
     spec.users = raw.users.map((u, i) => {
       const at = `users[${i}]`;
@@ -101,8 +108,11 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
       if (!name || !USER_NAME.test(name)) throw bad(`${at}.name`, 'must be a user name (lowercase letters, digits, "_", "-"; starting with a letter or "_")');
       if (seen.has(name)) throw bad(`${at}.name`, `repeats user "${name}"; list each user once`);
       seen.add(name);
-      const user: InitUser = { name, authorizedKeys: strList(u.authorizedKeys, `${at}.authorizedKeys`) };
-      if (u.groups != null) user.groups = typeof u.groups === 'string' ? u.groups.split(',').map((g) => g.trim()).filter(Boolean) : strList(u.groups, `${at}.groups`);
+      const user: InitUser = { name, authorizedKeys: strList(u.authorizedKeys, `${at}.authorizedKeys`, LIMITS.sshKeys) };
+      if (u.groups != null) {
+        user.groups = typeof u.groups === 'string' ? u.groups.split(',').map((g) => g.trim()).filter(Boolean) : strList(u.groups, `${at}.groups`, LIMITS.userGroups);
+        cap(user.groups, LIMITS.userGroups, `${at}.groups`);
+      }
       if (u.sudo === true) user.sudo = 'ALL=(ALL) NOPASSWD:ALL';
       else if (u.sudo != null && u.sudo !== false) user.sudo = str(u.sudo, `${at}.sudo`);
       user.shell = str(u.shell, `${at}.shell`);
@@ -123,15 +133,16 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
   if (raw.dns != null) {
     if (!isPlainObject(raw.dns)) throw bad('dns', 'must be {servers: [...], search: [...]}');
     known(raw.dns, ['servers', 'search'], 'dns.');
-    spec.dns.servers = strList(raw.dns.servers, 'dns.servers');
+    spec.dns.servers = strList(raw.dns.servers, 'dns.servers', LIMITS.dnsEntries);
     spec.dns.servers.forEach((s, i) => {
       if (!isIp(s)) throw bad(`dns.servers[${i}]`, 'must be an IPv4 or IPv6 address');
     });
-    spec.dns.search = strList(raw.dns.search, 'dns.search');
+    spec.dns.search = strList(raw.dns.search, 'dns.search', LIMITS.dnsEntries);
   }
 
   if (raw.nics != null) {
     if (!Array.isArray(raw.nics)) throw bad('nics', 'must be a list of NICs ({mac or name, dhcp4, dhcp6, slaac, addresses, gateway4, gateway6, routes})');
+    cap(raw.nics, LIMITS.initNics, 'nics');
     spec.nics = raw.nics.map((n, i) => {
       const at = `nics[${i}]`;
       if (!isPlainObject(n)) throw bad(at, 'must be a mapping');
@@ -140,7 +151,7 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
         dhcp4: bool(n.dhcp4, `${at}.dhcp4`),
         dhcp6: bool(n.dhcp6, `${at}.dhcp6`),
         slaac: bool(n.slaac, `${at}.slaac`) || bool(n.autoconf, `${at}.autoconf`),
-        addresses: strList(n.addresses, `${at}.addresses`),
+        addresses: strList(n.addresses, `${at}.addresses`, LIMITS.nicRoutes),
         routes: [],
       };
       if (n.mac != null) {
@@ -163,6 +174,7 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
       }
       if (n.routes != null) {
         if (!Array.isArray(n.routes)) throw bad(`${at}.routes`, 'must be a list of {to: <CIDR>, via: <IP>, metric?}');
+        cap(n.routes, LIMITS.nicRoutes, `${at}.routes`);
         nic.routes = n.routes.map((r, j) => {
           const rf = `${at}.routes[${j}]`;
           if (!isPlainObject(r)) throw bad(rf, 'must be {to: <CIDR>, via: <IP>, metric?}');
@@ -200,6 +212,7 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
 
   if (raw.files != null) {
     if (!Array.isArray(raw.files)) throw bad('files', 'must be a list of {path, content, permissions?, owner?}');
+    cap(raw.files, LIMITS.initFiles, 'files');
     spec.files = raw.files.map((f, i) => {
       const at = `files[${i}]`;
       if (!isPlainObject(f)) throw bad(at, 'must be {path, content, permissions?, owner?}');

@@ -12,14 +12,19 @@ import type { Datasource } from '../seed.ts';
 import { modelToNetworkData, networkDataBytes } from './emit-nwdata.ts';
 import { modelToV2Bytes } from './emit-v2.ts';
 import { emptyInterface, type NetModel, normalizeMac } from './model.ts';
+import { checkListLength, LIMITS } from '../limits.ts';
 
 export function knownMacs(vmi: VmiObject): string[] {
   const macs: string[] = [];
-  for (const i of vmi.spec?.domain?.devices?.interfaces ?? []) {
+  const spec = vmi.spec?.domain?.devices?.interfaces ?? [];
+  const status = vmi.status?.interfaces ?? [];
+  checkListLength(spec, LIMITS.vmiInterfaces, 'spec.domain.devices.interfaces');
+  checkListLength(status, LIMITS.vmiInterfaces, 'status.interfaces');
+  for (const i of spec) {
     const m = typeof i.macAddress === 'string' ? normalizeMac(i.macAddress) : undefined;
     if (m && !macs.includes(m)) macs.push(m);
   }
-  for (const i of vmi.status?.interfaces ?? []) {
+  for (const i of status) {
     const m = typeof i.mac === 'string' ? normalizeMac(i.mac) : undefined;
     if (m && !macs.includes(m)) macs.push(m);
   }

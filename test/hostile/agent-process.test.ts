@@ -1,0 +1,127 @@
+// The hostile corpus against the real agent process in local mode, under
+// the DaemonSet's NODE_OPTIONS (heap cap), all cases at once beside normal
+// VMIs: each hostile VMI gets its stable code on /status.json, the normal
+// ones are seeded, peak RSS stays bounded, and nothing outside the state dir
+// changes, also when a VMI's directory is swapped for a symlink into a
+// precious tree and the VMI then deleted, and when FIFOs and symlinks named
+// like images wait in a VMI's directory at start-up.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, lstatSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { mkdtempSync } from 'node:fs';
+import { HOSTILE_CASES, NAMESPACE, caseManifest, normalVmi, vmiObject } from './corpus.ts';
+import { put, startLocalAgent, treeDigest, waitUntil, type LocalAgent } from './agent-run.ts';
+import type { VmiStatusRecord } from '../../src/agent/status-types.ts';
+
+const PEAK_RSS_BOUND = 200 * 1024 * 1024;
+const NORMAL = ['normal-a', 'normal-b', 'normal-c'];
+
+function sentinelTree(root: string): string {
+  const s = join(root, 'sentinel');
+  mkdirSync(join(s, 'precious', '.ssh'), { recursive: true });
+  writeFileSync(join(s, 'precious', 'precious.conf'), 'keep me\n');
+  writeFileSync(join(s, 'precious', '.ssh', 'id_rsa'), 'not a real key\n');
+  writeFileSync(join(s, 'precious', 'nocloud-0123456789abcdef.iso'), 'named like an image, not one\n');
+  writeFileSync(join(s, 'precious', '.nocloud.iso.tmp-abc'), 'named like a temporary\n');
+  execFileSync('mkfifo', [join(s, 'precious', 'configdrive-0123456789abcdef.iso')]);
+  return s;
+}
+
+const find = (vmis: VmiStatusRecord[], name: string) => vmis.find((v) => v.namespace === NAMESPACE && v.name === name);
+
+test('hostile corpus: the real agent in local mode, every case at once', { timeout: 240_000 }, async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'vmseed-hostile-'));
+  const manifests = join(root, 'manifests');
+  const state = join(root, 'state');
+  mkdirSync(manifests);
+  const sentinel = sentinelTree(root);
+  const before = treeDigest(sentinel);
+  let agent: LocalAgent | undefined;
+  t.after(async () => {
+    await agent?.stop();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  for (const name of NORMAL) await put(join(manifests, `${name}.json`), JSON.stringify(normalVmi(name)));
+  for (const c of HOSTILE_CASES) await put(join(manifests, `${c.id}.yaml`), caseManifest(c));
+  await put(join(manifests, 'swapped.json'), JSON.stringify(normalVmi('swapped')));
+  agent = await startLocalAgent(manifests, state);
+  const a = agent;
+  const detail = async () => JSON.stringify((await a.status()).vmis.map((v) => [v.name, v.state, v.lastError?.code]), null, 0) + '\n' + a.log().slice(-2000);
+
+  const all = await waitUntil('every VMI settled', async () => {
+    const vmis = (await a.status()).vmis;
+    const names = [...NORMAL, 'swapped', ...HOSTILE_CASES.map((c) => c.id)];
+    const settled = names.every((n) => {
+      const v = find(vmis, n);
+      return v && (v.state === 'ready' || v.state === 'warning' || (v.state === 'error' && v.lastError?.kind === 'terminal'));
+    });
+    return settled ? vmis : undefined;
+  }, 120_000, detail);
+
+  for (const c of HOSTILE_CASES) {
+    const v = find(all, c.id)!;
+    if (c.expect.state === 'ready') {
+      assert.equal(v.state, 'ready', `${c.id}: ${v.lastError?.code} ${v.lastError?.message}`);
+    } else {
+      assert.equal(v.state, 'error', c.id);
+      assert.equal(v.lastError?.code, c.expect.code, `${c.id}: ${v.lastError?.message}`);
+      assert.equal(v.lastError?.kind, 'terminal', c.id);
+      if (c.expect.field) assert.equal(v.lastError?.field, c.expect.field, c.id);
+    }
+  }
+  for (const n of NORMAL) assert.equal(find(all, n)?.state, 'ready', n);
+  // Nothing a Secret held reaches the page.
+  const page = await (await fetch(`${a.url}/status.json`)).text();
+  assert.ok(!page.includes('AAAAAAAAAAAAAAAA'), 'no Secret content on the status page');
+
+  // A VMI's directory swapped for a symlink into the precious tree: the
+  // update is refused with STORE_UNSAFE_PATH, the deletion leaves it alone.
+  const swapped = find(all, 'swapped')!;
+  const vmiDir = dirname(swapped.imagePath!);
+  await rm(vmiDir, { recursive: true });
+  symlinkSync(join(sentinel, 'precious'), vmiDir);
+  await put(join(manifests, 'swapped.json'), JSON.stringify(vmiObject('swapped', 'userData: |\n  #cloud-config\n  hostname: changed\n')));
+  const refused = await waitUntil('STORE_UNSAFE_PATH', async () => {
+    const v = find((await a.status()).vmis, 'swapped');
+    return v?.lastError?.code === 'STORE_UNSAFE_PATH' ? v : undefined;
+  }, 30_000, detail);
+  assert.equal(refused.lastError?.kind, 'terminal');
+  assert.equal(refused.lastError?.field, `${NAMESPACE}/${vmiDir.split('/').at(-1)}`);
+  await rm(join(manifests, 'swapped.json'));
+  await waitUntil('swapped gone from the page', async () => !find((await a.status()).vmis, 'swapped'), 30_000, detail);
+  const unsafeLines = a.log().split('\n').filter((l) => l.includes('"name":"swapped"') && l.includes('"code":"STORE_UNSAFE_PATH"'));
+  assert.ok(unsafeLines.length >= 2, 'the refused update and the refused removal are both logged');
+  assert.match(await (await fetch(`${a.url}/metrics`)).text(), /vmseed_reconcile_errors_total\{code="STORE_UNSAFE_PATH"\} [1-9]/);
+  assert.ok(lstatSync(vmiDir).isSymbolicLink(), 'the link itself is left alone');
+
+  const peak = a.peakRss();
+  t.diagnostic(`peak RSS (VmHWM) with ${HOSTILE_CASES.length} hostile and ${NORMAL.length + 1} normal VMIs: ${(peak / 2 ** 20).toFixed(1)} MiB`);
+  assert.ok(peak <= PEAK_RSS_BOUND, `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB over ${PEAK_RSS_BOUND / 2 ** 20} MiB`);
+  assert.equal(await a.stop(), 0);
+
+  // Start-up garbage collection with a FIFO and a symlink named like images
+  // in a live VMI's directory: neither is opened or followed, and the agent
+  // comes up and seeds.
+  const normalDir = dirname(find(all, 'normal-a')!.imagePath!);
+  execFileSync('mkfifo', [join(normalDir, 'nocloud-fedcba9876543210.iso')]);
+  symlinkSync(join(sentinel, 'precious', 'precious.conf'), join(normalDir, 'configdrive-0123456789abcdef.iso'));
+  agent = await startLocalAgent(manifests, state);
+  const b = agent;
+  await waitUntil('normal VMIs ready after the restart', async () => {
+    const vmis = (await b.status()).vmis;
+    return NORMAL.every((n) => find(vmis, n)?.state === 'ready');
+  }, 60_000, async () => b.log().slice(-2000));
+  // Not regular files, so not images of ours: listed by nobody, left as they are.
+  assert.ok(lstatSync(join(normalDir, 'nocloud-fedcba9876543210.iso')).isFIFO());
+  assert.ok(lstatSync(join(normalDir, 'configdrive-0123456789abcdef.iso')).isSymbolicLink());
+  assert.equal(readdirSync(normalDir).length, 3);
+  assert.equal(await b.stop(), 0);
+
+  assert.equal(treeDigest(sentinel), before, 'nothing outside the state dir changed');
+  assert.ok(existsSync(join(sentinel, 'precious', 'precious.conf')));
+});
