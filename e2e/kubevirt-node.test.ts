@@ -1,0 +1,284 @@
+// A replica of a KubeVirt node, below the Kubernetes API: the kubelet's pod
+// tree with its modes and owners, two launcher pods each with a session
+// libvirtd as uid 107 in a mount namespace shaped like the launcher's, a
+// KubeVirt-shaped q35 domain started paused, and a double of KubeVirt's
+// launcher disk sync (test/support/kubevirt-sync.ts) running against it.
+//
+// The seed is attached the way vmseed's KubeVirt mode does it (as uid 107
+// with group 0, through /pods, file in the launcher's ephemeral-disks, SCSI
+// sdzz at drive target 7, alias ua-vmseed_seed, live only) and the way it
+// was shipped before (hotplug-disks, virtio vdc, ua-vmseed): the first must
+// survive KubeVirt's syncs without an error and leave KubeVirt's own hotplug
+// working; the second must show the fight, so this test can fail.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { createKubeletTree, modeOwner, runCommand, setprivArgs, EMPTY_DIR, LAUNCHER_EMPTY_DIRS, type KubeletTree } from './support/kubelet-tree.ts';
+import { startLauncher, type Launcher } from './support/session-libvirtd.ts';
+import { makeHotplugVolumeFile, startKubevirtVm, type KubevirtVm } from './support/kubevirt-domain.ts';
+import { agentUri, inAgentView, AGENT_PODS_DIR, type AgentUser } from './support/agent-view.ts';
+import { busyboxCmdline } from './support/guest/busybox.ts';
+import { parseConsole } from './support/guest/console.ts';
+import { waitUntil } from './support/agent-process.ts';
+import { KubevirtSync, parseDomainDisks } from '../test/support/kubevirt-sync.ts';
+
+const run = promisify(execFile);
+
+// The DaemonSet's user: runAsUser 107, runAsGroup 107, supplementalGroups [0].
+const AGENT: AgentUser = { uid: 107, gid: 107, groups: [0] };
+const AGENT_WITHOUT_GROUP_0: AgentUser = { uid: 107, gid: 107, groups: [] };
+
+let tree: KubeletTree;
+let launchers: Launcher[] = [];
+
+before(async () => {
+  tree = await createKubeletTree(2);
+  launchers = await Promise.all(tree.pods.map((p) => startLauncher(p)));
+});
+
+after(async () => {
+  await Promise.allSettled(launchers.map((l) => l.stop()));
+  await tree?.remove();
+});
+
+function sha(bytes: Buffer | string): string {
+  return createHash('sha256').update(bytes).digest('hex').slice(0, 16);
+}
+
+// A NoCloud ISO as vmseed writes it (label cidata), built on the host.
+async function seedIso(userData: string): Promise<{ path: string; basename: string; cleanup: () => Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-kv-seed-'));
+  await writeFile(join(dir, 'user-data'), userData);
+  await writeFile(join(dir, 'meta-data'), '{"instance-id": "replica"}\n');
+  const path = join(dir, 'seed.iso');
+  await run('genisoimage', ['-quiet', '-V', 'cidata', '-J', '-r', '-o', path, join(dir, 'user-data'), join(dir, 'meta-data')]);
+  await chmod(dir, 0o755);
+  await chmod(path, 0o644);
+  return { path, basename: `vmseed-nocloud-${sha(readFileSync(path))}.iso`, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+// Publishes like the agent: as 107 + group 0 through /pods, a temporary name
+// then a rename, into `<emptyDir>/<subdir>`.
+async function publishAsAgent(pod: string, emptyDir: 'ephemeral-disks' | 'hotplug-disks', subdir: string, src: string, basename: string): Promise<string> {
+  const dir = `${AGENT_PODS_DIR}/${pod}/${EMPTY_DIR}/${emptyDir}${subdir ? `/${subdir}` : ''}`;
+  const r = await inAgentView(tree.podsDir, AGENT, ['sh', '-c', 'mkdir -p "$1" && cp "$2" "$1/.$3.tmp" && chmod 0444 "$1/.$3.tmp" && mv "$1/.$3.tmp" "$1/$3"', 'sh', dir, src, basename]);
+  assert.equal(r.code, 0, r.stderr);
+  return `${dir}/${basename}`;
+}
+
+async function agentVirsh(pod: string, args: string[]): Promise<string> {
+  const r = await inAgentView(tree.podsDir, AGENT, ['virsh', '-q', '-c', agentUri(pod), ...args]);
+  if (r.code !== 0) throw new Error(`virsh ${args.join(' ')}: ${r.stderr}`);
+  return r.stdout;
+}
+
+// Disk XML files for the agent-side virsh live in the tree root (0750
+// root:root: readable with group 0, like everything the agent reads).
+async function xmlFile(name: string, xml: string): Promise<string> {
+  const p = join(tree.root, `${name}-${randomUUID()}.xml`);
+  await writeFile(p, xml, { mode: 0o644 });
+  return p;
+}
+
+// vmseed's KubeVirt-mode seed disk (see the preamble: sdzz, target 7, alias ua-vmseed_seed).
+function kubevirtSeedDisk(basename: string): string {
+  return `<disk type='file' device='disk'>
+  <driver name='qemu' type='raw'/>
+  <source file='/var/run/kubevirt-ephemeral-disks/vmseed/${basename}'/>
+  <target dev='sdzz' bus='scsi'/>
+  <readonly/>
+  <alias name='ua-vmseed_seed'/>
+  <address type='drive' controller='0' bus='0' target='7' unit='0'/>
+</disk>
+`;
+}
+
+// vmseed's seed as shipped before KubeVirt mode (--disk-bus=virtio, the first
+// free target, image in hotplug-disks).
+function oldSeedDisk(basename: string, target: string): string {
+  return `<disk type='file' device='disk'>
+  <driver name='qemu' type='raw'/>
+  <source file='/var/run/kubevirt/hotplug-disks/${basename}'/>
+  <target dev='${target}' bus='virtio'/>
+  <readonly/>
+  <serial>cidata</serial>
+  <alias name='ua-vmseed'/>
+</disk>
+`;
+}
+
+async function liveAndConfig(l: Launcher, domain: string) {
+  return {
+    live: parseDomainDisks(await l.virsh(['dumpxml', domain])),
+    config: parseDomainDisks(await l.virsh(['dumpxml', '--inactive', domain])),
+  };
+}
+
+function consoleOf(l: Launcher, vm: KubevirtVm): string {
+  const p = l.hostPath(vm.consoleLog);
+  return existsSync(p) ? readFileSync(p, 'utf8') : '';
+}
+
+async function newVm(l: Launcher, name: string, t: { after(fn: () => Promise<void>): void }): Promise<KubevirtVm> {
+  const vm = await startKubevirtVm(l, {
+    namespace: 'team-a',
+    name,
+    uuid: randomUUID(),
+    cmdline: busyboxCmdline({ files: ['user-data', 'meta-data'], waitSeconds: 120, after: 'stay' }),
+  });
+  t.after(async () => {
+    await l.virsh(['destroy', vm.domain]).catch(() => {});
+    await l.virsh(['undefine', vm.domain]).catch(() => {});
+  });
+  return vm;
+}
+
+test('kubelet tree: kubelet\'s modes and owners; uid 107 gets to the launcher socket only with group 0', { timeout: 120_000 }, async () => {
+  const [a] = launchers;
+  assert.deepEqual(await modeOwner(tree.root), { mode: '0750', uid: 0, gid: 0 });
+  assert.deepEqual(await modeOwner(tree.podsDir), { mode: '0750', uid: 0, gid: 0 });
+  for (const pod of tree.pods) {
+    assert.match(pod.uid, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    assert.deepEqual(await modeOwner(pod.dir), { mode: '0750', uid: 0, gid: 0 });
+    assert.deepEqual(await modeOwner(join(pod.dir, 'volumes')), { mode: '0750', uid: 0, gid: 0 });
+    assert.deepEqual(await modeOwner(join(pod.dir, EMPTY_DIR)), { mode: '0755', uid: 0, gid: 0 });
+    for (const d of LAUNCHER_EMPTY_DIRS) assert.deepEqual(await modeOwner(pod.emptyDir(d)), { mode: '2777', uid: 0, gid: 107 }, d);
+  }
+  // The daemon's socket: srwx------ 107, as an unprivileged virtqemud makes it.
+  const sock = await modeOwner(a!.socketOnHost);
+  assert.deepEqual(sock, { mode: '0700', uid: 107, gid: 107 });
+
+  // Without group 0, uid 107 stops at the 0750 root:root directories.
+  const denied = await runCommand([...setprivArgs(AGENT_WITHOUT_GROUP_0), 'ls', tree.podsDir]);
+  assert.notEqual(denied.code, 0);
+  assert.match(denied.stderr, /Permission denied/);
+  const deniedVirsh = await inAgentView(tree.podsDir, AGENT_WITHOUT_GROUP_0, ['virsh', '-q', '-c', agentUri(a!.pod.uid), 'uri']);
+  assert.notEqual(deniedVirsh.code, 0);
+  assert.match(deniedVirsh.stderr, /Permission denied/);
+  // With supplementalGroups [0] it lists the pods and talks to the launcher.
+  const listed = await runCommand([...setprivArgs(AGENT), 'ls', tree.podsDir]);
+  assert.equal(listed.code, 0, listed.stderr);
+  assert.deepEqual(listed.stdout.trim().split('\n').sort(), tree.pods.map((p) => p.uid).sort());
+  assert.equal((await agentVirsh(a!.pod.uid, ['uri'])).trim(), agentUri(a!.pod.uid));
+  // Root with every capability dropped gets through the directories (group
+  // 0) but not into the 0700 socket of uid 107.
+  const rootNoCaps = await inAgentView(tree.podsDir, { uid: 0, gid: 0, groups: [0] }, ['virsh', '-q', '-c', agentUri(a!.pod.uid), 'uri']);
+  assert.notEqual(rootNoCaps.code, 0);
+  assert.match(rootNoCaps.stderr, /Permission denied/);
+  // A file the agent writes into a launcher emptyDir gets group 107 (setgid).
+  const iso = await seedIso('#cloud-config\n');
+  try {
+    await publishAsAgent(a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+    assert.deepEqual(await modeOwner(join(a!.pod.emptyDir('ephemeral-disks'), 'vmseed', iso.basename)), { mode: '0444', uid: 107, gid: 107 });
+  } finally {
+    await iso.cleanup();
+    await rm(join(a!.pod.emptyDir('ephemeral-disks'), 'vmseed'), { recursive: true, force: true });
+  }
+});
+
+test('new layout: a live-only SCSI seed in ephemeral-disks survives KubeVirt\'s syncs, KubeVirt\'s hotplug still attaches, the guest reads the seed', { timeout: 240_000 }, async (t) => {
+  const [a] = launchers;
+  const vm = await newVm(a!, 'vm-new', t);
+  const kubevirt = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
+  const quiet = { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] };
+  assert.deepEqual(await kubevirt.sync(), quiet);
+  assert.equal((await a!.virsh(['domstate', vm.domain])).trim(), 'paused', 'KubeVirt keeps its own start-paused pause');
+
+  const userData = `#cloud-config\n# replica ${randomUUID()}\n`;
+  const iso = await seedIso(userData);
+  t.after(() => iso.cleanup());
+  await publishAsAgent(a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+  await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, await xmlFile('seed', kubevirtSeedDisk(iso.basename)), '--live']);
+
+  const seedPath = `/var/run/kubevirt-ephemeral-disks/vmseed/${iso.basename}`;
+  let disks = await liveAndConfig(a!, vm.domain);
+  const seed = disks.live.find((d) => d.alias === 'ua-vmseed_seed');
+  assert.ok(seed, 'the seed is attached live');
+  assert.equal(seed.targetDev, 'sdzz');
+  assert.equal(seed.sourceFile, seedPath);
+  assert.equal(seed.address?.target, '7');
+  assert.ok(!disks.config.some((d) => d.alias === 'ua-vmseed_seed'), 'live only: not in the persistent definition');
+
+  // KubeVirt syncs again and again (every VMI update, every device event).
+  for (let i = 0; i < 3; i++) assert.deepEqual(await kubevirt.sync(), quiet);
+
+  // The unpause subresource: the guest boots and finds the seed by label.
+  await kubevirt.unpause();
+  const seen = await waitUntil('the guest to print the seed', () => {
+    const c = parseConsole(consoleOf(a!, vm));
+    return c.done || c.labelTimeout ? c : undefined;
+  }, 120_000, () => consoleOf(a!, vm).split('\n').slice(-15).join('\n'));
+  assert.ok(seen.labelFound, 'found LABEL=cidata');
+  assert.match(seen.labelFound.dev, /^\/dev\/sd[a-z]$/, 'a SCSI disk in the guest');
+  assert.equal(seen.files.get('user-data')?.toString('utf8'), userData);
+  assert.deepEqual(await kubevirt.sync(), quiet, 'running: still nothing to do');
+
+  // KubeVirt hot-plugs a volume: named by its own rules (sdb), attached
+  // LIVE|CONFIG next to the seed.
+  await makeHotplugVolumeFile(a!, 'data1');
+  const vol = kubevirt.hotplug('data1');
+  assert.equal(vol.targetDev, 'sdb');
+  const r = await kubevirt.sync();
+  assert.deepEqual(r.attached, ['sdb']);
+  assert.equal(r.error, undefined);
+  disks = await liveAndConfig(a!, vm.domain);
+  assert.ok(disks.live.some((d) => d.alias === 'ua-data1' && d.targetDev === 'sdb'));
+  assert.ok(disks.config.some((d) => d.alias === 'ua-data1' && d.targetDev === 'sdb'));
+  assert.ok(disks.live.some((d) => d.alias === 'ua-vmseed_seed' && d.sourceFile === seedPath), 'the seed is still attached');
+  for (let i = 0; i < 2; i++) assert.deepEqual(await kubevirt.sync(), quiet);
+  assert.deepEqual(kubevirt.errors(), []);
+});
+
+test('old layout, live+config: KubeVirt detaches the seed at every sync, the agent re-attaches: the fight', { timeout: 240_000 }, async (t) => {
+  const [a] = launchers;
+  const vm = await newVm(a!, 'vm-old', t);
+  const kubevirt = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
+  const iso = await seedIso('#cloud-config\n# old layout\n');
+  t.after(() => iso.cleanup());
+  await publishAsAgent(a!.pod.uid, 'hotplug-disks', '', iso.path, iso.basename);
+  // A running guest answers the virtio unplug (paused, the disk would stay).
+  await kubevirt.unpause();
+  const seedXml = await xmlFile('old-seed', oldSeedDisk(iso.basename, 'vdc'));
+  for (let round = 1; round <= 2; round++) {
+    await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, seedXml, '--live', '--config']);
+    assert.ok((await liveAndConfig(a!, vm.domain)).live.some((d) => d.alias === 'ua-vmseed'), `round ${round}: attached`);
+    // The guest has seen it (an unplug request sent while the guest is still
+    // booting is lost, and the disk would stay).
+    if (round === 1) {
+      await waitUntil('the guest to read the seed', () => parseConsole(consoleOf(a!, vm)).done, 120_000, () => consoleOf(a!, vm).split('\n').slice(-15).join('\n'));
+    }
+    const r = await kubevirt.sync();
+    assert.deepEqual(r.detached, ['vdc'], `round ${round}: KubeVirt detaches the seed`);
+    assert.equal(r.error, undefined);
+    await waitUntil(`round ${round}: the seed gone from the live domain`, async () => !(await liveAndConfig(a!, vm.domain)).live.some((d) => d.alias === 'ua-vmseed'), 30_000);
+    assert.ok(!(await liveAndConfig(a!, vm.domain)).config.some((d) => d.alias === 'ua-vmseed'));
+  }
+  assert.ok(parseConsole(consoleOf(a!, vm)).labelGoneUptime !== undefined, 'the guest lost its seed');
+});
+
+test('old layout, live only: every KubeVirt sync fails on the config half, and KubeVirt\'s own hotplug never runs', { timeout: 180_000 }, async (t) => {
+  const [a] = launchers;
+  const vm = await newVm(a!, 'vm-old-live', t);
+  const kubevirt = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
+  const iso = await seedIso('#cloud-config\n# old layout, live only\n');
+  t.after(() => iso.cleanup());
+  await publishAsAgent(a!.pod.uid, 'hotplug-disks', '', iso.path, iso.basename);
+  await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, await xmlFile('old-seed', oldSeedDisk(iso.basename, 'vdc')), '--live']);
+  await makeHotplugVolumeFile(a!, 'data9');
+  kubevirt.hotplug('data9');
+  for (let i = 0; i < 2; i++) {
+    const r = await kubevirt.sync();
+    assert.match(r.error ?? '', /device not found: no target device vdc/, `sync ${i + 1} fails on the seed: ${r.error}`);
+    assert.deepEqual(r.attached, []);
+  }
+  const disks = await liveAndConfig(a!, vm.domain);
+  assert.ok(disks.live.some((d) => d.alias === 'ua-vmseed'), 'the seed stays');
+  assert.ok(!disks.live.some((d) => d.alias === 'ua-data9'), 'KubeVirt\'s volume never attached');
+  console.log(`# KubeVirt's sync error with a live-only seed under hotplug-disks: ${kubevirt.errors()[0]}`);
+});
