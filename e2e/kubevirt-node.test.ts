@@ -282,3 +282,55 @@ test('old layout, live only: every KubeVirt sync fails on the config half, and K
   assert.ok(!disks.live.some((d) => d.alias === 'ua-data9'), 'KubeVirt\'s volume never attached');
   console.log(`# KubeVirt's sync error with a live-only seed under hotplug-disks: ${kubevirt.errors()[0]}`);
 });
+
+test('migration: the seed must already sit at the same path in the target pod; staged there, a live migration between the two launchers works', { timeout: 240_000 }, async (t) => {
+  const [a, b] = launchers;
+  const vm = await newVm(a!, 'vm-mig', t);
+  t.after(async () => {
+    await b!.virsh(['destroy', vm.domain]).catch(() => {});
+    await b!.virsh(['undefine', vm.domain]).catch(() => {});
+  });
+  const userData = `#cloud-config\n# migrating ${randomUUID()}\n`;
+  const iso = await seedIso(userData);
+  t.after(() => iso.cleanup());
+  await publishAsAgent(a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+  await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, await xmlFile('seed', kubevirtSeedDisk(iso.basename)), '--live']);
+  const source = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
+  await source.unpause();
+  await waitUntil('the guest to read the seed', () => parseConsole(consoleOf(a!, vm)).done, 120_000, () => consoleOf(a!, vm).split('\n').slice(-15).join('\n'));
+
+  // The target launcher has what KubeVirt provides there: the containerdisk,
+  // the (shared) data volume, a cloud-init ISO of the same size.
+  for (const d of vm.vmiDisks) {
+    const r = await runCommand(['install', '-D', '-o', '107', '-g', '107', '-m', '0644', a!.hostPath(d.source), b!.hostPath(d.source)]);
+    assert.equal(r.code, 0, r.stderr);
+  }
+  const migrate = () => inAgentView(tree.podsDir, AGENT, ['virsh', '-q', '-c', agentUri(a!.pod.uid), 'migrate', '--live', '--unsafe', vm.domain, agentUri(b!.pod.uid), 'tcp://127.0.0.1']);
+
+  // Not staged: the target QEMU cannot open the read-only seed (it is not copied).
+  const failed = await migrate();
+  assert.notEqual(failed.code, 0, 'migration without the staged seed must fail');
+  assert.match(failed.stderr, new RegExp(iso.basename.replace(/\./g, '\\.')));
+  assert.equal((await a!.virsh(['domstate', vm.domain])).trim(), 'running', 'the VM stays on the source');
+
+  // Staged as the agent does it: same name, same launcher path in the target pod.
+  await publishAsAgent(b!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+  const seedPath = `/var/run/kubevirt-ephemeral-disks/vmseed/${iso.basename}`;
+  const inTarget = await b!.exec(['sha256sum', seedPath]);
+  assert.equal(inTarget.code, 0, inTarget.stderr);
+  assert.equal(inTarget.stdout.split(' ')[0], createHash('sha256').update(readFileSync(iso.path)).digest('hex'));
+
+  const started = Date.now();
+  const ok = await migrate();
+  assert.equal(ok.code, 0, ok.stderr);
+  console.log(`# live migration between the two session daemons: ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  assert.equal((await b!.virsh(['domstate', vm.domain])).trim(), 'running');
+  assert.notEqual((await a!.virsh(['domstate', vm.domain])).trim(), 'running');
+  const target = parseDomainDisks(await b!.virsh(['dumpxml', vm.domain]));
+  const seed = target.find((d) => d.alias === 'ua-vmseed_seed');
+  assert.equal(seed?.sourceFile, seedPath);
+  assert.equal(seed?.targetDev, 'sdzz');
+  // KubeVirt's launcher on the target syncs the migrated domain: quiet.
+  const kubevirtB = new KubevirtSync({ domain: vm.domain, virsh: b!.virsh, spec: vm.spec, diskReady: b!.diskReady });
+  assert.deepEqual(await kubevirtB.sync(), { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] });
+});
