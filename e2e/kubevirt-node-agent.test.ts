@@ -25,7 +25,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createKubeletTree, runCommand, QEMU_GID, QEMU_UID, type KubeletTree } from './support/kubelet-tree.ts';
 import { startLauncher, type Launcher } from './support/session-libvirtd.ts';
-import { makeHotplugVolumeFile, startKubevirtVm, type KubevirtVm } from './support/kubevirt-domain.ts';
+import { makeHotplugVolumeFile, startKubevirtVm } from './support/kubevirt-domain.ts';
+import { AGENT, consoleOf } from './support/replica-seed.ts';
 import { agentUri, inAgentView } from './support/agent-view.ts';
 import { freePort, readDaemonSetAgent, startDaemonSetAgent, waitHealthy, type DaemonSetAgentProcess } from './support/daemonset-agent.ts';
 import { busyboxCmdline } from './support/guest/busybox.ts';
@@ -66,11 +67,6 @@ test('the DaemonSet runs the agent as uid 107 with supplementalGroups [0], no ca
 function seedFiles(l: Launcher): string[] {
   const dir = join(l.pod.emptyDir('ephemeral-disks'), 'vmseed');
   return existsSync(dir) ? readdirSync(dir).filter((f) => !f.startsWith('.')).sort() : [];
-}
-
-function consoleOf(l: Launcher, vm: KubevirtVm): string {
-  const p = l.hostPath(vm.consoleLog);
-  return existsSync(p) ? readFileSync(p, 'utf8') : '';
 }
 
 function vmiObject(o: { uid: string; userData: string; activePods: Record<string, string>; paused: boolean; migrationState?: Record<string, unknown> }): VmiObject {
@@ -239,7 +235,7 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a!.pod.uid]: NODE, [b!.pod.uid]: NODE }, paused: false, migrationState: { ...migration, startTimestamp: started } }));
   loop.behindItsBack.length = 0;
   await loop.stop();
-  const migrated = await inAgentView(tree.podsDir, { uid: 107, gid: 107, groups: [0] }, ['virsh', '-q', '-c', agentUri(a!.pod.uid), 'migrate', '--live', '--unsafe', vm.domain, agentUri(b!.pod.uid), 'tcp://127.0.0.1']);
+  const migrated = await inAgentView(tree.podsDir, AGENT, ['virsh', '-q', '-c', agentUri(a!.pod.uid), 'migrate', '--live', '--unsafe', vm.domain, agentUri(b!.pod.uid), 'tcp://127.0.0.1']);
   assert.equal(migrated.code, 0, migrated.stderr);
   fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [b!.pod.uid]: NODE }, paused: false, migrationState: { ...migration, startTimestamp: started, endTimestamp: new Date().toISOString(), completed: true } }));
   const onB = parseDomainDisks(await b!.virsh(['dumpxml', vm.domain])).find((d) => d.alias === 'ua-vmseed_seed');

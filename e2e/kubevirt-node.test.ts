@@ -12,27 +12,19 @@
 // working; the second must show the fight, so this test can fail.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { createKubeletTree, modeOwner, runCommand, setprivArgs, EMPTY_DIR, LAUNCHER_EMPTY_DIRS, type KubeletTree } from './support/kubelet-tree.ts';
 import { startLauncher, type Launcher } from './support/session-libvirtd.ts';
 import { makeHotplugVolumeFile, startKubevirtVm, type KubevirtVm } from './support/kubevirt-domain.ts';
-import { agentUri, inAgentView, AGENT_PODS_DIR, type AgentUser } from './support/agent-view.ts';
+import { agentUri, inAgentView } from './support/agent-view.ts';
+import { AGENT, AGENT_WITHOUT_GROUP_0, agentVirsh, consoleOf, kubevirtSeedDisk, oldSeedDisk, publishAsAgent, seedIso, xmlFile } from './support/replica-seed.ts';
 import { busyboxCmdline } from './support/guest/busybox.ts';
 import { parseConsole } from './support/guest/console.ts';
 import { waitUntil } from './support/agent-process.ts';
 import { KubevirtSync, parseDomainDisks } from '../test/support/kubevirt-sync.ts';
-
-const run = promisify(execFile);
-
-// The DaemonSet's user: runAsUser 107, runAsGroup 107, supplementalGroups [0].
-const AGENT: AgentUser = { uid: 107, gid: 107, groups: [0] };
-const AGENT_WITHOUT_GROUP_0: AgentUser = { uid: 107, gid: 107, groups: [] };
 
 let tree: KubeletTree;
 let launchers: Launcher[] = [];
@@ -47,82 +39,11 @@ after(async () => {
   await tree?.remove();
 });
 
-function sha(bytes: Buffer | string): string {
-  return createHash('sha256').update(bytes).digest('hex').slice(0, 16);
-}
-
-// A NoCloud ISO as vmseed writes it (label cidata), built on the host.
-async function seedIso(userData: string): Promise<{ path: string; basename: string; cleanup: () => Promise<void> }> {
-  const dir = await mkdtemp(join(tmpdir(), 'vmseed-kv-seed-'));
-  await writeFile(join(dir, 'user-data'), userData);
-  await writeFile(join(dir, 'meta-data'), '{"instance-id": "replica"}\n');
-  const path = join(dir, 'seed.iso');
-  await run('genisoimage', ['-quiet', '-V', 'cidata', '-J', '-r', '-o', path, join(dir, 'user-data'), join(dir, 'meta-data')]);
-  await chmod(dir, 0o755);
-  await chmod(path, 0o644);
-  return { path, basename: `vmseed-nocloud-${sha(readFileSync(path))}.iso`, cleanup: () => rm(dir, { recursive: true, force: true }) };
-}
-
-// Publishes like the agent: as 107 + group 0 through /pods, a temporary name
-// then a rename, into `<emptyDir>/<subdir>`.
-async function publishAsAgent(pod: string, emptyDir: 'ephemeral-disks' | 'hotplug-disks', subdir: string, src: string, basename: string): Promise<string> {
-  const dir = `${AGENT_PODS_DIR}/${pod}/${EMPTY_DIR}/${emptyDir}${subdir ? `/${subdir}` : ''}`;
-  const r = await inAgentView(tree.podsDir, AGENT, ['sh', '-c', 'mkdir -p "$1" && cp "$2" "$1/.$3.tmp" && chmod 0444 "$1/.$3.tmp" && mv "$1/.$3.tmp" "$1/$3"', 'sh', dir, src, basename]);
-  assert.equal(r.code, 0, r.stderr);
-  return `${dir}/${basename}`;
-}
-
-async function agentVirsh(pod: string, args: string[]): Promise<string> {
-  const r = await inAgentView(tree.podsDir, AGENT, ['virsh', '-q', '-c', agentUri(pod), ...args]);
-  if (r.code !== 0) throw new Error(`virsh ${args.join(' ')}: ${r.stderr}`);
-  return r.stdout;
-}
-
-// Disk XML files for the agent-side virsh live in the tree root (0750
-// root:root: readable with group 0, like everything the agent reads).
-async function xmlFile(name: string, xml: string): Promise<string> {
-  const p = join(tree.root, `${name}-${randomUUID()}.xml`);
-  await writeFile(p, xml, { mode: 0o644 });
-  return p;
-}
-
-// vmseed's KubeVirt-mode seed disk (see the preamble: sdzz, target 7, alias ua-vmseed_seed).
-function kubevirtSeedDisk(basename: string): string {
-  return `<disk type='file' device='disk'>
-  <driver name='qemu' type='raw'/>
-  <source file='/var/run/kubevirt-ephemeral-disks/vmseed/${basename}'/>
-  <target dev='sdzz' bus='scsi'/>
-  <readonly/>
-  <alias name='ua-vmseed_seed'/>
-  <address type='drive' controller='0' bus='0' target='7' unit='0'/>
-</disk>
-`;
-}
-
-// vmseed's seed as shipped before KubeVirt mode (--disk-bus=virtio, the first
-// free target, image in hotplug-disks).
-function oldSeedDisk(basename: string, target: string): string {
-  return `<disk type='file' device='disk'>
-  <driver name='qemu' type='raw'/>
-  <source file='/var/run/kubevirt/hotplug-disks/${basename}'/>
-  <target dev='${target}' bus='virtio'/>
-  <readonly/>
-  <serial>cidata</serial>
-  <alias name='ua-vmseed'/>
-</disk>
-`;
-}
-
 async function liveAndConfig(l: Launcher, domain: string) {
   return {
     live: parseDomainDisks(await l.virsh(['dumpxml', domain])),
     config: parseDomainDisks(await l.virsh(['dumpxml', '--inactive', domain])),
   };
-}
-
-function consoleOf(l: Launcher, vm: KubevirtVm): string {
-  const p = l.hostPath(vm.consoleLog);
-  return existsSync(p) ? readFileSync(p, 'utf8') : '';
 }
 
 async function newVm(l: Launcher, name: string, t: { after(fn: () => Promise<void>): void }): Promise<KubevirtVm> {
@@ -165,7 +86,7 @@ test('kubelet tree: kubelet\'s modes and owners; uid 107 gets to the launcher so
   const listed = await runCommand([...setprivArgs(AGENT), 'ls', tree.podsDir]);
   assert.equal(listed.code, 0, listed.stderr);
   assert.deepEqual(listed.stdout.trim().split('\n').sort(), tree.pods.map((p) => p.uid).sort());
-  assert.equal((await agentVirsh(a!.pod.uid, ['uri'])).trim(), agentUri(a!.pod.uid));
+  assert.equal((await agentVirsh(tree, a!.pod.uid, ['uri'])).trim(), agentUri(a!.pod.uid));
   // Root with every capability dropped gets through the directories (group
   // 0) but not into the 0700 socket of uid 107.
   const rootNoCaps = await inAgentView(tree.podsDir, { uid: 0, gid: 0, groups: [0] }, ['virsh', '-q', '-c', agentUri(a!.pod.uid), 'uri']);
@@ -174,7 +95,7 @@ test('kubelet tree: kubelet\'s modes and owners; uid 107 gets to the launcher so
   // A file the agent writes into a launcher emptyDir gets group 107 (setgid).
   const iso = await seedIso('#cloud-config\n');
   try {
-    await publishAsAgent(a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+    await publishAsAgent(tree, a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
     assert.deepEqual(await modeOwner(join(a!.pod.emptyDir('ephemeral-disks'), 'vmseed', iso.basename)), { mode: '0444', uid: 107, gid: 107 });
   } finally {
     await iso.cleanup();
@@ -193,8 +114,8 @@ test('new layout: a live-only SCSI seed in ephemeral-disks survives KubeVirt\'s 
   const userData = `#cloud-config\n# replica ${randomUUID()}\n`;
   const iso = await seedIso(userData);
   t.after(() => iso.cleanup());
-  await publishAsAgent(a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
-  await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, await xmlFile('seed', kubevirtSeedDisk(iso.basename)), '--live']);
+  await publishAsAgent(tree, a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+  await agentVirsh(tree, a!.pod.uid, ['attach-device', vm.domain, await xmlFile(tree, 'seed', kubevirtSeedDisk(iso.basename)), '--live']);
 
   const seedPath = `/var/run/kubevirt-ephemeral-disks/vmseed/${iso.basename}`;
   let disks = await liveAndConfig(a!, vm.domain);
@@ -241,12 +162,12 @@ test('old layout, live+config: KubeVirt detaches the seed at every sync, the age
   const kubevirt = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
   const iso = await seedIso('#cloud-config\n# old layout\n');
   t.after(() => iso.cleanup());
-  await publishAsAgent(a!.pod.uid, 'hotplug-disks', '', iso.path, iso.basename);
+  await publishAsAgent(tree, a!.pod.uid, 'hotplug-disks', '', iso.path, iso.basename);
   // A running guest answers the virtio unplug (paused, the disk would stay).
   await kubevirt.unpause();
-  const seedXml = await xmlFile('old-seed', oldSeedDisk(iso.basename, 'vdc'));
+  const seedXml = await xmlFile(tree, 'old-seed', oldSeedDisk(iso.basename, 'vdc'));
   for (let round = 1; round <= 2; round++) {
-    await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, seedXml, '--live', '--config']);
+    await agentVirsh(tree, a!.pod.uid, ['attach-device', vm.domain, seedXml, '--live', '--config']);
     assert.ok((await liveAndConfig(a!, vm.domain)).live.some((d) => d.alias === 'ua-vmseed'), `round ${round}: attached`);
     // The guest has seen it (an unplug request sent while the guest is still
     // booting is lost, and the disk would stay).
@@ -268,8 +189,8 @@ test('old layout, live only: every KubeVirt sync fails on the config half, and K
   const kubevirt = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
   const iso = await seedIso('#cloud-config\n# old layout, live only\n');
   t.after(() => iso.cleanup());
-  await publishAsAgent(a!.pod.uid, 'hotplug-disks', '', iso.path, iso.basename);
-  await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, await xmlFile('old-seed', oldSeedDisk(iso.basename, 'vdc')), '--live']);
+  await publishAsAgent(tree, a!.pod.uid, 'hotplug-disks', '', iso.path, iso.basename);
+  await agentVirsh(tree, a!.pod.uid, ['attach-device', vm.domain, await xmlFile(tree, 'old-seed', oldSeedDisk(iso.basename, 'vdc')), '--live']);
   await makeHotplugVolumeFile(a!, 'data9');
   kubevirt.hotplug('data9');
   for (let i = 0; i < 2; i++) {
@@ -293,8 +214,8 @@ test('migration: the seed must already sit at the same path in the target pod; s
   const userData = `#cloud-config\n# migrating ${randomUUID()}\n`;
   const iso = await seedIso(userData);
   t.after(() => iso.cleanup());
-  await publishAsAgent(a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
-  await agentVirsh(a!.pod.uid, ['attach-device', vm.domain, await xmlFile('seed', kubevirtSeedDisk(iso.basename)), '--live']);
+  await publishAsAgent(tree, a!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+  await agentVirsh(tree, a!.pod.uid, ['attach-device', vm.domain, await xmlFile(tree, 'seed', kubevirtSeedDisk(iso.basename)), '--live']);
   const source = new KubevirtSync({ domain: vm.domain, virsh: a!.virsh, spec: vm.spec, diskReady: a!.diskReady, startPaused: true });
   await source.unpause();
   await waitUntil('the guest to read the seed', () => parseConsole(consoleOf(a!, vm)).done, 120_000, () => consoleOf(a!, vm).split('\n').slice(-15).join('\n'));
@@ -314,7 +235,7 @@ test('migration: the seed must already sit at the same path in the target pod; s
   assert.equal((await a!.virsh(['domstate', vm.domain])).trim(), 'running', 'the VM stays on the source');
 
   // Staged as the agent does it: same name, same launcher path in the target pod.
-  await publishAsAgent(b!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+  await publishAsAgent(tree, b!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
   const seedPath = `/var/run/kubevirt-ephemeral-disks/vmseed/${iso.basename}`;
   const inTarget = await b!.exec(['sha256sum', seedPath]);
   assert.equal(inTarget.code, 0, inTarget.stderr);
@@ -334,3 +255,4 @@ test('migration: the seed must already sit at the same path in the target pod; s
   const kubevirtB = new KubevirtSync({ domain: vm.domain, virsh: b!.virsh, spec: vm.spec, diskReady: b!.diskReady });
   assert.deepEqual(await kubevirtB.sync(), { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] });
 });
+

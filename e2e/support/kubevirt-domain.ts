@@ -16,6 +16,10 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { ensureBusyboxGuest } from './guest/busybox.ts';
+import { ensureDebianGuest } from './guest/debian.ts';
+import { cachedFixture } from './guest/cache.ts';
+import { ensureKernel, resolveModules } from './guest/kernel.ts';
+import { sh } from './guest/exec.ts';
 import { QEMU_GID, QEMU_UID } from './kubelet-tree.ts';
 import type { Launcher } from './session-libvirtd.ts';
 import { convertVmiDisks, diskXml, type KvDisk, type VmiDisk } from '../../test/support/kubevirt-sync.ts';
@@ -52,8 +56,47 @@ export function vmiDisksFor(namespace: string, name: string): VmiDisk[] {
   ];
 }
 
-export async function kubevirtDomainXml(o: { namespace: string; name: string; uuid: string; cmdline: string; spec: KvDisk[]; consoleLog: string }): Promise<string> {
+export type GuestKind = 'busybox' | 'debian';
+
+export interface GuestBoot {
+  kernel: string;
+  initrd: string;
+  memoryMiB: number;
+}
+
+// The Debian test guest's initramfs loads virtio_blk only. Real cloud images
+// also carry virtio_scsi and sd_mod in theirs (Debian's and Ubuntu's boot
+// from virtio-scsi root disks on GCE); without them a SCSI disk present at
+// boot appears only after cloud-init's ds-identify generator has run, and
+// cloud-init stays disabled. A second cpio archive appended to the first
+// (the kernel unpacks both, later files win) adds the modules and the list.
+const SCSI_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'sd_mod'] as const;
+
+async function debianInitrdWithScsi(base: string): Promise<string> {
+  const kernel = await ensureKernel();
+  const { dir } = await cachedFixture('debian-initramfs-scsi', { base, kernel: kernel.packageVersion, modules: [...SCSI_MODULES], layout: 1 }, async (tmp) => {
+    const root = join(tmp, 'root');
+    await mkdir(join(root, 'lib', 'modules'), { recursive: true });
+    await mkdir(join(root, 'etc'), { recursive: true });
+    const mods = await resolveModules(kernel.modulesDir, SCSI_MODULES);
+    for (const m of mods) await sh('cp "$1" "$2"', [join(kernel.modulesDir, m.rel), join(root, 'lib', 'modules', `${m.name}.ko`)]);
+    await writeFile(join(root, 'etc', 'vmseed-modules'), mods.map((m) => m.name).join('\n') + '\n');
+    await sh('cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2" && cat "$3" "$2" > "$4" && rm -rf "$1" "$2"', [root, join(tmp, 'extra.cpio.gz'), base, join(tmp, 'initramfs.cpio.gz')]);
+  });
+  return join(dir, 'initramfs.cpio.gz');
+}
+
+async function guestBoot(kind: GuestKind): Promise<GuestBoot> {
+  if (kind === 'debian') {
+    const g = await ensureDebianGuest();
+    return { kernel: g.kernel, initrd: await debianInitrdWithScsi(g.initramfs), memoryMiB: 512 };
+  }
   const g = await ensureBusyboxGuest();
+  return { kernel: g.kernel, initrd: g.initramfs, memoryMiB: 256 };
+}
+
+export async function kubevirtDomainXml(o: { namespace: string; name: string; uuid: string; cmdline: string; spec: KvDisk[]; consoleLog: string; guest?: GuestKind }): Promise<string> {
+  const g = await guestBoot(o.guest ?? 'busybox');
   const controllers = [
     "<controller type='usb' index='0' model='none'/>",
     "<controller type='scsi' index='0' model='virtio-non-transitional'/>",
@@ -64,13 +107,13 @@ export async function kubevirtDomainXml(o: { namespace: string; name: string; uu
   return `<domain type='qemu'>
   <name>${esc(`${o.namespace}_${o.name}`)}</name>
   <uuid>${o.uuid}</uuid>
-  <memory unit='MiB'>256</memory>
+  <memory unit='MiB'>${g.memoryMiB}</memory>
   <vcpu placement='static'>1</vcpu>
   <sysinfo type='smbios'><system><entry name='uuid'>${o.uuid}</entry><entry name='manufacturer'>KubeVirt</entry><entry name='product'>None</entry></system></sysinfo>
   <os>
     <type arch='x86_64' machine='q35'>hvm</type>
     <kernel>${esc(g.kernel)}</kernel>
-    <initrd>${esc(g.initramfs)}</initrd>
+    <initrd>${esc(g.initrd)}</initrd>
     <cmdline>${esc(o.cmdline)}</cmdline>
     <smbios mode='sysinfo'/>
   </os>
@@ -96,11 +139,19 @@ async function ownedFile(path: string, size: number): Promise<void> {
   await chown(path, QEMU_UID, QEMU_GID);
 }
 
-/** Files the launcher's QEMU opens, made as virt-launcher/virt-handler would (owner 107). */
-async function makeDiskFiles(launcher: Launcher, vmiDisks: VmiDisk[]): Promise<void> {
+/**
+ * Files the launcher's QEMU opens, made as virt-launcher/virt-handler would
+ * (owner 107). With the Debian guest the containerdisk is a qcow2 overlay
+ * on the cached root filesystem (KubeVirt's containerdisks are overlays too).
+ */
+async function makeDiskFiles(launcher: Launcher, vmiDisks: VmiDisk[], guest: GuestKind): Promise<void> {
   for (const d of vmiDisks) {
     const host = launcher.hostPath(d.source);
-    if (d.kind === 'cdrom') {
+    if (d.name === 'containerdisk' && guest === 'debian') {
+      await mkdir(dirname(host), { recursive: true });
+      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', (await ensureDebianGuest()).rootfs, host]);
+      await chown(host, QEMU_UID, QEMU_GID);
+    } else if (d.kind === 'cdrom') {
       const dir = await mkdtemp(join(tmpdir(), 'vmseed-kv-cd-'));
       try {
         await writeFile(join(dir, 'README'), 'KubeVirt cloud-init disk stand-in\n');
@@ -117,12 +168,14 @@ async function makeDiskFiles(launcher: Launcher, vmiDisks: VmiDisk[]): Promise<v
 }
 
 /** Defines the VM's domain in the launcher and starts it paused (KubeVirt: DomainDefineXML, then Create with START_PAUSED). */
-export async function startKubevirtVm(launcher: Launcher, o: { namespace: string; name: string; uuid: string; cmdline: string }): Promise<KubevirtVm> {
+export async function startKubevirtVm(launcher: Launcher, o: { namespace: string; name: string; uuid: string; cmdline: string; guest?: GuestKind }): Promise<KubevirtVm> {
+  const guest = o.guest ?? 'busybox';
   const vmiDisks = vmiDisksFor(o.namespace, o.name);
   const spec = convertVmiDisks(vmiDisks);
-  await makeDiskFiles(launcher, vmiDisks);
-  const consoleLog = '/var/run/kubevirt-private/vmseed-test-console.log';
-  const xml = await kubevirtDomainXml({ ...o, spec, consoleLog });
+  if (guest === 'debian') spec[0]!.driver = { ...spec[0]!.driver, type: 'qcow2' };
+  await makeDiskFiles(launcher, vmiDisks, guest);
+  const consoleLog = `/var/run/kubevirt-private/vmseed-test-console-${o.name}.log`;
+  const xml = await kubevirtDomainXml({ ...o, spec, consoleLog, guest });
   const domain = `${o.namespace}_${o.name}`;
   await launcher.virsh(['define', '/dev/stdin'], xml);
   await launcher.virsh(['start', '--paused', domain]);
