@@ -78,7 +78,8 @@ function vmiObject(o: { uid: string; userData: string; activePods: Record<string
       namespace: NS,
       uid: o.uid,
       labels: { 'kubevirt.io/nodeName': NODE },
-      annotations: { 'vmseed.io/cloud-init': JSON.stringify({ userData: o.userData }) },
+      // The seed gate's opt-in next to startStrategy: Paused (README, "seed gate").
+      annotations: { 'vmseed.io/cloud-init': JSON.stringify({ userData: o.userData }), 'vmseed.io/resume-after-seed': 'true' },
     },
     spec: { startStrategy: 'Paused', domain: { firmware: { uuid: o.uid } } },
     status: {
@@ -222,8 +223,10 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   assert.deepEqual(quietSince(kubevirt.history, 0), [], 'KubeVirt never detached, ejected, resumed or failed');
 
   // 5. Migration to launcher B on this node: staged before it starts.
-  for (const d of vm.vmiDisks) {
-    const r = await runCommand(['install', '-D', '-o', '107', '-g', '107', '-m', '0644', a!.hostPath(d.source), b!.hostPath(d.source)]);
+  // What KubeVirt provides in the target pod: every disk of the VMI spec,
+  // including the hotplugged volume, at the same path.
+  for (const source of kubevirt.spec.map((d) => d.sourceFile!)) {
+    const r = await runCommand(['install', '-D', '-o', '107', '-g', '107', '-m', '0644', a!.hostPath(source), b!.hostPath(source)]);
     assert.equal(r.code, 0, r.stderr);
   }
   const migrationUid = randomUUID();
