@@ -231,7 +231,8 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   for (const p of mountPoints) await mkdir(p, { recursive: true });
   const argv = [
     'unshare', '-m', '--propagation', 'private', 'sh', '-c', script, 'sh',
-    ...setprivFor(spec),
+    // Test-only: the agent goes when the test process goes.
+    ...setprivFor(spec), '--pdeathsig', 'TERM',
     'env', '-i', ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
     VMSEED, 'agent', ...args,
   ];

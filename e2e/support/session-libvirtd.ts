@@ -186,7 +186,8 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
   // libvirtd's, and this process reaps it.
   const child: ChildProcess = spawn('unshare', [
     '-m', '--propagation', 'private', 'sh', '-c', NAMESPACE_SCRIPT, 'sh',
-    ...setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [] }),
+    // The daemon dies with the test process even when no after hook runs.
+    ...setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [] }), '--pdeathsig', 'KILL',
     'env', '-i', ...launcherEnv(),
     '/usr/sbin/libvirtd', '-f', '/var/run/libvirt/virtqemud.conf',
   ], { env, stdio: ['ignore', logFd, logFd] });
