@@ -1,0 +1,280 @@
+// Starts `bin/vmseed agent` the way manifests/daemonset.yaml runs it on a
+// node, read from the manifest itself (not restated here):
+// - the agent container's args and env (NODE_NAME from spec.nodeName);
+// - the pod + container securityContext: runAsUser, runAsGroup,
+//   supplementalGroups, capabilities (drop ALL → empty inheritable and
+//   bounding sets), allowPrivilegeEscalation=false → no_new_privs, applied
+//   with setpriv;
+// - the container's volumeMounts in a private mount namespace: hostPath
+//   volumes bound from the test's stand-ins (/var/lib/kubelet/pods → the
+//   replica's pods tree), emptyDirs as tmpfs, Secrets from a test directory,
+//   readOnly mounts and readOnlyRootFilesystem as read-only bind remounts.
+// Only listeners and the API server connection are overridden by the test.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import * as yaml from 'js-yaml';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+export const DAEMONSET = join(ROOT, 'manifests/daemonset.yaml');
+const VMSEED = join(ROOT, 'bin/vmseed');
+
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath?: string } };
+}
+
+export interface Volume {
+  name: string;
+  hostPath?: { path: string; type?: string };
+  emptyDir?: { medium?: string; sizeLimit?: string };
+  secret?: { secretName: string; defaultMode?: number; items?: Array<{ key: string; path: string }> };
+}
+
+export interface AgentMount {
+  name: string;
+  mountPath: string;
+  readOnly: boolean;
+  volume: Volume;
+}
+
+export interface DaemonSetAgent {
+  /** The image's ENTRYPOINT is `vmseed agent`; these follow it. */
+  args: string[];
+  env: EnvVar[];
+  runAsUser: number;
+  runAsGroup: number;
+  supplementalGroups: number[];
+  capabilities: { drop: string[]; add: string[] };
+  allowPrivilegeEscalation: boolean;
+  readOnlyRootFilesystem: boolean;
+  mounts: AgentMount[];
+}
+
+type Obj = Record<string, unknown>;
+
+function num(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw new Error(`daemonset: ${what} is not set to an integer`);
+  return v;
+}
+
+export function readDaemonSetAgent(path = DAEMONSET): DaemonSetAgent {
+  const docs = (yaml.loadAll(readFileSync(path, 'utf8')) as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
+  if (docs.length !== 1) throw new Error(`${path}: expected one DaemonSet, found ${docs.length}`);
+  const podSpec = ((docs[0]!.spec as Obj).template as Obj).spec as Obj;
+  const container = (podSpec.containers as Obj[]).find((c) => c.name === 'agent');
+  if (!container) throw new Error(`${path}: no container named agent`);
+  const pod = (podSpec.securityContext ?? {}) as Obj;
+  const sc = (container.securityContext ?? {}) as Obj;
+  const caps = (sc.capabilities ?? {}) as { drop?: string[]; add?: string[] };
+  const volumes = new Map(((podSpec.volumes ?? []) as Volume[]).map((v) => [v.name, v]));
+  const mounts = ((container.volumeMounts ?? []) as Array<{ name: string; mountPath: string; readOnly?: boolean }>).map((m) => {
+    const volume = volumes.get(m.name);
+    if (!volume) throw new Error(`${path}: volumeMount ${m.name} has no volume`);
+    return { name: m.name, mountPath: m.mountPath, readOnly: m.readOnly === true, volume };
+  });
+  // The container's securityContext wins over the pod's (Kubernetes' rule).
+  return {
+    args: ((container.args ?? []) as unknown[]).map(String),
+    env: (container.env ?? []) as EnvVar[],
+    runAsUser: num(sc.runAsUser ?? pod.runAsUser, 'runAsUser'),
+    runAsGroup: num(sc.runAsGroup ?? pod.runAsGroup, 'runAsGroup'),
+    supplementalGroups: ((pod.supplementalGroups ?? []) as unknown[]).map((g) => num(g, 'supplementalGroups[]')),
+    capabilities: { drop: caps.drop ?? [], add: caps.add ?? [] },
+    allowPrivilegeEscalation: sc.allowPrivilegeEscalation !== false,
+    readOnlyRootFilesystem: sc.readOnlyRootFilesystem === true,
+    mounts,
+  };
+}
+
+function flagName(arg: string): string | undefined {
+  const m = /^--([a-z0-9-]+)(=|$)/.exec(arg);
+  return m?.[1];
+}
+
+/** Replaces (or appends) `--flag=value` for each override; all manifest args use the `=` form. */
+export function withOverrides(args: string[], overrides: Record<string, string>): string[] {
+  for (const a of args) if (a.startsWith('--') && !a.includes('=') && overrides[flagName(a) ?? ''] !== undefined) throw new Error(`daemonset arg ${a} is not in --flag=value form; cannot override it`);
+  const kept = args.filter((a) => overrides[flagName(a) ?? ''] === undefined);
+  return [...kept, ...Object.entries(overrides).map(([k, v]) => `--${k}=${v}`)];
+}
+
+/** setpriv for the container's user and capability set. */
+export function setprivFor(d: DaemonSetAgent): string[] {
+  const dropAll = d.capabilities.drop.some((c) => c.toUpperCase() === 'ALL');
+  if (!dropAll) throw new Error('daemonset: the agent container must drop ALL capabilities (the replica applies no other set)');
+  const add = d.capabilities.add.map((c) => `+${c.toLowerCase().replace(/^cap_/, '')}`);
+  return [
+    'setpriv',
+    '--reuid', String(d.runAsUser),
+    '--regid', String(d.runAsGroup),
+    ...(d.supplementalGroups.length > 0 ? ['--groups', d.supplementalGroups.join(',')] : ['--clear-groups']),
+    '--inh-caps', ['-all', ...add].join(','),
+    '--bounding-set', ['-all', ...add].join(','),
+    ...(d.allowPrivilegeEscalation ? [] : ['--no-new-privs']),
+  ];
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export type KubeAccess =
+  | { kubeconfig: string }
+  /** saDir holds token, ca.crt, namespace; bound at /var/run/secrets/kubernetes.io/serviceaccount. */
+  | { inCluster: { host: string; port: number; saDir: string } };
+
+export interface StartOptions {
+  /** Stand-ins for the manifest's hostPath volumes, by host path (e.g. /var/lib/kubelet/pods → the replica's pods dir). */
+  hostPaths: Record<string, string>;
+  /** Directories standing for Secret volumes, by secret name. */
+  secrets: Record<string, string>;
+  nodeName: string;
+  kube: KubeAccess;
+  /** Test overrides of single flags, e.g. { listen: '127.0.0.1:1234' }. */
+  overrides: Record<string, string>;
+  extraEnv?: Record<string, string>;
+  manifest?: string;
+}
+
+export interface DaemonSetAgentProcess {
+  spec: DaemonSetAgent;
+  argv: string[];
+  child: ChildProcess;
+  log(): string;
+  exited(): boolean;
+  stop(): Promise<number | null>;
+}
+
+// Mounts in the agent's namespace, as root, before dropping to the pod's
+// user. Every source is first bound under a fresh /run (the stand-ins live
+// under the host's /tmp, which an emptyDir at /tmp would hide), then onto
+// its mount path. Mount points must exist on the host; they are created empty.
+function mountScript(spec: DaemonSetAgent, o: StartOptions, extraDir: string): { script: string; mountPoints: string[] } {
+  const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+  const lines = ['set -eu', 'mount -t tmpfs -o mode=0755 tmpfs /run'];
+  const sources: string[] = [];
+  const staged = (src: string): string => {
+    const at = `/run/vmseed-src/${sources.length}`;
+    sources.push(src);
+    lines.push(`mkdir -p ${at}`, `mount --bind ${q(src)} ${at}`);
+    return at;
+  };
+  const test = staged(extraDir);
+  const sa = 'inCluster' in o.kube ? staged(o.kube.inCluster.saDir) : undefined;
+  const plan: string[] = [];
+  const mountPoints: string[] = [];
+  for (const m of spec.mounts) {
+    mountPoints.push(m.mountPath);
+    const v = m.volume;
+    if (v.hostPath) {
+      const src = o.hostPaths[v.hostPath.path];
+      if (!src) throw new Error(`no stand-in for hostPath ${v.hostPath.path} (volume ${v.name})`);
+      plan.push(`mount --bind ${staged(src)} ${q(m.mountPath)}`);
+    } else if (v.emptyDir) {
+      const size = v.emptyDir.sizeLimit ? `,size=${v.emptyDir.sizeLimit.replace(/i$/, '')}` : '';
+      // Kubernetes makes emptyDirs 0777 (no fsGroup on this pod).
+      plan.push(`mount -t tmpfs -o mode=0777${size} tmpfs ${q(m.mountPath)}`);
+    } else if (v.secret) {
+      const src = o.secrets[v.secret.secretName];
+      if (!src) throw new Error(`no stand-in for Secret ${v.secret.secretName} (volume ${v.name})`);
+      plan.push(`mount --bind ${staged(src)} ${q(m.mountPath)}`);
+    } else {
+      throw new Error(`volume ${v.name}: only hostPath, emptyDir and secret volumes are replicated`);
+    }
+    if (m.readOnly || v.secret) plan.push(`mount -o remount,bind,ro ${q(m.mountPath)}`);
+  }
+  if (spec.readOnlyRootFilesystem) lines.push('mount -o remount,bind,ro /');
+  lines.push(...plan);
+  // Test-only files (kubeconfig) and the service account, read-only.
+  lines.push('mkdir -p /run/vmseed-test /run/secrets/kubernetes.io/serviceaccount');
+  lines.push(`mount --bind ${test} /run/vmseed-test`, 'mount -o remount,bind,ro /run/vmseed-test');
+  if (sa) lines.push(`mount --bind ${sa} /run/secrets/kubernetes.io/serviceaccount`, 'mount -o remount,bind,ro /run/secrets/kubernetes.io/serviceaccount');
+  for (let i = 0; i < sources.length; i++) lines.push(`umount /run/vmseed-src/${i}`);
+  lines.push('exec "$@"');
+  return { script: lines.join('\n'), mountPoints };
+}
+
+export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAgentProcess> {
+  const spec = readDaemonSetAgent(o.manifest);
+  const extraDir = await mkdtemp(join(tmpdir(), 'vmseed-ds-agent-'));
+  await chmod(extraDir, 0o755);
+  const overrides = { ...o.overrides };
+  const env: Record<string, string> = { PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' };
+  for (const e of spec.env) {
+    if (e.value !== undefined) env[e.name] = e.value;
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName') env[e.name] = o.nodeName;
+    else throw new Error(`daemonset env ${e.name}: only literal values and spec.nodeName are replicated`);
+  }
+  if ('kubeconfig' in o.kube) {
+    await writeFile(join(extraDir, 'kubeconfig'), readFileSync(o.kube.kubeconfig), { mode: 0o644 });
+    overrides.kubeconfig = '/run/vmseed-test/kubeconfig';
+  } else {
+    env.KUBERNETES_SERVICE_HOST = o.kube.inCluster.host;
+    env.KUBERNETES_SERVICE_PORT = String(o.kube.inCluster.port);
+  }
+  Object.assign(env, o.extraEnv ?? {});
+  const args = withOverrides(spec.args, overrides);
+  const { script, mountPoints } = mountScript(spec, o, extraDir);
+  for (const p of mountPoints) await mkdir(p, { recursive: true });
+  const argv = [
+    'unshare', '-m', '--propagation', 'private', 'sh', '-c', script, 'sh',
+    // Test-only: the agent goes when the test process goes.
+    ...setprivFor(spec), '--pdeathsig', 'TERM',
+    'env', '-i', ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
+    VMSEED, 'agent', ...args,
+  ];
+  // unshare and sh exec into setpriv, env, bin/vmseed and Node: the child's
+  // pid is the agent's, and SIGTERM reaches it.
+  const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  child.stdout!.on('data', (d) => (log += d));
+  child.stderr!.on('data', (d) => (log += d));
+  const exit = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  return {
+    spec,
+    argv,
+    child,
+    log: () => log,
+    exited: () => child.exitCode !== null || child.signalCode !== null,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const t = setTimeout(() => child.kill('SIGKILL'), 20_000);
+        try {
+          await exit;
+        } finally {
+          clearTimeout(t);
+        }
+      }
+      await rm(extraDir, { recursive: true, force: true });
+      return child.exitCode;
+    },
+  };
+}
+
+/** Polls url until it answers 200, failing fast when the agent exits. */
+export async function waitHealthy(agent: DaemonSetAgentProcess, url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (agent.exited()) throw new Error(`the agent exited (code ${agent.child.exitCode}) before ${url} answered; log:\n${agent.log().slice(-4000)}`);
+    try {
+      const r = await fetch(url);
+      if (r.ok) return;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) throw new Error(`${url} did not answer 200 within ${timeoutMs} ms; log:\n${agent.log().slice(-4000)}`);
+    await sleep(100);
+  }
+}
