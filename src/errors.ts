@@ -60,6 +60,12 @@ export const ERROR_CODES = [
   'LIBVIRT_UNREACHABLE',
   'LAUNCHER_POD_UNKNOWN',
   'SEED_PUBLISH_FAILED',
+  // libvirt's RPC protocol spoken directly (src/libvirt/rpc)
+  'LIBVIRT_TIMEOUT',
+  'LIBVIRT_FAILED',
+  'LIBVIRT_PROTOCOL',
+  'LIBVIRT_CONNECTION_LOST',
+  'LIBVIRT_ACCESS_DENIED',
   // Kubernetes API (src/agent)
   'KUBE_API_UNAVAILABLE',
   'KUBE_API_ERROR',
