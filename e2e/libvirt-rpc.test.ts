@@ -188,7 +188,7 @@ test('rpc: detaching the SCSI disk delivers a device-removed event with its alia
   }
 });
 
-test('rpc: 50 domains read concurrently over one connection', async () => {
+test('rpc: 50 domains read and changed concurrently over one connection', async () => {
   const names: string[] = [];
   for (let i = 0; i < 50; i++) {
     const d = `e2e_${uniqueName(`many${i}`)}`;
@@ -205,6 +205,12 @@ test('rpc: 50 domains read concurrently over one connection', async () => {
     ]);
     assert.ok(infos.every((i) => i.state === 'shutoff' && i.persistent));
     assert.deepEqual(xmls.map((x) => parseDomainXml(x).name), names);
+    // Different domains are not serialized against each other.
+    const seed = seedFile('many');
+    const disk = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
+    await Promise.all(names.map((d) => client.attachDevice(LIBVIRT_URI, d, disk, { live: false, config: true })));
+    const after = await Promise.all(names.map((d) => client.domainXml(LIBVIRT_URI, d, { inactive: true })));
+    assert.ok(after.every((x) => parseDomainXml(x).disks.length === 1 && parseDomainXml(x).disks[0].sourceFile === seed));
     assert.equal(client.manager.openCount, 1);
   } finally {
     await client.close();
@@ -219,4 +225,28 @@ test('rpc: mutations of one domain run one at a time, in call order', async () =
   await Promise.all(xmls.map((x) => rpc.attachDevice(LIBVIRT_URI, domain, x, { live: true, config: false })));
   const disks = parseDomainXml(await rpc.domainXml(LIBVIRT_URI, domain)).disks;
   assert.deepEqual(disks.map((d) => d.alias), ['ua-serial0', 'ua-serial1', 'ua-serial2']);
+});
+
+test('rpc: a domain destroyed while an attach is in flight: a typed error or a completed attach, never a hang; the connection serves on', async () => {
+  const outcomes: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const domain = await newDomain(`rpc-gone${i}`, 'transient');
+    const xml = buildSeedDiskXml({ sourceFile: seedFile(`gone${i}`), targetDev: 'sda', bus: 'scsi' });
+    const [attach] = await Promise.allSettled([
+      rpc.attachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false }),
+      virsh('destroy', domain),
+    ]);
+    if (attach.status === 'rejected') {
+      const e = attach.reason;
+      assert.ok(e instanceof VmseedError, String(e));
+      assert.equal(e.kind, 'retryable', e.message);
+      outcomes.push(e.code);
+    } else {
+      outcomes.push('attached');
+    }
+    // Transient: gone with the destroy.
+    await rejectsWith(rpc.domainInfo(LIBVIRT_URI, domain), 'DOMAIN_NOT_FOUND');
+  }
+  assert.ok(outcomes.every((o) => ['attached', 'DOMAIN_NOT_FOUND', 'LIBVIRT_FAILED'].includes(o)), outcomes.join(','));
+  assert.match(await rpc.version(LIBVIRT_URI), /^\d+\.\d+\.\d+$/);
 });
