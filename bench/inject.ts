@@ -104,6 +104,45 @@ async function rpcDetach(rpc: RpcLibvirtClient, domain: string, xml: string): Pr
   await removed;
 }
 
+// A domain that appears paused (QEMU started with -S) is seeded and
+// resumed off its lifecycle event, no polling: timed from the `suspended`
+// event to the resume's reply. (What the agent will add on top: finding the
+// VMI for the domain and its image, both in memory.)
+async function benchEventSeed(dir: string, rpc: RpcLibvirtClient): Promise<void> {
+  const n = Math.min(CYCLES, 20);
+  const seed = join(dir, 'vmseed-bench-event.iso');
+  writeFileSync(seed, Buffer.alloc(64 * 1024));
+  const xml = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const domain = `bench_event-${process.pid}-${i}`;
+    const file = join(dir, `${domain}.xml`);
+    writeFileSync(file, emptyDomainXml({ name: domain, scsiController: true }));
+    const seeded = new Promise<number>((resolve, reject) => {
+      const off = rpc.onEvent((e) => {
+        if (e.type !== 'lifecycle' || e.domain !== domain || e.event !== 'suspended') return;
+        off();
+        const t = performance.now();
+        void (async () => {
+          const info = await rpc.domainInfo(LIBVIRT_URI, domain);
+          await rpc.domainXml(LIBVIRT_URI, domain);
+          await rpc.attachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
+          if (info.state === 'paused') await rpc.resume(LIBVIRT_URI, domain);
+          resolve(performance.now() - t);
+        })().catch(reject);
+      });
+    });
+    try {
+      await run('virsh', ['-q', '-c', LIBVIRT_URI, 'create', '--paused', file]);
+      samples.push(await seeded);
+      if ((await rpc.domainInfo(LIBVIRT_URI, domain)).state !== 'running') throw new Error(`${domain} was not resumed`);
+    } finally {
+      await destroyDomain(domain);
+    }
+  }
+  rows.push({ op: `rpc: started-paused event → state+XML+attach+resume (${n} domains)`, samples });
+}
+
 async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Promise<void> {
   const name = `bench-${bus}-${process.pid}`;
   const domain = `bench_${name}`;
@@ -208,6 +247,7 @@ async function main(): Promise<void> {
     }
     rows.push({ op: 'rpc: get-lib-version (connected, no-op)', samples: rpcNoop }, { op: 'rpc: connect+auth+open+events+version+close', samples: rpcFresh });
     for (const bus of modes) await benchDomain(bus, dir, rpc);
+    await benchEventSeed(dir, rpc);
   } finally {
     await rpc.close();
     rmSync(dir, { recursive: true, force: true });
