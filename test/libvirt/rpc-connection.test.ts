@@ -162,6 +162,33 @@ test('a slow call on a live daemon: it times out alone, the connection stays (PO
   }
 });
 
+test('at most maxInFlight calls on the wire, the rest wait their turn; a keepalive still gets through', async () => {
+  const held: Array<[Packet, Socket]> = [];
+  const fake = await fakeDaemon((p, sock) => {
+    if (p.header.prog === KEEPALIVE_PROGRAM) sock.write(encodePacket({ ...p.header, proc: KeepaliveProc.PONG }));
+    else held.push([p, sock]);
+  });
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, maxInFlight: 4 });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  try {
+    const calls = Array.from({ length: 10 }, () => conn.call(157, Buffer.alloc(0), now() + 10_000, 'v'));
+    // The PING goes out after the ten calls; its PONG proves the daemon
+    // read everything sent so far: four calls.
+    await conn.ping(now() + 2_000);
+    const onWire: number = held.length;
+    assert.equal(onWire, 4);
+    for (let answered = 0; answered < 10; answered++) {
+      for (let i = 0; i < 100 && held.length === 0; i++) await sleep(5);
+      const [p, sock] = held.shift()!;
+      reply(sock, p, u64(BigInt(p.header.serial)));
+    }
+    assert.deepEqual(await Promise.all(calls), Array.from({ length: 10 }, (_, i) => u64(BigInt(i + 1))));
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
 test('the daemon\'s keepalive PING is answered with a PONG', async () => {
   let pong: () => void;
   const ponged = new Promise<void>((r) => { pong = r; });

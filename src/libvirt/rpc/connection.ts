@@ -10,6 +10,7 @@ import { VmseedError } from '../../errors.ts';
 import {
   DEFAULT_MAX_FRAME_BYTES,
   FrameDecoder,
+  HEADER_BYTES,
   KEEPALIVE_PROGRAM,
   KEEPALIVE_PROTOCOL_VERSION,
   KeepaliveProc,
@@ -34,10 +35,16 @@ export interface RpcConnectionOptions {
   onEvent?: (packet: Packet) => void;
   // Called once, when the socket is gone (error undefined: closed by us).
   onClose?: (error: VmseedError | undefined) => void;
+  // Calls on the wire at once; more wait here. libvirtd stops reading a
+  // client with max_client_requests (default 5) calls outstanding, and a
+  // keepalive PING it cannot read would look like a hung daemon, so this
+  // stays below that.
+  maxInFlight?: number;
 }
 
 interface Pending {
   operation: string;
+  packet: Buffer;
   resolve: (payload: Buffer) => void;
   reject: (e: VmseedError) => void;
   timer: NodeJS.Timeout;
@@ -75,6 +82,11 @@ export class RpcConnection {
   readonly #decoder: FrameDecoder;
   readonly #maxFrameBytes: number;
   readonly #pending = new Map<number, Pending>();
+  // Serials waiting for a slot, and serials on the wire without a reply
+  // (including ones whose caller gave up: libvirtd still counts them).
+  readonly #queue: number[] = [];
+  readonly #outstanding = new Set<number>();
+  readonly #maxInFlight: number;
   readonly #pongWaiters = new Set<() => void>();
   readonly #onEvent: ((p: Packet) => void) | undefined;
   readonly #onClose: ((e: VmseedError | undefined) => void) | undefined;
@@ -95,6 +107,7 @@ export class RpcConnection {
     this.#onClose = o.onClose;
     this.#keepaliveIntervalMs = o.keepaliveIntervalMs ?? 5_000;
     this.#keepaliveTimeoutMs = o.keepaliveTimeoutMs ?? 5_000;
+    this.#maxInFlight = o.maxInFlight ?? 4;
     socket.on('data', (chunk: Buffer) => this.#receive(chunk));
     socket.on('error', (e: NodeJS.ErrnoException) => this.destroy(this.#lost(e.code ?? e.message)));
     socket.on('close', () => this.destroy(this.#lost('closed by the daemon')));
@@ -131,6 +144,7 @@ export class RpcConnection {
     return this.#closed;
   }
 
+  // Calls sent or queued whose callers still wait.
   get inFlight(): number {
     return this.#pending.size;
   }
@@ -143,7 +157,7 @@ export class RpcConnection {
   // an error reply becomes the mapped VmseedError.
   call(proc: number, args: Buffer, deadline: number, operation: string): Promise<Buffer> {
     if (this.#closed) return Promise.reject(this.#lost('already closed'));
-    if (args.length + 28 > this.#maxFrameBytes) {
+    if (4 + HEADER_BYTES + args.length > this.#maxFrameBytes) {
       return Promise.reject(new VmseedError('LIBVIRT_PROTOCOL', `libvirt ${operation}: arguments of ${args.length} bytes exceed the frame limit of ${this.#maxFrameBytes}`, { kind: 'terminal' }));
     }
     this.#serial = (this.#serial + 1) >>> 0;
@@ -152,14 +166,28 @@ export class RpcConnection {
       const wait = Math.max(0, deadline - now());
       const timer = setTimeout(() => {
         this.#pending.delete(serial);
+        const queued = this.#queue.indexOf(serial);
+        if (queued >= 0) this.#queue.splice(queued, 1);
         reject(timeoutError(operation, wait, this.socketPath));
         // A late reply is dropped by serial; if the daemon is hung, the
         // whole connection goes.
         void this.ping(now() + this.#keepaliveTimeoutMs).catch(() => {});
       }, wait);
-      this.#pending.set(serial, { operation, resolve, reject, timer });
-      this.#socket.write(encodePacket({ prog: REMOTE_PROGRAM, vers: REMOTE_PROTOCOL_VERSION, proc, type: MessageType.CALL, serial, status: MessageStatus.OK }, args));
+      const packet = encodePacket({ prog: REMOTE_PROGRAM, vers: REMOTE_PROTOCOL_VERSION, proc, type: MessageType.CALL, serial, status: MessageStatus.OK }, args);
+      this.#pending.set(serial, { operation, packet, resolve, reject, timer });
+      this.#queue.push(serial);
+      this.#pump();
     });
+  }
+
+  #pump(): void {
+    while (!this.#closed && this.#outstanding.size < this.#maxInFlight && this.#queue.length > 0) {
+      const serial = this.#queue.shift()!;
+      const p = this.#pending.get(serial);
+      if (!p) continue;
+      this.#outstanding.add(serial);
+      this.#socket.write(p.packet);
+    }
   }
 
   // A keepalive round trip; tears the connection down when it fails.
@@ -232,6 +260,7 @@ export class RpcConnection {
       return;
     }
     if (h.type !== MessageType.REPLY) return;
+    if (this.#outstanding.delete(h.serial)) this.#pump();
     const pending = this.#pending.get(h.serial);
     if (!pending) return; // answered after its deadline: the caller has moved on
     this.#pending.delete(h.serial);
@@ -258,6 +287,8 @@ export class RpcConnection {
       this.#pending.delete(serial);
       p.reject(reason);
     }
+    this.#queue.length = 0;
+    this.#outstanding.clear();
     this.#pongWaiters.clear();
     this.#socket.destroy();
     this.#onClose?.(error);

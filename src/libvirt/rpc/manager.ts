@@ -6,10 +6,9 @@
 // sent while it was down are lost and the state must be re-read.
 import { VmseedError, isVmseedError } from '../../errors.ts';
 import { now } from './connection.ts';
-import type { DomainEventMessage } from './protocol.ts';
+import { uuidString, type DomainEventMessage } from './protocol.ts';
 import { RemoteSession } from './remote.ts';
 import { resolveUri, type SocketTarget } from './uri.ts';
-import { uuidString } from './protocol.ts';
 
 export type ManagerEvent =
   | { type: 'lifecycle'; uri: string; domain: string; uuid: string; event: string; detail: number }
