@@ -130,3 +130,55 @@ test('hung libvirtd (SIGSTOP): calls fail at their deadline with LIBVIRT_TIMEOUT
     await client.close();
   }
 });
+
+test('100 level-based injections (read state and XML, attach if missing) while libvirtd is killed and restarted: all complete, each disk once', async (t) => {
+  const names = Array.from({ length: 100 }, (_, i) => `e2e_${uniqueName(`inj${i}`)}`);
+  for (const d of names) await daemon.define(emptyDomainXml({ name: d, scsiController: true }));
+  const seed = join(dir, 'many.iso');
+  writeFileSync(seed, Buffer.alloc(64 * 1024));
+  const disk = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
+  const client = new RpcLibvirtClient({ timeoutMs: 30_000, backoffInitialMs: 20, backoffMaxMs: 500 });
+  const errors = new Map<string, number>();
+  let attaches = 0;
+  // What the injector does: look, change only what is missing, and on a
+  // retryable error look again (an attach whose connection broke may have
+  // landed).
+  const inject = async (d: string) => {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      try {
+        await client.domainInfo(daemon.uri, d);
+        const present = parseDomainXml(await client.domainXml(daemon.uri, d, { inactive: true })).disks.some((x) => x.sourceFile === seed);
+        if (present) return;
+        attaches++;
+        await client.attachDevice(daemon.uri, d, disk, { live: false, config: true });
+        return;
+      } catch (e) {
+        if (!(e instanceof VmseedError) || e.kind !== 'retryable') throw e;
+        errors.set(e.code, (errors.get(e.code) ?? 0) + 1);
+      }
+    }
+    throw new Error(`${d}: not injected after 20 attempts`);
+  };
+  try {
+    let done = 0;
+    const all = Promise.all(names.map(async (d, i) => {
+      // Spread over time so the restart lands in the middle.
+      await new Promise((r) => setTimeout(r, i * 10));
+      await inject(d);
+      done++;
+    }));
+    await new Promise((r) => setTimeout(r, 400));
+    const doneBeforeRestart = done;
+    await daemon.restart({ downMs: 300 });
+    await all;
+    assert.ok(doneBeforeRestart < 100, 'the restart happened while injections were running');
+    t.diagnostic(`done before the restart: ${doneBeforeRestart}; attach calls: ${attaches}; retried errors: ${JSON.stringify([...errors])}`);
+    const disks = await Promise.all(names.map(async (d) => parseDomainXml(await client.domainXml(daemon.uri, d, { inactive: true })).disks.length));
+    assert.deepEqual(disks, names.map(() => 1));
+    // Only a few attaches can be in doubt: those on the wire at the kill.
+    assert.ok(attaches >= 100 && attaches <= 110, `attach calls: ${attaches}; errors: ${JSON.stringify([...errors])}`);
+    for (const code of errors.keys()) assert.ok(['LIBVIRT_CONNECTION_LOST', 'TARGET_IN_USE'].includes(code), `unexpected ${code}`);
+  } finally {
+    await client.close();
+  }
+});
