@@ -165,7 +165,7 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     const xmlFile = join(dir, `${bus}.xml`);
     writeFileSync(xmlFile, buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus }));
     const s = { inject: [] as number[], eject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
-    const r = { state: [] as number[], xml: [] as number[], attach: [] as number[], detach: [] as number[], inject: [] as number[] };
+    const r = { state: [] as number[], xml: [] as number[], view: [] as number[], attach: [] as number[], detach: [] as number[], inject: [] as number[], oneReadOneWrite: [] as number[] };
     const rpcXml = buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus });
     const sh = new VirshShell();
     await sh.cmd('version');
@@ -187,12 +187,18 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       // The same over the RPC connection, one step at a time.
       r.state.push(await time(() => rpc.domainInfo(LIBVIRT_URI, domain)));
       r.xml.push(await time(() => rpc.domainXml(LIBVIRT_URI, domain)));
+      r.view.push(await time(() => rpc.domainView(LIBVIRT_URI, domain)));
       r.attach.push(await time(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })));
       r.detach.push(await time(() => rpcDetach(rpc, domain, rpcXml)));
       // What an injection needs: one read of state and XML, one write.
       r.inject.push(await time(async () => {
         await rpc.domainInfo(LIBVIRT_URI, domain);
         await rpc.domainXml(LIBVIRT_URI, domain);
+        await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
+      }));
+      await rpcDetach(rpc, domain, rpcXml);
+      r.oneReadOneWrite.push(await time(async () => {
+        await rpc.domainView(LIBVIRT_URI, domain);
         await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
       }));
       await rpcDetach(rpc, domain, rpcXml);
@@ -210,6 +216,8 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       { op: `${bus}: rpc: attach-device`, samples: r.attach },
       { op: `${bus}: rpc: detach-device + device-removed event`, samples: r.detach },
       { op: `${bus}: rpc: inject equivalent (state+live XML+attach)`, samples: r.inject },
+      { op: `${bus}: rpc: domainView (lookup, then state+persistent+2 XML pipelined)`, samples: r.view },
+      { op: `${bus}: rpc: domainView + attach (one read, one write)`, samples: r.oneReadOneWrite },
     );
   } finally {
     await destroyDomain(domain);

@@ -108,6 +108,10 @@ for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
       assert.deepEqual(live.map((d) => [d.targetDev, d.bus, d.sourceFile, d.alias]), [['sda', 'scsi', seed, SEED_ALIAS]]);
       const inactive = parseDomainXml(await client.domainXml(LIBVIRT_URI, domain, { inactive: true })).disks;
       assert.deepEqual(inactive, []);
+      const view = await client.domainView(LIBVIRT_URI, domain);
+      assert.deepEqual(view.info, { state: 'paused', rawState: 'paused', persistent: true });
+      assert.deepEqual(parseDomainXml(view.liveXml).disks, live);
+      assert.deepEqual(parseDomainXml(view.inactiveXml).disks, []);
       assert.deepEqual((await domblklist(domain)).map((r) => r.source), [seed]);
 
       await client.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });

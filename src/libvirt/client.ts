@@ -12,6 +12,15 @@ export interface DomainInfo {
   persistent: boolean;
 }
 
+// Everything an injection reads, in one go: state, persistence, and the
+// live and next-boot XML (the same document for a shut-off domain; the
+// inactive one is meaningless for a transient domain).
+export interface DomainView {
+  info: DomainInfo;
+  liveXml: string;
+  inactiveXml: string;
+}
+
 export interface CallOptions {
   timeoutMs?: number;
 }
@@ -35,6 +44,8 @@ export interface LibvirtClient {
   version(uri: string, o?: CallOptions): Promise<string>;
   domainInfo(uri: string, domain: string, o?: CallOptions): Promise<DomainInfo>;
   domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string>;
+  // RPC: one lookup, then the four reads pipelined (one round trip).
+  domainView(uri: string, domain: string, o?: CallOptions): Promise<DomainView>;
   attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   resume(uri: string, domain: string, o?: CallOptions): Promise<void>;

@@ -2,7 +2,7 @@
 // shell, process-group timeout, bounded output, classified errors). The
 // fallback that works with any libvirt virsh can reach; no events.
 import { VmseedError } from '../errors.ts';
-import { toDomainState, type CallOptions, type DeviceFlags, type DomainInfo, type LibvirtClient, type LibvirtEvent } from './client.ts';
+import { toDomainState, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type LibvirtEvent } from './client.ts';
 import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
 
 export interface VirshLibvirtClientOptions {
@@ -66,6 +66,14 @@ export class VirshLibvirtClient implements LibvirtClient {
 
   async domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string> {
     return this.#virsh(uri, o).run(['dumpxml', ...(o?.inactive ? ['--inactive'] : []), '--domain', domain]);
+  }
+
+  // Three processes; the domain may change between them, which the
+  // level-based injector tolerates (it re-reads on the next pass).
+  async domainView(uri: string, domain: string, o?: CallOptions): Promise<DomainView> {
+    const info = await this.domainInfo(uri, domain, o);
+    const [liveXml, inactiveXml] = await Promise.all([this.domainXml(uri, domain, o), this.domainXml(uri, domain, { ...o, inactive: true })]);
+    return { info, liveXml, inactiveXml };
   }
 
   async attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
