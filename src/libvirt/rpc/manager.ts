@@ -37,6 +37,8 @@ interface Entry {
   everUp: boolean;
   reconnectTimer: NodeJS.Timeout | undefined;
   backoffMs: number;
+  // Reconnect attempts that failed since the last success.
+  failures: number;
 }
 
 // Errors after which the same call may be tried on a fresh connection.
@@ -101,7 +103,7 @@ export class ConnectionManager {
       if (this.#entries.size >= this.#maxConnections) {
         throw new VmseedError('LIBVIRT_UNREACHABLE', `more than ${this.#maxConnections} libvirt URIs open at once; will retry once idle ones are closed`, { kind: 'retryable' });
       }
-      e = { uri, session: undefined, opening: undefined, lastUsed: now(), inFlight: 0, watchers: 0, everUp: false, reconnectTimer: undefined, backoffMs: this.#backoffInitialMs };
+      e = { uri, session: undefined, opening: undefined, lastUsed: now(), inFlight: 0, watchers: 0, everUp: false, reconnectTimer: undefined, backoffMs: this.#backoffInitialMs, failures: 0 };
       this.#entries.set(uri, e);
     }
     return e;
@@ -157,6 +159,7 @@ export class ConnectionManager {
         const reconnected = e.everUp;
         e.session = session;
         e.everUp = true;
+        e.failures = 0;
         e.backoffMs = this.#backoffInitialMs;
         this.#emit({ type: 'connection', uri: e.uri, state: 'up', reconnected });
         return session;
@@ -177,12 +180,14 @@ export class ConnectionManager {
 
   #reconnect(e: Entry): void {
     if (e.reconnectTimer || this.#closed) return;
-    const delay = e.everUp ? e.backoffMs : 0;
+    // The first attempt after a watch starts at once; after a loss or a
+    // failure, back off.
+    const delay = e.everUp || e.failures > 0 ? e.backoffMs : 0;
     e.reconnectTimer = setTimeout(() => {
       e.reconnectTimer = undefined;
       if (e.watchers <= 0 || this.#closed || e.session) return;
       this.#open(e, now() + 10_000).catch(() => {
-        e.everUp = true; // later attempts back off
+        e.failures++;
         e.backoffMs = Math.min(this.#backoffMaxMs, e.backoffMs * 2);
         this.#reconnect(e);
       });
