@@ -72,8 +72,11 @@ export async function startPrivateLibvirtd(): Promise<PrivateLibvirtd> {
     throw new Error(`private libvirtd did not answer on ${socketPath} within 30 s; see ${dir}/libvirtd.log`);
   };
 
+  // ref(): the child is unref'd so a test file can end while it runs, but
+  // while waiting for it to exit the wait must keep the process alive.
   const exited = (c: ChildProcess) => new Promise<void>((resolve) => {
     if (c.exitCode !== null || c.signalCode !== null) return resolve();
+    c.ref();
     c.once('exit', () => resolve());
   });
 
@@ -111,7 +114,7 @@ export async function startPrivateLibvirtd(): Promise<PrivateLibvirtd> {
     },
     stop: async () => {
       await kill('SIGTERM');
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
     },
   };
 }
