@@ -7,6 +7,10 @@
 // scsi: a SCSI CD-ROM on a virtio-scsi controller of a domain with no OS
 // (detach completes without a guest). virtio: a virtio disk on the busybox
 // guest, which answers ACPI unplug.
+//
+// The `rpc:` rows use vmseed's native client of libvirt's RPC protocol
+// (src/libvirt/rpc-client.ts): one connection opened before the loop, no
+// process per step; a detach waits for libvirt's device-removed event.
 import { spawn, execFile } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +21,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { VirshInjector } from '../src/libvirt/injector.ts';
 import { buildSeedDiskXml, type SeedBus } from '../src/libvirt/disk-xml.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
+import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
 import { ensureLibvirtd, defineDomain, destroyDomain, emptyDomainXml, virsh, LIBVIRT_URI } from '../e2e/support/libvirtd.ts';
 import { guestDomainXml, waitForConsole } from '../e2e/support/libvirt-guest.ts';
 
@@ -76,7 +81,69 @@ async function gone(domain: string, sh?: VirshShell): Promise<void> {
   }
 }
 
-async function benchDomain(bus: SeedBus, dir: string): Promise<void> {
+// Resolves on libvirt's device-removed event for our alias on `domain`.
+function removedEvent(rpc: RpcLibvirtClient, domain: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => {
+      off();
+      reject(new Error(`no device-removed event for ${domain} within 30 s`));
+    }, 30_000);
+    const off = rpc.onEvent((e) => {
+      if (e.type === 'device-removed' && e.domain === domain && e.alias === 'ua-vmseed') {
+        clearTimeout(t);
+        off();
+        resolve();
+      }
+    });
+  });
+}
+
+async function rpcDetach(rpc: RpcLibvirtClient, domain: string, xml: string): Promise<void> {
+  const removed = removedEvent(rpc, domain);
+  await rpc.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
+  await removed;
+}
+
+// A domain that appears paused (QEMU started with -S) is seeded and
+// resumed off its lifecycle event, no polling: timed from the `suspended`
+// event to the resume's reply. (What the agent will add on top: finding the
+// VMI for the domain and its image, both in memory.)
+async function benchEventSeed(dir: string, rpc: RpcLibvirtClient): Promise<void> {
+  const n = Math.min(CYCLES, 20);
+  const seed = join(dir, 'vmseed-bench-event.iso');
+  writeFileSync(seed, Buffer.alloc(64 * 1024));
+  const xml = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const domain = `bench_event-${process.pid}-${i}`;
+    const file = join(dir, `${domain}.xml`);
+    writeFileSync(file, emptyDomainXml({ name: domain, scsiController: true }));
+    const seeded = new Promise<number>((resolve, reject) => {
+      const off = rpc.onEvent((e) => {
+        if (e.type !== 'lifecycle' || e.domain !== domain || e.event !== 'suspended') return;
+        off();
+        const t = performance.now();
+        void (async () => {
+          const info = await rpc.domainInfo(LIBVIRT_URI, domain);
+          await rpc.domainXml(LIBVIRT_URI, domain);
+          await rpc.attachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
+          if (info.state === 'paused') await rpc.resume(LIBVIRT_URI, domain);
+          resolve(performance.now() - t);
+        })().catch(reject);
+      });
+    });
+    try {
+      await run('virsh', ['-q', '-c', LIBVIRT_URI, 'create', '--paused', file]);
+      samples.push(await seeded);
+      if ((await rpc.domainInfo(LIBVIRT_URI, domain)).state !== 'running') throw new Error(`${domain} was not resumed`);
+    } finally {
+      await destroyDomain(domain);
+    }
+  }
+  rows.push({ op: `rpc: started-paused event → state+XML+attach+resume (${n} domains)`, samples });
+}
+
+async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Promise<void> {
   const name = `bench-${bus}-${process.pid}`;
   const domain = `bench_${name}`;
   const seedA = join(dir, 'vmseed-bench-a.iso');
@@ -98,6 +165,8 @@ async function benchDomain(bus: SeedBus, dir: string): Promise<void> {
     const xmlFile = join(dir, `${bus}.xml`);
     writeFileSync(xmlFile, buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus }));
     const s = { inject: [] as number[], eject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
+    const r = { state: [] as number[], xml: [] as number[], view: [] as number[], attach: [] as number[], detach: [] as number[], inject: [] as number[], oneReadOneWrite: [] as number[] };
+    const rpcXml = buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus });
     const sh = new VirshShell();
     await sh.cmd('version');
     for (let i = 0; i < CYCLES; i++) {
@@ -115,6 +184,24 @@ async function benchDomain(bus: SeedBus, dir: string): Promise<void> {
         await sh.cmd(`detach-device ${domain} ${xmlFile} --live`);
         await gone(domain, sh);
       }));
+      // The same over the RPC connection, one step at a time.
+      r.state.push(await time(() => rpc.domainInfo(LIBVIRT_URI, domain)));
+      r.xml.push(await time(() => rpc.domainXml(LIBVIRT_URI, domain)));
+      r.view.push(await time(() => rpc.domainView(LIBVIRT_URI, domain)));
+      r.attach.push(await time(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })));
+      r.detach.push(await time(() => rpcDetach(rpc, domain, rpcXml)));
+      // What an injection needs: one read of state and XML, one write.
+      r.inject.push(await time(async () => {
+        await rpc.domainInfo(LIBVIRT_URI, domain);
+        await rpc.domainXml(LIBVIRT_URI, domain);
+        await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
+      }));
+      await rpcDetach(rpc, domain, rpcXml);
+      r.oneReadOneWrite.push(await time(async () => {
+        await rpc.domainView(LIBVIRT_URI, domain);
+        await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
+      }));
+      await rpcDetach(rpc, domain, rpcXml);
     }
     sh.close();
     rows.push(
@@ -124,6 +211,13 @@ async function benchDomain(bus: SeedBus, dir: string): Promise<void> {
       { op: `${bus}: virsh detach-device + poll domblklist`, samples: s.detach },
       { op: `${bus}: virsh shell: attach-device`, samples: s.shAttach },
       { op: `${bus}: virsh shell: detach-device + poll`, samples: s.shDetach },
+      { op: `${bus}: rpc: state (lookup+get-state+is-persistent)`, samples: r.state },
+      { op: `${bus}: rpc: dumpxml (live)`, samples: r.xml },
+      { op: `${bus}: rpc: attach-device`, samples: r.attach },
+      { op: `${bus}: rpc: detach-device + device-removed event`, samples: r.detach },
+      { op: `${bus}: rpc: inject equivalent (state+live XML+attach)`, samples: r.inject },
+      { op: `${bus}: rpc: domainView (lookup, then state+persistent+2 XML pipelined)`, samples: r.view },
+      { op: `${bus}: rpc: domainView + attach (one read, one write)`, samples: r.oneReadOneWrite },
     );
   } finally {
     await destroyDomain(domain);
@@ -133,6 +227,10 @@ async function benchDomain(bus: SeedBus, dir: string): Promise<void> {
 async function main(): Promise<void> {
   await ensureLibvirtd();
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-inject-'));
+  const rpc = new RpcLibvirtClient();
+  // Connected (and subscribed to events) before anything is timed.
+  rpc.watch(LIBVIRT_URI);
+  await rpc.version(LIBVIRT_URI);
   try {
     const noop: number[] = [];
     const sh = new VirshShell();
@@ -144,8 +242,22 @@ async function main(): Promise<void> {
     }
     sh.close();
     rows.push({ op: 'virsh version (spawn+connect, no-op)', samples: noop }, { op: 'virsh shell: version (no-op)', samples: shNoop });
-    for (const bus of modes) await benchDomain(bus, dir);
+    const rpcNoop: number[] = [];
+    const rpcFresh: number[] = [];
+    for (let i = 0; i < CYCLES; i++) {
+      rpcNoop.push(await time(() => rpc.version(LIBVIRT_URI)));
+      // What a call on a URI not yet open costs (a KubeVirt launcher socket).
+      rpcFresh.push(await time(async () => {
+        const c = new RpcLibvirtClient();
+        await c.version(LIBVIRT_URI);
+        await c.close();
+      }));
+    }
+    rows.push({ op: 'rpc: get-lib-version (connected, no-op)', samples: rpcNoop }, { op: 'rpc: connect+auth+open+events+version+close', samples: rpcFresh });
+    for (const bus of modes) await benchDomain(bus, dir, rpc);
+    await benchEventSeed(dir, rpc);
   } finally {
+    await rpc.close();
     rmSync(dir, { recursive: true, force: true });
   }
   const ref = [...rows[0].samples].sort((a, b) => a - b);

@@ -76,6 +76,12 @@ export const ERROR_CODES = [
   'LAUNCHER_POD_INVALID',
   'STORE_UNSAFE_PATH',
   'SEED_PUBLISH_FAILED',
+  // libvirt's RPC protocol spoken directly (src/libvirt/rpc)
+  'LIBVIRT_TIMEOUT',
+  'LIBVIRT_FAILED',
+  'LIBVIRT_PROTOCOL',
+  'LIBVIRT_CONNECTION_LOST',
+  'LIBVIRT_ACCESS_DENIED',
   // Kubernetes API (src/agent)
   'KUBE_API_UNAVAILABLE',
   'KUBE_API_THROTTLED',

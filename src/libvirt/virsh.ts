@@ -110,7 +110,7 @@ export interface VirshCallOptions {
   xml?: string;
 }
 
-interface Rule {
+export interface VirshErrorRule {
   test: RegExp;
   code: ErrorCode;
   kind: ErrorKind;
@@ -119,8 +119,9 @@ interface Rule {
 
 // Matched against virsh's `error:` lines (LC_ALL=C), in order. Sources:
 // libvirt's messages (src/qemu/qemu_hotplug.c, src/conf/domain_conf.c,
-// docs/manpages/virsh.rst), each one checked as virsh 9.0 printed it.
-const RULES: Rule[] = [
+// docs/manpages/virsh.rst), each one checked as virsh 9.0 printed it. The RPC
+// client (rpc/errors.ts) matches libvirt's own messages with the same rules.
+export const VIRSH_ERROR_RULES: VirshErrorRule[] = [
   { test: /failed to connect to the hypervisor|Failed to connect socket/, code: 'LIBVIRT_UNREACHABLE', kind: 'retryable', hint: 'libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry' },
   { test: /failed to get domain '|Domain not found/, code: 'DOMAIN_NOT_FOUND', kind: 'retryable', hint: 'the domain is not defined yet; will retry' },
   { test: /target '?\S+?'? duplicated|target \S+ already exists/, code: 'TARGET_IN_USE', kind: 'retryable', hint: 'another disk uses that target (or a detach is still pending); will retry' },
@@ -144,7 +145,7 @@ export function classifyVirshError(stderr: string, command: string): VmseedError
   const lines = errorLines(stderr);
   const detail = (lines.length ? lines.join('; ') : stderr.trim().split('\n').pop() ?? '').slice(0, 500);
   for (const line of [...lines].reverse()) {
-    for (const r of RULES) {
+    for (const r of VIRSH_ERROR_RULES) {
       if (r.test.test(line)) {
         return new VmseedError(r.code, `virsh ${command}: ${detail}; ${r.hint}`, { kind: r.kind });
       }

@@ -1,0 +1,137 @@
+// LibvirtClient over libvirt's RPC protocol: no process per call, one
+// socket per URI (ConnectionManager), domain events. At most one mutation
+// per domain is in flight; reads are not serialized.
+import { VmseedError } from '../errors.ts';
+import { toDomainState, versionString, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type LibvirtEvent } from './client.ts';
+import { now } from './rpc/connection.ts';
+import { ConnectionManager, type ConnectionManagerOptions } from './rpc/manager.ts';
+import { AFFECT_CONFIG, AFFECT_LIVE, XML_INACTIVE } from './rpc/protocol.ts';
+import type { RemoteSession } from './rpc/remote.ts';
+
+export interface RpcLibvirtClientOptions extends ConnectionManagerOptions {
+  // Per call, including waiting for a (re)connect.
+  timeoutMs?: number;
+}
+
+// libvirt's own limit on domain names is larger, but nothing vmseed renders
+// comes close; a longer one is a template bug.
+const DOMAIN_NAME_MAX = 1024;
+
+export class RpcLibvirtClient implements LibvirtClient {
+  readonly kind = 'rpc';
+  readonly supportsEvents = true;
+  readonly #manager: ConnectionManager;
+  readonly #timeoutMs: number;
+  readonly #locks = new Map<string, Promise<unknown>>();
+
+  constructor(o: RpcLibvirtClientOptions = {}) {
+    this.#manager = new ConnectionManager(o);
+    this.#timeoutMs = o.timeoutMs ?? 30_000;
+  }
+
+  get manager(): ConnectionManager {
+    return this.#manager;
+  }
+
+  #deadline(o?: CallOptions): number {
+    return now() + (o?.timeoutMs ?? this.#timeoutMs);
+  }
+
+  #read<T>(uri: string, o: CallOptions | undefined, fn: (s: RemoteSession, deadline: number) => Promise<T>): Promise<T> {
+    const deadline = this.#deadline(o);
+    return this.#manager.withSession(uri, { deadline, idempotent: true }, (s) => fn(s, deadline));
+  }
+
+  // Serialized per (uri, domain); the deadline starts when it is this
+  // call's turn, so a queue does not eat it.
+  #mutate<T>(uri: string, domain: string, o: CallOptions | undefined, fn: (s: RemoteSession, deadline: number) => Promise<T>): Promise<T> {
+    const key = `${uri}\0${domain}`;
+    const run = () => {
+      const deadline = this.#deadline(o);
+      return this.#manager.withSession(uri, { deadline, idempotent: false }, (s) => fn(s, deadline));
+    };
+    const prev = this.#locks.get(key) ?? Promise.resolve();
+    const next = prev.then(run, run);
+    const tail = next.catch(() => {});
+    this.#locks.set(key, tail);
+    void tail.then(() => {
+      if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    });
+    return next;
+  }
+
+  async version(uri: string, o?: CallOptions): Promise<string> {
+    return versionString(await this.#read(uri, o, (s, d) => s.getLibVersion(d)));
+  }
+
+  async domainInfo(uri: string, domain: string, o?: CallOptions): Promise<DomainInfo> {
+    checkName(domain);
+    return this.#read(uri, o, async (s, d) => {
+      const dom = await s.lookupByName(domain, d);
+      // Pipelined: one round trip's latency for both.
+      const [st, persistent] = await Promise.all([s.getState(dom, d), s.isPersistent(dom, d)]);
+      return { state: toDomainState(st.state), rawState: st.state, persistent };
+    });
+  }
+
+  async domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string> {
+    checkName(domain);
+    return this.#read(uri, o, async (s, d) => s.getXmlDesc(await s.lookupByName(domain, d), o?.inactive ? XML_INACTIVE : 0, d));
+  }
+
+  async domainView(uri: string, domain: string, o?: CallOptions): Promise<DomainView> {
+    checkName(domain);
+    return this.#read(uri, o, async (s, d) => {
+      const dom = await s.lookupByName(domain, d);
+      const [st, persistent, liveXml, inactiveXml] = await Promise.all([
+        s.getState(dom, d),
+        s.isPersistent(dom, d),
+        s.getXmlDesc(dom, 0, d),
+        s.getXmlDesc(dom, XML_INACTIVE, d),
+      ]);
+      return { info: { state: toDomainState(st.state), rawState: st.state, persistent }, liveXml, inactiveXml };
+    });
+  }
+
+  async attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
+    checkName(domain);
+    const flags = deviceFlags(o);
+    return this.#mutate(uri, domain, o, async (s, d) => s.attachDevice(await s.lookupByName(domain, d), xml, flags, d));
+  }
+
+  async detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
+    checkName(domain);
+    const flags = deviceFlags(o);
+    return this.#mutate(uri, domain, o, async (s, d) => s.detachDevice(await s.lookupByName(domain, d), xml, flags, d));
+  }
+
+  async resume(uri: string, domain: string, o?: CallOptions): Promise<void> {
+    checkName(domain);
+    return this.#mutate(uri, domain, o, async (s, d) => s.resume(await s.lookupByName(domain, d), d));
+  }
+
+  onEvent(listener: (e: LibvirtEvent) => void): () => void {
+    return this.#manager.onEvent(listener);
+  }
+
+  watch(uri: string): () => void {
+    return this.#manager.watch(uri);
+  }
+
+  close(): Promise<void> {
+    return this.#manager.close();
+  }
+}
+
+function checkName(domain: string): void {
+  if (domain === '' || domain.length > DOMAIN_NAME_MAX || domain.includes('\0')) {
+    throw new VmseedError('CONFIG_INVALID', `domain name of ${domain.length} characters is empty, too long or has a NUL; check the domain name template`, { kind: 'terminal', field: 'domainTemplate' });
+  }
+}
+
+function deviceFlags(o: DeviceFlags): number {
+  if (!o.live && !o.config) {
+    throw new VmseedError('INTERNAL', 'device change with neither live nor config', { kind: 'terminal' });
+  }
+  return (o.live ? AFFECT_LIVE : 0) | (o.config ? AFFECT_CONFIG : 0);
+}

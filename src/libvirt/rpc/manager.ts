@@ -1,0 +1,270 @@
+// One long-lived RPC session per libvirt URI. Opened on the first call,
+// closed after `idleMs` without use (a KubeVirt node has a launcher socket
+// per VMI), reopened with backoff when the daemon goes away. A watched URI
+// stays open and is reconnected on its own, with its domain events
+// re-registered; listeners then get a `connection: up` event, since events
+// sent while it was down are lost and the state must be re-read.
+import { VmseedError, isVmseedError } from '../../errors.ts';
+import { now } from './connection.ts';
+import { uuidString, type DomainEventMessage } from './protocol.ts';
+import { RemoteSession } from './remote.ts';
+import { resolveUri, type SocketTarget } from './uri.ts';
+
+export type ManagerEvent =
+  | { type: 'lifecycle'; uri: string; domain: string; uuid: string; event: string; detail: number }
+  | { type: 'device-removed'; uri: string; domain: string; uuid: string; alias: string }
+  | { type: 'connection'; uri: string; state: 'up' | 'down'; reconnected: boolean };
+
+export interface ConnectionManagerOptions {
+  idleMs?: number;
+  maxFrameBytes?: number;
+  keepaliveIntervalMs?: number;
+  keepaliveTimeoutMs?: number;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  // Limits how many URIs are open at once (one socket each).
+  maxConnections?: number;
+  resolve?: (uri: string) => SocketTarget;
+}
+
+interface Entry {
+  uri: string;
+  session: RemoteSession | undefined;
+  opening: Promise<RemoteSession> | undefined;
+  lastUsed: number;
+  inFlight: number;
+  watchers: number;
+  everUp: boolean;
+  reconnectTimer: NodeJS.Timeout | undefined;
+  backoffMs: number;
+  // Reconnect attempts that failed since the last success.
+  failures: number;
+}
+
+// Errors after which the same call may be tried on a fresh connection.
+function connectionFailure(e: unknown): boolean {
+  return isVmseedError(e) && (e.code === 'LIBVIRT_UNREACHABLE' || e.code === 'LIBVIRT_CONNECTION_LOST' || e.code === 'LIBVIRT_PROTOCOL');
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export interface SessionCallOptions {
+  deadline: number;
+  // Reads may be re-sent after the connection broke mid-call; a mutation
+  // may have taken effect and is left to the caller (who re-reads first).
+  idempotent: boolean;
+}
+
+export class ConnectionManager {
+  readonly #entries = new Map<string, Entry>();
+  readonly #listeners = new Set<(e: ManagerEvent) => void>();
+  readonly #idleMs: number;
+  readonly #maxFrameBytes: number | undefined;
+  readonly #keepaliveIntervalMs: number | undefined;
+  readonly #keepaliveTimeoutMs: number | undefined;
+  readonly #backoffInitialMs: number;
+  readonly #backoffMaxMs: number;
+  readonly #maxConnections: number;
+  readonly #resolve: (uri: string) => SocketTarget;
+  readonly #idleTimer: NodeJS.Timeout;
+  #closed = false;
+
+  constructor(o: ConnectionManagerOptions = {}) {
+    this.#idleMs = o.idleMs ?? 60_000;
+    this.#maxFrameBytes = o.maxFrameBytes;
+    this.#keepaliveIntervalMs = o.keepaliveIntervalMs;
+    this.#keepaliveTimeoutMs = o.keepaliveTimeoutMs;
+    this.#backoffInitialMs = o.backoffInitialMs ?? 50;
+    this.#backoffMaxMs = o.backoffMaxMs ?? 5_000;
+    this.#maxConnections = o.maxConnections ?? 512;
+    this.#resolve = o.resolve ?? ((uri) => resolveUri(uri));
+    this.#idleTimer = setInterval(() => this.#closeIdle(), Math.max(10, Math.min(this.#idleMs / 2, 10_000)));
+    this.#idleTimer.unref();
+  }
+
+  onEvent(listener: (e: ManagerEvent) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #emit(e: ManagerEvent): void {
+    for (const l of [...this.#listeners]) {
+      try {
+        l(e);
+      } catch {
+        // one listener's bug must not starve the others
+      }
+    }
+  }
+
+  #entry(uri: string): Entry {
+    let e = this.#entries.get(uri);
+    if (!e) {
+      if (this.#entries.size >= this.#maxConnections) {
+        throw new VmseedError('LIBVIRT_UNREACHABLE', `more than ${this.#maxConnections} libvirt URIs open at once; will retry once idle ones are closed`, { kind: 'retryable' });
+      }
+      e = { uri, session: undefined, opening: undefined, lastUsed: now(), inFlight: 0, watchers: 0, everUp: false, reconnectTimer: undefined, backoffMs: this.#backoffInitialMs, failures: 0 };
+      this.#entries.set(uri, e);
+    }
+    return e;
+  }
+
+  // Keeps `uri` connected (events flowing) until the returned function is
+  // called.
+  watch(uri: string): () => void {
+    const e = this.#entry(uri);
+    e.watchers++;
+    if (!e.session && !e.opening) this.#reconnect(e);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      e.watchers--;
+      e.lastUsed = now();
+    };
+  }
+
+  connected(uri: string): boolean {
+    return this.#entries.get(uri)?.session?.conn.closed === false;
+  }
+
+  #open(e: Entry, deadline: number): Promise<RemoteSession> {
+    if (e.session && !e.session.conn.closed) return Promise.resolve(e.session);
+    e.opening ??= (async () => {
+      try {
+        const target = this.#resolve(e.uri);
+        // Stays undefined while opening: a socket dying then is the open's
+        // failure, not a lost session.
+        let session: RemoteSession | undefined;
+        session = await RemoteSession.open({
+          ...target,
+          deadline,
+          maxFrameBytes: this.#maxFrameBytes,
+          keepaliveIntervalMs: this.#keepaliveIntervalMs,
+          keepaliveTimeoutMs: this.#keepaliveTimeoutMs,
+          onDomainEvent: (m) => this.#emit(toEvent(e.uri, m)),
+          onClose: () => this.#lost(e, session),
+        });
+        try {
+          await session.registerDomainEvents(deadline);
+        } catch (err) {
+          session.conn.destroy();
+          session = undefined;
+          throw err;
+        }
+        if (this.#closed) {
+          await session.close();
+          throw new VmseedError('LIBVIRT_CONNECTION_LOST', 'the libvirt connection manager was closed', { kind: 'retryable' });
+        }
+        const reconnected = e.everUp;
+        e.session = session;
+        e.everUp = true;
+        e.failures = 0;
+        e.backoffMs = this.#backoffInitialMs;
+        this.#emit({ type: 'connection', uri: e.uri, state: 'up', reconnected });
+        return session;
+      } finally {
+        e.opening = undefined;
+      }
+    })();
+    return e.opening;
+  }
+
+  #lost(e: Entry, session: RemoteSession | undefined): void {
+    // `session` is undefined when the socket died during open.
+    if (session === undefined || e.session !== session) return;
+    e.session = undefined;
+    this.#emit({ type: 'connection', uri: e.uri, state: 'down', reconnected: false });
+    if (e.watchers > 0 && !this.#closed) this.#reconnect(e);
+  }
+
+  #reconnect(e: Entry): void {
+    if (e.reconnectTimer || this.#closed) return;
+    // The first attempt after a watch starts at once; after a loss or a
+    // failure, back off.
+    const delay = e.everUp || e.failures > 0 ? e.backoffMs : 0;
+    e.reconnectTimer = setTimeout(() => {
+      e.reconnectTimer = undefined;
+      if (e.watchers <= 0 || this.#closed || e.session) return;
+      this.#open(e, now() + 10_000).catch(() => {
+        e.failures++;
+        e.backoffMs = Math.min(this.#backoffMaxMs, e.backoffMs * 2);
+        this.#reconnect(e);
+      });
+    }, delay * (0.75 + Math.random() * 0.5));
+    e.reconnectTimer.unref();
+  }
+
+  // Runs `fn` on the URI's session. Until the deadline, a connection that
+  // cannot be opened is retried with backoff (libvirtd restarting), and an
+  // idempotent call whose connection broke is sent again on a new one.
+  async withSession<T>(uri: string, o: SessionCallOptions, fn: (s: RemoteSession) => Promise<T>): Promise<T> {
+    if (this.#closed) throw new VmseedError('LIBVIRT_CONNECTION_LOST', 'the libvirt connection manager was closed', { kind: 'retryable' });
+    const e = this.#entry(uri);
+    e.inFlight++;
+    e.lastUsed = now();
+    let backoff = this.#backoffInitialMs;
+    try {
+      for (;;) {
+        let session: RemoteSession;
+        try {
+          session = await this.#open(e, o.deadline);
+        } catch (err) {
+          if (!connectionFailure(err) || now() + backoff >= o.deadline) throw err;
+          await sleep(backoff);
+          backoff = Math.min(this.#backoffMaxMs, backoff * 2);
+          continue;
+        }
+        try {
+          return await fn(session);
+        } catch (err) {
+          if (!o.idempotent || !connectionFailure(err) || now() >= o.deadline) throw err;
+          if (!session.conn.closed) session.conn.destroy(err as VmseedError);
+        }
+      }
+    } finally {
+      e.inFlight--;
+      e.lastUsed = now();
+    }
+  }
+
+  #closeIdle(): void {
+    const t = now();
+    for (const e of this.#entries.values()) {
+      if (e.watchers > 0 || e.inFlight > 0 || e.opening || t - e.lastUsed < this.#idleMs) continue;
+      this.#entries.delete(e.uri);
+      if (e.reconnectTimer) clearTimeout(e.reconnectTimer);
+      const s = e.session;
+      e.session = undefined;
+      if (s) void s.close();
+    }
+  }
+
+  get openCount(): number {
+    let n = 0;
+    for (const e of this.#entries.values()) if (e.session && !e.session.conn.closed) n++;
+    return n;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#idleTimer);
+    const closing: Promise<void>[] = [];
+    for (const e of this.#entries.values()) {
+      if (e.reconnectTimer) clearTimeout(e.reconnectTimer);
+      const s = e.session;
+      e.session = undefined;
+      if (s) closing.push(s.close());
+    }
+    this.#entries.clear();
+    await Promise.all(closing);
+  }
+}
+
+function toEvent(uri: string, m: DomainEventMessage): ManagerEvent {
+  const domain = m.domain.name;
+  const uuid = uuidString(m.domain.uuid);
+  return m.kind === 'lifecycle'
+    ? { type: 'lifecycle', uri, domain, uuid, event: m.event, detail: m.detail }
+    : { type: 'device-removed', uri, domain, uuid, alias: m.alias };
+}

@@ -1,0 +1,363 @@
+// The RPC connection's transport rules against a scripted server on a real
+// unix socket: reply matching by serial, error replies, deadlines, the
+// keepalive probe that tears down a hung connection, frame limits, and the
+// session handshake (auth, open, events).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server, type Socket } from 'node:net';
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RpcConnection, now } from '../../src/libvirt/rpc/connection.ts';
+import { RemoteSession } from '../../src/libvirt/rpc/remote.ts';
+import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { XdrReader } from '../../src/libvirt/rpc/xdr.ts';
+import {
+  FrameDecoder,
+  KEEPALIVE_PROGRAM,
+  KeepaliveProc,
+  MessageStatus,
+  MessageType,
+  REMOTE_PROGRAM,
+  RemoteProc,
+  encodePacket,
+  writeDomain,
+  type Packet,
+  type DomainEventMessage,
+} from '../../src/libvirt/rpc/protocol.ts';
+import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
+import { VmseedError } from '../../src/errors.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'vmseed-rpc-conn-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+
+interface Fake {
+  path: string;
+  server: Server;
+  received: Packet[];
+  close(): Promise<void>;
+}
+
+// `onPacket` answers (or not) each packet the client sends.
+async function fakeDaemon(onPacket: (p: Packet, sock: Socket) => void): Promise<Fake> {
+  const path = join(dir, `s${++n}.sock`);
+  const received: Packet[] = [];
+  const sockets = new Set<Socket>();
+  const server = createServer((sock) => {
+    sockets.add(sock);
+    const d = new FrameDecoder();
+    sock.on('data', (c: Buffer) => {
+      for (const p of d.push(c)) {
+        received.push(p);
+        onPacket(p, sock);
+      }
+    });
+    sock.on('error', () => {});
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  return {
+    path,
+    server,
+    received,
+    close: () => new Promise<void>((r) => {
+      for (const s of sockets) s.destroy();
+      server.close(() => r());
+    }),
+  };
+}
+
+function reply(sock: Socket, p: Packet, payload: Buffer, status: number = MessageStatus.OK): void {
+  sock.write(encodePacket({ ...p.header, type: MessageType.REPLY, status }, payload));
+}
+
+function remoteError(code: number, message: string): Buffer {
+  return new XdrWriter().i32(code).i32(10).optionalString(message, 1000).i32(2)
+    .bool(false).optionalString(null, 1).optionalString(null, 1).optionalString(null, 1).i32(0).i32(0).bool(false).toBuffer();
+}
+
+function u64(v: bigint): Buffer {
+  return new XdrWriter().u64(v).toBuffer();
+}
+
+async function rejection(p: Promise<unknown>): Promise<VmseedError> {
+  const e = await p.then(() => undefined, (err: unknown) => err);
+  assert.ok(e instanceof VmseedError, `expected a VmseedError, got ${String(e)}`);
+  return e;
+}
+
+test('replies are matched by serial, whatever their order; an error reply becomes its code', async () => {
+  const held: Array<[Packet, Socket]> = [];
+  const fake = await fakeDaemon((p, sock) => {
+    held.push([p, sock]);
+    if (held.length === 3) {
+      // answer in reverse order
+      const [c, b, a] = [held[2], held[1], held[0]];
+      reply(c[1], c[0], remoteError(42, "Domain not found: no domain with matching name 'c'"), MessageStatus.ERROR);
+      reply(b[1], b[0], u64(2n));
+      reply(a[1], a[0], u64(1n));
+    }
+  });
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000 });
+  try {
+    const d = now() + 5_000;
+    const [a, b, c] = [conn.call(157, Buffer.alloc(0), d, 'a'), conn.call(157, Buffer.alloc(0), d, 'b'), conn.call(157, Buffer.alloc(0), d, 'c')];
+    assert.deepEqual(await a, u64(1n));
+    assert.deepEqual(await b, u64(2n));
+    const e = await rejection(c);
+    assert.equal(e.code, 'DOMAIN_NOT_FOUND');
+    assert.deepEqual(fake.received.map((p) => p.header.serial), [1, 2, 3]);
+    assert.ok(fake.received.every((p) => p.header.prog === REMOTE_PROGRAM && p.header.type === MessageType.CALL));
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
+test('a daemon that stops answering: the call fails at its deadline, the keepalive probe goes unanswered, the connection is torn down', async () => {
+  const fake = await fakeDaemon(() => {});
+  let closedWith: VmseedError | undefined;
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, keepaliveIntervalMs: 0, keepaliveTimeoutMs: 200, onClose: (e) => { closedWith = e; } });
+  try {
+    const other = conn.call(157, Buffer.alloc(0), now() + 60_000, 'other');
+    const e = await rejection(conn.call(157, Buffer.alloc(0), now() + 100, 'get-lib-version'));
+    assert.equal(e.code, 'LIBVIRT_TIMEOUT');
+    assert.equal(e.kind, 'retryable');
+    // The slow call still pending goes with the connection.
+    const e2 = await rejection(other);
+    assert.equal(e2.code, 'LIBVIRT_CONNECTION_LOST');
+    assert.equal(conn.closed, true);
+    assert.equal(closedWith?.code, 'LIBVIRT_CONNECTION_LOST');
+    assert.ok(fake.received.some((p) => p.header.prog === KEEPALIVE_PROGRAM && p.header.proc === KeepaliveProc.PING));
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
+test('a slow call on a live daemon: it times out alone, the connection stays (PONG), a late reply is dropped', async () => {
+  let slow: [Packet, Socket] | undefined;
+  const fake = await fakeDaemon((p, sock) => {
+    if (p.header.prog === KEEPALIVE_PROGRAM) {
+      sock.write(encodePacket({ ...p.header, proc: KeepaliveProc.PONG }));
+      return;
+    }
+    if (p.header.serial === 1) {
+      slow = [p, sock];
+      return;
+    }
+    reply(sock, p, u64(BigInt(p.header.serial)));
+  });
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, keepaliveIntervalMs: 0, keepaliveTimeoutMs: 2_000 });
+  try {
+    assert.equal((await rejection(conn.call(157, Buffer.alloc(0), now() + 100, 'slow'))).code, 'LIBVIRT_TIMEOUT');
+    await conn.ping(now() + 2_000);
+    reply(slow![1], slow![0], u64(99n)); // late
+    assert.deepEqual(await conn.call(157, Buffer.alloc(0), now() + 2_000, 'next'), u64(2n));
+    assert.equal(conn.closed, false);
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
+test('at most maxInFlight calls on the wire, the rest wait their turn; a keepalive still gets through', async () => {
+  const held: Array<[Packet, Socket]> = [];
+  const fake = await fakeDaemon((p, sock) => {
+    if (p.header.prog === KEEPALIVE_PROGRAM) sock.write(encodePacket({ ...p.header, proc: KeepaliveProc.PONG }));
+    else held.push([p, sock]);
+  });
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, maxInFlight: 4 });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  try {
+    const calls = Array.from({ length: 10 }, () => conn.call(157, Buffer.alloc(0), now() + 10_000, 'v'));
+    // The PING goes out after the ten calls; its PONG proves the daemon
+    // read everything sent so far: four calls.
+    await conn.ping(now() + 2_000);
+    const onWire: number = held.length;
+    assert.equal(onWire, 4);
+    for (let answered = 0; answered < 10; answered++) {
+      for (let i = 0; i < 100 && held.length === 0; i++) await sleep(5);
+      const [p, sock] = held.shift()!;
+      reply(sock, p, u64(BigInt(p.header.serial)));
+    }
+    assert.deepEqual(await Promise.all(calls), Array.from({ length: 10 }, (_, i) => u64(BigInt(i + 1))));
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
+test('the daemon\'s keepalive PING is answered with a PONG', async () => {
+  let pong: () => void;
+  const ponged = new Promise<void>((r) => { pong = r; });
+  const fake = await fakeDaemon((p) => {
+    if (p.header.prog === KEEPALIVE_PROGRAM && p.header.proc === KeepaliveProc.PONG) pong();
+  });
+  fake.server.on('connection', (sock) => sock.write(encodePacket({ prog: KEEPALIVE_PROGRAM, vers: 1, proc: KeepaliveProc.PING, type: MessageType.MESSAGE, serial: 0, status: 0 })));
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000 });
+  try {
+    await ponged;
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
+test('a frame over the limit drops the connection with LIBVIRT_PROTOCOL', async () => {
+  const fake = await fakeDaemon((p, sock) => reply(sock, p, Buffer.alloc(64 * 1024)));
+  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, maxFrameBytes: 4096 });
+  try {
+    assert.equal((await rejection(conn.call(14, Buffer.alloc(0), now() + 5_000, 'dumpxml'))).code, 'LIBVIRT_PROTOCOL');
+    assert.equal(conn.closed, true);
+    // Arguments over the limit never leave the process.
+    const conn2 = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, maxFrameBytes: 4096 });
+    assert.equal((await rejection(conn2.call(160, Buffer.alloc(8192), now() + 5_000, 'attach'))).code, 'LIBVIRT_PROTOCOL');
+    conn2.destroy();
+  } finally {
+    conn.destroy();
+    await fake.close();
+  }
+});
+
+test('only a real socket is dialled: a missing path is LIBVIRT_UNREACHABLE, a symlink or a file LIBVIRT_ACCESS_DENIED', async () => {
+  const fake = await fakeDaemon(() => {});
+  try {
+    const link = join(dir, 'link.sock');
+    symlinkSync(fake.path, link);
+    const file = join(dir, 'file.sock');
+    writeFileSync(file, '');
+    const open = (socketPath: string) => rejection(RpcConnection.open({ socketPath, deadline: now() + 2_000 }));
+    assert.equal((await open(join(dir, 'missing.sock'))).code, 'LIBVIRT_UNREACHABLE');
+    assert.equal((await open(link)).code, 'LIBVIRT_ACCESS_DENIED');
+    assert.equal((await open(file)).code, 'LIBVIRT_ACCESS_DENIED');
+  } finally {
+    await fake.close();
+  }
+});
+
+// A daemon that speaks the handshake: AUTH_LIST -> `auth`, OPEN, event
+// registration; then sends one lifecycle event. `extra` answers anything
+// else it wants to.
+function handshakeDaemon(auth: number[], extra?: (p: Packet, sock: Socket) => boolean): Promise<Fake> {
+  return fakeDaemon((p, sock) => {
+    if (extra?.(p, sock)) return;
+    switch (p.header.proc) {
+      case RemoteProc.AUTH_LIST: {
+        const w = new XdrWriter().u32(auth.length);
+        for (const a of auth) w.i32(a);
+        reply(sock, p, w.toBuffer());
+        return;
+      }
+      case RemoteProc.CONNECT_OPEN:
+        reply(sock, p, Buffer.alloc(0));
+        return;
+      case RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY:
+        reply(sock, p, new XdrWriter().i32(p.header.serial).toBuffer());
+        sock.write(encodePacket(
+          { prog: REMOTE_PROGRAM, vers: 1, proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE, type: MessageType.MESSAGE, serial: 0, status: 0 },
+          writeDomain(new XdrWriter().i32(1), { name: 'ns_vm', uuid: Buffer.alloc(16, 1), id: -1 }).i32(0).i32(0).toBuffer(),
+        ));
+        return;
+      case RemoteProc.CONNECT_GET_LIB_VERSION:
+        reply(sock, p, u64(9_000_000n));
+        return;
+      case RemoteProc.CONNECT_CLOSE:
+        reply(sock, p, Buffer.alloc(0));
+        return;
+      default:
+        reply(sock, p, remoteError(1, 'unexpected'), MessageStatus.ERROR);
+    }
+  });
+}
+
+test('session: auth none, open with the URI name, events delivered', async () => {
+  const fake = await handshakeDaemon([0]);
+  const events: DomainEventMessage[] = [];
+  const s = await RemoteSession.open({ socketPath: fake.path, name: 'qemu:///session', deadline: now() + 5_000, onDomainEvent: (e) => events.push(e) });
+  try {
+    const open = fake.received.find((p) => p.header.proc === RemoteProc.CONNECT_OPEN)!;
+    assert.deepEqual(open.payload, new XdrWriter().optionalString('qemu:///session', 100).u32(0).toBuffer());
+    await s.registerEvent(0, now() + 5_000);
+    for (let i = 0; i < 100 && events.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(events[0]?.kind, 'lifecycle');
+    assert.equal(events[0]?.kind === 'lifecycle' && events[0].event, 'defined');
+  } finally {
+    s.conn.destroy();
+    await fake.close();
+  }
+});
+
+test('session: a daemon that only offers SASL is refused with LIBVIRT_ACCESS_DENIED, and the socket is closed', async () => {
+  const fake = await handshakeDaemon([1]);
+  try {
+    const e = await rejection(RemoteSession.open({ socketPath: fake.path, name: 'qemu:///system', deadline: now() + 5_000 }));
+    assert.equal(e.code, 'LIBVIRT_ACCESS_DENIED');
+    assert.equal(fake.received.some((p) => p.header.proc === RemoteProc.CONNECT_OPEN), false);
+  } finally {
+    await fake.close();
+  }
+});
+
+test('manager: one connection per URI, closed with CONNECT_CLOSE once idle; a watched URI stays open', async () => {
+  const fake = await handshakeDaemon([0]);
+  const m = new ConnectionManager({ idleMs: 100, resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  try {
+    const call = (uri: string) => m.withSession(uri, { deadline: now() + 5_000, idempotent: true }, (s) => s.getLibVersion(now() + 5_000));
+    assert.deepEqual(await Promise.all([call('qemu:///system'), call('qemu:///system'), call('qemu:///session')]), [9_000_000n, 9_000_000n, 9_000_000n]);
+    assert.equal(m.openCount, 2);
+    assert.equal(fake.received.filter((p) => p.header.proc === RemoteProc.CONNECT_OPEN).length, 2);
+    const unwatch = m.watch('qemu:///session');
+    const closes = () => fake.received.filter((p) => p.header.proc === RemoteProc.CONNECT_CLOSE).length;
+    // (The CONNECT_CLOSE reaches the daemon a moment after the count drops.)
+    for (let i = 0; i < 100 && (m.openCount > 1 || closes() < 1); i++) await sleep(20);
+    assert.equal(m.openCount, 1);
+    assert.equal(m.connected('qemu:///session'), true);
+    assert.equal(closes(), 1);
+    unwatch();
+    for (let i = 0; i < 100 && (m.openCount > 0 || closes() < 2); i++) await sleep(20);
+    assert.equal(m.openCount, 0);
+    assert.equal(closes(), 2);
+  } finally {
+    await m.close();
+    await fake.close();
+  }
+});
+
+test('client: mutations of one domain never overlap; other domains\' do', async () => {
+  const inFlight = new Map<string, number>();
+  let maxSame = 0;
+  let maxTotal = 0;
+  const fake = await handshakeDaemon([0], (p, sock) => {
+    if (p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME) {
+      const name = new XdrReader(p.payload).string(1000);
+      reply(sock, p, writeDomain(new XdrWriter(), { name, uuid: Buffer.alloc(16), id: 1 }).toBuffer());
+      return true;
+    }
+    if (p.header.proc === RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS) {
+      const name = new XdrReader(p.payload).string(1000);
+      inFlight.set(name, (inFlight.get(name) ?? 0) + 1);
+      maxSame = Math.max(maxSame, ...inFlight.values());
+      maxTotal = Math.max(maxTotal, [...inFlight.values()].reduce((a, b) => a + b, 0));
+      setTimeout(() => {
+        inFlight.set(name, inFlight.get(name)! - 1);
+        reply(sock, p, Buffer.alloc(0));
+      }, 30);
+      return true;
+    }
+    return false;
+  });
+  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
+  try {
+    const attach = (d: string) => client.attachDevice('qemu:///system', d, '<disk/>', { live: true, config: false });
+    await Promise.all([attach('a'), attach('a'), attach('a'), attach('b'), attach('b')]);
+    assert.equal(maxSame, 1);
+    assert.equal(maxTotal, 2);
+    assert.equal(fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS).length, 5);
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+});
