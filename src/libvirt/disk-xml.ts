@@ -149,8 +149,11 @@ export function findSeedDisk(disks: DomainDisk[], alias: string = SEED_ALIAS): D
 
 // The seed's bus on this domain: SCSI where a virtio-scsi controller 0 takes
 // the fixed drive address (KubeVirt adds one unless disableHotplug is set and
-// no disk uses scsi), else virtio.
+// no disk uses scsi), else virtio. KubeVirt's converter names the model
+// virtio-non-transitional (virtio-transitional with useVirtioTransitional) on
+// amd64 and arm64, virtio-scsi on s390x; libvirt keeps the name it was given.
+const VIRTIO_SCSI_MODELS = new Set(['virtio-scsi', 'virtio-non-transitional', 'virtio-transitional']);
 export function seedBusFor(wanted: SeedBus, controllers: DomainXmlInfo['scsiControllers']): SeedBus {
   if (wanted === 'virtio') return 'virtio';
-  return controllers.some((c) => c.index === '0' && c.model === 'virtio-scsi') ? 'scsi' : 'virtio';
+  return controllers.some((c) => c.index === '0' && VIRTIO_SCSI_MODELS.has(c.model)) ? 'scsi' : 'virtio';
 }

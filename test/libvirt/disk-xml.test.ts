@@ -37,6 +37,9 @@ test('our alias cannot be a KubeVirt disk\'s (ua-<DNS-1123 name>); the fixed tar
 
 test('bus: scsi only on a domain with virtio-scsi controller 0, else virtio; virtio stays virtio', () => {
   assert.equal(seedBusFor('scsi', [{ index: '0', model: 'virtio-scsi' }]), 'scsi');
+  // KubeVirt's x86 and arm domains: the model is the virtio variant's name.
+  assert.equal(seedBusFor('scsi', [{ index: '0', model: 'virtio-non-transitional' }]), 'scsi');
+  assert.equal(seedBusFor('scsi', [{ index: '0', model: 'virtio-transitional' }]), 'scsi');
   assert.equal(seedBusFor('scsi', []), 'virtio');
   assert.equal(seedBusFor('scsi', [{ index: '0', model: 'lsilogic' }]), 'virtio');
   assert.equal(seedBusFor('scsi', [{ index: '1', model: 'virtio-scsi' }]), 'virtio');
