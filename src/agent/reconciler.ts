@@ -202,6 +202,7 @@ export class Reconciler {
       return 'success';
     }
     const seed = outcome.seed;
+    if (seed.delivery === 'http') return this.#ensureHttpOnly(key, vmi, uid, seed);
     const buildStart = performance.now();
     const image = this.#o.build(seed, seedTimestamp(vmi));
     this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
@@ -307,6 +308,26 @@ export class Reconciler {
     return 'success';
   }
 
+  // A seed served over HTTP only (KubeVirt IMDS annotations): no image, no
+  // disk; any image an earlier render made for this VMI is removed.
+  async #ensureHttpOnly(key: string, vmi: VmiObject, uid: string, seed: Seed): Promise<WorkResult> {
+    await this.#cleanup(key);
+    if (!this.#o.seeds) {
+      const warning = this.#o.status.problem('DATASOURCE_OFF', 'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen');
+      this.#o.status.update(key, uid, { state: 'skipped', warnings: [warning], lastError: undefined, retries: 0, datasource: undefined, imagePath: undefined });
+      this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+      return 'success';
+    }
+    const prev = this.#o.status.get(key);
+    const fresh = prev?.state !== 'ready' && prev?.state !== 'warning';
+    this.#o.seeds.put(key, vmi, seed);
+    const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
+    this.#o.status.update(key, uid, { state: warnings.length > 0 ? 'warning' : 'ready', datasource: seed.datasource, imagePath: undefined, lastError: undefined, warnings, retries: 0 });
+    if (fresh) this.#o.events.record(vmi, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
+    this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+    return 'success';
+  }
+
   #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: { generated: boolean }): WorkResult {
     const err = asVmseedError(e);
     const kind = err.kind;
@@ -337,7 +358,11 @@ export class Reconciler {
 
   async #cleanup(key: string): Promise<void> {
     const known = this.#known.get(key);
-    if (!known) return;
+    if (!known) {
+      // An HTTP-only seed has no image to remove.
+      this.#o.seeds?.drop(key);
+      return;
+    }
     const [namespace, name] = splitKey(key);
     await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations, known.launcherPods);
   }

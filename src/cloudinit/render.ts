@@ -20,6 +20,7 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
+import { isImdsEnabled, renderImdsSeed } from './imds-annotations.ts';
 
 export { ANNOTATION } from './annotation.ts';
 
@@ -82,6 +83,11 @@ export async function renderSeed(vmi: VmiObject, refs: RefResolver, options: Ren
   const hasAnnotation = annotationText !== undefined;
   const volume = firstCloudInitVolume(vmi);
 
+  // KubeVirt IMDS's annotations; a volume KubeVirt builds coexists with
+  // them as it does with IMDS's sidecar.
+  if (!hasAnnotation && isImdsEnabled(vmi) && (!volume || options.kubevirtVolumes === 'ignore')) {
+    return { kind: 'seed', seed: await renderImdsSeed(vmi, refs, options) };
+  }
   if (!hasAnnotation && !volume) {
     return { kind: 'skip', reason: `no ${ANNOTATION} annotation and no cloud-init volume` };
   }
