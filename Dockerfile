@@ -14,9 +14,10 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund
 
 FROM node:24.21-bookworm-slim
-# virsh only (Debian's libvirt-clients): no daemon, no QEMU, no recommends.
+# virsh only (Debian's libvirt-clients): no daemon, no QEMU, no recommends;
+# nft for `vmseed redirect` (deploy/imds), which runs from the same image.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libvirt-clients \
+ && apt-get install -y --no-install-recommends libvirt-clients nftables \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/vmseed
 COPY --from=deps /opt/vmseed/node_modules ./node_modules

@@ -97,8 +97,9 @@ test('the image tree holds the runtime dependencies and none of the dev dependen
   assert.ok(!existsSync(join(app, 'test')) && !existsSync(join(app, 'manifests')), 'only what the Dockerfile copies');
 });
 
-test('virsh comes from the one Debian package the image adds, and it runs', () => {
-  assert.deepEqual(tree.aptPackages, ['libvirt-clients'], 'nothing else in the final image');
+test('virsh comes from the Debian packages the image adds (libvirt-clients, and nftables for vmseed redirect), and both run', () => {
+  assert.deepEqual(tree.aptPackages, ['libvirt-clients', 'nftables'], 'nothing else in the final image');
+  assert.match(execFileSync('nft', ['--version'], { encoding: 'utf8' }), /^nftables v\d+\.\d+/);
   for (const p of tree.aptPackages) execFileSync('dpkg-query', ['-W', p]);
   const virsh = execFileSync('sh', ['-c', 'command -v virsh'], { encoding: 'utf8' }).trim();
   const owner = execFileSync('dpkg-query', ['-S', execFileSync('readlink', ['-f', virsh], { encoding: 'utf8' }).trim()], { encoding: 'utf8' });
