@@ -7,9 +7,12 @@ import { startDatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 import { MapDirectory, nocloudSeed } from '../http/datasource-fixtures.ts';
 
-const [host, port, key, uid, limits] = process.argv.slice(2);
+// `bench N`: also uid-0 … uid-(N-1), and no per-source rate limit (one
+// load generator stands for every guest), for bench:imds --redirect.
+const [host, port, key, uid, limits, count] = process.argv.slice(2);
 const dir = new MapDirectory();
 dir.add({ namespace: 'ns', name: 'vm', uid: uid!, seed: nocloudSeed('vm') });
+if (limits === 'bench') for (let i = 0; i < Number(count ?? 0); i++) dir.add({ namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: nocloudSeed(String(i)) });
 const server = await startDatasourceServer({
   listen: { host: host!, port: Number(port) },
   directory: dir,

@@ -93,8 +93,9 @@ export async function getFrom(ns: string, url: string, timeoutS = 3): Promise<{ 
 // namespace, on the node's address: the agent on the host network.
 const NODE = './node_modules/.bin/node';
 
-export async function startNodeDatasource(env: PodNode, key: Buffer, uid: string, port = 8081, mode = ''): Promise<ChildProcess> {
-  const child = spawn('ip', ['netns', 'exec', env.node, NODE, 'test/redirect/node-datasource.ts', env.nodeAddress, String(port), key.toString('base64'), uid, mode], {
+export async function startNodeDatasource(env: PodNode, key: Buffer, uid: string, port = 8081, bench?: { vmis: number }): Promise<ChildProcess> {
+  const mode = bench ? ['bench', String(bench.vmis)] : [];
+  const child = spawn('ip', ['netns', 'exec', env.node, NODE, 'test/redirect/node-datasource.ts', env.nodeAddress, String(port), key.toString('base64'), uid, ...mode], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const line = await new Promise<string>((resolve, reject) => {
