@@ -111,3 +111,28 @@ test('agent, --datasource-imds-compat: IMDS VMI served on the token-less path as
   await waitFor('404 after delete', async () => (await statusAt(`${base}meta-data`)) === 404);
   assert.equal((await fetch(`${serial.replace(/^ds=nocloud;s=/, '')}meta-data`)).status, 404);
 });
+
+test('agent without the HTTP datasource: an IMDS VMI is skipped with DATASOURCE_OFF, and no image is written', { timeout: 30_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds') });
+  t.after(async () => {
+    await h.stop();
+    await fake.close();
+    await dir.remove();
+  });
+  const v = fake.applyVmi({
+    apiVersion: 'kubevirt.io/v1',
+    kind: 'VirtualMachineInstance',
+    metadata: { name: 'imds-vm', namespace: 'default', labels: { 'kubevirt.io/nodeName': 'node-a' }, annotations: { 'imds.kubevirt.io/enabled': 'true', 'imds.kubevirt.io/user-data': UD } },
+    spec: { domain: {} },
+    status: { nodeName: 'node-a', phase: 'Running' },
+  });
+  const rec = await waitFor('status of imds-vm', () => {
+    const r = h.agent.status.get('default/imds-vm');
+    return r?.state === 'skipped' ? r : undefined;
+  });
+  assert.deepEqual(rec.warnings.map((w) => w.code), ['DATASOURCE_OFF']);
+  assert.match(rec.warnings[0].message, /--datasource-listen/);
+  assert.equal(existsSync(imageOf(h.store, v)), false);
+});
