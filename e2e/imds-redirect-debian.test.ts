@@ -20,6 +20,7 @@ import { signToken } from '../src/http/datasource-tokens.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
 import { cloneRootfs, ensureDebianGuest } from './support/guest/debian.ts';
 import { qemuArgs } from './support/guest/qemu.ts';
+import { masqueradeBinding } from './support/masquerade.ts';
 import { makePodNode, sh, startNodeDatasource, stopChild } from '../test/support/netns.ts';
 
 test('SLOW: Debian guest behind a masquerade-style tap gets its seed from 169.254.169.254 over the redirect and cloud-init applies it', { timeout: 600_000 }, async (t) => {
@@ -32,18 +33,7 @@ test('SLOW: Debian guest behind a masquerade-style tap gets its seed from 169.25
     await env.remove();
     await rm(dir, { recursive: true, force: true });
   });
-  for (const cmd of [
-    ['ip', 'link', 'add', 'k6t-eth0', 'type', 'bridge'],
-    ['ip', 'addr', 'add', '10.0.2.1/24', 'dev', 'k6t-eth0'],
-    ['ip', 'link', 'set', 'k6t-eth0', 'up'],
-    ['ip', 'tuntap', 'add', 'dev', 'tap0', 'mode', 'tap'],
-    ['ip', 'link', 'set', 'tap0', 'master', 'k6t-eth0'],
-    ['ip', 'link', 'set', 'tap0', 'up'],
-    ['sysctl', '-qw', 'net.ipv4.ip_forward=1'],
-  ]) await sh(env.inPod(cmd));
-  await sh(env.inPod(['nft', '-f', '-']), {
-    input: 'table ip kubevirt-masq {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 oifname "eth0" counter masquerade\n  }\n}\n',
-  });
+  await masqueradeBinding(env, '10.0.2.1');
   // KubeVirt's masquerade addresses: gateway 10.0.2.1, guest 10.0.2.2.
   const conf = path.join(dir, 'udhcpd.conf');
   await writeFile(conf, `start 10.0.2.2\nend 10.0.2.2\ninterface k6t-eth0\nlease_file ${path.join(dir, 'leases')}\noption subnet 255.255.255.0\noption router 10.0.2.1\noption lease 3600\n`);

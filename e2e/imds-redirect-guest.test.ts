@@ -11,37 +11,13 @@
 // than KubeVirt's DHCP-assigned 10.0.2.1/10.0.2.2; the path is the same.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import pino from 'pino';
 import { signToken } from '../src/http/datasource-tokens.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
-import { ensureBusyboxGuest, busyboxCmdline, parseConsole } from './support/guest/busybox.ts';
-import { qemuArgs } from './support/guest/qemu.ts';
+import { bootBusyboxInPod, masqueradeBinding } from './support/masquerade.ts';
 import { makePodNode, sh, startNodeDatasource, stopChild } from '../test/support/netns.ts';
 import { nocloudSeed } from '../test/http/datasource-fixtures.ts';
-
-async function bootInPod(pod: string, url: string, files: string[], timeoutMs: number) {
-  const guest = await ensureBusyboxGuest();
-  const args = qemuArgs({
-    kernel: guest.kernel,
-    initrd: guest.initramfs,
-    append: busyboxCmdline({ url, files, fetchTimeoutSeconds: 15 }),
-    timeoutMs,
-    extraQemuArgs: ['-netdev', 'tap,id=net0,ifname=tap0,script=no,downscript=no', '-device', 'virtio-net-pci,netdev=net0'],
-  });
-  const child = spawn('ip', ['netns', 'exec', pod, 'qemu-system-x86_64', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => (err += c));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  const code = await new Promise<number | null>((r) => child.once('close', (c) => r(c)));
-  clearTimeout(timer);
-  const parsed = parseConsole(out);
-  if (!parsed.done) throw new Error(`guest did not finish (exit ${code}): ${err.slice(-1000)}\nconsole tail:\n${out.slice(-2000)}`);
-  return parsed;
-}
 
 test('busybox guest behind a masquerade-style tap fetches its seed from 169.254.169.254 over the node redirect; a made-up token gets nothing', { timeout: 300_000 }, async (t) => {
   const env = await makePodNode();
@@ -51,21 +27,8 @@ test('busybox guest behind a masquerade-style tap fetches its seed from 169.254.
     for (const c of cleanups.reverse()) await c().catch(() => {});
     await env.remove();
   });
-  // Masquerade binding, as KubeVirt sets it up in the launcher pod: a
-  // bridge with the guest's gateway address, the VM's tap on it, forwarding
-  // on, and the guest's traffic NATed to the pod's own address.
-  for (const cmd of [
-    ['ip', 'link', 'add', 'k6t-eth0', 'type', 'bridge'],
-    ['ip', 'addr', 'add', '10.0.2.2/24', 'dev', 'k6t-eth0'],
-    ['ip', 'link', 'set', 'k6t-eth0', 'up'],
-    ['ip', 'tuntap', 'add', 'dev', 'tap0', 'mode', 'tap'],
-    ['ip', 'link', 'set', 'tap0', 'master', 'k6t-eth0'],
-    ['ip', 'link', 'set', 'tap0', 'up'],
-    ['sysctl', '-qw', 'net.ipv4.ip_forward=1'],
-  ]) await sh(env.inPod(cmd));
-  await sh(env.inPod(['nft', '-f', '-']), {
-    input: 'table ip kubevirt-masq {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 oifname "eth0" counter masquerade\n  }\n}\n',
-  });
+  // Masquerade binding, as KubeVirt sets it up in the launcher pod.
+  await masqueradeBinding(env);
 
   const key = randomBytes(32);
   const ds = await startNodeDatasource(env, key, 'uid-guest');
@@ -81,7 +44,7 @@ test('busybox guest behind a masquerade-style tap fetches its seed from 169.254.
 
   const token = signToken(new Uint8Array(key), 'uid-guest');
   const seed = nocloudSeed('vm');
-  const r = await bootInPod(env.pod, `http://169.254.169.254/v1/${token}/`, ['meta-data', 'user-data', 'vendor-data', 'network-config'], 180_000);
+  const r = await bootBusyboxInPod(env.pod, `http://169.254.169.254/v1/${token}/`, ['meta-data', 'user-data', 'vendor-data', 'network-config'], 180_000);
   assert.deepEqual(JSON.parse(r.files.get('meta-data')!.toString()), seed.metaData);
   assert.deepEqual(r.files.get('user-data'), Buffer.from(seed.userData));
   assert.deepEqual(r.files.get('vendor-data'), Buffer.from(seed.vendorData!));
@@ -94,6 +57,6 @@ test('busybox guest behind a masquerade-style tap fetches its seed from 169.254.
   const masq = (await sh(env.inPod(['nft', 'list', 'table', 'ip', 'kubevirt-masq']))).stdout;
   assert.match(masq, /counter packets [1-9]\d* bytes \d+ masquerade/);
 
-  const bogus = await bootInPod(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(randomBytes(32)), 'uid-guest')}/`, ['user-data'], 120_000);
+  const bogus = await bootBusyboxInPod(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(randomBytes(32)), 'uid-guest')}/`, ['user-data'], 120_000);
   assert.deepEqual(bogus.missing, ['user-data']);
 });
