@@ -322,7 +322,21 @@ export class Reconciler {
     const fresh = prev?.state !== 'ready' && prev?.state !== 'warning';
     this.#o.seeds.put(key, vmi, seed);
     const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
-    this.#o.status.update(key, uid, { state: warnings.length > 0 ? 'warning' : 'ready', datasource: seed.datasource, imagePath: undefined, lastError: undefined, warnings, retries: 0 });
+    // No image: nothing of an earlier image's record may linger.
+    this.#o.status.update(key, uid, {
+      state: warnings.length > 0 ? 'warning' : 'ready',
+      datasource: seed.datasource,
+      imagePath: undefined,
+      imageBytes: undefined,
+      contentHash: undefined,
+      generatedAt: undefined,
+      generationSeconds: undefined,
+      files: undefined,
+      injection: undefined,
+      lastError: undefined,
+      warnings,
+      retries: 0,
+    });
     if (fresh) this.#o.events.record(vmi, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
     this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
     return 'success';

@@ -106,6 +106,24 @@ test('agent, --datasource-imds-compat: IMDS VMI served on the token-less path as
     return (await (await fetch(`${base}user-data`)).text()).includes('edited');
   });
 
+  // A VMI that had a seed image switches to IMDS's annotations: its image
+  // goes, and nothing of it stays on its status record.
+  const bImage = imageOf(h.store, fake.getVmi('default', 'b')!);
+  assert.equal(existsSync(bImage), true);
+  const bImds = structuredClone(fake.getVmi('default', 'b')!);
+  bImds.metadata.annotations = { 'imds.kubevirt.io/enabled': 'true', 'imds.kubevirt.io/user-data': UD };
+  fake.applyVmi(bImds);
+  await waitFor('image of b removed', () => !existsSync(bImage));
+  const recB = await waitFor('b ready over HTTP', () => {
+    const r = h.agent.status.get('default/b');
+    return r?.state === 'ready' && r.imagePath === undefined ? r : undefined;
+  });
+  assert.equal(recB.contentHash, undefined);
+  assert.equal(recB.files, undefined);
+  assert.equal(recB.datasource, 'nocloud');
+  const serialB = ds.agentOptions.serial(bImds.metadata.uid!)!;
+  assert.equal(await (await fetch(`${serialB.replace(/^ds=nocloud;s=/, '')}meta-data`)).text(), JSON.stringify({ 'instance-id': 'default-b', 'local-hostname': 'b' }));
+
   // Deleted: nothing by address or token.
   fake.deleteVmi('default', 'my-vm');
   await waitFor('404 after delete', async () => (await statusAt(`${base}meta-data`)) === 404);
