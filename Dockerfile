@@ -19,9 +19,10 @@ FROM node:24.21-bookworm-slim
 # group; its children's parent is gone, so they are re-parented to PID 1 and
 # only PID 1 can reap them: Node reaps its own children only, so under Node
 # as PID 1 they stay zombies. util-linux (flock) is essential in bookworm;
-# named for the state directory's lock all the same.
+# named for the state directory's lock all the same. nftables: nft for
+# `vmseed redirect` (deploy/imds), which runs from the same image.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libvirt-clients tini util-linux \
+ && apt-get install -y --no-install-recommends libvirt-clients tini util-linux nftables \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/vmseed
 COPY --from=deps /opt/vmseed/node_modules ./node_modules

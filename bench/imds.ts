@@ -8,12 +8,23 @@
 // connections (half a request line, never read): the guests' latency with
 // one bad client on the node.
 //
-//   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference]
+// --redirect adds the hop guests take in a cluster (root: it makes network
+// namespaces of its own): the load generator in a "launcher pod" namespace,
+// the datasource listener in a "node" namespace on the node's address, and
+// vmseed's nftables DNAT of 169.254.169.254:80 between them; beside it the
+// same path without the DNAT (to the node's address directly).
+//
+//   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
 import { parseArgs } from 'node:util';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
-import { Pool } from 'undici';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import pino from 'pino';
+import { load, type Result } from './imds-load.ts';
+import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
+import { makePodNode, startNodeDatasource, stopChild } from '../test/support/netns.ts';
 import { signToken } from '../src/http/datasource-tokens.ts';
 
 const { values } = parseArgs({
@@ -23,6 +34,7 @@ const { values } = parseArgs({
     vmis: { type: 'string', default: '500' },
     flood: { type: 'string', default: '1000' },
     'no-reference': { type: 'boolean', default: false },
+    redirect: { type: 'boolean', default: false },
   },
 });
 const seconds = Number(values.seconds);
@@ -30,14 +42,6 @@ const rate = Number(values.rate);
 const vmis = Number(values.vmis);
 const FILES = ['meta-data', 'user-data', 'vendor-data', 'network-config'];
 
-interface Result {
-  name: string;
-  sent: number;
-  ok: number;
-  errors: number;
-  wallSeconds: number;
-  latenciesMs: Float64Array;
-}
 
 async function startWorker(kind: 'vmseed' | 'bare', key: Uint8Array, perSourceCap = false): Promise<{ port: number; worker: Worker }> {
   const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), { workerData: { kind, key, vmis, perSourceCap } });
@@ -46,43 +50,6 @@ async function startWorker(kind: 'vmseed' | 'bare', key: Uint8Array, perSourceCa
     worker.once('error', reject);
   });
   return { port, worker };
-}
-
-async function load(name: string, port: number, paths: string[], secs = seconds, from?: { localAddress: string; connections: number }): Promise<Result> {
-  const pool = new Pool(`http://127.0.0.1:${port}`, { connections: from?.connections ?? 64, pipelining: 1, ...(from ? { localAddress: from.localAddress } : {}) });
-  const total = Math.round(secs * rate);
-  const latencies = new Float64Array(total);
-  let sent = 0;
-  let ok = 0;
-  let errors = 0;
-  let done = 0;
-  const start = performance.now();
-  await new Promise<void>((resolveAll) => {
-    const fire = (i: number) => {
-      const due = start + (i * 1000) / rate;
-      pool
-        .request({ path: paths[i % paths.length], method: 'GET' })
-        .then(async (res) => {
-          await res.body.arrayBuffer();
-          if (res.statusCode === 200) ok++;
-          else errors++;
-        })
-        .catch(() => errors++)
-        .finally(() => {
-          latencies[i] = performance.now() - due;
-          if (++done === total) resolveAll();
-        });
-    };
-    const tick = () => {
-      const due = Math.min(total, Math.floor(((performance.now() - start) * rate) / 1000) + 1);
-      while (sent < due) fire(sent++);
-      if (sent < total) setTimeout(tick, 1);
-    };
-    tick();
-  });
-  const wallSeconds = (performance.now() - start) / 1000;
-  await pool.close();
-  return { name, sent, ok, errors, wallSeconds, latenciesMs: latencies };
 }
 
 function pct(sorted: Float64Array, p: number): number {
@@ -96,8 +63,8 @@ for (let i = 0; i < vmis; i++) for (const f of FILES) paths.push(`/v1/${signToke
 const results: Result[] = [];
 {
   const { port, worker } = await startWorker('vmseed', key);
-  await load('warm-up', port, paths, 1); // JIT, token index, connections
-  results.push(await load('vmseed datasource', port, paths));
+  await load('warm-up', `http://127.0.0.1:${port}`, paths, 1, rate); // JIT, token index, connections
+  results.push(await load('vmseed datasource', `http://127.0.0.1:${port}`, paths, seconds, rate));
   await worker.terminate();
 }
 const flood = Number(values.flood);
@@ -113,15 +80,45 @@ if (flood > 0) {
     })))));
   }
   const from = { localAddress: '127.0.0.2', connections: 32 };
-  await load('warm-up', port, paths, 1, from);
-  results.push(await load(`vmseed, ${flood} half-open from one other source`, port, paths, seconds, from));
+  await load('warm-up', `http://127.0.0.1:${port}`, paths, 1, rate, from);
+  results.push(await load(`vmseed, ${flood} half-open from one other source`, `http://127.0.0.1:${port}`, paths, seconds, rate, from));
   for (const s of held) s.destroy();
   await worker.terminate();
 }
 if (!values['no-reference']) {
   const { port, worker } = await startWorker('bare', key);
-  results.push(await load('bare node:http (reference)', port, ['/x']));
+  results.push(await load('bare node:http (reference)', `http://127.0.0.1:${port}`, ['/x'], seconds, rate));
   await worker.terminate();
+}
+
+if (values.redirect) {
+  const env = await makePodNode();
+  const ds = await startNodeDatasource(env, Buffer.from(key), 'uid-bench', 8081, { vmis });
+  const keeper = new RedirectKeeper({
+    spec: { table: 'vmseed', to: { host: env.nodeAddress, port: 8081 }, podInterfaces: ['veth*'], metadata: { address: '169.254.169.254', port: 80 } },
+    runner: execNft({ prefix: env.inNode([]) }),
+    logger: pino({ level: 'silent' }),
+  });
+  try {
+    await keeper.tick('start');
+    if (!keeper.inPlace) throw new Error(`redirect not in place: ${keeper.lastError}`);
+    for (const [name, origin] of [
+      ['pod → node address (veth, no DNAT)', `http://${env.nodeAddress}:8081`],
+      ['pod → 169.254.169.254 (veth + DNAT)', 'http://169.254.169.254'],
+    ] as const) {
+      const { stdout } = await promisify(execFile)(
+        'ip',
+        ['netns', 'exec', env.pod, process.execPath, new URL('./imds-load-cli.ts', import.meta.url).pathname, name, origin, Buffer.from(key).toString('base64'), String(vmis), String(seconds), String(rate)],
+        { maxBuffer: 256 * 1024 * 1024 },
+      );
+      const r = JSON.parse(stdout) as Omit<Result, 'latenciesMs'> & { latenciesMs: number[] };
+      results.push({ ...r, latenciesMs: Float64Array.from(r.latenciesMs) });
+    }
+  } finally {
+    await keeper.stop().catch(() => {});
+    await stopChild(ds);
+    await env.remove();
+  }
 }
 
 const ref = results.find((r) => r.name.startsWith('bare'));

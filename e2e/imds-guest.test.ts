@@ -121,11 +121,13 @@ spec:
   }
   assert.match(r.files.get('user-data')!.toString(), /fetched over http ünïcødé/);
   assert.match(r.files.get('vendor-data')!.toString(), /vendor ok/);
-  assert.deepEqual(r.missing, ['network-config'], 'no network-config in this seed: 404, DHCP fallback');
+  // No network-config in this seed: served empty (none to cloud-init, DHCP fallback).
+  assert.deepEqual(r.missing, []);
+  assert.equal(r.files.get('network-config')!.length, 0);
 
   // The agent saw the guest ask.
   const fetched = await waitFor('lastFetch', async () => (await statusOf())?.lastFetch, 5_000);
-  assert.deepEqual(Object.keys(fetched).sort(), ['meta-data', 'user-data', 'vendor-data']);
+  assert.deepEqual(Object.keys(fetched).sort(), ['meta-data', 'network-config', 'user-data', 'vendor-data']);
 
   // A token of another key (a guest guessing) gets nothing.
   const wrong = seedUrl.replace(/\/v1\/[A-Za-z0-9_-]{43}\//, `/v1/${randomBytes(32).toString('base64url').slice(0, 43)}/`);

@@ -76,6 +76,9 @@ export interface DatasourceConfig {
   // The base URL's path: what the listener serves under (default /v1).
   prefix: string;
   compatSourceAddress: boolean;
+  // Token-less requests answered by source address for VMIs with KubeVirt
+  // IMDS's annotations only (src/http/datasource-imds.ts).
+  imdsCompat?: boolean;
 }
 
 export class ConfigError extends Error {
@@ -115,6 +118,7 @@ const OPTIONS = {
   'datasource-key-file': { type: 'string' },
   'datasource-base-url': { type: 'string' },
   'datasource-compat-source-address': { type: 'boolean' },
+  'datasource-imds-compat': { type: 'boolean' },
   'vendor-data-from': { type: 'string' },
   namespaces: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
@@ -175,6 +179,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --datasource-key-file FILE  token keys, one base64 key per line, signing key first (required with
                               --datasource-listen; reloaded when it changes)
   --datasource-base-url URL   the datasource as guests reach it (default ${DEFAULT_DATASOURCE_BASE})
+  --datasource-imds-compat    answer token-less /v1/... by source address, for VMIs with KubeVirt IMDS's
+                              imds.kubevirt.io/enabled annotation only
   --datasource-compat-source-address  also answer token-less /v1/... by the caller's source address
                               (weak identity: read the operations guide before enabling)
 
@@ -329,6 +335,10 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   }
   const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
   if (datasource) config.datasource = datasource;
+  if (values['datasource-imds-compat'] === true || env[envName('datasource-imds-compat')] === 'true') {
+    if (!datasource) throw new ConfigError('--datasource-imds-compat needs --datasource-listen HOST:PORT (the datasource is off without it)');
+    datasource.imdsCompat = true;
+  }
   if (local && platform === 'kubevirt') {
     throw new ConfigError('--platform kubevirt needs a cluster (KubeVirt\'s VMI status and unpause API); local mode uses --platform libvirt');
   }
@@ -435,6 +445,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
           datasourceBaseUrl: c.datasource.baseUrl,
           datasourceKeyFile: c.datasource.keyFile,
           datasourceCompatSourceAddress: c.datasource.compatSourceAddress,
+          ...(c.datasource.imdsCompat ? { datasourceImdsCompat: true } : {}),
         }
       : {}),
   };

@@ -97,6 +97,10 @@ export const ERROR_CODES = [
   // the state directory's lock (src/agent/state-lock.ts)
   'STATE_DIR_LOCKED',
   'STATE_LOCK_FAILED',
+  'DATASOURCE_OFF',
+  // the 169.254.169.254 redirect (src/redirect)
+  'REDIRECT_APPLY_FAILED',
+  'REDIRECT_INVALID',
   // configuration
   'CONFIG_INVALID',
   'INTERNAL',

@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { DatasourceConfig } from '../config.ts';
 import { startDatasourceServer, type DatasourceServer } from '../http/datasource.ts';
+import { imdsOnlySourceAddress } from '../http/datasource-imds.ts';
 import { watchKeyFile } from '../http/datasource-key-watch.ts';
 import { DatasourceKeyring, fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
 import type { Metrics } from '../metrics/metrics.ts';
@@ -33,12 +34,13 @@ export async function prepareNocloudHttp(config: DatasourceConfig, logger: Logge
       if (!agent.seeds) throw new Error('the agent was made without nocloudHttp options');
       const server = await startDatasourceServer({
         listen: config.listen,
-        directory: agent.seeds,
+        // IMDS compat alone: token-less answers for IMDS-annotated VMIs only.
+        directory: config.imdsCompat && !config.compatSourceAddress ? imdsOnlySourceAddress(agent.seeds) : agent.seeds,
         keyring,
         logger,
         prefix: config.prefix,
         ...(metrics ? { metrics } : {}),
-        compatSourceAddress: config.compatSourceAddress,
+        compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
       }).catch((e: Error) => {
         throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`);
       });

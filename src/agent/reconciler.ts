@@ -245,6 +245,7 @@ export class Reconciler {
       return 'success';
     }
     const seed = outcome.seed;
+    if (seed.delivery === 'http') return this.#ensureHttpOnly(key, vmi, uid, seed);
     // Rendering and building are each one synchronous stretch: let the
     // event loop run between them.
     await new Promise<void>((resolve) => setImmediate(resolve));
@@ -411,6 +412,40 @@ export class Reconciler {
     return st ? new Date(st.mtimeMs).toISOString() : undefined;
   }
 
+  // A seed served over HTTP only (KubeVirt IMDS annotations): no image, no
+  // disk; any image an earlier render made for this VMI is removed.
+  async #ensureHttpOnly(key: string, vmi: VmiObject, uid: string, seed: Seed): Promise<WorkResult> {
+    await this.#cleanup(key);
+    if (!this.#o.seeds) {
+      const warning = this.#o.status.problem('DATASOURCE_OFF', 'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen');
+      this.#o.status.update(key, uid, { state: 'skipped', warnings: [warning], lastError: undefined, retries: 0, datasource: undefined, imagePath: undefined });
+      this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+      return 'success';
+    }
+    const prev = this.#o.status.get(key);
+    const fresh = prev?.state !== 'ready' && prev?.state !== 'warning';
+    this.#o.seeds.put(key, vmi, seed);
+    const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
+    // No image: nothing of an earlier image's record may linger.
+    this.#o.status.update(key, uid, {
+      state: warnings.length > 0 ? 'warning' : 'ready',
+      datasource: seed.datasource,
+      imagePath: undefined,
+      imageBytes: undefined,
+      contentHash: undefined,
+      generatedAt: undefined,
+      generationSeconds: undefined,
+      files: undefined,
+      injection: undefined,
+      lastError: undefined,
+      warnings,
+      retries: 0,
+    });
+    if (fresh) this.#o.events.record(vmi, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
+    this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+    return 'success';
+  }
+
   #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: { generated: boolean }): WorkResult {
     let err = asVmseedError(e);
     const attempts = (this.#o.failures?.(key) ?? 0) + 1;
@@ -448,7 +483,11 @@ export class Reconciler {
 
   async #cleanup(key: string): Promise<void> {
     const known = this.#known.get(key);
-    if (!known) return;
+    if (!known) {
+      // An HTTP-only seed has no image to remove.
+      this.#o.seeds?.drop(key);
+      return;
+    }
     const [namespace, name] = splitKey(key);
     await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations, known.launcherPods);
   }

@@ -27,6 +27,7 @@ import { requireSomeData } from './empty-data.ts';
 import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
 import { memoize } from './memo-resolver.ts';
 import { measureExpanded } from './yaml.ts';
+import { isImdsEnabled, renderImdsSeed } from './imds-annotations.ts';
 
 export { ANNOTATION } from './annotation.ts';
 
@@ -101,6 +102,11 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   const hasAnnotation = annotationText !== undefined;
   const volume = firstCloudInitVolume(vmi);
 
+  // KubeVirt IMDS's annotations; a volume KubeVirt builds coexists with
+  // them as it does with IMDS's sidecar.
+  if (!hasAnnotation && isImdsEnabled(vmi) && (!volume || options.kubevirtVolumes === 'ignore')) {
+    return { kind: 'seed', seed: await renderImdsSeed(vmi, refs, options) };
+  }
   if (!hasAnnotation && !volume) {
     return { kind: 'skip', reason: `no ${ANNOTATION} annotation and no cloud-init volume` };
   }

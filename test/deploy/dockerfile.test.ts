@@ -100,11 +100,12 @@ test('the image tree holds the runtime dependencies and none of the dev dependen
   assert.ok(!existsSync(join(app, 'test')) && !existsSync(join(app, 'manifests')), 'only what the Dockerfile copies');
 });
 
-test('virsh, tini and flock come from the Debian packages the image adds, and they run', () => {
-  assert.deepEqual(tree.aptPackages, ['libvirt-clients', 'tini', 'util-linux'], 'nothing else in the final image');
+test('virsh, tini, flock and nft come from the Debian packages the image adds, and they run', () => {
+  assert.deepEqual(tree.aptPackages, ['libvirt-clients', 'tini', 'util-linux', 'nftables'], 'nothing else in the final image');
   assert.match(execFileSync('tini', ['--version'], { encoding: 'utf8' }), /^tini version \d/);
   assert.match(execFileSync('dpkg-query', ['-S', '/usr/bin/tini'], { encoding: 'utf8' }), /^tini:/);
   assert.match(execFileSync('dpkg-query', ['-S', '/usr/bin/flock'], { encoding: 'utf8' }), /^util-linux:/);
+  assert.match(execFileSync('nft', ['--version'], { encoding: 'utf8' }), /^nftables v\d+\.\d+/);
   for (const p of tree.aptPackages) execFileSync('dpkg-query', ['-W', p]);
   const virsh = execFileSync('sh', ['-c', 'command -v virsh'], { encoding: 'utf8' }).trim();
   const owner = execFileSync('dpkg-query', ['-S', execFileSync('readlink', ['-f', virsh], { encoding: 'utf8' }).trim()], { encoding: 'utf8' });

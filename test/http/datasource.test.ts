@@ -83,6 +83,8 @@ describe('datasource HTTP behaviour', () => {
       metrics,
       logger: quietLogger,
       limits: { ratePerSecond: 10_000, burst: 10_000 },
+      // A file really missing from a seed: no empty network-config stand-in.
+      serveEmptyNetworkConfig: false,
     });
     port = server.address.port;
   });

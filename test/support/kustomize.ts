@@ -9,7 +9,7 @@ import type { KubeObject } from './manifests.ts';
 
 const run = promisify(execFile);
 
-export const OVERLAYS = ['kubevirt', 'libvirt', 'namespaced'] as const;
+export const OVERLAYS = ['kubevirt', 'libvirt', 'namespaced', 'imds'] as const;
 export type Overlay = (typeof OVERLAYS)[number];
 
 // `dir` absolute, or relative to the current directory.

@@ -1,0 +1,121 @@
+// `vmseed redirect`: the small privileged part of the NoCloud-over-HTTP
+// setup. Runs in its own container with CAP_NET_ADMIN on the host network
+// and keeps a DNAT of 169.254.169.254:80 from pod interfaces to the agent's
+// datasource listener (src/redirect). The agent itself stays unprivileged.
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { parseListen, ConfigError } from '../config.ts';
+import { isVmseedError } from '../errors.ts';
+import { startRedirectHealth } from '../redirect/health-server.ts';
+import { execNft, RedirectKeeper } from '../redirect/keeper.ts';
+import { createRedirectMetrics } from '../redirect/metrics.ts';
+import { DEFAULT_POD_INTERFACES, DEFAULT_TABLE, checkSpec, renderRuleset, type RedirectSpec } from '../redirect/nft-ruleset.ts';
+import { UsageError, type Command } from './cli.ts';
+
+const HELP = `usage: vmseed redirect --to HOST:PORT [options]
+
+Keeps an nftables DNAT of tcp 169.254.169.254:80 arriving on pod interfaces
+to the NoCloud datasource listener, in a table of its own (never kube-proxy's
+or the CNI's); re-applies it when it is flushed and removes it on SIGTERM.
+Needs CAP_NET_ADMIN in the host network namespace.
+
+options:
+  --to HOST:PORT          the datasource listener as the node reaches it (e.g. $(HOST_IP):8081)
+  --pod-interface PATTERN interface pods' traffic arrives on, trailing * allowed; repeatable
+                          (default ${DEFAULT_POD_INTERFACES.join(' ')})
+  --listen HOST:PORT      /healthz, /readyz (200 while the rule is in place), /metrics (default 0.0.0.0:8082)
+  --interval SECONDS      how often the rule is checked and re-applied when gone (default 5)
+  --table NAME            the nftables table, family ip (default ${DEFAULT_TABLE})
+  --metadata-address IP   default 169.254.169.254
+  --metadata-port PORT    default 80
+  --print                 print the ruleset and exit
+  --remove                remove the table and exit
+  --log-level LEVEL       default info
+`;
+
+function specFrom(values: Record<string, string | string[] | boolean | undefined>): RedirectSpec {
+  const to = values.to as string | undefined;
+  if (to === undefined) throw new UsageError('--to HOST:PORT is required (the datasource listener, e.g. the node address and port 8081)');
+  const target = parseListen(to, 'to');
+  const port = Number(values['metadata-port'] ?? '80');
+  const ifaces = (values['pod-interface'] as string[] | undefined) ?? DEFAULT_POD_INTERFACES;
+  return checkSpec({
+    table: (values.table as string | undefined) ?? DEFAULT_TABLE,
+    to: target,
+    podInterfaces: ifaces.flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== ''),
+    metadata: { address: (values['metadata-address'] as string | undefined) ?? '169.254.169.254', port },
+  });
+}
+
+export const redirect: Command = async (ctx) => {
+  let values;
+  let spec: RedirectSpec;
+  try {
+    ({ values } = parseArgs({
+      args: ctx.argv,
+      options: {
+        to: { type: 'string' },
+        'pod-interface': { type: 'string', multiple: true },
+        listen: { type: 'string', default: '0.0.0.0:8082' },
+        interval: { type: 'string', default: '5' },
+        table: { type: 'string' },
+        'metadata-address': { type: 'string' },
+        'metadata-port': { type: 'string' },
+        print: { type: 'boolean', default: false },
+        remove: { type: 'boolean', default: false },
+        'log-level': { type: 'string', default: 'info' },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }));
+    if (values.help) {
+      ctx.stdout.write(HELP);
+      return 0;
+    }
+    spec = specFrom(values);
+  } catch (e) {
+    if (e instanceof UsageError || e instanceof ConfigError || isVmseedError(e) || (e as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+      ctx.stderr.write(`vmseed redirect: ${(e as Error).message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  if (values.print) {
+    ctx.stdout.write(renderRuleset(spec));
+    return 0;
+  }
+  const interval = Number(values.interval);
+  if (!Number.isFinite(interval) || interval < 0.1 || interval > 3600) {
+    ctx.stderr.write('vmseed redirect: --interval must be seconds between 0.1 and 3600\n');
+    return 2;
+  }
+  let listen;
+  try {
+    listen = parseListen(values.listen!, 'listen');
+  } catch (e) {
+    ctx.stderr.write(`vmseed redirect: ${(e as Error).message}\n`);
+    return 2;
+  }
+  const logger = pino({ level: values['log-level'] }, ctx.stderr);
+  const metrics = createRedirectMetrics();
+  const keeper = new RedirectKeeper({ spec, runner: execNft(), logger, metrics, intervalMs: interval * 1000 });
+  if (values.remove) {
+    await keeper.stop();
+    return 0;
+  }
+  const health = await startRedirectHealth({ listen, keeper, metrics });
+  logger.info({ listen: `${health.address.address}:${health.address.port}` }, 'redirect health listening');
+  await keeper.start();
+  await new Promise<void>((resolve) => {
+    if (ctx.stopSignal.aborted) resolve();
+    ctx.stopSignal.addEventListener('abort', () => resolve(), { once: true });
+  });
+  let code: 0 | 1 = 0;
+  try {
+    await keeper.stop();
+  } catch (e) {
+    logger.error({}, (e as Error).message);
+    code = 1;
+  }
+  await health.close();
+  return code;
+};

@@ -1,0 +1,163 @@
+// Keeps the 169.254.169.254 redirect in place: applies the ruleset at start,
+// checks it every interval and re-applies it when it is gone or not ours
+// (a `nft flush ruleset`, a firewall reload, a node agent that rebuilds
+// tables), and removes it on a clean stop. nft is run through an injected
+// runner, so tests drive it in a network namespace of their own.
+import { spawn } from 'node:child_process';
+import type { Logger } from 'pino';
+import { VmseedError } from '../errors.ts';
+import { renderRemoval, renderRuleset, ruleInPlace, type RedirectSpec } from './nft-ruleset.ts';
+import type { RedirectMetrics } from './metrics.ts';
+
+export interface NftResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface NftRunner {
+  run(args: string[], stdin?: string): Promise<NftResult>;
+}
+
+// `prefix` runs nft through another program (tests: `ip netns exec NS`).
+export function execNft(options: { binary?: string; prefix?: string[]; timeoutMs?: number } = {}): NftRunner {
+  const binary = options.binary ?? 'nft';
+  const prefix = options.prefix ?? [];
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  return {
+    run(args, stdin) {
+      const argv = [...prefix, binary, ...args];
+      return new Promise((resolve) => {
+        const child = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], timeout: timeoutMs });
+        let stdout = '';
+        let stderr = '';
+        // Bounded: a ruleset listing of our one table is a few kilobytes.
+        child.stdout.on('data', (c: Buffer) => {
+          if (stdout.length < 1_000_000) stdout += c.toString('utf8');
+        });
+        child.stderr.on('data', (c: Buffer) => {
+          if (stderr.length < 64_000) stderr += c.toString('utf8');
+        });
+        child.on('error', (e: NodeJS.ErrnoException) => resolve({ code: e.code === 'ENOENT' ? 127 : 1, stdout, stderr: `${argv[0]}: ${e.message}` }));
+        child.on('close', (code, signal) => resolve({ code: code ?? (signal ? 128 : 1), stdout, stderr }));
+        child.stdin.on('error', () => {});
+        child.stdin.end(stdin ?? '');
+      });
+    },
+  };
+}
+
+export type ApplyReason = 'start' | 'missing';
+
+export interface RedirectKeeperOptions {
+  spec: RedirectSpec;
+  runner: NftRunner;
+  logger: Logger;
+  metrics?: RedirectMetrics;
+  // How often the rule is checked (and re-applied when gone). Default 5 s.
+  intervalMs?: number;
+}
+
+export class RedirectKeeper {
+  readonly #o: RedirectKeeperOptions;
+  readonly #log: Logger;
+  #inPlace = false;
+  #lastError: string | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<void> | undefined;
+  #stopped = false;
+
+  constructor(options: RedirectKeeperOptions) {
+    this.#o = options;
+    this.#log = options.logger.child({ component: 'redirect' });
+  }
+
+  // Whether the last check found our rule. What /readyz answers.
+  get inPlace(): boolean {
+    return this.#inPlace;
+  }
+
+  get lastError(): string | undefined {
+    return this.#lastError;
+  }
+
+  async apply(reason: ApplyReason): Promise<void> {
+    const r = await this.#o.runner.run(['-f', '-'], renderRuleset(this.#o.spec));
+    if (r.code !== 0) {
+      this.#o.metrics?.errors.inc({ operation: 'apply' });
+      throw new VmseedError(
+        'REDIRECT_APPLY_FAILED',
+        `nft could not load the redirect table ip ${this.#o.spec.table} (exit ${r.code}): ${r.stderr.trim().slice(0, 300)}; ` +
+          'the container needs CAP_NET_ADMIN in the host network namespace (hostNetwork: true) and the nf_tables/nft_nat modules',
+        { kind: 'retryable', field: 'redirect' },
+      );
+    }
+    this.#o.metrics?.applies.inc({ reason });
+    this.#log.info({ reason, table: this.#o.spec.table, to: `${this.#o.spec.to.host}:${this.#o.spec.to.port}` }, 'redirect applied');
+  }
+
+  async check(): Promise<boolean> {
+    const r = await this.#o.runner.run(['-j', 'list', 'table', 'ip', this.#o.spec.table]);
+    // Exit non-zero: no such table.
+    const ok = r.code === 0 && ruleInPlace(r.stdout, this.#o.spec);
+    this.#setInPlace(ok);
+    return ok;
+  }
+
+  // One round: check, and re-apply when the rule is not in place.
+  async tick(reason: ApplyReason = 'missing'): Promise<void> {
+    if (this.#stopped) return;
+    try {
+      if (await this.check()) {
+        this.#lastError = undefined;
+        return;
+      }
+      if (reason === 'missing') this.#log.warn({ table: this.#o.spec.table }, 'redirect not in place (flushed or replaced); re-applying');
+      await this.apply(reason);
+      await this.check();
+      this.#lastError = this.#inPlace ? undefined : 'the redirect rule was loaded but is not listed';
+    } catch (e) {
+      this.#setInPlace(false);
+      this.#lastError = (e as Error).message;
+      this.#log.error({ code: (e as VmseedError).code }, (e as Error).message);
+    }
+  }
+
+  start(): Promise<void> {
+    const first = this.tick('start');
+    const loop = () => {
+      this.#timer = setTimeout(() => {
+        this.#running = this.tick('missing').finally(() => {
+          if (!this.#stopped) loop();
+        });
+      }, this.#o.intervalMs ?? 5000);
+    };
+    this.#running = first.finally(() => {
+      if (!this.#stopped) loop();
+    });
+    return first;
+  }
+
+  // Clean stop: no more checks, and the table is removed (a stopped keeper
+  // must not leave traffic pointed at a listener nobody vouches for).
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    await this.#running?.catch(() => {});
+    const r = await this.#o.runner.run(['-f', '-'], renderRemoval(this.#o.spec));
+    this.#setInPlace(false);
+    if (r.code !== 0) {
+      this.#o.metrics?.errors.inc({ operation: 'remove' });
+      throw new VmseedError('REDIRECT_APPLY_FAILED', `nft could not remove table ip ${this.#o.spec.table} (exit ${r.code}): ${r.stderr.trim().slice(0, 300)}`, {
+        kind: 'retryable',
+        field: 'redirect',
+      });
+    }
+    this.#log.info({ table: this.#o.spec.table }, 'redirect removed');
+  }
+
+  #setInPlace(v: boolean): void {
+    this.#inPlace = v;
+    this.#o.metrics?.inPlace.set(v ? 1 : 0);
+  }
+}

@@ -1,0 +1,113 @@
+// The node-level redirect of 169.254.169.254:80 to the NoCloud datasource,
+// as an nftables ruleset in a table of vmseed's own. Nothing here touches
+// kube-proxy's or the CNI's tables (iptables-nft's `ip nat`/`ip filter`,
+// Calico's, Cilium's): they are other tables, and nftables runs every base
+// chain hooked at prerouting, in priority order.
+//
+// One `nft -f -` transaction creates the table if it is missing, deletes it
+// and defines it again, so applying is atomic (no moment without the rule)
+// and idempotent (applying twice gives one rule), whatever state the table
+// was left in.
+import { createHash } from 'node:crypto';
+import { isIPv4 } from 'node:net';
+import { VmseedError } from '../errors.ts';
+
+export interface RedirectSpec {
+  // Our table (family ip). Default `vmseed`.
+  table: string;
+  // Where guests' requests go: the datasource listener as the node reaches
+  // it (the node's own address when the agent runs on the host network).
+  to: { host: string; port: number };
+  // Interface name patterns pods' traffic arrives on (`*` at the end only,
+  // as nftables' iifname wildcards): veth* (bridge/ptp plugins, kindnet,
+  // flannel with veth), cali* (Calico), lxc* (Cilium without kube-proxy
+  // replacement), cni0/cbr0 (bridge plugins whose pods sit behind a bridge).
+  podInterfaces: string[];
+  // The metadata address and port guests ask for.
+  metadata: { address: string; port: number };
+}
+
+export const DEFAULT_POD_INTERFACES = ['veth*', 'cali*', 'lxc*', 'cni0', 'cbr0'];
+export const DEFAULT_TABLE = 'vmseed';
+export const CHAIN = 'prerouting';
+
+const NAME_RE = /^[A-Za-z][A-Za-z0-9_-]{0,30}$/;
+const IFACE_RE = /^[A-Za-z0-9_.:-]{1,15}\*?$/;
+
+function invalid(field: string, message: string): VmseedError {
+  return new VmseedError('REDIRECT_INVALID', message, { kind: 'terminal', field });
+}
+
+// Everything that goes into the ruleset text is checked here, so nothing
+// can be injected into nft's input language through a flag.
+export function checkSpec(spec: RedirectSpec): RedirectSpec {
+  if (!NAME_RE.test(spec.table)) throw invalid('table', `table name '${spec.table}' must be letters, digits, _ or - (at most 31), starting with a letter`);
+  if (!isIPv4(spec.to.host)) throw invalid('to', `redirect target '${spec.to.host}' must be an IPv4 address (the node's address the datasource listens on)`);
+  if (!isIPv4(spec.metadata.address)) throw invalid('metadata-address', `metadata address '${spec.metadata.address}' must be an IPv4 address`);
+  for (const [field, port] of [['to', spec.to.port], ['metadata-port', spec.metadata.port]] as const) {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(field, `port ${port} must be 1-65535`);
+  }
+  if (spec.podInterfaces.length === 0 || spec.podInterfaces.length > 32) throw invalid('pod-interface', 'give between 1 and 32 --pod-interface patterns');
+  for (const p of spec.podInterfaces) {
+    if (!IFACE_RE.test(p)) throw invalid('pod-interface', `interface pattern '${p}' must be an interface name (at most 15 characters) with an optional trailing *`);
+  }
+  return spec;
+}
+
+// A digest of what the rule should be, carried in the rule's comment, so a
+// check can tell our current rule from one left by an older configuration.
+export function specDigest(spec: RedirectSpec): string {
+  const canonical = JSON.stringify([spec.table, spec.to.host, spec.to.port, [...spec.podInterfaces].sort(), spec.metadata.address, spec.metadata.port]);
+  return createHash('sha256').update(canonical).digest('hex').slice(0, 16);
+}
+
+export function ruleComment(spec: RedirectSpec): string {
+  return `vmseed-redirect ${specDigest(spec)}`;
+}
+
+export function renderRuleset(spec: RedirectSpec): string {
+  checkSpec(spec);
+  const ifaces = spec.podInterfaces.map((p) => `"${p}"`).join(', ');
+  return [
+    `table ip ${spec.table} {}`,
+    `delete table ip ${spec.table}`,
+    `table ip ${spec.table} {`,
+    `  chain ${CHAIN} {`,
+    // Before iptables-nft's nat PREROUTING (dstnat, -100), so kube-proxy's
+    // rules never see these packets; they do not match 169.254.169.254 anyway.
+    `    type nat hook prerouting priority dstnat - 10; policy accept;`,
+    `    iifname { ${ifaces} } ip daddr ${spec.metadata.address} tcp dport ${spec.metadata.port} counter dnat to ${spec.to.host}:${spec.to.port} comment "${ruleComment(spec)}"`,
+    `  }`,
+    `}`,
+    '',
+  ].join('\n');
+}
+
+export function renderRemoval(spec: RedirectSpec): string {
+  checkSpec(spec);
+  // Creating it first makes removal succeed when it is already gone.
+  return `table ip ${spec.table} {}\ndelete table ip ${spec.table}\n`;
+}
+
+// Is our rule in place? Reads `nft -j list table ip <table>` output: the
+// table's prerouting chain hooked for nat, and a rule with our comment that
+// DNATs to the target. Anything else (no table, flushed chain, a rule from
+// another configuration) is "not in place".
+export function ruleInPlace(listJson: string, spec: RedirectSpec): boolean {
+  let doc: { nftables?: Array<Record<string, Record<string, unknown>>> };
+  try {
+    doc = JSON.parse(listJson);
+  } catch {
+    return false;
+  }
+  const items = doc.nftables ?? [];
+  const chain = items.find((i) => i.chain && i.chain.table === spec.table && i.chain.name === CHAIN)?.chain;
+  if (!chain || chain.type !== 'nat' || chain.hook !== 'prerouting') return false;
+  const want = ruleComment(spec);
+  return items.some((i) => {
+    const r = i.rule;
+    if (!r || r.table !== spec.table || r.chain !== CHAIN || r.comment !== want) return false;
+    const dnat = (r.expr as Array<Record<string, { addr?: unknown; port?: unknown }>> | undefined)?.find((e) => e.dnat)?.dnat;
+    return dnat?.addr === spec.to.host && dnat?.port === spec.to.port;
+  });
+}

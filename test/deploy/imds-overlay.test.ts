@@ -1,0 +1,71 @@
+// deploy/imds rendered by the real `kubectl kustomize`: the kubevirt variant
+// on the host network plus the `redirect` container, which alone holds a
+// capability (NET_ADMIN); its flags, with the node address the kubelet
+// substitutes, load through `vmseed redirect` and point the DNAT at the
+// agent's datasource port; the agent answers IMDS's token-less serial.
+import { before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
+import { ROOT, findObject, loadYamlDocuments, type KubeObject } from '../support/manifests.ts';
+import { kustomize, objectId } from '../support/kustomize.ts';
+import { runCli } from '../support/cli.ts';
+import { loadConfig } from '../../src/config.ts';
+
+type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+let objects: KubeObject[];
+const base = loadYamlDocuments('manifests/daemonset.yaml');
+const podOf = (o: KubeObject[]): Any => (findObject(o, 'DaemonSet', 'vmseed') as Any).spec.template.spec;
+
+before(async () => {
+  objects = await kustomize(join(ROOT, 'deploy', 'imds'));
+});
+
+test('only the DaemonSet differs; host network; the agent container is the base one plus --datasource-imds-compat', () => {
+  const differs = objects.filter((o) => !isDeepStrictEqual(o, base.find((b) => objectId(b) === objectId(o)))).map(objectId);
+  assert.deepEqual(differs, ['DaemonSet/vmseed/vmseed']);
+  const pod = podOf(objects);
+  const basePod = podOf(base);
+  assert.equal(pod.hostNetwork, true);
+  assert.equal(pod.dnsPolicy, 'ClusterFirstWithHostNet');
+  assert.deepEqual(pod.securityContext, basePod.securityContext, 'the pod still runs as 107/107');
+  const agent = pod.containers.find((c: Any) => c.name === 'agent');
+  const baseAgent = basePod.containers.find((c: Any) => c.name === 'agent');
+  assert.deepEqual(agent.args, [...baseAgent.args, '--datasource-imds-compat']);
+  assert.deepEqual({ ...agent, args: undefined }, { ...baseAgent, args: undefined }, 'nothing else changed for the agent: no capability');
+  const config = loadConfig(agent.args, { NODE_NAME: 'node-a' }, '/')!;
+  assert.equal(config.datasource?.imdsCompat, true);
+});
+
+test('the redirect container: root with NET_ADMIN only, read-only, ready only while the rule is in place', () => {
+  const pod = podOf(objects);
+  assert.deepEqual(pod.containers.map((c: Any) => c.name), ['agent', 'redirect']);
+  const r = pod.containers.find((c: Any) => c.name === 'redirect');
+  assert.deepEqual(r.command, ['vmseed', 'redirect']);
+  assert.deepEqual(r.securityContext, {
+    runAsUser: 0,
+    runAsGroup: 0,
+    runAsNonRoot: false,
+    allowPrivilegeEscalation: false,
+    readOnlyRootFilesystem: true,
+    capabilities: { drop: ['ALL'], add: ['NET_ADMIN'] },
+  });
+  assert.equal(r.readinessProbe.httpGet.path, '/readyz');
+  assert.equal(r.env.find((e: Any) => e.name === 'HOST_IP').valueFrom.fieldRef.fieldPath, 'status.hostIP');
+  assert.equal(r.volumeMounts, undefined, 'no host path, no Secret');
+});
+
+test("the redirect's args (with the node address substituted) load in vmseed redirect and DNAT to the agent's datasource port", async () => {
+  const pod = podOf(objects);
+  const r = pod.containers.find((c: Any) => c.name === 'redirect');
+  const agent = pod.containers.find((c: Any) => c.name === 'agent');
+  const args = (r.args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10'));
+  const out = await runCli(['redirect', ...args, '--print'], process.cwd());
+  assert.equal(out.code, 0, out.err);
+  const port = /^--datasource-listen=.*:(\d+)$/.exec(agent.args.find((a: string) => a.startsWith('--datasource-listen=')))![1];
+  assert.match(out.out.toString(), new RegExp(`dnat to 192\\.0\\.2\\.10:${port} `));
+  assert.match(out.out.toString(), /iifname \{ "veth\*", "cali\*", "lxc\*", "cni0", "cbr0" \} ip daddr 169\.254\.169\.254 tcp dport 80/);
+  const health = /^--listen=\$\(HOST_IP\):(\d+)$/.exec(r.args.find((a: string) => a.startsWith('--listen=')))![1];
+  assert.equal(String(r.ports[0].containerPort), health);
+});
