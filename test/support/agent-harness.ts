@@ -164,7 +164,9 @@ export async function startAgent(
 
 export async function tempDir(prefix = 'vmseed-agent-'): Promise<{ path: string; remove(): Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), prefix));
-  return { path, remove: () => rm(path, { recursive: true, force: true }) };
+  // Retried: an agent stopped by a later `after` hook may still be writing
+  // into the directory when this one runs (ENOTEMPTY under load).
+  return { path, remove: () => rm(path, { recursive: true, force: true, maxRetries: 20, retryDelay: 50 }) };
 }
 
 export async function waitFor<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5000): Promise<T> {
