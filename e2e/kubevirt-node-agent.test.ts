@@ -3,7 +3,9 @@
 // - the agent runs as manifests/daemonset.yaml runs it: its args and env, its
 //   user, groups and capability set (setpriv), its volume mounts (the
 //   replica's kubelet pods tree at /pods, read-only root), only listeners
-//   and the API server connection overridden;
+//   and the API server connection overridden; it connects through its
+//   in-cluster configuration (KUBERNETES_SERVICE_HOST/PORT, the service
+//   account's token, CA and namespace files) to the TLS fake API server;
 // - the fake API server serves the VMI as KubeVirt does for
 //   `spec.startStrategy: Paused`: phase Running, condition Paused, the
 //   launcher pod's UID in status.activePods; its `unpause` subresource
@@ -33,6 +35,7 @@ import { busyboxCmdline } from './support/guest/busybox.ts';
 import { parseConsole } from './support/guest/console.ts';
 import { waitUntil } from './support/agent-process.ts';
 import { FakeKube } from '../test/support/fake-kube.ts';
+import { serviceAccountVolume } from '../test/support/in-cluster.ts';
 import { KubevirtSync, parseDomainDisks, type SyncResult } from '../test/support/kubevirt-sync.ts';
 import type { VmiObject } from '../src/cloudinit/kube-types.ts';
 
@@ -145,16 +148,12 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   const loop = syncLoop(kubevirt, a!, vm.domain);
   t.after(() => loop.stop());
 
-  // The unpause subresource resumes the domain, as virt-handler asks the
-  // launcher to (KubeVirt clears its pause record and resumes).
-  let unpausedSeen = 0;
-  const bridge = setInterval(() => {
-    if (fake.unpaused.length > unpausedSeen) {
-      unpausedSeen = fake.unpaused.length;
-      void kubevirt.unpause();
-    }
-  }, 100);
-  t.after(() => clearInterval(bridge));
+  // The unpause subresource resumes the domain before virt-api answers, as
+  // virt-handler has the launcher do it (KubeVirt clears its pause record
+  // and resumes).
+  fake.onUnpause(async (namespace, name) => {
+    if (namespace === NS && name === 'vm1') await kubevirt.unpause();
+  });
 
   const userData = `#cloud-config\n# kubevirt replica ${randomUUID()}\n`;
   fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a!.pod.uid]: NODE }, paused: true }));
@@ -164,7 +163,9 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
     hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
     secrets: { 'vmseed-datasource-key': keyDir },
     nodeName: NODE,
-    kube: { kubeconfig: await fake.writeKubeconfig(work) },
+    // In-cluster, as kubelet starts it: KUBERNETES_SERVICE_HOST/PORT and the
+    // service-account volume (token, the fake's CA, namespace).
+    kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
     overrides: {
       listen: `127.0.0.1:${listen}`,
       'status-listen': `127.0.0.1:${statusListen}`,
@@ -173,11 +174,14 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
     },
   });
   t.after(() => agent.stop());
+  assert.ok(!agent.argv.some((a) => a.startsWith('--kubeconfig')), 'the in-cluster configuration, no kubeconfig');
   const detail = async () => {
     const status = await fetch(`http://127.0.0.1:${statusListen}/status.json`).then((r) => r.text()).catch((e) => String(e));
     return `agent log tail:\n${agent.log().split('\n').slice(-30).join('\n')}\nstatus: ${status.slice(0, 2000)}\nsync errors: ${kubevirt.errors().slice(-3).join('\n')}`;
   };
   await waitHealthy(agent, `http://127.0.0.1:${listen}/healthz`, 60_000);
+  await waitUntil('the VMI listed over TLS with the service-account token', () => fake.requests.some((r) => r.resource === 'virtualmachineinstances' && r.verb === 'list' && r.status === 200), 30_000, detail);
+  assert.deepEqual(fake.requests.filter((r) => r.status === 401 || r.status === 403).map((r) => `${r.status} ${r.method} ${r.path}`), [], 'authenticated, and RBAC grants all it asks');
 
   // 1. The seed, as vmseed's KubeVirt mode attaches it.
   const seed = await waitUntil('the seed attached in launcher A', async () => {
