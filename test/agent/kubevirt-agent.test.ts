@@ -80,3 +80,45 @@ test('launcher pod unknown → retried; Paused condition awaited; then published
   await waitFor('detached', () => lv.domains.get('ns_web')!.live.length === 0);
   await waitFor('copy removed', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0);
 });
+
+test('cross-node migration to this node, seen through kubevirt.io/migrationTargetNodeName: staged in the target pod before it starts, nothing attached; a failed one removes the copy', { timeout: 30_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  const connection = fake.connection();
+  t.after(async () => {
+    await connection.close();
+    await fake.close();
+    await dir.remove();
+  });
+  const pods = join(dir.path, 'pods');
+  await mkdir(join(pods, POD_2, EPHEMERAL), { recursive: true });
+  const lv = new FakeLibvirt();
+  const injector = kubevirtInjector(pods, lv, kubevirtUnpause(new KubeConnectionApi(connection, { timeoutMs: 2000 })));
+  const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector });
+  t.after(h.stop);
+
+  // Running on node-b; KubeVirt scheduled the target pod here and labelled
+  // the VMI for this node; kubevirt.io/nodeName still names node-b.
+  const SOURCE_POD = 'a0a0a0a0-a0a0-4a0a-8a0a-a0a0a0a0a0a0';
+  const incoming = launcherVmi('web', 'ns', 'userData: "#cloud-config\\nhostname: web\\n"\n', POD_2);
+  incoming.metadata.labels = { 'kubevirt.io/nodeName': 'node-b', 'kubevirt.io/migrationTargetNodeName': NODE };
+  incoming.status = {
+    nodeName: 'node-b',
+    phase: 'Running',
+    activePods: { [SOURCE_POD]: 'node-b', [POD_2]: NODE },
+    migrationState: { migrationUid: 'm1', sourceNode: 'node-b', targetNode: NODE, sourcePod: 'virt-launcher-web-src', targetPod: 'virt-launcher-web-tgt' },
+  };
+  fake.applyVmi(incoming);
+  const staged = await waitFor('staged in the target pod', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed')).catch(() => [])).find((f) => f.endsWith('.iso')));
+  assert.match(staged, /^vmseed-nocloud-[0-9a-f]{16}\.iso$/);
+  assert.deepEqual(lv.calls.filter((c) => c[0] === 'attach-device'), [], 'nothing attached to the incoming domain');
+  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
+
+  // The migration fails: KubeVirt drops the target label; the VMI stays on node-b.
+  const failed = structuredClone(fake.getVmi('ns', 'web')!);
+  failed.metadata.labels = { 'kubevirt.io/nodeName': 'node-b' };
+  failed.status!.activePods = { [SOURCE_POD]: 'node-b' };
+  failed.status!.migrationState = { ...(failed.status!.migrationState as object), failed: true, completed: true };
+  fake.applyVmi(failed);
+  await waitFor('the staged copy removed', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0);
+});

@@ -124,14 +124,15 @@ test('calls recorded as {method, path, query} (the fake API server\'s RequestRec
   assert.equal(requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: {} }).verb, 'list');
 });
 
-test('every VMI list and watch is scoped to the node by label selector', () => {
+test('every VMI list and watch is scoped to the node by label selector: its own VMIs and those migrating to it', () => {
   const vmiReads = AGENT_CALLS.map((c) => ({ c, a: requestAttributes(c) })).filter(
     ({ a }) => a.resource === 'virtualmachineinstances' && (a.verb === 'list' || a.verb === 'watch'),
   );
   assert.deepEqual([...new Set(vmiReads.map(({ a }) => a.verb))].sort(), ['list', 'watch']);
   for (const { c } of vmiReads) {
-    assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/nodeName=[^,]+$/);
+    assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/(nodeName|migrationTargetNodeName)=[^,]+$/);
   }
+  assert.deepEqual(new Set(vmiReads.map(({ c }) => c.query?.labelSelector?.split('=')[0])), new Set(['kubevirt.io/nodeName', 'kubevirt.io/migrationTargetNodeName']));
 });
 
 // --- per deployment variant: what the bindings give the ServiceAccount ------
