@@ -2,7 +2,7 @@
 // preset's injector): the launcher pod comes from status.activePods (retried
 // until KubeVirt reports it), the image is published into that pod's
 // ephemeral-disks/vmseed, the gate waits for the Paused condition and
-// unpauses through KubeVirt, a new launcher pod gets the seed again, and
+// unpauses through KubeVirt (once per VMI), a new launcher pod gets the seed again, and
 // deleting the VMI detaches the disk and removes the published copy.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,7 +16,7 @@ import { EPHEMERAL, POD_1, POD_2, kubevirtInjector, launcherVmi } from '../suppo
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 
-test('launcher pod unknown → retried; Paused condition awaited; then published into the pod, unpaused by KubeVirt; new pod → seeded again; deleted → detached and removed', { timeout: 30_000 }, async (t) => {
+test('launcher pod unknown → retried; Paused condition awaited; then published into the pod, unpaused by KubeVirt; new pod → seeded again, the owner\'s pause kept; deleted → detached and removed', { timeout: 30_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir();
   const connection = fake.connection();
@@ -63,17 +63,27 @@ test('launcher pod unknown → retried; Paused condition awaited; then published
   assert.ok(lv.uris.every((u) => u === `qemu+unix:///session?socket=${pods}/${POD_1}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`));
   assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
 
-  // The VM restarted in a new launcher pod (its domain is new and empty).
+  // The same VMI in a new launcher pod (its domain new and empty), paused by
+  // its owner: seeded there too, but the gate opened once for this VMI and
+  // its start (startStrategy Paused) is over: the pause stays.
   lv.domains.set('ns_web', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
   const moved = structuredClone(fake.getVmi('ns', 'web')!);
   moved.status!.activePods = { [POD_2]: NODE };
   moved.status!.conditions = [{ type: 'Paused', status: 'True' }];
+  const movedAt = Math.floor(Date.now() / 1000) * 1000;
   fake.applyVmi(moved);
   await waitFor('published into the new pod', () => existsSync(join(pods, POD_2, EPHEMERAL, 'vmseed', publishedName)));
   await waitFor('attached in the new launcher', () => lv.domains.get('ns_web')!.live.length === 1);
-  await waitFor('unpaused again', () => fake.unpaused.length === 2);
   assert.ok(lv.uris.at(-1)!.includes(`/${POD_2}/`));
   await waitFor('the old pod\'s copy released', async () => (await readdir(join(pods, POD_1, EPHEMERAL, 'vmseed'))).length === 0);
+  // The new pod's injection (the gate's decision included) is in the status.
+  const injected = await waitFor('the new pod\'s injection reported', () => {
+    const inj = h.agent.status.get('ns/web')?.injection;
+    return inj && Date.parse(inj.at) >= movedAt && inj;
+  });
+  assert.equal(injected.resumed, false);
+  assert.deepEqual(fake.unpaused, ['ns/web'], 'not unpaused again');
+  assert.equal(lv.domains.get('ns_web')!.state, 'paused');
 
   // Deleted: detached from the domain, the published copy removed.
   fake.deleteVmi('ns', 'web');
