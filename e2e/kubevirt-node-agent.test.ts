@@ -80,7 +80,9 @@ function vmiObject(o: { uid: string; userData: string; activePods: Record<string
       name: 'vm1',
       namespace: NS,
       uid: o.uid,
-      labels: { 'kubevirt.io/nodeName': NODE },
+      // While it migrates, KubeVirt's migration controller also labels it
+      // with the target pod's node (here the same node: two launchers).
+      labels: { 'kubevirt.io/nodeName': NODE, ...(o.migrationState && o.migrationState.completed !== true ? { 'kubevirt.io/migrationTargetNodeName': NODE } : {}) },
       // The seed gate's opt-in next to startStrategy: Paused (README, "seed gate").
       annotations: { 'vmseed.io/cloud-init': JSON.stringify({ userData: o.userData }), 'vmseed.io/resume-after-seed': 'true' },
     },
@@ -208,6 +210,11 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   await waitUntil('the unpause subresource called', () => fake.unpaused.includes(`${NS}/vm1`), 60_000, detail);
   await waitUntil('the domain running', async () => (await a!.virsh(['domstate', vm.domain])).trim() === 'running', 30_000, detail);
   assert.deepEqual(loop.behindItsBack, []);
+  // The gate's record, next to the VMI's images in the state dir: a restarted
+  // agent does not unpause this VMI again.
+  const gateRecord = join(stateDir, NS, `vm1_${vmiUid}`, 'seed-gate-opened');
+  await waitUntil('the gate\'s record written', () => existsSync(gateRecord), 30_000, detail);
+  assert.equal(statSync(gateRecord).uid, QEMU_UID);
 
   // 3. The guest reads the seed.
   const seen = await waitUntil('the guest to print the seed', () => {
