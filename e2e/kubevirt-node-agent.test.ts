@@ -15,7 +15,8 @@
 // - the busybox guest reads the seed after the unpause; KubeVirt's own
 //   hotplug still works; the image is staged in the migration target pod
 //   before the migration starts, the migration runs between the two
-//   launchers, and the source pod's copy goes when it completes.
+//   launchers, and the source pod's copy goes when it completes;
+// - the owner pauses the migrated VM and the agent restarts: not unpaused.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -258,7 +259,33 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   await waitUntil('the source pod\'s copy removed after the migration completed', () => seedFiles(a!).length === 0, 60_000, detail);
   for (let i = 0; i < 2; i++) assert.deepEqual(quietSince([await kubevirtB.sync()], 0), [], 'the target launcher\'s sync is quiet');
   assert.deepEqual(seedFiles(b!), [image], 'the target keeps its copy');
-
   assert.equal(await agent.stop(), 0);
-  assert.ok(!agent.log().includes(userData.trim().split('\n')[1]!), 'no user-data in the agent log');
+
+  // 6. The owner pauses the migrated VM (virtctl pause) and the agent
+  // restarts: KubeVirt reports the same Paused condition as for the start
+  // pause, the launcher pod is new, the process memory is gone; the gate's
+  // record in the state dir keeps the owner's pause.
+  await kubevirtB.pause();
+  fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [b!.pod.uid]: NODE }, paused: true, migrationState: { ...migration, startTimestamp: started, endTimestamp: new Date().toISOString(), completed: true } }));
+  const unpausedBefore = fake.unpaused.length;
+  const restarted = await startDaemonSetAgent({
+    hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
+    secrets: { 'vmseed-datasource-key': keyDir },
+    nodeName: NODE,
+    kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: join(work, 'serviceaccount') } },
+    overrides: { listen: `127.0.0.1:${listen}`, 'status-listen': `127.0.0.1:${statusListen}`, 'datasource-listen': `127.0.0.1:${datasourceListen}`, 'log-level': 'debug' },
+  });
+  t.after(() => restarted.stop());
+  await waitHealthy(restarted, `http://127.0.0.1:${listen}/healthz`, 60_000);
+  const reconciled = await waitUntil('the restarted agent reconciled the VMI in launcher B', async () => {
+    const s = (await fetch(`http://127.0.0.1:${statusListen}/status.json`).then((r) => r.json()).catch(() => undefined)) as { vmis?: Array<{ name: string; state: string; injection?: { domainState: string; resumed: boolean } }> } | undefined;
+    return s?.vmis?.find((v) => v.name === 'vm1' && v.injection !== undefined);
+  }, 60_000, async () => `restarted agent log tail:\n${restarted.log().split('\n').slice(-30).join('\n')}`);
+  assert.deepEqual([reconciled.injection!.domainState, reconciled.injection!.resumed], ['paused', false]);
+  assert.equal(fake.unpaused.length, unpausedBefore, 'no unpause after the restart');
+  assert.equal((await b!.virsh(['domstate', vm.domain])).trim(), 'paused', 'the owner\'s pause holds');
+  assert.deepEqual(quietSince([await kubevirtB.sync()], 0), [], 'KubeVirt sees its own pause, nothing to resume');
+  assert.equal(await restarted.stop(), 0);
+
+  for (const log of [agent.log(), restarted.log()]) assert.ok(!log.includes(userData.trim().split('\n')[1]!), 'no user-data in the agent log');
 });
