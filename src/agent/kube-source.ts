@@ -306,11 +306,12 @@ class ScopedInformer {
   }
 }
 
-// During a migration between two launcher pods of this node both labels
-// name it, and both caches hold the VMI, each at the version its own watch
-// last delivered: the later one wins. resourceVersions are
-// opaque to clients in general; the API server's are etcd revisions, and
-// anything else falls back to the node watch's copy.
+// Both labels can name this node at once (a migration between two launcher
+// pods of this node, or the moment one to this node completes): both caches
+// hold the VMI, each at the version its own watch last delivered, and the
+// later one wins. resourceVersions are opaque to clients in general; the
+// API server's are etcd revisions, and anything else falls back to the node
+// watch's copy.
 export function newerVmi(a: VmiObject | undefined, b: VmiObject | undefined): VmiObject | undefined {
   if (!a || !b) return a ?? b;
   const [ra, rb] = [a.metadata.resourceVersion, b.metadata.resourceVersion];
