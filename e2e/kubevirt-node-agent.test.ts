@@ -3,7 +3,9 @@
 // - the agent runs as manifests/daemonset.yaml runs it: its args and env, its
 //   user, groups and capability set (setpriv), its volume mounts (the
 //   replica's kubelet pods tree at /pods, read-only root), only listeners
-//   and the API server connection overridden;
+//   and the API server connection overridden; it connects through its
+//   in-cluster configuration (KUBERNETES_SERVICE_HOST/PORT, the service
+//   account's token, CA and namespace files) to the TLS fake API server;
 // - the fake API server serves the VMI as KubeVirt does for
 //   `spec.startStrategy: Paused`: phase Running, condition Paused, the
 //   launcher pod's UID in status.activePods; its `unpause` subresource
@@ -13,7 +15,8 @@
 // - the busybox guest reads the seed after the unpause; KubeVirt's own
 //   hotplug still works; the image is staged in the migration target pod
 //   before the migration starts, the migration runs between the two
-//   launchers, and the source pod's copy goes when it completes.
+//   launchers, and the source pod's copy goes when it completes;
+// - the owner pauses the migrated VM and the agent restarts: not unpaused.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -33,6 +36,7 @@ import { busyboxCmdline } from './support/guest/busybox.ts';
 import { parseConsole } from './support/guest/console.ts';
 import { waitUntil } from './support/agent-process.ts';
 import { FakeKube } from '../test/support/fake-kube.ts';
+import { serviceAccountVolume } from '../test/support/in-cluster.ts';
 import { KubevirtSync, parseDomainDisks, type SyncResult } from '../test/support/kubevirt-sync.ts';
 import type { VmiObject } from '../src/cloudinit/kube-types.ts';
 
@@ -77,7 +81,9 @@ function vmiObject(o: { uid: string; userData: string; activePods: Record<string
       name: 'vm1',
       namespace: NS,
       uid: o.uid,
-      labels: { 'kubevirt.io/nodeName': NODE },
+      // While it migrates, KubeVirt's migration controller also labels it
+      // with the target pod's node (here the same node: two launchers).
+      labels: { 'kubevirt.io/nodeName': NODE, ...(o.migrationState && o.migrationState.completed !== true ? { 'kubevirt.io/migrationTargetNodeName': NODE } : {}) },
       // The seed gate's opt-in next to startStrategy: Paused (README, "seed gate").
       annotations: { 'vmseed.io/cloud-init': JSON.stringify({ userData: o.userData }), 'vmseed.io/resume-after-seed': 'true' },
     },
@@ -145,16 +151,12 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   const loop = syncLoop(kubevirt, a!, vm.domain);
   t.after(() => loop.stop());
 
-  // The unpause subresource resumes the domain, as virt-handler asks the
-  // launcher to (KubeVirt clears its pause record and resumes).
-  let unpausedSeen = 0;
-  const bridge = setInterval(() => {
-    if (fake.unpaused.length > unpausedSeen) {
-      unpausedSeen = fake.unpaused.length;
-      void kubevirt.unpause();
-    }
-  }, 100);
-  t.after(() => clearInterval(bridge));
+  // The unpause subresource resumes the domain before virt-api answers, as
+  // virt-handler has the launcher do it (KubeVirt clears its pause record
+  // and resumes).
+  fake.onUnpause(async (namespace, name) => {
+    if (namespace === NS && name === 'vm1') await kubevirt.unpause();
+  });
 
   const userData = `#cloud-config\n# kubevirt replica ${randomUUID()}\n`;
   fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a!.pod.uid]: NODE }, paused: true }));
@@ -164,7 +166,9 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
     hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
     secrets: { 'vmseed-datasource-key': keyDir },
     nodeName: NODE,
-    kube: { kubeconfig: await fake.writeKubeconfig(work) },
+    // In-cluster, as kubelet starts it: KUBERNETES_SERVICE_HOST/PORT and the
+    // service-account volume (token, the fake's CA, namespace).
+    kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
     overrides: {
       listen: `127.0.0.1:${listen}`,
       'status-listen': `127.0.0.1:${statusListen}`,
@@ -173,11 +177,14 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
     },
   });
   t.after(() => agent.stop());
+  assert.ok(!agent.argv.some((a) => a.startsWith('--kubeconfig')), 'the in-cluster configuration, no kubeconfig');
   const detail = async () => {
     const status = await fetch(`http://127.0.0.1:${statusListen}/status.json`).then((r) => r.text()).catch((e) => String(e));
     return `agent log tail:\n${agent.log().split('\n').slice(-30).join('\n')}\nstatus: ${status.slice(0, 2000)}\nsync errors: ${kubevirt.errors().slice(-3).join('\n')}`;
   };
   await waitHealthy(agent, `http://127.0.0.1:${listen}/healthz`, 60_000);
+  await waitUntil('the VMI listed over TLS with the service-account token', () => fake.requests.some((r) => r.resource === 'virtualmachineinstances' && r.verb === 'list' && r.status === 200), 30_000, detail);
+  assert.deepEqual(fake.requests.filter((r) => r.status === 401 || r.status === 403).map((r) => `${r.status} ${r.method} ${r.path}`), [], 'authenticated, and RBAC grants all it asks');
 
   // 1. The seed, as vmseed's KubeVirt mode attaches it.
   const seed = await waitUntil('the seed attached in launcher A', async () => {
@@ -204,6 +211,11 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   await waitUntil('the unpause subresource called', () => fake.unpaused.includes(`${NS}/vm1`), 60_000, detail);
   await waitUntil('the domain running', async () => (await a!.virsh(['domstate', vm.domain])).trim() === 'running', 30_000, detail);
   assert.deepEqual(loop.behindItsBack, []);
+  // The gate's record, next to the VMI's images in the state dir: a restarted
+  // agent does not unpause this VMI again.
+  const gateRecord = join(stateDir, NS, `vm1_${vmiUid}`, 'seed-gate-opened');
+  await waitUntil('the gate\'s record written', () => existsSync(gateRecord), 30_000, detail);
+  assert.equal(statSync(gateRecord).uid, QEMU_UID);
 
   // 3. The guest reads the seed.
   const seen = await waitUntil('the guest to print the seed', () => {
@@ -247,7 +259,33 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   await waitUntil('the source pod\'s copy removed after the migration completed', () => seedFiles(a!).length === 0, 60_000, detail);
   for (let i = 0; i < 2; i++) assert.deepEqual(quietSince([await kubevirtB.sync()], 0), [], 'the target launcher\'s sync is quiet');
   assert.deepEqual(seedFiles(b!), [image], 'the target keeps its copy');
-
   assert.equal(await agent.stop(), 0);
-  assert.ok(!agent.log().includes(userData.trim().split('\n')[1]!), 'no user-data in the agent log');
+
+  // 6. The owner pauses the migrated VM (virtctl pause) and the agent
+  // restarts: KubeVirt reports the same Paused condition as for the start
+  // pause, the launcher pod is new, the process memory is gone; the gate's
+  // record in the state dir keeps the owner's pause.
+  await kubevirtB.pause();
+  fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [b!.pod.uid]: NODE }, paused: true, migrationState: { ...migration, startTimestamp: started, endTimestamp: new Date().toISOString(), completed: true } }));
+  const unpausedBefore = fake.unpaused.length;
+  const restarted = await startDaemonSetAgent({
+    hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
+    secrets: { 'vmseed-datasource-key': keyDir },
+    nodeName: NODE,
+    kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: join(work, 'serviceaccount') } },
+    overrides: { listen: `127.0.0.1:${listen}`, 'status-listen': `127.0.0.1:${statusListen}`, 'datasource-listen': `127.0.0.1:${datasourceListen}`, 'log-level': 'debug' },
+  });
+  t.after(() => restarted.stop());
+  await waitHealthy(restarted, `http://127.0.0.1:${listen}/healthz`, 60_000);
+  const reconciled = await waitUntil('the restarted agent reconciled the VMI in launcher B', async () => {
+    const s = (await fetch(`http://127.0.0.1:${statusListen}/status.json`).then((r) => r.json()).catch(() => undefined)) as { vmis?: Array<{ name: string; state: string; injection?: { domainState: string; resumed: boolean } }> } | undefined;
+    return s?.vmis?.find((v) => v.name === 'vm1' && v.injection !== undefined);
+  }, 60_000, async () => `restarted agent log tail:\n${restarted.log().split('\n').slice(-30).join('\n')}`);
+  assert.deepEqual([reconciled.injection!.domainState, reconciled.injection!.resumed], ['paused', false]);
+  assert.equal(fake.unpaused.length, unpausedBefore, 'no unpause after the restart');
+  assert.equal((await b!.virsh(['domstate', vm.domain])).trim(), 'paused', 'the owner\'s pause holds');
+  assert.deepEqual(quietSince([await kubevirtB.sync()], 0), [], 'KubeVirt sees its own pause, nothing to resume');
+  assert.equal(await restarted.stop(), 0);
+
+  for (const log of [agent.log(), restarted.log()]) assert.ok(!log.includes(userData.trim().split('\n')[1]!), 'no user-data in the agent log');
 });

@@ -359,7 +359,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
 const MAX_NAMESPACES = 100;
 export function parseNamespaces(text: string): string[] {
   const names = text.split(',').map((n) => n.trim());
-  if (names.length > MAX_NAMESPACES) throw new ConfigError(`--namespaces: ${names.length} namespaces; at most ${MAX_NAMESPACES} (one watch each)`);
+  if (names.length > MAX_NAMESPACES) throw new ConfigError(`--namespaces: ${names.length} namespaces; at most ${MAX_NAMESPACES} (two watches each)`);
   for (const n of names) {
     if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(n)) {
       throw new ConfigError(`--namespaces: '${n}' is not a namespace name (lowercase letters, digits and '-', at most 63); separate names with commas`);

@@ -4,7 +4,8 @@
 // - the pod + container securityContext: runAsUser, runAsGroup,
 //   supplementalGroups, capabilities (drop ALL → empty inheritable and
 //   bounding sets), allowPrivilegeEscalation=false → no_new_privs, applied
-//   with setpriv;
+//   with setpriv (setprivOptions, also used by test/deploy for the rendered
+//   variants);
 // - the container's volumeMounts in a private mount namespace: hostPath
 //   volumes bound from the test's stand-ins (/var/lib/kubelet/pods → the
 //   replica's pods tree), emptyDirs as tmpfs, Secrets from a test directory,
@@ -64,7 +65,12 @@ function num(v: unknown, what: string): number {
 }
 
 export function readDaemonSetAgent(path = DAEMONSET): DaemonSetAgent {
-  const docs = (yaml.loadAll(readFileSync(path, 'utf8')) as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
+  return daemonSetAgentOf(yaml.loadAll(readFileSync(path, 'utf8')), path);
+}
+
+/** The agent container of the one DaemonSet among already-loaded objects (e.g. a `kubectl kustomize` rendering). */
+export function daemonSetAgentOf(objects: readonly unknown[], path = 'manifests'): DaemonSetAgent {
+  const docs = (objects as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
   if (docs.length !== 1) throw new Error(`${path}: expected one DaemonSet, found ${docs.length}`);
   const podSpec = ((docs[0]!.spec as Obj).template as Obj).spec as Obj;
   const container = (podSpec.containers as Obj[]).find((c) => c.name === 'agent');
@@ -104,18 +110,25 @@ export function withOverrides(args: string[], overrides: Record<string, string>)
   return [...kept, ...Object.entries(overrides).map(([k, v]) => `--${k}=${v}`)];
 }
 
-/** setpriv for the container's user and capability set. */
-export function setprivFor(d: DaemonSetAgent): string[] {
+/**
+ * setpriv options (without the command name) for the container's user,
+ * groups and capability set. Only what the vmseed manifests use is
+ * replicated, `drop: [ALL]` with nothing added: anything else throws, so a
+ * manifest change cannot silently run under another identity than the
+ * cluster would give it (an added capability only reaches a non-root
+ * process through ambient capabilities, which Kubernetes does not set).
+ */
+export function setprivOptions(d: DaemonSetAgent): string[] {
   const dropAll = d.capabilities.drop.some((c) => c.toUpperCase() === 'ALL');
-  if (!dropAll) throw new Error('daemonset: the agent container must drop ALL capabilities (the replica applies no other set)');
-  const add = d.capabilities.add.map((c) => `+${c.toLowerCase().replace(/^cap_/, '')}`);
+  if (!dropAll || d.capabilities.add.length > 0) throw new Error('daemonset: the container must drop ALL capabilities and add none (the only set replicated)');
   return [
-    'setpriv',
-    '--reuid', String(d.runAsUser),
-    '--regid', String(d.runAsGroup),
-    ...(d.supplementalGroups.length > 0 ? ['--groups', d.supplementalGroups.join(',')] : ['--clear-groups']),
-    '--inh-caps', ['-all', ...add].join(','),
-    '--bounding-set', ['-all', ...add].join(','),
+    `--reuid=${d.runAsUser}`,
+    `--regid=${d.runAsGroup}`,
+    d.supplementalGroups.length > 0 ? `--groups=${d.supplementalGroups.join(',')}` : '--clear-groups',
+    // Nothing kept: not inheritable, not in the bounding set (so even root
+    // gets no capability across exec).
+    '--inh-caps=-all',
+    '--bounding-set=-all',
     ...(d.allowPrivilegeEscalation ? [] : ['--no-new-privs']),
   ];
 }
@@ -232,7 +245,7 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   const argv = [
     'unshare', '-m', '--propagation', 'private', 'sh', '-c', script, 'sh',
     // Test-only: the agent goes when the test process goes.
-    ...setprivFor(spec), '--pdeathsig', 'TERM',
+    'setpriv', ...setprivOptions(spec), '--pdeathsig', 'TERM',
     'env', '-i', ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
     VMSEED, 'agent', ...args,
   ];

@@ -1,9 +1,17 @@
 // The node's VMIs from the Kubernetes API: client-node's ListWatch on
-// /apis/kubevirt.io/v1/virtualmachineinstances with the label selector
-// kubevirt.io/nodeName=<node>, or, in namespaced mode (--namespaces a,b),
-// one ListWatch per namespace on /apis/kubevirt.io/v1/namespaces/<ns>/
-// virtualmachineinstances with the same selector, aggregated: synced when
-// every namespace is, connected when every watch is.
+// /apis/kubevirt.io/v1/virtualmachineinstances, or, in namespaced mode
+// (--namespaces a,b), one per namespace on /apis/kubevirt.io/v1/namespaces/
+// <ns>/virtualmachineinstances, aggregated: synced when every watch is,
+// connected when every watch is.
+//
+// Two watches per scope, as virt-handler has (pkg/controller/
+// virtinformers.go VMISourceHost and VMITargetHost): one selects
+// kubevirt.io/nodeName=<node>, the other kubevirt.io/migrationTargetNodeName=
+// <node>. KubeVirt's migration controller sets the second label when the
+// target pod is scheduled, while kubevirt.io/nodeName still names the
+// source until the migration ends; without it a target node's agent would
+// never see the VMI and could not stage its image there. A VMI is here when
+// either cache holds it.
 //
 // Watches are bounded as client-go's reflector bounds them (kube-watch.ts):
 // the server ends each one cleanly after a randomised timeoutSeconds and
@@ -30,6 +38,11 @@ import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 
 export const VMI_PATH = '/apis/kubevirt.io/v1/virtualmachineinstances';
+export const NODE_NAME_LABEL = 'kubevirt.io/nodeName';
+export const MIGRATION_TARGET_LABEL = 'kubevirt.io/migrationTargetNodeName';
+
+// Which label a watch selects on: the VMI's node, or the node it migrates to.
+type WatchRole = 'node' | 'migrationTarget';
 
 export function vmiPath(namespace?: string): string {
   return namespace === undefined ? VMI_PATH : `/apis/kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances`;
@@ -59,9 +72,10 @@ export interface KubeSourceOptions {
 
 type ListError = Error & { statusCode?: number; retryAfterMs?: number };
 
-// One ListWatch: the whole cluster, or one namespace.
+// One ListWatch: the whole cluster or one namespace, on one label.
 class ScopedInformer {
   readonly namespace: string | undefined;
+  readonly role: WatchRole;
   readonly #opts: KubeSourceOptions;
   readonly #log: Logger;
   readonly #informer: ListWatch<KubernetesObject>;
@@ -84,12 +98,13 @@ class ScopedInformer {
   // Bumped on every (re)start: done/error callbacks of older watches are ignored.
   #generation = 0;
 
-  constructor(options: KubeSourceOptions, namespace: string | undefined, changed: () => void) {
+  constructor(options: KubeSourceOptions, namespace: string | undefined, role: WatchRole, changed: () => void) {
     this.namespace = namespace;
+    this.role = role;
     this.#opts = options;
     this.#changed = changed;
-    this.#log = namespace === undefined ? options.logger : options.logger.child({ watchNamespace: namespace });
-    this.#selector = `kubevirt.io/nodeName=${options.nodeName}`;
+    this.#log = options.logger.child({ ...(namespace === undefined ? {} : { watchNamespace: namespace }), ...(role === 'node' ? {} : { watch: 'migration-target' }) });
+    this.#selector = `${role === 'node' ? NODE_NAME_LABEL : MIGRATION_TARGET_LABEL}=${options.nodeName}`;
     this.#path = vmiPath(namespace);
     this.#restartBackoff = options.restartBackoff ?? { baseMs: 1000, maxMs: 60_000 };
     this.#staleAfterMs = options.staleAfterMs ?? 180_000;
@@ -291,22 +306,34 @@ class ScopedInformer {
   }
 }
 
+// Both labels can name this node at once (a migration between two launcher
+// pods of this node, or the moment one to this node completes): both caches
+// hold the VMI, each at the version its own watch last delivered, and the
+// later one wins. resourceVersions are opaque to clients in general; the
+// API server's are etcd revisions, and anything else falls back to the node
+// watch's copy.
+export function newerVmi(a: VmiObject | undefined, b: VmiObject | undefined): VmiObject | undefined {
+  if (!a || !b) return a ?? b;
+  const [ra, rb] = [a.metadata.resourceVersion, b.metadata.resourceVersion];
+  if (ra === undefined || rb === undefined || !/^\d{1,19}$/.test(ra) || !/^\d{1,19}$/.test(rb)) return a;
+  return BigInt(rb) > BigInt(ra) ? b : a;
+}
+
 export class KubeVmiSource implements VmiSource {
   readonly #opts: KubeSourceOptions;
   readonly #informers: ScopedInformer[];
-  readonly #byNamespace: Map<string, ScopedInformer> | undefined;
+  // Scope (namespace, or '' cluster-wide) → its node watch and migration-target watch.
+  readonly #byScope: Map<string, readonly [ScopedInformer, ScopedInformer]>;
+  readonly #clusterWide: boolean;
 
   constructor(options: KubeSourceOptions) {
     this.#opts = options;
     const namespaces = [...new Set(options.namespaces ?? [])];
     const changed = () => this.#publish();
-    if (namespaces.length === 0) {
-      this.#informers = [new ScopedInformer(options, undefined, changed)];
-      this.#byNamespace = undefined;
-    } else {
-      this.#informers = namespaces.map((ns) => new ScopedInformer(options, ns, changed));
-      this.#byNamespace = new Map(this.#informers.map((i) => [i.namespace!, i]));
-    }
+    this.#clusterWide = namespaces.length === 0;
+    const scopes: Array<string | undefined> = this.#clusterWide ? [undefined] : namespaces;
+    this.#byScope = new Map(scopes.map((ns) => [ns ?? '', [new ScopedInformer(options, ns, 'node', changed), new ScopedInformer(options, ns, 'migrationTarget', changed)] as const]));
+    this.#informers = [...this.#byScope.values()].flat();
   }
 
   // vmseed_informer_synced: every scope listed and watching, none stale.
@@ -327,12 +354,14 @@ export class KubeVmiSource implements VmiSource {
   get(key: string): VmiObject | undefined {
     const i = key.indexOf('/');
     const namespace = key.slice(0, i);
-    const informer = this.#byNamespace ? this.#byNamespace.get(namespace) : this.#informers[0];
-    return informer?.get(namespace, key.slice(i + 1));
+    const pair = this.#byScope.get(this.#clusterWide ? '' : namespace);
+    if (!pair) return undefined;
+    const name = key.slice(i + 1);
+    return newerVmi(pair[0].get(namespace, name), pair[1].get(namespace, name));
   }
 
   keys(): string[] {
-    return this.#informers.flatMap((i) => i.keys());
+    return [...new Set(this.#informers.flatMap((i) => i.keys()))];
   }
 
   synced(): Promise<void> {
@@ -343,7 +372,8 @@ export class KubeVmiSource implements VmiSource {
     const all = this.#informers;
     const times = all.map((i) => i.lastEventAt).filter((t): t is number => t !== undefined);
     const failing = all.find((i) => i.lastError !== undefined);
-    const lastError = failing === undefined ? undefined : failing.namespace === undefined ? failing.lastError : `namespace ${failing.namespace}: ${failing.lastError}`;
+    const where = [failing?.namespace === undefined ? '' : `namespace ${failing.namespace}`, failing?.role === 'migrationTarget' ? 'migration-target watch' : ''].filter((w) => w !== '').join(', ');
+    const lastError = failing === undefined ? undefined : where === '' ? failing.lastError : `${where}: ${failing.lastError}`;
     return {
       mode: 'kubernetes',
       synced: all.every((i) => i.synced),

@@ -5,25 +5,68 @@
 // would leave the VMI's Paused condition set while the guest runs.
 import { VmseedError } from '../errors.ts';
 import type { ResumeHook } from '../libvirt/injector.ts';
+import type { InjectionTarget } from '../libvirt/types.ts';
+import type { ImageStore } from '../disk/store.ts';
 import { statusError, type KubeApi } from './kube-api.ts';
 
 export function unpausePath(namespace: string, name: string): string {
   return `/apis/subresources.kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances/${encodeURIComponent(name)}/unpause`;
 }
 
-// Launchers (VMI uid/pod) this process unpaused: a later pause of the same
-// VM is its owner's (virtctl pause), not the start pause, and stays.
-const MAX_REMEMBERED = 10_000;
+// Whether the seed gate already opened for a VMI: then a later pause is its
+// owner's (virtctl pause) and stays. KubeVirt does not tell the two apart:
+// a start-paused domain and a user's pause both get condition Paused=True
+// with reason PausedByUser (virt-handler calculatePausedCondition, libvirt
+// reports VIR_DOMAIN_PAUSED_USER for both), and the launcher's own record
+// (`l.paused`) is not in the API. So the agent keeps its own, once per VMI
+// (uid): startStrategy Paused is the pause of the VMI's start, and a
+// migrated VMI's new launcher pod did not start paused.
+export interface SeedGateRecord {
+  opened(target: InjectionTarget): Promise<boolean>;
+  markOpened(target: InjectionTarget): Promise<void>;
+}
 
-export function kubevirtUnpause(api: KubeApi): ResumeHook {
+// In this process only (tests, and anything without a state directory).
+const MAX_REMEMBERED = 10_000;
+export function memoryGateRecord(): SeedGateRecord {
   const done = new Set<string>();
+  return {
+    opened: async (t) => done.has(t.uid),
+    markOpened: async (t) => {
+      if (done.size >= MAX_REMEMBERED) done.delete(done.values().next().value!);
+      done.add(t.uid);
+    },
+  };
+}
+
+// In the state directory, next to the VMI's images (the image store's
+// `seed-gate-opened` record): an agent restart does not forget it, and it
+// goes with the images when the VMI goes.
+export function storeGateRecord(store: Pick<ImageStore, 'readRecord' | 'writeRecord'>, options: { fsync?: boolean; now?: () => Date } = {}): SeedGateRecord {
+  const key = (t: InjectionTarget) => ({ namespace: t.namespace, name: t.name, uid: t.uid });
+  return {
+    opened: async (t) => (await store.readRecord(key(t), 'seed-gate-opened')) !== undefined,
+    markOpened: async (t) => {
+      const at = (options.now ?? (() => new Date()))().toISOString();
+      await store.writeRecord(key(t), 'seed-gate-opened', `${JSON.stringify({ unpausedAt: at, launcherPods: t.launcherPods ?? [] })}\n`, { fsync: options.fsync ?? true });
+    },
+  };
+}
+
+export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGateRecord()): ResumeHook {
+  // Answers read from the record in this process (it only ever goes from
+  // closed to open for a uid): a paused VMI is not re-read on every retry.
+  const known = memoryGateRecord();
   return async ({ target }) => {
     const vmi = `${target.namespace}/${target.name}`;
-    const once = `${target.uid}/${(target.launcherPods ?? []).join(',')}`;
     if (target.vmi) {
       // Only the pause KubeVirt made at start (spec.startStrategy: Paused)
       // is the seed gate's; any other pause is the VM owner's.
-      if (!target.vmi.startPaused || done.has(once)) return false;
+      if (!target.vmi.startPaused || (await known.opened(target))) return false;
+      if (await record.opened(target)) {
+        await known.markOpened(target);
+        return false;
+      }
       // virt-api answers 409 until both exist (KubeVirt's unpause
       // validation): wait for them instead of calling.
       if (target.vmi.phase !== 'Running' || !target.vmi.pausedCondition) {
@@ -36,8 +79,12 @@ export function kubevirtUnpause(api: KubeApi): ResumeHook {
     // virt-api answers 409 "VMI is not paused" once it runs: someone (or our
     // own earlier call whose answer was lost) resumed it. The gate is open.
     if ((res.status >= 200 && res.status < 300) || (res.status === 409 && /is not paused/.test(message))) {
-      if (done.size >= MAX_REMEMBERED) done.delete(done.values().next().value!);
-      done.add(once);
+      // A failed write fails this reconcile; the retry, while KubeVirt still
+      // reports the pause, meets 409 "not paused" and writes it. Written
+      // after the call, not before: a crash in between must not leave a
+      // start-paused VMI paused for good.
+      await record.markOpened(target);
+      await known.markOpened(target);
       return;
     }
     if (res.status === 409) {

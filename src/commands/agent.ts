@@ -117,7 +117,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     });
     return withDatasource(agent, async () => {});
   }
-  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause }] = await Promise.all([
+  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause, storeGateRecord }] = await Promise.all([
     import('../agent/events.ts'),
     import('../agent/kube-api.ts'),
     import('../agent/kube-connection.ts'),
@@ -127,7 +127,9 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   ]);
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
-  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined);
+  // The seed gate's "unpaused" is kept next to the VMI's images: a restart
+  // must not unpause a VMI its owner paused since.
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api, storeGateRecord(store, { fsync: config.fsync })) : undefined);
   const withInjector = injector ? { injector } : {};
   const agent = new Agent({
     ...common,

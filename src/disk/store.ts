@@ -122,8 +122,14 @@ export interface ImageStoreOptions {
 export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
-// A temporary of write(): `.<image name>.tmp-<store prefix>-<counter>`.
-const TEMP_RE = /^\.(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\.iso\.tmp-[0-9a-z-]+$/;
+// Small records of the agent's about one VMI, kept next to its images so
+// they go with them (remove()): `seed-gate-opened`, the seed gate's unpause
+// done (agent/kubevirt-resume.ts). Fixed names, never an image's.
+export const VMI_RECORDS = ['seed-gate-opened'] as const;
+export type VmiRecord = (typeof VMI_RECORDS)[number];
+export const MAX_RECORD_BYTES = 4096;
+// A temporary of write() or writeRecord(): `.<name>.tmp-<store prefix>-<counter>`.
+const TEMP_RE = /^\.(?:(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\.iso|seed-gate-opened)\.tmp-[0-9a-z-]+$/;
 // Every read of a file under the root: never through a symlink, never
 // blocking on a FIFO or a device (the fstat that follows refuses them).
 const READ_FLAGS = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK;
@@ -414,7 +420,59 @@ export class ImageStore {
     return out;
   }
 
-  // Removes all of the VMI's images and its now-empty directories.
+  // Writes one of the VMI's records (VMI_RECORDS) the way write() writes an
+  // image: a temporary in the VMI's directory, fsync, rename, fsync of the
+  // directory. A directory in its place is refused like one in an image's.
+  async writeRecord(key: ImageKey, record: VmiRecord, text: string, options: { fsync?: boolean } = {}): Promise<void> {
+    const path = this.#recordPath(key, record);
+    const bytes = Buffer.from(text, 'utf8');
+    if (bytes.length > MAX_RECORD_BYTES) {
+      throw new VmseedError('INTERNAL', `image store: record ${record} is ${bytes.length} bytes, over ${MAX_RECORD_BYTES}; this is a vmseed bug, report it`, { kind: 'terminal', field: record });
+    }
+    const dir = dirname(path);
+    const fs = this.#fs;
+    const fsync = options.fsync ?? true;
+    await this.#io(`write ${path}`, async () => {
+      await this.#verifyDirs(dir);
+      await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+      try {
+        if ((await fs.lstat(path)).isDirectory()) throw this.#unsafe(path, 'is a directory where a record goes');
+      } catch (e) {
+        if (code(e) !== 'ENOENT') throw e;
+      }
+      const tmp = this.#tmpFor(path);
+      const fh = await fs.open(tmp, 'wx', this.fileMode);
+      let renamed = false;
+      try {
+        await settled([fh.writeFile(bytes), fh.chmod(this.fileMode)]);
+        if (fsync) await fh.sync();
+        await fs.rename(tmp, path);
+        renamed = true;
+      } finally {
+        await fh.close().catch(() => {});
+        if (!renamed) await fs.unlink(tmp).catch(() => {});
+      }
+      if (fsync) await this.#syncDir(dir);
+    });
+  }
+
+  // The record's text; undefined when there is none, or when what is there
+  // is not a regular file of at most MAX_RECORD_BYTES (never followed).
+  async readRecord(key: ImageKey, record: VmiRecord): Promise<string | undefined> {
+    const path = this.#recordPath(key, record);
+    return this.#io(`read ${path}`, async () => {
+      await this.#verifyDirs(dirname(path));
+      const bytes = await this.#readRegular(path, MAX_RECORD_BYTES);
+      return bytes === undefined ? undefined : Buffer.from(bytes).toString('utf8');
+    });
+  }
+
+  #recordPath(key: ImageKey, record: VmiRecord): string {
+    if (!VMI_RECORDS.includes(record)) throw new VmseedError('STORE_KEY_INVALID', `record: '${String(record)}' is not one of ${VMI_RECORDS.join(', ')}`, { field: 'record' });
+    return join(this.dirFor(key), record);
+  }
+
+  // Removes all of the VMI's images and records and its now-empty directories.
   async remove(key: ImageKey): Promise<void> {
     const dir = this.dirFor(key);
     const fs = this.#fs;
@@ -424,7 +482,7 @@ export class ImageStore {
       // Only vmseed's own names: whatever else someone put there stays, and
       // so does the directory (rmdir below then finds it not empty).
       for (const f of await this.#entries(dir)) {
-        if (!parseImageName(f) && !TEMP_RE.test(f)) continue;
+        if (!parseImageName(f) && !TEMP_RE.test(f) && !(VMI_RECORDS as readonly string[]).includes(f)) continue;
         this.#last.delete(join(dir, f));
         try {
           await fs.unlink(join(dir, f));

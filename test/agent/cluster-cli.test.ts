@@ -41,7 +41,7 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   assert.match(metrics, /vmseed_informer_synced 1/);
   assert.match(metrics, /vmseed_reconcile_total\{result="success"\} [1-9]/);
   await waitFor('SeedReady Event', () => fake.events().find((e) => e.reason === 'SeedReady' && e.involvedObject.uid === v.metadata.uid));
-  assert.ok(fake.requests.every((r) => r.resource !== 'virtualmachineinstances' || r.query.labelSelector === `kubevirt.io/nodeName=${NODE}`));
+  assert.ok(fake.requests.every((r) => r.resource !== 'virtualmachineinstances' || [`kubevirt.io/nodeName=${NODE}`, `kubevirt.io/migrationTargetNodeName=${NODE}`].includes(r.query.labelSelector!)));
 
   await fake.refuse(true);
   await waitFor('not ready while the API server is away', async () => (await fetch(`${url}/readyz`)).status === 503, 10_000);

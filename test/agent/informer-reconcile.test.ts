@@ -251,7 +251,7 @@ test('the agent makes exactly the API calls its ClusterRole grants', { timeout: 
   await waitFor('events patched', () => fake.requests.some((r) => r.verb === 'patch'));
   const used = new Set(fake.requests.map((r) => `${r.group}/${r.resource}:${r.verb}`));
   assert.deepEqual([...used].sort(), ['/events:create', '/events:patch', '/secrets:get', 'kubevirt.io/virtualmachineinstances:list', 'kubevirt.io/virtualmachineinstances:watch']);
-  for (const r of fake.requests.filter((r) => r.resource === 'virtualmachineinstances')) {
-    assert.equal(r.query.labelSelector, `kubevirt.io/nodeName=${NODE}`);
-  }
+  // The node's VMIs and those migrating to it (KubeVirt's two labels).
+  const selectors = new Set(fake.requests.filter((r) => r.resource === 'virtualmachineinstances').map((r) => r.query.labelSelector));
+  assert.deepEqual(selectors, new Set([`kubevirt.io/nodeName=${NODE}`, `kubevirt.io/migrationTargetNodeName=${NODE}`]));
 });

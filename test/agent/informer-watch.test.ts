@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { KubeConnection } from '../../src/agent/kube-connection.ts';
 import { tempDir } from '../support/agent-harness.ts';
-import { KubeVmiSource, type KubeSourceOptions } from '../../src/agent/kube-source.ts';
+import { KubeVmiSource, newerVmi, type KubeSourceOptions } from '../../src/agent/kube-source.ts';
 
 async function start(
   t: { after(fn: () => Promise<void>): void },
@@ -46,14 +46,19 @@ async function start(
   return { fake, source, keys, lines };
 }
 
-const vmiCalls = (fake: FakeKube, verb: 'list' | 'watch'): RequestRecord[] => fake.requests.filter((r) => r.resource === 'virtualmachineinstances' && r.verb === verb);
+const ON_NODE = `kubevirt.io/nodeName=${NODE}`;
+const MIGRATING_HERE = `kubevirt.io/migrationTargetNodeName=${NODE}`;
+// The node watch's calls (each scope also has a migration-target watch).
+const vmiCalls = (fake: FakeKube, verb: 'list' | 'watch', labelSelector = ON_NODE): RequestRecord[] =>
+  fake.requests.filter((r) => r.resource === 'virtualmachineinstances' && r.verb === verb && r.query.labelSelector === labelSelector);
 
 test('watches ask for timeoutSeconds in [min, 2*min]; the server ends them; each renewal resumes from its resourceVersion: no relist, no event lost', { timeout: 30_000 }, async (t) => {
   const { fake, source, keys } = await start(t, {}, { minWatchTimeoutMs: 1000 });
   const names: string[] = [];
   // A change in every gap between a watch's end and the next one.
   let gap = 0;
-  fake.afterWatchTimeout(() => {
+  fake.afterWatchTimeout((selector) => {
+    if (selector !== ON_NODE) return;
     names.push(`gap-${gap}`);
     fake.applyVmi(vmi(`gap-${gap++}`));
   });
@@ -69,10 +74,10 @@ test('watches ask for timeoutSeconds in [min, 2*min]; the server ends them; each
   assert.deepEqual([...new Set(keys)].sort(), names.map((n) => `default/${n}`).sort(), 'every VMI enqueued, none of the other node');
   const watches = vmiCalls(fake, 'watch');
   assert.equal(vmiCalls(fake, 'list').length, 1, 'renewals never relist');
-  for (const w of watches) {
+  assert.equal(vmiCalls(fake, 'list', MIGRATING_HERE).length, 1, 'nor does the migration-target watch');
+  for (const w of [...watches, ...vmiCalls(fake, 'watch', MIGRATING_HERE)]) {
     assert.ok(['1', '2'].includes(w.query.timeoutSeconds!), `timeoutSeconds ${w.query.timeoutSeconds}`);
     assert.equal(w.query.allowWatchBookmarks, 'true');
-    assert.equal(w.query.labelSelector, `kubevirt.io/nodeName=${NODE}`);
     assert.match(w.query.resourceVersion ?? '', /^[1-9]\d*$/, 'from a resourceVersion, never from "now" or 0');
   }
   const rvs = watches.map((w) => Number(w.query.resourceVersion));
@@ -89,7 +94,7 @@ test('a watch the server never ends is cut past timeoutSeconds + grace and renew
   const firstIgnored = await waitFor('a watch the server ignores the timeout of', () => vmiCalls(fake, 'watch').length >= 2 && vmiCalls(fake, 'watch').length, 10_000);
   await waitFor('renewed by the client', () => vmiCalls(fake, 'watch').length > firstIgnored, 10_000);
   assert.ok(lines.some((l) => l.includes('ran past its timeout')), 'the cut is logged');
-  await waitFor('the cut watch closed on the server side too', () => fake.watchCount() === 1, 5000);
+  await waitFor('the cut watches closed on the server side too: one node watch and one migration-target watch open', () => fake.watchCount() === 2, 5000);
   fake.applyVmi(vmi('after'));
   await waitFor('an event on the renewed watch', () => source.get('default/after'), 5000);
   assert.equal(vmiCalls(fake, 'list').length, 1, 'no relist');
@@ -100,8 +105,8 @@ test('a list answered 429 waits the Retry-After before trying again; 5xx backs o
   const { fake, source } = await start(t, {}, { restartBackoff: { baseMs: 200, maxMs: 5000 } }, {
     waitSynced: false,
     before: (f) => {
-      f.fail({ status: 429, verb: 'list', retryAfterSeconds: 1, times: 1 });
-      f.fail({ status: 503, verb: 'list', times: 2 });
+      f.fail({ status: 429, verb: 'list', labelSelector: ON_NODE, retryAfterSeconds: 1, times: 1 });
+      f.fail({ status: 503, verb: 'list', labelSelector: ON_NODE, times: 2 });
     },
   });
   await waitFor('not synced while the list fails', () => source.status().lastError !== undefined);
@@ -124,7 +129,7 @@ test('namespaced mode: one informer per namespace on namespaced paths, synced wh
     before: (f) => {
       for (const ns of ['team-a', 'team-b', 'team-c']) f.applyVmi(vmi(`vm-${ns}`, { namespace: ns }));
       f.applyVmi(vmi('elsewhere', { namespace: 'team-a', node: 'node-b' }));
-      f.fail({ status: 503, path: /\/namespaces\/team-b\/virtualmachineinstances$/, verb: 'list', times: 2 });
+      f.fail({ status: 503, path: /\/namespaces\/team-b\/virtualmachineinstances$/, verb: 'list', labelSelector: ON_NODE, times: 2 });
     },
   });
   await waitFor('team-a listed', () => vmiCalls(fake, 'list').some((r) => r.namespace === 'team-a' && r.status === 200));
@@ -141,8 +146,9 @@ test('namespaced mode: one informer per namespace on namespaced paths, synced wh
   const vmiPaths = fake.requests.filter((r) => r.resource === 'virtualmachineinstances');
   for (const r of vmiPaths) {
     assert.match(r.path, /^\/apis\/kubevirt\.io\/v1\/namespaces\/team-[ab]\/virtualmachineinstances$/);
-    assert.equal(r.query.labelSelector, `kubevirt.io/nodeName=${NODE}`);
+    assert.ok([ON_NODE, MIGRATING_HERE].includes(r.query.labelSelector!), r.query.labelSelector);
   }
+  assert.deepEqual(new Set(vmiPaths.filter((r) => r.verb === 'watch').map((r) => `${r.namespace} ${r.query.labelSelector}`)), new Set(['team-a', 'team-b'].flatMap((ns) => [`${ns} ${ON_NODE}`, `${ns} ${MIGRATING_HERE}`])), 'both watches in each namespace');
   assert.ok(vmiPaths.every((r) => r.status !== 403), 'Roles in the two namespaces suffice');
   assert.equal(source.get('team-c/late'), undefined);
 });
@@ -159,7 +165,7 @@ test('cluster-wide mode against namespaced Roles only: the list is forbidden at 
 
 test('a watch answered 429 is retried after its Retry-After, from its resourceVersion', { timeout: 30_000 }, async (t) => {
   const { fake, source } = await start(t, {}, { restartBackoff: { baseMs: 50, maxMs: 50 } });
-  fake.fail({ status: 429, verb: 'watch', retryAfterSeconds: 1 });
+  fake.fail({ status: 429, verb: 'watch', labelSelector: ON_NODE, retryAfterSeconds: 1 });
   fake.dropWatches();
   fake.applyVmi(vmi('while-throttled'));
   await waitFor('the change arrives', () => source.get('default/while-throttled'), 10_000);
@@ -185,6 +191,72 @@ test('a rotated token: the next watch gets 401, the token file is re-read, the w
   fake.dropWatches();
   fake.applyVmi(vmi('after-rotation'));
   await waitFor('the change arrives', () => source.get('default/after-rotation'), 10_000);
-  assert.deepEqual(vmiCalls(fake, 'watch').map((w) => w.status), [200, 401, 200]);
+  // Both watches were dropped and came back; whichever met the old token
+  // first had it re-read, the other may have come back after that.
+  const byWatch = [ON_NODE, MIGRATING_HERE].map((sel) => vmiCalls(fake, 'watch', sel).map((w) => w.status));
+  assert.ok(byWatch.flat().includes(401), `a 401 met: ${JSON.stringify(byWatch)}`);
+  for (const statuses of byWatch) assert.ok([[200, 401, 200], [200, 200]].some((ok) => JSON.stringify(ok) === JSON.stringify(statuses)), JSON.stringify(statuses));
   assert.equal(vmiCalls(fake, 'list').length, 1);
+  assert.equal(vmiCalls(fake, 'list', MIGRATING_HERE).length, 1);
+});
+
+// KubeVirt's migration controller labels the VMI with the target node as
+// soon as the target pod is scheduled (pkg/virt-controller/watch/migration,
+// MigrationTargetNodeNameLabel); kubevirt.io/nodeName names the source
+// until the migration ends.
+function migrating(name: string, from: string, to: string | undefined, extra: Record<string, string> = {}) {
+  const v = vmi(name, { node: from });
+  v.metadata.labels = { ...v.metadata.labels, ...(to ? { 'kubevirt.io/migrationTargetNodeName': to } : {}) };
+  v.metadata.annotations = { ...v.metadata.annotations, ...extra };
+  return v;
+}
+
+test('a VMI migrating here from another node is seen through kubevirt.io/migrationTargetNodeName, kept across the hand-over, dropped when the migration fails', { timeout: 30_000 }, async (t) => {
+  const { fake, source, keys } = await start(t, {});
+  fake.applyVmi(migrating('elsewhere', 'node-b', 'node-c'));
+  fake.applyVmi(migrating('incoming', 'node-b', NODE));
+  await waitFor('the incoming VMI in the cache', () => source.get('default/incoming'), 5000);
+  assert.equal(source.get('default/elsewhere'), undefined, 'a migration between two other nodes is not seen');
+  assert.ok(keys.includes('default/incoming'));
+
+  // The migration completes: KubeVirt moves kubevirt.io/nodeName here, then
+  // the target's virt-handler drops the target label. Both watches hold it
+  // in between: one key, the latest version.
+  fake.applyVmi(migrating('incoming', NODE, NODE, { step: 'both-labels' }));
+  await waitFor('the latest version while both caches hold it', () => source.get('default/incoming')?.metadata.annotations?.step === 'both-labels', 5000);
+  assert.deepEqual(source.keys().filter((k) => k === 'default/incoming'), ['default/incoming'], 'one key, not one per watch');
+  const before = keys.length;
+  fake.applyVmi(migrating('incoming', NODE, undefined, { step: 'node-only' }));
+  await waitFor('the hand-over seen', () => keys.length > before && source.get('default/incoming')?.metadata.annotations?.step === 'node-only', 5000);
+
+  // A migration here that fails: the target label goes, the VMI stays on its node.
+  fake.applyVmi(migrating('failing', 'node-b', NODE));
+  await waitFor('the failing one seen', () => source.get('default/failing'), 5000);
+  const enqueued = keys.filter((k) => k === 'default/failing').length;
+  fake.applyVmi(migrating('failing', 'node-b', undefined));
+  await waitFor('gone from the cache, and enqueued so its staged copy is removed', () => source.get('default/failing') === undefined && keys.filter((k) => k === 'default/failing').length > enqueued, 5000);
+  assert.equal(source.status().connected, true);
+});
+
+test('a migration-target watch that fails is reported as such, and the node is not synced until it lists', { timeout: 30_000 }, async (t) => {
+  const { fake, source } = await start(t, {}, { restartBackoff: { baseMs: 100, maxMs: 100 } }, {
+    waitSynced: false,
+    before: (f) => f.fail({ status: 503, verb: 'list', labelSelector: MIGRATING_HERE, times: 2 }),
+  });
+  await waitFor('the error', () => source.status().lastError, 5000);
+  assert.match(source.status().lastError!, /^migration-target watch: .*503/);
+  assert.equal(source.status().synced, false);
+  await source.synced();
+  assert.deepEqual(vmiCalls(fake, 'list', MIGRATING_HERE).map((r) => r.status), [503, 503, 200]);
+});
+
+test('newerVmi: the copy with the later resourceVersion; the node watch\'s copy when they cannot be compared', () => {
+  const at = (rv: string | undefined, tag: string) => ({ ...vmi('x'), metadata: { ...vmi('x').metadata, ...(rv === undefined ? {} : { resourceVersion: rv }), annotations: { tag } } });
+  assert.equal(newerVmi(at('9', 'node'), at('10', 'target'))?.metadata.annotations?.tag, 'target', 'numerically, not as strings');
+  assert.equal(newerVmi(at('11', 'node'), at('10', 'target'))?.metadata.annotations?.tag, 'node');
+  assert.equal(newerVmi(at('12345678901234567890', 'node'), at('2', 'target'))?.metadata.annotations?.tag, 'node', 'too long to be a revision: not compared');
+  assert.equal(newerVmi(at('a1', 'node'), at('b2', 'target'))?.metadata.annotations?.tag, 'node');
+  assert.equal(newerVmi(undefined, at('1', 'target'))?.metadata.annotations?.tag, 'target');
+  assert.equal(newerVmi(at(undefined, 'node'), undefined)?.metadata.annotations?.tag, 'node');
+  assert.equal(newerVmi(undefined, undefined), undefined);
 });

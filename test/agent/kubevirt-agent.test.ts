@@ -2,7 +2,7 @@
 // preset's injector): the launcher pod comes from status.activePods (retried
 // until KubeVirt reports it), the image is published into that pod's
 // ephemeral-disks/vmseed, the gate waits for the Paused condition and
-// unpauses through KubeVirt, a new launcher pod gets the seed again, and
+// unpauses through KubeVirt (once per VMI), a new launcher pod gets the seed again, and
 // deleting the VMI detaches the disk and removes the published copy.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,7 +16,7 @@ import { EPHEMERAL, POD_1, POD_2, kubevirtInjector, launcherVmi } from '../suppo
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 
-test('launcher pod unknown → retried; Paused condition awaited; then published into the pod, unpaused by KubeVirt; new pod → seeded again; deleted → detached and removed', { timeout: 30_000 }, async (t) => {
+test('launcher pod unknown → retried; Paused condition awaited; then published into the pod, unpaused by KubeVirt; new pod → seeded again, the owner\'s pause kept; deleted → detached and removed', { timeout: 30_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir();
   const connection = fake.connection();
@@ -63,20 +63,72 @@ test('launcher pod unknown → retried; Paused condition awaited; then published
   assert.ok(lv.uris.every((u) => u === `qemu+unix:///session?socket=${pods}/${POD_1}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`));
   assert.equal(lv.calls.some((c) => c[0] === 'resume'), false);
 
-  // The VM restarted in a new launcher pod (its domain is new and empty).
+  // The same VMI in a new launcher pod (its domain new and empty), paused by
+  // its owner: seeded there too, but the gate opened once for this VMI and
+  // its start (startStrategy Paused) is over: the pause stays.
   lv.domains.set('ns_web', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
   const moved = structuredClone(fake.getVmi('ns', 'web')!);
   moved.status!.activePods = { [POD_2]: NODE };
   moved.status!.conditions = [{ type: 'Paused', status: 'True' }];
+  const movedAt = Math.floor(Date.now() / 1000) * 1000;
   fake.applyVmi(moved);
   await waitFor('published into the new pod', () => existsSync(join(pods, POD_2, EPHEMERAL, 'vmseed', publishedName)));
   await waitFor('attached in the new launcher', () => lv.domains.get('ns_web')!.live.length === 1);
-  await waitFor('unpaused again', () => fake.unpaused.length === 2);
   assert.ok(lv.uris.at(-1)!.includes(`/${POD_2}/`));
   await waitFor('the old pod\'s copy released', async () => (await readdir(join(pods, POD_1, EPHEMERAL, 'vmseed'))).length === 0);
+  // The new pod's injection (the gate's decision included) is in the status.
+  const injected = await waitFor('the new pod\'s injection reported', () => {
+    const inj = h.agent.status.get('ns/web')?.injection;
+    return inj && Date.parse(inj.at) >= movedAt && inj;
+  });
+  assert.equal(injected.resumed, false);
+  assert.deepEqual(fake.unpaused, ['ns/web'], 'not unpaused again');
+  assert.equal(lv.domains.get('ns_web')!.state, 'paused');
 
   // Deleted: detached from the domain, the published copy removed.
   fake.deleteVmi('ns', 'web');
   await waitFor('detached', () => lv.domains.get('ns_web')!.live.length === 0);
   await waitFor('copy removed', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0);
+});
+
+test('cross-node migration to this node, seen through kubevirt.io/migrationTargetNodeName: staged in the target pod before it starts, nothing attached; a failed one removes the copy', { timeout: 30_000 }, async (t) => {
+  const fake = await FakeKube.start();
+  const dir = await tempDir();
+  const connection = fake.connection();
+  t.after(async () => {
+    await connection.close();
+    await fake.close();
+    await dir.remove();
+  });
+  const pods = join(dir.path, 'pods');
+  await mkdir(join(pods, POD_2, EPHEMERAL), { recursive: true });
+  const lv = new FakeLibvirt();
+  const injector = kubevirtInjector(pods, lv, kubevirtUnpause(new KubeConnectionApi(connection, { timeoutMs: 2000 })));
+  const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector });
+  t.after(h.stop);
+
+  // Running on node-b; KubeVirt scheduled the target pod here and labelled
+  // the VMI for this node; kubevirt.io/nodeName still names node-b.
+  const SOURCE_POD = 'a0a0a0a0-a0a0-4a0a-8a0a-a0a0a0a0a0a0';
+  const incoming = launcherVmi('web', 'ns', 'userData: "#cloud-config\\nhostname: web\\n"\n', POD_2);
+  incoming.metadata.labels = { 'kubevirt.io/nodeName': 'node-b', 'kubevirt.io/migrationTargetNodeName': NODE };
+  incoming.status = {
+    nodeName: 'node-b',
+    phase: 'Running',
+    activePods: { [SOURCE_POD]: 'node-b', [POD_2]: NODE },
+    migrationState: { migrationUid: 'm1', sourceNode: 'node-b', targetNode: NODE, sourcePod: 'virt-launcher-web-src', targetPod: 'virt-launcher-web-tgt' },
+  };
+  fake.applyVmi(incoming);
+  const staged = await waitFor('staged in the target pod', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed')).catch(() => [])).find((f) => f.endsWith('.iso')));
+  assert.match(staged, /^vmseed-nocloud-[0-9a-f]{16}\.iso$/);
+  assert.deepEqual(lv.calls.filter((c) => c[0] === 'attach-device'), [], 'nothing attached to the incoming domain');
+  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
+
+  // The migration fails: KubeVirt drops the target label; the VMI stays on node-b.
+  const failed = structuredClone(fake.getVmi('ns', 'web')!);
+  failed.metadata.labels = { 'kubevirt.io/nodeName': 'node-b' };
+  failed.status!.activePods = { [SOURCE_POD]: 'node-b' };
+  failed.status!.migrationState = { ...(failed.status!.migrationState as object), failed: true, completed: true };
+  fake.applyVmi(failed);
+  await waitFor('the staged copy removed', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0);
 });

@@ -3,10 +3,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { FakeKube } from '../support/fake-kube.ts';
-import { vmi, NODE } from '../support/agent-harness.ts';
+import { vmi, tempDir, NODE } from '../support/agent-harness.ts';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
-import { kubevirtUnpause, unpausePath } from '../../src/agent/kubevirt-resume.ts';
+import { kubevirtUnpause, storeGateRecord, unpausePath } from '../../src/agent/kubevirt-resume.ts';
+import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
@@ -107,7 +110,7 @@ test('before phase Running and Paused=True: SEED_GATE_WAITING, retryable, and no
   assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
 });
 
-test('once per launcher: a later pause of the same launcher is the owner\'s and stays; a new launcher pod is gated again', async (t) => {
+test('once per VMI: a later pause is the owner\'s and stays, also in a new launcher pod (a migrated VMI did not start paused); another VMI uid is gated', async (t) => {
   const { fake, api } = await setup(t);
   fake.applyVmi(paused('once'));
   const hook = kubevirtUnpause(api);
@@ -115,7 +118,54 @@ test('once per launcher: a later pause of the same launcher is the owner\'s and 
   assert.equal(await hook(gated('once', ready)), undefined);
   fake.applyVmi(paused('once'));
   assert.equal(await hook(gated('once', ready)), false);
+  assert.equal(await hook(gated('once', ready, 'p-2')), false);
   assert.deepEqual(fake.unpaused, ['default/once']);
-  await hook(gated('once', ready, 'p-2'));
+  // The VM restarted: KubeVirt makes a new VMI (a new uid), started paused again.
+  await hook({ target: { ...gated('once', ready).target, uid: 'u-2' } } as ResumeContext);
   assert.deepEqual(fake.unpaused, ['default/once', 'default/once']);
+});
+
+test('restart-safe: the unpause is recorded next to the VMI\'s images; a new agent process does not unpause a VMI its owner paused since', async (t) => {
+  const { fake, api } = await setup(t);
+  const dir = await tempDir();
+  t.after(() => dir.remove());
+  const store = new ImageStore({ root: join(dir.path, 'seeds') });
+  fake.applyVmi(paused('restarted'));
+  const ready = { phase: 'Running', startPaused: true, pausedCondition: true };
+  const ctx = gated('restarted', ready);
+  await kubevirtUnpause(api, storeGateRecord(store, { fsync: false, now: () => new Date('2026-01-02T03:04:05Z') }))(ctx);
+  assert.deepEqual(fake.unpaused, ['default/restarted']);
+  const recorded = readFileSync(join(store.dirFor(ctx.target), 'seed-gate-opened'), 'utf8');
+  assert.deepEqual(JSON.parse(recorded), { unpausedAt: '2026-01-02T03:04:05.000Z', launcherPods: ['p-1'] });
+
+  // The owner pauses it (virtctl pause); the agent restarts (a new hook, the same state dir).
+  fake.applyVmi(paused('restarted'));
+  const afterRestart = kubevirtUnpause(api, storeGateRecord(store, { fsync: false }));
+  assert.equal(await afterRestart(ctx), false);
+  assert.deepEqual(fake.unpaused, ['default/restarted'], 'still paused, as its owner wants');
+  // The same with the in-process record: what the file adds.
+  assert.equal(await kubevirtUnpause(api)(ctx), undefined);
+  assert.deepEqual(fake.unpaused, ['default/restarted', 'default/restarted']);
+});
+
+test('restart-safe: an unpause whose record could not be written is retried; the gate then records it (409 "not paused" counts as open)', async (t) => {
+  const { fake, api } = await setup(t);
+  fake.applyVmi(paused('flaky'));
+  const written: string[] = [];
+  let failWrites = 1;
+  const record = storeGateRecord({
+    readRecord: async () => (written.length > 0 ? written.at(-1) : undefined),
+    writeRecord: async (_k, _r, text) => {
+      if (failWrites-- > 0) throw new VmseedError('STORE_IO_FAILED', 'disk full', { kind: 'retryable' });
+      written.push(text);
+    },
+  }, { fsync: false });
+  const hook = kubevirtUnpause(api, record);
+  const ctx = gated('flaky', { phase: 'Running', startPaused: true, pausedCondition: true });
+  await assert.rejects(hook(ctx), code('STORE_IO_FAILED', 'retryable'));
+  assert.deepEqual(fake.unpaused, ['default/flaky']);
+  await hook(ctx);
+  assert.equal(written.length, 1);
+  assert.deepEqual(fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status), [200, 409]);
+  assert.equal(await hook(ctx), false, 'open from now on');
 });

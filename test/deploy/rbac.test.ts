@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import {
   checkRbac,
   checkScopedRbac,
-  perNamespaceVmiCalls,
   requestAttributes,
   ruleAllows,
   rulesOfServiceAccount,
@@ -23,16 +22,26 @@ const ACCOUNT = { namespace: 'vmseed', name: 'vmseed' };
 // The agent's API calls as the fake API server recorded them while an agent
 // ran test/support/kubevirt-scenario.ts: the informer, a Secret and a
 // ConfigMap read, Events created and patched, and the seed gate's unpause.
+// AGENT_CALLS: cluster-wide; NAMESPACED_CALLS: the same scenario with the
+// namespaced variant's --namespaces, authorized by that variant's own
+// rendered bindings.
 let AGENT_CALLS: RecordedCall[] = [];
+let NAMESPACED_CALLS: RecordedCall[] = [];
+let NAMESPACED_STATUSES: number[] = [];
 // The variants as `kubectl apply -k deploy/<variant>` creates them.
 let CLUSTER_WIDE: KubeObject[] = [];
 let NAMESPACED: KubeObject[] = [];
+const recorded = (requests: Array<{ method: string; path: string; query: Record<string, string> }>): RecordedCall[] => requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
 before(async () => {
   CLUSTER_WIDE = await kustomize(join(ROOT, 'deploy', 'kubevirt'));
   NAMESPACED = await kustomize(join(ROOT, 'deploy', 'namespaced'));
-  const { requests, unpaused } = await runKubevirtScenario();
-  assert.deepEqual(unpaused, ['team-a/vm1'], 'the scenario reached the seed gate');
-  AGENT_CALLS = requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
+  const clusterWide = await runKubevirtScenario({ rbac: CLUSTER_WIDE });
+  assert.deepEqual(clusterWide.unpaused, ['team-a/vm1'], 'the scenario reached the seed gate');
+  AGENT_CALLS = recorded(clusterWide.requests);
+  const namespaced = await runKubevirtScenario({ namespaces: namespacesFlag(NAMESPACED), rbac: NAMESPACED });
+  assert.deepEqual(namespaced.unpaused, ['team-a/vm1'], 'the namespaced scenario reached the seed gate');
+  NAMESPACED_CALLS = recorded(namespaced.requests);
+  NAMESPACED_STATUSES = namespaced.requests.map((r) => r.status);
 });
 
 test('the scenario made every kind of call the agent has', () => {
@@ -124,14 +133,15 @@ test('calls recorded as {method, path, query} (the fake API server\'s RequestRec
   assert.equal(requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: {} }).verb, 'list');
 });
 
-test('every VMI list and watch is scoped to the node by label selector', () => {
+test('every VMI list and watch is scoped to the node by label selector: its own VMIs and those migrating to it', () => {
   const vmiReads = AGENT_CALLS.map((c) => ({ c, a: requestAttributes(c) })).filter(
     ({ a }) => a.resource === 'virtualmachineinstances' && (a.verb === 'list' || a.verb === 'watch'),
   );
   assert.deepEqual([...new Set(vmiReads.map(({ a }) => a.verb))].sort(), ['list', 'watch']);
   for (const { c } of vmiReads) {
-    assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/nodeName=[^,]+$/);
+    assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/(nodeName|migrationTargetNodeName)=[^,]+$/);
   }
+  assert.deepEqual(new Set(vmiReads.map(({ c }) => c.query?.labelSelector?.split('=')[0])), new Set(['kubevirt.io/nodeName', 'kubevirt.io/migrationTargetNodeName']));
 });
 
 // --- per deployment variant: what the bindings give the ServiceAccount ------
@@ -153,22 +163,22 @@ test('cluster-wide (deploy/kubevirt): the ServiceAccount holds exactly the calls
 });
 
 // The agent with --namespaces lists and watches VMIs per namespace; every
-// other call it makes is already in the VMI's namespace. Until the
-// scenario's agent runs namespaced itself, its cluster-wide VMI reads are
-// rewritten into the per-namespace form (perNamespaceVmiCalls).
-test('namespaced (deploy/namespaced): every call allowed in the listed namespaces, every rule used, nothing cluster-wide', () => {
+// other call it makes is already in the VMI's namespace. Its calls, as
+// recorded, against the variant's rendered bindings.
+test('namespaced (deploy/namespaced): every call the namespaced agent made is allowed in the listed namespaces, every rule used, nothing cluster-wide', () => {
   const namespaces = namespacesFlag(NAMESPACED);
   assert.ok(namespaces.includes('team-a'), 'the scenario\'s VMIs live in team-a');
   const scoped = rulesOfServiceAccount(NAMESPACED, ACCOUNT);
   assert.deepEqual(scoped.map((s) => s.namespace).sort(), [...namespaces].sort(), 'one grant per listed namespace, none cluster-wide');
-  const calls = perNamespaceVmiCalls(AGENT_CALLS, namespaces);
+  const attrs = NAMESPACED_CALLS.map((c) => requestAttributes(c));
   for (const ns of namespaces) {
-    assert.ok(
-      calls.some((c) => c.path.startsWith(`/apis/kubevirt.io/v1/namespaces/${ns}/virtualmachineinstances`) && requestAttributes(c).verb === 'watch'),
-      `an informer for ${ns}`,
-    );
+    for (const verb of ['list', 'watch']) {
+      assert.ok(attrs.some((a) => a.resource === 'virtualmachineinstances' && a.verb === verb && a.namespace === ns), `the informer's ${verb} in ${ns}`);
+    }
   }
-  assert.deepEqual(checkScopedRbac(scoped, calls), { denied: [], unused: [] });
+  assert.deepEqual(attrs.filter((a) => a.namespace === '' || !namespaces.includes(a.namespace)), [], 'nothing outside the listed namespaces');
+  assert.deepEqual(checkScopedRbac(scoped, NAMESPACED_CALLS), { denied: [], unused: [] });
+  assert.deepEqual(NAMESPACED_STATUSES.filter((s) => s === 401 || s === 403), [], 'the fake API server, authorizing with the same objects, refused nothing');
 
   // The cluster-wide informer of the default mode is refused here, and so is
   // anything in a namespace that is not listed.
@@ -212,20 +222,18 @@ test('bindings: only those naming the ServiceAccount count; a RoleBinding grants
   assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/configmaps/c' }]).unused, [{ apiGroup: '', resource: 'secrets', verb: 'get' }]);
 });
 
-test('perNamespaceVmiCalls: a cluster-wide VMI list/watch becomes one per namespace with the same query; other calls stay', () => {
-  const calls: RecordedCall[] = [
-    { method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dn&watch=true' },
-    { method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: { labelSelector: 'kubevirt.io/nodeName=n' } },
-    { method: 'GET', path: '/api/v1/namespaces/a/secrets/s' },
+test('bindings name the account as a ServiceAccount (namespace defaulting to a RoleBinding\'s), as its user, or through the service-account groups', () => {
+  const rules: PolicyRule[] = [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }];
+  const ref = { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' };
+  const binding = (ns: string, subject: Record<string, string>) => ({ kind: 'RoleBinding', metadata: { name: `b-${ns}`, namespace: ns }, roleRef: ref, subjects: [subject] });
+  const objects = [
+    { kind: 'ClusterRole', metadata: { name: 'cr' }, rules },
+    binding('vmseed', { kind: 'ServiceAccount', name: 'vmseed' }),
+    binding('a', { kind: 'ServiceAccount', name: 'vmseed' }),
+    binding('b', { kind: 'User', name: 'system:serviceaccount:vmseed:vmseed' }),
+    binding('c', { kind: 'Group', name: 'system:serviceaccounts:vmseed' }),
+    binding('d', { kind: 'Group', name: 'system:serviceaccounts:other' }),
+    binding('e', { kind: 'User', name: 'vmseed' }),
   ];
-  const out = perNamespaceVmiCalls(calls, ['a', 'b']);
-  assert.deepEqual(out.map((c) => c.path), [
-    '/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dn&watch=true',
-    '/apis/kubevirt.io/v1/namespaces/b/virtualmachineinstances?labelSelector=kubevirt.io%2FnodeName%3Dn&watch=true',
-    '/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstances',
-    '/apis/kubevirt.io/v1/namespaces/b/virtualmachineinstances',
-    '/api/v1/namespaces/a/secrets/s',
-  ]);
-  assert.deepEqual(out.map((c) => `${requestAttributes(c).verb} ${requestAttributes(c).namespace}`), ['watch a', 'watch b', 'list a', 'list b', 'get a']);
-  assert.deepEqual(out[2]!.query, { labelSelector: 'kubevirt.io/nodeName=n' });
+  assert.deepEqual(rulesOfServiceAccount(objects, ACCOUNT).map((s) => s.namespace), ['vmseed', 'b', 'c']);
 });

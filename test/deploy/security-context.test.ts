@@ -14,8 +14,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { ROOT, type KubeObject } from '../support/manifests.ts';
-import { setprivOptions as identity } from '../support/pod-identity.ts';
+import { daemonSetAgentOf, setprivOptions } from '../../e2e/support/daemonset-agent.ts';
 import { kustomize } from '../support/kustomize.ts';
+
+// The agent container's identity in a rendered variant, as setpriv options.
+const identity = (objects: KubeObject[]) => setprivOptions(daemonSetAgentOf(objects));
 
 const run = promisify(execFile);
 

@@ -88,6 +88,9 @@ export interface FaultRule {
   // Matched against the path without the query string.
   path?: RegExp;
   verb?: Verb;
+  // Matched against the labelSelector query parameter (the agent's node
+  // watch and its migration-target watch differ only there).
+  labelSelector?: string;
   retryAfterSeconds?: number;
   // How many requests get the fault (default 1).
   times?: number;
@@ -153,7 +156,7 @@ export class FakeKube {
   #rbac: RbacPolicy | undefined;
   readonly #faults: FaultRule[] = [];
   #honourWatchTimeout = true;
-  readonly #afterWatchTimeout: Array<() => void> = [];
+  readonly #afterWatchTimeout: Array<(labelSelector: string) => void> = [];
   readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
 
   private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
@@ -239,8 +242,8 @@ export class FakeKube {
   }
 
   // Runs right after the server ends a watch at its timeoutSeconds, before
-  // the client can have watched again.
-  afterWatchTimeout(fn: () => void): void {
+  // the client can have watched again; given that watch's labelSelector.
+  afterWatchTimeout(fn: (labelSelector: string) => void): void {
     this.#afterWatchTimeout.push(fn);
   }
 
@@ -427,9 +430,14 @@ export class FakeKube {
     return m !== null && this.#tokens.has(m[1]!);
   }
 
-  #takeFault(req: IncomingMessage, path: string, verb: Verb, statuses: (s: number) => boolean): FaultRule | undefined {
+  #takeFault(req: IncomingMessage, url: URL, verb: Verb, statuses: (s: number) => boolean): FaultRule | undefined {
     const i = this.#faults.findIndex(
-      (f) => statuses(f.status) && (f.method === undefined || f.method === req.method) && (f.verb === undefined || f.verb === verb) && (f.path === undefined || f.path.test(path)),
+      (f) =>
+        statuses(f.status) &&
+        (f.method === undefined || f.method === req.method) &&
+        (f.verb === undefined || f.verb === verb) &&
+        (f.path === undefined || f.path.test(url.pathname)) &&
+        (f.labelSelector === undefined || f.labelSelector === url.searchParams.get('labelSelector')),
     );
     if (i < 0) return undefined;
     const f = this.#faults[i]!;
@@ -469,7 +477,7 @@ export class FakeKube {
     // The API server's filter chain: authentication, priority and fairness
     // (429), authorization (403), then the handler.
     if (!this.#authenticate(req)) return reply(401, status(401, 'Unauthorized', 'Unauthorized'));
-    const fault429 = this.#takeFault(req, url.pathname, verb, (s) => s === 429);
+    const fault429 = this.#takeFault(req, url, verb, (s) => s === 429);
     if (fault429) {
       const after = fault429.retryAfterSeconds ?? 1;
       return reply(429, status(429, 'TooManyRequests', 'Too many requests, please try again later.', { retryAfterSeconds: after }), { 'retry-after': String(after) });
@@ -481,7 +489,7 @@ export class FakeKube {
       attrs = undefined; // not a resource request: 404 below
     }
     if (attrs && this.#rbac && !allows(this.#rbac, attrs)) return reply(403, forbiddenStatus(this.user, attrs));
-    const fault5xx = this.#takeFault(req, url.pathname, verb, (s) => s >= 500);
+    const fault5xx = this.#takeFault(req, url, verb, (s) => s >= 500);
     if (fault5xx) {
       const reason = fault5xx.status === 503 ? 'ServiceUnavailable' : fault5xx.status === 504 ? 'Timeout' : 'InternalError';
       return reply(fault5xx.status, status(fault5xx.status, reason, `fault injected by the test (${fault5xx.status})`), fault5xx.retryAfterSeconds !== undefined ? { 'retry-after': String(fault5xx.retryAfterSeconds) } : {});
@@ -527,7 +535,7 @@ export class FakeKube {
           this.#watchers.delete(w);
           res.end();
           // Changes made here reach no open watch: the client must resume from its resourceVersion.
-          for (const fn of this.#afterWatchTimeout) fn();
+          for (const fn of this.#afterWatchTimeout) fn(url.searchParams.get('labelSelector') ?? '');
         }, timeoutSeconds * 1000);
       }
       res.on('close', () => {

@@ -2,30 +2,25 @@
 // manifests grant one service account (ClusterRole via ClusterRoleBinding
 // everywhere; Role or ClusterRole via RoleBinding in the binding's namespace
 // only), and the Forbidden Status Kubernetes answers when no rule allows a
-// request. Rule matching is k8s.io/kubernetes plugin/pkg/auth/authorizer/rbac
-// (RuleAllows), shared with test/deploy/rbac.test.ts through rbac.ts.
+// request. Bindings and rule matching are rbac.ts's, the same the
+// deployment tests check the manifests with.
 import { readFileSync } from 'node:fs';
 import { loadAll } from 'js-yaml';
-import { ruleAllows, type PolicyRule, type RequestAttributes } from './rbac.ts';
+import { rulesOfServiceAccount, scopedAllows, type PolicyRule, type RequestAttributes, type ScopedRules } from './rbac.ts';
 
 export interface ServiceAccountRef {
   namespace: string;
   name: string;
 }
 
+// What one service account holds, binding by binding.
 export interface RbacPolicy {
-  // Rules that apply in every namespace and at the cluster scope.
-  cluster: PolicyRule[];
-  // Rules that apply only to requests in that namespace.
-  namespaced: Map<string, PolicyRule[]>;
+  bindings: ScopedRules[];
 }
 
 interface Obj {
   kind?: string;
-  metadata?: { name?: string; namespace?: string };
   rules?: PolicyRule[];
-  roleRef?: { kind?: string; name?: string };
-  subjects?: Array<{ kind?: string; name?: string; namespace?: string }>;
 }
 
 export const AGENT_SERVICE_ACCOUNT: ServiceAccountRef = { namespace: 'vmseed', name: 'vmseed' };
@@ -38,40 +33,12 @@ export function loadManifestObjects(path: string): unknown[] {
   return (loadAll(readFileSync(path, 'utf8')) as unknown[]).filter((d) => d !== null && d !== undefined);
 }
 
-// What the manifests grant `sa` (ServiceAccount subjects, and the groups
-// every service account is in).
 export function rbacFromManifests(objects: unknown[], sa: ServiceAccountRef = AGENT_SERVICE_ACCOUNT): RbacPolicy {
-  const objs = objects as Obj[];
-  const clusterRoles = new Map(objs.filter((o) => o.kind === 'ClusterRole').map((o) => [o.metadata?.name ?? '', o.rules ?? []]));
-  const roles = new Map(objs.filter((o) => o.kind === 'Role').map((o) => [`${o.metadata?.namespace ?? 'default'}/${o.metadata?.name ?? ''}`, o.rules ?? []]));
-  const groups = ['system:serviceaccounts', `system:serviceaccounts:${sa.namespace}`, 'system:authenticated'];
-  const boundTo = (b: Obj, bindingNs: string | undefined) =>
-    (b.subjects ?? []).some(
-      (s) =>
-        (s.kind === 'ServiceAccount' && s.name === sa.name && (s.namespace ?? bindingNs) === sa.namespace) ||
-        (s.kind === 'Group' && groups.includes(s.name ?? '')) ||
-        (s.kind === 'User' && s.name === serviceAccountUser(sa)),
-    );
-  const policy: RbacPolicy = { cluster: [], namespaced: new Map() };
-  for (const b of objs) {
-    if (b.kind === 'ClusterRoleBinding' && boundTo(b, undefined) && b.roleRef?.kind === 'ClusterRole') {
-      policy.cluster.push(...(clusterRoles.get(b.roleRef.name ?? '') ?? []));
-    }
-    if (b.kind === 'RoleBinding') {
-      const ns = b.metadata?.namespace ?? 'default';
-      if (!boundTo(b, ns)) continue;
-      const rules = b.roleRef?.kind === 'ClusterRole' ? clusterRoles.get(b.roleRef.name ?? '') : roles.get(`${ns}/${b.roleRef?.name ?? ''}`);
-      const list = policy.namespaced.get(ns) ?? [];
-      list.push(...(rules ?? []));
-      policy.namespaced.set(ns, list);
-    }
-  }
-  return policy;
+  return { bindings: rulesOfServiceAccount(objects, sa) };
 }
 
 export function allows(policy: RbacPolicy, a: RequestAttributes): boolean {
-  if (policy.cluster.some((r) => ruleAllows(r, a))) return true;
-  return a.namespace !== '' && (policy.namespaced.get(a.namespace) ?? []).some((r) => ruleAllows(r, a));
+  return scopedAllows(policy.bindings, a);
 }
 
 // apiserver's responsewriters.forbiddenMessage and errors.NewForbidden:

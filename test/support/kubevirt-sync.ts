@@ -276,6 +276,12 @@ export class KubevirtSync {
     this.#pausedByKubevirt = false;
   }
 
+  /** The VMI's `pause` subresource (virtctl pause) as the launcher performs it: suspend, and record the pause as KubeVirt's own. */
+  async pause(): Promise<void> {
+    await this.#virsh(['suspend', this.domain]);
+    this.#pausedByKubevirt = true;
+  }
+
   /** A KubeVirt hotplug: the volume joins the VMI spec (the next sync attaches it). */
   hotplug(name: string, bus: 'virtio' | 'scsi' = 'scsi'): KvDisk {
     const d = hotplugVolumeDisk(this.spec, name, bus);

@@ -1,8 +1,10 @@
-// Checks RBAC rules against the HTTP requests an agent actually made, the way
-// the API server's authorizer sees them: each request becomes request
+// Kubernetes RBAC as the API server's authorizer applies it, for the tests
+// and the fake API server (kube-authz.ts): each request becomes request
 // attributes (apiGroup, resource, subresource, verb), like
-// k8s.io/apiserver's RequestInfoFactory, and is matched against the
-// ClusterRole's PolicyRules. Feed it the calls a fake API server recorded.
+// k8s.io/apiserver's RequestInfoFactory; the bindings give a service
+// account its rules and where they hold (rulesOfServiceAccount); one rule
+// matcher (ruleAllows, plugin/pkg/auth/authorizer/rbac RuleAllows) decides.
+// Feed it the calls a fake API server recorded.
 
 export interface RecordedCall {
   method: string;
@@ -165,12 +167,25 @@ interface RbacObject {
   subjects?: { kind: string; name: string; namespace?: string }[];
 }
 
+// A binding names the account as a ServiceAccount subject (its namespace
+// defaulting to a RoleBinding's own), as its user name, or through the
+// groups every service account is in (rbac.go appliesToUser).
+function bindsAccount(b: RbacObject, account: { namespace: string; name: string }): boolean {
+  const groups = ['system:serviceaccounts', `system:serviceaccounts:${account.namespace}`, 'system:authenticated'];
+  const bindingNs = b.kind === 'RoleBinding' ? b.metadata.namespace : undefined;
+  return (b.subjects ?? []).some(
+    (s) =>
+      (s.kind === 'ServiceAccount' && s.name === account.name && (s.namespace || bindingNs) === account.namespace) ||
+      (s.kind === 'Group' && groups.includes(s.name)) ||
+      (s.kind === 'User' && s.name === `system:serviceaccount:${account.namespace}:${account.name}`),
+  );
+}
+
 export function rulesOfServiceAccount(objects: readonly unknown[], account: { namespace: string; name: string }): ScopedRules[] {
   const all = objects as RbacObject[];
   const out: ScopedRules[] = [];
   for (const b of all.filter((o) => o.kind === 'ClusterRoleBinding' || o.kind === 'RoleBinding')) {
-    const bound = (b.subjects ?? []).some((s) => s.kind === 'ServiceAccount' && s.name === account.name && s.namespace === account.namespace);
-    if (!bound) continue;
+    if (!bindsAccount(b, account)) continue;
     const ref = b.roleRef!;
     if (b.kind === 'ClusterRoleBinding' && ref.kind !== 'ClusterRole') throw new Error(`ClusterRoleBinding ${b.metadata.name}: roleRef must be a ClusterRole`);
     const namespace = b.kind === 'RoleBinding' ? b.metadata.namespace ?? '' : '';
@@ -206,23 +221,4 @@ export function checkScopedRbac(scoped: readonly ScopedRules[], calls: RecordedC
     }
   }
   return { denied, unused };
-}
-
-// What the agent with `--namespaces a,b` asks instead of its cluster-wide
-// VMI list and watch: the same request under each listed namespace
-// (`/apis/kubevirt.io/v1/namespaces/<ns>/virtualmachineinstances`, same
-// query). Calls already made in a namespace are kept as they are.
-export function perNamespaceVmiCalls(calls: RecordedCall[], namespaces: readonly string[]): RecordedCall[] {
-  return calls.flatMap((call) => {
-    const a = requestAttributes(call);
-    const clusterWideVmiRead = a.apiGroup === 'kubevirt.io' && a.resource === 'virtualmachineinstances' && a.namespace === '' && (a.verb === 'list' || a.verb === 'watch');
-    if (!clusterWideVmiRead) return [call];
-    const url = new URL(call.path, 'http://api.invalid');
-    const legacyWatch = url.pathname.startsWith(`/apis/kubevirt.io/${a.version}/watch/`);
-    return namespaces.map((ns) => ({
-      ...call,
-      path:
-        `/apis/kubevirt.io/${a.version}/${legacyWatch ? 'watch/' : ''}namespaces/${encodeURIComponent(ns)}/virtualmachineinstances` + url.search,
-    }));
-  });
 }
