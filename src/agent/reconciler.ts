@@ -9,6 +9,7 @@
 // second time.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
+import { devicesNeedingDomain, type DomainDevice } from '../cloudinit/devices-metadata.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
@@ -235,7 +236,11 @@ export class Reconciler {
     const known = this.#known.get(key);
     if (known && known.uid !== uid) await this.#cleanup(key); // same name, new object
 
-    const outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+    let outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+    if (outcome.kind === 'seed' && outcome.seed.datasource === 'configdrive') {
+      const domainDevices = await this.#domainDevices(key, uid, vmi);
+      if (domainDevices) outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices });
+    }
     if (outcome.kind === 'skip') {
       await this.#cleanup(key);
       const warnings = outcome.warning ? [this.#o.status.problem(outcome.warning.code, outcome.warning.message, { field: outcome.warning.field })] : [];
@@ -369,6 +374,35 @@ export class Reconciler {
     }
     this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
     return 'success';
+  }
+
+  // ConfigDrive `devices` for tagged devices the spec does not pin: KubeVirt
+  // reads their guest addresses from the domain, so the seed waits for it
+  // (the seed gate holds such a VM paused meanwhile). Read before the first
+  // image, never after: a seed re-rendered with addresses would change under
+  // a running guest. VMIs without such devices (or without libvirt) never
+  // read the domain here.
+  async #domainDevices(key: string, uid: string, vmi: VmiObject): Promise<DomainDevice[] | undefined> {
+    const injector = this.#o.injector;
+    const fields = devicesNeedingDomain(vmi);
+    if (!injector?.domainDevices || fields.length === 0) return undefined;
+    const target = injectionTarget(key, uid, 'configdrive', vmi, this.#o.nodeName);
+    // Per-pod (KubeVirt): any of this node's launcher pods whose libvirt has
+    // the domain (a migration's target holds the same devices).
+    const targets = injector.perPod ? (target.launcherPods ?? []).map((pod) => ({ ...target, launcherPods: [pod] })) : [target];
+    let last: unknown;
+    for (const t of targets) {
+      try {
+        return await injector.domainDevices(t);
+      } catch (e) {
+        if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) throw e;
+        last = e;
+      }
+    }
+    throw new VmseedError('DOMAIN_NOT_FOUND',
+      `waiting for the domain to read tagged devices' addresses (${fields.join(', ')} set a tag without a pinned pciAddress; ` +
+      'KubeVirt lists them in meta_data.json "devices" from the running domain); the seed is written once the domain is defined; will retry',
+      { kind: 'retryable', field: fields[0], ...(last ? { cause: last } : {}) });
   }
 
   async #plan(target: InjectionTarget, vmi: VmiObject, entry: Known): Promise<LauncherPlan> {

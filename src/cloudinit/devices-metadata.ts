@@ -111,8 +111,10 @@ function devicesFromDomain(vmi: VmiObject, domain: DomainDevice[]): DeviceData[]
   return out;
 }
 
-export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[]): { devices: DeviceData[]; warnings: SeedWarning[] } {
-  if (domain) return { devices: devicesFromDomain(vmi, domain), warnings: [] };
+// The spec's tagged devices whose guest address only the domain knows (an
+// interface without a valid pciAddress, every tagged host device and GPU),
+// as field paths, and the listing of the pinned ones.
+function fromSpec(vmi: VmiObject): { devices: DeviceData[]; missing: string[] } {
   const devices = vmi.spec?.domain?.devices as Record<string, unknown> | undefined;
   const out: DeviceData[] = [];
   const missing: string[] = [];
@@ -132,6 +134,19 @@ export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[]): {
       if (tagged([raw], false).length > 0) missing.push(`spec.domain.devices.${key}[${i}]`);
     });
   }
+  return { devices: out, missing };
+}
+
+// Field paths of the tagged devices whose address needs the domain's XML;
+// empty when the spec alone gives KubeVirt's `devices` list (the agent then
+// never reads the domain before rendering).
+export function devicesNeedingDomain(vmi: VmiObject): string[] {
+  return fromSpec(vmi).missing;
+}
+
+export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[]): { devices: DeviceData[]; warnings: SeedWarning[] } {
+  if (domain) return { devices: devicesFromDomain(vmi, domain), warnings: [] };
+  const { devices: out, missing } = fromSpec(vmi);
   const warnings: SeedWarning[] = missing.length === 0 ? [] : [{
     code: 'DEVICE_METADATA_INCOMPLETE',
     field: missing[0],
