@@ -21,7 +21,7 @@ import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
 import { buildDevicesMetadata, type DeviceData, type DomainDevice } from './devices-metadata.ts';
-import { admitAccessCredentials, admitCloudInitVolumes, volumeDatasources } from './kubevirt-admission.ts';
+import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './kubevirt-admission.ts';
 import { isPassableNetworkError, passThroughWarning } from './network-passthrough.ts';
 import { requireSomeData } from './empty-data.ts';
 import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
@@ -151,6 +151,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     admissionWarnings.push(...admitCloudInitVolumes(vmi));
     admitAccessCredentials(vmi, volumeDatasources(vmi));
   }
+  admitHostname(vmi);
 
   const namespace = vmi.metadata.namespace ?? 'default';
   const data = await resolveSourceData(source, fieldPrefix, secretRefField, policy, namespace, refs);

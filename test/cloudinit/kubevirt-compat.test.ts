@@ -151,3 +151,21 @@ test('v2 that has no network_data.json form, on a ConfigDrive volume: written as
   a.metadata.annotations = { 'vmseed.io/cloud-init': `datasource: configdrive\nuserData: "#cloud-config\\n"\nnetworkData: ${JSON.stringify(net)}\n` };
   await assert.rejects(renderSeed(a, new MemoryResolver(), DEFAULT_RENDER_OPTIONS), (e: unknown) => e instanceof VmseedError && e.code === 'NETWORK_CONVERSION_UNSUPPORTED');
 });
+
+test('spec.hostname that is not one DNS label is refused as the webhook does, for volumes and the annotation alike', async () => {
+  for (const v of [
+    vmi({ hostname: 'test+bad', volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#cloud-config\n' } }] }),
+    { ...vmi({ hostname: 'my.host' }), metadata: { name: 'vm', namespace: 'ns', uid: 'u', annotations: { 'vmseed.io/cloud-init': 'userData: "#cloud-config\\n"' } } },
+  ]) {
+    await assert.rejects(renderSeed(v, new MemoryResolver(), DEFAULT_RENDER_OPTIONS), (e: unknown) => {
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'HOSTNAME_INVALID');
+      assert.equal(e.kind, 'terminal');
+      assert.equal(e.field, 'spec.hostname');
+      assert.match(e.message, /^spec\.hostname does not conform to the kubernetes DNS_LABEL rules : /);
+      return true;
+    });
+  }
+  const ok = await renderSeed(vmi({ hostname: 'web-1', volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#cloud-config\n' } }] }), new MemoryResolver(), DEFAULT_RENDER_OPTIONS);
+  assert.equal(ok.kind, 'seed');
+});
