@@ -9,7 +9,9 @@
 // second time.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { devicesNeedingDomain, type DomainDevice } from '../cloudinit/devices-metadata.ts';
+import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
+import type { DomainFacts } from '../cloudinit/domain-devices.ts';
+import { withHostNuma, type HostNumaReader } from '../cloudinit/host-numa.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
@@ -48,6 +50,9 @@ export interface ReconcilerOptions {
   // reason and logged once, not silently dropped (a manifest copied from a
   // cluster keeps its kubevirt.io/nodeName label).
   reportOtherNodes?: boolean;
+  // Host devices' NUMA node and CPUs (ConfigDrive `devices`), read when a
+  // VMI's domain is read for its tagged devices.
+  hostNuma?: HostNumaReader;
 }
 
 // What is on disk (and in the domain) for a key.
@@ -238,8 +243,11 @@ export class Reconciler {
 
     let outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
     if (outcome.kind === 'seed' && outcome.seed.datasource === 'configdrive') {
-      const domainDevices = await this.#domainDevices(key, uid, vmi);
-      if (domainDevices) outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices });
+      const facts = await this.#domainFacts(key, uid, vmi);
+      if (facts) {
+        const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
+        outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices, vcpuPins: facts.vcpuPins });
+      }
     }
     if (outcome.kind === 'skip') {
       await this.#cleanup(key);
@@ -382,7 +390,7 @@ export class Reconciler {
   // image, never after: a seed re-rendered with addresses would change under
   // a running guest. VMIs without such devices (or without libvirt) never
   // read the domain here.
-  async #domainDevices(key: string, uid: string, vmi: VmiObject): Promise<DomainDevice[] | undefined> {
+  async #domainFacts(key: string, uid: string, vmi: VmiObject): Promise<DomainFacts | undefined> {
     const injector = this.#o.injector;
     const fields = devicesNeedingDomain(vmi);
     if (!injector?.domainDevices || fields.length === 0) return undefined;

@@ -1,5 +1,5 @@
 // The contract between the agent's reconciler and the libvirt injector.
-import type { DomainDevice } from '../cloudinit/devices-metadata.ts';
+import type { DomainFacts } from '../cloudinit/domain-devices.ts';
 import type { Datasource } from '../cloudinit/seed.ts';
 
 export interface InjectionTarget {
@@ -61,9 +61,9 @@ export interface Injector {
   stage?(target: InjectionTarget, imagePath: string): Promise<string>;
   unstage?(target: InjectionTarget): Promise<void>;
   activeDomainPods?(target: InjectionTarget, pods: string[]): Promise<string[] | undefined>;
-  // The domain's interfaces and host devices with their guest addresses (its
-  // live XML, the defined one when shut off), for the ConfigDrive `devices`
-  // metadata of tagged devices the spec does not pin. DOMAIN_NOT_FOUND
+  // The domain's interfaces and host devices with their guest addresses, and
+  // its vCPU pinning (its live XML, the defined one when shut off), for the
+  // ConfigDrive `devices` metadata of tagged devices the spec does not pin. DOMAIN_NOT_FOUND
   // (retryable) until the domain exists. Per-pod injectors: one launcher pod.
-  domainDevices?(target: InjectionTarget): Promise<DomainDevice[]>;
+  domainDevices?(target: InjectionTarget): Promise<DomainFacts>;
 }

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { Reconciler } from '../../src/agent/reconciler.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { LogEventRecorder } from '../../src/agent/events.ts';
+import type { HostNumaReader } from '../../src/cloudinit/host-numa.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
@@ -47,7 +48,7 @@ function domain(devicesXml?: string): FakeDomain {
   return { state: 'paused', persistent: true, live: [], config: [], unplugs: true, ...(devicesXml ? { devicesXml } : {}) };
 }
 
-async function setup(t: { after(fn: () => Promise<void>): void }, objects: Map<string, VmiObject>) {
+async function setup(t: { after(fn: () => Promise<void>): void }, objects: Map<string, VmiObject>, hostNuma?: HostNumaReader) {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-domdev-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const { logger } = captureLogger();
@@ -59,7 +60,7 @@ async function setup(t: { after(fn: () => Promise<void>): void }, objects: Map<s
   const r = new Reconciler({
     nodeName: 'laptop', cache: { get: (k) => objects.get(k) }, refs: new MemoryResolver(), render: renderSeed, build: buildSeedImage,
     store: new ImageStore({ root: dir }), injector: new VirshInjector({ spawner: lv }), events: new LogEventRecorder(logger), status, logger,
-    renderOptions: DEFAULT_RENDER_OPTIONS, fsync: false,
+    renderOptions: DEFAULT_RENDER_OPTIONS, fsync: false, ...(hostNuma ? { hostNuma } : {}),
   });
   return { r, status, lv };
 }
@@ -140,4 +141,54 @@ test('without libvirt the seed is rendered at once from the spec, with the DEVIC
   });
   assert.equal(await r.reconcile('default/web'), 'success');
   assert.deepEqual(status.get('default/web')!.warnings.map((w) => w.code), ['DEVICE_METADATA_INCOMPLETE']);
+});
+
+// A KubeVirt host device as libvirt prints it: host address in <source>,
+// the guest's in the hostdev's own <address>.
+const HOSTDEV_XML = `    <hostdev mode='subsystem' type='pci' managed='no'>
+      <source>
+        <address domain='0x0000' bus='0x65' slot='0x10' function='0x0'/>
+      </source>
+      <alias name='ua-hostdevice-dev1'/>
+      <address type='pci' domain='0x0000' bus='0x03' slot='0x00' function='0x0'/>
+    </hostdev>`;
+const CPUTUNE_XML = `  <cputune>
+    <vcpupin vcpu='0' cpuset='4'/>
+    <vcpupin vcpu='1' cpuset='5'/>
+    <vcpupin vcpu='2' cpuset='12'/>
+  </cputune>`;
+
+test('a tagged host device gets its host NUMA node (guestMappingPassthrough) or aligned vCPUs (dedicated CPUs) through the reader', async (t) => {
+  const asked: string[] = [];
+  const reader = {
+    async deviceNumaNode(addr: string) {
+      asked.push(addr);
+      return addr === '0000:65:10.0' ? 1 : undefined;
+    },
+    // Host CPUs 4-7 are node 1: vCPUs 0 and 1 are pinned there, vCPU 2 is not.
+    async nodeCpus(node: number) {
+      return node === 1 ? [4, 5, 6, 7] : undefined;
+    },
+  };
+  const withCpu = (cpu: Record<string, unknown>): VmiObject => {
+    const v = vmi([]);
+    (v.spec.domain as Record<string, unknown>).cpu = cpu;
+    (v.spec.domain!.devices as Record<string, unknown>).hostDevices = [{ name: 'dev1', deviceName: 'vendor.com/dev', tag: 'accel' }];
+    return v;
+  };
+  const cases: Array<[Record<string, unknown>, Record<string, unknown>]> = [
+    [{ dedicatedCpuPlacement: true, numa: { guestMappingPassthrough: {} } }, { numaNode: 1 }],
+    [{ dedicatedCpuPlacement: true }, { alignedCPUs: [0, 1] }],
+    [{ cores: 2 }, {}],
+  ];
+  for (const [cpu, numa] of cases) {
+    const objects = new Map([['default/web', withCpu(cpu)]]);
+    const { r, status, lv } = await setup(t, objects, reader);
+    lv.domains.set(DOMAIN, { ...domain(HOSTDEV_XML), domainXml: CPUTUNE_XML });
+    assert.equal(await r.reconcile('default/web'), 'success');
+    assert.deepEqual((await metaData(status, 'default/web')).devices, [
+      { type: 'hostdev', bus: 'pci', address: '0000:03:00.0', ...numa, tags: ['accel'] },
+    ], JSON.stringify(cpu));
+  }
+  assert.ok(asked.every((a) => a === '0000:65:10.0'), 'the host address from <source>, not the guest address');
 });

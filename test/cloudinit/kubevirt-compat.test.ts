@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { buildDevicesMetadata } from '../../src/cloudinit/devices-metadata.ts';
-import { domainDevicesFromXml } from '../../src/cloudinit/domain-devices.ts';
+import { domainDevicesFromXml, domainFactsFromXml } from '../../src/cloudinit/domain-devices.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
@@ -168,4 +168,12 @@ test('spec.hostname that is not one DNS label is refused as the webhook does, fo
   }
   const ok = await renderSeed(vmi({ hostname: 'web-1', volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#cloud-config\n' } }] }), new MemoryResolver(), DEFAULT_RENDER_OPTIONS);
   assert.equal(ok.kind, 'seed');
+});
+
+test("domain XML: a hostdev's host address comes from <source>, and <cputune> gives the vCPU pins", () => {
+  const facts = domainFactsFromXml(DOMAIN_XML)!;
+  assert.deepEqual(facts.devices.filter((d) => d.kind === 'hostdev').map((d) => d.hostAddress), ['0000:65:10.0', '0000:66:00.0', '0000:67:00.1']);
+  assert.deepEqual(facts.vcpuPins, []);
+  const pinned = domainFactsFromXml("<domain><cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='5-6'/></cputune><devices/></domain>")!;
+  assert.deepEqual(pinned.vcpuPins, [{ vcpu: 0, cpuset: '4' }, { vcpu: 1, cpuset: '5-6' }]);
 });
