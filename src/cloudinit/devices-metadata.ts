@@ -3,15 +3,15 @@
 // (pkg/virt-launcher/virtwrap/manager.go buildDevicesMetadata,
 // addToDeviceMetadata; pkg/cloud-init/cloud-init.go DeviceData).
 //
-// KubeVirt reads the guest addresses from the live domain. vmseed renders
-// before (or without) a domain, so it takes what the spec pins:
-// - a tagged interface with `pciAddress` (and `macAddress`) is listed with
-//   bus "pci", that address and that MAC;
-// - given the domain's devices (`DomainDevice`, from its XML), everything
+// KubeVirt reads the guest addresses from the live domain:
+// - given the domain's devices (`DomainDevice`, from its XML; the agent reads
+//   them first for VMIs that need them, see devicesNeedingDomain), everything
 //   KubeVirt lists is listed from there: interfaces by alias "ua-<name>",
-//   SR-IOV interfaces and host devices by their hostdev aliases.
-// What needs the domain and is not pinned in the spec (an interface without
-// pciAddress, host devices, GPUs) gives a DEVICE_METADATA_INCOMPLETE warning.
+//   SR-IOV interfaces and host devices by their hostdev aliases;
+// - without a domain, a tagged interface with `pciAddress` (and
+//   `macAddress`) is listed with bus "pci", that address and that MAC, and
+//   what needs the domain (an interface without pciAddress, host devices,
+//   GPUs) gives a DEVICE_METADATA_INCOMPLETE warning.
 // `numaNode` and `alignedCPUs` of a host device (getDeviceNUMACPUAffinity):
 // its host NUMA node (`hostNuma`, read from the host's sysfs by the caller)
 // when the VMI asks for guestMappingPassthrough, else, with
