@@ -99,6 +99,10 @@ export class Reconciler {
   readonly #firstSeen = new Map<string, { uid: string; at: number; reported: boolean }>();
   // key -> the other node it was last logged for (log once per change).
   readonly #otherNodeLogged = new Map<string, string>();
+  // key -> the domain facts read for its tagged devices, per VMI uid: read
+  // once, so a device hot-plugged later never changes the seed under the
+  // running guest (KubeVirt builds its drive once, at start).
+  readonly #domainFactsRead = new Map<string, { uid: string; facts: DomainFacts }>();
 
   constructor(options: ReconcilerOptions) {
     this.#o = options;
@@ -206,6 +210,7 @@ export class Reconciler {
           this.#otherNodeLogged.delete(key);
         }
         this.#firstSeen.delete(key);
+        this.#domainFactsRead.delete(key);
         this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
         return 'success';
       }
@@ -387,13 +392,15 @@ export class Reconciler {
   // ConfigDrive `devices` for tagged devices the spec does not pin: KubeVirt
   // reads their guest addresses from the domain, so the seed waits for it
   // (the seed gate holds such a VM paused meanwhile). Read before the first
-  // image, never after: a seed re-rendered with addresses would change under
-  // a running guest. VMIs without such devices (or without libvirt) never
-  // read the domain here.
+  // image and kept: a seed re-rendered with other addresses would change
+  // under a running guest. VMIs without such devices (or without libvirt)
+  // never read the domain here.
   async #domainFacts(key: string, uid: string, vmi: VmiObject): Promise<DomainFacts | undefined> {
     const injector = this.#o.injector;
     const fields = devicesNeedingDomain(vmi);
     if (!injector?.domainDevices || fields.length === 0) return undefined;
+    const read = this.#domainFactsRead.get(key);
+    if (read?.uid === uid) return read.facts;
     const target = injectionTarget(key, uid, 'configdrive', vmi, this.#o.nodeName);
     // Per-pod (KubeVirt): any of this node's launcher pods whose libvirt has
     // the domain (a migration's target holds the same devices).
@@ -401,7 +408,9 @@ export class Reconciler {
     let last: unknown;
     for (const t of targets) {
       try {
-        return await injector.domainDevices(t);
+        const facts = await injector.domainDevices(t);
+        this.#domainFactsRead.set(key, { uid, facts });
+        return facts;
       } catch (e) {
         if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) throw e;
         last = e;

@@ -100,6 +100,13 @@ test('a tagged interface without pciAddress: the seed waits for the domain, then
   assert.equal(await r.reconcile('default/web'), 'success');
   assert.equal(status.get('default/web')!.contentHash, sha);
   assert.equal(lv.calls.filter((c) => c[0] === 'attach-device').length, attaches);
+
+  // The domain's devices change under the running guest (a hot-plug): the
+  // devices were read once for this VMI, so its seed stays.
+  lv.domains.get(DOMAIN)!.devicesXml = INTERFACE_XML.replace("bus='0x01'", "bus='0x07'");
+  assert.equal(await r.reconcile('default/web'), 'success');
+  assert.equal(status.get('default/web')!.contentHash, sha);
+  assert.equal(lv.calls.filter((c) => c[0] === 'attach-device').length, attaches);
 });
 
 test('a VMI without tags, with pinned addresses, or NoCloud never reads the domain before rendering', async (t) => {
