@@ -199,3 +199,34 @@ test('a tagged host device gets its host NUMA node (guestMappingPassthrough) or 
   }
   assert.ok(asked.every((a) => a === '0000:65:10.0'), 'the host address from <source>, not the guest address');
 });
+
+test('per launcher pod (KubeVirt): the devices come from the pod whose libvirt has the domain', async (t) => {
+  const POD_A = '6f1d3c1e-0a61-4c1b-9a55-7b1b2c3d4e01';
+  const POD_B = '6f1d3c1e-0a61-4c1b-9a55-7b1b2c3d4e02';
+  const v = vmi([{ name: 'default', tag: 'mynic', masquerade: {} }]);
+  v.status = { nodeName: 'laptop', phase: 'Running', activePods: { [POD_A]: 'laptop', [POD_B]: 'laptop' } };
+  const objects = new Map([['default/web', v]]);
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-domdev-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const { logger } = captureLogger();
+  const status = new StatusStore({
+    version: 't', nodeName: 'laptop', stateDir: dir, config: {},
+    watch: () => ({ mode: 'local', synced: true } as never), queue: () => ({ depth: 0, inFlight: 0 }),
+  });
+  const lv = new FakeLibvirt();
+  // Pod A's libvirt has no domain (yet); pod B's has it.
+  lv.daemons.set(POD_A, new Map());
+  lv.daemons.set(POD_B, new Map([[DOMAIN, domain(INTERFACE_XML)]]));
+  const injector = new VirshInjector({ spawner: lv, uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/virtqemud-sock' });
+  assert.equal(injector.perPod, true);
+  const r = new Reconciler({
+    nodeName: 'laptop', cache: { get: (k) => objects.get(k) }, refs: new MemoryResolver(), render: renderSeed, build: buildSeedImage,
+    store: new ImageStore({ root: dir }), injector, events: new LogEventRecorder(logger), status, logger, renderOptions: DEFAULT_RENDER_OPTIONS, fsync: false,
+  });
+  await r.reconcile('default/web');
+  const reads = lv.calls.map((c, i) => [c[0], lv.uris[i]] as const).filter(([cmd]) => cmd === 'dumpxml');
+  assert.ok(reads.length >= 2 && reads[0][1].includes(POD_A) && reads[1][1].includes(POD_B), JSON.stringify(reads));
+  assert.deepEqual((await metaData(status, 'default/web')).devices, [
+    { type: 'nic', bus: 'pci', address: '0000:01:00.0', mac: '02:00:00:84:e9:58', tags: ['mynic'] },
+  ]);
+});
