@@ -52,3 +52,18 @@ test('withHostNuma fills host devices that have a host address, and leaves the r
   ], r);
   assert.deepEqual(out.map((d) => d.hostNuma), [undefined, { node: 1, cpus: [4, 5, 6, 7, 12] }, undefined, undefined]);
 });
+
+test("this host's /sys: each PCI device's node is what its numa_node file says (-1: none), node 0's CPUs from its cpulist", async () => {
+  const { readdirSync, readFileSync } = await import('node:fs');
+  const r = sysfsNumaReader();
+  const devices = readdirSync('/sys/bus/pci/devices');
+  assert.ok(devices.length > 0, 'the host has PCI devices in /sys');
+  for (const addr of devices) {
+    const n = Number(readFileSync(`/sys/bus/pci/devices/${addr}/numa_node`, 'utf8').trim());
+    assert.equal(await r.deviceNumaNode(addr), n >= 0 ? n : undefined, addr);
+  }
+  const cpus = await r.nodeCpus(0);
+  assert.ok(cpus && cpus.length > 0, 'node 0 has CPUs');
+  assert.equal(cpus.join(','), readFileSync('/sys/bus/node/devices/node0/cpulist', 'utf8').trim().split(',')
+    .flatMap((p) => { const [a, b = a] = p.split('-').map(Number); return Array.from({ length: b - a + 1 }, (_, i) => a + i); }).join(','));
+});
