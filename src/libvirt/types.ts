@@ -63,7 +63,8 @@ export interface Injector {
   activeDomainPods?(target: InjectionTarget, pods: string[]): Promise<string[] | undefined>;
   // The domain's interfaces and host devices with their guest addresses, and
   // its vCPU pinning (its live XML, the defined one when shut off), for the
-  // ConfigDrive `devices` metadata of tagged devices the spec does not pin. DOMAIN_NOT_FOUND
-  // (retryable) until the domain exists. Per-pod injectors: one launcher pod.
+  // ConfigDrive `devices` metadata of tagged devices the spec does not pin.
+  // DOMAIN_NOT_FOUND (retryable) until the domain exists. Per-pod
+  // injectors: the target names one launcher pod.
   domainDevices?(target: InjectionTarget): Promise<DomainFacts>;
 }
