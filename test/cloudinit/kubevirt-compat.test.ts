@@ -177,3 +177,22 @@ test("domain XML: a hostdev's host address comes from <source>, and <cputune> gi
   const pinned = domainFactsFromXml("<domain><cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='5-6'/></cputune><devices/></domain>")!;
   assert.deepEqual(pinned.vcpuPins, [{ vcpu: 0, cpuset: '4' }, { vcpu: 1, cpuset: '5-6' }]);
 });
+
+test('numaNode / alignedCPUs follow getDeviceNUMACPUAffinity: only host devices with a host address; node 0 and no aligned vCPU are left out (omitempty)', () => {
+  const withCpu = (cpu: Record<string, unknown>): VmiObject => {
+    const v = structuredClone(tagged);
+    (v.spec.domain as Record<string, unknown>).cpu = cpu;
+    return v;
+  };
+  const dev = (node: number, hostAddress: string | null = '0000:65:10.0') => [
+    { kind: 'hostdev' as const, alias: 'ua-hostdevice-dev1', address: { type: 'pci', domain: '0x0000', bus: '0x03', slot: '0x00', function: '0x0' }, ...(hostAddress ? { hostAddress } : {}), hostNuma: { node, cpus: [2, 3] } },
+  ];
+  const passthrough = withCpu({ numa: { guestMappingPassthrough: {} }, dedicatedCpuPlacement: true });
+  assert.equal(buildDevicesMetadata(passthrough, dev(1)).devices[0].numaNode, 1);
+  assert.equal('numaNode' in buildDevicesMetadata(passthrough, dev(0)).devices[0], false);
+  assert.equal('numaNode' in buildDevicesMetadata(passthrough, dev(1, null)).devices[0], false);
+  const dedicated = withCpu({ dedicatedCpuPlacement: true });
+  assert.deepEqual(buildDevicesMetadata(dedicated, dev(0), [{ vcpu: 0, cpuset: '3' }, { vcpu: 1, cpuset: '2-3' }]).devices[0].alignedCPUs, [0]);
+  assert.equal('alignedCPUs' in buildDevicesMetadata(dedicated, dev(0), [{ vcpu: 0, cpuset: '9' }]).devices[0], false);
+  assert.equal('alignedCPUs' in buildDevicesMetadata(withCpu({}), dev(1), [{ vcpu: 0, cpuset: '3' }]).devices[0], false);
+});
