@@ -46,6 +46,7 @@ export const ERROR_CODES = [
   'VENDORDATA_NO_HEADER',
   // KubeVirt parity (issue 15): admission rules, empty data, pass-through warnings
   'VOLUME_SOURCE_CONFLICT',
+  'HOSTNAME_INVALID',
   'ACCESS_CREDENTIAL_INVALID',
   'CLOUDINIT_DATA_EMPTY',
   'NETWORKDATA_UNPARSED',

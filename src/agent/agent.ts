@@ -13,6 +13,7 @@ import { AgentSeedDirectory } from './seed-directory.ts';
 import { StatusStore } from './status-store.ts';
 import type { VmiSource, KeyHandler } from './vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
+import type { HostNumaReader } from '../cloudinit/host-numa.ts';
 
 export interface AgentOptions {
   version: string;
@@ -40,6 +41,8 @@ export interface AgentOptions {
   // Local mode: show VMIs whose node is another one as skipped (with the
   // reason) instead of ignoring them; a cluster's informer never lists them.
   reportOtherNodes?: boolean;
+  // ConfigDrive `devices`: host devices' NUMA facts (host-numa.ts).
+  hostNuma?: HostNumaReader;
 }
 
 export class Agent {
@@ -100,6 +103,7 @@ export class Agent {
       fsync: options.fsync ?? true,
       failures: (key) => this.queue.failures(key),
       ...(options.reportOtherNodes ? { reportOtherNodes: true } : {}),
+      ...(options.hostNuma ? { hostNuma: options.hostNuma } : {}),
       ...(this.seeds ? { seeds: this.seeds } : {}),
     });
   }

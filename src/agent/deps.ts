@@ -3,7 +3,7 @@
 // and can be driven by anything with these shapes.
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
-import type { RenderOutcome } from '../cloudinit/render.ts';
+import type { RenderContext, RenderOutcome } from '../cloudinit/render.ts';
 import type { KubevirtVolumes } from '../config.ts';
 import type { VendorDataRef } from '../cloudinit/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
@@ -17,7 +17,9 @@ export interface AgentRenderOptions {
   defaultVendorData?: VendorDataRef;
 }
 
-export type RenderSeed = (vmi: VmiObject, refs: RefResolver, options: AgentRenderOptions) => Promise<RenderOutcome>;
+// context: facts from the domain (the reconciler passes them only for the
+// VMIs that need them, see devicesNeedingDomain).
+export type RenderSeed = (vmi: VmiObject, refs: RefResolver, options: AgentRenderOptions, context?: RenderContext) => Promise<RenderOutcome>;
 
 export interface BuiltImage {
   bytes: Uint8Array;

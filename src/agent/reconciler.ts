@@ -9,6 +9,9 @@
 // second time.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
+import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
+import type { DomainFacts } from '../cloudinit/domain-devices.ts';
+import { withHostNuma, type HostNumaReader } from '../cloudinit/host-numa.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
@@ -47,6 +50,9 @@ export interface ReconcilerOptions {
   // reason and logged once, not silently dropped (a manifest copied from a
   // cluster keeps its kubevirt.io/nodeName label).
   reportOtherNodes?: boolean;
+  // Host devices' NUMA node and CPUs (ConfigDrive `devices`), read when a
+  // VMI's domain is read for its tagged devices.
+  hostNuma?: HostNumaReader;
 }
 
 // What is on disk (and in the domain) for a key.
@@ -93,6 +99,10 @@ export class Reconciler {
   readonly #firstSeen = new Map<string, { uid: string; at: number; reported: boolean }>();
   // key -> the other node it was last logged for (log once per change).
   readonly #otherNodeLogged = new Map<string, string>();
+  // key -> the domain facts read for its tagged devices, per VMI uid: read
+  // once, so a device hot-plugged later never changes the seed under the
+  // running guest (KubeVirt builds its drive once, at start).
+  readonly #domainFactsRead = new Map<string, { uid: string; facts: DomainFacts }>();
 
   constructor(options: ReconcilerOptions) {
     this.#o = options;
@@ -200,6 +210,7 @@ export class Reconciler {
           this.#otherNodeLogged.delete(key);
         }
         this.#firstSeen.delete(key);
+        this.#domainFactsRead.delete(key);
         this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
         return 'success';
       }
@@ -235,7 +246,14 @@ export class Reconciler {
     const known = this.#known.get(key);
     if (known && known.uid !== uid) await this.#cleanup(key); // same name, new object
 
-    const outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+    let outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+    if (outcome.kind === 'seed' && outcome.seed.datasource === 'configdrive') {
+      const facts = await this.#domainFacts(key, uid, vmi);
+      if (facts) {
+        const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
+        outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices, vcpuPins: facts.vcpuPins });
+      }
+    }
     if (outcome.kind === 'skip') {
       await this.#cleanup(key);
       const warnings = outcome.warning ? [this.#o.status.problem(outcome.warning.code, outcome.warning.message, { field: outcome.warning.field })] : [];
@@ -370,6 +388,39 @@ export class Reconciler {
     }
     this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
     return 'success';
+  }
+
+  // ConfigDrive `devices` for tagged devices the spec does not pin: KubeVirt
+  // reads their guest addresses from the domain, so the seed waits for it
+  // (the seed gate holds such a VM paused meanwhile). Read before the first
+  // image and kept: a seed re-rendered with other addresses would change
+  // under a running guest. VMIs without such devices (or without libvirt)
+  // never read the domain here.
+  async #domainFacts(key: string, uid: string, vmi: VmiObject): Promise<DomainFacts | undefined> {
+    const injector = this.#o.injector;
+    const fields = devicesNeedingDomain(vmi);
+    if (!injector?.domainDevices || fields.length === 0) return undefined;
+    const read = this.#domainFactsRead.get(key);
+    if (read?.uid === uid) return read.facts;
+    const target = injectionTarget(key, uid, 'configdrive', vmi, this.#o.nodeName);
+    // Per-pod (KubeVirt): any of this node's launcher pods whose libvirt has
+    // the domain (a migration's target holds the same devices).
+    const targets = injector.perPod ? (target.launcherPods ?? []).map((pod) => ({ ...target, launcherPods: [pod] })) : [target];
+    let last: unknown;
+    for (const t of targets) {
+      try {
+        const facts = await injector.domainDevices(t);
+        this.#domainFactsRead.set(key, { uid, facts });
+        return facts;
+      } catch (e) {
+        if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) throw e;
+        last = e;
+      }
+    }
+    throw new VmseedError('DOMAIN_NOT_FOUND',
+      `waiting for the domain to read tagged devices' addresses (${fields.join(', ')} set a tag without a pinned pciAddress; ` +
+      'KubeVirt lists them in meta_data.json "devices" from the running domain); the seed is written once the domain is defined; will retry',
+      { kind: 'retryable', field: fields[0], ...(last ? { cause: last } : {}) });
   }
 
   async #plan(target: InjectionTarget, vmi: VmiObject, entry: Known): Promise<LauncherPlan> {

@@ -3,17 +3,19 @@
 // (pkg/virt-launcher/virtwrap/manager.go buildDevicesMetadata,
 // addToDeviceMetadata; pkg/cloud-init/cloud-init.go DeviceData).
 //
-// KubeVirt reads the guest addresses from the live domain. vmseed renders
-// before (or without) a domain, so it takes what the spec pins:
-// - a tagged interface with `pciAddress` (and `macAddress`) is listed with
-//   bus "pci", that address and that MAC;
-// - given the domain's devices (`DomainDevice`, from its XML), everything
+// KubeVirt reads the guest addresses from the live domain:
+// - given the domain's devices (`DomainDevice`, from its XML; the agent reads
+//   them first for VMIs that need them, see devicesNeedingDomain), everything
 //   KubeVirt lists is listed from there: interfaces by alias "ua-<name>",
-//   SR-IOV interfaces and host devices by their hostdev aliases.
-// What needs the domain and is not pinned in the spec (an interface without
-// pciAddress, host devices, GPUs) gives a DEVICE_METADATA_INCOMPLETE warning.
-// `numaNode` and `alignedCPUs` come from the host's sysfs and the domain's
-// CPU pinning in KubeVirt (getDeviceNUMACPUAffinity); vmseed never writes them.
+//   SR-IOV interfaces and host devices by their hostdev aliases;
+// - without a domain, a tagged interface with `pciAddress` (and
+//   `macAddress`) is listed with bus "pci", that address and that MAC, and
+//   what needs the domain (an interface without pciAddress, host devices,
+//   GPUs) gives a DEVICE_METADATA_INCOMPLETE warning.
+// `numaNode` and `alignedCPUs` of a host device (getDeviceNUMACPUAffinity):
+// its host NUMA node (`hostNuma`, read from the host's sysfs by the caller)
+// when the VMI asks for guestMappingPassthrough, else, with
+// dedicatedCpuPlacement, the vCPUs pinned to a CPU of that node.
 import type { VmiObject } from './kube-types.ts';
 import type { SeedWarning } from './seed.ts';
 
@@ -22,7 +24,14 @@ export interface DeviceData {
   bus: string;
   address: string;
   mac?: string;
+  numaNode?: number;
+  alignedCPUs?: number[];
   tags: string[];
+}
+
+export interface VcpuPin {
+  vcpu: number;
+  cpuset: string;
 }
 
 export interface PciAddress {
@@ -39,6 +48,10 @@ export interface DomainDevice {
   alias?: string;
   address?: PciAddress;
   mac?: string;
+  // A hostdev's host PCI address (<source><address>), e.g. "0000:65:10.0".
+  hostAddress?: string;
+  // Its host NUMA node and that node's CPUs (host-numa.ts), when known.
+  hostNuma?: { node: number; cpus?: number[] };
 }
 
 interface Tagged {
@@ -79,7 +92,24 @@ const SRIOV = 'sriov-';
 const HOSTDEV = 'hostdevice-';
 const GPU = 'gpu-';
 
-function devicesFromDomain(vmi: VmiObject, domain: DomainDevice[]): DeviceData[] {
+// getDeviceNUMACPUAffinity. KubeVirt's DeviceData has `omitempty` on both,
+// so node 0 and an empty CPU list are not written.
+function numaAffinity(vmi: VmiObject, d: DomainDevice, vcpuPins: VcpuPin[]): Pick<DeviceData, 'numaNode' | 'alignedCPUs'> {
+  if (!d.hostAddress || !d.hostNuma) return {};
+  const cpu = vmi.spec?.domain?.cpu as { numa?: { guestMappingPassthrough?: unknown }; dedicatedCpuPlacement?: unknown } | undefined;
+  if (cpu?.numa?.guestMappingPassthrough !== undefined && cpu.numa.guestMappingPassthrough !== null) {
+    return d.hostNuma.node > 0 ? { numaNode: d.hostNuma.node } : {};
+  }
+  if (cpu?.dedicatedCpuPlacement === true && d.hostNuma.cpus) {
+    // LookupDeviceVCPUAffinity: a vCPU counts when its cpuset is exactly one of the node's CPUs.
+    const byCpuset = new Map(vcpuPins.map((p) => [p.cpuset, p.vcpu]));
+    const aligned = d.hostNuma.cpus.flatMap((c) => (byCpuset.has(String(c)) ? [byCpuset.get(String(c))!] : []));
+    return aligned.length > 0 ? { alignedCPUs: aligned } : {};
+  }
+  return {};
+}
+
+function devicesFromDomain(vmi: VmiObject, domain: DomainDevice[], vcpuPins: VcpuPin[]): DeviceData[] {
   const devices = vmi.spec?.domain?.devices as Record<string, unknown> | undefined;
   const ifaces = new Map(tagged(devices?.interfaces, false).map((t) => [t.name, t]));
   const hostDevs = new Map(tagged(devices?.hostDevices, false).map((t) => [t.name, t]));
@@ -87,7 +117,7 @@ function devicesFromDomain(vmi: VmiObject, domain: DomainDevice[]): DeviceData[]
   const out: DeviceData[] = [];
   const add = (type: DeviceData['type'], d: DomainDevice, tag: string, mac?: string) => {
     if (!d.address) return;
-    out.push({ type, bus: d.address.type, address: formatPci(d.address), ...(mac ? { mac } : {}), tags: [tag] });
+    out.push({ type, bus: d.address.type, address: formatPci(d.address), ...(mac ? { mac } : {}), ...(d.kind === 'hostdev' ? numaAffinity(vmi, d, vcpuPins) : {}), tags: [tag] });
   };
   // Interfaces first, then host devices, each in domain order, as KubeVirt.
   for (const d of domain) {
@@ -111,8 +141,10 @@ function devicesFromDomain(vmi: VmiObject, domain: DomainDevice[]): DeviceData[]
   return out;
 }
 
-export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[]): { devices: DeviceData[]; warnings: SeedWarning[] } {
-  if (domain) return { devices: devicesFromDomain(vmi, domain), warnings: [] };
+// The spec's tagged devices whose guest address only the domain knows (an
+// interface without a valid pciAddress, every tagged host device and GPU),
+// as field paths, and the listing of the pinned ones.
+function fromSpec(vmi: VmiObject): { devices: DeviceData[]; missing: string[] } {
   const devices = vmi.spec?.domain?.devices as Record<string, unknown> | undefined;
   const out: DeviceData[] = [];
   const missing: string[] = [];
@@ -132,6 +164,19 @@ export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[]): {
       if (tagged([raw], false).length > 0) missing.push(`spec.domain.devices.${key}[${i}]`);
     });
   }
+  return { devices: out, missing };
+}
+
+// Field paths of the tagged devices whose address needs the domain's XML;
+// empty when the spec alone gives KubeVirt's `devices` list (the agent then
+// never reads the domain before rendering).
+export function devicesNeedingDomain(vmi: VmiObject): string[] {
+  return fromSpec(vmi).missing;
+}
+
+export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[], vcpuPins: VcpuPin[] = []): { devices: DeviceData[]; warnings: SeedWarning[] } {
+  if (domain) return { devices: devicesFromDomain(vmi, domain, vcpuPins), warnings: [] };
+  const { devices: out, missing } = fromSpec(vmi);
   const warnings: SeedWarning[] = missing.length === 0 ? [] : [{
     code: 'DEVICE_METADATA_INCOMPLETE',
     field: missing[0],

@@ -5,8 +5,9 @@
 //
 // Source: pkg/virt-api/webhooks/validating-webhook/admitters/
 // vmi-create-admitter.go, validateVolumes ("Verify exactly one source is set",
-// "Verify cloud init data is within size limits") and
-// validateAccessCredentials. Messages start with the webhook's own wording
+// "Verify cloud init data is within size limits"),
+// validateAccessCredentials and validateHostNameNotConformingToDNSLabelRules
+// (spec.hostname becomes the seed's local-hostname). Messages start with the webhook's own wording
 // (field path, then its sentence) so a search finds KubeVirt's docs and
 // issues; vmseed adds what to do.
 //
@@ -191,4 +192,34 @@ export function admitAccessCredentials(vmi: VmiObject, has: { nocloud: boolean; 
 export function volumeDatasources(vmi: VmiObject): { nocloud: boolean; configdrive: boolean } {
   const volumes = vmi.spec?.volumes ?? [];
   return { nocloud: volumes.some((v) => set(v.cloudInitNoCloud)), configdrive: volumes.some((v) => set(v.cloudInitConfigDrive)) };
+}
+
+// k8s.io/apimachinery/pkg/util/validation IsDNS1123Label, as the webhook
+// calls it for a non-empty spec.hostname. Go's len() counts bytes.
+const DNS1123_LABEL_FMT = '[a-z0-9]([-a-z0-9]*[a-z0-9])?';
+const DNS1123_LABEL_RE = new RegExp(`^${DNS1123_LABEL_FMT}$`);
+const DNS1123_SUBDOMAIN_RE = new RegExp(`^${DNS1123_LABEL_FMT}(\\.${DNS1123_LABEL_FMT})*$`);
+const DNS1123_LABEL_MAX = 63;
+
+function dns1123LabelErrors(value: string): string[] {
+  const errs: string[] = [];
+  if (byteLength(value) > DNS1123_LABEL_MAX) errs.push(`must be no more than ${DNS1123_LABEL_MAX} characters`);
+  if (!DNS1123_LABEL_RE.test(value)) {
+    errs.push(DNS1123_SUBDOMAIN_RE.test(value)
+      ? 'must not contain dots'
+      : "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an " +
+        `alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '${DNS1123_LABEL_FMT}')`);
+  }
+  return errs;
+}
+
+// validateHostNameNotConformingToDNSLabelRules: the guest would get a
+// hostname cloud-init and DNS do not accept as one label.
+export function admitHostname(vmi: VmiObject): void {
+  const h = vmi.spec?.hostname;
+  if (typeof h !== 'string' || h === '') return;
+  const errs = dns1123LabelErrors(h);
+  if (errs.length === 0) return;
+  throw reject('HOSTNAME_INVALID', 'spec.hostname', `spec.hostname does not conform to the kubernetes DNS_LABEL rules : ${errs.join(', ')}`,
+    'use at most 63 lower-case letters, digits and "-", starting and ending with a letter or digit (a domain goes in spec.subdomain)');
 }

@@ -20,8 +20,8 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { composeUserData } from './userdata-compose.ts';
 import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
-import { buildDevicesMetadata, type DeviceData, type DomainDevice } from './devices-metadata.ts';
-import { admitAccessCredentials, admitCloudInitVolumes, volumeDatasources } from './kubevirt-admission.ts';
+import { buildDevicesMetadata, type DeviceData, type DomainDevice, type VcpuPin } from './devices-metadata.ts';
+import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './kubevirt-admission.ts';
 import { isPassableNetworkError, passThroughWarning } from './network-passthrough.ts';
 import { requireSomeData } from './empty-data.ts';
 import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
@@ -62,6 +62,8 @@ export interface RenderContext {
   // The running domain's interfaces and host devices (from its XML), for the
   // ConfigDrive `devices` metadata; without it only what the spec pins is listed.
   domainDevices?: DomainDevice[];
+  // The domain's <cputune><vcpupin>s, for host devices' `alignedCPUs`.
+  vcpuPins?: VcpuPin[];
 }
 
 export type RenderOutcome = { kind: 'seed'; seed: Seed } | { kind: 'skip'; reason: string; warning?: SeedWarning };
@@ -157,6 +159,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     admissionWarnings.push(...admitCloudInitVolumes(vmi));
     admitAccessCredentials(vmi, volumeDatasources(vmi));
   }
+  admitHostname(vmi);
 
   const namespace = vmi.metadata.namespace ?? 'default';
   const data = await resolveSourceData(source, fieldPrefix, secretRefField, policy, namespace, refs);
@@ -245,7 +248,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
 
   let devices: DeviceData[] | undefined;
   if (datasource === 'configdrive') {
-    const d = buildDevicesMetadata(vmi, context.domainDevices);
+    const d = buildDevicesMetadata(vmi, context.domainDevices, context.vcpuPins);
     devices = d.devices;
     warnings.push(...d.warnings);
   }

@@ -5,6 +5,7 @@ import { basename, dirname } from 'node:path';
 import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../cloudinit/render.ts';
+import { sysfsNumaReader } from '../cloudinit/host-numa.ts';
 import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from '../config.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
@@ -91,6 +92,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     fsync: config.fsync,
     ...(nocloudHttp ? { nocloudHttp: nocloudHttp.agentOptions } : {}),
     reportOtherNodes: config.mode === 'local',
+    // The container's /sys is the host's (read-only): numa_node and cpulist as KubeVirt reads them.
+    hostNuma: sysfsNumaReader(),
   };
   // The datasource listener serves the agent's seeds; stopped after the agent.
   const withDatasource = async (agent: Agent, close: () => Promise<void>) => {

@@ -1,6 +1,7 @@
 // Puts the seed image into a libvirt domain and takes it out again, through
 // virsh. Level-based: every call looks at the domain as it is now (live and
 // next-boot config) and does only what is missing, so it can be repeated.
+import { domainFactsFromXml, type DomainFacts } from '../cloudinit/domain-devices.ts';
 import { VmseedError } from '../errors.ts';
 import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS, SEED_TARGETS, seedBusFor, type DomainDisk, type DomainXmlInfo, type SeedBus } from './disk-xml.ts';
 import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
@@ -186,6 +187,17 @@ export class VirshInjector implements Injector {
       }
     }
     return active;
+  }
+
+  // Read only, so it takes no per-domain lock: an attach running at the same
+  // time changes disks, never interfaces' or host devices' addresses.
+  async domainDevices(target: InjectionTarget): Promise<DomainFacts> {
+    const domain = this.domainName(target);
+    const facts = domainFactsFromXml(await this.#virsh(this.uri(target)).run(['dumpxml', domain]));
+    if (!facts) {
+      throw new VmseedError('VIRSH_FAILED', `virsh dumpxml ${domain} printed no <domain> XML (or more than 1 MiB); check the libvirt version; will retry`, { kind: 'retryable' });
+    }
+    return facts;
   }
 
   async eject(target: InjectionTarget): Promise<EjectionResult> {

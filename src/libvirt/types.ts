@@ -1,4 +1,5 @@
 // The contract between the agent's reconciler and the libvirt injector.
+import type { DomainFacts } from '../cloudinit/domain-devices.ts';
 import type { Datasource } from '../cloudinit/seed.ts';
 
 export interface InjectionTarget {
@@ -60,4 +61,10 @@ export interface Injector {
   stage?(target: InjectionTarget, imagePath: string): Promise<string>;
   unstage?(target: InjectionTarget): Promise<void>;
   activeDomainPods?(target: InjectionTarget, pods: string[]): Promise<string[] | undefined>;
+  // The domain's interfaces and host devices with their guest addresses, and
+  // its vCPU pinning (its live XML, the defined one when shut off), for the
+  // ConfigDrive `devices` metadata of tagged devices the spec does not pin.
+  // DOMAIN_NOT_FOUND (retryable) until the domain exists. Per-pod
+  // injectors: the target names one launcher pod.
+  domainDevices?(target: InjectionTarget): Promise<DomainFacts>;
 }

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { buildDevicesMetadata } from '../../src/cloudinit/devices-metadata.ts';
-import { domainDevicesFromXml } from '../../src/cloudinit/domain-devices.ts';
+import { domainDevicesFromXml, domainFactsFromXml } from '../../src/cloudinit/domain-devices.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
@@ -150,4 +150,49 @@ test('v2 that has no network_data.json form, on a ConfigDrive volume: written as
   const a = vmi({});
   a.metadata.annotations = { 'vmseed.io/cloud-init': `datasource: configdrive\nuserData: "#cloud-config\\n"\nnetworkData: ${JSON.stringify(net)}\n` };
   await assert.rejects(renderSeed(a, new MemoryResolver(), DEFAULT_RENDER_OPTIONS), (e: unknown) => e instanceof VmseedError && e.code === 'NETWORK_CONVERSION_UNSUPPORTED');
+});
+
+test('spec.hostname that is not one DNS label is refused as the webhook does, for volumes and the annotation alike', async () => {
+  for (const v of [
+    vmi({ hostname: 'test+bad', volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#cloud-config\n' } }] }),
+    { ...vmi({ hostname: 'my.host' }), metadata: { name: 'vm', namespace: 'ns', uid: 'u', annotations: { 'vmseed.io/cloud-init': 'userData: "#cloud-config\\n"' } } },
+  ]) {
+    await assert.rejects(renderSeed(v, new MemoryResolver(), DEFAULT_RENDER_OPTIONS), (e: unknown) => {
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'HOSTNAME_INVALID');
+      assert.equal(e.kind, 'terminal');
+      assert.equal(e.field, 'spec.hostname');
+      assert.match(e.message, /^spec\.hostname does not conform to the kubernetes DNS_LABEL rules : /);
+      return true;
+    });
+  }
+  const ok = await renderSeed(vmi({ hostname: 'web-1', volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#cloud-config\n' } }] }), new MemoryResolver(), DEFAULT_RENDER_OPTIONS);
+  assert.equal(ok.kind, 'seed');
+});
+
+test("domain XML: a hostdev's host address comes from <source>, and <cputune> gives the vCPU pins", () => {
+  const facts = domainFactsFromXml(DOMAIN_XML)!;
+  assert.deepEqual(facts.devices.filter((d) => d.kind === 'hostdev').map((d) => d.hostAddress), ['0000:65:10.0', '0000:66:00.0', '0000:67:00.1']);
+  assert.deepEqual(facts.vcpuPins, []);
+  const pinned = domainFactsFromXml("<domain><cputune><vcpupin vcpu='0' cpuset='4'/><vcpupin vcpu='1' cpuset='5-6'/></cputune><devices/></domain>")!;
+  assert.deepEqual(pinned.vcpuPins, [{ vcpu: 0, cpuset: '4' }, { vcpu: 1, cpuset: '5-6' }]);
+});
+
+test('numaNode / alignedCPUs follow getDeviceNUMACPUAffinity: only host devices with a host address; node 0 and no aligned vCPU are left out (omitempty)', () => {
+  const withCpu = (cpu: Record<string, unknown>): VmiObject => {
+    const v = structuredClone(tagged);
+    (v.spec.domain as Record<string, unknown>).cpu = cpu;
+    return v;
+  };
+  const dev = (node: number, hostAddress: string | null = '0000:65:10.0') => [
+    { kind: 'hostdev' as const, alias: 'ua-hostdevice-dev1', address: { type: 'pci', domain: '0x0000', bus: '0x03', slot: '0x00', function: '0x0' }, ...(hostAddress ? { hostAddress } : {}), hostNuma: { node, cpus: [2, 3] } },
+  ];
+  const passthrough = withCpu({ numa: { guestMappingPassthrough: {} }, dedicatedCpuPlacement: true });
+  assert.equal(buildDevicesMetadata(passthrough, dev(1)).devices[0].numaNode, 1);
+  assert.equal('numaNode' in buildDevicesMetadata(passthrough, dev(0)).devices[0], false);
+  assert.equal('numaNode' in buildDevicesMetadata(passthrough, dev(1, null)).devices[0], false);
+  const dedicated = withCpu({ dedicatedCpuPlacement: true });
+  assert.deepEqual(buildDevicesMetadata(dedicated, dev(0), [{ vcpu: 0, cpuset: '3' }, { vcpu: 1, cpuset: '2-3' }]).devices[0].alignedCPUs, [0]);
+  assert.equal('alignedCPUs' in buildDevicesMetadata(dedicated, dev(0), [{ vcpu: 0, cpuset: '9' }]).devices[0], false);
+  assert.equal('alignedCPUs' in buildDevicesMetadata(withCpu({}), dev(1), [{ vcpu: 0, cpuset: '3' }]).devices[0], false);
 });

@@ -231,6 +231,17 @@ export const CASES: ParityCase[] = [
     vmi: vmi([nc({ userData: '#cloud-config\n' })], { metadata: { annotations: { 'kubevirt.io/instancetype-name': 'ns-type', 'kubevirt.io/cluster-instancetype-name': 'cluster-type' } } }) },
   { name: 'configdrive: instancetype', from: 'cloud-init_test.go: should match the generated configdrive metadata',
     vmi: vmi([cd({ userData: '#cloud-config\n' })], { metadata: { annotations: { 'kubevirt.io/instancetype-name': 'fake.fake-instancetype' } } }), differs: ['configdrive-instance-id'] },
+  // vmi-create-admitter_test.go: should accept valid hostname / should reject invalid hostname; the other inputs
+  // reach IsDNS1123Label's other causes (length, dots, upper case).
+  { name: 'admitter: valid hostname', from: 'vmi-create-admitter_test.go: should accept valid hostname',
+    vmi: vmi([cd({ userData: '#cloud-config\n' })], { spec: { hostname: 'test' } }), differs: ['configdrive-instance-id'] },
+  ...['test+bad', 'a'.repeat(64), 'my.host', 'Test', '-test', 'a'.repeat(70) + '.x'].map((hostname): ParityCase => ({
+    name: `admitter: invalid hostname "${hostname.length > 20 ? `${hostname.slice(0, 8)}…(${hostname.length})` : hostname}"`,
+    from: 'vmi-create-admitter_test.go: should reject invalid hostname (validateHostNameNotConformingToDNSLabelRules)',
+    vmi: vmi([nc({ userData: '#cloud-config\n' })], { spec: { hostname } }),
+  })),
+  { name: 'admitter: hostname of 63 characters', from: 'apimachinery IsDNS1123Label: DNS1123LabelMaxLength',
+    vmi: vmi([nc({ userData: '#cloud-config\n' })], { spec: { hostname: 'a'.repeat(63) } }) },
   { name: 'nocloud: hostname from spec.hostname', from: 'pkg/util/net/dns SanitizeHostname',
     vmi: vmi([nc({ userData: '#cloud-config\n' })], { spec: { hostname: 'myhost' } }) },
   { name: 'nocloud: dotted VMI name', from: 'pkg/util/net/dns SanitizeHostname', vmi: vmi([nc({ userData: '#cloud-config\n' })], { metadata: { name: 'web.example.com' } }) },

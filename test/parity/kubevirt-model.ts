@@ -5,7 +5,8 @@
 //
 // - webhook(): pkg/virt-api/webhooks/validating-webhook/admitters/
 //   vmi-create-admitter.go, validateVolumes (cloud-init part, source count)
-//   and validateAccessCredentials. Returns every cause, as the webhook does.
+//   validateAccessCredentials and validateHostNameNotConformingToDNSLabelRules
+//   (apimachinery's IsDNS1123Label). Returns every cause, as the webhook does.
 // - launcher(): pkg/cloud-init/cloud-init.go ReadCloudInitVolumeDataSource,
 //   resolveNoCloudSecrets / resolveConfigDriveSecrets (the Secret is mounted
 //   one file per key; readFirstFoundFileFromDir), resolveSSHPublicKeys,
@@ -153,7 +154,35 @@ export function webhook(vmi: Obj): Cause[] {
     }
     if (count !== 1) causes.push({ field: f, message: `${f} must have exactly one access credential type set` });
   });
+  const hostname = vmi.spec?.hostname;
+  if (typeof hostname === 'string' && hostname !== '') {
+    const errs = isDns1123Label(hostname);
+    if (errs.length > 0) {
+      causes.push({ field: 'spec.hostname', message: `spec.hostname does not conform to the kubernetes DNS_LABEL rules : ${errs.join(', ')}` });
+    }
+  }
   return causes;
+}
+
+// k8s.io/apimachinery/pkg/util/validation/validation.go: IsDNS1123Label,
+// MaxLenError, RegexError (examples joined by " or ", each followed by ", ").
+function isDns1123Label(value: string): string[] {
+  const label = '[a-z0-9]([-a-z0-9]*[a-z0-9])?';
+  const errs: string[] = [];
+  if (Buffer.byteLength(value) > 63) errs.push('must be no more than 63 characters');
+  if (!new RegExp(`^${label}$`).test(value)) {
+    if (new RegExp(`^${label}(\\.${label})*$`).test(value)) errs.push('must not contain dots');
+    else {
+      let msg = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+      msg += ' (e.g. ';
+      ['my-name', '123-abc'].forEach((ex, i) => {
+        if (i > 0) msg += ' or ';
+        msg += `'${ex}', `;
+      });
+      errs.push(`${msg}regex used for validation is '${label}')`);
+    }
+  }
+  return errs;
 }
 
 export type LauncherResult =

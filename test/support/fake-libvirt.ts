@@ -15,6 +15,10 @@ export interface FakeDomain {
   // A virtio-scsi controller index 0 (KubeVirt adds one unless hotplug is
   // disabled and no disk uses scsi).
   scsi?: boolean;
+  // Other <devices> children as libvirt prints them (interfaces, hostdevs).
+  devicesXml?: string;
+  // Other <domain> children (e.g. <cputune>).
+  domainXml?: string;
 }
 
 export class FakeLibvirt implements ProcessSpawner {
@@ -49,7 +53,7 @@ export class FakeLibvirt implements ProcessSpawner {
       case 'dumpxml': {
         const disks = args.includes('--inactive') ? d.config : active ? d.live : d.config;
         const controllers = d.scsi ? "\n    <controller type='scsi' index='0' model='virtio-scsi'>\n      <alias name='scsi0'/>\n    </controller>" : '';
-        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n  <devices>\n${disks.map(diskXml).join('\n')}${controllers}\n  </devices>\n</domain>\n`);
+        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n${d.domainXml ? `${d.domainXml}\n` : ''}  <devices>\n${disks.map(diskXml).join('\n')}${controllers}${d.devicesXml ? `\n${d.devicesXml}` : ''}\n  </devices>\n</domain>\n`);
       }
       case 'resume':
         d.state = 'running';
