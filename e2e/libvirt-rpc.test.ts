@@ -111,7 +111,7 @@ for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
       const view = await client.domainView(LIBVIRT_URI, domain);
       assert.deepEqual(view.info, { state: 'paused', rawState: 'paused', persistent: true });
       assert.deepEqual(parseDomainXml(view.liveXml).disks, live);
-      assert.deepEqual(parseDomainXml(view.inactiveXml).disks, []);
+      assert.deepEqual(parseDomainXml(view.inactiveXml!).disks, []);
       assert.deepEqual((await domblklist(domain)).map((r) => r.source), [seed]);
 
       await client.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });

@@ -9,11 +9,11 @@ import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
-import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
+import { LibvirtInjector, type ResumeHook } from '../libvirt/injector.ts';
+import { RpcLibvirtClient } from '../libvirt/rpc-client.ts';
 import { DirPublisher } from '../libvirt/publish.ts';
 import { LEGACY_SEED_ALIAS } from '../libvirt/disk-xml.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
-import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
@@ -30,11 +30,13 @@ const VERSION: string = createRequire(import.meta.url)('../../package.json').ver
 const CLOSE_GRACE_MS = 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
-// undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
-export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): Injector | undefined {
+// undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
+// The caller closes `injector.client` (the RPC client's sockets).
+export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): LibvirtInjector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
   const kubevirt = config.libvirt.platform === 'kubevirt';
-  return new VirshInjector({
+  return new LibvirtInjector({
+    ...(config.libvirt.mode === 'rpc' ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs }) } : {}),
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
@@ -115,7 +117,9 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       makeSource: (onKey) => new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
       refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
-    return withDatasource(agent, async () => {});
+    return withDatasource(agent, async () => {
+      await injector?.client.close();
+    });
   }
   const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause }] = await Promise.all([
     import('../agent/events.ts'),
@@ -137,7 +141,10 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey, ...(config.namespaces ? { namespaces: config.namespaces } : {}) }),
     refs: new KubeRefResolver(api, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
-  return withDatasource(agent, () => connection.close());
+  return withDatasource(agent, async () => {
+    await injector?.client.close();
+    await connection.close();
+  });
 }
 
 export const agent: Command = async (ctx) => {

@@ -56,3 +56,15 @@ test('durations', () => {
   assert.equal(parseDuration('15', 'x'), 15_000);
   assert.throws(() => parseDuration('0s', 'x'), ConfigError);
 });
+
+test('--libvirt rpc: the RPC client under the injector, with the per-call timeout; virsh stays available', async () => {
+  const { makeInjector } = await import('../../src/commands/agent.ts');
+  const c = loadConfig(['--local', 'd', '--libvirt', 'rpc', '--virsh-timeout', '7s'], {}, '/')!;
+  assert.equal(c.libvirt.mode, 'rpc');
+  const rpc = makeInjector(c)!;
+  assert.deepEqual([rpc.client.kind, rpc.client.supportsEvents], ['rpc', true]);
+  await rpc.client.close();
+  const virsh = makeInjector(loadConfig(['--local', 'd', '--libvirt', 'virsh'], {}, '/')!)!;
+  assert.deepEqual([virsh.client.kind, virsh.client.supportsEvents], ['virsh', false]);
+  assert.throws(() => loadConfig(['--local', 'd', '--libvirt', 'grpc'], {}, '/'), (e: unknown) => e instanceof ConfigError && /off, virsh, rpc/.test(e.message));
+});
