@@ -17,6 +17,7 @@ import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
+import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
@@ -59,6 +60,14 @@ export function makeInjector(config: Config, resume?: ResumeHook, spawner?: Proc
 const noVirshResume: ResumeHook = async () => {
   throw new VmseedError('CONFIG_INVALID', 'the seed gate on --platform kubevirt resumes through KubeVirt\'s unpause API only, and none is configured', { kind: 'terminal', field: 'resumeVia' });
 };
+
+// With the RPC client: plain libvirt's one URI is watched all the time;
+// KubeVirt's launcher sockets while a VMI waits for its domain.
+export function domainEventsFor(config: Config, injector: LibvirtInjector | undefined): DomainEvents | undefined {
+  if (!injector?.client.supportsEvents) return undefined;
+  const fixed = !config.libvirt.uri.includes('{');
+  return clientDomainEvents(injector.client, (t) => injector.locate(t), fixed ? [config.libvirt.uri] : []);
+}
 
 // The publish directory's last component is ours to create (e.g. `vmseed`
 // in the launcher's emptyDir); its parent must exist.
@@ -107,7 +116,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   };
   if (config.mode === 'local') {
     const injector = makeInjector(config);
-    const withInjector = injector ? { injector } : {};
+    const domainEvents = domainEventsFor(config, injector);
+    const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
     const { LocalDirSource } = await import('../agent/local-source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
     const agent = new Agent({
@@ -132,7 +142,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
   const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined);
-  const withInjector = injector ? { injector } : {};
+  const domainEvents = domainEventsFor(config, injector);
+  const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
   const agent = new Agent({
     ...common,
     ...withInjector,
