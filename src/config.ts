@@ -149,7 +149,8 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
                               anyway (default 20s; keep ~5s under terminationGracePeriodSeconds)
   --libvirt off|virsh|rpc     inject seeds into libvirt domains: virsh (a virsh process per call) or rpc
                               (libvirt's protocol on one socket per URI, domain events; local sockets
-                              only) (local default off, cluster default virsh)
+                              only) (local default off; cluster default rpc, virsh when --libvirt-uri
+                              is not a local qemu URI)
   --platform kubevirt|libvirt the defaults of the libvirt side (cluster: kubevirt, local: libvirt); the
                               flags below override single values
   --pods-dir DIR              the kubelet's /var/lib/kubelet/pods as mounted here (default /pods)
@@ -201,6 +202,12 @@ function parseIntFlag(text: string, flag: string, min: number, max: number): num
   const n = Number(text);
   if (n < min || n > max) throw new ConfigError(`--${flag}: ${n} is out of range; use ${min}..${max}`);
   return n;
+}
+
+// The URIs the RPC client dials itself (src/libvirt/rpc/uri.ts); others
+// (ssh, tls, tcp) need virsh.
+function rpcDialable(uriTemplate: string): boolean {
+  return /^qemu(\+unix)?:\/\/\/(system|session)(\?socket=[^&]+)?$/.test(uriTemplate);
 }
 
 function oneOf<T extends string>(text: string, flag: string, allowed: readonly T[]): T {
@@ -306,7 +313,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     shutdownTimeoutMs: parseDuration(get('shutdown-timeout') ?? '20s', 'shutdown-timeout'),
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
-      mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh', 'rpc'] as const),
+      mode: oneOf(get('libvirt') ?? (local ? 'off' : rpcDialable(get('libvirt-uri') ?? preset.uri) ? 'rpc' : 'virsh'), 'libvirt', ['off', 'virsh', 'rpc'] as const),
       platform,
       podsDir,
       virshPath: get('virsh-path') ?? 'virsh',
@@ -342,6 +349,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   }
   if (platform === 'kubevirt' && config.libvirt.resumeVia === 'virsh') {
     throw new ConfigError('--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt');
+  }
+  if (config.libvirt.mode === 'rpc' && !rpcDialable(config.libvirt.uri)) {
+    throw new ConfigError(`--libvirt rpc: '${config.libvirt.uri}' is not a local qemu URI (qemu:///system, qemu:///session, qemu+unix:///…?socket=PATH) the RPC client can dial; use --libvirt virsh for other transports`);
   }
   const socket = LAUNCHER_SOCKET(podsDir, '00000000-0000-0000-0000-000000000000');
   if (config.libvirt.uri === preset.uri && platform === 'kubevirt' && Buffer.byteLength(socket) > MAX_SOCKET_PATH) {
