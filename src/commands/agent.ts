@@ -35,6 +35,7 @@ const CLOSE_GRACE_MS = 3000;
 // The caller closes `injector.client` (the RPC client's sockets).
 export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): LibvirtInjector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
+  if (spawner && config.libvirt.mode !== 'virsh') throw new VmseedError('INTERNAL', 'a virsh process spawner was given with --libvirt rpc', { kind: 'terminal' });
   const kubevirt = config.libvirt.platform === 'kubevirt';
   return new LibvirtInjector({
     ...(config.libvirt.mode === 'rpc' ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs }) } : {}),
