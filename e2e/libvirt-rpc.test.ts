@@ -223,7 +223,8 @@ test('rpc: 50 domains read and changed concurrently over one connection', async 
 
 test('rpc: mutations of one domain run one at a time, in call order', async () => {
   const domain = await newDomain('rpc-serial', 'paused');
-  const xmls = ['sda', 'sdb', 'sdc'].map((t, i) => buildSeedDiskXml({ sourceFile: seedFile(`serial-${t}`), targetDev: t, bus: 'scsi', alias: `ua-serial${i}` }));
+  // address: null: libvirt places each (the seed's fixed drive address would collide).
+  const xmls = ['sda', 'sdb', 'sdc'].map((t, i) => buildSeedDiskXml({ sourceFile: seedFile(`serial-${t}`), targetDev: t, bus: 'scsi', alias: `ua-serial${i}`, address: null }));
   // Started together; if they overlapped libvirt would still cope, so the
   // proof is the order the disks end up in the live XML (attach appends).
   await Promise.all(xmls.map((x) => rpc.attachDevice(LIBVIRT_URI, domain, x, { live: true, config: false })));
