@@ -132,7 +132,11 @@ export class DomainWaits {
           return r;
         } catch (e) {
           if (t && this.#byKey.get(key) === t && isVmseedError(e) && WAITING.has(e.code)) {
-            t.unwatch ??= this.#events.watch(t.uri);
+            try {
+              t.unwatch ??= this.#events.watch(t.uri);
+            } catch {
+              // Too many sockets open: the backoff alone brings the retry.
+            }
           } else {
             this.#release(key);
           }
