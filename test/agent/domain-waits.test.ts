@@ -96,9 +96,9 @@ test('libvirt platform: a domain defined after its VMI is seeded on the defined 
   assert.equal(lv.calls.filter((c) => c[0] === 'dominfo').length, attempts);
 
   client.emit({ type: 'lifecycle', uri: 'qemu:///system', domain: 'ns_web', uuid: 'u', event: 'started', detail: 1 });
-  await until('the seed attached and the domain resumed', () => lv.domains.get('ns_web')!.state === 'running');
+  // The status is written after the injector returns: wait for both.
+  await until('the seed attached, the domain resumed, the VMI ready', () => lv.domains.get('ns_web')!.state === 'running' && agent.status.get('ns/web')?.lastError === undefined);
   assert.equal(lv.domains.get('ns_web')!.live.filter((d) => d.alias === 'ua-vmseed_seed').length, 1);
-  assert.equal(agent.status.get('ns/web')?.lastError, undefined);
 });
 
 test('without events (the virsh client) the same VMI waits for its backoff', async (t) => {
