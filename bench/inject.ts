@@ -11,6 +11,12 @@
 // The `rpc:` rows use vmseed's native client of libvirt's RPC protocol
 // (src/libvirt/rpc-client.ts): one connection opened before the loop, no
 // process per step; a detach waits for libvirt's device-removed event.
+// `rpc: injector.inject` is the injector itself on that client (what
+// `--libvirt rpc` runs). Then, with the targets of issue 17 checked at the
+// end: the agent (a local-mode process, `--libvirt rpc`) seeding and
+// resuming domains created paused after their VMI files, timed by
+// libvirt's own events; and 100 injector.inject calls against a private
+// libvirtd that is killed and restarted in the middle.
 import { spawn, execFile } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,7 +24,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { VirshInjector } from '../src/libvirt/injector.ts';
+import { LibvirtInjector, VirshInjector } from '../src/libvirt/injector.ts';
+import { parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
+import { VmseedError } from '../src/errors.ts';
+import { startAgentProcess, vmiYaml, waitUntil } from '../e2e/support/agent-process.ts';
+import { startPrivateLibvirtd } from '../e2e/support/private-libvirtd.ts';
 import { buildSeedDiskXml, type SeedBus } from '../src/libvirt/disk-xml.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
@@ -89,7 +99,7 @@ function removedEvent(rpc: RpcLibvirtClient, domain: string): Promise<void> {
       reject(new Error(`no device-removed event for ${domain} within 30 s`));
     }, 30_000);
     const off = rpc.onEvent((e) => {
-      if (e.type === 'device-removed' && e.domain === domain && e.alias === 'ua-vmseed') {
+      if (e.type === 'device-removed' && e.domain === domain && e.alias === SEED_ALIAS) {
         clearTimeout(t);
         off();
         resolve();
@@ -143,6 +153,123 @@ async function benchEventSeed(dir: string, rpc: RpcLibvirtClient): Promise<void>
   rows.push({ op: `rpc: started-paused event → state+XML+attach+resume (${n} domains)`, samples });
 }
 
+// The agent end to end: VMI files (resume-after-seed) on disk, their images
+// built, the agent waiting for the domains (DOMAIN_NOT_FOUND); then each
+// domain is created paused, one at a time. Timed by libvirt's events as a
+// separate observer sees them: from the domain's `started` to its `resumed`
+// (the agent: event → reconcile → domainView + attach + resume).
+async function benchAgentSeed(rpc: RpcLibvirtClient): Promise<{ n: number }> {
+  const n = Math.min(CYCLES, 20);
+  const NS = 'bench';
+  const agent = await startAgentProcess(['--libvirt', 'rpc', '--disk-bus', 'scsi', '--log-level', 'info']);
+  const names = Array.from({ length: n }, (_, i) => `ev-${process.pid}-${i}`);
+  const samples: number[] = [];
+  const fromCreate: number[] = [];
+  try {
+    for (const name of names) await agent.put(`${name}.yaml`, vmiYaml({ namespace: NS, name, cloudInit: JSON.stringify({ userData: `#cloud-config\n# ${name}\n` }), resumeAfterSeed: true }));
+    await waitUntil('every VMI waiting for its domain', async () => {
+      const s = await Promise.all(names.map((name) => agent.vmi(NS, name)));
+      return s.every((r) => r?.lastError?.code === 'DOMAIN_NOT_FOUND');
+    }, 60_000, () => agent.log().split('\n').slice(-20).join('\n'));
+    const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-agent-'));
+    try {
+      for (const name of names) {
+        const domain = `${NS}_${name}`;
+        const file = join(dir, `${domain}.xml`);
+        writeFileSync(file, emptyDomainXml({ name: domain, scsiController: true }));
+        let started: number | undefined;
+        const resumed = new Promise<number>((resolve, reject) => {
+          const t = setTimeout(() => { off(); reject(new Error(`${domain}: not resumed within 60 s\n${agent.log().split('\n').slice(-20).join('\n')}`)); }, 60_000);
+          const off = rpc.onEvent((e) => {
+            if (e.type !== 'lifecycle' || e.domain !== domain) return;
+            if (e.event === 'started') started ??= performance.now();
+            if (e.event === 'resumed') {
+              clearTimeout(t);
+              off();
+              resolve(performance.now());
+            }
+          });
+        });
+        const c0 = performance.now();
+        try {
+          await run('virsh', ['-q', '-c', LIBVIRT_URI, 'create', '--paused', file]);
+          const created = performance.now();
+          const at = await resumed;
+          if (started === undefined) throw new Error(`${domain}: no started event`);
+          samples.push(at - started);
+          fromCreate.push(at - created);
+          void c0;
+          const xml = parseDomainXml(await rpc.domainXml(LIBVIRT_URI, domain));
+          if (xml.disks.filter((d) => d.alias === 'ua-vmseed_seed').length !== 1) throw new Error(`${domain}: not exactly one seed disk`);
+        } finally {
+          await destroyDomain(domain);
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  } finally {
+    await agent.dispose();
+  }
+  rows.push(
+    { op: `agent (--libvirt rpc): domain created paused after its VMI → seeded and resumed (started→resumed event, ${n} domains)`, samples },
+    { op: `agent (--libvirt rpc): the same, from 'virsh create --paused' returning`, samples: fromCreate },
+  );
+  return { n };
+}
+
+// 100 injector.inject calls (shut-off persistent domains: --config) on a
+// private libvirtd killed and restarted 400 ms in. Each is retried, as the
+// reconciler would, on retryable errors; the injector re-reads before it
+// attaches, so an attach that landed before the kill is not made twice.
+async function benchRestart(): Promise<string> {
+  const daemon = await startPrivateLibvirtd();
+  const client = new RpcLibvirtClient({ timeoutMs: 30_000, backoffInitialMs: 20, backoffMaxMs: 500 });
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-restart-'));
+  try {
+    const names = Array.from({ length: 100 }, (_, i) => `r${i}`);
+    for (const name of names) await daemon.define(emptyDomainXml({ name: `bench_${name}`, scsiController: true }));
+    const seed = join(dir, 'seed.iso');
+    writeFileSync(seed, Buffer.alloc(64 * 1024));
+    const inj = new LibvirtInjector({ client, uriTemplate: daemon.uri, bus: 'scsi' });
+    const errors = new Map<string, number>();
+    const actions = new Map<string, number>();
+    const latencies: number[] = [];
+    let done = 0;
+    const all = Promise.all(names.map(async (name, i) => {
+      await sleep(i * 10);
+      const t0 = performance.now();
+      for (let attempt = 0; ; attempt++) {
+        try {
+          const r = await inj.inject({ namespace: 'bench', name, uid: name, datasource: 'nocloud', annotations: {} }, seed);
+          actions.set(r.action, (actions.get(r.action) ?? 0) + 1);
+          break;
+        } catch (e) {
+          if (!(e instanceof VmseedError) || e.kind !== 'retryable' || attempt >= 50) throw e;
+          errors.set(e.code, (errors.get(e.code) ?? 0) + 1);
+          await sleep(50);
+        }
+      }
+      latencies.push(performance.now() - t0);
+      done++;
+    }));
+    await sleep(400);
+    const before = done;
+    const r0 = performance.now();
+    await daemon.restart({ downMs: 300 });
+    const downMs = performance.now() - r0;
+    await all;
+    const disks = await Promise.all(names.map(async (name) => parseDomainXml(await client.domainXml(daemon.uri, `bench_${name}`, { inactive: true })).disks.filter((d) => d.alias === 'ua-vmseed_seed').length));
+    const once = disks.filter((n) => n === 1).length;
+    rows.push({ op: `restart: injector.inject, 100 calls, libvirtd killed+restarted mid-way (incl. retries)`, samples: latencies });
+    return `libvirtd restarted after ${before}/100 injections had completed (down ${downMs.toFixed(0)} ms incl. start): ${done}/100 completed, ${once}/100 domains with exactly one seed disk; results ${JSON.stringify(Object.fromEntries(actions))}; retried errors ${JSON.stringify(Object.fromEntries(errors))}`;
+  } finally {
+    await client.close();
+    rmSync(dir, { recursive: true, force: true });
+    await daemon.stop();
+  }
+}
+
 async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Promise<void> {
   const name = `bench-${bus}-${process.pid}`;
   const domain = `bench_${name}`;
@@ -161,10 +288,11 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     }
     const target: InjectionTarget = { namespace: 'bench', name, uid: 'bench', datasource: 'nocloud', annotations: {} };
     const inj = new VirshInjector({ bus, pollIntervalMs: 5 });
+    const rpcInj = new LibvirtInjector({ bus, client: rpc });
     const dev = bus === 'scsi' ? 'sda' : 'vda';
     const xmlFile = join(dir, `${bus}.xml`);
     writeFileSync(xmlFile, buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus }));
-    const s = { inject: [] as number[], eject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
+    const s = { inject: [] as number[], eject: [] as number[], rpcInject: [] as number[], rpcEject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
     const r = { state: [] as number[], xml: [] as number[], view: [] as number[], attach: [] as number[], detach: [] as number[], inject: [] as number[], oneReadOneWrite: [] as number[] };
     const rpcXml = buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus });
     const sh = new VirshShell();
@@ -172,6 +300,13 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     for (let i = 0; i < CYCLES; i++) {
       s.inject.push(await time(() => inj.inject(target, seedA)));
       s.eject.push(await time(() => inj.eject(target)));
+      // The same injector on the RPC client.
+      s.rpcInject.push(await time(async () => {
+        if ((await rpcInj.inject(target, seedA)).action !== 'attached') throw new Error('rpc inject attached nothing');
+      }));
+      s.rpcEject.push(await time(async () => {
+        if ((await rpcInj.eject(target)).action !== 'detached') throw new Error('rpc eject detached nothing');
+      }));
       // One virsh spawn per step: libvirt's work + one spawn + one connect.
       s.attach.push(await time(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'attach-device', domain, xmlFile, '--live'])));
       s.detach.push(await time(async () => {
@@ -205,8 +340,10 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     }
     sh.close();
     rows.push(
-      { op: `${bus}: injector.inject (dominfo+2×dumpxml+attach)`, samples: s.inject },
-      { op: `${bus}: injector.eject (…+detach+poll until gone)`, samples: s.eject },
+      { op: `${bus}: virsh: injector.inject (dominfo+dumpxml+attach, a process each)`, samples: s.inject },
+      { op: `${bus}: virsh: injector.eject (…+detach+poll until gone)`, samples: s.eject },
+      { op: `${bus}: rpc: injector.inject (domainView+attach)`, samples: s.rpcInject },
+      { op: `${bus}: rpc: injector.eject (domainView+detach+device-removed event)`, samples: s.rpcEject },
       { op: `${bus}: virsh attach-device (1 spawn)`, samples: s.attach },
       { op: `${bus}: virsh detach-device + poll domblklist`, samples: s.detach },
       { op: `${bus}: virsh shell: attach-device`, samples: s.shAttach },
@@ -228,6 +365,7 @@ async function main(): Promise<void> {
   await ensureLibvirtd();
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-inject-'));
   const rpc = new RpcLibvirtClient();
+  let restartNote = '';
   // Connected (and subscribed to events) before anything is timed.
   rpc.watch(LIBVIRT_URI);
   await rpc.version(LIBVIRT_URI);
@@ -256,6 +394,8 @@ async function main(): Promise<void> {
     rows.push({ op: 'rpc: get-lib-version (connected, no-op)', samples: rpcNoop }, { op: 'rpc: connect+auth+open+events+version+close', samples: rpcFresh });
     for (const bus of modes) await benchDomain(bus, dir, rpc);
     await benchEventSeed(dir, rpc);
+    await benchAgentSeed(rpc);
+    restartNote = await benchRestart();
   } finally {
     await rpc.close();
     rmSync(dir, { recursive: true, force: true });
@@ -271,6 +411,23 @@ async function main(): Promise<void> {
     const med = pct(s, 50);
     console.log(`${r.op.padEnd(w)} | ${med.toFixed(1).padStart(9)} | ${pct(s, 99).toFixed(1).padStart(7)} | ${(med / refMed).toFixed(2).padStart(5)}`);
   }
+  // Issue 17's targets, against the reference row of this same run.
+  const stat = (op: string) => {
+    const r = rows.find((x) => x.op.startsWith(op));
+    if (!r) return undefined;
+    const s = [...r.samples].sort((a, b) => a - b);
+    return { med: pct(s, 50), p99: pct(s, 99) };
+  };
+  const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
+  console.log('');
+  for (const bus of modes) {
+    const x = stat(`${bus}: rpc: injector.inject`);
+    if (!x) continue;
+    console.log(`target ${bus}: rpc injector.inject median ≤ 0.5× virsh version (${(0.5 * refMed).toFixed(1)} ms): ${x.med.toFixed(1)} ms, ${verdict(x.med <= 0.5 * refMed)}; p99 ≤ 1× (${refMed.toFixed(1)} ms): ${x.p99.toFixed(1)} ms, ${verdict(x.p99 <= refMed)}`);
+  }
+  const a = stat('agent (--libvirt rpc): domain created paused');
+  if (a) console.log(`target agent: defined paused → seeded and resumed median ≤ 100 ms: ${a.med.toFixed(1)} ms, ${verdict(a.med <= 100)}`);
+  console.log(`target restart: ${restartNote}`);
 }
 
 await main();

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { ImageStore } from '../src/disk/store.ts';
 import { buildSeedImage } from '../src/disk/seed-image.ts';
-import { VirshInjector } from '../src/libvirt/injector.ts';
+import { e2eInjector } from './support/libvirt-mode.ts';
 import { DirPublisher } from '../src/libvirt/publish.ts';
 import type { Seed } from '../src/cloudinit/seed.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
@@ -58,7 +58,7 @@ test('running domain, seed changed through the store and the injector: the disk 
   const store = new ImageStore({ root: join(dir, 'store') });
   const key = { namespace: 'e2e', name, uid: `uid-${name}` };
   const target: InjectionTarget = { ...key, datasource: 'nocloud', annotations: {} };
-  const inj = new VirshInjector({ bus: 'scsi' });
+  const inj = e2eInjector({ bus: 'scsi' });
   const ts = new Date(0);
 
   const img1 = buildSeedImage(seed('one'), ts);
@@ -98,7 +98,7 @@ test('published into a launcher pod\'s ephemeral-disks/vmseed: the copy carries 
   const ephemeral = join(dir, 'pods', pod, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
   mkdirSync(ephemeral, { recursive: true });
   const hotplug = join(ephemeral, 'vmseed');
-  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
+  const inj = e2eInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
   const target: InjectionTarget = { ...key, datasource: 'nocloud', annotations: {}, launcherPods: [pod] };
   const ts = new Date(0);
 

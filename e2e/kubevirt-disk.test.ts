@@ -7,12 +7,16 @@
 // attach and for a SCSI detach, which does not need the guest.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config.ts';
 import { makeInjector } from '../src/commands/agent.ts';
-import { VirshInjector } from '../src/libvirt/injector.ts';
+import type { LibvirtInjector } from '../src/libvirt/injector.ts';
+import { closeLater, e2eAgentLibvirtFlag, e2eInjector } from './support/libvirt-mode.ts';
+
+const closeLaterInjector = (inj: LibvirtInjector) => (closeLater(inj.client), inj);
 import { VmseedError } from '../src/errors.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { ensureLibvirtd, uniqueName, destroyDomain, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
@@ -68,14 +72,14 @@ async function pausedDomain(prefix: string, scsi: boolean): Promise<{ name: stri
   return { name, domain, vmiDisk };
 }
 
-function kubevirtInjector(resumed: string[]): VirshInjector {
+function kubevirtInjector(resumed: string[]): LibvirtInjector {
   const config = loadConfig(
-    ['--libvirt-uri', 'qemu:///system', '--publish-dir', join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks/vmseed'), '--image-path-in-domain', '{path}'],
+    [...e2eAgentLibvirtFlag(), '--libvirt-uri', 'qemu:///system', '--publish-dir', join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks/vmseed'), '--image-path-in-domain', '{path}'],
     { NODE_NAME: 'n1' },
     '/',
   )!;
   assert.equal(config.libvirt.platform, 'kubevirt');
-  return makeInjector(config, async ({ target }) => void resumed.push(target.name)) as VirshInjector;
+  return closeLaterInjector(makeInjector(config, async ({ target }) => void resumed.push(target.name))!);
 }
 
 function target(name: string): InjectionTarget {
@@ -137,7 +141,7 @@ test('q35 without a SCSI controller: the virtio fallback vdzz, live only; its de
   assert.deepEqual((await domblklist(domain)).map((b) => [b.target, b.source === vmiDisk]), [['vda', true], ['vdzz', false]]);
   assert.deepEqual((await domblklist(domain, true)).map((b) => b.target), ['vda']);
   assert.match(await virsh('dumpxml', domain), /<target dev='vdzz' bus='virtio'\/>[\s\S]*?<alias name='ua-vmseed_seed'\/>/);
-  const quick = new VirshInjector({ uriTemplate: 'qemu:///system', liveOnly: true, detachTimeoutMs: 1000, pollIntervalMs: 200 });
+  const quick = e2eInjector({ uriTemplate: 'qemu:///system', liveOnly: true, detachTimeoutMs: 1000, pollIntervalMs: 200 });
   await assert.rejects(quick.eject({ ...target(name), launcherPods: undefined }), (e: unknown) => e instanceof VmseedError && e.code === 'DETACH_TIMEOUT' && e.retryable);
 });
 
@@ -164,21 +168,26 @@ test('the preset\'s encoded socket URI reaches libvirt: --pods-dir with a % in i
   const runtime = join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/libvirt-runtime');
   mkdirSync(runtime, { recursive: true });
   mkdirSync(join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/ephemeral-disks'), { recursive: true });
-  symlinkSync('/var/run/libvirt/libvirt-sock', join(runtime, 'virtqemud-sock'));
+  // A bind mount, not a symlink: the RPC client dials only a real socket.
+  const socket = join(runtime, 'virtqemud-sock');
+  writeFileSync(socket, '');
+  execFileSync('mount', ['--bind', '/var/run/libvirt/libvirt-sock', socket]);
   try {
-    const config = loadConfig(['--pods-dir', podsDir, '--image-path-in-domain', '{path}'], { NODE_NAME: 'n1' }, '/')!;
+    const config = loadConfig([...e2eAgentLibvirtFlag(), '--pods-dir', podsDir, '--image-path-in-domain', '{path}'], { NODE_NAME: 'n1' }, '/')!;
     assert.equal(config.libvirt.uri, 'qemu+unix:///session?socket=/tmp/%25q/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock');
     const { name, domain } = await pausedDomain('kvuri', true);
     const resumed: string[] = [];
     // The system daemon answers on that socket; `session` in the path is
     // what KubeVirt uses for its per-launcher daemon.
-    const inj = makeInjector({ ...config, libvirt: { ...config.libvirt, uri: config.libvirt.uri.replace('///session', '///system') } }, async ({ target }) => void resumed.push(target.name)) as VirshInjector;
+    const inj = makeInjector({ ...config, libvirt: { ...config.libvirt, uri: config.libvirt.uri.replace('///session', '///system') } }, async ({ target }) => void resumed.push(target.name))!;
+    closeLaterInjector(inj);
     const r = await inj.inject(target(name), storeImage(name, 'e'));
     assert.deepEqual([r.action, r.targetDev, r.flags], ['attached', 'sdzz', ['--live']]);
     assert.deepEqual((await domblklist(domain)).map((b) => b.target), ['sda', 'sdzz']);
     assert.ok((await domblklist(domain))[1]!.source.startsWith(join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/ephemeral-disks/vmseed/')));
     assert.deepEqual(resumed, [name]);
   } finally {
+    execFileSync('umount', [socket]);
     rmSync(podsDir, { recursive: true, force: true });
   }
 });

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync, rmSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { VirshInjector } from '../src/libvirt/injector.ts';
+import { e2eInjector } from './support/libvirt-mode.ts';
 import { VmseedError } from '../src/errors.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { ensureLibvirtd, uniqueName, destroyDomain, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
@@ -52,7 +52,7 @@ test('virtio: paused guest gets its seed, is resumed, reads it; seed replaced li
 
   const userData = `#cloud-config\n# ${name}\nruncmd: [echo hello]\n`;
   const first = seedIso(`one-${name}`, userData);
-  const inj = new VirshInjector({ detachTimeoutMs: 60_000 });
+  const inj = e2eInjector({ detachTimeoutMs: 60_000 });
   const r = await inj.inject(target(name), first);
   assert.equal(r.action, 'attached');
   assert.equal(r.domainState, 'paused');
@@ -92,7 +92,7 @@ test('virtio detach on a paused guest cannot complete: DETACH_TIMEOUT, retryable
   const consoleLog = join(dir, `${name}.console`);
   await defineDomain(await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.after=stay vmseed.wait=240' }));
   await virsh('start', '--paused', domain);
-  const inj = new VirshInjector({ detachTimeoutMs: 1_000 });
+  const inj = e2eInjector({ detachTimeoutMs: 1_000 });
   const t: InjectionTarget = { ...target(name), annotations: {} };
   await inj.inject(t, seedIso(`s-${name}`, '#cloud-config\n'));
   await assert.rejects(inj.eject(t), (err: unknown) => {

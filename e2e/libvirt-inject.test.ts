@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { VirshInjector } from '../src/libvirt/injector.ts';
+import { e2eInjector } from './support/libvirt-mode.ts';
 import { DirPublisher } from '../src/libvirt/publish.ts';
 import { VmseedError } from '../src/errors.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
@@ -54,7 +54,7 @@ async function newDomain(prefix: string, opts: { start?: 'running' | 'paused' | 
 test('running persistent domain: attach --live --config, seeded after boot; second run changes nothing', async () => {
   const { name, domain } = await newDomain('run', { start: 'running' });
   const seed = seedFile(`a-${name}`);
-  const inj = new VirshInjector();
+  const inj = e2eInjector();
   const r = await inj.inject(target(name), seed);
   assert.equal(r.action, 'attached');
   assert.equal(r.domain, domain);
@@ -80,7 +80,7 @@ test('running persistent domain: attach --live --config, seeded after boot; seco
 test('paused domain with resume-after-seed: attached live, then resumed by the seed gate', async () => {
   const { name, domain } = await newDomain('paused', { start: 'paused' });
   const seed = seedFile(`p-${name}`);
-  const r = await new VirshInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'true' }), seed);
+  const r = await e2eInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'true' }), seed);
   assert.equal(r.action, 'attached');
   assert.equal(r.domainState, 'paused');
   assert.deepEqual(r.flags, ['--live', '--config']);
@@ -92,7 +92,7 @@ test('paused domain with resume-after-seed: attached live, then resumed by the s
 
 test('paused domain without the annotation stays paused', async () => {
   const { name, domain } = await newDomain('nogate', { start: 'paused' });
-  const r = await new VirshInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'false' }), seedFile(`n-${name}`));
+  const r = await e2eInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'false' }), seedFile(`n-${name}`));
   assert.equal(r.action, 'attached');
   assert.equal(r.resumed, false);
   assert.equal(await domstate(domain), 'paused');
@@ -101,7 +101,7 @@ test('paused domain without the annotation stays paused', async () => {
 test('shut-off persistent domain: --config only, the disk is there at the next start', async () => {
   const { name, domain } = await newDomain('off');
   const seed = seedFile(`o-${name}`);
-  const inj = new VirshInjector();
+  const inj = e2eInjector();
   const r = await inj.inject(target(name), seed);
   assert.equal(r.action, 'attached');
   assert.deepEqual(r.flags, ['--config']);
@@ -116,7 +116,7 @@ test('shut-off persistent domain: --config only, the disk is there at the next s
 
 test('shut-off domain: seed changed → source replaced; eject → gone from the config', async () => {
   const { name, domain } = await newDomain('chg');
-  const inj = new VirshInjector();
+  const inj = e2eInjector();
   const first = seedFile(`c1-${name}`);
   const second = seedFile(`c2-${name}`);
   await inj.inject(target(name), first);
@@ -138,7 +138,7 @@ test('a fixed far target (vdzz) next to an existing disk, never the next free on
     name: domain,
     extraDevices: `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='${other}'/><target dev='vda' bus='virtio'/></disk>`,
   }));
-  const r = await new VirshInjector().inject(target(name), seedFile(`b-${name}`));
+  const r = await e2eInjector().inject(target(name), seedFile(`b-${name}`));
   assert.equal(r.targetDev, 'vdzz');
   assert.deepEqual((await domblklist(domain, true)).map((b) => b.target), ['vda', 'vdzz']);
 });
@@ -146,7 +146,7 @@ test('a fixed far target (vdzz) next to an existing disk, never the next free on
 test('transient running domain: --live only, never --config', async () => {
   const { name, domain } = await newDomain('trans', { transient: true });
   const seed = seedFile(`t-${name}`);
-  const r = await new VirshInjector().inject(target(name), seed);
+  const r = await e2eInjector().inject(target(name), seed);
   assert.equal(r.persistent, false);
   assert.deepEqual(r.flags, ['--live']);
   assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
@@ -154,7 +154,7 @@ test('transient running domain: --live only, never --config', async () => {
 
 test('SCSI mode on a virtio-scsi controller: a read-only disk on sdzz at drive address target 7, replaced and detached on a running domain', async () => {
   const { name, domain } = await newDomain('scsi', { start: 'running', scsi: true });
-  const inj = new VirshInjector({ bus: 'scsi' });
+  const inj = e2eInjector({ bus: 'scsi' });
   const first = seedFile(`s1-${name}`);
   const r = await inj.inject(target(name), first);
   assert.deepEqual([r.action, r.bus, r.targetDev], ['attached', 'scsi', 'sdzz']);
@@ -181,7 +181,7 @@ test('publish into a launcher pod\'s ephemeral-disks/vmseed ({podUID}): QEMU ope
   const pod = '7e7e7e7e-7e7e-4e7e-8e7e-7e7e7e7e7e7e';
   const ephemeral = join(dir, 'pods', pod, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
   mkdirSync(ephemeral, { recursive: true });
-  const inj = new VirshInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
+  const inj = e2eInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
   const t = { ...target(name), launcherPods: [pod] };
   const seed = join(mkdtempSync(join(dir, 'store-')), 'nocloud-0123456789abcdef.iso');
   writeFileSync(seed, Buffer.alloc(64 * 1024, name));
@@ -201,7 +201,7 @@ test('publish into a launcher pod\'s ephemeral-disks/vmseed ({podUID}): QEMU ope
 
 test('domain missing: DOMAIN_NOT_FOUND, retryable; eject of a missing domain is a no-op', async () => {
   const name = uniqueName('missing');
-  const inj = new VirshInjector();
+  const inj = e2eInjector();
   await assert.rejects(inj.inject(target(name), seedFile(`m-${name}`)), (e: unknown) => {
     assert.ok(e instanceof VmseedError);
     assert.equal(e.code, 'DOMAIN_NOT_FOUND');
@@ -213,7 +213,7 @@ test('domain missing: DOMAIN_NOT_FOUND, retryable; eject of a missing domain is 
 
 test('seed file missing: SEED_FILE_NOT_ACCESSIBLE with the image path template applied', async () => {
   const { name } = await newDomain('nofile', { start: 'paused' });
-  const inj = new VirshInjector({ imagePathTemplate: '/nonexistent/vmseed/{namespace}/{name}/{basename}' });
+  const inj = e2eInjector({ imagePathTemplate: '/nonexistent/vmseed/{namespace}/{name}/{basename}' });
   await assert.rejects(inj.inject(target(name), seedFile(`x-${name}`)), (e: unknown) => {
     assert.ok(e instanceof VmseedError);
     assert.equal(e.code, 'SEED_FILE_NOT_ACCESSIBLE');

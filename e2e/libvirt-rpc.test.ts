@@ -111,7 +111,7 @@ for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
       const view = await client.domainView(LIBVIRT_URI, domain);
       assert.deepEqual(view.info, { state: 'paused', rawState: 'paused', persistent: true });
       assert.deepEqual(parseDomainXml(view.liveXml).disks, live);
-      assert.deepEqual(parseDomainXml(view.inactiveXml).disks, []);
+      assert.deepEqual(parseDomainXml(view.inactiveXml!).disks, []);
       assert.deepEqual((await domblklist(domain)).map((r) => r.source), [seed]);
 
       await client.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
@@ -223,6 +223,7 @@ test('rpc: 50 domains read and changed concurrently over one connection', async 
 
 test('rpc: mutations of one domain run one at a time, in call order', async () => {
   const domain = await newDomain('rpc-serial', 'paused');
+  // address: null: libvirt places each (the seed's fixed drive address would collide).
   const xmls = ['sda', 'sdb', 'sdc'].map((t, i) => buildSeedDiskXml({ sourceFile: seedFile(`serial-${t}`), targetDev: t, bus: 'scsi', alias: `ua-serial${i}`, address: null }));
   // Started together; if they overlapped libvirt would still cope, so the
   // proof is the order the disks end up in the live XML (attach appends).

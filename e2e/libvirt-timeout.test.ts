@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { VirshInjector } from '../src/libvirt/injector.ts';
+import { e2eInjector } from './support/libvirt-mode.ts';
 import { VmseedError } from '../src/errors.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, virsh } from './support/libvirtd.ts';
@@ -61,7 +61,7 @@ exec virsh "$@"
   const seed = join(dir, 'seed.iso');
   writeFileSync(seed, Buffer.alloc(4096));
 
-  const inj = new VirshInjector({ virshPath: wrapper, timeoutMs: 3_000 });
+  const inj = e2eInjector({ virshPath: wrapper, timeoutMs: 3_000 });
   let hungSettled = false;
   const started = Date.now();
   const hung = inj.inject(target(uniqueName('hangs')), seed).finally(() => { hungSettled = true; });
@@ -83,7 +83,7 @@ exec virsh "$@"
 });
 
 test('virsh missing: VIRSH_NOT_FOUND, terminal', async () => {
-  const inj = new VirshInjector({ virshPath: join(dir, 'no-such-virsh') });
+  const inj = e2eInjector({ virshPath: join(dir, 'no-such-virsh') });
   await assert.rejects(inj.inject(target(uniqueName('nv')), '/x.iso'), (e: unknown) => {
     assert.ok(e instanceof VmseedError);
     assert.equal(e.code, 'VIRSH_NOT_FOUND');
@@ -95,7 +95,7 @@ test('virsh missing: VIRSH_NOT_FOUND, terminal', async () => {
 test('per-VMI URI template: the socket path is rendered from the VMI uid', async () => {
   // A socket that does not exist: virsh fails to connect, and the message
   // names the rendered path, proving which endpoint was used.
-  const inj = new VirshInjector({ uriTemplate: `qemu+unix:///system?socket=${dir}/{uid}/libvirt-sock`, timeoutMs: 10_000 });
+  const inj = e2eInjector({ uriTemplate: `qemu+unix:///system?socket=${dir}/{uid}/libvirt-sock`, timeoutMs: 10_000 });
   const t = target(uniqueName('uri'));
   assert.equal(inj.uri(t), `qemu+unix:///system?socket=${dir}/${t.uid}/libvirt-sock`);
   await assert.rejects(inj.inject(t, '/x.iso'), (e: unknown) => {

@@ -11,7 +11,10 @@ import { normalisePrefix } from './http/datasource-path.ts';
 import { encodeUriValue } from './libvirt/template.ts';
 
 export type KubevirtVolumes = 'own' | 'ignore';
-export type LibvirtMode = 'off' | 'virsh';
+// virsh: one `virsh` process per call (works wherever virsh does); rpc:
+// libvirt's RPC protocol over one long-lived socket per URI, with domain
+// events (local unix sockets only).
+export type LibvirtMode = 'off' | 'virsh' | 'rpc';
 export type Platform = 'kubevirt' | 'libvirt';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
@@ -148,7 +151,10 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --resync-period DURATION    re-check every VMI this often (default 10m; e.g. 30s, 5m, 1h)
   --shutdown-timeout DURATION after SIGTERM, how long in-flight work may run before the agent exits
                               anyway (default 20s; keep ~5s under terminationGracePeriodSeconds)
-  --libvirt off|virsh         inject seeds into libvirt domains (local default off, cluster default virsh)
+  --libvirt off|virsh|rpc     inject seeds into libvirt domains: virsh (a virsh process per call) or rpc
+                              (libvirt's protocol on one socket per URI, domain events; local sockets
+                              only) (local default off; cluster default rpc, virsh when --libvirt-uri
+                              is not a local qemu URI)
   --platform kubevirt|libvirt the defaults of the libvirt side (cluster: kubevirt, local: libvirt); the
                               flags below override single values
   --pods-dir DIR              the kubelet's /var/lib/kubelet/pods as mounted here (default /pods)
@@ -166,7 +172,7 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
                               allowed; libvirt: virsh)
   --disk-bus virtio|scsi      bus of the seed disk: scsi sdzz, virtio vdzz (kubevirt: scsi, virtio when the
                               domain has no virtio-scsi controller; libvirt: virtio)
-  --virsh-timeout DURATION    per virsh call (default 30s)
+  --virsh-timeout DURATION    per libvirt call, virsh or rpc (default 30s)
   --log-level LEVEL           fatal|error|warn|info|debug|trace|silent (default info)
   --fsync true|false          fsync images before they replace the old ones (default true)
   --max-user-data-bytes N     largest user-data (and vendor-data) of a seed, after merging (default 1048576, 1 MiB)
@@ -202,6 +208,12 @@ function parseIntFlag(text: string, flag: string, min: number, max: number): num
   const n = Number(text);
   if (n < min || n > max) throw new ConfigError(`--${flag}: ${n} is out of range; use ${min}..${max}`);
   return n;
+}
+
+// The URIs the RPC client dials itself (src/libvirt/rpc/uri.ts); others
+// (ssh, tls, tcp) need virsh.
+function rpcDialable(uriTemplate: string): boolean {
+  return /^qemu(\+unix)?:\/\/\/(system|session)(\?socket=[^&]+)?$/.test(uriTemplate);
 }
 
 function oneOf<T extends string>(text: string, flag: string, allowed: readonly T[]): T {
@@ -307,7 +319,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     shutdownTimeoutMs: parseDuration(get('shutdown-timeout') ?? '20s', 'shutdown-timeout'),
     logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     libvirt: {
-      mode: oneOf(get('libvirt') ?? (local ? 'off' : 'virsh'), 'libvirt', ['off', 'virsh'] as const),
+      mode: oneOf(get('libvirt') ?? (local ? 'off' : rpcDialable(get('libvirt-uri') ?? preset.uri) ? 'rpc' : 'virsh'), 'libvirt', ['off', 'virsh', 'rpc'] as const),
       platform,
       podsDir,
       virshPath: get('virsh-path') ?? 'virsh',
@@ -347,6 +359,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   }
   if (platform === 'kubevirt' && config.libvirt.resumeVia === 'virsh') {
     throw new ConfigError('--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt');
+  }
+  if (config.libvirt.mode === 'rpc' && !rpcDialable(config.libvirt.uri)) {
+    throw new ConfigError(`--libvirt rpc: '${config.libvirt.uri}' is not a local qemu URI (qemu:///system, qemu:///session, qemu+unix:///…?socket=PATH) the RPC client can dial; use --libvirt virsh for other transports`);
   }
   const socket = LAUNCHER_SOCKET(podsDir, '00000000-0000-0000-0000-000000000000');
   if (config.libvirt.uri === preset.uri && platform === 'kubevirt' && Buffer.byteLength(socket) > MAX_SOCKET_PATH) {
@@ -421,7 +436,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
     resyncPeriodSeconds: c.resyncPeriodMs / 1000,
     shutdownTimeoutSeconds: c.shutdownTimeoutMs / 1000,
     libvirt: c.libvirt.mode,
-    ...(c.libvirt.mode === 'virsh'
+    ...(c.libvirt.mode !== 'off'
       ? {
           platform: c.libvirt.platform,
           ...(c.libvirt.platform === 'kubevirt' ? { podsDir: c.libvirt.podsDir } : {}),

@@ -1,4 +1,6 @@
-// The real agent CLI (`node src/main.ts agent --local DIR --libvirt virsh`)
+// The real agent CLI (`node src/main.ts agent --local DIR --libvirt virsh`,
+// or VMSEED_E2E_LIBVIRT's client; not imported from libvirt-mode.ts, which
+// registers node:test hooks and the benchmarks use this file too)
 // as a subprocess, for the whole-chain tests: manifests go into its local
 // directory, its status page is read over HTTP, and it is always killed.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -36,7 +38,7 @@ export async function startAgentProcess(extraArgs: string[] = []): Promise<Agent
   await mkdir(manifests);
   const child = spawn(
     process.execPath,
-    [MAIN, 'agent', '--local', manifests, '--libvirt', 'virsh', '--state-dir', stateDir, '--listen', '127.0.0.1:0', '--log-level', 'debug', '--fsync', 'false', ...extraArgs],
+    [MAIN, 'agent', '--local', manifests, '--libvirt', process.env.VMSEED_E2E_LIBVIRT ?? 'virsh', '--state-dir', stateDir, '--listen', '127.0.0.1:0', '--log-level', 'debug', '--fsync', 'false', ...extraArgs],
     { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let log = '';

@@ -224,7 +224,8 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   const spec = readDaemonSetAgent(o.manifest);
   const extraDir = await mkdtemp(join(tmpdir(), 'vmseed-ds-agent-'));
   await chmod(extraDir, 0o755);
-  const overrides = { ...o.overrides };
+  // VMSEED_E2E_LIBVIRT: the same replica on the other libvirt client.
+  const overrides: Record<string, string> = { ...(process.env.VMSEED_E2E_LIBVIRT ? { libvirt: process.env.VMSEED_E2E_LIBVIRT } : {}), ...o.overrides };
   const env: Record<string, string> = { PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' };
   for (const e of spec.env) {
     if (e.value !== undefined) env[e.name] = e.value;

@@ -9,6 +9,7 @@ import type { BackoffPolicy } from './backoff.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import { Reconciler } from './reconciler.ts';
+import { DomainWaits, type DomainEvents } from './domain-waits.ts';
 import { AgentSeedDirectory } from './seed-directory.ts';
 import { StatusStore } from './status-store.ts';
 import type { VmiSource, KeyHandler } from './vmi-source.ts';
@@ -27,6 +28,9 @@ export interface AgentOptions {
   build: BuildSeedImage;
   store: SeedImageStore;
   injector?: Injector;
+  // libvirt's domain events (the RPC client): a VMI waiting for its domain
+  // is reconciled when the domain appears, not after its backoff.
+  domainEvents?: DomainEvents;
   events: EventRecorder;
   metrics?: Metrics;
   logger: Logger;
@@ -55,6 +59,7 @@ export class Agent {
   readonly seeds: AgentSeedDirectory | undefined;
   readonly #o: AgentOptions;
   readonly #log: Logger;
+  readonly #waits: DomainWaits | undefined;
   // Keys seen before garbage collection ran; the queue opens after it.
   #held: Set<string> | undefined = new Set();
   #resync: NodeJS.Timeout | undefined;
@@ -65,6 +70,8 @@ export class Agent {
     this.#log = options.logger;
     this.events = options.events;
     this.source = options.makeSource((key) => this.#enqueue(key));
+    this.#waits = options.domainEvents && options.injector ? new DomainWaits(options.domainEvents, (key) => this.#enqueue(key), options.logger.child({ component: 'domain-events' })) : undefined;
+    const injector = options.injector && this.#waits ? this.#waits.wrap(options.injector) : options.injector;
     const refs = typeof options.refs === 'function' ? options.refs(this.source) : options.refs;
     this.queue = new WorkQueue({
       concurrency: options.concurrency,
@@ -94,7 +101,7 @@ export class Agent {
       render: options.render,
       build: options.build,
       store: options.store,
-      ...(options.injector ? { injector: options.injector } : {}),
+      ...(injector ? { injector } : {}),
       events: options.events,
       status: this.status,
       ...(options.metrics ? { metrics: options.metrics } : {}),
@@ -123,6 +130,7 @@ export class Agent {
 
   // Resolves once the first list is in and garbage collection ran.
   async start(): Promise<void> {
+    this.#waits?.start();
     await this.source.start();
     await this.source.synced();
     if (this.#stopping) return;
@@ -156,6 +164,7 @@ export class Agent {
   async stop(deadlineMs = 10_000): Promise<boolean> {
     this.#stopping = true;
     if (this.#resync) clearInterval(this.#resync);
+    this.#waits?.stop();
     await this.source.stop();
     const finished = await this.queue.shutdown(deadlineMs);
     if (!finished) this.#log.warn({ deadlineMs }, 'stopped with reconciles still in flight');

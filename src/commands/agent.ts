@@ -10,14 +10,15 @@ import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
-import { VirshInjector, type ResumeHook } from '../libvirt/injector.ts';
+import { LibvirtInjector, type ResumeHook } from '../libvirt/injector.ts';
+import { RpcLibvirtClient } from '../libvirt/rpc-client.ts';
 import { DirPublisher } from '../libvirt/publish.ts';
 import { LEGACY_SEED_ALIAS } from '../libvirt/disk-xml.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
-import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
 import { Agent } from '../agent/agent.ts';
+import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
@@ -31,11 +32,14 @@ const VERSION: string = createRequire(import.meta.url)('../../package.json').ver
 const CLOSE_GRACE_MS = 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
-// undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
-export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): Injector | undefined {
+// undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
+// The caller closes `injector.client` (the RPC client's sockets).
+export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): LibvirtInjector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
+  if (spawner && config.libvirt.mode !== 'virsh') throw new VmseedError('INTERNAL', 'a virsh process spawner was given with --libvirt rpc', { kind: 'terminal' });
   const kubevirt = config.libvirt.platform === 'kubevirt';
-  return new VirshInjector({
+  return new LibvirtInjector({
+    ...(config.libvirt.mode === 'rpc' ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs }) } : {}),
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
@@ -58,6 +62,14 @@ export function makeInjector(config: Config, resume?: ResumeHook, spawner?: Proc
 const noVirshResume: ResumeHook = async () => {
   throw new VmseedError('CONFIG_INVALID', 'the seed gate on --platform kubevirt resumes through KubeVirt\'s unpause API only, and none is configured', { kind: 'terminal', field: 'resumeVia' });
 };
+
+// With the RPC client: plain libvirt's one URI is watched all the time;
+// KubeVirt's launcher sockets while a VMI waits for its domain.
+export function domainEventsFor(config: Config, injector: LibvirtInjector | undefined): DomainEvents | undefined {
+  if (!injector?.client.supportsEvents) return undefined;
+  const fixed = !config.libvirt.uri.includes('{');
+  return clientDomainEvents(injector.client, (t) => injector.locate(t), fixed ? [config.libvirt.uri] : []);
+}
 
 // The publish directory's last component is ours to create (e.g. `vmseed`
 // in the launcher's emptyDir); its parent must exist.
@@ -108,7 +120,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   };
   if (config.mode === 'local') {
     const injector = makeInjector(config);
-    const withInjector = injector ? { injector } : {};
+    const domainEvents = domainEventsFor(config, injector);
+    const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
     const { LocalDirSource } = await import('../agent/local-source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
     const agent = new Agent({
@@ -118,7 +131,9 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       makeSource: (onKey) => new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
       refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
-    return withDatasource(agent, async () => {});
+    return withDatasource(agent, async () => {
+      await injector?.client.close();
+    });
   }
   const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause, storeGateRecord }] = await Promise.all([
     import('../agent/events.ts'),
@@ -133,7 +148,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   // The seed gate's "unpaused" is kept next to the VMI's images: a restart
   // must not unpause a VMI its owner paused since.
   const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api, storeGateRecord(store, { fsync: config.fsync })) : undefined);
-  const withInjector = injector ? { injector } : {};
+  const domainEvents = domainEventsFor(config, injector);
+  const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
   const agent = new Agent({
     ...common,
     ...withInjector,
@@ -142,7 +158,10 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey, ...(config.namespaces ? { namespaces: config.namespaces } : {}) }),
     refs: new KubeRefResolver(api, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
-  return withDatasource(agent, () => connection.close());
+  return withDatasource(agent, async () => {
+    await injector?.client.close();
+    await connection.close();
+  });
 }
 
 export const agent: Command = async (ctx) => {

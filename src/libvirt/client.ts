@@ -14,11 +14,17 @@ export interface DomainInfo {
 
 // Everything an injection reads, in one go: state, persistence, and the
 // live and next-boot XML (the same document for a shut-off domain; the
-// inactive one is meaningless for a transient domain).
+// inactive one is meaningless for a transient domain, and absent when not
+// asked for or, with virsh, for a transient domain).
 export interface DomainView {
   info: DomainInfo;
   liveXml: string;
-  inactiveXml: string;
+  inactiveXml?: string;
+}
+
+export interface ViewOptions extends CallOptions {
+  // Read the next-boot XML too (default true).
+  inactive?: boolean;
 }
 
 export interface CallOptions {
@@ -45,7 +51,7 @@ export interface LibvirtClient {
   domainInfo(uri: string, domain: string, o?: CallOptions): Promise<DomainInfo>;
   domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string>;
   // RPC: one lookup, then the four reads pipelined (one round trip).
-  domainView(uri: string, domain: string, o?: CallOptions): Promise<DomainView>;
+  domainView(uri: string, domain: string, o?: ViewOptions): Promise<DomainView>;
   attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   resume(uri: string, domain: string, o?: CallOptions): Promise<void>;

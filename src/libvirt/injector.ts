@@ -1,11 +1,15 @@
 // Puts the seed image into a libvirt domain and takes it out again, through
-// virsh. Level-based: every call looks at the domain as it is now (live and
-// next-boot config) and does only what is missing, so it can be repeated.
+// a LibvirtClient (libvirt's RPC protocol, or one virsh process per call).
+// Level-based: every call looks at the domain as it is now (live and
+// next-boot config, one read) and does only what is missing (one attach),
+// so it can be repeated.
 import { domainFactsFromXml, type DomainFacts } from '../cloudinit/domain-devices.ts';
 import { VmseedError } from '../errors.ts';
 import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS, SEED_TARGETS, seedBusFor, type DomainDisk, type DomainXmlInfo, type SeedBus } from './disk-xml.ts';
 import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
-import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
+import type { ProcessSpawner } from './virsh.ts';
+import type { LibvirtClient, LibvirtEvent } from './client.ts';
+import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { isPodUid } from './launcher-pod.ts';
 import { checkTemplate, encodeUriValue, IMAGE_PLACEHOLDERS, renderForTarget, renderTemplate, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
@@ -16,18 +20,23 @@ export interface ResumeContext {
   domain: string;
   uri: string;
   target: InjectionTarget;
-  virsh: Virsh;
+  client: LibvirtClient;
 }
 
 // In KubeVirt the agent calls the VMI's `unpause` subresource instead.
 // `false`: the hook decided this pause is not the seed gate's to end.
 export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
-export const virshResume: ResumeHook = async ({ domain, virsh }) => {
-  await virsh.run(['resume', domain]);
+export const libvirtResume: ResumeHook = async ({ domain, uri, client }) => {
+  await client.resume(uri, domain);
 };
+// The name the seed gate's default had when it always was `virsh resume`.
+export const virshResume = libvirtResume;
 
-export interface VirshInjectorOptions {
+export interface LibvirtInjectorOptions {
+  // How libvirt is reached; default: one virsh process per call (the
+  // virsh* and spawner options below configure that one only).
+  client?: LibvirtClient;
   virshPath?: string;
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
   // VMI's launcher pod on this node, see launcher-pod.ts).
@@ -52,26 +61,32 @@ export interface VirshInjectorOptions {
   timeoutMs?: number;
   maxOutputBytes?: number;
   detachTimeoutMs?: number;
+  // Clients without events: how often a detach is checked.
   pollIntervalMs?: number;
   resume?: ResumeHook;
   spawner?: ProcessSpawner;
   sleep?: (ms: number) => Promise<void>;
 }
 
+export type VirshInjectorOptions = LibvirtInjectorOptions;
+
 export { renderTemplate };
 
 type Flag = '--live' | '--config';
 
+const deviceFlags = (flags: Flag[], timeoutMs: number) => ({ live: flags.includes('--live'), config: flags.includes('--config'), timeoutMs });
+
 interface DomainView {
   state: DomainState;
+  rawState: string;
   persistent: boolean;
   live: DomainDisk[] | undefined; // undefined: not running
   config: DomainDisk[] | undefined; // undefined: transient (or not looked at)
   scsiControllers: DomainXmlInfo['scsiControllers'];
 }
 
-export class VirshInjector implements Injector {
-  readonly #virshPath: string;
+export class LibvirtInjector implements Injector {
+  readonly #client: LibvirtClient;
   readonly #domainTemplate: string;
   readonly #uriTemplate: string;
   readonly #imagePathTemplate: string;
@@ -79,18 +94,15 @@ export class VirshInjector implements Injector {
   readonly #liveOnly: boolean;
   readonly #legacy: string[];
   readonly #timeoutMs: number;
-  readonly #maxOutputBytes: number;
   readonly #detachTimeoutMs: number;
   readonly #pollIntervalMs: number;
   readonly #resume: ResumeHook;
   readonly #publisher: ImagePublisher;
-  readonly #spawner: ProcessSpawner | undefined;
   readonly #sleep: (ms: number) => Promise<void>;
   // One change at a time per domain; different domains run concurrently.
   readonly #locks = new Map<string, Promise<unknown>>();
 
-  constructor(options: VirshInjectorOptions = {}) {
-    this.#virshPath = options.virshPath ?? 'virsh';
+  constructor(options: LibvirtInjectorOptions = {}) {
     this.#domainTemplate = options.domainTemplate ?? '{namespace}_{name}';
     this.#uriTemplate = options.uriTemplate ?? 'qemu:///system';
     this.#imagePathTemplate = options.imagePathTemplate ?? '{path}';
@@ -105,11 +117,15 @@ export class VirshInjector implements Injector {
     this.#liveOnly = options.liveOnly ?? false;
     this.#legacy = (options.legacyAliases ?? []).filter((a) => a !== SEED_ALIAS);
     this.#timeoutMs = options.timeoutMs ?? 30_000;
-    this.#maxOutputBytes = options.maxOutputBytes ?? 4 * 1024 * 1024;
+    this.#client = options.client ?? new VirshLibvirtClient({
+      virshPath: options.virshPath ?? 'virsh',
+      timeoutMs: this.#timeoutMs,
+      maxOutputBytes: options.maxOutputBytes ?? 4 * 1024 * 1024,
+      ...(options.spawner ? { spawner: options.spawner } : {}),
+    });
     this.#detachTimeoutMs = options.detachTimeoutMs ?? 20_000;
     this.#pollIntervalMs = options.pollIntervalMs ?? 100;
-    this.#resume = options.resume ?? virshResume;
-    this.#spawner = options.spawner;
+    this.#resume = options.resume ?? libvirtResume;
     this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
   }
 
@@ -130,8 +146,15 @@ export class VirshInjector implements Injector {
     return [this.#uriTemplate, this.#domainTemplate].some(usesPodUID) || this.#publisher.perPod === true;
   }
 
-  #virsh(uri: string): Virsh {
-    return new Virsh({ virshPath: this.#virshPath, uri, timeoutMs: this.#timeoutMs, maxOutputBytes: this.#maxOutputBytes, spawner: this.#spawner });
+  get client(): LibvirtClient {
+    return this.#client;
+  }
+
+  // Where a VMI's domain is (its launcher's libvirt on KubeVirt): what the
+  // agent watches for the domain to appear. Throws like inject() does when
+  // the launcher pod is unknown.
+  locate(target: InjectionTarget): { uri: string; domain: string } {
+    return { uri: this.uri(target), domain: this.domainName(target) };
   }
 
   async #serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
@@ -180,7 +203,7 @@ export class VirshInjector implements Injector {
     for (const pod of pods) {
       const t = { ...target, launcherPods: [pod] };
       try {
-        const info = parseDominfo(await this.#virsh(this.uri(t)).run(['dominfo', this.domainName(t)]));
+        const info = await this.#client.domainInfo(this.uri(t), this.domainName(t), { timeoutMs: this.#timeoutMs });
         if (info.state === 'running' || info.state === 'paused') active.push(pod);
       } catch (e) {
         if (!(e instanceof VmseedError && (e.code === 'DOMAIN_NOT_FOUND' || e.code === 'LIBVIRT_UNREACHABLE'))) return undefined;
@@ -193,9 +216,9 @@ export class VirshInjector implements Injector {
   // time changes disks, never interfaces' or host devices' addresses.
   async domainDevices(target: InjectionTarget): Promise<DomainFacts> {
     const domain = this.domainName(target);
-    const facts = domainFactsFromXml(await this.#virsh(this.uri(target)).run(['dumpxml', domain]));
+    const facts = domainFactsFromXml(await this.#client.domainXml(this.uri(target), domain, { timeoutMs: this.#timeoutMs }));
     if (!facts) {
-      throw new VmseedError('VIRSH_FAILED', `virsh dumpxml ${domain} printed no <domain> XML (or more than 1 MiB); check the libvirt version; will retry`, { kind: 'retryable' });
+      throw new VmseedError('LIBVIRT_FAILED', `libvirt returned no <domain> XML for ${domain} (or more than 1 MiB); check the libvirt version; will retry`, { kind: 'retryable' });
     }
     return facts;
   }
@@ -235,12 +258,17 @@ export class VirshInjector implements Injector {
     });
   }
 
-  async #view(virsh: Virsh, domain: string): Promise<DomainView> {
-    const info = parseDominfo(await virsh.run(['dominfo', domain]));
-    const liveXml = info.state === 'running' || info.state === 'paused' ? parseDomainXml(await virsh.run(['dumpxml', domain])) : undefined;
-    const configXml = info.persistent && !this.#liveOnly ? parseDomainXml(await virsh.run(['dumpxml', '--inactive', domain])) : undefined;
+  // One read: state, persistence and both XML documents (the inactive one
+  // only where it is used: never on KubeVirt, whose config is its own).
+  async #view(uri: string, domain: string): Promise<DomainView> {
+    const v = await this.#client.domainView(uri, domain, { timeoutMs: this.#timeoutMs, inactive: !this.#liveOnly });
+    const active = v.info.state === 'running' || v.info.state === 'paused';
+    const liveXml = active ? parseDomainXml(v.liveXml) : undefined;
+    const configXml = v.info.persistent && !this.#liveOnly && v.inactiveXml !== undefined ? parseDomainXml(v.inactiveXml) : undefined;
     return {
-      ...info,
+      state: v.info.state,
+      rawState: v.info.rawState,
+      persistent: v.info.persistent,
       live: liveXml?.disks,
       config: configXml?.disks,
       scsiControllers: (liveXml ?? configXml)?.scsiControllers ?? [],
@@ -256,10 +284,9 @@ export class VirshInjector implements Injector {
   }
 
   async #inject(target: InjectionTarget, domain: string, uri: string, source: string): Promise<InjectionResult> {
-    const virsh = this.#virsh(uri);
-    const view = await this.#view(virsh, domain);
+    const view = await this.#view(uri, domain);
     if (view.state === 'other') {
-      throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is neither running, paused nor shut off (e.g. shutting down or crashed); will retry`, { kind: 'retryable' });
+      throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is ${view.rawState}, neither running, paused nor shut off (e.g. shutting down or crashed); will retry`, { kind: 'retryable' });
     }
     if (this.#liveOnly && !view.live) {
       throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is not running; the seed is attached to the running domain only (never to its persistent config, which KubeVirt owns); will retry`, { kind: 'retryable' });
@@ -293,18 +320,18 @@ export class VirshInjector implements Injector {
     if (stale.length > 0) {
       // The seed changed (or an older vmseed's disk is there): take the old
       // disk out where it is, then attach.
-      await this.#detach(virsh, domain, stale);
+      await this.#detach(uri, domain, stale);
       action = 'replaced';
     }
     if (missing.length > 0) {
       if (action === 'none') action = 'attached';
       const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
-      await virsh.run(['attach-device', domain, XML_FILE, ...missing], { xml });
+      await this.#client.attachDevice(uri, domain, xml, deviceFlags(missing, this.#timeoutMs));
     }
 
     let resumed = false;
     if (view.state === 'paused' && target.annotations[RESUME_ANNOTATION] === 'true') {
-      resumed = (await this.#resume({ domain, uri, target, virsh })) !== false;
+      resumed = (await this.#resume({ domain, uri, target, client: this.#client })) !== false;
     }
     return {
       action,
@@ -320,10 +347,9 @@ export class VirshInjector implements Injector {
   }
 
   async #eject(domain: string, uri: string): Promise<EjectionResult> {
-    const virsh = this.#virsh(uri);
     let view: DomainView;
     try {
-      view = await this.#view(virsh, domain);
+      view = await this.#view(uri, domain);
     } catch (e) {
       // No domain, no disk: the VM went before its seed.
       if (e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND') return { action: 'none', domain };
@@ -334,36 +360,116 @@ export class VirshInjector implements Injector {
       for (const d of disks ?? []) if (this.#isOurs(d) || this.#isLegacy(d)) found.push({ flag, disk: d });
     }
     if (found.length === 0) return { action: 'none', domain };
-    await this.#detach(virsh, domain, found);
+    await this.#detach(uri, domain, found);
     return { action: 'detached', domain };
   }
 
   // detach-device per view (live and config may differ), then wait until
   // the live disk is really gone: libvirt reports success before the guest
-  // has released it (virtio; a SCSI disk goes at once).
-  async #detach(virsh: Virsh, domain: string, where: Array<{ flag: Flag; disk: DomainDisk }>): Promise<void> {
-    for (const { flag, disk } of where) {
-      // Matched by libvirt on the target dev; the alias names our disk.
-      const xml = buildSeedDiskXml({ sourceFile: disk.sourceFile ?? '', targetDev: disk.targetDev, bus: disk.bus === 'scsi' ? 'scsi' : 'virtio', alias: disk.alias ?? SEED_ALIAS, address: null });
-      try {
-        await virsh.run(['detach-device', domain, XML_FILE, flag], { xml });
-      } catch (e) {
-        if (!(e instanceof VmseedError && e.code === 'DEVICE_NOT_FOUND')) throw e;
+  // has released it (virtio; a SCSI disk goes at once). With events, the
+  // wait is libvirt's device-removed event; otherwise the live XML is polled.
+  async #detach(uri: string, domain: string, where: Array<{ flag: Flag; disk: DomainDisk }>): Promise<void> {
+    const aliases = new Set(where.filter((w) => w.flag === '--live').map((w) => w.disk.alias ?? SEED_ALIAS));
+    // Listening before the detach: a SCSI disk's event can come before
+    // libvirt's answer to it.
+    const removal = aliases.size > 0 && this.#client.supportsEvents ? new RemovalWait(this.#client, uri, domain, aliases) : undefined;
+    try {
+      for (const { flag, disk } of where) {
+        // Matched by libvirt on the target dev; the alias names our disk.
+        const xml = buildSeedDiskXml({ sourceFile: disk.sourceFile ?? '', targetDev: disk.targetDev, bus: disk.bus === 'scsi' ? 'scsi' : 'virtio', alias: disk.alias ?? SEED_ALIAS, address: null });
+        try {
+          await this.#client.detachDevice(uri, domain, xml, deviceFlags([flag], this.#timeoutMs));
+        } catch (e) {
+          if (!(e instanceof VmseedError && e.code === 'DEVICE_NOT_FOUND')) throw e;
+        }
       }
-    }
-    const aliases = new Set(where.filter((w) => w.flag === '--live').map((w) => w.disk.alias));
-    if (aliases.size === 0) return;
-    const deadline = Date.now() + this.#detachTimeoutMs;
-    for (;;) {
-      const disks = parseDomainXml(await virsh.run(['dumpxml', domain])).disks;
-      if (!disks.some((d) => aliases.has(d.alias))) return;
-      if (Date.now() >= deadline) {
-        throw new VmseedError('DETACH_TIMEOUT', `seed disk still on domain '${domain}' ${this.#detachTimeoutMs} ms after detach-device; the guest did not release it (no ACPI hot-unplug support, or paused); will retry`, { kind: 'retryable' });
+      if (aliases.size === 0) return;
+      const deadline = Date.now() + this.#detachTimeoutMs;
+      if (removal) {
+        // A lost event (the connection dropped and came back) is covered by
+        // reading the domain again whenever that happens, and once at the end.
+        while (!removal.done && Date.now() < deadline) {
+          const woke = await removal.next(deadline - Date.now());
+          if (woke === 'reconnected' && !(await this.#stillAttached(uri, domain, aliases))) return;
+        }
+        if (removal.done || !(await this.#stillAttached(uri, domain, aliases))) return;
+      } else {
+        for (;;) {
+          if (!(await this.#stillAttached(uri, domain, aliases))) return;
+          if (Date.now() >= deadline) break;
+          await this.#sleep(this.#pollIntervalMs);
+        }
       }
-      await this.#sleep(this.#pollIntervalMs);
+      throw new VmseedError('DETACH_TIMEOUT', `seed disk still on domain '${domain}' ${this.#detachTimeoutMs} ms after detach-device; the guest did not release it (no ACPI hot-unplug support, or paused); will retry`, { kind: 'retryable' });
+    } finally {
+      removal?.stop();
     }
   }
+
+  async #stillAttached(uri: string, domain: string, aliases: Set<string>): Promise<boolean> {
+    let xml: string;
+    try {
+      xml = await this.#client.domainXml(uri, domain, { timeoutMs: this.#timeoutMs });
+    } catch (e) {
+      // The domain went, and the disk with it.
+      if (e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND') return false;
+      throw e;
+    }
+    return parseDomainXml(xml).disks.some((d) => d.alias !== undefined && aliases.has(d.alias));
+  }
 }
+
+// Waits for libvirt's device-removed events of `aliases` on one domain.
+class RemovalWait {
+  readonly #pending: Set<string>;
+  readonly #off: () => void;
+  #wake: ((why: 'removed' | 'reconnected' | 'timeout') => void) | undefined;
+  #reconnected = false;
+
+  constructor(client: LibvirtClient, uri: string, domain: string, aliases: Set<string>) {
+    this.#pending = new Set(aliases);
+    this.#off = client.onEvent((e: LibvirtEvent) => {
+      if (e.uri !== uri) return;
+      if (e.type === 'device-removed' && e.domain === domain && this.#pending.delete(e.alias)) {
+        if (this.#pending.size === 0) this.#wake?.('removed');
+      } else if ((e.type === 'connection' && e.state === 'up') || (e.type === 'lifecycle' && e.domain === domain && (e.event === 'undefined' || e.event === 'stopped'))) {
+        this.#reconnected = true;
+        this.#wake?.('reconnected');
+      }
+    });
+  }
+
+  get done(): boolean {
+    return this.#pending.size === 0;
+  }
+
+  next(ms: number): Promise<'removed' | 'reconnected' | 'timeout'> {
+    if (this.done) return Promise.resolve('removed');
+    if (this.#reconnected) {
+      this.#reconnected = false;
+      return Promise.resolve('reconnected');
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => finish('timeout'), Math.max(0, ms));
+      const finish = (why: 'removed' | 'reconnected' | 'timeout') => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        if (why === 'reconnected') this.#reconnected = false;
+        resolve(why);
+      };
+      this.#wake = finish;
+    });
+  }
+
+  stop(): void {
+    this.#off();
+    this.#wake?.('timeout');
+  }
+}
+
+// The injector's name from when virsh was its only way to libvirt.
+export const VirshInjector = LibvirtInjector;
+export type VirshInjector = LibvirtInjector;
 
 // `virsh dominfo` (LC_ALL=C): `State:          paused`, `Persistent:     yes`.
 export function parseDominfo(out: string): { state: DomainState; persistent: boolean } {

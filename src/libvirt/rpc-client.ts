@@ -2,7 +2,7 @@
 // socket per URI (ConnectionManager), domain events. At most one mutation
 // per domain is in flight; reads are not serialized.
 import { VmseedError } from '../errors.ts';
-import { toDomainState, versionString, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type LibvirtEvent } from './client.ts';
+import { toDomainState, versionString, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type ViewOptions, type LibvirtEvent } from './client.ts';
 import { now } from './rpc/connection.ts';
 import { ConnectionManager, type ConnectionManagerOptions } from './rpc/manager.ts';
 import { AFFECT_CONFIG, AFFECT_LIVE, XML_INACTIVE } from './rpc/protocol.ts';
@@ -79,7 +79,7 @@ export class RpcLibvirtClient implements LibvirtClient {
     return this.#read(uri, o, async (s, d) => s.getXmlDesc(await s.lookupByName(domain, d), o?.inactive ? XML_INACTIVE : 0, d));
   }
 
-  async domainView(uri: string, domain: string, o?: CallOptions): Promise<DomainView> {
+  async domainView(uri: string, domain: string, o?: ViewOptions): Promise<DomainView> {
     checkName(domain);
     return this.#read(uri, o, async (s, d) => {
       const dom = await s.lookupByName(domain, d);
@@ -87,9 +87,9 @@ export class RpcLibvirtClient implements LibvirtClient {
         s.getState(dom, d),
         s.isPersistent(dom, d),
         s.getXmlDesc(dom, 0, d),
-        s.getXmlDesc(dom, XML_INACTIVE, d),
+        o?.inactive === false ? undefined : s.getXmlDesc(dom, XML_INACTIVE, d),
       ]);
-      return { info: { state: toDomainState(st.state), rawState: st.state, persistent }, liveXml, inactiveXml };
+      return { info: { state: toDomainState(st.state), rawState: st.state, persistent }, liveXml, ...(inactiveXml !== undefined ? { inactiveXml } : {}) };
     });
   }
 

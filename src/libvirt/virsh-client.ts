@@ -2,7 +2,7 @@
 // shell, process-group timeout, bounded output, classified errors). The
 // fallback that works with any libvirt virsh can reach; no events.
 import { VmseedError } from '../errors.ts';
-import { toDomainState, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type LibvirtEvent } from './client.ts';
+import { toDomainState, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type ViewOptions, type LibvirtEvent } from './client.ts';
 import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
 
 export interface VirshLibvirtClientOptions {
@@ -40,7 +40,7 @@ export function parseVirshDominfo(out: string): DomainInfo {
 
 export class VirshLibvirtClient implements LibvirtClient {
   readonly kind = 'virsh';
-  readonly supportsEvents = false;
+  readonly supportsEvents: boolean = false;
   readonly #o: Required<Omit<VirshLibvirtClientOptions, 'spawner'>> & { spawner?: ProcessSpawner };
 
   constructor(o: VirshLibvirtClientOptions = {}) {
@@ -68,12 +68,18 @@ export class VirshLibvirtClient implements LibvirtClient {
     return this.#virsh(uri, o).run(['dumpxml', ...(o?.inactive ? ['--inactive'] : []), '--domain', domain]);
   }
 
-  // Three processes; the domain may change between them, which the
-  // level-based injector tolerates (it re-reads on the next pass).
-  async domainView(uri: string, domain: string, o?: CallOptions): Promise<DomainView> {
+  // Up to three processes, only the ones the state asks for (a shut-off
+  // domain's live XML is its definition; a transient one has no inactive
+  // XML). The domain may change between them, which the level-based
+  // injector tolerates (it re-reads on the next pass).
+  async domainView(uri: string, domain: string, o?: ViewOptions): Promise<DomainView> {
     const info = await this.domainInfo(uri, domain, o);
-    const [liveXml, inactiveXml] = await Promise.all([this.domainXml(uri, domain, o), this.domainXml(uri, domain, { ...o, inactive: true })]);
-    return { info, liveXml, inactiveXml };
+    const wantInactive = o?.inactive !== false && info.persistent;
+    const [liveXml, inactiveXml] = await Promise.all([
+      info.state !== 'shutoff' || !wantInactive ? this.domainXml(uri, domain, { ...o, inactive: false }) : undefined,
+      wantInactive ? this.domainXml(uri, domain, { ...o, inactive: true }) : undefined,
+    ]);
+    return { info, liveXml: (liveXml ?? inactiveXml)!, ...(inactiveXml !== undefined ? { inactiveXml } : {}) };
   }
 
   async attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {

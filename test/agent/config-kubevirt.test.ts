@@ -82,7 +82,8 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   t.after(() => rm(root, { recursive: true, force: true }));
   // The socket path must fit a sun_path (a temp root would not): the preset
   // with /pods, its publish directory moved under the temp root.
-  const preset = loadConfig([], { NODE_NAME: 'n1' }, '/')!;
+  // --libvirt virsh: the fake below is a virsh (rpc is the default).
+  const preset = loadConfig(['--libvirt', 'virsh'], { NODE_NAME: 'n1' }, '/')!;
   const c = { ...preset, libvirt: { ...preset.libvirt, publishDir: preset.libvirt.publishDir!.replace(/^\/pods/, root) } };
   const resumed: string[] = [];
   const lv = new FakeLibvirt();
@@ -110,7 +111,7 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
 });
 
 test('makeInjector, libvirt preset: live and config, virtio vdzz, and an older vmseed\'s ua-vmseed disk replaced', async () => {
-  const c = loadConfig(['--platform', 'libvirt'], { NODE_NAME: 'n1' }, '/')!;
+  const c = loadConfig(['--platform', 'libvirt', '--libvirt', 'virsh'], { NODE_NAME: 'n1' }, '/')!;
   const lv = new FakeLibvirt();
   const legacy = { type: 'file', device: 'disk', bus: 'virtio', targetDev: 'vdb', sourceFile: '/old.iso', alias: 'ua-vmseed', serial: 'cidata', readonly: true };
   lv.domains.set('ns_vm', { state: 'running', persistent: true, live: [{ ...legacy }], config: [{ ...legacy }], unplugs: true });

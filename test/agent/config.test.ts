@@ -20,7 +20,8 @@ test('cluster defaults, NODE_NAME from the environment, flags beat the environme
   assert.equal(c.stateDir, '/var/lib/vmseed/seeds');
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
   assert.equal(c.kubevirtVolumes, 'ignore');
-  assert.equal(c.libvirt.mode, 'virsh');
+  // rpc: the preset's launcher socket URI is one the RPC client dials.
+  assert.equal(c.libvirt.mode, 'rpc');
   assert.equal(c.kubeconfig, undefined);
   const d = loadConfig(['--node-name', 'flag-node', '--concurrency', '8', '--resync-period', '90s', '--listen', '[::1]:9090'], { NODE_NAME: 'env-node', VMSEED_CONCURRENCY: '2', VMSEED_DISK_BUS: 'scsi' }, '/')!;
   assert.equal(d.nodeName, 'flag-node');
@@ -55,4 +56,21 @@ test('durations', () => {
   assert.equal(parseDuration('1h', 'x'), 3_600_000);
   assert.equal(parseDuration('15', 'x'), 15_000);
   assert.throws(() => parseDuration('0s', 'x'), ConfigError);
+});
+
+test('--libvirt rpc: the RPC client under the injector, with the per-call timeout; virsh stays available', async () => {
+  const { makeInjector } = await import('../../src/commands/agent.ts');
+  const c = loadConfig(['--local', 'd', '--libvirt', 'rpc', '--virsh-timeout', '7s'], {}, '/')!;
+  assert.equal(c.libvirt.mode, 'rpc');
+  const rpc = makeInjector(c)!;
+  assert.deepEqual([rpc.client.kind, rpc.client.supportsEvents], ['rpc', true]);
+  await rpc.client.close();
+  const virsh = makeInjector(loadConfig(['--local', 'd', '--libvirt', 'virsh'], {}, '/')!)!;
+  assert.deepEqual([virsh.client.kind, virsh.client.supportsEvents], ['virsh', false]);
+  assert.throws(() => loadConfig(['--local', 'd', '--libvirt', 'grpc'], {}, '/'), (e: unknown) => e instanceof ConfigError && /off, virsh, rpc/.test(e.message));
+  // A remote URI: virsh by default, and refused for rpc.
+  const ssh = ['--libvirt-uri', 'qemu+ssh://root@host/system', '--platform', 'libvirt', '--resume-via', 'virsh'];
+  assert.equal(loadConfig(ssh, { NODE_NAME: 'n' }, '/')!.libvirt.mode, 'virsh');
+  assert.equal(loadConfig(['--platform', 'libvirt', '--resume-via', 'virsh'], { NODE_NAME: 'n' }, '/')!.libvirt.mode, 'rpc');
+  assert.throws(() => loadConfig([...ssh, '--libvirt', 'rpc'], { NODE_NAME: 'n' }, '/'), (e: unknown) => e instanceof ConfigError && /--libvirt virsh/.test(e.message));
 });

@@ -232,7 +232,7 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
   assert.equal(config.nodeName, 'node-a');
   assert.equal(config.stateDir, '/var/lib/vmseed/seeds');
   assert.equal(config.kubevirtVolumes, 'ignore');
-  assert.equal(config.libvirt.mode, 'virsh');
+  assert.equal(config.libvirt.mode, 'rpc');
   assert.equal(config.libvirt.resumeVia, 'kubevirt');
   assert.equal(config.libvirt.platform, 'kubevirt');
   assert.equal(config.libvirt.podsDir, agent.volumeMounts.find((m: Any) => m.name === 'launcher-pods').mountPath);

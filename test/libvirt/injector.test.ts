@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { VirshInjector, parseDominfo, renderTemplate } from '../../src/libvirt/injector.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
-import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
+import { EventingFakeClient, FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 
 const other = (dev: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'virtio', targetDev: dev, sourceFile: `/images/${dev}.qcow2`, alias: `virtio-disk0`, serial: undefined, readonly: false });
@@ -221,4 +221,38 @@ test('dominfo parsing', () => {
   assert.deepEqual(parseDominfo('State:          shut off\nPersistent:     no\n'), { state: 'shutoff', persistent: false });
   assert.deepEqual(parseDominfo('State:          pmsuspended\nPersistent:     yes\n'), { state: 'other', persistent: true });
   assert.throws(() => parseDominfo('garbage'), (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED');
+});
+
+test('with events (the RPC client): eject waits on device-removed, no polling; a guest that never releases → DETACH_TIMEOUT on a re-read', async () => {
+  const lv = setup({ live: [other('vda'), ours('vdzz', '/s.iso')], config: [other('vda'), ours('vdzz', '/s.iso')] });
+  let slept = 0;
+  const inj = new VirshInjector({ client: new EventingFakeClient(lv), sleep: async () => void slept++ });
+  assert.deepEqual(await inj.eject(T), { action: 'detached', domain: 'ns1_vm1' });
+  assert.deepEqual(lv.domains.get('ns1_vm1')!.live.map((d) => d.targetDev), ['vda']);
+  // One read before (dominfo + 2× dumpxml), none after the detaches.
+  assert.deepEqual(lv.calls.map((c) => c[0]), ['dominfo', 'dumpxml', 'dumpxml', 'detach-device', 'detach-device']);
+  assert.equal(slept, 0);
+
+  const stuck = setup({ unplugs: false, live: [ours('vdzz', '/s.iso')], config: [] });
+  const slow = new VirshInjector({ client: new EventingFakeClient(stuck), detachTimeoutMs: 30 });
+  await assert.rejects(slow.eject(T), (e: unknown) => e instanceof VmseedError && e.code === 'DETACH_TIMEOUT' && e.retryable);
+  assert.deepEqual(stuck.calls.map((c) => c[0]), ['dominfo', 'dumpxml', 'dumpxml', 'detach-device', 'dumpxml']);
+});
+
+test('with events: a reconnect while waiting re-reads the domain (an event sent while it was down is lost)', async () => {
+  const lv = setup({ unplugs: false, live: [ours('vdzz', '/s.iso')], config: [] });
+  const client = new EventingFakeClient(lv);
+  const inj = new VirshInjector({ client, detachTimeoutMs: 60_000 });
+  const ejected = inj.eject(T);
+  // The guest lets go while the connection is down; libvirt's event is lost.
+  while (!lv.calls.some((c) => c[0] === 'detach-device')) await new Promise((r) => setImmediate(r));
+  lv.domains.get('ns1_vm1')!.live = [];
+  client.emit({ type: 'connection', uri: 'qemu:///system', state: 'up', reconnected: true });
+  assert.deepEqual(await ejected, { action: 'detached', domain: 'ns1_vm1' });
+});
+
+test('one read, one write: a running persistent domain is dominfo + live + inactive XML, then one attach-device with both flags', async () => {
+  const lv = setup({});
+  await new VirshInjector({ spawner: lv }).inject(T, '/s.iso');
+  assert.deepEqual(lv.calls.map((c) => [c[0], ...c.filter((a) => a.startsWith('--'))]), [['dominfo'], ['dumpxml'], ['dumpxml', '--inactive'], ['attach-device', '--live', '--config']]);
 });

@@ -4,6 +4,8 @@
 import { readFileSync } from 'node:fs';
 import { parseDomainXml, type DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';
+import type { DeviceFlags, LibvirtEvent } from '../../src/libvirt/client.ts';
+import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
 
 export interface FakeDomain {
   state: 'running' | 'paused' | 'shut off' | 'in shutdown';
@@ -31,7 +33,9 @@ export class FakeLibvirt implements ProcessSpawner {
   failNext: Map<string, string> = new Map();
 
   async run(_file: string, argv: readonly string[], _o: SpawnOptions): Promise<SpawnResult> {
-    const args = argv.slice(3); // -q -c URI
+    // -q -c URI; `--domain X` and `--file F` (how the virsh client names
+    // them) are recorded as the positional X and F.
+    const args = argv.slice(3).filter((a) => a !== '--domain' && a !== '--file');
     this.uris.push(argv[2]);
     this.calls.push([...args]);
     const ok = (stdout = ''): SpawnResult => ({ exitCode: 0, signal: null, stdout, stderr: '', timedOut: false, outputTruncated: false });
@@ -89,3 +93,32 @@ export function diskXml(d: DomainDisk): string {
   return `    <disk type='${d.type}' device='${d.device}'>\n      <driver name='qemu' type='raw'/>\n      <source file='${d.sourceFile}' index='1'/>\n      <backingStore/>\n      <target dev='${d.targetDev}' bus='${d.bus}'/>\n${d.readonly ? '      <readonly/>\n' : ''}${d.alias ? `      <alias name='${d.alias}'/>\n` : ''}    </disk>`;
 }
 
+
+// The fake behind a LibvirtClient face with events, as the RPC client has
+// them: a live detach the guest completes is followed by libvirt's
+// device-removed event for the disk's alias.
+export class EventingFakeClient extends VirshLibvirtClient {
+  override readonly supportsEvents: boolean = true;
+  readonly #lv: FakeLibvirt;
+  readonly #listeners = new Set<(e: LibvirtEvent) => void>();
+
+  constructor(lv: FakeLibvirt) {
+    super({ spawner: lv });
+    this.#lv = lv;
+  }
+
+  emit(e: LibvirtEvent): void {
+    for (const l of this.#listeners) l(e);
+  }
+
+  override onEvent(listener: (e: LibvirtEvent) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  override async detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
+    await super.detachDevice(uri, domain, xml, o);
+    const alias = /<alias name=["']([^"']+)["']/.exec(xml)?.[1];
+    if (o.live && alias && this.#lv.domains.get(domain)?.unplugs) setImmediate(() => this.emit({ type: 'device-removed', uri, domain, uuid: '347ba555-a2a7-4ec0-b250-4eedce37b6f1', alias }));
+  }
+}
