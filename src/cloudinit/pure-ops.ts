@@ -7,13 +7,10 @@
 // datasource listener for that long.
 import { parseAnnotation } from './annotation.ts';
 import { SeedBudget, type BudgetSnapshot } from './limits.ts';
-import { mergeMetaData } from './metadata-merge.ts';
 import { chooseNetworkConfig } from './network/choose.ts';
-import type { Datasource } from './seed.ts';
 import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata-compose.ts';
 import { lintUserData } from './userdata-lint.ts';
 import { lintVendorData } from './vendor-data.ts';
-import { measureExpanded } from './yaml.ts';
 
 // composeUserData against a copy of the render's budget; the caller adopts
 // the copy's counters afterwards.
@@ -23,21 +20,12 @@ function composeWithBudget(parts: Omit<UserDataParts, 'budget'>, budget: BudgetS
   return { composed, budget: b.snapshot() };
 }
 
-// mergeMetaData and the merged value's JSON size, measured up to `limit`
-// (-1 past it).
-function mergeAndMeasureMetaData(generated: Record<string, unknown>, override: Record<string, unknown> | undefined, datasource: Datasource, field: string, limit: number): { metaData: Record<string, unknown>; size: number } {
-  const metaData = mergeMetaData(generated, override, datasource, field);
-  const m = measureExpanded(metaData, limit);
-  return { metaData, size: typeof m === 'number' ? m : -1 };
-}
-
 export const PURE_OPS = Object.freeze({
   parseAnnotation,
   lintUserData,
   lintVendorData,
   chooseNetworkConfig,
   composeUserData: composeWithBudget,
-  mergeMetaData: mergeAndMeasureMetaData,
 });
 
 export type PureOps = typeof PURE_OPS;

@@ -21,6 +21,8 @@ import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import { freeSpaceCheck, virshCheck } from '../agent/readiness-checks.ts';
+import { RenderPool } from '../agent/render-pool.ts';
+import type { RenderSeed } from '../agent/deps.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
@@ -70,12 +72,14 @@ function dirPublisher(template: string): DirPublisher {
 export async function makeAgent(config: Config, logger: Logger, metrics: Metrics): Promise<{ agent: Agent; close(): Promise<void> }> {
   const store = new ImageStore({ root: config.stateDir });
   const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
+  // Large documents are parsed, merged and serialised on a worker thread.
+  const pool = new RenderPool();
   const common = {
     version: VERSION,
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
-    render: renderSeed,
+    render: ((vmi, refs, options) => renderSeed(vmi, refs, { ...options, offload: pool })) satisfies RenderSeed,
     build: buildSeedImage,
     store,
     metrics,
@@ -93,7 +97,11 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     reportOtherNodes: config.mode === 'local',
   };
   // The datasource listener serves the agent's seeds; stopped after the agent.
-  const withDatasource = async (agent: Agent, close: () => Promise<void>) => {
+  const withDatasource = async (agent: Agent, closeMode: () => Promise<void>) => {
+    const close = async () => {
+      await pool.close();
+      await closeMode();
+    };
     let ds;
     try {
       ds = nocloudHttp ? await nocloudHttp.start(agent) : undefined;
