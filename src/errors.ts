@@ -39,6 +39,7 @@ export const ERROR_CODES = [
   'INIT_INVALID',
   'SECRET_DATA_INVALID',
   'MANIFEST_INVALID',
+  'MANIFEST_TOO_LARGE',
   // beyond KubeVirt: Virtlet/oVirt features, vendor-data, network conversion (issue 7)
   'USERDATA_MERGE_UNSUPPORTED',
   'NETWORK_CONVERSION_UNSUPPORTED',

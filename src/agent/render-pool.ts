@@ -14,6 +14,7 @@
 import { Worker } from 'node:worker_threads';
 import { runPure, type Offload, type PureArgs, type PureOpName, type PureResult } from '../cloudinit/pure-ops.ts';
 import { VmseedError } from '../errors.ts';
+import { cancelled } from './cancellable-spawner.ts';
 import type { JobMessage, ReplyMessage } from './render-worker.ts';
 
 export interface RenderPoolOptions {
@@ -220,6 +221,3 @@ export class RenderPool implements Offload {
   }
 }
 
-function cancelled(): VmseedError {
-  return new VmseedError('CANCELLED', 'the agent is stopping; the render was cancelled and runs again at the next start', { kind: 'retryable' });
-}

@@ -49,6 +49,8 @@ export interface RenderOptions {
   // Where the YAML parse/merge/serialise steps run (pure-ops.ts); default:
   // this thread. The agent gives its worker pool (src/agent/render-pool.ts).
   offload?: Offload;
+  // Aborted when the agent stops: a step on a worker is ended (CANCELLED).
+  signal?: AbortSignal;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
@@ -134,7 +136,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   // a rejection throws).
   const admissionWarnings: SeedWarning[] = [];
   if (hasAnnotation) {
-    const spec = await offload.run('parseAnnotation', [annotationText], annotationText.length);
+    const spec = await offload.run('parseAnnotation', [annotationText], annotationText.length, options.signal);
     await yieldToLoop();
     extras = spec.extras;
     datasource = spec.datasource;
@@ -203,7 +205,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     ...(inline ? { inline } : {}),
     ...(extras?.userDataScript !== undefined ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } } : {}),
     mode: extras?.userDataMerge ?? 'merge',
-  }, budget.snapshot()], mergeBytes);
+  }, budget.snapshot()], mergeBytes, options.signal);
   budget.adopt(charged);
   const userData = composed?.bytes ?? new Uint8Array();
   const userDataField = composed?.field ?? data.userDataField;
@@ -212,7 +214,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   }
   budget.seed(userData.length, userDataField);
   await yieldToLoop();
-  const warnings = [...admissionWarnings, ...(composed?.merged ? [] : await lintVolumeUserData(offload, userData, userDataField, hasAnnotation))];
+  const warnings = [...admissionWarnings, ...(composed?.merged ? [] : await lintVolumeUserData(offload, userData, userDataField, hasAnnotation, options.signal))];
   await yieldToLoop();
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
@@ -229,7 +231,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
       forceDHCP: extras?.forceDHCP ?? false,
       ...(init?.network ? { initNetwork: init.network } : {}),
       ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
-    }], givenNetwork?.length ?? 0);
+    }], givenNetwork?.length ?? 0, options.signal);
   } catch (e) {
     // KubeVirt writes a volume's network data as given, whatever it is; the
     // annotation (vmseed's own API) stays strict.
@@ -242,7 +244,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   let vendorData: Uint8Array | undefined;
   if (vendor) {
     budget.seed(vendor.bytes.length, vendor.field);
-    warnings.push(...(await offload.run('lintVendorData', [vendor.bytes, vendor.field, options.maxUserDataBytes], vendor.bytes.length)));
+    warnings.push(...(await offload.run('lintVendorData', [vendor.bytes, vendor.field, options.maxUserDataBytes], vendor.bytes.length, options.signal)));
     vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
   }
 
@@ -277,9 +279,9 @@ function extrasProduceData(extras: AnnotationExtras | undefined): boolean {
 // load. A volume's user-data is KubeVirt's: it writes it as given, and the
 // guest still gets the SSH keys and network config of the seed, so vmseed
 // warns instead of withholding the whole seed.
-async function lintVolumeUserData(offload: Offload, userData: Uint8Array, field: string, strict: boolean): Promise<SeedWarning[]> {
+async function lintVolumeUserData(offload: Offload, userData: Uint8Array, field: string, strict: boolean, signal: AbortSignal | undefined): Promise<SeedWarning[]> {
   try {
-    return await offload.run('lintUserData', [userData, field], userData.length);
+    return await offload.run('lintUserData', [userData, field], userData.length, signal);
   } catch (e) {
     if (strict || !(e instanceof VmseedError) || e.code !== 'USERDATA_CLOUDCONFIG_INVALID') throw e;
     return [{

@@ -22,6 +22,8 @@ import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import { freeSpaceCheck, virshCheck } from '../agent/readiness-checks.ts';
 import { RenderPool } from '../agent/render-pool.ts';
+import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
+import { NodeProcessSpawner } from '../libvirt/virsh.ts';
 import type { RenderSeed } from '../agent/deps.ts';
 import type { Command } from './cli.ts';
 
@@ -74,12 +76,18 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
   // Large documents are parsed, merged and serialised on a worker thread.
   const pool = new RenderPool();
+  // Aborted by agent.stop() at the --shutdown-timeout deadline: render
+  // steps on the worker and virsh children end, their reconciles fail with
+  // CANCELLED.
+  const cancel = new AbortController();
+  const spawner = cancellableSpawner(new NodeProcessSpawner(), cancel.signal);
   const common = {
     version: VERSION,
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
-    render: ((vmi, refs, options) => renderSeed(vmi, refs, { ...options, offload: pool })) satisfies RenderSeed,
+    render: ((vmi, refs, options) => renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal })) satisfies RenderSeed,
+    cancel,
     build: buildSeedImage,
     store,
     metrics,
@@ -112,7 +120,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     return { agent, close: async () => { await ds?.close(); await close(); } };
   };
   if (config.mode === 'local') {
-    const injector = makeInjector(config);
+    const injector = makeInjector(config, undefined, spawner);
     const withInjector = injector ? { injector } : {};
     const { LocalDirSource } = await import('../agent/local-source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
@@ -135,7 +143,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   ]);
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
-  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined);
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined, spawner);
   const withInjector = injector ? { injector } : {};
   const agent = new Agent({
     ...common,
@@ -250,6 +258,10 @@ export const agent: Command = async (ctx) => {
   if (outcome === true) {
     log.info({ finished: true }, 'vmseed agent stopped');
     return failed ? 1 : 0;
+  }
+  if (outcome === false && agentInstance.stopOutcome === 'cancelled') {
+    log.warn({ finished: false, deadlineMs, reason: 'reconciles still in flight at the stop deadline were cancelled' }, 'vmseed agent stopped; cancelled work runs again at the next start');
+    return 1;
   }
   log.warn(
     { finished: false, deadlineMs, inFlight: agentInstance.queue.inFlight, reason: outcome === 'timeout' ? 'shutdown steps did not finish in time' : 'reconciles still in flight at the stop deadline' },
