@@ -30,8 +30,10 @@ export interface RenderPoolOptions {
   // to check, 40 ms to merge and serialise at worst, against ~1 ms for a
   // round trip to a worker).
   minBytes?: number;
-  // Each worker's old-generation heap, MiB (default 64). Past it the worker
-  // dies (RENDER_WORKER_FAILED), not the agent.
+  // Each worker's old-generation heap, MiB (default 48: merging 1 MiB of
+  // one-line keys needs ~40). Past it the worker dies (RENDER_WORKER_FAILED),
+  // not the agent. The young generation is kept small as bin/vmseed keeps
+  // the main thread's (--max-semi-space-size=2): RSS, not speed, is short.
   maxOldGenerationSizeMb?: number;
   // A worker idle this long is ended (default 30 s).
   idleMs?: number;
@@ -79,7 +81,7 @@ export class RenderPool implements Offload {
     this.#maxQueue = options.maxQueue ?? 64;
     this.#deadlineMs = options.deadlineMs ?? 10_000;
     this.#minBytes = options.minBytes ?? DEFAULT_OFFLOAD_MIN_BYTES;
-    this.#maxOld = options.maxOldGenerationSizeMb ?? 64;
+    this.#maxOld = options.maxOldGenerationSizeMb ?? 48;
     this.#idleMs = options.idleMs ?? 30_000;
     this.#url = options.workerUrl ?? new URL('./render-worker.ts', import.meta.url);
   }
@@ -150,7 +152,7 @@ export class RenderPool implements Offload {
 
   #spawn(): Slot {
     const worker = new Worker(this.#url, {
-      resourceLimits: { maxOldGenerationSizeMb: this.#maxOld, maxYoungGenerationSizeMb: 8 },
+      resourceLimits: { maxOldGenerationSizeMb: this.#maxOld, maxYoungGenerationSizeMb: 4 },
       // The agent's own NODE_OPTIONS heap cap is for the main isolate.
       execArgv: [],
       stdout: false,
