@@ -15,7 +15,7 @@ import { Worker } from 'node:worker_threads';
 import { runPure, type Offload, type PureArgs, type PureOpName, type PureResult } from '../cloudinit/pure-ops.ts';
 import { VmseedError } from '../errors.ts';
 import { cancelled } from './cancellable-spawner.ts';
-import type { JobMessage, ReplyMessage } from './render-worker.ts';
+import { READY, type JobMessage, type ReplyMessage } from './render-worker.ts';
 
 export interface RenderPoolOptions {
   // Worker threads (default 1: the agent's reconciles are mostly I/O, and
@@ -26,6 +26,10 @@ export interface RenderPoolOptions {
   // A step's time on a worker before the worker is terminated (default 10 s:
   // the largest document the limits allow takes under a second).
   deadlineMs?: number;
+  // How long a new worker may take to load its modules (default 30 s: a
+  // cold start strips and compiles the TypeScript sources, slow on a busy
+  // node). Not counted in a step's deadline.
+  startMs?: number;
   // Documents below this many bytes run inline (default 64 KiB: about 4 ms
   // to check, 40 ms to merge and serialise at worst, against ~1 ms for a
   // round trip to a worker).
@@ -55,6 +59,9 @@ interface Job {
 
 interface Slot {
   worker: Worker;
+  // The worker has loaded its modules (its first message): a step's
+  // deadline runs from when the worker can work on it.
+  ready: boolean;
   job: Job | undefined;
   timer: NodeJS.Timeout | undefined;
   idle: NodeJS.Timeout | undefined;
@@ -64,6 +71,7 @@ export class RenderPool implements Offload {
   readonly #size: number;
   readonly #maxQueue: number;
   readonly #deadlineMs: number;
+  readonly #startMs: number;
   readonly #minBytes: number;
   readonly #maxOld: number;
   readonly #idleMs: number;
@@ -80,6 +88,7 @@ export class RenderPool implements Offload {
     this.#size = Math.max(1, options.size ?? 1);
     this.#maxQueue = options.maxQueue ?? 64;
     this.#deadlineMs = options.deadlineMs ?? 10_000;
+    this.#startMs = options.startMs ?? 30_000;
     this.#minBytes = options.minBytes ?? DEFAULT_OFFLOAD_MIN_BYTES;
     this.#maxOld = options.maxOldGenerationSizeMb ?? 48;
     this.#idleMs = options.idleMs ?? 30_000;
@@ -134,20 +143,24 @@ export class RenderPool implements Offload {
         if (this.#slots.size >= this.#size) return;
         slot = this.#spawn();
       }
-      const job = this.#queue.shift()!;
-      slot.job = job;
+      slot.job = this.#queue.shift()!;
       clearTimeout(slot.idle);
       slot.idle = undefined;
-      slot.timer = setTimeout(() => {
-        void this.#retire(slot, new VmseedError(
-          'RENDER_TIMEOUT',
-          `rendering took more than ${this.#deadlineMs} ms on the render worker (step ${job.op}); the worker was ended and the render is retried with backoff`,
-          { kind: 'retryable' },
-        ));
-      }, this.#deadlineMs);
-      this.offloaded++;
-      slot.worker.postMessage({ id: job.id, op: job.op, args: job.args } satisfies JobMessage);
+      if (slot.ready) this.#send(slot);
     }
+  }
+
+  #send(slot: Slot): void {
+    const job = slot.job!;
+    slot.timer = setTimeout(() => {
+      void this.#retire(slot, new VmseedError(
+        'RENDER_TIMEOUT',
+        `rendering took more than ${this.#deadlineMs} ms on the render worker (step ${job.op}); the worker was ended and the render is retried with backoff`,
+        { kind: 'retryable' },
+      ));
+    }, this.#deadlineMs);
+    this.offloaded++;
+    slot.worker.postMessage({ id: job.id, op: job.op, args: job.args } satisfies JobMessage);
   }
 
   #spawn(): Slot {
@@ -162,9 +175,20 @@ export class RenderPool implements Offload {
     // awaited by its reconcile, which does.
     worker.unref();
     this.started++;
-    const slot: Slot = { worker, job: undefined, timer: undefined, idle: undefined };
+    const slot: Slot = { worker, ready: false, job: undefined, timer: undefined, idle: undefined };
     this.#slots.add(slot);
-    worker.on('message', (reply: ReplyMessage) => {
+    // Starting is bounded too.
+    slot.timer = setTimeout(() => {
+      void this.#retire(slot, new VmseedError('RENDER_WORKER_FAILED', `the render worker did not start within ${this.#startMs} ms; the render is retried with backoff`, { kind: 'retryable' }));
+    }, this.#startMs);
+    worker.on('message', (reply: ReplyMessage | typeof READY) => {
+      if (reply === READY) {
+        clearTimeout(slot.timer);
+        slot.ready = true;
+        if (slot.job) this.#send(slot);
+        else this.#idleLater(slot);
+        return;
+      }
       const job = slot.job;
       if (!job || job.id !== reply.id) return;
       clearTimeout(slot.timer);

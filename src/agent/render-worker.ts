@@ -13,6 +13,9 @@ export interface JobMessage {
 
 export type ReplyError = { vmseed: true; code: VmseedError['code']; message: string; kind: VmseedError['kind']; field?: string } | { vmseed: false; name: string; message: string };
 
+// The worker's first message: its modules are loaded.
+export const READY = 'ready';
+
 export type ReplyMessage = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: ReplyError };
 
 function describe(e: unknown): ReplyError {
@@ -33,3 +36,4 @@ port?.on('message', (job: JobMessage) => {
   }
   port.postMessage(reply);
 });
+port?.postMessage(READY);

@@ -58,7 +58,7 @@ test('a typed error from the worker keeps its code, kind and field', async (t) =
 });
 
 test('a step past its deadline ends the worker with RENDER_TIMEOUT; the next step gets a new worker', async (t) => {
-  const pool = new RenderPool({ minBytes: 0, deadlineMs: 300, workerUrl: MISBEHAVING });
+  const pool = new RenderPool({ minBytes: 0, deadlineMs: 1000, workerUrl: MISBEHAVING });
   t.after(() => pool.close());
   const e = await rejection(pool.run('lintUserData', [utf8('x'), 'hang'], 1));
   assert.equal(e.code, 'RENDER_TIMEOUT');
@@ -98,5 +98,15 @@ test('the signal cancels a running step and a queued one; beyond the queue bound
   await pool.close();
   assert.equal((await late).code, 'CANCELLED');
   assert.equal((await waiting).code, 'CANCELLED');
+  assert.equal(pool.workers, 0);
+});
+
+test('a worker that never gets ready fails its step with RENDER_WORKER_FAILED after startMs', async (t) => {
+  const pool = new RenderPool({ minBytes: 0, startMs: 500, workerUrl: new URL('../fixtures/render-pool/silent-worker.ts', import.meta.url) });
+  t.after(() => pool.close());
+  const e = await rejection(pool.run('lintUserData', [utf8('x'), 'f'], 1));
+  assert.equal(e.code, 'RENDER_WORKER_FAILED');
+  assert.match(e.message, /did not start within 500 ms/);
+  assert.equal(pool.offloaded, 0, 'the step was never sent');
   assert.equal(pool.workers, 0);
 });
