@@ -143,7 +143,11 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   ]);
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
-  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api) : undefined, spawner);
+  // Reconciles' reads (Secrets, ConfigMaps) and unpause end at the stop
+  // deadline; Events and the informer keep their own client (the agent
+  // flushes Events after the deadline).
+  const reconcileApi = new KubeConnectionApi(connection, { cancel: cancel.signal });
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(reconcileApi) : undefined, spawner);
   const withInjector = injector ? { injector } : {};
   const agent = new Agent({
     ...common,
@@ -151,7 +155,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey, ...(config.namespaces ? { namespaces: config.namespaces } : {}) }),
-    refs: new KubeRefResolver(api, config.namespaces ? { namespaces: config.namespaces } : {}),
+    refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
   return withDatasource(agent, () => connection.close());
 }
