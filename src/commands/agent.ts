@@ -16,7 +16,7 @@ import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import type { Injector } from '../libvirt/types.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
-import { Agent } from '../agent/agent.ts';
+import { Agent, CANCEL_GRACE_MS } from '../agent/agent.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
@@ -29,9 +29,10 @@ import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
 
-// After the stop deadline (--shutdown-timeout), what closing the listeners
+// After the stop deadline (--shutdown-timeout), what cancelling the work
+// still in flight, flushing Events (2 s at most) and closing the listeners
 // and the API connection may add before the command returns regardless.
-const CLOSE_GRACE_MS = 3000;
+const CLOSE_GRACE_MS = CANCEL_GRACE_MS + 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps `virsh resume`. `spawner`: tests run virsh fakes.
