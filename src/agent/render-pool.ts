@@ -160,6 +160,7 @@ export class RenderPool implements Offload {
       ));
     }, this.#deadlineMs);
     this.offloaded++;
+    slot.worker.ref();
     slot.worker.postMessage({ id: job.id, op: job.op, args: job.args } satisfies JobMessage);
   }
 
@@ -171,8 +172,8 @@ export class RenderPool implements Offload {
       stdout: false,
       stderr: false,
     });
-    // An idle worker does not keep the process alive; a running step is
-    // awaited by its reconcile, which does.
+    // An idle worker does not keep the process alive; one with a step does
+    // (a promise alone would not).
     worker.unref();
     this.started++;
     const slot: Slot = { worker, ready: false, job: undefined, timer: undefined, idle: undefined };
@@ -211,6 +212,7 @@ export class RenderPool implements Offload {
   }
 
   #idleLater(slot: Slot): void {
+    slot.worker.unref();
     clearTimeout(slot.idle);
     slot.idle = setTimeout(() => {
       if (slot.job === undefined) void this.#retire(slot, cancelled());
