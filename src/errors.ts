@@ -39,6 +39,7 @@ export const ERROR_CODES = [
   'INIT_INVALID',
   'SECRET_DATA_INVALID',
   'MANIFEST_INVALID',
+  'MANIFEST_TOO_LARGE',
   // beyond KubeVirt: Virtlet/oVirt features, vendor-data, network conversion (issue 7)
   'USERDATA_MERGE_UNSUPPORTED',
   'NETWORK_CONVERSION_UNSUPPORTED',
@@ -95,6 +96,11 @@ export const ERROR_CODES = [
   'DATASOURCE_KEY_INVALID',
   'DATASOURCE_KEY_FILE_UNREADABLE',
   'DATASOURCE_URL_INVALID',
+  // the render worker (src/agent/render-pool.ts) and shutdown
+  'RENDER_TIMEOUT',
+  'RENDER_WORKER_FAILED',
+  'RENDER_QUEUE_FULL',
+  'CANCELLED',
   // the state directory's lock (src/agent/state-lock.ts)
   'STATE_DIR_LOCKED',
   'STATE_LOCK_FAILED',

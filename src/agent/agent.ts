@@ -47,7 +47,14 @@ export interface AgentOptions {
   reportOtherNodes?: boolean;
   // ConfigDrive `devices`: host devices' NUMA facts (host-numa.ts).
   hostNuma?: HostNumaReader;
+  // Aborted by stop() at its deadline: the work that listens to its signal
+  // (virsh children, render workers) ends, and its reconcile fails with
+  // CANCELLED.
+  cancel?: AbortController;
 }
+
+// After the cancel, how long stop() waits for the cancelled work to settle.
+export const CANCEL_GRACE_MS = 1000;
 
 export class Agent {
   readonly source: VmiSource;
@@ -64,6 +71,9 @@ export class Agent {
   #held: Set<string> | undefined = new Set();
   #resync: NodeJS.Timeout | undefined;
   #stopping = false;
+  // How stop() ended: everything finished in time, what was left was
+  // cancelled and settled, or some of it was still running (abandoned).
+  stopOutcome: 'finished' | 'cancelled' | 'abandoned' | undefined;
 
   constructor(options: AgentOptions) {
     this.#o = options;
@@ -167,7 +177,14 @@ export class Agent {
     this.#waits?.stop();
     await this.source.stop();
     const finished = await this.queue.shutdown(deadlineMs);
-    if (!finished) this.#log.warn({ deadlineMs }, 'stopped with reconciles still in flight');
+    this.stopOutcome = 'finished';
+    if (!finished) {
+      const inFlight = this.queue.inFlight;
+      this.#o.cancel?.abort();
+      const settled = this.#o.cancel ? await this.queue.shutdown(CANCEL_GRACE_MS) : false;
+      this.stopOutcome = settled ? 'cancelled' : 'abandoned';
+      this.#log.warn({ deadlineMs, inFlight, cancelled: settled }, settled ? 'reconciles in flight at the stop deadline were cancelled' : 'stopped with reconciles still in flight');
+    }
     await Promise.race([this.#o.events.flush(), new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref())]);
     return finished;
   }

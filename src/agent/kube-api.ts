@@ -40,14 +40,22 @@ export function isRetryableStatus(status: number): boolean {
   return status === 429 || (status >= 500 && status <= 504);
 }
 
+function cancelled(): VmseedError {
+  return new VmseedError('CANCELLED', 'the agent is stopping; the Kubernetes API call was cancelled and runs again at the next start', { kind: 'retryable' });
+}
+
 export class KubeConnectionApi implements KubeApi {
   readonly #conn: KubeConnection;
   readonly #timeoutMs: number;
   readonly #retry: KubeRetryPolicy;
   readonly #sleep: (ms: number) => Promise<void>;
+  readonly #cancel: AbortSignal | undefined;
 
-  constructor(conn: KubeConnection, options: { timeoutMs?: number; retry?: Partial<KubeRetryPolicy>; sleep?: (ms: number) => Promise<void> } = {}) {
+  // `cancel`: the agent's stop signal; a call in flight when it aborts fails
+  // at once with CANCELLED instead of waiting out timeoutMs.
+  constructor(conn: KubeConnection, options: { timeoutMs?: number; retry?: Partial<KubeRetryPolicy>; sleep?: (ms: number) => Promise<void>; cancel?: AbortSignal } = {}) {
     this.#conn = conn;
+    this.#cancel = options.cancel;
     this.#timeoutMs = options.timeoutMs ?? 30_000;
     this.#retry = { ...DEFAULT_RETRY, ...options.retry };
     this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
@@ -80,9 +88,10 @@ export class KubeConnectionApi implements KubeApi {
         headers,
         dispatcher: this.#conn.dispatcher,
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-        signal: AbortSignal.timeout(this.#timeoutMs),
+        signal: this.#cancel ? AbortSignal.any([AbortSignal.timeout(this.#timeoutMs), this.#cancel]) : AbortSignal.timeout(this.#timeoutMs),
       });
     } catch (e) {
+      if (this.#cancel?.aborted) throw cancelled();
       throw new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${transportReason(e)}; will retry`, {
         kind: 'retryable',
         cause: e,

@@ -2,13 +2,14 @@
 // watched with chokidar. Adding, editing or deleting a file is an add,
 // update or delete of the objects in it. Also the RefResolver for them.
 import { createHash } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
 import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../cloudinit/kube-types.ts';
 import { parseManifests, type ManifestObjects } from '../cloudinit/manifests.ts';
-import { asVmseedError } from '../errors.ts';
+import { asVmseedError, VmseedError } from '../errors.ts';
+import { readManifest } from './manifest-read.ts';
 import type { WatchStatus } from './status-types.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 
@@ -92,9 +93,13 @@ export class LocalDirSource implements VmiSource, RefResolver {
     } else {
       let text: string;
       try {
-        text = await readFile(path, 'utf8');
-      } catch {
+        text = await readManifest(path, name);
+      } catch (e) {
         // Deleted between the event and the read: the unlink event follows.
+        if (!(e instanceof VmseedError)) return;
+        // Not a regular file, or over the budget: shown like a parse error.
+        this.#lastError = `${e.code}: ${e.message}`;
+        this.#log.warn({ file: name, code: e.code }, e.message);
         return;
       }
       try {

@@ -506,6 +506,13 @@ export class Reconciler {
         cause: err.cause,
       });
     }
+    if (err.code === 'CANCELLED') {
+      // The agent is stopping: nothing is wrong with the VMI, so no error
+      // on its status and no Event; the next start reconciles it again.
+      const [namespace, name] = splitKey(key);
+      this.#log.info({ namespace, name, code: err.code }, err.message);
+      return 'retry';
+    }
     const kind = err.kind;
     this.#o.metrics?.reconcileTotal.inc({ result: kind === 'terminal' ? 'terminal' : 'error' });
     this.#o.metrics?.reconcileErrors.inc({ code: err.code });

@@ -69,6 +69,13 @@ export function defaultSeedBytes(limits: SeedBudgetLimits): number {
   return limits.maxSeedBytes ?? 2 * limits.maxUserDataBytes + limits.maxNetworkDataBytes;
 }
 
+export interface BudgetSnapshot {
+  maxUserDataBytes: number;
+  maxSeedBytes: number;
+  userData: number;
+  seed: number;
+}
+
 // A running count of the bytes one render has committed to, so a seed too
 // large is refused before its big buffers (base64 of files, the merged
 // cloud-config, its serialisation) are made.
@@ -81,6 +88,25 @@ export class SeedBudget {
   constructor(limits: SeedBudgetLimits) {
     this.maxUserDataBytes = limits.maxUserDataBytes;
     this.maxSeedBytes = defaultSeedBytes(limits);
+  }
+
+  // The counters as plain data, so a step run in a worker thread
+  // (src/cloudinit/pure-ops.ts) charges the same budget and hands it back.
+  snapshot(): BudgetSnapshot {
+    return { maxUserDataBytes: this.maxUserDataBytes, maxSeedBytes: this.maxSeedBytes, userData: this.#userData, seed: this.#seed };
+  }
+
+  static fromSnapshot(s: BudgetSnapshot): SeedBudget {
+    const b = new SeedBudget({ maxUserDataBytes: s.maxUserDataBytes, maxNetworkDataBytes: 0, maxSeedBytes: s.maxSeedBytes });
+    b.#userData = s.userData;
+    b.#seed = s.seed;
+    return b;
+  }
+
+  // Takes over what a copy of this budget charged (counters only grow).
+  adopt(s: BudgetSnapshot): void {
+    this.#userData = Math.max(this.#userData, s.userData);
+    this.#seed = Math.max(this.#seed, s.seed);
   }
 
   get userDataRemaining(): number {

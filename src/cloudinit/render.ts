@@ -1,24 +1,20 @@
 // VMI + referenced objects → Seed. Pure: references come through RefResolver.
 import { VmseedError } from '../errors.ts';
 import { resolvePublicKeys } from './access-credentials.ts';
-import { ANNOTATION, parseAnnotation } from './annotation.ts';
+import { ANNOTATION } from './annotation.ts';
 import type { CloudInitSource, RefResolver, VmiObject } from './kube-types.ts';
 import { buildMetaData } from './metadata.ts';
 import type { Datasource, Seed, SeedWarning } from './seed.ts';
 import { hasAnyData, resolveSourceData, type SourcePolicy } from './sources.ts';
-import { lintUserData } from './userdata-lint.ts';
 import type { AnnotationExtras } from './annotation-extras.ts';
 import { filesToWriteFiles } from './files.ts';
 import { compileInit, type CompiledInit } from './init/compile.ts';
 import { parseInit } from './init/parse.ts';
 import { instanceId } from './instance-id.ts';
-import { mergeMetaData } from './metadata-merge.ts';
-import { chooseNetworkConfig } from './network/choose.ts';
 import { readObject } from './object-refs.ts';
 import { deriveSalt, type SaltProvider } from './password-salt.ts';
 import { appendSshKeys } from './ssh-keys.ts';
-import { composeUserData } from './userdata-compose.ts';
-import { lintVendorData, resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
+import { resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
 import { buildDevicesMetadata, type DeviceData, type DomainDevice, type VcpuPin } from './devices-metadata.ts';
 import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './kubevirt-admission.ts';
@@ -26,6 +22,8 @@ import { isPassableNetworkError, passThroughWarning } from './network-passthroug
 import { requireSomeData } from './empty-data.ts';
 import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
 import { memoize } from './memo-resolver.ts';
+import { INLINE_OFFLOAD, type Offload } from './pure-ops.ts';
+import { mergeMetaData } from './metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
 import { isImdsEnabled, renderImdsSeed } from './imds-annotations.ts';
 
@@ -49,6 +47,11 @@ export interface RenderOptions {
   passwordSalt?: SaltProvider;
   // Bound on all seed files together (default: see SeedBudget).
   maxSeedBytes?: number;
+  // Where the YAML parse/merge/serialise steps run (pure-ops.ts); default:
+  // this thread. The agent gives its worker pool (src/agent/render-pool.ts).
+  offload?: Offload;
+  // Aborted when the agent stops: a step on a worker is ended (CANCELLED).
+  signal?: AbortSignal;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
@@ -100,6 +103,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   // Budgets and a per-render memo of referenced objects (limits.ts, memo-resolver.ts).
   const refs = memoize(resolver);
   const budget = new SeedBudget(options);
+  const offload = options.offload ?? INLINE_OFFLOAD;
   const annotationText = vmi.metadata.annotations?.[ANNOTATION];
   const hasAnnotation = annotationText !== undefined;
   const volume = firstCloudInitVolume(vmi);
@@ -140,7 +144,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   // a rejection throws).
   const admissionWarnings: SeedWarning[] = [];
   if (hasAnnotation) {
-    const spec = parseAnnotation(annotationText);
+    const spec = await offload.run('parseAnnotation', [annotationText], annotationText.length, options.signal);
     await yieldToLoop();
     extras = spec.extras;
     datasource = spec.datasource;
@@ -195,16 +199,23 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     generated = virtletMerge(generated, { write_files: writeFiles }) as Record<string, unknown>;
   }
   const fromField = `${ANNOTATION}.userDataFrom`;
-  const composed = composeUserData({
+  const from = extras?.userDataFrom
+    ? { spec: extras.userDataFrom, entries: await readObject(refs, namespace, extras.userDataFrom, fromField), field: fromField }
+    : undefined;
+  const inline = data.userData && data.userData.length > 0 ? { bytes: data.userData, field: data.userDataField } : undefined;
+  // Only a merge (two parts or more, or userDataFrom's keys) parses and
+  // serialises; one part passes through as it is.
+  const parts = (Object.keys(generated).length > 0 ? 1 : 0) + (from ? 1 : 0) + (inline ? 1 : 0);
+  const merges = extras?.userDataScript === undefined && (parts > 1 || (from !== undefined && from.spec.key === undefined));
+  const mergeBytes = merges ? budget.snapshot().userData + (inline?.bytes.length ?? 0) + (from?.entries.reduce((n, e) => n + e.bytes.length, 0) ?? 0) : 0;
+  const { composed, budget: charged } = await offload.run('composeUserData', [{
     generated,
-    ...(extras?.userDataFrom
-      ? { from: { spec: extras.userDataFrom, entries: await readObject(refs, namespace, extras.userDataFrom, fromField), field: fromField } }
-      : {}),
-    ...(data.userData && data.userData.length > 0 ? { inline: { bytes: data.userData, field: data.userDataField } } : {}),
+    ...(from ? { from } : {}),
+    ...(inline ? { inline } : {}),
     ...(extras?.userDataScript !== undefined ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } } : {}),
     mode: extras?.userDataMerge ?? 'merge',
-    budget,
-  });
+  }, budget.snapshot()], mergeBytes, options.signal);
+  budget.adopt(charged);
   const userData = composed?.bytes ?? new Uint8Array();
   const userDataField = composed?.field ?? data.userDataField;
   if (userData.length > options.maxUserDataBytes) {
@@ -212,7 +223,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   }
   budget.seed(userData.length, userDataField);
   await yieldToLoop();
-  const warnings = [...admissionWarnings, ...(composed?.merged ? [] : lintVolumeUserData(userData, userDataField, hasAnnotation))];
+  const warnings = [...admissionWarnings, ...(composed?.merged ? [] : await lintVolumeUserData(offload, userData, userDataField, hasAnnotation, options.signal))];
   await yieldToLoop();
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
@@ -222,14 +233,14 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   if (givenNetwork) budget.seed(givenNetwork.length, data.networkDataField);
   let networkConfig: Uint8Array | undefined;
   try {
-    networkConfig = chooseNetworkConfig({
+    networkConfig = await offload.run('chooseNetworkConfig', [{
       vmi,
       datasource,
       prefix: ANNOTATION,
       forceDHCP: extras?.forceDHCP ?? false,
       ...(init?.network ? { initNetwork: init.network } : {}),
       ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
-    });
+    }], givenNetwork?.length ?? 0, options.signal);
   } catch (e) {
     // KubeVirt writes a volume's network data as given, whatever it is; the
     // annotation (vmseed's own API) stays strict.
@@ -242,7 +253,7 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   let vendorData: Uint8Array | undefined;
   if (vendor) {
     budget.seed(vendor.bytes.length, vendor.field);
-    warnings.push(...lintVendorData(vendor.bytes, vendor.field, options.maxUserDataBytes));
+    warnings.push(...(await offload.run('lintVendorData', [vendor.bytes, vendor.field, options.maxUserDataBytes], vendor.bytes.length, options.signal)));
     vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
   }
 
@@ -252,6 +263,8 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     devices = d.devices;
     warnings.push(...d.warnings);
   }
+  // Merged here: its inputs are in this thread, and cloning a 15,000-key
+  // mapping to a worker and back costs more than the merge (bench:hostile).
   const metaData = mergeMetaData(buildMetaData(vmi, datasource, publicKeys, devices), extras?.metaData, datasource, `${ANNOTATION}.metaData`);
   budget.seed(metaDataSize(metaData, budget.seedRemaining), `${ANNOTATION}.metaData`);
   const seed: Seed = {
@@ -275,9 +288,9 @@ function extrasProduceData(extras: AnnotationExtras | undefined): boolean {
 // load. A volume's user-data is KubeVirt's: it writes it as given, and the
 // guest still gets the SSH keys and network config of the seed, so vmseed
 // warns instead of withholding the whole seed.
-function lintVolumeUserData(userData: Uint8Array, field: string, strict: boolean): SeedWarning[] {
+async function lintVolumeUserData(offload: Offload, userData: Uint8Array, field: string, strict: boolean, signal: AbortSignal | undefined): Promise<SeedWarning[]> {
   try {
-    return lintUserData(userData, field);
+    return await offload.run('lintUserData', [userData, field], userData.length, signal);
   } catch (e) {
     if (strict || !(e instanceof VmseedError) || e.code !== 'USERDATA_CLOUDCONFIG_INVALID') throw e;
     return [{

@@ -17,19 +17,24 @@ import { LEGACY_SEED_ALIAS } from '../libvirt/disk-xml.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
-import { Agent } from '../agent/agent.ts';
+import { Agent, CANCEL_GRACE_MS } from '../agent/agent.ts';
 import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import { freeSpaceCheck, virshCheck } from '../agent/readiness-checks.ts';
+import { RenderPool } from '../agent/render-pool.ts';
+import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
+import { NodeProcessSpawner } from '../libvirt/virsh.ts';
+import type { RenderSeed } from '../agent/deps.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
 
-// After the stop deadline (--shutdown-timeout), what closing the listeners
+// After the stop deadline (--shutdown-timeout), what cancelling the work
+// still in flight, flushing Events (2 s at most) and closing the listeners
 // and the API connection may add before the command returns regardless.
-const CLOSE_GRACE_MS = 3000;
+const CLOSE_GRACE_MS = CANCEL_GRACE_MS + 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
@@ -83,12 +88,20 @@ function dirPublisher(template: string): DirPublisher {
 export async function makeAgent(config: Config, logger: Logger, metrics: Metrics): Promise<{ agent: Agent; close(): Promise<void> }> {
   const store = new ImageStore({ root: config.stateDir });
   const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
+  // Large documents are parsed, merged and serialised on a worker thread.
+  const pool = new RenderPool();
+  // Aborted by agent.stop() at the --shutdown-timeout deadline: render
+  // steps on the worker and virsh children end, their reconciles fail with
+  // CANCELLED.
+  const cancel = new AbortController();
+  const spawner = cancellableSpawner(new NodeProcessSpawner(), cancel.signal);
   const common = {
     version: VERSION,
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
-    render: renderSeed,
+    render: ((vmi, refs, options) => renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal })) satisfies RenderSeed,
+    cancel,
     build: buildSeedImage,
     store,
     metrics,
@@ -108,7 +121,11 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     hostNuma: sysfsNumaReader(),
   };
   // The datasource listener serves the agent's seeds; stopped after the agent.
-  const withDatasource = async (agent: Agent, close: () => Promise<void>) => {
+  const withDatasource = async (agent: Agent, closeMode: () => Promise<void>) => {
+    const close = async () => {
+      await pool.close();
+      await closeMode();
+    };
     let ds;
     try {
       ds = nocloudHttp ? await nocloudHttp.start(agent) : undefined;
@@ -119,7 +136,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     return { agent, close: async () => { await ds?.close(); await close(); } };
   };
   if (config.mode === 'local') {
-    const injector = makeInjector(config);
+    // virsh children die with the stop deadline (the RPC client's calls have their own).
+    const injector = makeInjector(config, undefined, config.libvirt.mode === 'virsh' ? spawner : undefined);
     const domainEvents = domainEventsFor(config, injector);
     const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
     const { LocalDirSource } = await import('../agent/local-source.ts');
@@ -147,7 +165,11 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   const api = new KubeConnectionApi(connection);
   // The seed gate's "unpaused" is kept next to the VMI's images: a restart
   // must not unpause a VMI its owner paused since.
-  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(api, storeGateRecord(store, { fsync: config.fsync })) : undefined);
+  // Reconciles' reads (Secrets, ConfigMaps) and unpause end at the stop
+  // deadline; Events and the informer keep their own client (the agent
+  // flushes Events after the deadline).
+  const reconcileApi = new KubeConnectionApi(connection, { cancel: cancel.signal });
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync })) : undefined, config.libvirt.mode === 'virsh' ? spawner : undefined);
   const domainEvents = domainEventsFor(config, injector);
   const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
   const agent = new Agent({
@@ -156,7 +178,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey, ...(config.namespaces ? { namespaces: config.namespaces } : {}) }),
-    refs: new KubeRefResolver(api, config.namespaces ? { namespaces: config.namespaces } : {}),
+    refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
   return withDatasource(agent, async () => {
     await injector?.client.close();
@@ -266,6 +288,10 @@ export const agent: Command = async (ctx) => {
   if (outcome === true) {
     log.info({ finished: true }, 'vmseed agent stopped');
     return failed ? 1 : 0;
+  }
+  if (outcome === false && agentInstance.stopOutcome === 'cancelled') {
+    log.warn({ finished: false, deadlineMs, reason: 'reconciles still in flight at the stop deadline were cancelled' }, 'vmseed agent stopped; cancelled work runs again at the next start');
+    return 1;
   }
   log.warn(
     { finished: false, deadlineMs, inFlight: agentInstance.queue.inFlight, reason: outcome === 'timeout' ? 'shutdown steps did not finish in time' : 'reconciles still in flight at the stop deadline' },

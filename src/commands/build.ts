@@ -5,10 +5,10 @@
 import { readFile, writeFile, rename, unlink } from 'node:fs/promises';
 import { resolve, dirname, basename, join } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { load } from 'js-yaml';
 import type { Command, CliContext, ExitCode } from './cli.ts';
 import { UsageError } from './cli.ts';
 import { DATASOURCES, type Datasource, type Seed } from '../cloudinit/seed.ts';
+import { parseYaml, where } from '../cloudinit/yaml.ts';
 import { VmseedError } from '../errors.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { mergeManifests, parseManifests } from '../cloudinit/manifests.ts';
@@ -104,12 +104,19 @@ function isJsonText(bytes: Uint8Array): boolean {
 }
 
 function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
-  let v: unknown;
+  let text: string;
   try {
-    v = load(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
   } catch {
-    throw new VmseedError('METADATA_INVALID', '--meta-data: not valid JSON or YAML; it must be a mapping such as {"instance-id": "iid-local01"}', { field: 'meta-data' });
+    throw new VmseedError('METADATA_INVALID', '--meta-data: not UTF-8 text; it must be a JSON or YAML mapping such as {"instance-id": "iid-local01"}', { field: 'meta-data' });
   }
+  // The agent's budgeted loader: an alias bomb or a deep nest is refused
+  // (YAML_TOO_COMPLEX) before anything is built.
+  const parsed = parseYaml(text, { field: 'meta-data' });
+  if (!parsed.ok) {
+    throw new VmseedError('METADATA_INVALID', `--meta-data: not valid JSON or YAML (${where(parsed)}: ${parsed.reason}); it must be a mapping such as {"instance-id": "iid-local01"}`, { field: 'meta-data' });
+  }
+  const v = parsed.value;
   if (v === null || v === undefined) return {};
   if (typeof v !== 'object' || Array.isArray(v)) {
     throw new VmseedError('METADATA_INVALID', '--meta-data: must be a mapping of keys to values, such as {"instance-id": "iid-local01"}', { field: 'meta-data' });

@@ -4,7 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { load as loadYaml } from 'js-yaml';
+import { parseYaml, where } from '../cloudinit/yaml.ts';
 import { VmseedError, isVmseedError } from '../errors.ts';
 import { DatasourceKeyring, fileKeySource } from '../http/datasource-tokens.ts';
 import { UsageError, type Command } from './cli.ts';
@@ -77,12 +77,21 @@ interface VmiIdentity {
 }
 
 async function readVmi(path: string): Promise<VmiIdentity> {
-  let doc: unknown;
+  let text: string;
   try {
-    doc = loadYaml(await readFile(path, 'utf8'));
+    text = await readFile(path, 'utf8');
   } catch (e) {
-    throw new UsageError(`cannot read VMI manifest ${path}: ${(e as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`);
+    throw new UsageError(`cannot read VMI manifest ${path}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`);
   }
+  // The agent's budgeted loader (aliases, depth, expanded size).
+  let parsed;
+  try {
+    parsed = parseYaml(text, { field: '--vmi' });
+  } catch (e) {
+    throw new UsageError(`cannot read VMI manifest ${path}: ${(e as Error).message}`);
+  }
+  if (!parsed.ok) throw new UsageError(`cannot read VMI manifest ${path}: not YAML or JSON (${where(parsed)}: ${parsed.reason})`);
+  const doc = parsed.value;
   const md = (doc as { metadata?: Record<string, unknown> } | null)?.metadata;
   if (typeof md !== 'object' || md === null) throw new UsageError(`${path} has no metadata; is it a VirtualMachineInstance manifest?`);
   const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);

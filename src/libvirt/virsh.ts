@@ -11,6 +11,8 @@ export interface SpawnOptions {
   timeoutMs: number;
   maxOutputBytes: number;
   env?: Record<string, string | undefined>;
+  // The agent is stopping: the whole group is killed, as on a timeout.
+  signal?: AbortSignal;
 }
 
 export interface SpawnResult {
@@ -20,6 +22,8 @@ export interface SpawnResult {
   stderr: string;
   timedOut: boolean;
   outputTruncated: boolean;
+  // Killed because options.signal was aborted.
+  aborted?: boolean;
   // The executable could not be started (ENOENT/EACCES).
   spawnError?: 'not-found' | 'not-executable';
 }
@@ -66,10 +70,18 @@ export class NodeProcessSpawner implements ProcessSpawner {
         timedOut = true;
         killGroup();
       }, options.timeoutMs);
+      let aborted = false;
+      const onAbort = () => {
+        aborted = true;
+        killGroup();
+      };
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      if (options.signal?.aborted) onAbort();
       const finish = (r: Partial<SpawnResult>) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
         resolve({
           exitCode: null,
           signal: null,
@@ -77,6 +89,7 @@ export class NodeProcessSpawner implements ProcessSpawner {
           stderr: Buffer.concat(err).toString('utf8'),
           timedOut,
           outputTruncated: truncated,
+          ...(aborted ? { aborted } : {}),
           ...r,
         });
       };
@@ -86,7 +99,7 @@ export class NodeProcessSpawner implements ProcessSpawner {
       // 'close' waits for the pipes: after a group kill they close too.
       child.on('close', (code, signal) => {
         // Reap anything left in the group even on a normal exit of the leader.
-        if (timedOut || truncated) killGroup();
+        if (timedOut || truncated || aborted) killGroup();
         finish({ exitCode: code, signal });
       });
     });

@@ -205,3 +205,27 @@ test('the fake\'s unpause runs KubeVirt\'s side first (onUnpause); its failure i
   assert.deepEqual(slept, [250]);
   assert.deepEqual(fake.getVmi('default', 'vm2')!.status!.conditions, [], 'the Paused condition is gone');
 });
+
+test('the agent\'s cancel signal ends a call the API server never answers: CANCELLED at once, not after timeoutMs', async (t) => {
+  // Accepts and says nothing: the TLS handshake never completes.
+  const { createServer } = await import('node:net');
+  const sockets: import('node:net').Socket[] = [];
+  const silent = createServer((s) => void sockets.push(s));
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+  const port = (silent.address() as import('node:net').AddressInfo).port;
+  const conn = new KubeConnection({ server: `https://127.0.0.1:${port}`, token: 'fake-token', ca: (await testPki('silent')).caCert });
+  t.after(async () => {
+    for (const s of sockets) s.destroy();
+    await conn.close();
+    await new Promise((r) => silent.close(r));
+  });
+  const cancel = new AbortController();
+  const api = new KubeConnectionApi(conn, { timeoutMs: 600_000, cancel: cancel.signal });
+  const call = new KubeRefResolver(api).getSecret('default', 's');
+  const outcome = assert.rejects(call, code('CANCELLED', 'retryable'));
+  while (sockets.length === 0) await new Promise((r) => setTimeout(r, 10));
+  cancel.abort();
+  await outcome;
+  // Later calls fail the same way, without a request.
+  await assert.rejects(new KubeRefResolver(api).getSecret('default', 's'), code('CANCELLED'));
+});

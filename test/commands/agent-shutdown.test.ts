@@ -1,7 +1,10 @@
 // SIGTERM ends the real agent process within its deadline even when work
-// hangs: a virsh that never returns (a ProcessWrap holds the loop) and a
-// FIFO among the manifests (a thread-pool read blocked in open(2), which
-// process.exit() alone would wait for forever). Also the exit plan itself.
+// hangs: a virsh that never returns is killed at the deadline (the agent's
+// cancel signal) and the process exits on its own, virsh gone. A FIFO among
+// the manifests no longer hangs a read at all (refused, non-blocking open).
+// Also the exit plan for what still holds the loop after the deadline (a
+// thread-pool read blocked in open(2), which process.exit() alone would
+// wait for forever).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -52,7 +55,16 @@ async function sigtermAndWait(run: Run, boundMs = 30_000): Promise<{ code: numbe
 
 const records = (log: string) => log.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
 
-test('SIGTERM with a virsh call that never returns: the agent exits after the deadline and says why', { timeout: 60_000 }, async (t) => {
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test('SIGTERM with a virsh call that never returns: at the deadline virsh is killed, the reconcile cancelled, and the agent exits saying why', { timeout: 60_000 }, async (t) => {
   const dir = await tempDir('vmseed-stop-virsh-');
   const pidFile = join(dir.path, 'virsh.pid');
   t.after(async () => {
@@ -68,39 +80,42 @@ test('SIGTERM with a virsh call that never returns: the agent exits after the de
   await copyFile(join(ROOT, 'examples/nocloud-inline.yaml'), join(manifests, 'vm.yaml'));
   const run = startAgent(['--local', manifests, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'virsh', '--virsh-path', virsh, '--virsh-timeout', `${HANG}s`], dir.path);
   await waitFor('virsh called', () => existsSync(pidFile), 20_000);
+  const virshPids = readFileSync(pidFile, 'utf8').split('\n').filter(Boolean).map(Number);
   const { code, signal } = await sigtermAndWait(run);
   assert.equal(signal, null, run.log().slice(-2000));
-  assert.equal(code, 1, 'abandoned work is not a clean stop');
+  assert.equal(code, 1, 'cancelled work is not a clean stop');
   const log = records(run.log());
-  const stopped = log.find((r) => r.msg === 'vmseed agent stopped with work abandoned; exiting anyway');
+  const cancelled = log.find((r) => r.msg === 'reconciles in flight at the stop deadline were cancelled');
+  assert.ok(cancelled, run.log().slice(-2000));
+  assert.ok((cancelled.inFlight as number) >= 1);
+  const stopped = log.find((r) => r.msg === 'vmseed agent stopped; cancelled work runs again at the next start');
   assert.ok(stopped, run.log().slice(-2000));
-  assert.equal(stopped.reason, 'reconciles still in flight at the stop deadline');
-  assert.ok((stopped.inFlight as number) >= 1);
-  // The virsh child still held the loop: main() ended the process itself.
-  const exit = log.find((r) => r.msg === 'exiting with work still pending');
-  assert.ok(exit, run.log().slice(-2000));
-  assert.equal(exit.exit, 1);
-  assert.ok((exit.pending as Record<string, number>).ProcessWrap! >= 1, JSON.stringify(exit.pending));
+  assert.equal(stopped.reason, 'reconciles still in flight at the stop deadline were cancelled');
+  // The reconcile ended as cancelled, not as a failure of the VMI.
+  assert.ok(log.some((r) => r.code === 'CANCELLED'), run.log().slice(-2000));
+  assert.ok(!log.some((r) => r.msg === 'vmseed agent stopped with work abandoned; exiting anyway'), run.log().slice(-2000));
+  // Nothing held the loop any more: main() did not have to end the process.
+  assert.ok(!log.some((r) => r.msg === 'exiting with work still pending'), run.log().slice(-2000));
+  for (const pid of virshPids) assert.equal(alive(pid), false, `fake virsh ${pid} was killed`);
 });
 
-test('SIGTERM with a read blocked on a FIFO: the agent exits (SIGTERM default action) and says why', { timeout: 60_000 }, async (t) => {
+test('a FIFO among the manifests: refused without blocking, the other VMI seeded, SIGTERM a clean stop', { timeout: 60_000 }, async (t) => {
   const dir = await tempDir('vmseed-stop-fifo-');
   t.after(() => dir.remove());
   const manifests = join(dir.path, 'manifests');
   await mkdir(manifests);
   await copyFile(join(ROOT, 'examples/nocloud-inline.yaml'), join(manifests, 'vm.yaml'));
-  // Reading it blocks in open(2) until a writer appears: none will.
+  // A blocking open of it would wait for a writer: none will come.
   execFileSync('mkfifo', [join(manifests, 'zz-fifo.yaml')]);
   const run = startAgent(['--local', manifests, '--state-dir', join(dir.path, 'seeds')], dir.path);
-  // A libuv pool thread waiting in the kernel's FIFO open: the read is stuck.
-  await waitFor('a thread blocked opening the FIFO', () => blockedInFifoOpen(run.pid), 20_000);
-  const { signal } = await sigtermAndWait(run);
-  const exit = records(run.log()).find((r) => r.msg === 'exiting with work still pending');
-  assert.ok(exit, run.log().slice(-2000));
-  // process.exit() would have waited for the read: the default SIGTERM action ended it.
-  assert.equal(signal, 'SIGTERM', run.log().slice(-2000));
-  assert.ok(Object.keys(exit.pending as object).some((k) => k.startsWith('FSReq')), JSON.stringify(exit.pending));
-  assert.match(String(exit.exit), /^SIGTERM/);
+  await waitFor('the seed written', () => records(run.log()).some((r) => r.msg === 'seed ready'), 20_000);
+  const refused = records(run.log()).find((r) => r.file === 'zz-fifo.yaml');
+  assert.equal(refused?.code, 'MANIFEST_INVALID', run.log().slice(-2000));
+  assert.equal(blockedInFifoOpen(run.pid), false, 'no thread waits in the FIFO\'s open');
+  const { code, signal } = await sigtermAndWait(run);
+  assert.equal(signal, null, run.log().slice(-2000));
+  assert.equal(code, 0, run.log().slice(-2000));
+  assert.ok(records(run.log()).some((r) => r.msg === 'vmseed agent stopped' && r.finished === true), run.log().slice(-2000));
 });
 
 function blockedInFifoOpen(pid: number): boolean {

@@ -6,6 +6,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runCli } from '../support/cli.ts';
 import { bsdtarExtract, tempDir } from '../disk/tools.ts';
+import { aliasBomb } from '../hostile/corpus.ts';
 
 async function build(dir: string, args: string[]): Promise<Map<string, Buffer>> {
   const r = await runCli(['build', '--user-data', 'ud', ...args, '-o', 'seed.iso'], dir, { env: { SOURCE_DATE_EPOCH: '0' } });
@@ -46,4 +47,17 @@ test('the file is still checked: a list or broken YAML is refused', async (t) =>
   const r = await runCli(['build', '--user-data', 'ud', '--meta-data', 'list.yaml', '-o', 'x.iso'], tmp.dir);
   assert.equal(r.code, 2);
   assert.match(r.err, /METADATA_INVALID/);
+});
+
+test('an alias bomb or a deep nest in --meta-data is refused by the budgeted loader before anything is built', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  writeFileSync(join(tmp.dir, 'ud'), '#cloud-config\n');
+  writeFileSync(join(tmp.dir, 'bomb.yaml'), `instance-id: i\n${aliasBomb(8, 10)}\n`);
+  writeFileSync(join(tmp.dir, 'deep.yaml'), `instance-id: i\ndeep: ${'['.repeat(1000)}${']'.repeat(1000)}\n`);
+  for (const file of ['bomb.yaml', 'deep.yaml']) {
+    const r = await runCli(['build', '--user-data', 'ud', '--meta-data', file, '-o', 'x.iso'], tmp.dir);
+    assert.notEqual(r.code, 0, file);
+    assert.match(r.err, /YAML_TOO_COMPLEX/, file);
+  }
 });

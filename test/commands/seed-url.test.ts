@@ -45,6 +45,8 @@ print(json.dumps({"ok": ok, **fill}))
   );
 }
 
+import { aliasBomb } from '../hostile/corpus.ts';
+
 describe('vmseed seed-url', () => {
   let dir: string;
   const key = randomKey();
@@ -60,6 +62,8 @@ describe('vmseed seed-url', () => {
       `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata:\n  name: vm-a\n  namespace: ns1\n  uid: ${uid}\nspec: {}\n`,
     );
     await writeFile(join(dir, 'vmi-nouid.yaml'), `kind: VirtualMachineInstance\nmetadata:\n  name: vm-a\n  namespace: ns1\n`);
+    // An alias bomb (8 levels x 10) in an operator-given file: refused by the budgeted loader.
+    await writeFile(join(dir, 'vmi-bomb.yaml'), `metadata: {name: vm-a, namespace: ns1, uid: ${uid}}\n${aliasBomb(8, 10)}\n`);
     const directory = new MapDirectory();
     directory.add({ namespace: 'ns1', name: 'vm-a', uid, seed });
     server = await startDatasourceServer({
@@ -109,6 +113,7 @@ describe('vmseed seed-url', () => {
       [['not a name', '--uid', uid, '--key-file', 'keys'], 2, /namespace/],
       [['ns1/vm-b', '--vmi', 'vmi.yaml', '--key-file', 'keys'], 2, /is ns1\/vm-a, not ns1\/vm-b/],
       [['--vmi', 'vmi-nouid.yaml', '--key-file', 'keys'], 2, /metadata\.uid/],
+      [['--vmi', 'vmi-bomb.yaml', '--key-file', 'keys'], 2, /vmi-bomb\.yaml: --vmi: with its aliases expanded the document is more than/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--base', 'ftp://x/v1'], 2, /DATASOURCE_URL_INVALID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--base', 'http://x/v1?a=b'], 2, /DATASOURCE_URL_INVALID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--ds', 'ec2'], 2, /--ds/],

@@ -4,11 +4,14 @@
 // ones are seeded, peak RSS stays bounded, and nothing outside the state dir
 // changes, also when a VMI's directory is swapped for a symlink into a
 // precious tree and the VMI then deleted, and when FIFOs and symlinks named
-// like images wait in a VMI's directory at start-up.
+// like images wait in a VMI's directory at start-up. Then, with per-pod
+// publishing (--publish-dir naming {podUID}): a `status.activePods` key
+// that climbs out of the pods directory, and a FIFO named like the
+// published image.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, lstatSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -124,4 +127,104 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
 
   assert.equal(treeDigest(sentinel), before, 'nothing outside the state dir changed');
   assert.ok(existsSync(join(sentinel, 'precious', 'precious.conf')));
+});
+
+// The issue's `status.activePods` row against the real agent: local mode
+// refuses --platform kubevirt (it needs KubeVirt's API), but its per-pod
+// publishing is a template any platform may use, so the same path is taken
+// with an explicit --publish-dir naming {podUID}. The key `../victim/other-pod`
+// would have put the image into another pod's directory and let prune
+// delete that pod's images.
+test('a status.activePods key of ../victim/other-pod: LAUNCHER_POD_INVALID, nothing written or deleted outside, no virsh call for it', { timeout: 120_000 }, async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'vmseed-hostile-pods-'));
+  const manifests = join(root, 'manifests');
+  const victim = join(root, 'victim', 'other-pod', 'hotplug-disks');
+  mkdirSync(manifests);
+  mkdirSync(join(root, 'pods'));
+  mkdirSync(victim, { recursive: true });
+  writeFileSync(join(victim, 'vmseed-nocloud-0123456789abcdef.iso'), 'another pod\'s image\n');
+  writeFileSync(join(victim, 'disk.img'), 'another pod\'s disk\n');
+  const before = treeDigest(join(root, 'victim'));
+  const calls = join(root, 'virsh-calls.log');
+  const virsh = join(root, 'virsh');
+  writeFileSync(virsh, `#!/bin/sh\necho "$@" >> '${calls}'\necho 'error: failed to connect to the hypervisor' >&2\nexit 1\n`, { mode: 0o755 });
+  let agent: LocalAgent | undefined;
+  t.after(async () => {
+    await agent?.stop();
+    await rm(root, { recursive: true, force: true });
+  });
+  const evil = vmiObject('evil-pod', 'userData: |\n  #cloud-config\n  hostname: evil\n') as { metadata: Record<string, unknown>; status?: unknown };
+  evil.metadata.labels = { 'kubevirt.io/nodeName': 'n1' };
+  evil.status = { nodeName: 'n1', phase: 'Running', activePods: { '../victim/other-pod': 'n1' } };
+  await put(join(manifests, 'evil.json'), JSON.stringify(evil));
+  agent = await startLocalAgent(manifests, join(root, 'state'), [
+    '--node-name', 'n1', '--libvirt', 'virsh', '--virsh-path', virsh, '--publish-dir', `${join(root, 'pods')}/{podUID}/hotplug-disks`,
+  ]);
+  const a = agent;
+  const v = await waitUntil('the VMI answered', async () => {
+    const r = find((await a.status()).vmis, 'evil-pod');
+    return r?.state === 'error' ? r : undefined;
+  }, 60_000, async () => a.log().slice(-2000));
+  assert.equal(v.lastError?.code, 'LAUNCHER_POD_INVALID', v.lastError?.message);
+  assert.equal(v.lastError?.kind, 'terminal');
+  assert.equal(v.lastError?.field, 'status.activePods');
+  assert.deepEqual(readdirSync(join(root, 'pods')), [], 'nothing published under the pods directory');
+  assert.equal(treeDigest(join(root, 'victim')), before, 'the other pod\'s directory is untouched');
+  const virshCalls = () => (existsSync(calls) ? readFileSync(calls, 'utf8') : '');
+  assert.doesNotMatch(virshCalls(), /victim|\.\./, 'no virsh call carries the key');
+
+  // The VMI deleted: eject never reaches a path built from that key.
+  await rm(join(manifests, 'evil.json'));
+  await waitUntil('the VMI gone from the status', async () => !find((await a.status()).vmis, 'evil-pod'), 60_000, async () => a.log().slice(-2000));
+  assert.equal(treeDigest(join(root, 'victim')), before, 'the other pod\'s image was not pruned');
+  assert.doesNotMatch(virshCalls(), /victim|\.\./);
+  assert.equal(await a.stop(), 0);
+});
+
+// The issue's FIFO row against the real agent: a FIFO named like the
+// published image in the launcher pod's directory. publish() read it whole
+// (and hung in open(2) for good); now it is neither read nor followed, and
+// the image replaces it by rename.
+test('a FIFO named like the published image in the pod\'s directory: the reconcile goes on, the FIFO is replaced, SIGTERM a clean stop', { timeout: 120_000 }, async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'vmseed-hostile-fifo-'));
+  const manifests = join(root, 'manifests');
+  const pod = '3f1c2d3e-0000-4a5b-8c9d-0123456789ab';
+  const podDir = join(root, 'pods', pod);
+  mkdirSync(manifests);
+  mkdirSync(podDir, { recursive: true });
+  const virsh = join(root, 'virsh');
+  writeFileSync(virsh, `#!/bin/sh\necho 'error: failed to connect to the hypervisor' >&2\nexit 1\n`, { mode: 0o755 });
+  let agent: LocalAgent | undefined;
+  t.after(async () => {
+    await agent?.stop();
+    await rm(root, { recursive: true, force: true });
+  });
+  const vm = vmiObject('fifo-pod', 'userData: |\n  #cloud-config\n  hostname: fifo\n') as { metadata: Record<string, unknown>; status?: unknown };
+  vm.metadata.labels = { 'kubevirt.io/nodeName': 'n1' };
+  vm.status = { nodeName: 'n1', phase: 'Running', activePods: { [pod]: 'n1' } };
+  await put(join(manifests, 'vm.json'), JSON.stringify(vm));
+  const args = ['--node-name', 'n1', '--libvirt', 'virsh', '--virsh-path', virsh, '--publish-dir', `${join(root, 'pods')}/{podUID}/hotplug-disks`];
+  const published = join(podDir, 'hotplug-disks');
+  const errored = async (a: LocalAgent) => {
+    const r = find((await a.status()).vmis, 'fifo-pod');
+    return r?.state === 'error' ? r : undefined;
+  };
+  // First run: the image is published, then virsh fails (no libvirt here).
+  agent = await startLocalAgent(manifests, join(root, 'state'), args);
+  const first = agent;
+  await waitUntil('published, then virsh failed', () => errored(first), 60_000, async () => first.log().slice(-2000));
+  const names = readdirSync(published).filter((n) => n.startsWith('vmseed-'));
+  assert.equal(names.length, 1, names.join(', '));
+  const image = readFileSync(join(published, names[0]!));
+  assert.equal(await first.stop(), 0);
+
+  rmSync(join(published, names[0]!));
+  execFileSync('mkfifo', [join(published, names[0]!)]);
+  agent = await startLocalAgent(manifests, join(root, 'state'), args);
+  const second = agent;
+  const v = await waitUntil('the reconcile got past publish', () => errored(second), 60_000, async () => second.log().slice(-2000));
+  assert.equal(v.lastError?.kind, 'retryable', `${v.lastError?.code}: ${v.lastError?.message}`);
+  assert.ok(lstatSync(join(published, names[0]!)).isFile(), 'the FIFO was replaced by the image (rename), never opened for a blocking read');
+  assert.deepEqual(readFileSync(join(published, names[0]!)), image);
+  assert.equal(await second.stop(), 0);
 });

@@ -186,6 +186,13 @@ export const HOSTILE_CASES: readonly HostileCase[] = [
     expect: { state: 'ready' },
   },
   {
+    id: 'dense-userdata-merge-1mib',
+    what: 'the same 1 MiB user-data merged with init (parsed, merged and serialised again)',
+    annotation: 'init: {hostname: h}\nsecretRef: {name: dense}\n',
+    secrets: [{ name: 'dense', data: { userdata: b64(denseCloudConfig(MiB - 1024)) } }],
+    expect: { state: 'ready' },
+  },
+  {
     id: 'long-line',
     what: 'user-data of one 200 KiB line',
     annotation: `userData: "#cloud-config\\nbootcmd: [\\"echo ${'z'.repeat(200 * 1024)}\\"]\\n"\n`,

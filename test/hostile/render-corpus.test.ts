@@ -1,13 +1,15 @@
 // The hostile corpus against the render path in-process: each case gets its
 // stable code (and field) or a seed, every referenced object is fetched once,
 // and `__proto__`/`constructor` keys come out as data.
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 import { VmseedError } from '../../src/errors.ts';
+import { RenderPool } from '../../src/agent/render-pool.ts';
+import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { HOSTILE_CASES, NAMESPACE, secretObject, vmiObject, type HostileCase } from './corpus.ts';
 
 class CountingResolver implements RefResolver {
@@ -58,10 +60,38 @@ for (const c of HOSTILE_CASES) {
   });
 }
 
+// The agent runs the heavy steps on its render pool's worker: with every
+// step sent there (minBytes 0), each case gets the same answer and, for a
+// seed, the same image bytes as in this thread.
+const pool = new RenderPool({ minBytes: 0 });
+after(() => pool.close());
+
+async function answer(c: HostileCase, options: typeof DEFAULT_RENDER_OPTIONS): Promise<string> {
+  const { vmi, refs } = setup(c);
+  try {
+    const out = await renderSeed(vmi, refs, options);
+    return out.kind === 'seed' ? buildSeedImage(out.seed, new Date(0)).sha256 : `skip ${out.reason}`;
+  } catch (e) {
+    return e instanceof VmseedError ? `${e.code} ${e.kind} ${e.field} ${e.message}` : `not a VmseedError: ${String(e)}`;
+  }
+}
+
+test('hostile render on the worker: every case answers as in this thread', async () => {
+  const before = pool.offloaded;
+  for (const c of HOSTILE_CASES) {
+    assert.equal(await answer(c, { ...DEFAULT_RENDER_OPTIONS, offload: pool }), await answer(c, DEFAULT_RENDER_OPTIONS), c.id);
+  }
+  assert.ok(pool.offloaded - before >= HOSTILE_CASES.length, `steps ran on the worker (${pool.offloaded - before})`);
+  assert.equal(({} as Record<string, unknown>).polluted, undefined, 'Object.prototype untouched');
+});
+
 test('__proto__ and constructor stay data: in merged user-data and in meta-data', async () => {
   const byId = (id: string) => HOSTILE_CASES.find((c) => c.id === id)!;
   const ud = setup(byId('proto-userdata-merge'));
   const r1 = await renderSeed(ud.vmi, ud.refs, DEFAULT_RENDER_OPTIONS);
+  // Across the worker's structured clone too.
+  const r1w = await renderSeed(ud.vmi, ud.refs, { ...DEFAULT_RENDER_OPTIONS, offload: pool });
+  assert.deepEqual(r1w.kind === 'seed' && r1w.seed.userData, r1.kind === 'seed' && r1.seed.userData);
   assert.equal(r1.kind, 'seed');
   const text = Buffer.from(r1.kind === 'seed' ? r1.seed.userData : []).toString('utf8');
   assert.match(text, /^__proto__:\n {2}polluted: true$/m);
@@ -69,7 +99,7 @@ test('__proto__ and constructor stay data: in merged user-data and in meta-data'
   assert.match(text, /^hostname: h$/m);
 
   const md = setup(byId('proto-metadata'));
-  const r2 = await renderSeed(md.vmi, md.refs, DEFAULT_RENDER_OPTIONS);
+  const r2 = await renderSeed(md.vmi, md.refs, { ...DEFAULT_RENDER_OPTIONS, offload: pool });
   assert.equal(r2.kind, 'seed');
   if (r2.kind !== 'seed') return;
   const json = JSON.parse(Buffer.from(serializeMetaData(r2.seed)[0].bytes).toString('utf8'));

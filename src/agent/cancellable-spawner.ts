@@ -1,0 +1,21 @@
+// Every virsh the agent starts listens to the agent's cancel signal: at the
+// stop deadline (--shutdown-timeout) a hung virsh is killed with its process
+// group and its reconcile fails with CANCELLED, instead of holding the event
+// loop until main() has to end the process around it.
+import { VmseedError } from '../errors.ts';
+import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../libvirt/virsh.ts';
+
+export function cancelled(): VmseedError {
+  return new VmseedError('CANCELLED', 'the agent is stopping; the work was cancelled and runs again at the next start', { kind: 'retryable' });
+}
+
+export function cancellableSpawner(inner: ProcessSpawner, signal: AbortSignal): ProcessSpawner {
+  return {
+    async run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
+      if (signal.aborted) throw cancelled();
+      const result = await inner.run(file, args, { ...options, signal });
+      if (signal.aborted) throw cancelled();
+      return result;
+    },
+  };
+}

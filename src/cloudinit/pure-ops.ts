@@ -1,0 +1,50 @@
+// The synchronous, CPU-heavy steps of a render (YAML parse, measure, merge,
+// serialise), by name, with structured-clonable arguments and results, so
+// render.ts can run each one in this thread or in a worker thread
+// (src/agent/render-pool.ts runs this same table there). A 1 MiB document of
+// one-line keys costs ~65 ms to check and ~600 ms to merge and serialise:
+// inline, one such render would stall every other VMI, the probes and the
+// datasource listener for that long.
+import { parseAnnotation } from './annotation.ts';
+import { SeedBudget, type BudgetSnapshot } from './limits.ts';
+import { chooseNetworkConfig } from './network/choose.ts';
+import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata-compose.ts';
+import { lintUserData } from './userdata-lint.ts';
+import { lintVendorData } from './vendor-data.ts';
+
+// composeUserData against a copy of the render's budget; the caller adopts
+// the copy's counters afterwards.
+function composeWithBudget(parts: Omit<UserDataParts, 'budget'>, budget: BudgetSnapshot): { composed: ComposedUserData | undefined; budget: BudgetSnapshot } {
+  const b = SeedBudget.fromSnapshot(budget);
+  const composed = composeUserData({ ...parts, budget: b });
+  return { composed, budget: b.snapshot() };
+}
+
+export const PURE_OPS = Object.freeze({
+  parseAnnotation,
+  lintUserData,
+  lintVendorData,
+  chooseNetworkConfig,
+  composeUserData: composeWithBudget,
+});
+
+export type PureOps = typeof PURE_OPS;
+export type PureOpName = keyof PureOps;
+export type PureArgs<K extends PureOpName> = PureOps[K] extends (...args: infer A) => unknown ? A : never;
+export type PureResult<K extends PureOpName> = PureOps[K] extends (...args: never[]) => infer R ? R : never;
+
+// Where a render runs its heavy steps. `bytes` is the size of the document
+// the step works on, for the runner to choose: a worker round trip costs
+// about a millisecond, so small documents stay in the caller's thread.
+export interface Offload {
+  run<K extends PureOpName>(op: K, args: PureArgs<K>, bytes: number, signal?: AbortSignal): Promise<PureResult<K>>;
+}
+
+export function runPure<K extends PureOpName>(op: K, args: PureArgs<K>): PureResult<K> {
+  return (PURE_OPS[op] as unknown as (...a: unknown[]) => unknown)(...args) as PureResult<K>;
+}
+
+// Everything in the caller's thread (the CLI, tests, and the default).
+export const INLINE_OFFLOAD: Offload = {
+  run: async (op, args) => runPure(op, args),
+};
