@@ -193,7 +193,10 @@ test('a rotated token: the next watch gets 401, the token file is re-read, the w
   await waitFor('the change arrives', () => source.get('default/after-rotation'), 10_000);
   // Both watches were dropped and came back; whichever met the old token
   // first had it re-read, the other may have come back after that.
-  const byWatch = [ON_NODE, MIGRATING_HERE].map((sel) => vmiCalls(fake, 'watch', sel).map((w) => w.status));
+  // The change may arrive through one watch while the other is still
+  // between its 401 and its retry: wait for both to be watching again.
+  const statusesNow = () => [ON_NODE, MIGRATING_HERE].map((sel) => vmiCalls(fake, 'watch', sel).map((w) => w.status));
+  const byWatch = await waitFor('both watches back', () => { const b = statusesNow(); return b.every((s) => s.at(-1) === 200) && b; }, 10_000);
   assert.ok(byWatch.flat().includes(401), `a 401 met: ${JSON.stringify(byWatch)}`);
   for (const statuses of byWatch) assert.ok([[200, 401, 200], [200, 200]].some((ok) => JSON.stringify(ok) === JSON.stringify(statuses)), JSON.stringify(statuses));
   assert.equal(vmiCalls(fake, 'list').length, 1);
