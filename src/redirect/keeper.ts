@@ -112,6 +112,7 @@ export class RedirectKeeper {
     // Exit non-zero: no such table.
     const ok = r.code === 0 && ruleInPlace(r.stdout, this.#o.spec);
     this.#setInPlace(ok);
+    if (!ok) this.#reason = 'missing';
     return ok;
   }
 
@@ -123,7 +124,6 @@ export class RedirectKeeper {
         this.#lastError = undefined;
         return;
       }
-      this.#reason = 'missing';
       if (reason === 'missing') this.#log.warn({ table: this.#o.spec.table }, 'redirect not in place (flushed or replaced); re-applying');
       await this.apply(reason);
       await this.check();
