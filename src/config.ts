@@ -69,6 +69,8 @@ export interface Config {
   vendorDataFrom?: VendorDataRef;
   // Namespaced mode: watch and read only these (absent: cluster-wide).
   namespaces?: string[];
+  // The redirect sidecar's /readyz, polled for the status page only.
+  redirectStatusUrl?: string;
 }
 
 export interface DatasourceConfig {
@@ -123,6 +125,7 @@ const OPTIONS = {
   'datasource-compat-source-address': { type: 'boolean' },
   'datasource-imds-compat': { type: 'boolean' },
   'vendor-data-from': { type: 'string' },
+  'redirect-status-url': { type: 'string' },
   namespaces: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -187,11 +190,27 @@ export const AGENT_USAGE = `usage: vmseed agent [options]
   --datasource-base-url URL   the datasource as guests reach it (default ${DEFAULT_DATASOURCE_BASE})
   --datasource-imds-compat    answer token-less /v1/... by source address, for VMIs with KubeVirt IMDS's
                               imds.kubevirt.io/enabled annotation only
+  --redirect-status-url URL   the redirect sidecar's /readyz (e.g. http://$(HOST_IP):8082/readyz):
+                              polled for the status page, not part of the agent's own /readyz
   --datasource-compat-source-address  also answer token-less /v1/... by the caller's source address
                               (weak identity: read the operations guide before enabling)
 
 Every flag can also be set as VMSEED_<FLAG> in the environment (e.g. VMSEED_STATE_DIR).
 `;
+
+// Plain http only, no credentials: it is shown on the status page.
+export function parseRedirectStatusUrl(text: string): string {
+  let u: URL;
+  try {
+    u = new URL(text);
+  } catch {
+    throw new ConfigError(`--redirect-status-url: '${text}' is not a URL; give the redirect sidecar's readiness endpoint, e.g. http://127.0.0.1:8082/readyz`);
+  }
+  if (u.protocol !== 'http:' || u.username || u.password || text.length > 512) {
+    throw new ConfigError('--redirect-status-url must be a plain http:// URL without credentials, at most 512 characters (the sidecar\'s /readyz, e.g. http://127.0.0.1:8082/readyz)');
+  }
+  return u.href;
+}
 
 export function parseDuration(text: string, flag: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
@@ -351,6 +370,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     if (!datasource) throw new ConfigError('--datasource-imds-compat needs --datasource-listen HOST:PORT (the datasource is off without it)');
     datasource.imdsCompat = true;
   }
+  const redirectStatusUrl = get('redirect-status-url');
+  if (redirectStatusUrl !== undefined) config.redirectStatusUrl = checked(() => parseRedirectStatusUrl(redirectStatusUrl));
   if (local && platform === 'kubevirt') {
     throw new ConfigError('--platform kubevirt needs a cluster (KubeVirt\'s VMI status and unpause API); local mode uses --platform libvirt');
   }
@@ -451,6 +472,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
       : {}),
     logLevel: c.logLevel,
     fsync: c.fsync,
+    ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
     ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),
     ...(c.vendorDataFrom ? { vendorDataFrom: `${c.vendorDataFrom.namespace}/${c.vendorDataFrom.name}${c.vendorDataFrom.key ? `/${c.vendorDataFrom.key}` : ''}` } : {}),
     // The key file's path only, never its content.

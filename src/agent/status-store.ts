@@ -3,7 +3,7 @@
 import { constants } from 'node:fs';
 import { open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { AgentStatusSnapshot, ReadinessStatus, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
+import type { AgentStatusSnapshot, ReadinessStatus, RedirectStatus, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
 const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
@@ -34,6 +34,7 @@ export class StatusStore implements StatusSource {
   readonly #checks: Array<() => Promise<string | undefined>> = [];
   #config: Record<string, string | number | boolean>;
   #readiness: ReadinessStatus | undefined;
+  #redirect: (() => RedirectStatus | undefined) | undefined;
 
   constructor(options: StatusStoreOptions) {
     this.#opts = options;
@@ -56,6 +57,11 @@ export class StatusStore implements StatusSource {
   // reason when not ready. Run in order, after the built-in ones.
   addReadinessCheck(check: () => Promise<string | undefined>): void {
     this.#checks.push(check);
+  }
+
+  // Where the redirect sidecar's state comes from (a RedirectStatusPoller).
+  setRedirectSource(source: () => RedirectStatus | undefined): void {
+    this.#redirect = source;
   }
 
   get(key: string): VmiStatusRecord | undefined {
@@ -97,6 +103,7 @@ export class StatusStore implements StatusSource {
   }
 
   snapshot(): AgentStatusSnapshot {
+    const redirect = this.#redirect?.();
     return {
       version: this.#opts.version,
       nodeName: this.#opts.nodeName,
@@ -109,6 +116,7 @@ export class StatusStore implements StatusSource {
         .map((r) => this.#withHttp(structuredClone(r))),
       recentGenerations: this.#recent.slice(),
       ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
+      ...(redirect ? { redirect: structuredClone(redirect) } : {}),
     };
   }
 

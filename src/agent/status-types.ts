@@ -84,6 +84,18 @@ export interface AgentStatusSnapshot {
   recentGenerations: Array<{ at: string; seconds: number }>;
   // The last readiness check (what /readyz answered), when there was one.
   readiness?: ReadinessStatus;
+  // The 169.254.169.254 redirect sidecar, when --redirect-status-url is set
+  // and it has been polled once (src/agent/redirect-status.ts).
+  redirect?: RedirectStatus;
+}
+
+// in-place: its /readyz said 200; missing: it answered that the rule is not
+// in place (reason: its code and message); unreachable: no usable answer.
+export interface RedirectStatus {
+  state: 'in-place' | 'missing' | 'unreachable';
+  reason?: string;
+  since: string; // ISO 8601, when this state began
+  checkedAt: string; // ISO 8601, the last poll
 }
 
 export interface StatusSource {

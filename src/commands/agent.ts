@@ -27,6 +27,7 @@ import { RenderPool } from '../agent/render-pool.ts';
 import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../libvirt/virsh.ts';
 import type { RenderSeed } from '../agent/deps.ts';
+import { RedirectStatusPoller } from '../agent/redirect-status.ts';
 import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
@@ -227,6 +228,8 @@ export const agent: Command = async (ctx) => {
     await closeAgent();
     await lock.release();
   };
+  const redirectPoller = config.redirectStatusUrl ? new RedirectStatusPoller({ url: config.redirectStatusUrl }) : undefined;
+  if (redirectPoller) agentInstance.status.setRedirectSource(() => redirectPoller.status);
   const hostPort = (a: { host: string; port: number }) => (a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`);
   const listen = hostPort(config.listen);
   const statusListen = hostPort(config.statusListen);
@@ -258,6 +261,7 @@ export const agent: Command = async (ctx) => {
     if (ctx.stopSignal.aborted) resolve();
     ctx.stopSignal.addEventListener('abort', () => resolve(), { once: true });
   });
+  redirectPoller?.start();
   const started = agentInstance.start().then(
     () => log.info({ vmis: agentInstance.source.keys().length }, 'agent running'),
     (e: unknown) => {
@@ -275,6 +279,7 @@ export const agent: Command = async (ctx) => {
   // process even if that work still holds the event loop.
   const shutdown = (async () => {
     const finished = await agentInstance.stop(deadlineMs);
+    await redirectPoller?.stop();
     await http.close();
     await closeConnection();
     return finished;

@@ -3,7 +3,7 @@
 // snapshot object that carries anything more (a careless agent, a future
 // field) never leaks it, because projectSnapshot() copies field by field.
 import { createHash } from 'node:crypto';
-import type { AgentStatusSnapshot, StatusProblem, VmiState, VmiStatusRecord, WatchStatus } from '../agent/status-types.ts';
+import type { AgentStatusSnapshot, RedirectStatus, StatusProblem, VmiState, VmiStatusRecord, WatchStatus } from '../agent/status-types.ts';
 import { esc, formatAgo, formatBytes, formatSeconds, formatTime } from './html.ts';
 import { renderLatencyChart } from './svg-chart.ts';
 
@@ -96,7 +96,19 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
     ...(s.readiness
       ? { readiness: { ready: Boolean(s.readiness.ready), reasons: (s.readiness.reasons ?? []).map(String), at: String(s.readiness.at) } }
       : {}),
+    ...(s.redirect ? { redirect: projectRedirect(s.redirect) } : {}),
   };
+}
+
+const REDIRECT_STATES: ReadonlyArray<RedirectStatus['state']> = ['in-place', 'missing', 'unreachable'];
+
+function projectRedirect(r: RedirectStatus): RedirectStatus {
+  return defined({
+    state: REDIRECT_STATES.includes(r.state) ? r.state : 'unreachable',
+    reason: str(r.reason),
+    since: String(r.since),
+    checkedAt: String(r.checkedAt),
+  });
 }
 
 // Not ready: the reasons /readyz gives, first thing on the page.
@@ -250,6 +262,24 @@ ${w.lastError ? `<tr><th>last error</th><td class="err">${esc(w.lastError)}</td>
 </table></section>`;
 }
 
+// Whether guests' 169.254.169.254 reaches the datasource (the sidecar's
+// view, polled): shown only when --redirect-status-url is set.
+function redirectPanel(r: RedirectStatus | undefined, now: Date): string {
+  if (!r) return '';
+  const badge =
+    r.state === 'in-place'
+      ? '<span class="badge b-ok">in place</span>'
+      : r.state === 'missing'
+        ? '<span class="badge b-bad">missing</span>'
+        : '<span class="badge b-bad">unreachable</span>';
+  return `<section class="panel" id="redirect" data-redirect="${esc(r.state)}"><h2>169.254.169.254 redirect ${badge}</h2>
+<table class="kv">
+<tr><th>since</th><td>${esc(formatTime(r.since))} <span class="muted">${esc(formatAgo(r.since, now))}</span></td></tr>
+${r.reason ? `<tr><th>reason</th><td class="err">${esc(r.reason)}</td></tr>` : ''}
+<tr><th>checked</th><td><span class="muted">${esc(formatAgo(r.checkedAt, now))}</span></td></tr>
+</table></section>`;
+}
+
 function configPanel(config: Record<string, string | number | boolean>): string {
   const rows = Object.keys(config)
     .sort()
@@ -353,7 +383,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
-<div class="panels">${watchPanel(s.watch, s.queue, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}${redirectPanel(s.redirect, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${options.probeLinks ?? true ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({

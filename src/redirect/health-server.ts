@@ -1,10 +1,16 @@
 // The redirect container's probes and metrics: /healthz (the process
 // answers), /readyz (200 only while the DNAT rule is in place, so the pod is
-// not Ready when guests' requests would go nowhere), /metrics.
+// not Ready when guests' requests would go nowhere), /metrics. /readyz
+// answers JSON `{"inPlace":bool,"reason":code,"message":text}` to a client
+// that accepts application/json (the agent's status page polls it).
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RedirectKeeper } from './keeper.ts';
 import type { RedirectMetrics } from './metrics.ts';
+
+// Keeps the JSON well under the 4 KiB a poller reads (nft's stderr is
+// already cut to 300 characters inside the message).
+const MESSAGE_MAX = 1024;
 
 export interface RedirectHealthServer {
   readonly address: AddressInfo;
@@ -13,7 +19,7 @@ export interface RedirectHealthServer {
 
 export async function startRedirectHealth(options: {
   listen: { host: string; port: number };
-  keeper: Pick<RedirectKeeper, 'inPlace' | 'lastError'>;
+  keeper: Pick<RedirectKeeper, 'inPlace' | 'lastError' | 'reason'>;
   metrics: RedirectMetrics;
 }): Promise<RedirectHealthServer> {
   const { keeper, metrics } = options;
@@ -26,6 +32,12 @@ export async function startRedirectHealth(options: {
     const path = (req.url ?? '').split('?')[0];
     if (path === '/healthz') return send(200, 'ok\n');
     if (path === '/readyz') {
+      if ((req.headers.accept ?? '').includes('application/json')) {
+        const body = keeper.inPlace
+          ? { inPlace: true }
+          : { inPlace: false, reason: keeper.reason, ...(keeper.lastError ? { message: keeper.lastError.slice(0, MESSAGE_MAX) } : {}) };
+        return send(keeper.inPlace ? 200 : 503, `${JSON.stringify(body)}\n`, 'application/json');
+      }
       if (keeper.inPlace) return send(200, 'redirect in place\n');
       return send(503, `redirect not in place${keeper.lastError ? `: ${keeper.lastError}` : ''}\n`);
     }

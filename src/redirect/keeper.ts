@@ -49,6 +49,11 @@ export function execNft(options: { binary?: string; prefix?: string[]; timeoutMs
 
 export type ApplyReason = 'start' | 'missing';
 
+// not-checked: before the first check; missing: found gone and not yet
+// re-applied; apply-failed: nft refused it; not-listed: loaded but not
+// found after; stopped: removed on a clean stop.
+export type RedirectMissingReason = 'not-checked' | 'missing' | 'apply-failed' | 'not-listed' | 'stopped';
+
 export interface RedirectKeeperOptions {
   spec: RedirectSpec;
   runner: NftRunner;
@@ -63,6 +68,7 @@ export class RedirectKeeper {
   readonly #log: Logger;
   #inPlace = false;
   #lastError: string | undefined;
+  #reason: RedirectMissingReason = 'not-checked';
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
   #stopped = false;
@@ -79,6 +85,11 @@ export class RedirectKeeper {
 
   get lastError(): string | undefined {
     return this.#lastError;
+  }
+
+  // Why the rule is not in place, as a stable code for /readyz's JSON.
+  get reason(): RedirectMissingReason {
+    return this.#reason;
   }
 
   async apply(reason: ApplyReason): Promise<void> {
@@ -101,6 +112,7 @@ export class RedirectKeeper {
     // Exit non-zero: no such table.
     const ok = r.code === 0 && ruleInPlace(r.stdout, this.#o.spec);
     this.#setInPlace(ok);
+    if (!ok) this.#reason = 'missing';
     return ok;
   }
 
@@ -116,8 +128,10 @@ export class RedirectKeeper {
       await this.apply(reason);
       await this.check();
       this.#lastError = this.#inPlace ? undefined : 'the redirect rule was loaded but is not listed';
+      if (!this.#inPlace) this.#reason = 'not-listed';
     } catch (e) {
       this.#setInPlace(false);
+      this.#reason = 'apply-failed';
       this.#lastError = (e as Error).message;
       this.#log.error({ code: (e as VmseedError).code }, (e as Error).message);
     }
@@ -146,6 +160,7 @@ export class RedirectKeeper {
     await this.#running?.catch(() => {});
     const r = await this.#o.runner.run(['-f', '-'], renderRemoval(this.#o.spec));
     this.#setInPlace(false);
+    this.#reason = 'stopped';
     if (r.code !== 0) {
       this.#o.metrics?.errors.inc({ operation: 'remove' });
       throw new VmseedError('REDIRECT_APPLY_FAILED', `nft could not remove table ip ${this.#o.spec.table} (exit ${r.code}): ${r.stderr.trim().slice(0, 300)}`, {

@@ -22,7 +22,7 @@ before(async () => {
   objects = await kustomize(join(ROOT, 'deploy', 'imds'));
 });
 
-test('only the DaemonSet differs; host network; the agent container is the base one plus --datasource-imds-compat', () => {
+test('only the DaemonSet differs; host network; the agent container is the base one plus --datasource-imds-compat and the redirect status URL', () => {
   const differs = objects.filter((o) => !isDeepStrictEqual(o, base.find((b) => objectId(b) === objectId(o)))).map(objectId);
   assert.deepEqual(differs, ['DaemonSet/vmseed/vmseed']);
   const pod = podOf(objects);
@@ -32,10 +32,16 @@ test('only the DaemonSet differs; host network; the agent container is the base 
   assert.deepEqual(pod.securityContext, basePod.securityContext, 'the pod still runs as 107/107');
   const agent = pod.containers.find((c: Any) => c.name === 'agent');
   const baseAgent = basePod.containers.find((c: Any) => c.name === 'agent');
-  assert.deepEqual(agent.args, [...baseAgent.args, '--datasource-imds-compat']);
-  assert.deepEqual({ ...agent, args: undefined }, { ...baseAgent, args: undefined }, 'nothing else changed for the agent: no capability');
-  const config = loadConfig(agent.args, { NODE_NAME: 'node-a' }, '/')!;
+  assert.deepEqual(agent.args, [...baseAgent.args, '--datasource-imds-compat', '--redirect-status-url=http://$(HOST_IP):8082/readyz']);
+  assert.deepEqual(agent.env, [...baseAgent.env, { name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } }]);
+  assert.deepEqual({ ...agent, args: undefined, env: undefined }, { ...baseAgent, args: undefined, env: undefined }, 'nothing else changed for the agent: no capability');
+  const args = (agent.args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10'));
+  const config = loadConfig(args, { NODE_NAME: 'node-a' }, '/')!;
   assert.equal(config.datasource?.imdsCompat, true);
+  // The agent polls the very port the redirect container's /readyz listens on.
+  const r = pod.containers.find((c: Any) => c.name === 'redirect');
+  const health = (r.args as string[]).find((a) => a.startsWith('--listen='))!.slice('--listen='.length).replaceAll('$(HOST_IP)', '192.0.2.10');
+  assert.equal(config.redirectStatusUrl, `http://${health}${r.readinessProbe.httpGet.path}`);
 });
 
 test('the redirect container: root with NET_ADMIN only, read-only, ready only while the rule is in place', () => {

@@ -5,7 +5,8 @@
 // 169.254.169.254:80 reaches the listener through the DNAT; cloud-init's
 // own NoCloud reader gets the seed; a made-up token is 404; the rule
 // survives `nft flush ruleset` (re-applied) and iptables-nft beside it;
-// removing it makes /readyz fail; a clean stop removes it.
+// removing it makes /readyz fail and the agent's status page (polling the
+// sidecar's /readyz) say "missing"; a clean stop removes it.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
@@ -16,6 +17,9 @@ import { execNft, RedirectKeeper } from '../../src/redirect/keeper.ts';
 import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
 import { startRedirectHealth, type RedirectHealthServer } from '../../src/redirect/health-server.ts';
 import type { RedirectSpec } from '../../src/redirect/nft-ruleset.ts';
+import { RedirectStatusPoller } from '../../src/agent/redirect-status.ts';
+import { renderStatusPage, statusJson } from '../../src/http/status-page.ts';
+import { sampleSnapshot } from '../support/fake-status.ts';
 import { getFrom, makePodNode, sh, startNodeDatasource, stopChild, type PodNode } from '../support/netns.ts';
 
 describe('169.254.169.254 redirect in network namespaces', () => {
@@ -44,6 +48,13 @@ describe('169.254.169.254 redirect in network namespaces', () => {
   });
 
   const readyz = async () => (await fetch(`http://127.0.0.1:${health.address.port}/readyz`)).status;
+  // What the agent's status page shows, from the poller it runs.
+  const agentView = async () => {
+    const poller = new RedirectStatusPoller({ url: `http://127.0.0.1:${health.address.port}/readyz`, timeoutMs: 10_000 });
+    await poller.poll();
+    const snap = { ...sampleSnapshot(), redirect: poller.status! };
+    return { json: statusJson(snap, undefined, new Date()).redirect!, html: renderStatusPage(snap, { now: new Date() }) };
+  };
   const seedUrl = `http://169.254.169.254/v1/${token}/`;
 
   test('before the redirect: the pod reaches nothing at 169.254.169.254; /readyz is 503', async () => {
@@ -93,9 +104,13 @@ describe('169.254.169.254 redirect in network namespaces', () => {
     assert.equal(await keeper.check(), false);
     assert.equal(await readyz(), 503);
     assert.match(await (await fetch(`http://127.0.0.1:${health.address.port}/metrics`)).text(), /vmseed_redirect_in_place 0/);
+    const view = await agentView();
+    assert.deepEqual([view.json.state, view.json.reason], ['missing', 'missing']);
+    assert.match(view.html, /data-redirect="missing"/);
     assert.equal((await getFrom(env.pod, `${seedUrl}meta-data`, 1)).status, 0);
     await keeper.tick();
     assert.equal(await readyz(), 200);
+    assert.equal((await agentView()).json.state, 'in-place');
     assert.equal((await getFrom(env.pod, `${seedUrl}meta-data`)).status, 200);
   });
 
@@ -115,6 +130,7 @@ describe('169.254.169.254 redirect in network namespaces', () => {
     const { stdout } = await sh(env.inNode(['nft', 'list', 'tables']));
     assert.doesNotMatch(stdout, /vmseed/);
     assert.equal(await readyz(), 503);
+    assert.deepEqual([(await agentView()).json.state, (await agentView()).json.reason], ['missing', 'stopped']);
     assert.equal((await getFrom(env.pod, `${seedUrl}meta-data`, 1)).status, 0);
   });
 });
