@@ -36,7 +36,10 @@ async function build(): Promise<string> {
     await run('apt-get', ['-q', ...opts, 'update'], { timeoutMs: 300_000 });
     const dl = path.join(tmp, 'download');
     await mkdir(dl);
-    await run('apt-get', ['-q', ...opts, 'download', `cloud-init=${CURRENT_CLOUD_INIT.version}`], { cwd: dl, timeoutMs: 300_000 });
+    // The pinned version, or (once a point release replaces it on the
+    // mirror) whatever 25.1.x trixie carries: a fresh machine must still build it.
+    await run('apt-get', ['-q', ...opts, 'download', `cloud-init=${CURRENT_CLOUD_INIT.version}`], { cwd: dl, timeoutMs: 300_000 })
+      .catch(() => run('apt-get', ['-q', ...opts, 'download', 'cloud-init'], { cwd: dl, timeoutMs: 300_000 }));
     const debs = (await readdir(dl)).filter((f) => f.endsWith('.deb'));
     if (debs.length !== 1) throw new Error(`apt-get download left ${debs.length} .deb files in ${dl}`);
     const x = path.join(tmp, 'x');
