@@ -101,7 +101,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
-    render: ((vmi, refs, options) => renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal })) satisfies RenderSeed,
+    render: ((vmi, refs, options, context) => renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal }, context)) satisfies RenderSeed,
     cancel,
     build: buildSeedImage,
     store,
