@@ -36,6 +36,7 @@ export class LocalDirSource implements VmiSource, RefResolver {
   #syncedWaiters: Array<() => void> = [];
   #lastEventAt: number | undefined;
   #lastError: string | undefined;
+  readonly #fileErrors = new Map<string, string>();
 
   constructor(options: LocalSourceOptions) {
     this.#opts = options;
@@ -85,11 +86,20 @@ export class LocalDirSource implements VmiSource, RefResolver {
     this.#log.info({ dir: this.#opts.dir, files: this.#files.size, vmis: this.#vmis.size }, 'local manifests loaded');
   }
 
+  // Per file: one file that parses must not clear another's error (the
+  // initial scan reads them concurrently). The status shows the latest.
+  #fileError(path: string, error: string | undefined): void {
+    this.#fileErrors.delete(path);
+    if (error !== undefined) this.#fileErrors.set(path, error);
+    this.#lastError = [...this.#fileErrors.values()].at(-1);
+  }
+
   async #apply(path: string, removed: boolean): Promise<void> {
     const name = relative(this.#opts.dir, path) || path;
     this.#lastEventAt = Date.now();
     if (removed) {
       this.#files.delete(path);
+      this.#fileError(path, undefined);
     } else {
       let text: string;
       try {
@@ -98,18 +108,18 @@ export class LocalDirSource implements VmiSource, RefResolver {
         // Deleted between the event and the read: the unlink event follows.
         if (!(e instanceof VmseedError)) return;
         // Not a regular file, or over the budget: shown like a parse error.
-        this.#lastError = `${e.code}: ${e.message}`;
+        this.#fileError(path, `${e.code}: ${e.message}`);
         this.#log.warn({ file: name, code: e.code }, e.message);
         return;
       }
       try {
         this.#files.set(path, parseManifests(text, name));
-        this.#lastError = undefined;
+        this.#fileError(path, undefined);
       } catch (e) {
         // Keep what the file held before: a typo while editing must not
         // take seeds away. The error is shown until the file parses.
         const err = asVmseedError(e);
-        this.#lastError = `${err.code}: ${err.message}`;
+        this.#fileError(path, `${err.code}: ${err.message}`);
         this.#log.warn({ file: name, code: err.code }, err.message);
         return;
       }
