@@ -186,6 +186,10 @@ function mountScript(spec: DaemonSetAgent, o: StartOptions, extraDir: string): {
     return at;
   };
   const test = staged(extraDir);
+  // The checkout itself (bin/vmseed, src, node_modules) stands in for the
+  // image's /opt/vmseed; a checkout under /tmp would be hidden by the tmp
+  // emptyDir, so it is bound back at its own path, read-only, after them.
+  const repo = staged(ROOT.replace(/\/+$/, ''));
   const sa = 'inCluster' in o.kube ? staged(o.kube.inCluster.saDir) : undefined;
   const plan: string[] = [];
   const mountPoints: string[] = [];
@@ -211,6 +215,8 @@ function mountScript(spec: DaemonSetAgent, o: StartOptions, extraDir: string): {
   }
   if (spec.readOnlyRootFilesystem) lines.push('mount -o remount,bind,ro /');
   lines.push(...plan);
+  const root = q(ROOT.replace(/\/+$/, ''));
+  lines.push(`mkdir -p ${root}`, `mount --bind ${repo} ${root}`, `mount -o remount,bind,ro ${root}`);
   // Test-only files (kubeconfig) and the service account, read-only.
   lines.push('mkdir -p /run/vmseed-test /run/secrets/kubernetes.io/serviceaccount');
   lines.push(`mount --bind ${test} /run/vmseed-test`, 'mount -o remount,bind,ro /run/vmseed-test');
