@@ -228,7 +228,10 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   const mark = kubevirt.history.length;
   await makeHotplugVolumeFile(a!, 'data1');
   const vol = kubevirt.hotplug('data1');
-  await waitUntil('KubeVirt\'s hotplug attached', () => kubevirt.history.slice(mark).some((h) => h.attached.includes(vol.targetDev)), 30_000, detail);
+  // Generous: each sync pass is several virsh calls into a TCG domain; the
+  // double's own errors and skips are in the message if it never comes.
+  await waitUntil('KubeVirt\'s hotplug attached', () => kubevirt.history.slice(mark).some((h) => h.attached.includes(vol.targetDev)), 90_000,
+    async () => `${await detail()}\nKubeVirt double since the hotplug: ${JSON.stringify(kubevirt.history.slice(mark).slice(-5))}`);
   const live = parseDomainDisks(await a!.virsh(['dumpxml', vm.domain]));
   assert.ok(live.some((d) => d.alias === 'ua-data1'));
   assert.ok(live.some((d) => d.alias === 'ua-vmseed_seed'));
