@@ -1,7 +1,8 @@
 // Builds the seed disk's libvirt XML and reads the disks out of a domain's
 // XML (`virsh dumpxml`, live or --inactive). Pure: strings in, data out.
-import { XMLBuilder, XMLParser } from 'fast-xml-parser';
+import { XMLBuilder } from 'fast-xml-parser';
 import { VmseedError } from '../errors.ts';
+import { walkXml } from './xml-scan.ts';
 
 // libvirt keeps user aliases only when they start with `ua-` (others are
 // silently replaced), so this is how we find our disk again. KubeVirt names
@@ -87,60 +88,86 @@ export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   return builder.build({ disk }) as string;
 }
 
-const parser = new XMLParser({
-  ignoreAttributes: false,
-  attributeNamePrefix: '@_',
-  // Elements that may repeat are always arrays, so one disk and many read alike.
-  isArray: (name, jpath) => jpath === 'domain.devices.disk' || jpath === 'domain.devices.controller',
-  parseAttributeValue: false,
-  parseTagValue: false,
-  processEntities: true,
-  // A source path may end in a space; trimming would make our own disk look
-  // like a different seed and trigger a replace on every pass.
-  trimValues: false,
-});
-
-type Node = Record<string, unknown>;
-
-function attr(node: unknown, name: string): string | undefined {
-  if (node === null || typeof node !== 'object') return undefined;
-  const v = (node as Node)[`@_${name}`];
-  return typeof v === 'string' ? v : undefined;
-}
-
-function text(node: unknown): string | undefined {
-  if (typeof node === 'string') return node;
-  if (node !== null && typeof node === 'object' && typeof (node as Node)['#text'] === 'string') return (node as Node)['#text'] as string;
-  return undefined;
-}
-
+// Only what the injector uses: `<domain><name>`, and the direct children of
+// `<domain><devices>` that are `<disk>` (their own `<target>`, `<source>`,
+// `<alias>`, `<serial>`, `<readonly>`; a backing chain's nested `<source>`
+// is not the disk's) and `<controller type='scsi'>`.
 export function parseDomainXml(xml: string): DomainXmlInfo {
-  let doc: Node;
+  const disks: DomainDisk[] = [];
+  const scsiControllers: DomainXmlInfo['scsiControllers'] = [];
+  let name: string | undefined;
+  let rootIsDomain = false;
+  // The element path down to depth 3, as far as it matters.
+  let inDevices = false;
+  let disk: DomainDisk | undefined;
+  let child: string | undefined; // a disk's child (depth 3) or domain's <name>
+  let seen: Set<string> | undefined; // a disk's children met so far
   try {
-    doc = parser.parse(xml) as Node;
+    walkXml(xml, {
+      open(el, depth, a) {
+        if (depth === 0) {
+          rootIsDomain = el === 'domain';
+        } else if (!rootIsDomain) {
+          // nothing of interest
+        } else if (depth === 1) {
+          inDevices = el === 'devices';
+          if (el === 'name' && name === undefined) {
+            child = 'name';
+            name = '';
+          }
+        } else if (depth === 2 && inDevices) {
+          if (el === 'disk') {
+            disk = { type: a.type ?? 'file', device: a.device ?? 'disk', bus: '', targetDev: '', sourceFile: undefined, alias: undefined, serial: undefined, readonly: false };
+            seen = new Set();
+            disks.push(disk);
+          } else if (el === 'controller' && a.type === 'scsi') {
+            scsiControllers.push({ index: a.index ?? '0', model: a.model ?? 'default' });
+          }
+        } else if (depth === 3 && disk) {
+          // A repeated child (never from libvirt) leaves the field unset,
+          // as an ambiguous answer should.
+          const again = seen!.has(el);
+          seen!.add(el);
+          child = el;
+          if (el === 'target') {
+            disk.bus = again ? '' : a.bus ?? '';
+            disk.targetDev = again ? '' : a.dev ?? '';
+          } else if (el === 'source') {
+            // file-backed disks use file=, block devices dev=.
+            disk.sourceFile = again ? undefined : a.file ?? a.dev;
+          } else if (el === 'alias') {
+            disk.alias = again ? undefined : a.name;
+          } else if (el === 'readonly') {
+            disk.readonly = true;
+          } else if (el === 'serial') {
+            disk.serial = again ? undefined : '';
+            if (again) child = undefined;
+          }
+        }
+      },
+      text(t, depth) {
+        if (child === 'name' && depth === 2 && name !== undefined) name += t;
+        else if (child === 'serial' && depth === 4 && disk?.serial !== undefined) disk.serial += t;
+      },
+      close(_el, depth) {
+        if (depth === 1) {
+          inDevices = false;
+          if (child === 'name') child = undefined;
+        } else if (depth === 2) {
+          disk = undefined;
+        } else if (depth === 3) {
+          child = undefined;
+        }
+      },
+    });
   } catch (e) {
+    if (e instanceof VmseedError) throw e;
     throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned XML that does not parse; check the libvirt version', { kind: 'retryable', cause: e });
   }
-  const domain = doc.domain as Node | undefined;
-  if (!domain || typeof domain !== 'object') {
+  if (!rootIsDomain) {
     throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned no <domain> element', { kind: 'retryable' });
   }
-  const devices = (domain.devices ?? {}) as Node;
-  const disks: DomainDisk[] = ((devices.disk ?? []) as Node[]).map((d) => ({
-    type: attr(d, 'type') ?? 'file',
-    device: attr(d, 'device') ?? 'disk',
-    bus: attr(d.target, 'bus') ?? '',
-    targetDev: attr(d.target, 'dev') ?? '',
-    // file-backed disks use file=, block devices dev=, volumes volume=.
-    sourceFile: attr(d.source, 'file') ?? attr(d.source, 'dev'),
-    alias: attr(d.alias, 'name'),
-    serial: text(d.serial),
-    readonly: d.readonly !== undefined,
-  }));
-  const scsiControllers = ((devices.controller ?? []) as Node[])
-    .filter((c) => attr(c, 'type') === 'scsi')
-    .map((c) => ({ index: attr(c, 'index') ?? '0', model: attr(c, 'model') ?? 'default' }));
-  return { name: text(domain.name) ?? '', disks, scsiControllers };
+  return { name: name ?? '', disks, scsiControllers };
 }
 
 export function findSeedDisk(disks: DomainDisk[], alias: string = SEED_ALIAS): DomainDisk | undefined {
