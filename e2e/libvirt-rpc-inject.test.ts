@@ -203,3 +203,37 @@ test('50 domains started paused, seeded at once through one connection (live and
   for (const n of names) assert.deepEqual(await domblklist(`e2e_${n}`), [], n);
   assert.equal(client.manager.openCount, 1);
 });
+
+// The RPC client remembers each domain's handle (libvirtd finds a domain by
+// its UUID): a name that now belongs to another domain must reach that one.
+test('a name redefined (new UUID) or renamed away between injections: the next injection reaches the domain that has the name now, the old one is untouched', { timeout: 120_000 }, async (t) => {
+  const client = new RpcLibvirtClient({ timeoutMs: 30_000 });
+  t.after(() => client.close());
+  const inj = new LibvirtInjector({ client, bus: 'scsi' });
+  const name = uniqueName('rename');
+  const domain = `e2e_${name}`;
+  const moved = `${domain}_old`;
+  systemDomains.push(domain, moved);
+  const uuidOf = async (d: string) => (await virsh('domuuid', d)).trim();
+  const configSeeds = async (d: string) => (await domblklist(d, true)).filter((r) => r.target === 'sdzz').length;
+
+  // Renamed (only a shut-off domain can be), then a new domain of that name.
+  await defineDomain(emptyDomainXml({ name: domain, scsiController: true }));
+  assert.equal((await inj.inject(target(name), seedFile('rename1'))).action, 'attached');
+  const first = await uuidOf(domain);
+  await virsh('domrename', domain, moved);
+  await defineDomain(emptyDomainXml({ name: domain, scsiController: true }));
+  assert.notEqual(await uuidOf(domain), first);
+  assert.equal((await inj.inject(target(name), seedFile('rename2'))).action, 'attached');
+  assert.equal(await configSeeds(domain), 1, 'the new domain got its seed');
+  assert.equal(await configSeeds(moved), 1, 'the renamed one kept exactly its own');
+  assert.match((await domblklist(moved, true)).find((r) => r.target === 'sdzz')!.source, /rename1\.iso$/);
+
+  // Undefined and defined again under the same name: a new UUID.
+  await virsh('undefine', domain);
+  await defineDomain(emptyDomainXml({ name: domain, scsiController: true }));
+  await virsh('start', '--paused', domain);
+  assert.equal((await inj.inject(target(name), seedFile('rename3'))).action, 'attached');
+  assert.equal((await domblklist(domain)).filter((r) => r.target === 'sdzz').length, 1);
+  assert.equal(client.manager.openCount, 1);
+});

@@ -265,6 +265,12 @@ export class LibvirtInjector implements Injector {
     const active = v.info.state === 'running' || v.info.state === 'paused';
     const liveXml = active ? parseDomainXml(v.liveXml) : undefined;
     const configXml = v.info.persistent && !this.#liveOnly && v.inactiveXml !== undefined ? parseDomainXml(v.inactiveXml) : undefined;
+    // The RPC client addresses a domain by a handle it remembers (its UUID);
+    // a domain renamed a moment ago is not the one we were asked for.
+    const named = (liveXml ?? configXml)?.name;
+    if (named !== undefined && named !== domain) {
+      throw new VmseedError('DOMAIN_NOT_FOUND', `libvirt answered for domain '${named}' when asked for '${domain}' (renamed just now?); will retry`, { kind: 'retryable' });
+    }
     return {
       state: v.info.state,
       rawState: v.info.rawState,

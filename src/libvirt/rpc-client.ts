@@ -66,23 +66,21 @@ export class RpcLibvirtClient implements LibvirtClient {
 
   async domainInfo(uri: string, domain: string, o?: CallOptions): Promise<DomainInfo> {
     checkName(domain);
-    return this.#read(uri, o, async (s, d) => {
-      const dom = await s.lookupByName(domain, d);
+    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, async (dom) => {
       // Pipelined: one round trip's latency for both.
       const [st, persistent] = await Promise.all([s.getState(dom, d), s.isPersistent(dom, d)]);
       return { state: toDomainState(st.state), rawState: st.state, persistent };
-    });
+    }));
   }
 
   async domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string> {
     checkName(domain);
-    return this.#read(uri, o, async (s, d) => s.getXmlDesc(await s.lookupByName(domain, d), o?.inactive ? XML_INACTIVE : 0, d));
+    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, (dom) => s.getXmlDesc(dom, o?.inactive ? XML_INACTIVE : 0, d)));
   }
 
   async domainView(uri: string, domain: string, o?: ViewOptions): Promise<DomainView> {
     checkName(domain);
-    return this.#read(uri, o, async (s, d) => {
-      const dom = await s.lookupByName(domain, d);
+    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, async (dom) => {
       const [st, persistent, liveXml, inactiveXml] = await Promise.all([
         s.getState(dom, d),
         s.isPersistent(dom, d),
@@ -90,24 +88,24 @@ export class RpcLibvirtClient implements LibvirtClient {
         o?.inactive === false ? undefined : s.getXmlDesc(dom, XML_INACTIVE, d),
       ]);
       return { info: { state: toDomainState(st.state), rawState: st.state, persistent }, liveXml, ...(inactiveXml !== undefined ? { inactiveXml } : {}) };
-    });
+    }));
   }
 
   async attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
     checkName(domain);
     const flags = deviceFlags(o);
-    return this.#mutate(uri, domain, o, async (s, d) => s.attachDevice(await s.lookupByName(domain, d), xml, flags, d));
+    return this.#mutate(uri, domain, o, (s, d) => s.withDomain(domain, d, (dom) => s.attachDevice(dom, xml, flags, d)));
   }
 
   async detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
     checkName(domain);
     const flags = deviceFlags(o);
-    return this.#mutate(uri, domain, o, async (s, d) => s.detachDevice(await s.lookupByName(domain, d), xml, flags, d));
+    return this.#mutate(uri, domain, o, (s, d) => s.withDomain(domain, d, (dom) => s.detachDevice(dom, xml, flags, d)));
   }
 
   async resume(uri: string, domain: string, o?: CallOptions): Promise<void> {
     checkName(domain);
-    return this.#mutate(uri, domain, o, async (s, d) => s.resume(await s.lookupByName(domain, d), d));
+    return this.#mutate(uri, domain, o, (s, d) => s.withDomain(domain, d, (dom) => s.resume(dom, d)));
   }
 
   onEvent(listener: (e: LibvirtEvent) => void): () => void {

@@ -155,6 +155,21 @@ test('domain missing: DOMAIN_NOT_FOUND, retryable; nothing attached', async () =
   assert.deepEqual(mutating(lv), []);
 });
 
+test('libvirt answering for another domain (a handle remembered across a rename): DOMAIN_NOT_FOUND, retryable; nothing attached', async () => {
+  const lv = setup({});
+  // The XML libvirt returns names the domain it found.
+  lv.domains.get('ns1_vm1')!.domainXml = '';
+  const client = new EventingFakeClient(lv);
+  const renamed = Object.assign(Object.create(client) as EventingFakeClient, {
+    domainView: async (uri: string, domain: string, o?: object) => {
+      const v = await client.domainView(uri, domain, o);
+      return { ...v, liveXml: v.liveXml.replace('<name>ns1_vm1</name>', '<name>ns1_vm1_old</name>'), ...(v.inactiveXml ? { inactiveXml: v.inactiveXml.replace('<name>ns1_vm1</name>', '<name>ns1_vm1_old</name>') } : {}) };
+    },
+  });
+  await assert.rejects(new VirshInjector({ client: renamed }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND' && e.retryable && /ns1_vm1_old/.test(e.message));
+  assert.deepEqual(mutating(lv), []);
+});
+
 test('a domain shutting down is retried later', async () => {
   const lv = setup({ state: 'in shutdown' });
   await assert.rejects(new VirshInjector({ spawner: lv }).inject(T, '/s.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_STATE_UNSUPPORTED' && e.retryable);

@@ -361,3 +361,91 @@ test('client: mutations of one domain never overlap; other domains\' do', async 
     await fake.close();
   }
 });
+
+// libvirtd finds the domain of a call by the handle's UUID (remote.c
+// get_nonnull_domain, then the driver's FindByUUID), not by its name: the
+// fake does the same, so a remembered handle of a redefined domain fails
+// like it would on the real daemon.
+test('client: a domain\'s handle is looked up once per session and reused; a stale one (redefined, new UUID) is looked up again and the attach happens once', async () => {
+  const uuids = new Map<string, Buffer>([['a', Buffer.alloc(16, 0xa1)]]);
+  const attached: string[] = [];
+  let daemonSock: Socket | undefined;
+  const byUuid = (p: Packet) => {
+    const r = new XdrReader(p.payload);
+    const name = r.string(1000);
+    const uuid = r.fixedOpaque(16);
+    return uuids.get(name)?.equals(uuid) ? name : undefined;
+  };
+  const fake = await handshakeDaemon([0], (p, sock) => {
+    daemonSock = sock;
+    switch (p.header.proc) {
+      case RemoteProc.DOMAIN_LOOKUP_BY_NAME: {
+        const name = new XdrReader(p.payload).string(1000);
+        const uuid = uuids.get(name);
+        if (!uuid) reply(sock, p, remoteError(42, `Domain not found: no domain with matching name '${name}'`), MessageStatus.ERROR);
+        else reply(sock, p, writeDomain(new XdrWriter(), { name, uuid, id: 1 }).toBuffer());
+        return true;
+      }
+      case RemoteProc.DOMAIN_GET_STATE:
+      case RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS: {
+        const name = byUuid(p);
+        if (name === undefined) {
+          reply(sock, p, remoteError(42, 'Domain not found: no domain with matching uuid'), MessageStatus.ERROR);
+        } else if (p.header.proc === RemoteProc.DOMAIN_GET_STATE) {
+          reply(sock, p, new XdrWriter().i32(3).i32(0).toBuffer());
+        } else {
+          attached.push(`${name}:${uuids.get(name)!.toString('hex').slice(0, 2)}`);
+          reply(sock, p, Buffer.alloc(0));
+        }
+        return true;
+      }
+      case RemoteProc.DOMAIN_IS_PERSISTENT:
+        reply(sock, p, new XdrWriter().i32(byUuid(p) ? 1 : 0).toBuffer());
+        return true;
+    }
+    return false;
+  });
+  const lifecycle = (name: string, uuid: Buffer, event: number) => daemonSock!.write(encodePacket(
+    { prog: REMOTE_PROGRAM, vers: 1, proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE, type: MessageType.MESSAGE, serial: 0, status: 0 },
+    writeDomain(new XdrWriter().i32(1), { name, uuid, id: -1 }).i32(event).i32(0).toBuffer(),
+  ));
+  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
+  const U = 'qemu:///system';
+  const lookups = () => fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length;
+  const sent = (proc: number) => fake.received.filter((p) => p.header.proc === proc).length;
+  const attach = () => client.attachDevice(U, 'a', '<disk/>', { live: true, config: false });
+  try {
+    assert.equal((await client.domainInfo(U, 'a')).state, 'paused');
+    await attach();
+    await client.domainInfo(U, 'a');
+    assert.equal(lookups(), 1, 'one lookup for three calls');
+    // Redefined behind our back, no event yet: the old UUID finds nothing.
+    uuids.set('a', Buffer.alloc(16, 0xa2));
+    await attach();
+    assert.equal(lookups(), 2);
+    assert.equal(sent(RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS), 3, 'the stale attempt, then the one that took');
+    assert.deepEqual(attached, ['a:a1', 'a:a2']);
+    // An `undefined` event drops the handle: the next call looks up first
+    // instead of failing once. (A call after the event is answered after
+    // it on the same socket, so the client has read the event by then.)
+    lifecycle('a', Buffer.alloc(16, 0xa2), 1);
+    await client.version(U);
+    uuids.set('a', Buffer.alloc(16, 0xa3));
+    await attach();
+    assert.equal(sent(RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS), 4, 'no failed attempt');
+    assert.equal(lookups(), 3);
+    // A `defined` event hands over the new handle: no lookup at all.
+    uuids.set('a', Buffer.alloc(16, 0xa4));
+    lifecycle('a', Buffer.alloc(16, 0xa4), 0);
+    await client.version(U);
+    await attach();
+    assert.equal(lookups(), 3);
+    assert.deepEqual(attached, ['a:a1', 'a:a2', 'a:a3', 'a:a4']);
+    // A name libvirt does not know: DOMAIN_NOT_FOUND, as before.
+    const e = await rejection(client.domainInfo(U, 'nope'));
+    assert.equal(e.code, 'DOMAIN_NOT_FOUND');
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+});

@@ -1,7 +1,7 @@
 // The remote program's procedures vmseed calls, typed: each encodes its
 // *_args struct, sends it, and decodes its *_ret struct exactly (trailing
 // bytes are an error). Layouts: libvirt's src/remote/remote_protocol.x.
-import { VmseedError } from '../../errors.ts';
+import { VmseedError, isVmseedError } from '../../errors.ts';
 import { RpcConnection, now, type RpcConnectionOptions } from './connection.ts';
 import {
   AuthType,
@@ -36,9 +36,16 @@ function domainArgs(dom: DomainRef): XdrWriter {
   return writeDomain(new XdrWriter(), dom);
 }
 
+// Domain handles kept per session (see RemoteSession.domain).
+export const DOMAIN_CACHE_MAX = 4096;
+
 export class RemoteSession {
   readonly conn: RpcConnection;
   readonly name: string;
+  // name → handle, from lookups and lifecycle events. libvirtd finds a
+  // domain by the handle's UUID (remote.c get_nonnull_domain, then the
+  // driver's FindByUUID), so a known handle saves the lookup round trip.
+  readonly #domains = new Map<string, DomainRef>();
 
   private constructor(conn: RpcConnection, name: string) {
     this.conn = conn;
@@ -49,16 +56,17 @@ export class RemoteSession {
   // step fails, so a half-open session never escapes.
   static async open(o: RemoteSessionOptions & { deadline: number }): Promise<RemoteSession> {
     const onEvent = o.onDomainEvent;
+    let s: RemoteSession | undefined;
     const conn = await RpcConnection.open({
       ...o,
-      onEvent: onEvent
-        ? (p) => {
-          const ev = readDomainEvent(p.header.proc, p.payload);
-          if (ev) onEvent(ev);
-        }
-        : undefined,
+      onEvent: (p) => {
+        const ev = readDomainEvent(p.header.proc, p.payload);
+        if (!ev) return;
+        if (ev.kind === 'lifecycle' && s) s.#learn(ev.domain, ev.event);
+        onEvent?.(ev);
+      },
     });
-    const s = new RemoteSession(conn, o.name);
+    s = new RemoteSession(conn, o.name);
     try {
       await s.#authenticate(o.deadline);
       const w = new XdrWriter().optionalString(o.name, STRING_MAX).u32(0);
@@ -101,7 +109,50 @@ export class RemoteSession {
     const r = new XdrReader(await this.conn.call(RemoteProc.DOMAIN_LOOKUP_BY_NAME, w.toBuffer(), deadline, `lookup domain '${name}'`));
     const d = readDomain(r);
     r.end('lookup reply');
+    if (d.name === name) this.#remember(d);
     return d;
+  }
+
+  // Runs `fn` on the domain called `name`: with the handle this session
+  // already knows, else after a lookup. A known handle that libvirt no
+  // longer finds (the name was undefined and defined again with a new UUID,
+  // and the event has not arrived yet) is forgotten and `fn` runs once more
+  // after a lookup; that is safe for mutations too, since libvirtd looks the
+  // domain up before it does anything.
+  async withDomain<T>(name: string, deadline: number, fn: (dom: DomainRef) => Promise<T>): Promise<T> {
+    const known = this.#domains.get(name);
+    if (known) {
+      try {
+        return await fn(known);
+      } catch (e) {
+        if (!(isVmseedError(e) && e.code === 'DOMAIN_NOT_FOUND')) throw e;
+        if (this.#domains.get(name) === known) this.#domains.delete(name);
+      }
+    }
+    return fn(await this.lookupByName(name, deadline));
+  }
+
+  // A renamed domain keeps its UUID: the old name's handle must go before
+  // anything is sent under it (libvirt only renames a shut-off domain and
+  // says so with undefined/defined events, handled here as they arrive).
+  #learn(dom: DomainRef, event: string): void {
+    if (event === 'undefined' || event === 'stopped') {
+      // stopped: a transient domain is gone; a new one of the same name
+      // may get a new UUID.
+      this.#domains.delete(dom.name);
+    } else {
+      this.#remember(dom);
+    }
+  }
+
+  #remember(dom: DomainRef): void {
+    this.#domains.delete(dom.name);
+    if (this.#domains.size >= DOMAIN_CACHE_MAX) this.#domains.delete(this.#domains.keys().next().value!);
+    this.#domains.set(dom.name, dom);
+  }
+
+  get knownDomains(): number {
+    return this.#domains.size;
   }
 
   async getState(dom: DomainRef, deadline: number): Promise<{ state: RawDomainState; reason: number }> {
