@@ -3,8 +3,9 @@
 // or undefined. They run on every probe, so each is one or two syscalls.
 import { constants } from 'node:fs';
 import { access, stat, statfs } from 'node:fs/promises';
-import { delimiter, join } from 'node:path';
+import { delimiter, dirname, join } from 'node:path';
 import { formatBytes } from '../http/html.ts';
+import { resolveUri } from '../libvirt/rpc/uri.ts';
 
 export type ReadinessCheck = () => Promise<string | undefined>;
 
@@ -50,4 +51,58 @@ export function freeSpaceCheck(dir: string, minFreeBytes: number, minFreeInodes 
     if (s.files > 0 && s.ffree < minFreeInodes) return `state directory ${dir} is out of inodes: ${s.ffree} free`;
     return undefined;
   };
+}
+
+// libvirt on, a local URI: can the agent reach libvirt's socket? A fixed
+// URI names one socket (it must exist, be a socket and be writable: a unix
+// socket connect needs write permission). A per-VMI template (KubeVirt:
+// `…?socket=/pods/{podUID}/…/virtqemud-sock`) names one per launcher, so the
+// check is the directory above them: the kubelet's pods directory is 0750
+// root:root, and an agent without group 0 stops there with EACCES on every
+// VMI. Undefined for URIs the agent does not dial itself (ssh, tls).
+export function libvirtSocketCheck(uriTemplate: string): ReadinessCheck | undefined {
+  const m = /^qemu(?:\+unix)?:\/\/\/(?:system|session)(?:\?socket=([^&]+))?$/.exec(uriTemplate);
+  if (!m) return undefined;
+  const socketParam = m[1];
+  if (socketParam !== undefined && socketParam.includes('{')) {
+    const prefix = safeDecode(socketParam.slice(0, socketParam.indexOf('{')));
+    if (prefix === undefined || !prefix.startsWith('/')) return undefined;
+    const dir = prefix.endsWith('/') ? prefix.slice(0, -1) || '/' : dirname(prefix);
+    return async () => {
+      try {
+        if (!(await stat(dir)).isDirectory()) return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), is not a directory`;
+        await access(dir, constants.X_OK);
+        return undefined;
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code ?? 'error';
+        if (code === 'ENOENT') return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), does not exist; mount the kubelet's pods directory there (--pods-dir)`;
+        return `cannot enter ${dir}, where the per-VM libvirt sockets are (${code}): the kubelet makes its pods directory 0750 root:root; run the agent with supplementalGroups: [0] as manifests/daemonset.yaml does`;
+      }
+    };
+  }
+  return async () => {
+    let socket: string;
+    try {
+      socket = resolveUri(uriTemplate).socketPath;
+    } catch (e) {
+      return (e as Error).message;
+    }
+    try {
+      if (!(await stat(socket)).isSocket()) return `libvirt socket ${socket} (for ${uriTemplate}) is not a socket`;
+      await access(socket, constants.W_OK);
+      return undefined;
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? 'error';
+      if (code === 'ENOENT') return `libvirt socket ${socket} (for ${uriTemplate}) does not exist: libvirtd (or virtqemud) is not running there, or its directory is not mounted`;
+      return `libvirt socket ${socket} (for ${uriTemplate}) is not usable by this agent (${code}); check its owner and mode (libvirtd's unix_sock_rw_perms)`;
+    }
+  };
+}
+
+function safeDecode(s: string): string | undefined {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return undefined;
+  }
 }

@@ -22,7 +22,7 @@ import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts'
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
-import { freeSpaceCheck, virshCheck } from '../agent/readiness-checks.ts';
+import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from '../agent/readiness-checks.ts';
 import { RenderPool } from '../agent/render-pool.ts';
 import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../libvirt/virsh.ts';
@@ -220,6 +220,8 @@ export const agent: Command = async (ctx) => {
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
   if (config.libvirt.mode === 'virsh') agentInstance.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, ctx.env.PATH));
+  const socketCheck = config.libvirt.mode === 'off' ? undefined : libvirtSocketCheck(config.libvirt.uri);
+  if (socketCheck) agentInstance.status.addReadinessCheck(socketCheck);
   // Room for the largest seed the limits allow (user-data and vendor-data,
   // network-config, and the ISO's own structures).
   agentInstance.status.addReadinessCheck(freeSpaceCheck(config.stateDir, 2 * config.maxUserDataBytes + config.maxNetworkDataBytes + 1024 * 1024));

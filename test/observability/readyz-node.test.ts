@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
 import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
@@ -65,7 +66,11 @@ test('libvirt on: /readyz 503 while --virsh-path does not exist, 200 once it doe
   const manifests = join(dir.path, 'manifests');
   await mkdir(manifests);
   const virsh = join(dir.path, 'bin', 'virsh');
-  const run = startCli(['--local', manifests, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'virsh', '--virsh-path', virsh]);
+  // A socket of the test's own for the libvirt URI: only virsh is missing.
+  const sock = createServer();
+  await new Promise<void>((r) => sock.listen(join(dir.path, 'libvirt.sock'), r));
+  t.after(() => sock.close());
+  const run = startCli(['--local', manifests, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'virsh', '--virsh-path', virsh, '--libvirt-uri', `qemu+unix:///session?socket=${join(dir.path, 'libvirt.sock')}`]);
   try {
     const url = await run.url();
     const body = await notReady(url, 'virsh missing', /virsh \(--virsh-path .*\) does not exist/);
@@ -77,6 +82,30 @@ test('libvirt on: /readyz 503 while --virsh-path does not exist, 200 once it doe
     await notReady(url, 'virsh not executable', /virsh \(--virsh-path .*\) is not executable/);
     await chmod(virsh, 0o755);
     await readyAgain(url, 'virsh executable');
+  } finally {
+    assert.equal(await run.stop(), 0, run.output().slice(-2000));
+  }
+});
+
+test('libvirt on (rpc): /readyz 503 while the URI\'s socket is missing or not a socket, 200 once libvirt listens there', { timeout: 60_000 }, async (t) => {
+  const dir = await tempDir('vmseed-readyz-socket-');
+  t.after(() => dir.remove());
+  const manifests = join(dir.path, 'manifests');
+  await mkdir(manifests);
+  const path = join(dir.path, 'run', 'virtqemud-sock');
+  const run = startCli(['--local', manifests, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'rpc', '--libvirt-uri', `qemu+unix:///session?socket=${path}`]);
+  try {
+    const url = await run.url();
+    const body = await notReady(url, 'socket missing', /libvirt socket .*virtqemud-sock .* does not exist/);
+    assert.ok(!/state directory/.test(body), `only the socket is wrong: ${body}`);
+    await mkdir(join(dir.path, 'run'));
+    await writeFile(path, '');
+    await notReady(url, 'a file, not a socket', /libvirt socket .*virtqemud-sock .* is not a socket/);
+    await rm(path);
+    const sock = createServer();
+    await new Promise<void>((r) => sock.listen(path, r));
+    t.after(() => sock.close());
+    await readyAgain(url, 'libvirt listening');
   } finally {
     assert.equal(await run.stop(), 0, run.output().slice(-2000));
   }
