@@ -540,12 +540,12 @@ export class Reconciler {
   }
 
   async #cleanup(key: string): Promise<void> {
+    // Served no longer from this moment: the VMI is gone (or replaced), even
+    // if taking its disk and image out takes a while or fails and retries.
+    this.#o.seeds?.drop(key);
     const known = this.#known.get(key);
-    if (!known) {
-      // An HTTP-only seed has no image to remove.
-      this.#o.seeds?.drop(key);
-      return;
-    }
+    // An HTTP-only seed has no image to remove.
+    if (!known) return;
     const [namespace, name] = splitKey(key);
     await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations, known.launcherPods);
   }
