@@ -13,12 +13,15 @@ const vmi = (name: string) => `apiVersion: kubevirt.io/v1\nkind: VirtualMachineI
 
 test('a broken manifest stays reported while other files parse; cleared when it is removed', { timeout: 30_000 }, async (t) => {
   const dir = await tempDir();
-  t.after(() => dir.remove());
   await writeFile(join(dir.path, 'a-good.yaml'), vmi('a'));
   await writeFile(join(dir.path, 'zz-broken.yaml'), 'metadata: {name: half\n');
   const source = new LocalDirSource({ dir: dir.path, logger: pino({ level: 'silent' }), onKey: () => {} });
+  // The watcher stops before its directory goes (hooks run in order).
+  t.after(async () => {
+    await source.stop();
+    await dir.remove();
+  });
   await source.start();
-  t.after(() => source.stop());
   await source.synced();
   await waitFor('the broken file reported', () => /^MANIFEST_INVALID: .*zz-broken\.yaml/.test(source.status().lastError ?? ''));
 

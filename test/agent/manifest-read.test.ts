@@ -58,14 +58,19 @@ test('readManifest: regular files and symlinks to them; FIFOs, devices and overs
 
 test('the local source starts with a FIFO and an oversize file among the manifests and loads the rest', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-manifest-read-'));
-  t.after(() => rm(dir, { recursive: true, force: true }));
   await writeFile(join(dir, 'a.yaml'), vmi('a'));
   execFileSync('mkfifo', [join(dir, 'b-fifo.yaml')]);
   await writeFile(join(dir, 'c-big.yaml'), `${vmi('c')}# ${'x'.repeat(MAX_MANIFEST_BYTES)}\n`);
   await writeFile(join(dir, 'd.yaml'), vmi('d'));
   const lines: string[] = [];
   const src = new LocalDirSource({ dir, logger: pino({ level: 'warn' }, { write: (l: string) => void lines.push(l) }), onKey: () => {} });
-  t.after(() => src.stop());
+  // One hook, watcher first: t.after hooks run in the order they were
+  // added, and a directory removed under a running chokidar left an
+  // fs.watch handle behind that kept this test file's process alive.
+  t.after(async () => {
+    await src.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
   await src.start();
   assert.ok(src.get('default/a'));
   assert.ok(src.get('default/d'));
