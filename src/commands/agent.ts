@@ -40,12 +40,12 @@ const CLOSE_GRACE_MS = CANCEL_GRACE_MS + 3000;
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
 // The caller closes `injector.client` (the RPC client's sockets).
-export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner): LibvirtInjector | undefined {
+export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner, cancel?: AbortSignal): LibvirtInjector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
   if (spawner && config.libvirt.mode !== 'virsh') throw new VmseedError('INTERNAL', 'a virsh process spawner was given with --libvirt rpc', { kind: 'terminal' });
   const kubevirt = config.libvirt.platform === 'kubevirt';
   return new LibvirtInjector({
-    ...(config.libvirt.mode === 'rpc' ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs }) } : {}),
+    ...(config.libvirt.mode === 'rpc' ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs, ...(cancel ? { cancel } : {}) }) } : {}),
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
@@ -138,7 +138,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   };
   if (config.mode === 'local') {
     // virsh children die with the stop deadline (the RPC client's calls have their own).
-    const injector = makeInjector(config, undefined, config.libvirt.mode === 'virsh' ? spawner : undefined);
+    const injector = makeInjector(config, undefined, config.libvirt.mode === 'virsh' ? spawner : undefined, cancel.signal);
     const domainEvents = domainEventsFor(config, injector);
     const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
     const { LocalDirSource } = await import('../agent/local-source.ts');
@@ -170,7 +170,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   // deadline; Events and the informer keep their own client (the agent
   // flushes Events after the deadline).
   const reconcileApi = new KubeConnectionApi(connection, { cancel: cancel.signal });
-  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync })) : undefined, config.libvirt.mode === 'virsh' ? spawner : undefined);
+  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync })) : undefined, config.libvirt.mode === 'virsh' ? spawner : undefined, cancel.signal);
   const domainEvents = domainEventsFor(config, injector);
   const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
   const agent = new Agent({

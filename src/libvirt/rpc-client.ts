@@ -11,6 +11,14 @@ import type { RemoteSession } from './rpc/remote.ts';
 export interface RpcLibvirtClientOptions extends ConnectionManagerOptions {
   // Per call, including waiting for a (re)connect.
   timeoutMs?: number;
+  // The agent's stop deadline: calls in flight or waiting their turn end
+  // with CANCELLED at once (a call already sent may still take effect in
+  // libvirt; the injection is level-based and re-reads at the next start).
+  cancel?: AbortSignal;
+}
+
+function cancelled(): VmseedError {
+  return new VmseedError('CANCELLED', 'the agent is stopping; the libvirt call was cancelled and runs again at the next start', { kind: 'retryable' });
 }
 
 // libvirt's own limit on domain names is larger, but nothing vmseed renders
@@ -23,10 +31,26 @@ export class RpcLibvirtClient implements LibvirtClient {
   readonly #manager: ConnectionManager;
   readonly #timeoutMs: number;
   readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #cancel: AbortSignal | undefined;
 
   constructor(o: RpcLibvirtClientOptions = {}) {
     this.#manager = new ConnectionManager(o);
     this.#timeoutMs = o.timeoutMs ?? 30_000;
+    this.#cancel = o.cancel;
+  }
+
+  // Settles with the call or with CANCELLED when the stop signal fires,
+  // whichever is first; the call's own deadline still ends it in the
+  // background.
+  #cancellable<T>(call: () => Promise<T>): Promise<T> {
+    const signal = this.#cancel;
+    if (!signal) return call();
+    if (signal.aborted) return Promise.reject(cancelled());
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => reject(cancelled());
+      signal.addEventListener('abort', onAbort, { once: true });
+      call().then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+    });
   }
 
   get manager(): ConnectionManager {
@@ -38,8 +62,10 @@ export class RpcLibvirtClient implements LibvirtClient {
   }
 
   #read<T>(uri: string, o: CallOptions | undefined, fn: (s: RemoteSession, deadline: number) => Promise<T>): Promise<T> {
-    const deadline = this.#deadline(o);
-    return this.#manager.withSession(uri, { deadline, idempotent: true }, (s) => fn(s, deadline));
+    return this.#cancellable(() => {
+      const deadline = this.#deadline(o);
+      return this.#manager.withSession(uri, { deadline, idempotent: true }, (s) => fn(s, deadline));
+    });
   }
 
   // Serialized per (uri, domain); the deadline starts when it is this
@@ -47,6 +73,8 @@ export class RpcLibvirtClient implements LibvirtClient {
   #mutate<T>(uri: string, domain: string, o: CallOptions | undefined, fn: (s: RemoteSession, deadline: number) => Promise<T>): Promise<T> {
     const key = `${uri}\0${domain}`;
     const run = () => {
+      // Its turn came after the stop: not sent at all.
+      if (this.#cancel?.aborted) return Promise.reject(cancelled());
       const deadline = this.#deadline(o);
       return this.#manager.withSession(uri, { deadline, idempotent: false }, (s) => fn(s, deadline));
     };
@@ -57,7 +85,9 @@ export class RpcLibvirtClient implements LibvirtClient {
     void tail.then(() => {
       if (this.#locks.get(key) === tail) this.#locks.delete(key);
     });
-    return next;
+    // The caller is released at the stop; the lock is held until libvirt
+    // answered (or the deadline passed), so nothing overtakes the call.
+    return this.#cancellable(() => next);
   }
 
   async version(uri: string, o?: CallOptions): Promise<string> {

@@ -1,6 +1,7 @@
 // SIGTERM ends the real agent process within its deadline even when work
 // hangs: a virsh that never returns is killed at the deadline (the agent's
-// cancel signal) and the process exits on its own, virsh gone. A FIFO among
+// cancel signal) and the process exits on its own, virsh gone; a libvirt
+// RPC call that never returns is cancelled the same way. A FIFO among
 // the manifests no longer hangs a read at all (refused, non-blocking open).
 // Also the exit plan for what still holds the loop after the deadline (a
 // thread-pool read blocked in open(2), which process.exit() alone would
@@ -13,6 +14,8 @@ import { chmod, copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
 import { planExit, forceExit } from '../../src/process-exit.ts';
+import { RemoteProc } from '../../src/libvirt/rpc/protocol.ts';
+import { handshakeDaemon } from '../support/fake-rpc-daemon.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 // Far beyond anything the agent would wait on its own: exiting well before
@@ -97,6 +100,36 @@ test('SIGTERM with a virsh call that never returns: at the deadline virsh is kil
   // Nothing held the loop any more: main() did not have to end the process.
   assert.ok(!log.some((r) => r.msg === 'exiting with work still pending'), run.log().slice(-2000));
   for (const pid of virshPids) assert.equal(alive(pid), false, `fake virsh ${pid} was killed`);
+});
+
+test('SIGTERM with a libvirt RPC call that never returns (--libvirt rpc): at the deadline the call is cancelled and the agent exits on its own', { timeout: 60_000 }, async (t) => {
+  const dir = await tempDir('vmseed-stop-rpc-');
+  // Answers the handshake and event registration, then nothing: a hung
+  // libvirtd.
+  let asked = false;
+  const daemon = await handshakeDaemon([0], (p) => {
+    if (p.header.proc !== RemoteProc.DOMAIN_LOOKUP_BY_NAME) return false;
+    asked = true;
+    return true;
+  });
+  t.after(async () => {
+    await daemon.close();
+    await dir.remove();
+  });
+  const manifests = join(dir.path, 'manifests');
+  await mkdir(manifests);
+  await copyFile(join(ROOT, 'examples/nocloud-inline.yaml'), join(manifests, 'vm.yaml'));
+  const run = startAgent(['--local', manifests, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'rpc', '--libvirt-uri', `qemu+unix:///session?socket=${daemon.path}`, '--virsh-timeout', `${HANG}s`], dir.path);
+  await waitFor('the domain asked for', () => asked, 20_000);
+  const { code, signal } = await sigtermAndWait(run);
+  assert.equal(signal, null, run.log().slice(-2000));
+  assert.equal(code, 1, 'cancelled work is not a clean stop');
+  const log = records(run.log());
+  assert.ok(log.some((r) => r.msg === 'reconciles in flight at the stop deadline were cancelled'), run.log().slice(-2000));
+  assert.ok(log.some((r) => r.code === 'CANCELLED'), run.log().slice(-2000));
+  assert.ok(!log.some((r) => r.msg === 'vmseed agent stopped with work abandoned; exiting anyway'), run.log().slice(-2000));
+  // Nothing held the loop any more (the connection's timers went with it).
+  assert.ok(!log.some((r) => r.msg === 'exiting with work still pending'), run.log().slice(-2000));
 });
 
 test('a FIFO among the manifests: refused without blocking, the other VMI seeded, SIGTERM a clean stop', { timeout: 60_000 }, async (t) => {

@@ -28,58 +28,10 @@ import {
 } from '../../src/libvirt/rpc/protocol.ts';
 import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
 import { VmseedError } from '../../src/errors.ts';
+import { fakeDaemon, handshakeDaemon, remoteError, reply, u64 } from '../support/fake-rpc-daemon.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'vmseed-rpc-conn-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
-let n = 0;
-
-interface Fake {
-  path: string;
-  server: Server;
-  received: Packet[];
-  close(): Promise<void>;
-}
-
-// `onPacket` answers (or not) each packet the client sends.
-async function fakeDaemon(onPacket: (p: Packet, sock: Socket) => void): Promise<Fake> {
-  const path = join(dir, `s${++n}.sock`);
-  const received: Packet[] = [];
-  const sockets = new Set<Socket>();
-  const server = createServer((sock) => {
-    sockets.add(sock);
-    const d = new FrameDecoder();
-    sock.on('data', (c: Buffer) => {
-      for (const p of d.push(c)) {
-        received.push(p);
-        onPacket(p, sock);
-      }
-    });
-    sock.on('error', () => {});
-  });
-  await new Promise<void>((r) => server.listen(path, r));
-  return {
-    path,
-    server,
-    received,
-    close: () => new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => r());
-    }),
-  };
-}
-
-function reply(sock: Socket, p: Packet, payload: Buffer, status: number = MessageStatus.OK): void {
-  sock.write(encodePacket({ ...p.header, type: MessageType.REPLY, status }, payload));
-}
-
-function remoteError(code: number, message: string): Buffer {
-  return new XdrWriter().i32(code).i32(10).optionalString(message, 1000).i32(2)
-    .bool(false).optionalString(null, 1).optionalString(null, 1).optionalString(null, 1).i32(0).i32(0).bool(false).toBuffer();
-}
-
-function u64(v: bigint): Buffer {
-  return new XdrWriter().u64(v).toBuffer();
-}
 
 async function rejection(p: Promise<unknown>): Promise<VmseedError> {
   const e = await p.then(() => undefined, (err: unknown) => err);
@@ -236,41 +188,6 @@ test('only a real socket is dialled: a missing path is LIBVIRT_UNREACHABLE, a sy
     await fake.close();
   }
 });
-
-// A daemon that speaks the handshake: AUTH_LIST -> `auth`, OPEN, event
-// registration; then sends one lifecycle event. `extra` answers anything
-// else it wants to.
-function handshakeDaemon(auth: number[], extra?: (p: Packet, sock: Socket) => boolean): Promise<Fake> {
-  return fakeDaemon((p, sock) => {
-    if (extra?.(p, sock)) return;
-    switch (p.header.proc) {
-      case RemoteProc.AUTH_LIST: {
-        const w = new XdrWriter().u32(auth.length);
-        for (const a of auth) w.i32(a);
-        reply(sock, p, w.toBuffer());
-        return;
-      }
-      case RemoteProc.CONNECT_OPEN:
-        reply(sock, p, Buffer.alloc(0));
-        return;
-      case RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY:
-        reply(sock, p, new XdrWriter().i32(p.header.serial).toBuffer());
-        sock.write(encodePacket(
-          { prog: REMOTE_PROGRAM, vers: 1, proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE, type: MessageType.MESSAGE, serial: 0, status: 0 },
-          writeDomain(new XdrWriter().i32(1), { name: 'ns_vm', uuid: Buffer.alloc(16, 1), id: -1 }).i32(0).i32(0).toBuffer(),
-        ));
-        return;
-      case RemoteProc.CONNECT_GET_LIB_VERSION:
-        reply(sock, p, u64(9_000_000n));
-        return;
-      case RemoteProc.CONNECT_CLOSE:
-        reply(sock, p, Buffer.alloc(0));
-        return;
-      default:
-        reply(sock, p, remoteError(1, 'unexpected'), MessageStatus.ERROR);
-    }
-  });
-}
 
 test('session: auth none, open with the URI name, events delivered', async () => {
   const fake = await handshakeDaemon([0]);
@@ -448,4 +365,41 @@ test('client: a domain\'s handle is looked up once per session and reused; a sta
     await client.close();
     await fake.close();
   }
+});
+
+test('client: the stop signal ends calls in flight and calls waiting their turn with CANCELLED at once; later calls are not sent', async () => {
+  const fake = await handshakeDaemon([0], (p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME); // never answered
+  const stop = new AbortController();
+  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }), cancel: stop.signal, timeoutMs: 600_000 });
+  const U = 'qemu:///system';
+  try {
+    const read = client.domainInfo(U, 'a');
+    const first = client.attachDevice(U, 'a', '<disk/>', { live: true, config: false });
+    const queued = client.attachDevice(U, 'a', '<disk/>', { live: true, config: false });
+    for (let i = 0; i < 200 && fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    const t0 = Date.now();
+    stop.abort();
+    for (const p of [read, first, queued]) assert.equal((await rejection(p)).code, 'CANCELLED');
+    assert.ok(Date.now() - t0 < 5_000, 'at once, not at the 600 s deadline');
+    const sent = fake.received.length;
+    assert.equal((await rejection(client.version(U))).code, 'CANCELLED');
+    assert.equal(fake.received.length, sent, 'nothing sent after the stop');
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+});
+
+test('manager: close() ends a call that is backing off while libvirtd is away, long before its deadline', async () => {
+  const fake = await handshakeDaemon([0]);
+  const path = fake.path;
+  await fake.close(); // the socket is gone: every connect fails
+  const m = new ConnectionManager({ backoffInitialMs: 200, backoffMaxMs: 200, resolve: (uri) => ({ socketPath: path, name: uri }) });
+  const call = m.withSession('qemu:///system', { deadline: now() + 600_000, idempotent: true }, (s) => s.getLibVersion(now() + 600_000));
+  await new Promise((r) => setTimeout(r, 300));
+  const t0 = Date.now();
+  await m.close();
+  const e = await rejection(call);
+  assert.equal(e.code, 'LIBVIRT_CONNECTION_LOST');
+  assert.ok(Date.now() - t0 < 1_000, `ended by close, after ${Date.now() - t0} ms`);
 });

@@ -46,7 +46,6 @@ function connectionFailure(e: unknown): boolean {
   return isVmseedError(e) && (e.code === 'LIBVIRT_UNREACHABLE' || e.code === 'LIBVIRT_CONNECTION_LOST' || e.code === 'LIBVIRT_PROTOCOL');
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export interface SessionCallOptions {
   deadline: number;
@@ -68,6 +67,8 @@ export class ConnectionManager {
   readonly #resolve: (uri: string) => SocketTarget;
   readonly #idleTimer: NodeJS.Timeout;
   #closed = false;
+  // Calls backing off until libvirtd is back; close() wakes them to fail.
+  readonly #sleepers = new Set<() => void>();
 
   constructor(o: ConnectionManagerOptions = {}) {
     this.#idleMs = o.idleMs ?? 60_000;
@@ -154,7 +155,7 @@ export class ConnectionManager {
         }
         if (this.#closed) {
           await session.close();
-          throw new VmseedError('LIBVIRT_CONNECTION_LOST', 'the libvirt connection manager was closed', { kind: 'retryable' });
+          throw closedError();
         }
         const reconnected = e.everUp;
         e.session = session;
@@ -199,26 +200,29 @@ export class ConnectionManager {
   // cannot be opened is retried with backoff (libvirtd restarting), and an
   // idempotent call whose connection broke is sent again on a new one.
   async withSession<T>(uri: string, o: SessionCallOptions, fn: (s: RemoteSession) => Promise<T>): Promise<T> {
-    if (this.#closed) throw new VmseedError('LIBVIRT_CONNECTION_LOST', 'the libvirt connection manager was closed', { kind: 'retryable' });
+    if (this.#closed) throw closedError();
     const e = this.#entry(uri);
     e.inFlight++;
     e.lastUsed = now();
     let backoff = this.#backoffInitialMs;
     try {
       for (;;) {
+        // Closed while this call waited or retried: no more attempts (a
+        // retry loop would otherwise hold the process until its deadline).
+        if (this.#closed) throw closedError();
         let session: RemoteSession;
         try {
           session = await this.#open(e, o.deadline);
         } catch (err) {
           if (!connectionFailure(err) || now() + backoff >= o.deadline) throw err;
-          await sleep(backoff);
+          await this.#sleep(backoff);
           backoff = Math.min(this.#backoffMaxMs, backoff * 2);
           continue;
         }
         try {
           return await fn(session);
         } catch (err) {
-          if (!o.idempotent || !connectionFailure(err) || now() >= o.deadline) throw err;
+          if (this.#closed || !o.idempotent || !connectionFailure(err) || now() >= o.deadline) throw err;
           if (!session.conn.closed) session.conn.destroy(err as VmseedError);
         }
       }
@@ -226,6 +230,18 @@ export class ConnectionManager {
       e.inFlight--;
       e.lastUsed = now();
     }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#sleepers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.#sleepers.add(wake);
+    });
   }
 
   #closeIdle(): void {
@@ -249,6 +265,7 @@ export class ConnectionManager {
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#idleTimer);
+    for (const wake of [...this.#sleepers]) wake();
     const closing: Promise<void>[] = [];
     for (const e of this.#entries.values()) {
       if (e.reconnectTimer) clearTimeout(e.reconnectTimer);
@@ -259,6 +276,10 @@ export class ConnectionManager {
     this.#entries.clear();
     await Promise.all(closing);
   }
+}
+
+function closedError(): VmseedError {
+  return new VmseedError('LIBVIRT_CONNECTION_LOST', 'the libvirt connection manager was closed', { kind: 'retryable' });
 }
 
 function toEvent(uri: string, m: DomainEventMessage): ManagerEvent {
