@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createKubeletTree, runCommand, QEMU_GID, QEMU_UID, type KubeletTree } from './support/kubelet-tree.ts';
 import { startLauncher, type Launcher } from './support/session-libvirtd.ts';
-import { startKubevirtVm } from './support/kubevirt-domain.ts';
+import { makeHotplugVolumeFile, startKubevirtVm } from './support/kubevirt-domain.ts';
 import { AGENT, consoleOf } from './support/replica-seed.ts';
 import { agentUri, inAgentView } from './support/agent-view.ts';
 import { freePort, readDaemonSetAgent, startDaemonSetAgent, waitHealthy, type DaemonSetAgentProcess } from './support/daemonset-agent.ts';
@@ -224,8 +224,26 @@ test('the agent under the DaemonSet\'s security context seeds a start-paused VMI
   }, 180_000, () => consoleOf(a!, vm).split('\n').slice(-15).join('\n'));
   assert.equal(seen.files.get('user-data')?.toString('utf8'), userData);
 
-  // 4. KubeVirt's own hotplug next to the seed is proved in
-  // e2e/kubevirt-node.test.ts (seed attached as the preset attaches it).
+  // 4. KubeVirt hot-plugs a volume next to the seed: the file first, as
+  // virt-handler makes it before the launcher syncs the volume. The mark is
+  // read right after hotplug(): each pass works from the spec as it was when
+  // its entry was recorded, so the attach is in a pass from the mark on.
+  await makeHotplugVolumeFile(a!, 'data1');
+  const vol = kubevirt.hotplug('data1');
+  const mark = kubevirt.history.length;
+  assert.equal(vol.targetDev, 'sdb', 'KubeVirt names from the VMI: the seed at sdzz does not move it');
+  const hotplugDetail = async () => {
+    const at = kubevirt.history.findIndex((h) => h.attached.includes(vol.targetDev));
+    const live = await a!.virsh(['dumpxml', vm.domain]).then((x) => parseDomainDisks(x).map((d) => `${d.targetDev}=${d.alias ?? '?'}`).join(' '), (e: unknown) => String(e));
+    return `${await detail()}
+mark ${mark} of ${kubevirt.history.length} passes; ${vol.targetDev} attached in pass ${at}; live: ${live}
+KubeVirt double since the hotplug: ${JSON.stringify(kubevirt.history.slice(mark).slice(-5))}`;
+  };
+  await waitUntil('KubeVirt\'s hotplug attached', () => kubevirt.history.slice(mark).some((h) => h.attached.includes(vol.targetDev)), 60_000, hotplugDetail);
+  assert.deepEqual(kubevirt.history.flatMap((h) => h.attached), [vol.targetDev], 'attached once, by a pass after the hotplug');
+  const live = parseDomainDisks(await a!.virsh(['dumpxml', vm.domain]));
+  assert.ok(live.some((d) => d.alias === 'ua-data1' && d.targetDev === vol.targetDev), await hotplugDetail());
+  assert.ok(live.some((d) => d.alias === 'ua-vmseed_seed' && d.targetDev === 'sdzz'), 'the seed is still attached');
   assert.deepEqual(quietSince(kubevirt.history, 0), [], 'KubeVirt never detached, ejected, resumed or failed');
 
   // 5. Migration to launcher B on this node: staged before it starts.

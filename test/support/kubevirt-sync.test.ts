@@ -178,6 +178,39 @@ test('sync, new layout with a live-only seed: repeated passes do nothing; a hotp
   assert.ok(dom.calls.some((c) => c[0] === 'attach-device'));
 });
 
+// SyncVMI converts the VMI it is handed before it reads the domain; a
+// hotplug is a new VMI and reaches the launcher as the next SyncVMI. A pass
+// already running when hotplug() is called must not pick the volume up: a
+// caller that marks history after hotplug() would never see that attach (the
+// e2e agent test timed out so, with the volume already live).
+test('sync: a pass already running when hotplug() is called works from the spec it started with; the next pass attaches', async () => {
+  const live = parsed('new-layout-live.xml').filter((d) => d.alias !== 'ua-data1');
+  const dom = new FakeDomain(live, live.filter((d) => d.alias !== 'ua-vmseed_seed'));
+  let releaseDumpxml!: () => void;
+  const dumpxmlHeld = new Promise<void>((r) => (releaseDumpxml = r));
+  let dumpxmlReached!: () => void;
+  const reached = new Promise<void>((r) => (dumpxmlReached = r));
+  let hold = true;
+  const port: VirshPort = async (args, stdin) => {
+    if (args[0] === 'dumpxml' && hold) {
+      hold = false;
+      dumpxmlReached();
+      await dumpxmlHeld;
+    }
+    return dom.port(args, stdin);
+  };
+  const sync = new KubevirtSync({ domain: 'team-a_vm1', virsh: port, spec: convertVmiDisks(VMI_DISKS), diskReady: async () => true });
+  const inFlight = sync.sync();
+  await reached;
+  const vol = sync.hotplug('data1');
+  const mark = sync.history.length;
+  releaseDumpxml();
+  assert.deepEqual((await inFlight).attached, [], 'the pass that started before the hotplug');
+  assert.ok(!dom.live.some((d) => d.targetDev === vol.targetDev));
+  assert.deepEqual((await sync.sync()).attached, ['sdb']);
+  assert.deepEqual(sync.history.slice(mark).flatMap((h) => h.attached), ['sdb'], 'the attach is in a pass recorded after the mark');
+});
+
 test('sync, old layout live+config: the seed is detached at the first pass (the fight starts)', async () => {
   const live = parsed('old-layout-live.xml').filter((d) => d.alias !== 'ua-isovol');
   const dom = new FakeDomain(live, structuredClone(live));

@@ -282,7 +282,7 @@ export class KubevirtSync {
     this.#pausedByKubevirt = true;
   }
 
-  /** A KubeVirt hotplug: the volume joins the VMI spec (the next sync attaches it). */
+  /** A KubeVirt hotplug: the volume joins the VMI spec; passes that start after this call attach it, a pass already running does not. */
   hotplug(name: string, bus: 'virtio' | 'scsi' = 'scsi'): KvDisk {
     const d = hotplugVolumeDisk(this.spec, name, bus);
     this.spec.push(d);
@@ -292,6 +292,11 @@ export class KubevirtSync {
   /** One SyncVMI pass over a running domain: the pause rule, then syncDisks. */
   async sync(): Promise<SyncResult> {
     const r: SyncResult = { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] };
+    // SyncVMI converts the VMI it was handed before it touches the domain; a
+    // hotplug is a new VMI, synced by the next call. Snapshotted together with
+    // the history entry, so an entry recorded before hotplug() can never hold
+    // that volume's attach, and callers can mark history at the hotplug.
+    const spec = structuredClone(this.spec);
     this.history.push(r);
     try {
       const state = (await this.#virsh(['domstate', this.domain])).trim();
@@ -301,12 +306,12 @@ export class KubevirtSync {
       }
       // util.GetDomainSpecWithFlags(dom, 0): the live definition.
       const live = parseDomainDisks(await this.#virsh(['dumpxml', this.domain]));
-      for (const d of getDetachedDisks(live, this.spec)) {
+      for (const d of getDetachedDisks(live, spec)) {
         // manager.go marshals the disk and lower-cases the whole XML.
         await this.#virsh(['detach-device', this.domain, '/dev/stdin', '--live', '--config'], diskXml(d).toLowerCase());
         r.detached.push(d.targetDev);
       }
-      for (const d of getAttachedDisks(live, this.spec)) {
+      for (const d of getAttachedDisks(live, spec)) {
         if (!(await this.#diskReady(backendPath(d)))) {
           r.skippedNotReady.push(d.targetDev);
           continue;
@@ -314,7 +319,7 @@ export class KubevirtSync {
         await this.#virsh(['attach-device', this.domain, '/dev/stdin', '--live', '--config'], diskXml(d).toLowerCase());
         r.attached.push(d.targetDev);
       }
-      for (const d of getUpdatedDisks(live, this.spec)) {
+      for (const d of getUpdatedDisks(live, spec)) {
         const p = backendPath(d);
         if (p !== '' && !(await this.#diskReady(p))) continue;
         await this.#virsh(['update-device', this.domain, '/dev/stdin', '--live', '--config'], diskXml(d).toLowerCase());
