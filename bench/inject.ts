@@ -18,7 +18,8 @@
 // libvirt's own events; and 100 injector.inject calls against a private
 // libvirtd that is killed and restarted in the middle.
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
+import { XMLParser } from 'fast-xml-parser';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -392,6 +393,17 @@ async function main(): Promise<void> {
       }));
     }
     rows.push({ op: 'rpc: get-lib-version (connected, no-op)', samples: rpcNoop }, { op: 'rpc: connect+auth+open+events+version+close', samples: rpcFresh });
+    // What reading a launcher-sized domain XML costs the injector: the
+    // walker it uses, and the whole-tree parse it replaced.
+    const launcherXml = readFileSync(new URL('../test/fixtures/kubevirt-sync/new-layout-live.xml', import.meta.url), 'utf8');
+    const tree = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@_', parseAttributeValue: false, parseTagValue: false, trimValues: false });
+    const walk: number[] = [];
+    const whole: number[] = [];
+    for (let i = 0; i < CYCLES * 10; i++) {
+      walk.push(await time(async () => parseDomainXml(launcherXml)));
+      whole.push(await time(async () => tree.parse(launcherXml)));
+    }
+    rows.push({ op: `parse: launcher domain XML (${launcherXml.length} B), walker (parseDomainXml)`, samples: walk }, { op: 'parse: the same, fast-xml-parser tree (before)', samples: whole });
     for (const bus of modes) await benchDomain(bus, dir, rpc);
     await benchEventSeed(dir, rpc);
     await benchAgentSeed(rpc);

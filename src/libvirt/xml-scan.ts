@@ -5,10 +5,11 @@
 // beyond keeping a prefix as part of the name.
 //
 // Why not a general parser: the injector reads a domain's XML on every
-// injection, and building a whole object tree of a KubeVirt domain (with
-// fast-xml-parser: ~0.5 ms for 2 KB, ~2 ms for a launcher's 8 KB) is a
-// visible share of a ~14 ms attach. Walking it and keeping only what the
-// caller asks for is a fraction of that (bench/inject.ts, `parse` rows).
+// injection, and building a whole object tree of a launcher's domain with
+// fast-xml-parser (0.3-0.8 ms for 2.7 KB here, growing with the domain) is
+// a visible share of a ~12-17 ms attach. Walking it and keeping only what
+// the caller asks for is about a third of that (bench/inject.ts, `parse`
+// rows).
 import { VmseedError } from '../errors.ts';
 
 export interface XmlVisitor {
