@@ -354,7 +354,7 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       { op: `${bus}: rpc: attach-device`, samples: r.attach },
       { op: `${bus}: rpc: detach-device + device-removed event`, samples: r.detach },
       { op: `${bus}: rpc: inject equivalent (state+live XML+attach)`, samples: r.inject },
-      { op: `${bus}: rpc: domainView (lookup, then state+persistent+2 XML pipelined)`, samples: r.view },
+      { op: `${bus}: rpc: domainView (state+persistent+2 XML pipelined; handle remembered)`, samples: r.view },
       { op: `${bus}: rpc: domainView + attach (one read, one write)`, samples: r.oneReadOneWrite },
     );
   } finally {
