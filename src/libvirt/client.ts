@@ -50,7 +50,8 @@ export interface LibvirtClient {
   version(uri: string, o?: CallOptions): Promise<string>;
   domainInfo(uri: string, domain: string, o?: CallOptions): Promise<DomainInfo>;
   domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string>;
-  // RPC: one lookup, then the four reads pipelined (one round trip).
+  // RPC: the four reads pipelined (one round trip; a lookup first only
+  // when the connection does not know the domain's handle yet).
   domainView(uri: string, domain: string, o?: ViewOptions): Promise<DomainView>;
   attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
