@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ensureLibvirtd, uniqueName, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
-import { cloneRootfs, ensureDebianGuest } from './support/guest/debian.ts';
+import { cloneRootfs, ensureDebianGuest, cloudInitFinished } from './support/guest/debian.ts';
 import { testDomainXml } from './support/guest/domain-xml.ts';
 import { cleanupAll, removeDomainChecked, startAgentProcess, vmiYaml, waitUntil } from './support/agent-process.ts';
 
@@ -115,7 +115,7 @@ async function seedAndBoot(t: { after(fn: () => Promise<void>): void }, c: Case)
   assert.deepEqual((await domblklist(domain)).map((b) => [b.target, b.source]), [['vda', root.path], ['vdzz', rec.imagePath]]);
   assert.equal(await domstate(domain), 'running');
 
-  const con = await waitForConsoleText(consoleLog, (text) => text.includes(marker) && /Cloud-init v\. \S+ finished at/.test(text), BOOT_TIMEOUT_MS);
+  const con = await waitForConsoleText(consoleLog, (text) => text.includes(marker) && cloudInitFinished(text), BOOT_TIMEOUT_MS);
   const tail = () => `console tail:\n${con.slice(-4000)}`;
   assert.ok(runcmdLine(marker).test(con), `runcmd output; ${tail()}`);
   assert.ok(runcmdLine(`PASSWD=${user}:x:\\d+:\\d+:[^:]*:/home/${user}:\\S+`).test(con), `the user exists (getent); ${tail()}`);

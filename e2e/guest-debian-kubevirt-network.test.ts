@@ -9,7 +9,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { runCli } from '../test/support/cli.ts';
-import { cloneRootfs, ensureDebianGuest } from './support/guest/debian.ts';
+import { cloneRootfs, ensureDebianGuest, cloudInitFinished } from './support/guest/debian.ts';
 import { runQemu } from './support/guest/qemu.ts';
 
 test('SLOW: Debian guest applies user-data next to network data cloud-init cannot use (vmseed build --vmi)', async () => {
@@ -52,7 +52,7 @@ spec:
       memoryMb: 512,
       timeoutMs: 300_000,
       consoleFile: process.env.VMSEED_DEBIAN_CONSOLE ?? path.join(dir, 'console.log'),
-      until: (c) => c.includes(marker) && /Cloud-init v\. \S+ finished at/.test(c),
+      until: (c) => c.includes(marker) && cloudInitFinished(c),
     });
     const c = run.console;
     const tail = () => `console tail:\n${c.slice(-4000)}`;

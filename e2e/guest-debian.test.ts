@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { cloneRootfs, ensureDebianGuest } from './support/guest/debian.ts';
+import { cloneRootfs, ensureDebianGuest, cloudInitFinished } from './support/guest/debian.ts';
 import { runQemu } from './support/guest/qemu.ts';
 
 test('SLOW: Debian guest under TCG applies a genisoimage NoCloud seed with cloud-init (datasource, runcmd, user + ssh key, write_files)', { timeout: 300_000 }, async () => {
@@ -49,7 +49,7 @@ test('SLOW: Debian guest under TCG applies a genisoimage NoCloud seed with cloud
       memoryMb: 512,
       timeoutMs: 300_000,
       consoleFile: process.env.VMSEED_DEBIAN_CONSOLE ?? path.join(dir, 'console.log'),
-      until: (c) => c.includes(marker) && /Cloud-init v\. \S+ finished at/.test(c),
+      until: (c) => c.includes(marker) && cloudInitFinished(c),
     });
     const c = run.console;
     const tail = () => `console tail:\n${c.slice(-3000)}`;

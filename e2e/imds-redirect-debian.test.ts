@@ -18,7 +18,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { signToken } from '../src/http/datasource-tokens.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
-import { cloneRootfs, ensureDebianGuest } from './support/guest/debian.ts';
+import { cloneRootfs, ensureDebianGuest, cloudInitFinished } from './support/guest/debian.ts';
 import { qemuArgs } from './support/guest/qemu.ts';
 import { masqueradeBinding } from './support/masquerade.ts';
 import { makePodNode, sh, startNodeDatasource, stopChild } from '../test/support/netns.ts';
@@ -72,13 +72,12 @@ test('SLOW: Debian guest behind a masquerade-style tap gets its seed from 169.25
   cleanups.push(async () => void qemu.kill('SIGKILL'));
   let c = '';
   qemu.stdout.setEncoding('utf8').on('data', (d: string) => (c += d));
-  const finished = /Cloud-init v\. \S+ finished at/;
   const deadline = Date.now() + 540_000;
-  while (Date.now() < deadline && !finished.test(c) && qemu.exitCode === null) await new Promise((r) => setTimeout(r, 500));
+  while (Date.now() < deadline && !cloudInitFinished(c) && qemu.exitCode === null) await new Promise((r) => setTimeout(r, 500));
   qemu.kill('SIGKILL');
   if (process.env.VMSEED_DEBIAN_CONSOLE) await writeFile(process.env.VMSEED_DEBIAN_CONSOLE, c);
   const tail = () => `console tail:\n${c.slice(-3000)}`;
-  assert.ok(finished.test(c), `cloud-init did not finish; ${tail()}`);
+  assert.ok(cloudInitFinished(c), `cloud-init did not finish; ${tail()}`);
   assert.ok(c.includes(`DataSourceNoCloudNet [seed=dmi,${seedUrl}]`), `NoCloudNet over the redirect; ${tail()}`);
   // nocloudSeed('vm')'s user-data: runcmd `echo secret-of-vm`.
   assert.match(c, /cloud-init\[\d+\]: secret-of-vm\r?$/m, `runcmd from the fetched user-data; ${tail()}`);

@@ -10,7 +10,7 @@ import { createKubeletTree, type KubeletTree } from './support/kubelet-tree.ts';
 import { startLauncher, type Launcher } from './support/session-libvirtd.ts';
 import { startKubevirtVm } from './support/kubevirt-domain.ts';
 import { agentVirsh, consoleOf, kubevirtSeedDisk, publishAsAgent, seedIso, xmlFile } from './support/replica-seed.ts';
-import { ensureDebianGuest } from './support/guest/debian.ts';
+import { ensureDebianGuest, cloudInitFinished } from './support/guest/debian.ts';
 import { waitUntil } from './support/agent-process.ts';
 import { KubevirtSync } from '../test/support/kubevirt-sync.ts';
 
@@ -45,7 +45,7 @@ test('SLOW: a Debian guest in the launcher applies the SCSI seed with cloud-init
   const started = Date.now();
   const con = await waitUntil('cloud-init to finish', () => {
     const text = consoleOf(b!, vm);
-    return /Cloud-init v\. \S+ finished at/.test(text) ? text : undefined;
+    return cloudInitFinished(text) ? text : undefined;
   }, 360_000, () => consoleOf(b!, vm).slice(-3000));
   console.log(`# Debian guest: cloud-init finished ${((Date.now() - started) / 1000).toFixed(1)} s after unpause`);
   assert.match(con, /Datasource DataSourceNoCloud \[seed=\/dev\/sd[a-z]+\]/, 'NoCloud from the SCSI seed');

@@ -146,3 +146,12 @@ export async function cloneRootfs(dir: string, template?: string): Promise<Rootf
   await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', base, p]);
   return { path: p, format: 'qcow2' };
 }
+
+// cloud-init's last console line, "Cloud-init v. X finished at <date>.
+// Datasource <ds>.  Up N seconds", can arrive in more than one read of the
+// console: waiting for "finished at" alone stopped a run before the
+// datasource words were there. Complete once "seconds" follows it.
+export function cloudInitFinished(consoleText: string): boolean {
+  const m = /Cloud-init v\. \S+ finished at/.exec(consoleText);
+  return m !== null && /Up [\d.]+ seconds/.test(consoleText.slice(m.index));
+}
