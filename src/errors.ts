@@ -161,3 +161,9 @@ export function asVmseedError(e: unknown): VmseedError {
   if (e instanceof VmseedError) return e;
   return new VmseedError('INTERNAL', 'internal error; see the agent log for details', { kind: 'retryable', cause: e });
 }
+
+// The agent's stop deadline passed while this work ran (or waited): it is
+// not a failure of the VMI and runs again at the next start.
+export function cancelledError(what = 'the work'): VmseedError {
+  return new VmseedError('CANCELLED', `the agent is stopping; ${what} was cancelled and runs again at the next start`, { kind: 'retryable' });
+}

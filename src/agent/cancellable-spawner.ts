@@ -2,12 +2,10 @@
 // stop deadline (--shutdown-timeout) a hung virsh is killed with its process
 // group and its reconcile fails with CANCELLED, instead of holding the event
 // loop until main() has to end the process around it.
-import { VmseedError } from '../errors.ts';
+import { cancelledError } from '../errors.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../libvirt/virsh.ts';
 
-export function cancelled(): VmseedError {
-  return new VmseedError('CANCELLED', 'the agent is stopping; the work was cancelled and runs again at the next start', { kind: 'retryable' });
-}
+export const cancelled = () => cancelledError();
 
 export function cancellableSpawner(inner: ProcessSpawner, signal: AbortSignal): ProcessSpawner {
   return {

@@ -8,7 +8,7 @@
 // caller sees the status. A 401 makes the connection re-read its token file
 // (a rotated service-account token) and the call is tried once more.
 import { fetch } from 'undici';
-import { VmseedError } from '../errors.ts';
+import { VmseedError, cancelledError } from '../errors.ts';
 import type { KubeConnection } from './kube-connection.ts';
 
 export type KubeMethod = 'GET' | 'POST' | 'PATCH' | 'PUT';
@@ -40,9 +40,7 @@ export function isRetryableStatus(status: number): boolean {
   return status === 429 || (status >= 500 && status <= 504);
 }
 
-function cancelled(): VmseedError {
-  return new VmseedError('CANCELLED', 'the agent is stopping; the Kubernetes API call was cancelled and runs again at the next start', { kind: 'retryable' });
-}
+const cancelled = () => cancelledError('the Kubernetes API call');
 
 export class KubeConnectionApi implements KubeApi {
   readonly #conn: KubeConnection;

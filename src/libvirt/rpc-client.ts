@@ -1,7 +1,7 @@
 // LibvirtClient over libvirt's RPC protocol: no process per call, one
 // socket per URI (ConnectionManager), domain events. At most one mutation
 // per domain is in flight; reads are not serialized.
-import { VmseedError } from '../errors.ts';
+import { VmseedError, cancelledError } from '../errors.ts';
 import { toDomainState, versionString, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type ViewOptions, type LibvirtEvent } from './client.ts';
 import { now } from './rpc/connection.ts';
 import { ConnectionManager, type ConnectionManagerOptions } from './rpc/manager.ts';
@@ -17,9 +17,7 @@ export interface RpcLibvirtClientOptions extends ConnectionManagerOptions {
   cancel?: AbortSignal;
 }
 
-function cancelled(): VmseedError {
-  return new VmseedError('CANCELLED', 'the agent is stopping; the libvirt call was cancelled and runs again at the next start', { kind: 'retryable' });
-}
+const cancelled = () => cancelledError('the libvirt call');
 
 // libvirt's own limit on domain names is larger, but nothing vmseed renders
 // comes close; a longer one is a template bug.
