@@ -9,6 +9,7 @@ import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from './c
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './commands/seed-url.ts';
 import { normalisePrefix } from './http/datasource-path.ts';
 import { encodeUriValue } from './libvirt/template.ts';
+import { localUriSocket } from './libvirt/rpc/uri.ts';
 
 export type KubevirtVolumes = 'own' | 'ignore';
 // virsh: one `virsh` process per call (works wherever virsh does); rpc:
@@ -232,7 +233,7 @@ function parseIntFlag(text: string, flag: string, min: number, max: number): num
 // The URIs the RPC client dials itself (src/libvirt/rpc/uri.ts); others
 // (ssh, tls, tcp) need virsh.
 function rpcDialable(uriTemplate: string): boolean {
-  return /^qemu(\+unix)?:\/\/\/(system|session)(\?socket=[^&]+)?$/.test(uriTemplate);
+  return localUriSocket(uriTemplate) !== undefined;
 }
 
 function oneOf<T extends string>(text: string, flag: string, allowed: readonly T[]): T {

@@ -5,7 +5,7 @@ import { constants } from 'node:fs';
 import { access, stat, statfs } from 'node:fs/promises';
 import { delimiter, dirname, join } from 'node:path';
 import { formatBytes } from '../http/html.ts';
-import { resolveUri } from '../libvirt/rpc/uri.ts';
+import { localUriSocket, resolveUri } from '../libvirt/rpc/uri.ts';
 
 export type ReadinessCheck = () => Promise<string | undefined>;
 
@@ -61,9 +61,9 @@ export function freeSpaceCheck(dir: string, minFreeBytes: number, minFreeInodes 
 // root:root, and an agent without group 0 stops there with EACCES on every
 // VMI. Undefined for URIs the agent does not dial itself (ssh, tls).
 export function libvirtSocketCheck(uriTemplate: string): ReadinessCheck | undefined {
-  const m = /^qemu(?:\+unix)?:\/\/\/(?:system|session)(?:\?socket=([^&]+))?$/.exec(uriTemplate);
-  if (!m) return undefined;
-  const socketParam = m[1];
+  const local = localUriSocket(uriTemplate);
+  if (!local) return undefined;
+  const socketParam = local.socket;
   if (socketParam !== undefined && socketParam.includes('{')) {
     const prefix = safeDecode(socketParam.slice(0, socketParam.indexOf('{')));
     if (prefix === undefined || !prefix.startsWith('/')) return undefined;

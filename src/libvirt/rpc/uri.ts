@@ -51,3 +51,11 @@ export function resolveUri(uri: string, o: ResolveOptions = {}): SocketTarget {
   const candidates = [join(runtime, 'libvirt', 'virtqemud-sock'), join(runtime, 'libvirt', 'libvirt-sock')];
   return { socketPath: candidates.find((s) => exists(s)) ?? candidates[1], name };
 }
+
+// Whether the RPC client dials `uriTemplate` itself (a local qemu URI; ssh,
+// tls and tcp need virsh), and its raw `socket=` value when it has one
+// (still percent-encoded, possibly with {placeholders}).
+export function localUriSocket(uriTemplate: string): { socket: string | undefined } | undefined {
+  const m = /^qemu(?:\+unix)?:\/\/\/(?:system|session)(?:\?socket=([^&]+))?$/.exec(uriTemplate);
+  return m ? { socket: m[1] } : undefined;
+}
