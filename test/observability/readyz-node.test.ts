@@ -6,37 +6,15 @@
 // reason /readyz gives, and both recover without a restart.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { readyz, startCliAgent } from '../support/agent-cli.ts';
 
-const ROOT = new URL('../../', import.meta.url).pathname;
 
-function startCli(args: string[]) {
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
-  return {
-    output: () => out,
-    url: () => waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(out)?.[1], 15_000),
-    async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      const code = await exited;
-      clearTimeout(t);
-      return code;
-    },
-  };
-}
-
-async function readyz(url: string): Promise<{ status: number; body: string }> {
-  const res = await fetch(`${url}/readyz`);
-  return { status: res.status, body: await res.text() };
-}
+const startCli = (args: string[]) => startCliAgent(args);
 
 async function notReady(url: string, what: string, pattern: RegExp): Promise<string> {
   const r = await waitFor(`not ready: ${what}`, async () => {

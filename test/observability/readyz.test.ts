@@ -5,44 +5,18 @@
 // disappearing under a running agent, and recovering.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { chmod, chown, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { NODE, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import { readyz, startCliAgent } from '../support/agent-cli.ts';
 
-const ROOT = new URL('../../', import.meta.url).pathname;
 // root writes through any mode bits, so as root the agent runs as nobody.
 const AS_ROOT = process.getuid?.() === 0;
 const NOBODY = 65534;
 
-function startCli(args: string[], env: Record<string, string> = {}) {
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.1:0'], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    ...(AS_ROOT ? { uid: NOBODY, gid: NOBODY } : {}),
-  });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
-  return {
-    output: () => out,
-    url: () => waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(out)?.[1], 15_000),
-    async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      const code = await exited;
-      clearTimeout(t);
-      return code;
-    },
-  };
-}
-
-async function readyz(url: string): Promise<{ status: number; body: string }> {
-  const res = await fetch(`${url}/readyz`);
-  return { status: res.status, body: await res.text() };
-}
+const startCli = (args: string[], env: Record<string, string> = {}) =>
+  startCliAgent([...args, '--status-listen', '127.0.0.1:0'], { env, ...(AS_ROOT ? { uid: NOBODY, gid: NOBODY } : {}) });
 
 test('local mode: /readyz false while the state directory is not writable or gone, true again after', { timeout: 60_000 }, async (t) => {
   const dir = await tempDir('vmseed-readyz-');
