@@ -108,7 +108,12 @@ function spawnCollect(cmd: string[], stdin: string | undefined, timeoutMs: numbe
       clearTimeout(timer);
       resolve({ code, stdout, stderr });
     });
-    child.stdin.end(stdin ?? '');
+    // A command that exits without reading its stdin (most virsh calls)
+    // closes the pipe first: EPIPE then says nothing the exit code does not.
+    child.stdin.on('error', (e: NodeJS.ErrnoException) => {
+      if (e.code !== 'EPIPE') reject(e);
+    });
+    child.stdin.end(stdin);
   });
 }
 
