@@ -36,6 +36,10 @@ const VERSION: string = createRequire(import.meta.url)('../../package.json').ver
 // still in flight, flushing Events (2 s at most) and closing the listeners
 // and the API connection may add before the command returns regardless.
 const CLOSE_GRACE_MS = CANCEL_GRACE_MS + 3000;
+// What closing waits for the injector's last file work (an older seed's copy
+// removed after an attach); a copy left behind goes with the next seed's
+// prune, the eject, or the launcher pod's volume.
+const INJECTOR_IDLE_MS = 1000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
@@ -151,6 +155,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
     return withDatasource(agent, async () => {
+      await injector?.idle(INJECTOR_IDLE_MS);
       await injector?.client.close();
     });
   }
@@ -182,6 +187,7 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
   return withDatasource(agent, async () => {
+    await injector?.idle(INJECTOR_IDLE_MS);
     await injector?.client.close();
     await connection.close();
   });

@@ -157,29 +157,54 @@ export class LibvirtInjector implements Injector {
     return { uri: this.uri(target), domain: this.domainName(target) };
   }
 
-  async #serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  // `after`: work on the domain's behalf that the caller does not wait for;
+  // the next change to the domain still does.
+  async #serialize<T>(key: string, fn: () => Promise<T>, after?: (value: T) => Promise<unknown>): Promise<T> {
     const prev = this.#locks.get(key) ?? Promise.resolve();
     const next = prev.then(fn, fn);
-    const tail = next.catch(() => undefined);
+    const tail = (after ? next.then(after) : next).catch(() => undefined);
     this.#locks.set(key, tail);
-    try {
-      return await next;
-    } finally {
+    void tail.then(() => {
       if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    });
+    return next;
+  }
+
+  // Resolves once every change in flight, and the work that follows one
+  // (pruning older copies), is over; or after `timeoutMs`, false then.
+  async idle(timeoutMs = Infinity): Promise<boolean> {
+    const all = Promise.all([...this.#locks.values()]).then(() => true);
+    if (timeoutMs === Infinity) return all;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((r) => (timer = setTimeout(() => r(false), timeoutMs)));
+    try {
+      return await Promise.race([all, late]);
+    } finally {
+      clearTimeout(timer);
     }
   }
 
   async inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
+    let published = '';
     return this.#serialize(`${uri}\0${domain}`, async () => {
-      const published = await this.#publisher.publish(target, imagePath);
-      const result = await this.#inject(target, domain, uri, this.imagePathForDomain(target, published));
+      // The copy into the launcher's volume and the read of the domain do
+      // not depend on each other: one waits on the disk, the other on
+      // libvirt. A failed copy does not wait for the read (with the
+      // launcher not up yet, its socket may not answer until the deadline);
+      // the read's answer is then dropped.
+      const viewing = this.#view(uri, domain);
+      viewing.catch(() => {});
+      published = await this.#publisher.publish(target, imagePath);
+      return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
+    }, async () => {
       // Both views of the domain name `published` now: older copies (an
-      // earlier seed's content-addressed name) are unused. A failure leaves
-      // a small stale file that unpublish() removes with the rest.
+      // earlier seed's content-addressed name) are unused. Done after the
+      // caller has its answer, still before the domain's next change; a
+      // failure leaves a small stale file that unpublish() removes with
+      // the rest.
       await this.#publisher.prune?.(target, published).catch(() => {});
-      return result;
     });
   }
 
@@ -289,8 +314,7 @@ export class LibvirtInjector implements Injector {
     return d.alias !== undefined && this.#legacy.includes(d.alias);
   }
 
-  async #inject(target: InjectionTarget, domain: string, uri: string, source: string): Promise<InjectionResult> {
-    const view = await this.#view(uri, domain);
+  async #inject(target: InjectionTarget, domain: string, uri: string, source: string, view: DomainView): Promise<InjectionResult> {
     if (view.state === 'other') {
       throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is ${view.rawState}, neither running, paused nor shut off (e.g. shutting down or crashed); will retry`, { kind: 'retryable' });
     }

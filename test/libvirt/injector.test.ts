@@ -6,8 +6,10 @@ import assert from 'node:assert/strict';
 import { VirshInjector, parseDominfo, renderTemplate } from '../../src/libvirt/injector.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
-import { EventingFakeClient, FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
+import { changeCalls as mutating, EventingFakeClient, FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import type { ImagePublisher } from '../../src/libvirt/publish.ts';
+import type { ProcessSpawner } from '../../src/libvirt/virsh.ts';
 
 const other = (dev: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'virtio', targetDev: dev, sourceFile: `/images/${dev}.qcow2`, alias: `virtio-disk0`, serial: undefined, readonly: false });
 const ours = (dev: string, src: string, alias = 'ua-vmseed_seed'): DomainDisk => ({ type: 'file', device: 'disk', bus: dev.startsWith('sd') ? 'scsi' : 'virtio', targetDev: dev, sourceFile: src, alias, serial: 'cidata', readonly: true });
@@ -21,7 +23,6 @@ function setup(d: Partial<FakeDomain>, name = 'ns1_vm1') {
 const T: InjectionTarget = { namespace: 'ns1', name: 'vm1', uid: 'u-1', datasource: 'nocloud', annotations: {} };
 const GATED: InjectionTarget = { ...T, annotations: { 'vmseed.io/resume-after-seed': 'true' } };
 const noSleep = async () => {};
-const mutating = (lv: FakeLibvirt) => lv.calls.filter((c) => c[0] !== 'dominfo' && c[0] !== 'dumpxml');
 
 test('shut-off persistent: --config only, on the fixed far target vdzz', async () => {
   const lv = setup({ state: 'shut off' });
@@ -270,4 +271,70 @@ test('one read, one write: a running persistent domain is dominfo + live + inact
   const lv = setup({});
   await new VirshInjector({ spawner: lv }).inject(T, '/s.iso');
   assert.deepEqual(lv.calls.map((c) => [c[0], ...c.filter((a) => a.startsWith('--'))]), [['dominfo'], ['dumpxml'], ['dumpxml', '--inactive'], ['attach-device', '--live', '--config']]);
+});
+
+// A promise with its resolve, to hold one step of an injection.
+function gate(): { wait: Promise<void>; open(): void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => (open = r));
+  return { wait, open };
+}
+
+test('publish runs beside the read; older copies are pruned after inject() answers, before the domain\'s next change; idle() waits for that', async () => {
+  const lv = setup({ state: 'running', persistent: false, config: [], live: [] });
+  const publishing = gate();
+  const pruning = gate();
+  const steps: string[] = [];
+  const publisher: ImagePublisher = {
+    publish: async () => {
+      steps.push('publish');
+      await publishing.wait;
+      return '/pub/vmseed-nocloud.iso';
+    },
+    prune: async (_t, keep) => {
+      steps.push(`prune keeps ${keep}`);
+      await pruning.wait;
+      steps.push('pruned');
+    },
+    unpublish: async () => void steps.push('unpublish'),
+  };
+  const inj = new VirshInjector({ spawner: lv, publisher, liveOnly: true });
+  const injecting = inj.inject(T, '/seeds/nocloud.iso');
+  // The read went out while the copy was still being made.
+  for (let i = 0; i < 100 && !lv.calls.some((c) => c[0] === 'dumpxml'); i++) await new Promise((r) => setImmediate(r));
+  assert.deepEqual(lv.calls.map((c) => c[0]), ['dominfo', 'dumpxml']);
+  assert.deepEqual(steps, ['publish']);
+  publishing.open();
+  const r = await injecting;
+  assert.equal(r.action, 'attached');
+  assert.equal(lv.domains.get('ns1_vm1')!.live[0]!.sourceFile, '/pub/vmseed-nocloud.iso');
+  assert.deepEqual(steps, ['publish', 'prune keeps /pub/vmseed-nocloud.iso'], 'answered while the prune runs');
+
+  // The next change to the domain waits for the prune.
+  const calls = lv.calls.length;
+  const ejecting = inj.eject(T);
+  assert.equal(await inj.idle(50), false);
+  assert.equal(lv.calls.length, calls, 'nothing sent for the eject yet');
+  pruning.open();
+  assert.equal((await ejecting).action, 'detached');
+  assert.deepEqual(steps, ['publish', 'prune keeps /pub/vmseed-nocloud.iso', 'pruned', 'unpublish']);
+  assert.equal(await inj.idle(), true);
+});
+
+test('a failed copy is the answer at once, without waiting for a read that does not come back; nothing attached, nothing pruned', async () => {
+  const lv = setup({ state: 'running', persistent: false, config: [], live: [] });
+  const reading = gate();
+  const held: ProcessSpawner = { run: async (file, argv, o) => { await reading.wait; return lv.run(file, argv, o); } };
+  let pruned = false;
+  const publisher: ImagePublisher = {
+    publish: async () => { throw new VmseedError('SEED_PUBLISH_FAILED', 'the launcher\'s volume is not there', { kind: 'retryable' }); },
+    prune: async () => void (pruned = true),
+    unpublish: async () => {},
+  };
+  const inj = new VirshInjector({ spawner: held, publisher, liveOnly: true });
+  await assert.rejects(inj.inject(T, '/seeds/nocloud.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'SEED_PUBLISH_FAILED');
+  reading.open();
+  assert.equal(await inj.idle(), true);
+  assert.deepEqual(mutating(lv), []);
+  assert.equal(pruned, false);
 });

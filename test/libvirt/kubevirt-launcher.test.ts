@@ -15,7 +15,7 @@ import { DirPublisher, identityPublisher, isPublishedName } from '../../src/libv
 import { encodeUriValue } from '../../src/libvirt/template.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
-import { FakeLibvirt } from '../support/fake-libvirt.ts';
+import { changeCalls, FakeLibvirt } from '../support/fake-libvirt.ts';
 
 const EPHEMERAL = 'volumes/kubernetes.io~empty-dir/ephemeral-disks';
 const POD_A = '0b4c2c4e-6f0e-4a4e-9d55-1f1f0c6e1a01';
@@ -107,6 +107,8 @@ test('content-addressed store images: a changed seed is a new published name, th
   const name2 = `vmseed-${basename(v2.path)}`;
   assert.notEqual(name2, name1);
   assert.equal(lv.domains.get('ns1_vm1')!.live[0]!.sourceFile, `/var/run/kubevirt-ephemeral-disks/vmseed/${name2}`);
+  // Pruned after inject() answered, before anything else on the domain.
+  assert.equal(await inj.idle(), true);
   assert.deepEqual((await readdir(ours)).sort(), ['notes.txt', name2], 'the older copy pruned after the replace');
   assert.equal(await readFile(join(ephemeral, 'cloud-init-data', 'ns1', 'vm1', 'noCloud.iso'), 'utf8'), 'KubeVirt\'s own');
 
@@ -150,7 +152,7 @@ test('values in the socket URI are percent-encoded: a pods directory with spaces
 test('the launcher\'s ephemeral-disks directory missing: SEED_PUBLISH_FAILED, retryable, nothing created or attached', async (t) => {
   const { root, lv, inj, image } = await setup(t);
   await assert.rejects(inj.inject(T, image), (e: unknown) => code('SEED_PUBLISH_FAILED', 'retryable')(e) && (e as Error).message.includes(join(root, POD_B, EPHEMERAL)));
-  assert.deepEqual(lv.calls, []);
+  assert.deepEqual(changeCalls(lv), []);
   assert.deepEqual(await readdir(root), ['nocloud.iso']);
 });
 
@@ -163,7 +165,7 @@ test('publish never follows a symlink: vmseed/ a symlink or a file → STORE_UNS
   await symlink(elsewhere, join(ephemeral, 'vmseed'));
   await assert.rejects(inj.inject(T, image), (e: unknown) => code('STORE_UNSAFE_PATH', 'terminal')(e) && /symlink/.test((e as Error).message));
   assert.deepEqual(await readdir(elsewhere), ['vmseed-nocloud.iso']);
-  assert.deepEqual(lv.calls, []);
+  assert.deepEqual(changeCalls(lv), []);
   await inj.eject(T);
   assert.equal(await readFile(join(elsewhere, 'vmseed-nocloud.iso'), 'utf8'), 'victim', 'unpublish did not delete through the link');
 

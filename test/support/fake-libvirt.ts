@@ -23,6 +23,12 @@ export interface FakeDomain {
   domainXml?: string;
 }
 
+// The calls that change a domain; reads (dominfo, dumpxml) may run beside a
+// publish or be dropped with it.
+export function changeCalls(lv: FakeLibvirt): string[][] {
+  return lv.calls.filter((c) => c[0] !== 'dominfo' && c[0] !== 'dumpxml');
+}
+
 export class FakeLibvirt implements ProcessSpawner {
   domains = new Map<string, FakeDomain>();
   // Per-launcher libvirt daemons: the domains of a URI that contains the key
