@@ -83,6 +83,15 @@ interface Known {
 // object tries again.
 export const MAX_INTERNAL_ATTEMPTS = 5;
 
+// A render step that ran out of the render worker's deadline cost the worker
+// all of it, and a restart. The same version of a VMI gets that this many
+// times, then is reported terminal until the VMI changes: a tenant's
+// document cannot keep the worker busy for ever. The count is per version,
+// so failures of other kinds before it (a launcher not up yet) do not
+// shorten it. (RENDER_WORKER_FAILED stays retryable: a worker that did not
+// start is the node's state, not the VMI's.)
+export const MAX_RENDER_TIMEOUTS = 3;
+
 export function nodeOf(vmi: VmiObject): string | undefined {
   return vmi.status?.nodeName || vmi.metadata.labels?.['kubevirt.io/nodeName'] || undefined;
 }
@@ -103,6 +112,8 @@ export class Reconciler {
   // once, so a device hot-plugged later never changes the seed under the
   // running guest (KubeVirt builds its drive once, at start).
   readonly #domainFactsRead = new Map<string, { uid: string; facts: DomainFacts }>();
+  // key -> RENDER_TIMEOUTs of the VMI's current version.
+  readonly #renderTimeouts = new Map<string, { version: string | undefined; count: number }>();
 
   constructor(options: ReconcilerOptions) {
     this.#o = options;
@@ -211,10 +222,13 @@ export class Reconciler {
         }
         this.#firstSeen.delete(key);
         this.#domainFactsRead.delete(key);
+        this.#renderTimeouts.delete(key);
         this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
         return 'success';
       }
-      return await this.#ensure(key, vmi, started, progress);
+      const result = await this.#ensure(key, vmi, started, progress);
+      this.#renderTimeouts.delete(key);
+      return result;
     } catch (e) {
       return this.#failed(key, vmi, e, started, progress);
     }
@@ -505,6 +519,15 @@ export class Reconciler {
         kind: 'terminal',
         cause: err.cause,
       });
+    }
+    if (err.code === 'RENDER_TIMEOUT' && err.kind === 'retryable') {
+      const version = vmi?.metadata.resourceVersion;
+      const prev = this.#renderTimeouts.get(key);
+      const count = prev && prev.version === version ? prev.count + 1 : 1;
+      this.#renderTimeouts.set(key, { version, count });
+      if (count >= MAX_RENDER_TIMEOUTS) {
+        err = new VmseedError(err.code, `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed stops retrying until the VMI changes: make its cloud-init user-data and network-data smaller or simpler`, { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) });
+      }
     }
     if (err.code === 'CANCELLED') {
       // The agent is stopping: nothing is wrong with the VMI, so no error

@@ -1,10 +1,13 @@
-// An INTERNAL error (a bug, or an input nothing else caught) is retried a
+// An INTERNAL error (a bug, or an input nothing else caught) and a render
+// that keeps running out of the render worker's deadline are retried a
 // bounded number of times, then reported terminal until the VMI changes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import { MAX_INTERNAL_ATTEMPTS } from '../../src/agent/reconciler.ts';
+import { MAX_INTERNAL_ATTEMPTS, MAX_RENDER_TIMEOUTS } from '../../src/agent/reconciler.ts';
+import { VmseedError } from '../../src/errors.ts';
+import type { RenderSeed } from '../../src/agent/deps.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
 
 class ThrowingInjector implements Injector {
@@ -36,4 +39,37 @@ test(`INTERNAL is retried ${MAX_INTERNAL_ATTEMPTS} times in all, then terminal; 
   assert.equal(injector.calls, MAX_INTERNAL_ATTEMPTS);
   fake.applyVmi(vmi('poison', { userData: 'changed' }));
   await waitFor('tried again after a change', () => injector.calls > MAX_INTERNAL_ATTEMPTS, 10_000);
+});
+
+// A renderer whose steps run out of the render worker's deadline, as the
+// render pool reports it, after `before` failures of another kind.
+function timingOutRender(before: number): { render: RenderSeed; calls(): number } {
+  let calls = 0;
+  return {
+    calls: () => calls,
+    render: async () => {
+      calls++;
+      if (calls <= before) throw new VmseedError('SECRET_NOT_FOUND', 'userDataSecretRef: Secret default/s not found yet; will retry', { kind: 'retryable', field: 'userDataSecretRef' });
+      throw new VmseedError('RENDER_TIMEOUT', 'rendering took more than 10000 ms on the render worker (step mergeParts); the worker was ended and the render is retried with backoff', { kind: 'retryable' });
+    },
+  };
+}
+
+test(`RENDER_TIMEOUT: ${MAX_RENDER_TIMEOUTS} times for one version of the VMI, then terminal; failures of other kinds before do not count; a change tries again`, { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const r = timingOutRender(4);
+  const h = await startAgent(fake, { stateDir: dir.path, render: r.render });
+  t.after(h.stop);
+  fake.applyVmi(vmi('heavy'));
+  const rec = await waitFor('terminal RENDER_TIMEOUT', () => {
+    const s = h.agent.status.get('default/heavy');
+    return s?.lastError?.code === 'RENDER_TIMEOUT' && s.lastError.kind === 'terminal' ? s : undefined;
+  }, 15_000);
+  assert.equal(r.calls(), 4 + MAX_RENDER_TIMEOUTS);
+  assert.match(rec.lastError!.message, /3 times for this version of the VMI; vmseed stops retrying until the VMI changes/);
+  // The backoff tops out at 400 ms here: a further retry would have come.
+  await sleep(1500);
+  assert.equal(r.calls(), 4 + MAX_RENDER_TIMEOUTS);
+  fake.applyVmi(vmi('heavy', { userData: 'changed' }));
+  await waitFor('three more after the change', () => h.agent.status.get('default/heavy')?.lastError?.kind === 'terminal' && r.calls() === 4 + 2 * MAX_RENDER_TIMEOUTS, 15_000);
 });

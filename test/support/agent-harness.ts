@@ -17,6 +17,7 @@ import { KubeVmiSource } from '../../src/agent/kube-source.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { RenderSeed } from '../../src/agent/deps.ts';
 import { captureLogger } from './capture-logger.ts';
 import { FakeKube } from './fake-kube.ts';
 
@@ -106,6 +107,8 @@ export async function startAgent(
     kubevirtVolumes?: 'own' | 'ignore';
     // Namespaced mode (--namespaces).
     namespaces?: string[];
+    // Instead of the real renderer.
+    render?: RenderSeed;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -131,7 +134,7 @@ export async function startAgent(
         ...(options.namespaces ? { namespaces: options.namespaces } : {}),
       }),
     refs: new KubeRefResolver(api, options.namespaces ? { namespaces: options.namespaces } : {}),
-    render: renderSeed,
+    render: options.render ?? renderSeed,
     build: buildSeedImage,
     store,
     ...(options.injector ? { injector: options.injector } : {}),
