@@ -1,0 +1,46 @@
+// vmseed_vmis{state} is kept with every change to the status store rather
+// than recounted from every record at each update: after any sequence of
+// updates (state changes, a new object under the same key) and removals it
+// equals a recount of the records.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { StatusStore } from '../../src/agent/status-store.ts';
+import { createMetrics } from '../../src/metrics/metrics.ts';
+import type { VmiState } from '../../src/agent/status-types.ts';
+
+const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
+
+type Op = { kind: 'update'; key: number; uid: number; state?: VmiState } | { kind: 'remove'; key: number };
+
+const op: fc.Arbitrary<Op> = fc.oneof(
+  fc.record({ kind: fc.constant('update' as const), key: fc.integer({ min: 0, max: 5 }), uid: fc.integer({ min: 0, max: 1 }), state: fc.option(fc.constantFrom(...STATES), { nil: undefined }) }),
+  fc.record({ kind: fc.constant('remove' as const), key: fc.integer({ min: 0, max: 5 }) }),
+);
+
+async function gauge(metrics: ReturnType<typeof createMetrics>): Promise<Record<string, number>> {
+  const { values } = await metrics.vmis.get();
+  return Object.fromEntries(values.map((v) => [String(v.labels.state), v.value]));
+}
+
+test('vmseed_vmis{state} equals a recount of the records after any updates and removals', async () => {
+  await fc.assert(fc.asyncProperty(fc.array(op, { maxLength: 60 }), async (ops) => {
+    const metrics = createMetrics({ version: 'test', processMetrics: false });
+    const store = new StatusStore({ version: 'test', nodeName: 'n', stateDir: '/nonexistent', config: {}, metrics, watch: () => ({ connected: true }) as never, queue: () => ({ depth: 0, inFlight: 0 }) });
+    const keys = new Set<string>();
+    for (const o of ops) {
+      const key = `ns/vm${o.key}`;
+      if (o.kind === 'update') {
+        // A patch without state keeps the record's (a new uid starts pending).
+        store.update(key, `uid-${o.uid}`, o.state ? { state: o.state } : { retries: 1 });
+        keys.add(key);
+      } else {
+        store.remove(key);
+        keys.delete(key);
+      }
+    }
+    const recount = Object.fromEntries(STATES.map((s) => [s, 0]));
+    for (const k of keys) recount[store.get(k)!.state]++;
+    assert.deepEqual(await gauge(metrics), recount);
+  }), { numRuns: 300 });
+});
