@@ -8,6 +8,7 @@
 // /pods, the manifest's user, groups and dropped capabilities) and is
 // configured from manifests/daemonset.yaml's own arguments.
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { chmod, chown, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { buildSeedImage } from '../src/disk/seed-image.ts';
 import { createKubeletTree } from '../e2e/support/kubelet-tree.ts';
 import { startLauncher } from '../e2e/support/session-libvirtd.ts';
-import { emptyDomainXml } from '../e2e/support/libvirtd.ts';
+import { startKubevirtVm } from '../e2e/support/kubevirt-domain.ts';
 import { agentViewArgv, ensurePodsMountPoint } from '../e2e/support/agent-view.ts';
 import { readDaemonSetAgent } from '../e2e/support/daemonset-agent.ts';
 
@@ -60,10 +61,11 @@ export async function benchKubevirtLauncher(cycles: number): Promise<Row[]> {
   try {
     const launcher = await startLauncher(tree.pods[0]!);
     try {
-      // A running domain with no OS and a virtio-scsi controller, as the
-      // system daemon's scsi rows use; named as KubeVirt names it.
-      const domain = 'bench_launcher';
-      await launcher.virsh(['create', '/dev/stdin'], emptyDomainXml({ name: domain, scsiController: true }));
+      // The domain KubeVirt's converter builds for a small VMI (q35, its
+      // controllers and disks), started paused as the seed gate meets it
+      // (startStrategy: Paused); it stays paused: a SCSI disk comes and
+      // goes without the guest.
+      await startKubevirtVm(launcher, { namespace: 'bench', name: 'launcher', uuid: randomUUID(), cmdline: 'console=ttyS0' });
       // A real seed image (68 KiB, the store's minimum), in a state
       // directory owned by the agent's user as the init container leaves it.
       const image = buildSeedImage({ datasource: 'nocloud', metaData: { 'instance-id': 'iid-bench', 'local-hostname': 'bench' }, userData: new TextEncoder().encode('#cloud-config\n{}\n'), warnings: [] }, new Date(0));
