@@ -13,6 +13,7 @@
 // O_NOFOLLOW (through /proc/self/fd, Linux's openat for path-based APIs), no
 // symlink is followed, only regular files are read, reads are bounded, and
 // only names of vmseed's own images are deleted.
+import * as fsSync from 'node:fs';
 import { constants as C } from 'node:fs';
 import * as fs from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
@@ -79,50 +80,60 @@ function unsafe(path: string, what: string): VmseedError {
   return new VmseedError('STORE_UNSAFE_PATH', `${path} ${what}; vmseed follows no symlink and writes only into a directory it can verify: remove it (the launcher pod's volume is writable from inside the pod)`, { kind: 'terminal', field: 'publishDir' });
 }
 
+// Publishing is a few small file calls (open the volume and our directory,
+// read the image, create, write, chmod, rename: ~12 syscalls of a few µs and
+// a copy of a ~68 KiB image), made with synchronous calls: through
+// fs/promises each is a thread-pool hop, and on KubeVirt the copy is on the
+// path of every seed (a paused VM waits for it). Nothing here can block: a
+// FIFO is opened O_NONBLOCK and never read, the image is our store's, and a
+// file under our name is read only when it has the image's size. Removing
+// copies lists a directory the launcher can fill, so it stays asynchronous.
+
 // A directory held open: names below it resolve from this inode, whatever
 // happens to the path it was opened by.
 class HeldDir {
-  readonly handle: fs.FileHandle;
+  readonly fd: number;
   readonly path: string;
-  constructor(handle: fs.FileHandle, path: string) {
-    this.handle = handle;
+  constructor(fd: number, path: string) {
+    this.fd = fd;
     this.path = path;
   }
   at(name: string): string {
-    return `/proc/self/fd/${this.handle.fd}/${name}`;
+    return `/proc/self/fd/${this.fd}/${name}`;
   }
-  close(): Promise<void> {
-    return this.handle.close();
+  close(): void {
+    closeQuietly(this.fd);
+  }
+}
+
+function closeQuietly(fd: number): void {
+  try {
+    fsSync.closeSync(fd);
+  } catch {
+    // Nothing was written through it; the descriptor is gone either way.
   }
 }
 
 // Opens `path` as a directory without following a symlink at its last
-// component; undefined when it does not exist.
-async function openDir(path: string, at: string = path): Promise<HeldDir | undefined> {
-  let handle: fs.FileHandle;
+// component (O_DIRECTORY: nothing else opens); undefined when it does not
+// exist.
+function openDir(path: string, at: string = path): HeldDir | undefined {
   try {
-    handle = await fs.open(at, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
+    return new HeldDir(fsSync.openSync(at, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW), path);
   } catch (e) {
     if (errCode(e) === 'ENOENT') return undefined;
     if (errCode(e) !== 'ELOOP' && errCode(e) !== 'ENOTDIR') throw failed(`cannot open ${path}`, e);
     // The last component is a symlink (ELOOP, or ENOTDIR with O_DIRECTORY)
     // or not a directory; ENOTDIR from a parent that is not one: not there.
-    const st = await fs.lstat(at).catch((e2) => {
+    let st: fsSync.Stats | undefined;
+    try {
+      st = fsSync.lstatSync(at);
+    } catch (e2) {
       if (gone(e2)) return undefined;
       throw failed(`cannot stat ${path}`, e2);
-    });
-    if (!st) return undefined;
+    }
     throw unsafe(path, st.isSymbolicLink() ? 'is a symlink' : 'is not a directory');
   }
-  const st = await handle.stat().catch(async (e) => {
-    await handle.close();
-    throw failed(`cannot stat ${path}`, e);
-  });
-  if (!st.isDirectory()) {
-    await handle.close();
-    throw unsafe(path, 'is not a directory');
-  }
-  return new HeldDir(handle, path);
 }
 
 function failed(what: string, e: unknown): VmseedError {
@@ -130,30 +141,62 @@ function failed(what: string, e: unknown): VmseedError {
   return new VmseedError('SEED_PUBLISH_FAILED', `${what}: ${errCode(e) ?? 'I/O error'}; will retry`, { kind: 'retryable', cause: e });
 }
 
-// A regular file's bytes, read without blocking on a FIFO or device and
-// never more than `max`; undefined when there is none (or something else).
-async function readRegular(path: string, max: number, shownAs: string): Promise<Uint8Array | undefined> {
-  let handle: fs.FileHandle;
+// Opens a regular file for reading without following a symlink or blocking
+// on a FIFO or device; undefined when there is none (or something else).
+function openRegular(path: string): { fd: number; size: number } | undefined {
+  let fd: number;
   try {
-    handle = await fs.open(path, C.O_RDONLY | C.O_NOFOLLOW | C.O_NONBLOCK);
+    fd = fsSync.openSync(path, C.O_RDONLY | C.O_NOFOLLOW | C.O_NONBLOCK);
   } catch (e) {
     if (gone(e) || errCode(e) === 'ELOOP') return undefined;
     throw e;
   }
   try {
-    const st = await handle.stat();
-    if (!st.isFile()) return undefined;
-    if (st.size > max) throw new VmseedError('SEED_PUBLISH_FAILED', `${shownAs} is ${st.size} bytes, more than the ${max} a seed image may have`, { kind: 'terminal' });
-    const buf = Buffer.alloc(st.size);
-    let off = 0;
-    while (off < buf.length) {
-      const { bytesRead } = await handle.read(buf, off, buf.length - off, off);
-      if (bytesRead === 0) break;
-      off += bytesRead;
-    }
-    return off === buf.length ? buf : undefined;
+    const st = fsSync.fstatSync(fd);
+    if (st.isFile()) return { fd, size: st.size };
+  } catch (e) {
+    closeQuietly(fd);
+    throw e;
+  }
+  closeQuietly(fd);
+  return undefined;
+}
+
+// Exactly `size` bytes of an open file, or undefined when it is shorter.
+function readAll(fd: number, size: number): Uint8Array | undefined {
+  const buf = Buffer.alloc(size);
+  let off = 0;
+  while (off < size) {
+    const n = fsSync.readSync(fd, buf, off, size - off, off);
+    if (n === 0) break;
+    off += n;
+  }
+  return off === size ? buf : undefined;
+}
+
+// The image's bytes, never more than `max`.
+function readImage(path: string, max: number): Uint8Array | undefined {
+  const f = openRegular(path);
+  if (!f) return undefined;
+  try {
+    if (f.size > max) throw new VmseedError('SEED_PUBLISH_FAILED', `${path} is ${f.size} bytes, more than the ${max} a seed image may have`, { kind: 'terminal' });
+    return readAll(f.fd, f.size);
   } finally {
-    await handle.close();
+    closeQuietly(f.fd);
+  }
+}
+
+// Whether a regular file holds exactly `bytes` (a file of another size is
+// not read at all).
+function holds(path: string, bytes: Uint8Array): boolean {
+  const f = openRegular(path);
+  if (!f) return false;
+  try {
+    if (f.size !== bytes.length) return false;
+    const current = readAll(f.fd, f.size);
+    return current !== undefined && Buffer.from(current).equals(Buffer.from(bytes));
+  } finally {
+    closeQuietly(f.fd);
   }
 }
 
@@ -186,9 +229,9 @@ export class DirPublisher implements ImagePublisher {
 
   // Our directory held open (created in the volume when missing), or
   // undefined when `create` is false and it is not there.
-  async #ours(target: InjectionTarget, create: boolean): Promise<HeldDir | undefined> {
+  #ours(target: InjectionTarget, create: boolean): HeldDir | undefined {
     const base = renderForTarget(this.#dirTemplate, target);
-    const volume = await openDir(base);
+    const volume = openDir(base);
     if (!volume) {
       if (!create) return undefined;
       throw new VmseedError('SEED_PUBLISH_FAILED', `publish directory ${base} does not exist (launcher pod not started yet, or check --publish-dir / --pods-dir and that the kubelet pods directory is mounted); will retry`, { kind: 'retryable', field: 'publishDir' });
@@ -196,24 +239,31 @@ export class DirPublisher implements ImagePublisher {
     if (!this.#subdir) return volume;
     const path = join(base, this.#subdir);
     try {
-      let held = await openDir(path, volume.at(this.#subdir));
+      let held = openDir(path, volume.at(this.#subdir));
       if (!held && create) {
-        await fs.mkdir(volume.at(this.#subdir), { mode: this.#dirMode & 0o777 }).catch((e) => {
+        try {
+          fsSync.mkdirSync(volume.at(this.#subdir), { mode: this.#dirMode & 0o777 });
+        } catch (e) {
           if (errCode(e) !== 'EEXIST') throw failed(`cannot create ${path}`, e);
-        });
-        held = await openDir(path, volume.at(this.#subdir));
+        }
+        held = openDir(path, volume.at(this.#subdir));
         if (!held) throw failed(`cannot create ${path}`, Object.assign(new Error('vanished'), { code: 'ENOENT' }));
         // On the held inode: the mode umask filtered, and setgid (a mode
         // bit mkdir does not set).
-        const dir = held;
-        await dir.handle.chmod(this.#dirMode).catch(() => dir.handle.chmod(this.#dirMode & 0o777)).catch(async (e) => {
-          await dir.close();
+        try {
+          try {
+            fsSync.fchmodSync(held.fd, this.#dirMode);
+          } catch {
+            fsSync.fchmodSync(held.fd, this.#dirMode & 0o777);
+          }
+        } catch (e) {
+          held.close();
           throw failed(`cannot set the mode of ${path}`, e);
-        });
+        }
       }
       return held;
     } finally {
-      await volume.close();
+      volume.close();
     }
   }
 
@@ -222,37 +272,43 @@ export class DirPublisher implements ImagePublisher {
     if (!OURS_RE.test(name)) {
       throw new VmseedError('INTERNAL', `image ${basename(imagePath)} does not have a store image name; refusing to publish it`, { kind: 'terminal' });
     }
-    const dir = (await this.#ours(target, true))!;
+    const dir = this.#ours(target, true)!;
     const dest = join(dir.path, name);
     try {
-      const bytes = await readRegular(imagePath, this.#maxBytes, imagePath);
+      const bytes = readImage(imagePath, this.#maxBytes);
       if (!bytes) throw failed(`cannot read the seed image ${imagePath}`, Object.assign(new Error('not a regular file'), { code: 'ENOENT' }));
-      const current = await readRegular(dir.at(name), bytes.length, dest);
       // Identical (the name says so, the bytes confirm): keep the file.
-      if (current !== undefined && Buffer.from(current).equals(Buffer.from(bytes))) return dest;
+      if (holds(dir.at(name), bytes)) return dest;
       const tmp = `.${name}.vmseed-tmp-${randomBytes(6).toString('hex')}`;
-      let handle: fs.FileHandle | undefined;
+      let fd: number | undefined;
       try {
-        handle = await fs.open(dir.at(tmp), C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, this.#fileMode);
-        await handle.writeFile(bytes);
-        await handle.chmod(this.#fileMode); // the umask filtered open's mode
-        await handle.close();
-        handle = undefined;
+        fd = fsSync.openSync(dir.at(tmp), C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, this.#fileMode);
+        let off = 0;
+        while (off < bytes.length) off += fsSync.writeSync(fd, bytes, off, bytes.length - off, off);
+        fsSync.fchmodSync(fd, this.#fileMode); // the umask filtered open's mode
+        fsSync.closeSync(fd);
+        fd = undefined;
         // rename replaces whatever has our name (a symlink is replaced, not
         // followed).
-        await fs.rename(dir.at(tmp), dir.at(name)).catch((e) => {
+        try {
+          fsSync.renameSync(dir.at(tmp), dir.at(name));
+        } catch (e) {
           throw errCode(e) === 'EISDIR' || errCode(e) === 'ENOTEMPTY' ? unsafe(dest, 'is a directory') : e;
-        });
+        }
       } catch (e) {
-        await handle?.close().catch(() => {});
-        await fs.unlink(dir.at(tmp)).catch(() => {});
+        if (fd !== undefined) closeQuietly(fd);
+        try {
+          fsSync.unlinkSync(dir.at(tmp));
+        } catch {
+          // not created, or already renamed
+        }
         throw e;
       }
       return dest;
     } catch (e) {
       throw failed(`cannot copy the seed image into ${dir.path}`, e);
     } finally {
-      await dir.close();
+      dir.close();
     }
   }
 
@@ -268,7 +324,7 @@ export class DirPublisher implements ImagePublisher {
   async #removeOurs(target: InjectionTarget, keep: string | undefined): Promise<void> {
     let dir: HeldDir | undefined;
     try {
-      dir = await this.#ours(target, false);
+      dir = this.#ours(target, false);
     } catch (e) {
       // Our directory replaced by something else: nothing of ours is in it.
       if (e instanceof VmseedError && e.code === 'STORE_UNSAFE_PATH') return;
@@ -297,7 +353,7 @@ export class DirPublisher implements ImagePublisher {
         });
       }
     } finally {
-      await dir.close();
+      dir.close();
     }
   }
 }

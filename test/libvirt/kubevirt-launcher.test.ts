@@ -196,6 +196,17 @@ test('inside vmseed/: a symlink or FIFO under our file name is replaced, never f
   await inj.inject(T, image);
   assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
 
+  // A file of another size under our name (the launcher can write there):
+  // not read, replaced; so is one of the same size with other bytes.
+  await inj.eject(T);
+  await writeFile(join(ours, 'vmseed-nocloud.iso'), Buffer.alloc(64 * 1024 * 1024, 1));
+  await inj.inject(T, image);
+  assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
+  await inj.eject(T);
+  await writeFile(join(ours, 'vmseed-nocloud.iso'), 'seed 0ne');
+  await inj.inject(T, image);
+  assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
+
   // A directory under our file name: refused, not retried forever.
   await inj.eject(T);
   await mkdir(join(ours, 'vmseed-nocloud.iso', 'x'), { recursive: true });
