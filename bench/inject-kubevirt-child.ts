@@ -7,6 +7,7 @@
 //   node bench/inject-kubevirt-child.ts POD_UID IMAGE CYCLES
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../src/config.ts';
 import { makeInjector } from '../src/commands/agent.ts';
 import { buildSeedDiskXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
@@ -56,6 +57,11 @@ try {
   await injector.eject(target);
   await run('virsh', ['-q', '-c', uri, 'version']);
   for (let i = 0; i < cycles; i++) {
+    // The reference as this process sees it: spawn + connect to the
+    // launcher's socket, a no-op. Then a pause, so that the timed calls do
+    // not queue behind libvirtd's handling of that client's disconnect.
+    s.virshVersion.push(await time(() => run('virsh', ['-q', '-c', uri, 'version'])));
+    await sleep(20);
     s.inject.push(await time(async () => {
       const r = await injector.inject(target, image);
       if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
@@ -75,9 +81,6 @@ try {
     await client.detachDevice(uri, domain, xml, { live: true, config: false });
     await gone;
     await injector.unstage(target);
-    // The reference as this process sees it: spawn + connect to the
-    // launcher's socket, a no-op.
-    s.virshVersion.push(await time(() => run('virsh', ['-q', '-c', uri, 'version'])));
   }
   process.stdout.write(`${JSON.stringify({ uri, domain, published, ...s })}\n`);
 } finally {

@@ -190,12 +190,15 @@ export class LibvirtInjector implements Injector {
     let published = '';
     return this.#serialize(`${uri}\0${domain}`, async () => {
       // The copy into the launcher's volume and the read of the domain do
-      // not depend on each other: one waits on the disk, the other on
-      // libvirt. A failed copy does not wait for the read (with the
-      // launcher not up yet, its socket may not answer until the deadline);
-      // the read's answer is then dropped.
+      // not depend on each other. The read's requests go out first (they
+      // are written once the microtasks queued here have run), so libvirt
+      // works on them while the copy's synchronous file calls run. A
+      // failed copy does not wait for the read (with the launcher not up
+      // yet, its socket may not answer until the deadline); the read's
+      // answer is then dropped.
       const viewing = this.#view(uri, domain);
       viewing.catch(() => {});
+      await new Promise((resolve) => setImmediate(resolve));
       published = await this.#publisher.publish(target, imagePath);
       return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
     }, async () => {

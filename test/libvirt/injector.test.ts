@@ -298,17 +298,22 @@ test('publish runs beside the read; older copies are pruned after inject() answe
     },
     unpublish: async () => void steps.push('unpublish'),
   };
-  const inj = new VirshInjector({ spawner: lv, publisher, liveOnly: true });
+  // Each virsh call as it starts, in the same log as the copy's steps.
+  const logged: ProcessSpawner = { run: (file, argv, o) => (steps.push(String(argv[3])), lv.run(file, argv, o)) };
+  const inj = new VirshInjector({ spawner: logged, publisher, liveOnly: true });
   const injecting = inj.inject(T, '/seeds/nocloud.iso');
-  // The read went out while the copy was still being made.
-  for (let i = 0; i < 100 && !lv.calls.some((c) => c[0] === 'dumpxml'); i++) await new Promise((r) => setImmediate(r));
+  // The read went out first, and was answered while the copy was still
+  // being made.
+  for (let i = 0; i < 100 && !(steps.includes('dumpxml') && steps.includes('publish')); i++) await new Promise((r) => setImmediate(r));
+  assert.equal(steps[0], 'dominfo', 'the read before the copy');
+  assert.deepEqual(steps.filter((x) => x !== 'dominfo' && x !== 'dumpxml'), ['publish']);
   assert.deepEqual(lv.calls.map((c) => c[0]), ['dominfo', 'dumpxml']);
-  assert.deepEqual(steps, ['publish']);
+  const copySteps = () => steps.filter((x) => !/^(dominfo|dumpxml|attach-device|detach-device)$/.test(x));
   publishing.open();
   const r = await injecting;
   assert.equal(r.action, 'attached');
   assert.equal(lv.domains.get('ns1_vm1')!.live[0]!.sourceFile, '/pub/vmseed-nocloud.iso');
-  assert.deepEqual(steps, ['publish', 'prune keeps /pub/vmseed-nocloud.iso'], 'answered while the prune runs');
+  assert.deepEqual(copySteps(), ['publish', 'prune keeps /pub/vmseed-nocloud.iso'], 'answered while the prune runs');
 
   // The next change to the domain waits for the prune.
   const calls = lv.calls.length;
@@ -317,7 +322,7 @@ test('publish runs beside the read; older copies are pruned after inject() answe
   assert.equal(lv.calls.length, calls, 'nothing sent for the eject yet');
   pruning.open();
   assert.equal((await ejecting).action, 'detached');
-  assert.deepEqual(steps, ['publish', 'prune keeps /pub/vmseed-nocloud.iso', 'pruned', 'unpublish']);
+  assert.deepEqual(copySteps(), ['publish', 'prune keeps /pub/vmseed-nocloud.iso', 'pruned', 'unpublish']);
   assert.equal(await inj.idle(), true);
 });
 
