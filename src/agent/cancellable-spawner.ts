@@ -5,14 +5,12 @@
 import { cancelledError } from '../errors.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../libvirt/virsh.ts';
 
-export const cancelled = () => cancelledError();
-
 export function cancellableSpawner(inner: ProcessSpawner, signal: AbortSignal): ProcessSpawner {
   return {
     async run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
-      if (signal.aborted) throw cancelled();
+      if (signal.aborted) throw cancelledError();
       const result = await inner.run(file, args, { ...options, signal });
-      if (signal.aborted) throw cancelled();
+      if (signal.aborted) throw cancelledError();
       return result;
     },
   };

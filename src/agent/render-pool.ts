@@ -13,8 +13,7 @@
 // large document and end after a while idle.
 import { Worker } from 'node:worker_threads';
 import { runPure, type Offload, type PureArgs, type PureOpName, type PureResult } from '../cloudinit/pure-ops.ts';
-import { VmseedError } from '../errors.ts';
-import { cancelled } from './cancellable-spawner.ts';
+import { VmseedError, cancelledError } from '../errors.ts';
 import { READY, type JobMessage, type ReplyMessage } from './render-worker.ts';
 
 export interface RenderPoolOptions {
@@ -104,7 +103,7 @@ export class RenderPool implements Offload {
   }
 
   run<K extends PureOpName>(op: K, args: PureArgs<K>, bytes: number, signal?: AbortSignal): Promise<PureResult<K>> {
-    if (signal?.aborted) return Promise.reject(cancelled());
+    if (signal?.aborted) return Promise.reject(cancelledError());
     if (bytes < this.#minBytes) {
       try {
         return Promise.resolve(runPure(op, args));
@@ -112,7 +111,7 @@ export class RenderPool implements Offload {
         return Promise.reject(e as Error);
       }
     }
-    if (this.#closed) return Promise.reject(cancelled());
+    if (this.#closed) return Promise.reject(cancelledError());
     if (this.#queue.length >= this.#maxQueue) {
       return Promise.reject(
         new VmseedError('RENDER_QUEUE_FULL', `more than ${this.#maxQueue} large documents wait for the render worker; retried with backoff`, { kind: 'retryable' }),
@@ -132,8 +131,8 @@ export class RenderPool implements Offload {
   // Ends every worker; queued and running steps fail with CANCELLED.
   async close(): Promise<void> {
     this.#closed = true;
-    for (const job of this.#queue.splice(0)) this.#settle(job, cancelled());
-    await Promise.all([...this.#slots].map((slot) => this.#retire(slot, cancelled())));
+    for (const job of this.#queue.splice(0)) this.#settle(job, cancelledError());
+    await Promise.all([...this.#slots].map((slot) => this.#retire(slot, cancelledError())));
   }
 
   #dispatch(): void {
@@ -215,7 +214,7 @@ export class RenderPool implements Offload {
     slot.worker.unref();
     clearTimeout(slot.idle);
     slot.idle = setTimeout(() => {
-      if (slot.job === undefined) void this.#retire(slot, cancelled());
+      if (slot.job === undefined) void this.#retire(slot, cancelledError());
     }, this.#idleMs);
     slot.idle.unref();
   }
@@ -235,11 +234,11 @@ export class RenderPool implements Offload {
     const i = this.#queue.indexOf(job);
     if (i >= 0) {
       this.#queue.splice(i, 1);
-      this.#settle(job, cancelled());
+      this.#settle(job, cancelledError());
       return;
     }
     const slot = [...this.#slots].find((s) => s.job === job);
-    if (slot) void this.#retire(slot, cancelled());
+    if (slot) void this.#retire(slot, cancelledError());
   }
 
   #settle(job: Job, error: Error | undefined, value?: unknown): void {
