@@ -32,14 +32,15 @@ import type { Command } from './cli.ts';
 
 const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
 
-// After the stop deadline (--shutdown-timeout), what cancelling the work
-// still in flight, flushing Events (2 s at most) and closing the listeners
-// and the API connection may add before the command returns regardless.
-const CLOSE_GRACE_MS = CANCEL_GRACE_MS + 3000;
 // What closing waits for the injector's last file work (an older seed's copy
 // removed after an attach); a copy left behind goes with the next seed's
 // prune, the eject, or the launcher pod's volume.
 const INJECTOR_IDLE_MS = 1000;
+// After the stop deadline (--shutdown-timeout), what cancelling the work
+// still in flight, the injector's last file work, flushing Events (2 s at
+// most) and closing the listeners and the API connection may add before
+// the command returns regardless.
+const CLOSE_GRACE_MS = CANCEL_GRACE_MS + INJECTOR_IDLE_MS + 3000;
 
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
