@@ -40,14 +40,13 @@ import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
 import { ensureLibvirtd, defineDomain, destroyDomain, emptyDomainXml, virsh, LIBVIRT_URI } from '../e2e/support/libvirtd.ts';
 import { guestDomainXml, waitForConsole } from '../e2e/support/libvirt-guest.ts';
-import { benchKubevirtLauncher } from './inject-kubevirt.ts';
+import { benchKubevirtLauncher, type Row } from './inject-kubevirt.ts';
 
 const run = promisify(execFile);
 const { values } = parseArgs({ options: { cycles: { type: 'string', default: '50' }, mode: { type: 'string', default: 'both' } } });
 const CYCLES = Number(values.cycles);
 const modes: SeedBus[] = values.mode === 'both' ? ['scsi', 'virtio'] : [values.mode as SeedBus];
 
-interface Row { op: string; samples: number[] }
 const rows: Row[] = [];
 
 function pct(sorted: number[], p: number): number {
