@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { e2eInjector } from './support/libvirt-mode.ts';
 import { DirPublisher } from '../src/libvirt/publish.ts';
 import { VmseedError } from '../src/errors.ts';
+import { parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
 
@@ -150,6 +151,16 @@ test('transient running domain: --live only, never --config', async () => {
   assert.equal(r.persistent, false);
   assert.deepEqual(r.flags, ['--live']);
   assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
+});
+
+test('a seed path with a tab, quotes, an ampersand and angle brackets: libvirt and QEMU open exactly that file', async () => {
+  const { name, domain } = await newDomain('path', { transient: true });
+  const seed = join(dir, `we"ir'd &<\t>-${name}.iso`);
+  writeFileSync(seed, Buffer.alloc(64 * 1024, 'p'));
+  const r = await e2eInjector().inject(target(name), seed);
+  assert.equal(r.action, 'attached');
+  const live = parseDomainXml(await virsh('dumpxml', domain));
+  assert.deepEqual(live.disks.filter((d) => d.alias === SEED_ALIAS).map((d) => d.sourceFile), [seed]);
 });
 
 test('SCSI mode on a virtio-scsi controller: a read-only disk on sdzz at drive address target 7, replaced and detached on a running domain', async () => {

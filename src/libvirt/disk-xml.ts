@@ -1,6 +1,5 @@
 // Builds the seed disk's libvirt XML and reads the disks out of a domain's
 // XML (`virsh dumpxml`, live or --inactive). Pure: strings in, data out.
-import { XMLBuilder } from 'fast-xml-parser';
 import { VmseedError } from '../errors.ts';
 import { walkXml } from './xml-scan.ts';
 
@@ -54,13 +53,18 @@ export interface DomainXmlInfo {
   scsiControllers: Array<{ index: string; model: string }>;
 }
 
-const builder = new XMLBuilder({
-  ignoreAttributes: false,
-  attributeNamePrefix: '@_',
-  format: true,
-  indentBy: '  ',
-  suppressEmptyNode: true,
-});
+// An attribute value or text as XML 1.0 carries it: the five markup
+// characters, and the whitespace a parser normalises in an attribute
+// (libvirt's libxml2 turns a literal tab or newline there into a space), as
+// references. Characters XML 1.0 cannot hold at all (other C0 controls,
+// U+FFFE/U+FFFF, lone surrogates) are refused rather than sent to libvirt.
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;', '\t': '&#9;', '\n': '&#10;', '\r': '&#13;' };
+function xmlValue(field: string, value: string): string {
+  if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/.test(value) || !value.isWellFormed()) {
+    throw new VmseedError('CONFIG_INVALID', `seed disk ${field} holds a character XML cannot carry (a control character or a lone surrogate); use a plain path`, { field });
+  }
+  return value.replace(/[&<>"'\t\n\r]/g, (c) => ESCAPES[c]!);
+}
 
 // virtio: a read-only virtio disk (PCI hot-plug). scsi: a read-only disk at
 // a fixed drive address on the virtio-scsi controller: it takes no PCIe port
@@ -71,21 +75,24 @@ export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   if (!/^ua-[a-zA-Z0-9_-]+$/.test(alias)) {
     throw new VmseedError('CONFIG_INVALID', `disk alias '${alias}' must start with 'ua-' and use only [a-zA-Z0-9_-]; libvirt drops other aliases`, { field: 'alias' });
   }
-  const disk: Record<string, unknown> = {
-    '@_type': 'file',
-    '@_device': 'disk',
-    driver: { '@_name': 'qemu', '@_type': 'raw' },
-    source: { '@_file': spec.sourceFile },
-    target: { '@_dev': spec.targetDev, '@_bus': spec.bus },
-    readonly: '',
-    serial: spec.serial ?? SEED_SERIAL,
-    alias: { '@_name': alias },
-  };
+  // Built as a string: this runs on every injection, where a general XML
+  // builder's first calls cost a paused VM milliseconds.
+  const lines = [
+    '<disk type="file" device="disk">',
+    '  <driver name="qemu" type="raw"/>',
+    `  <source file="${xmlValue('sourceFile', spec.sourceFile)}"/>`,
+    `  <target dev="${xmlValue('targetDev', spec.targetDev)}" bus="${xmlValue('bus', spec.bus)}"/>`,
+    '  <readonly/>',
+    `  <serial>${xmlValue('serial', spec.serial ?? SEED_SERIAL)}</serial>`,
+    `  <alias name="${alias}"/>`,
+  ];
   const address = spec.address === undefined ? SEED_SCSI_ADDRESS : spec.address;
   if (spec.bus === 'scsi' && address !== null) {
-    disk.address = { '@_type': 'drive', '@_controller': address.controller, '@_bus': address.bus, '@_target': address.target, '@_unit': address.unit };
+    const at = (v: string) => xmlValue('address', v);
+    lines.push(`  <address type="drive" controller="${at(address.controller)}" bus="${at(address.bus)}" target="${at(address.target)}" unit="${at(address.unit)}"/>`);
   }
-  return builder.build({ disk }) as string;
+  lines.push('</disk>', '');
+  return lines.join('\n');
 }
 
 // Only what the injector uses: `<domain><name>`, and the direct children of
