@@ -27,6 +27,7 @@ interface ChildResult {
   domain: string;
   published: string;
   inject: number[];
+  injectStaged: number[];
   eject: number[];
   view: number[];
   attach: number[];
@@ -84,7 +85,8 @@ export async function benchKubevirtLauncher(cycles: number): Promise<Row[]> {
       const tag = 'kubevirt launcher, as shipped';
       return [
         { op: `${tag}: virsh version (spawn+connect, no-op)`, samples: r.virshVersion },
-        { op: `${tag}: rpc: injector.inject (publish+domainView+attach sdzz)`, samples: r.inject },
+        { op: `${tag}: rpc: injector.inject, a new seed (copy into the pod+domainView+attach sdzz)`, samples: r.inject },
+        { op: `${tag}: rpc: injector.inject at the domain's start (copy left by the pass before it existed; domainView+attach)`, samples: r.injectStaged },
         { op: `${tag}: rpc: injector.eject (domainView+detach+event+unpublish)`, samples: r.eject },
         { op: `${tag}: rpc: domainView alone`, samples: r.view },
         { op: `${tag}: rpc: attach-device alone (libvirt + QEMU)`, samples: r.attach },

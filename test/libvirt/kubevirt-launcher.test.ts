@@ -52,6 +52,23 @@ test('active pods: only this node\'s, sorted; anything else is none', () => {
   assert.deepEqual(launcherPodsOnNode('garbage', 'node-a'), []);
 });
 
+test('the attempt before the domain exists leaves the copy in the pod: when the domain starts, inject() only reads and attaches', async (t) => {
+  const { lv, inj, image, ephemeral, published } = await setup(t);
+  await mkdir(ephemeral, { recursive: true });
+  const domain = lv.domains.get('ns1_vm1')!;
+  lv.domains.delete('ns1_vm1');
+  // The agent's first pass: the launcher pod is up, its domain not yet.
+  await assert.rejects(inj.inject(T, image), code('DOMAIN_NOT_FOUND', 'retryable'));
+  assert.equal(await readFile(published, 'utf8'), 'seed one', 'copied while the domain was being looked up');
+  const { ino, mtimeMs } = await stat(published);
+  // The domain appears (started paused): the copy is there already.
+  lv.domains.set('ns1_vm1', domain);
+  assert.equal((await inj.inject(T, image)).action, 'attached');
+  const after = await stat(published);
+  assert.deepEqual([after.ino, after.mtimeMs], [ino, mtimeMs], 'not written again');
+  assert.deepEqual(domain.live.map((d) => d.sourceFile), ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud.iso']);
+});
+
 test('{podUID}: the launcher\'s socket; the image copied into ephemeral-disks/vmseed (created), seen at /var/run/kubevirt-ephemeral-disks/vmseed', async (t) => {
   const { root, lv, inj, image, ephemeral, published } = await setup(t);
   await mkdir(ephemeral, { recursive: true });
