@@ -154,9 +154,10 @@ test('the ENTRYPOINT starts: tini -- vmseed agent --help', async () => {
 
 // The DaemonSet sets no `command`, so the pod runs the ENTRYPOINT: the
 // image's `vmseed` must be bin/vmseed, which starts Node with the small
-// young generation and MALLOC_ARENA_MAX=2 the memory limit was sized with.
+// young generation and the malloc settings (MALLOC_ARENA_MAX=2, a fixed
+// MALLOC_MMAP_THRESHOLD_) the memory limit was sized with.
 // A `node` shim first on PATH records how the launcher really starts Node.
-test('the ENTRYPOINT is bin/vmseed: Node started with --max-semi-space-size=2 and MALLOC_ARENA_MAX=2', async () => {
+test('the ENTRYPOINT is bin/vmseed: Node started with --max-semi-space-size=2, MALLOC_ARENA_MAX=2 and MALLOC_MMAP_THRESHOLD_=131072', async () => {
   const link = execFileSync('readlink', ['-f', join(tree.binDirs[0], program()[0]!)], { encoding: 'utf8' }).trim();
   assert.equal(link, join(tree.root, tree.workdir, 'bin/vmseed'));
   const shimDir = mkdtempSync(join(tmpdir(), 'vmseed-node-shim-'));
@@ -164,13 +165,15 @@ test('the ENTRYPOINT is bin/vmseed: Node started with --max-semi-space-size=2 an
     const log = join(shimDir, 'log');
     writeFileSync(join(shimDir, 'node'), `#!/bin/sh
 printf 'MALLOC_ARENA_MAX=%s\n' "$MALLOC_ARENA_MAX" > ${log}
+printf 'MALLOC_MMAP_THRESHOLD_=%s\n' "$MALLOC_MMAP_THRESHOLD_" >> ${log}
 printf '%s\n' "$@" >> ${log}
 exec ${process.execPath} "$@"
 `, { mode: 0o755 });
     const r = await run(tree.entrypoint[0], [...tree.entrypoint.slice(1), '--help'], { cwd: '/', env: { PATH: [...tree.binDirs, shimDir, '/usr/bin', '/bin'].join(':') } });
     assert.match(r.stdout, /usage: vmseed agent/);
-    const [arena, ...argv] = readFileSync(log, 'utf8').trim().split('\n');
+    const [arena, mmap, ...argv] = readFileSync(log, 'utf8').trim().split('\n');
     assert.equal(arena, 'MALLOC_ARENA_MAX=2');
+    assert.equal(mmap, 'MALLOC_MMAP_THRESHOLD_=131072');
     assert.deepEqual(argv, ['--max-semi-space-size=2', join(tree.root, tree.workdir, 'src/main.ts'), 'agent', '--help']);
   } finally {
     rmSync(shimDir, { recursive: true, force: true });
