@@ -61,7 +61,7 @@ export interface DomainXmlInfo {
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;', '\t': '&#9;', '\n': '&#10;', '\r': '&#13;' };
 function xmlValue(field: string, value: string): string {
   if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/.test(value) || !value.isWellFormed()) {
-    throw new VmseedError('CONFIG_INVALID', `seed disk ${field} holds a character XML cannot carry (a control character or a lone surrogate); use a plain path`, { field });
+    throw new VmseedError('CONFIG_INVALID', `seed disk ${field} holds a character XML cannot carry (a control character or a lone surrogate)${field === 'sourceFile' ? '; it is made of --state-dir, --publish-dir and --image-path-in-domain: keep them to plain paths' : ''}`, { field });
   }
   return value.replace(/[&<>"'\t\n\r]/g, (c) => ESCAPES[c]!);
 }
