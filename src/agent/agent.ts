@@ -38,6 +38,9 @@ export interface AgentOptions {
   renderOptions: AgentRenderOptions;
   resyncPeriodMs: number;
   retryBackoff?: BackoffPolicy;
+  // How long a VMI whose render timed out MAX_RENDER_TIMEOUTS times waits
+  // before the next try (tests; default RENDER_TIMEOUT_PARK_MS).
+  renderTimeoutParkMs?: number;
   fsync?: boolean;
   // NoCloud over HTTP on: the agent keeps each VMI's seed for the
   // datasource (agent.seeds). Its DMI serial is shown nowhere (seed-url).
@@ -119,6 +122,7 @@ export class Agent {
       renderOptions: options.renderOptions,
       fsync: options.fsync ?? true,
       failures: (key) => this.queue.failures(key),
+      ...(options.renderTimeoutParkMs !== undefined ? { renderTimeoutParkMs: options.renderTimeoutParkMs } : {}),
       ...(options.reportOtherNodes ? { reportOtherNodes: true } : {}),
       ...(options.hostNuma ? { hostNuma: options.hostNuma } : {}),
       ...(this.seeds ? { seeds: this.seeds } : {}),

@@ -46,6 +46,8 @@ export interface ReconcilerOptions {
   // Failed attempts so far for a key (the queue's count), for the status page.
   failures?: (key: string) => number;
   now?: () => number;
+  // The first park after MAX_RENDER_TIMEOUTS (default RENDER_TIMEOUT_PARK_MS).
+  renderTimeoutParkMs?: number;
   // Local mode: a VMI labelled for another node is shown as skipped with the
   // reason and logged once, not silently dropped (a manifest copied from a
   // cluster keeps its kubevirt.io/nodeName label).
@@ -85,12 +87,25 @@ export const MAX_INTERNAL_ATTEMPTS = 5;
 
 // A render step that ran out of the render worker's deadline cost the worker
 // all of it, and a restart. The same version of a VMI gets that this many
-// times, then is reported terminal until the VMI changes: a tenant's
-// document cannot keep the worker busy for ever. The count is per version,
-// so failures of other kinds before it (a launcher not up yet) do not
-// shorten it. (RENDER_WORKER_FAILED stays retryable: a worker that did not
-// start is the node's state, not the VMI's.)
+// times, then is reported terminal and parked until the VMI changes or the
+// park ends (RENDER_TIMEOUT_PARK_MS, doubled at each further timeout, at most
+// a day): a tenant's document cannot keep the worker busy, and a legitimate
+// one that timed out because the node starved the agent of CPU (a busy VM
+// node gives it its 50m request) is seeded once the node has CPU again,
+// without anyone editing the VMI. The count is per version, so failures of
+// other kinds before it (a launcher not up yet) do not shorten it.
+// (RENDER_WORKER_FAILED stays retryable: a worker that did not start is the
+// node's state, not the VMI's.)
 export const MAX_RENDER_TIMEOUTS = 3;
+export const RENDER_TIMEOUT_PARK_MS = 60 * 60_000;
+const MAX_RENDER_TIMEOUT_PARK_MS = 24 * 60 * 60_000;
+
+// '1 h', '2 h', '90 s': what a status message says of a wait.
+function humanDuration(ms: number): string {
+  if (ms >= 3_600_000 && ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
+  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000} min`;
+  return `${Math.round(ms / 100) / 10} s`;
+}
 
 export function nodeOf(vmi: VmiObject): string | undefined {
   return vmi.status?.nodeName || vmi.metadata.labels?.['kubevirt.io/nodeName'] || undefined;
@@ -520,13 +535,15 @@ export class Reconciler {
         cause: err.cause,
       });
     }
+    let parkMs: number | undefined;
     if (err.code === 'RENDER_TIMEOUT' && err.kind === 'retryable') {
       const version = vmi?.metadata.resourceVersion;
       const prev = this.#renderTimeouts.get(key);
       const count = prev && prev.version === version ? prev.count + 1 : 1;
       this.#renderTimeouts.set(key, { version, count });
       if (count >= MAX_RENDER_TIMEOUTS) {
-        err = new VmseedError(err.code, `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed stops retrying until the VMI changes: make its cloud-init user-data and network-data smaller or simpler`, { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) });
+        parkMs = Math.min((this.#o.renderTimeoutParkMs ?? RENDER_TIMEOUT_PARK_MS) * 2 ** (count - MAX_RENDER_TIMEOUTS), MAX_RENDER_TIMEOUT_PARK_MS);
+        err = new VmseedError(err.code, `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${humanDuration(parkMs)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`, { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) });
       }
     }
     if (err.code === 'CANCELLED') {
@@ -553,7 +570,8 @@ export class Reconciler {
       });
       this.#o.events.record(vmi, 'Warning', 'SeedFailed', `${err.code}: ${err.message}`);
     }
-    return kind === 'terminal' ? 'terminal' : 'retry';
+    if (kind !== 'terminal') return 'retry';
+    return parkMs === undefined ? 'terminal' : { terminal: true, retryAfterMs: parkMs };
   }
 
   async #prune(target: InjectionTarget, entry: Known): Promise<void> {

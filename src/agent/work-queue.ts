@@ -6,7 +6,9 @@
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
-export type WorkResult = 'success' | 'retry' | 'terminal';
+// 'terminal' parks the key until its object's version changes. A park with
+// `retryAfterMs` also ends after that long, and the key runs again then.
+export type WorkResult = 'success' | 'retry' | 'terminal' | { terminal: true; retryAfterMs: number };
 
 export interface WorkQueueOptions {
   concurrency: number;
@@ -25,8 +27,9 @@ export class WorkQueue {
   readonly #dirty = new Set<string>();
   readonly #failures = new Map<string, number>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
-  // key -> version at which it failed terminally
-  readonly #parked = new Map<string, string | undefined>();
+  // key -> version at which it failed terminally, and when a timed park ends
+  readonly #parked = new Map<string, { version: string | undefined; until: number | undefined }>();
+  readonly #parkTimers = new Map<string, NodeJS.Timeout>();
   #stopped = false;
   #idleWaiters: Array<() => void> = [];
 
@@ -67,7 +70,13 @@ export class WorkQueue {
   // Forget a key's failure history (the object was deleted).
   forget(key: string): void {
     this.#failures.delete(key);
+    this.#unpark(key);
+  }
+
+  #unpark(key: string): void {
     this.#parked.delete(key);
+    clearTimeout(this.#parkTimers.get(key));
+    this.#parkTimers.delete(key);
   }
 
   addAfter(key: string, ms: number): void {
@@ -97,8 +106,9 @@ export class WorkQueue {
   // Returns whether everything in flight finished.
   async shutdown(deadlineMs: number): Promise<boolean> {
     this.#stopped = true;
-    for (const t of this.#timers.values()) clearTimeout(t);
+    for (const t of [...this.#timers.values(), ...this.#parkTimers.values()]) clearTimeout(t);
     this.#timers.clear();
+    this.#parkTimers.clear();
     this.#queue.length = 0;
     this.#queued.clear();
     this.#gauge();
@@ -118,9 +128,10 @@ export class WorkQueue {
     while (!this.#stopped && this.#running.size < this.#opts.concurrency && this.#queue.length > 0) {
       const key = this.#queue.shift()!;
       this.#queued.delete(key);
-      if (this.#parked.has(key)) {
-        if (this.#parked.get(key) === this.#opts.versionOf(key)) continue;
-        this.#parked.delete(key);
+      const park = this.#parked.get(key);
+      if (park) {
+        if (park.version === this.#opts.versionOf(key) && (park.until === undefined || performance.now() < park.until)) continue;
+        this.#unpark(key);
       }
       this.#running.set(key, performance.now());
       void this.#run(key);
@@ -147,9 +158,21 @@ export class WorkQueue {
     this.#running.delete(key);
     if (result === 'success') {
       this.#failures.delete(key);
-    } else if (result === 'terminal') {
+    } else if (result === 'terminal' || typeof result === 'object') {
       this.#failures.delete(key);
-      this.#parked.set(key, version);
+      const ms = typeof result === 'object' ? result.retryAfterMs : undefined;
+      this.#parked.set(key, { version, until: ms === undefined ? undefined : performance.now() + ms });
+      clearTimeout(this.#parkTimers.get(key));
+      this.#parkTimers.delete(key);
+      if (ms !== undefined && !this.#stopped) {
+        // Not a backoff timer: add() (a resync, an event) must not cancel it.
+        const t = setTimeout(() => {
+          this.#unpark(key);
+          this.add(key);
+        }, ms);
+        t.unref();
+        this.#parkTimers.set(key, t);
+      }
     } else {
       const n = (this.#failures.get(key) ?? 0) + 1;
       this.#failures.set(key, n);

@@ -55,21 +55,32 @@ function timingOutRender(before: number): { render: RenderSeed; calls(): number 
   };
 }
 
-test(`RENDER_TIMEOUT: ${MAX_RENDER_TIMEOUTS} times for one version of the VMI, then terminal; failures of other kinds before do not count; a change tries again`, { timeout: 30_000 }, async (t) => {
+test(`RENDER_TIMEOUT: ${MAX_RENDER_TIMEOUTS} times for one version of the VMI, then terminal and parked; failures of other kinds before do not count; the park ends (then doubles), a change tries again at once`, { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const r = timingOutRender(4);
-  const h = await startAgent(fake, { stateDir: dir.path, render: r.render });
+  const h = await startAgent(fake, { stateDir: dir.path, render: r.render, renderTimeoutParkMs: 3000 });
   t.after(h.stop);
   fake.applyVmi(vmi('heavy'));
   const rec = await waitFor('terminal RENDER_TIMEOUT', () => {
     const s = h.agent.status.get('default/heavy');
     return s?.lastError?.code === 'RENDER_TIMEOUT' && s.lastError.kind === 'terminal' ? s : undefined;
   }, 15_000);
+  const parkedAt = Date.now();
   assert.equal(r.calls(), 4 + MAX_RENDER_TIMEOUTS);
-  assert.match(rec.lastError!.message, /3 times for this version of the VMI; vmseed stops retrying until the VMI changes/);
+  assert.match(rec.lastError!.message, /3 times for this version of the VMI; vmseed tries again in 3 s or when the VMI changes/);
   // The backoff tops out at 400 ms here: a further retry would have come.
-  await sleep(1500);
+  // A resync does not end the park either.
+  await sleep(1000);
+  h.agent.resync();
+  await sleep(500);
   assert.equal(r.calls(), 4 + MAX_RENDER_TIMEOUTS);
+  // The park ends: one more try, a fourth timeout, parked twice as long.
+  const again = await waitFor('one try after the park', () => {
+    const s = h.agent.status.get('default/heavy');
+    return r.calls() === 5 + MAX_RENDER_TIMEOUTS && s?.lastError?.kind === 'terminal' && /4 times/.test(s.lastError.message) ? s : undefined;
+  }, 15_000);
+  assert.ok(Date.now() - parkedAt >= 2500, 'not before the park ended');
+  assert.match(again.lastError!.message, /tries again in 6 s/);
   fake.applyVmi(vmi('heavy', { userData: 'changed' }));
-  await waitFor('three more after the change', () => h.agent.status.get('default/heavy')?.lastError?.kind === 'terminal' && r.calls() === 4 + 2 * MAX_RENDER_TIMEOUTS, 15_000);
+  await waitFor('three more after the change', () => h.agent.status.get('default/heavy')?.lastError?.kind === 'terminal' && r.calls() === 5 + 2 * MAX_RENDER_TIMEOUTS, 15_000);
 });

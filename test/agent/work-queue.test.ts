@@ -105,6 +105,40 @@ test('terminal failures wait until the resourceVersion changes', async () => {
   assert.equal(runs, 2);
 });
 
+test('a timed park: adds do not end it, it ends by itself after retryAfterMs, a new version ends it at once, forget() drops its timer', async () => {
+  let version = '1';
+  const runs: number[] = [];
+  const t0 = performance.now();
+  const q = new WorkQueue({
+    concurrency: 1,
+    backoff: { baseMs: 1, maxMs: 1 },
+    versionOf: () => version,
+    handler: async () => {
+      runs.push(performance.now() - t0);
+      return { terminal: true, retryAfterMs: 150 };
+    },
+  });
+  q.add('k');
+  await q.idle();
+  q.add('k'); // a resync during the park
+  await tick(60);
+  q.add('k');
+  await q.idle();
+  assert.equal(runs.length, 1);
+  await tick(150);
+  await q.idle();
+  assert.equal(runs.length, 2, 'run again when the park ended, with no add');
+  assert.ok(runs[1]! - runs[0]! >= 140, `${runs[1]! - runs[0]!} ms apart`);
+  version = '2';
+  q.add('k');
+  await q.idle();
+  assert.equal(runs.length, 3, 'a new version runs at once');
+  q.forget('k');
+  await tick(250);
+  assert.equal(runs.length, 3, 'forgotten: its park timer went with it');
+  await q.shutdown(100);
+});
+
 test('shutdown stops taking work and waits for in-flight work within the deadline', async () => {
   let finished = 0;
   const q = new WorkQueue({

@@ -109,6 +109,7 @@ export async function startAgent(
     namespaces?: string[];
     // Instead of the real renderer.
     render?: RenderSeed;
+    renderTimeoutParkMs?: number;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -147,6 +148,7 @@ export async function startAgent(
     retryBackoff: { baseMs: 50, maxMs: 400 },
     fsync: false,
     ...(options.nocloudHttp ? { nocloudHttp: options.nocloudHttp } : {}),
+    ...(options.renderTimeoutParkMs !== undefined ? { renderTimeoutParkMs: options.renderTimeoutParkMs } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();
