@@ -25,6 +25,7 @@ import type { EventRecorder } from './events.ts';
 import type { StatusStore } from './status-store.ts';
 import type { WorkResult } from './work-queue.ts';
 import { splitKey } from './status-store.ts';
+import { formatSeconds } from '../http/html.ts';
 
 export interface ReconcilerOptions {
   nodeName: string;
@@ -99,13 +100,6 @@ export const MAX_INTERNAL_ATTEMPTS = 5;
 export const MAX_RENDER_TIMEOUTS = 3;
 export const RENDER_TIMEOUT_PARK_MS = 60 * 60_000;
 const MAX_RENDER_TIMEOUT_PARK_MS = 24 * 60 * 60_000;
-
-// '1 h', '2 h', '90 s': what a status message says of a wait.
-function humanDuration(ms: number): string {
-  if (ms >= 3_600_000 && ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
-  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000} min`;
-  return `${Math.round(ms / 100) / 10} s`;
-}
 
 export function nodeOf(vmi: VmiObject): string | undefined {
   return vmi.status?.nodeName || vmi.metadata.labels?.['kubevirt.io/nodeName'] || undefined;
@@ -543,7 +537,7 @@ export class Reconciler {
       this.#renderTimeouts.set(key, { version, count });
       if (count >= MAX_RENDER_TIMEOUTS) {
         parkMs = Math.min((this.#o.renderTimeoutParkMs ?? RENDER_TIMEOUT_PARK_MS) * 2 ** (count - MAX_RENDER_TIMEOUTS), MAX_RENDER_TIMEOUT_PARK_MS);
-        err = new VmseedError(err.code, `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${humanDuration(parkMs)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`, { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) });
+        err = new VmseedError(err.code, `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${formatSeconds(parkMs / 1000)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`, { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) });
       }
     }
     if (err.code === 'CANCELLED') {

@@ -20,7 +20,8 @@ export function formatSeconds(seconds: number | undefined): string {
   if (seconds < 0.001) return `${(seconds * 1e6).toFixed(0)} µs`;
   if (seconds < 1) return `${(seconds * 1000).toFixed(seconds < 0.01 ? 2 : 1)} ms`;
   if (seconds < 120) return `${seconds.toFixed(2)} s`;
-  return `${(seconds / 60).toFixed(1)} min`;
+  if (seconds < 7200) return `${(seconds / 60).toFixed(1)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
 }
 
 export function formatBytes(bytes: number | undefined): string {

@@ -67,7 +67,7 @@ test(`RENDER_TIMEOUT: ${MAX_RENDER_TIMEOUTS} times for one version of the VMI, t
   }, 15_000);
   const parkedAt = Date.now();
   assert.equal(r.calls(), 4 + MAX_RENDER_TIMEOUTS);
-  assert.match(rec.lastError!.message, /3 times for this version of the VMI; vmseed tries again in 3 s or when the VMI changes/);
+  assert.match(rec.lastError!.message, /3 times for this version of the VMI; vmseed tries again in 3.00 s or when the VMI changes/);
   // The backoff tops out at 400 ms here: a further retry would have come.
   // A resync does not end the park either.
   await sleep(1000);
@@ -80,7 +80,7 @@ test(`RENDER_TIMEOUT: ${MAX_RENDER_TIMEOUTS} times for one version of the VMI, t
     return r.calls() === 5 + MAX_RENDER_TIMEOUTS && s?.lastError?.kind === 'terminal' && /4 times/.test(s.lastError.message) ? s : undefined;
   }, 15_000);
   assert.ok(Date.now() - parkedAt >= 2500, 'not before the park ended');
-  assert.match(again.lastError!.message, /tries again in 6 s/);
+  assert.match(again.lastError!.message, /tries again in 6.00 s/);
   fake.applyVmi(vmi('heavy', { userData: 'changed' }));
   await waitFor('three more after the change', () => h.agent.status.get('default/heavy')?.lastError?.kind === 'terminal' && r.calls() === 5 + 2 * MAX_RENDER_TIMEOUTS, 15_000);
 });
