@@ -21,16 +21,21 @@ class ThrowingInjector implements Injector {
   }
 }
 
+// The VMI's status once it shows `code` as a terminal error.
+function terminal(h: Awaited<ReturnType<typeof startAgent>>, key: string, code: string) {
+  return waitFor(`terminal ${code}`, () => {
+    const s = h.agent.status.get(key);
+    return s?.lastError?.code === code && s.lastError.kind === 'terminal' ? s : undefined;
+  }, 15_000);
+}
+
 test(`INTERNAL is retried ${MAX_INTERNAL_ATTEMPTS} times in all, then terminal; a change to the VMI tries again`, { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const injector = new ThrowingInjector();
   const h = await startAgent(fake, { stateDir: dir.path, injector });
   t.after(h.stop);
   fake.applyVmi(vmi('poison'));
-  const rec = await waitFor('terminal INTERNAL', () => {
-    const r = h.agent.status.get('default/poison');
-    return r?.lastError?.code === 'INTERNAL' && r.lastError.kind === 'terminal' ? r : undefined;
-  }, 15_000);
+  const rec = await terminal(h, 'default/poison', 'INTERNAL');
   assert.equal(injector.calls, MAX_INTERNAL_ATTEMPTS);
   assert.match(rec.lastError!.message, /stops retrying/);
   assert.doesNotMatch(rec.lastError!.message, /Invalid string length/, 'the cause is not echoed');
@@ -61,10 +66,7 @@ test(`RENDER_TIMEOUT: ${MAX_RENDER_TIMEOUTS} times for one version of the VMI, t
   const h = await startAgent(fake, { stateDir: dir.path, render: r.render, renderTimeoutParkMs: 3000 });
   t.after(h.stop);
   fake.applyVmi(vmi('heavy'));
-  const rec = await waitFor('terminal RENDER_TIMEOUT', () => {
-    const s = h.agent.status.get('default/heavy');
-    return s?.lastError?.code === 'RENDER_TIMEOUT' && s.lastError.kind === 'terminal' ? s : undefined;
-  }, 15_000);
+  const rec = await terminal(h, 'default/heavy', 'RENDER_TIMEOUT');
   const parkedAt = Date.now();
   assert.equal(r.calls(), 4 + MAX_RENDER_TIMEOUTS);
   assert.match(rec.lastError!.message, /3 times for this version of the VMI; vmseed tries again in 3.00 s or when the VMI changes/);
