@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { AgentStatusSnapshot, ReadinessStatus, RedirectStatus, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
-const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
+export const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
 // Created and removed by each readiness check: writing is the only honest
 // test of "writable" (access(2) says yes to root on a read-only mount's
 // directory, and no to nothing a full disk refuses).

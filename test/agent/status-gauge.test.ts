@@ -5,11 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { StatusStore } from '../../src/agent/status-store.ts';
+import { STATES, StatusStore } from '../../src/agent/status-store.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import type { VmiState } from '../../src/agent/status-types.ts';
-
-const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
 
 type Op = { kind: 'update'; key: number; uid: number; state?: VmiState } | { kind: 'remove'; key: number };
 
