@@ -7,7 +7,7 @@
 //   node bench/inject-kubevirt-child.ts POD_UID IMAGE CYCLES
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { timeSettled } from './timing.ts';
 import { loadConfig } from '../src/config.ts';
 import { makeInjector } from '../src/commands/agent.ts';
 import { buildSeedDiskXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
@@ -18,12 +18,6 @@ const run = promisify(execFile);
 const [podUid, image, cyclesArg] = process.argv.slice(2);
 if (!podUid || !image || !cyclesArg) throw new Error('usage: inject-kubevirt-child.ts POD_UID IMAGE CYCLES');
 const cycles = Number(cyclesArg);
-
-async function time(fn: () => Promise<unknown>): Promise<number> {
-  const t = performance.now();
-  await fn();
-  return performance.now() - t;
-}
 
 const config = loadConfig(readDaemonSetAgent().args, { NODE_NAME: 'bench-node' }, process.cwd());
 if (!config) throw new Error('the manifest args asked for --help');
@@ -58,11 +52,10 @@ try {
   await run('virsh', ['-q', '-c', uri, 'version']);
   for (let i = 0; i < cycles; i++) {
     // The reference as this process sees it: spawn + connect to the
-    // launcher's socket, a no-op. Then a pause, so that the timed calls do
-    // not queue behind libvirtd's handling of that client's disconnect.
-    s.virshVersion.push(await time(() => run('virsh', ['-q', '-c', uri, 'version'])));
-    await sleep(20);
-    s.inject.push(await time(async () => {
+    // launcher's socket, a no-op. Every call is timed after the same pause
+    // (bench/timing.ts).
+    s.virshVersion.push(await timeSettled(() => run('virsh', ['-q', '-c', uri, 'version'])));
+    s.inject.push(await timeSettled(async () => {
       const r = await injector.inject(target, image);
       if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
     }));
@@ -71,21 +64,21 @@ try {
     // domain's start finds it and only reads and attaches.
     await injector.eject(target);
     await injector.stage(target, image);
-    s.injectStaged.push(await time(async () => {
+    s.injectStaged.push(await timeSettled(async () => {
       const r = await injector.inject(target, image);
       if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
     }));
     // The path the domain opened: what a bare attach below attaches again.
     published ||= (await client.domainView(uri, domain)).liveXml.match(/<source file='([^']+vmseed-[^']+)'/)?.[1] ?? '';
-    s.eject.push(await time(async () => {
+    s.eject.push(await timeSettled(async () => {
       if ((await injector.eject(target)).action !== 'detached') throw new Error('eject detached nothing');
     }));
     // libvirt's part alone, on the same connection: one read, one attach.
     // (The published copy went with the eject: put it back first.)
     await injector.stage(target, image);
-    s.view.push(await time(() => client.domainView(uri, domain)));
+    s.view.push(await timeSettled(() => client.domainView(uri, domain)));
     const xml = buildSeedDiskXml({ sourceFile: published, targetDev: 'sdzz', bus: 'scsi', alias: SEED_ALIAS });
-    s.attach.push(await time(() => client.attachDevice(uri, domain, xml, { live: true, config: false })));
+    s.attach.push(await timeSettled(() => client.attachDevice(uri, domain, xml, { live: true, config: false })));
     const gone = removed();
     await client.detachDevice(uri, domain, xml, { live: true, config: false });
     await gone;

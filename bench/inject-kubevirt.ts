@@ -20,7 +20,11 @@ import { startKubevirtVm } from '../e2e/support/kubevirt-domain.ts';
 import { agentViewArgv, ensurePodsMountPoint } from '../e2e/support/agent-view.ts';
 import { readDaemonSetAgent } from '../e2e/support/daemonset-agent.ts';
 
-export interface Row { op: string; samples: number[] }
+// `ref`: the no-op `virsh version` timed in the same loop as the row, one
+// per cycle; the row's ratio and target are taken against it (the machine's
+// speed drifts over the minutes a run takes). Without it, the run's first
+// reference row.
+export interface Row { op: string; samples: number[]; ref?: number[] }
 
 interface ChildResult {
   uri: string;
@@ -84,12 +88,12 @@ export async function benchKubevirtLauncher(cycles: number): Promise<Row[]> {
       // Session libvirtd as 107 in the launcher; the manifest's args; the DaemonSet's user.
       const tag = 'kubevirt launcher, as shipped';
       return [
-        { op: `${tag}: virsh version (spawn+connect, no-op)`, samples: r.virshVersion },
-        { op: `${tag}: rpc: injector.inject, a new seed (copy into the pod+domainView+attach sdzz)`, samples: r.inject },
-        { op: `${tag}: rpc: injector.inject at the domain's start (copy left by the pass before it existed; domainView+attach)`, samples: r.injectStaged },
-        { op: `${tag}: rpc: injector.eject (domainView+detach+event+unpublish)`, samples: r.eject },
-        { op: `${tag}: rpc: domainView alone`, samples: r.view },
-        { op: `${tag}: rpc: attach-device alone (libvirt + QEMU)`, samples: r.attach },
+        { op: `${tag}: virsh version on the launcher's socket, in the same loop (the reference of the rows below)`, samples: r.virshVersion },
+        { op: `${tag}: rpc: injector.inject, a new seed (copy into the pod+domainView+attach sdzz)`, samples: r.inject, ref: r.virshVersion },
+        { op: `${tag}: rpc: injector.inject at the domain's start (copy left by the pass before it existed; domainView+attach)`, samples: r.injectStaged, ref: r.virshVersion },
+        { op: `${tag}: rpc: injector.eject (domainView+detach+event+unpublish)`, samples: r.eject, ref: r.virshVersion },
+        { op: `${tag}: rpc: domainView alone`, samples: r.view, ref: r.virshVersion },
+        { op: `${tag}: rpc: attach-device alone (libvirt + QEMU)`, samples: r.attach, ref: r.virshVersion },
       ];
     } finally {
       await launcher.stop();
