@@ -36,7 +36,7 @@ export interface RenderPoolOptions {
   // Each worker's old-generation heap, MiB (default 48: merging 1 MiB of
   // one-line keys needs ~40). Past it the worker dies (RENDER_WORKER_FAILED),
   // not the agent. The young generation is kept small as bin/vmseed keeps
-  // the main thread's (--max-semi-space-size=2): RSS, not speed, is short.
+  // the main thread's (--max-semi-space-size=1): RSS, not speed, is short.
   maxOldGenerationSizeMb?: number;
   // A worker idle this long is ended (default 30 s).
   idleMs?: number;

@@ -157,7 +157,7 @@ test('the ENTRYPOINT starts: tini -- vmseed agent --help', async () => {
 // young generation and the malloc settings (MALLOC_ARENA_MAX=2, a fixed
 // MALLOC_MMAP_THRESHOLD_) the memory limit was sized with.
 // A `node` shim first on PATH records how the launcher really starts Node.
-test('the ENTRYPOINT is bin/vmseed: Node started with --max-semi-space-size=2, MALLOC_ARENA_MAX=2 and MALLOC_MMAP_THRESHOLD_=131072', async () => {
+test('the ENTRYPOINT is bin/vmseed: Node started with --max-semi-space-size=1, MALLOC_ARENA_MAX=2 and MALLOC_MMAP_THRESHOLD_=131072', async () => {
   const link = execFileSync('readlink', ['-f', join(tree.binDirs[0], program()[0]!)], { encoding: 'utf8' }).trim();
   assert.equal(link, join(tree.root, tree.workdir, 'bin/vmseed'));
   const shimDir = mkdtempSync(join(tmpdir(), 'vmseed-node-shim-'));
@@ -174,7 +174,7 @@ exec ${process.execPath} "$@"
     const [arena, mmap, ...argv] = readFileSync(log, 'utf8').trim().split('\n');
     assert.equal(arena, 'MALLOC_ARENA_MAX=2');
     assert.equal(mmap, 'MALLOC_MMAP_THRESHOLD_=131072');
-    assert.deepEqual(argv, ['--max-semi-space-size=2', join(tree.root, tree.workdir, 'src/main.ts'), 'agent', '--help']);
+    assert.deepEqual(argv, ['--max-semi-space-size=1', join(tree.root, tree.workdir, 'src/main.ts'), 'agent', '--help']);
   } finally {
     rmSync(shimDir, { recursive: true, force: true });
   }
