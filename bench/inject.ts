@@ -18,6 +18,12 @@
 // libvirt's own events; and 100 injector.inject calls against a private
 // libvirtd that is killed and restarted in the middle.
 //
+// Ratios: a loop whose rows are compared (the RPC rows, the launcher's)
+// times its own no-op `virsh version` each cycle and its rows are divided
+// by that (marked *), every call after the same pause (bench/timing.ts);
+// other rows by the run's first reference row. The machine's speed drifts
+// over a run; a reference from another minute does not compare.
+//
 // The `kubevirt launcher` rows (with scsi; bench/inject-kubevirt.ts): the
 // injector as manifests/daemonset.yaml configures it, run as its user, on
 // the libvirt KubeVirt gives each VM (a session daemon as uid 107 in the
@@ -439,9 +445,8 @@ async function main(): Promise<void> {
   }
   // Issue 17's targets, each against the reference timed beside it (and,
   // for comparison, against the run's first reference).
-  const row = (op: string) => rows.find((x) => x.op.startsWith(op));
   const stat = (op: string) => {
-    const r = row(op);
+    const r = rows.find((x) => x.op.startsWith(op));
     if (!r) return undefined;
     const s = [...r.samples].sort((a, b) => a - b);
     return { med: pct(s, 50), p99: pct(s, 99), ref: refOf(r) };
