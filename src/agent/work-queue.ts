@@ -27,8 +27,9 @@ export class WorkQueue {
   readonly #dirty = new Set<string>();
   readonly #failures = new Map<string, number>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
-  // key -> version at which it failed terminally, and when a timed park ends
-  readonly #parked = new Map<string, { version: string | undefined; until: number | undefined }>();
+  // key -> version at which it failed terminally
+  readonly #parked = new Map<string, string | undefined>();
+  // A timed park's end: the timer unparks the key and adds it.
   readonly #parkTimers = new Map<string, NodeJS.Timeout>();
   #stopped = false;
   #idleWaiters: Array<() => void> = [];
@@ -128,9 +129,8 @@ export class WorkQueue {
     while (!this.#stopped && this.#running.size < this.#opts.concurrency && this.#queue.length > 0) {
       const key = this.#queue.shift()!;
       this.#queued.delete(key);
-      const park = this.#parked.get(key);
-      if (park) {
-        if (park.version === this.#opts.versionOf(key) && (park.until === undefined || performance.now() < park.until)) continue;
+      if (this.#parked.has(key)) {
+        if (this.#parked.get(key) === this.#opts.versionOf(key)) continue;
         this.#unpark(key);
       }
       this.#running.set(key, performance.now());
@@ -161,7 +161,7 @@ export class WorkQueue {
     } else if (result === 'terminal' || typeof result === 'object') {
       this.#failures.delete(key);
       const ms = typeof result === 'object' ? result.retryAfterMs : undefined;
-      this.#parked.set(key, { version, until: ms === undefined ? undefined : performance.now() + ms });
+      this.#parked.set(key, version);
       clearTimeout(this.#parkTimers.get(key));
       this.#parkTimers.delete(key);
       if (ms !== undefined && !this.#stopped) {
