@@ -24,9 +24,11 @@ import type { VmiStatusRecord } from '../../src/agent/status-types.ts';
 // The agent container's memory limit in the shipped DaemonSet (an alias bomb
 // once took the agent past it: OOM-kill, crash loop, a node unseeded), with
 // an eighth kept free. Issue 14 also named 200 MB (190.7 MiB) for this
-// corpus; with bin/vmseed's fixed malloc mmap threshold peaks of 166-188 MiB
-// were measured on their own and 187-205 MiB inside the whole suite (before
-// it 172-196 and up to 209): Node's own ~80 MiB at start (code, ICU data,
+// corpus; with bin/vmseed's 1 MB semi-spaces and fixed malloc mmap
+// threshold peaks of 160-189 MiB (median 166) were measured on their own and
+// 181-188 MiB inside the whole suite (with 2 MB semi-spaces 166-191 on their
+// own and 183-205 in the suite; before the threshold 172-196 and up to 209):
+// Node's own ~80 MiB at start (code, ICU data,
 // threads), the main thread's heap up to ~39 MiB plus ~25 MiB external, and
 // the render worker's isolate with its heap of up to 60 MiB (a 1 MiB merge
 // needs ~40). Not kept in every run, so that figure is reported here.
