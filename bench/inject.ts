@@ -6,7 +6,9 @@
 //
 // scsi: a SCSI CD-ROM on a virtio-scsi controller of a domain with no OS
 // (detach completes without a guest). virtio: a virtio disk on the busybox
-// guest, which answers ACPI unplug.
+// guest, which answers ACPI unplug. The `seed gate` rows inject into the
+// same domain suspended, as the seed gate meets a domain (started paused):
+// no guest vCPU runs beside libvirt's work.
 //
 // The `rpc:` rows use vmseed's native client of libvirt's RPC protocol
 // (src/libvirt/rpc-client.ts): one connection opened before the loop, no
@@ -302,6 +304,7 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     const s = { inject: [] as number[], eject: [] as number[], rpcInject: [] as number[], rpcEject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
     const r = { state: [] as number[], xml: [] as number[], view: [] as number[], attach: [] as number[], detach: [] as number[], inject: [] as number[], oneReadOneWrite: [] as number[] };
     const rpcXml = buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus });
+    const gate = { inject: [] as number[], attach: [] as number[] };
     const sh = new VirshShell();
     await sh.cmd('version');
     // The virsh rows, then the RPC rows, each in a loop of its own: a virsh
@@ -325,6 +328,11 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       }));
     }
     sh.close();
+    // Suspends and resumes the domain around the seed gate's rows: a
+    // connected virsh, so no process exits (and no libvirtd disconnect)
+    // beside the timed calls.
+    const pauser = new VirshShell();
+    await pauser.cmd('version');
     const refs: number[] = [];
     for (let i = 0; i < CYCLES; i++) {
       // The reference, timed in this loop so that the ratios compare times
@@ -337,6 +345,20 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       s.rpcEject.push(await timeSettled(async () => {
         if ((await rpcInj.eject(target)).action !== 'detached') throw new Error('rpc eject detached nothing');
       }));
+      // The seed gate's case: the domain paused (QEMU started with -S), so
+      // the guest's vCPU does not compete with libvirt and QEMU for the
+      // cores, as a booted guest probing the new device does. The resume
+      // after it lets a virtio guest answer the unplug.
+      await pauser.cmd(`suspend ${domain}`);
+      gate.inject.push(await timeSettled(async () => {
+        if ((await rpcInj.inject(target, seedA)).action !== 'attached') throw new Error('rpc inject (paused) attached nothing');
+      }));
+      await pauser.cmd(`resume ${domain}`);
+      await rpcInj.eject(target);
+      await pauser.cmd(`suspend ${domain}`);
+      gate.attach.push(await timeSettled(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })));
+      await pauser.cmd(`resume ${domain}`);
+      await rpcDetach(rpc, domain, rpcXml);
       // The same over the RPC connection, one step at a time.
       r.state.push(await timeSettled(() => rpc.domainInfo(LIBVIRT_URI, domain)));
       r.xml.push(await timeSettled(() => rpc.domainXml(LIBVIRT_URI, domain)));
@@ -356,12 +378,15 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       }));
       await rpcDetach(rpc, domain, rpcXml);
     }
+    pauser.close();
     rows.push(
       { op: `${bus}: virsh version, in the RPC rows' loop (their reference)`, samples: refs },
       { op: `${bus}: virsh: injector.inject (dominfo+dumpxml+attach, a process each)`, samples: s.inject },
       { op: `${bus}: virsh: injector.eject (…+detach+poll until gone)`, samples: s.eject },
       { op: `${bus}: rpc: injector.inject (domainView+attach)`, samples: s.rpcInject, ref: refs },
       { op: `${bus}: rpc: injector.eject (domainView+detach+device-removed event)`, samples: s.rpcEject, ref: refs },
+      { op: `${bus}: seed gate (domain paused): rpc: injector.inject`, samples: gate.inject, ref: refs },
+      { op: `${bus}: seed gate (domain paused): rpc: attach-device`, samples: gate.attach, ref: refs },
       { op: `${bus}: virsh attach-device (1 spawn)`, samples: s.attach },
       { op: `${bus}: virsh detach-device + poll domblklist`, samples: s.detach },
       { op: `${bus}: virsh shell: attach-device`, samples: s.shAttach },
@@ -462,7 +487,10 @@ async function main(): Promise<void> {
     console.log(`target ${label}: median ≤ 0.5× virsh version (${(0.5 * x.ref).toFixed(1)} ms): ${x.med.toFixed(1)} ms = ${(x.med / x.ref).toFixed(2)}×, ${verdict(x.med <= 0.5 * x.ref)}; p99 ≤ 1× (${x.ref.toFixed(1)} ms): ${x.p99.toFixed(1)} ms, ${verdict(x.p99 <= x.ref)}; against the run's first reference (${refMed.toFixed(1)} ms): ${(x.med / refMed).toFixed(2)}×${libvirtShare(x.med, stat(attachOp))}`);
   };
   console.log('');
-  for (const bus of modes) target(`${bus} (system libvirtd): rpc injector.inject`, `${bus}: rpc: injector.inject`, `${bus}: rpc: attach-device`);
+  for (const bus of modes) {
+    target(`${bus} (system libvirtd), seed gate (domain paused): rpc injector.inject`, `${bus}: seed gate (domain paused): rpc: injector.inject`, `${bus}: seed gate (domain paused): rpc: attach-device`);
+    target(`${bus} (system libvirtd), domain running: rpc injector.inject`, `${bus}: rpc: injector.inject`, `${bus}: rpc: attach-device`);
+  }
   for (const kvInject of rows.filter((r) => r.op.startsWith('kubevirt launcher') && r.op.includes('injector.inject'))) {
     const what = kvInject.op.slice(kvInject.op.indexOf('injector.inject')).split(' (')[0];
     target(`kubevirt, as shipped (manifest args, launcher's libvirt), ${what}`, kvInject.op, 'kubevirt launcher, as shipped: rpc: attach-device alone');
