@@ -20,11 +20,13 @@
 // libvirt's own events; and 100 injector.inject calls against a private
 // libvirtd that is killed and restarted in the middle.
 //
-// Ratios: a loop whose rows are compared (the RPC rows, the launcher's)
-// times its own no-op `virsh version` each cycle and its rows are divided
-// by that (marked *), every call after the same pause (bench/timing.ts);
-// other rows by the run's first reference row. The machine's speed drifts
-// over a run; a reference from another minute does not compare.
+// Ratios: each loop over a domain (the virsh rows, the RPC rows, the
+// launcher's) times its own no-op `virsh version` each cycle and its rows
+// are divided by that (marked *); the loops the targets are checked on
+// time every call after the same pause (bench/timing.ts). The rows outside
+// those loops are divided by the run's first reference row. The machine's
+// speed drifts over a run; a reference from another minute does not
+// compare.
 //
 // The `kubevirt launcher` rows (with scsi; bench/inject-kubevirt.ts): the
 // injector as manifests/daemonset.yaml configures it, run as its user, on
@@ -311,7 +313,9 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     // that has just exited still has libvirtd closing its connection, and
     // that work would land in the timing of an RPC call right after it.
     // With --libvirt rpc no virsh runs beside the agent's calls.
+    const virshRefs: number[] = [];
     for (let i = 0; i < CYCLES; i++) {
+      virshRefs.push(await time(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'version'])));
       s.inject.push(await time(() => inj.inject(target, seedA)));
       s.eject.push(await time(() => inj.eject(target)));
       // One virsh spawn per step: libvirt's work + one spawn + one connect.
@@ -380,17 +384,18 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     }
     pauser.close();
     rows.push(
+      { op: `${bus}: virsh version, in the virsh rows' loop (their reference)`, samples: virshRefs },
       { op: `${bus}: virsh version, in the RPC rows' loop (their reference)`, samples: refs },
-      { op: `${bus}: virsh: injector.inject (dominfo+dumpxml+attach, a process each)`, samples: s.inject },
-      { op: `${bus}: virsh: injector.eject (…+detach+poll until gone)`, samples: s.eject },
+      { op: `${bus}: virsh: injector.inject (dominfo+dumpxml+attach, a process each)`, samples: s.inject, ref: virshRefs },
+      { op: `${bus}: virsh: injector.eject (…+detach+poll until gone)`, samples: s.eject, ref: virshRefs },
       { op: `${bus}: rpc: injector.inject (domainView+attach)`, samples: s.rpcInject, ref: refs },
       { op: `${bus}: rpc: injector.eject (domainView+detach+device-removed event)`, samples: s.rpcEject, ref: refs },
       { op: `${bus}: seed gate (domain paused): rpc: injector.inject`, samples: gate.inject, ref: refs },
       { op: `${bus}: seed gate (domain paused): rpc: attach-device`, samples: gate.attach, ref: refs },
-      { op: `${bus}: virsh attach-device (1 spawn)`, samples: s.attach },
-      { op: `${bus}: virsh detach-device + poll domblklist`, samples: s.detach },
-      { op: `${bus}: virsh shell: attach-device`, samples: s.shAttach },
-      { op: `${bus}: virsh shell: detach-device + poll`, samples: s.shDetach },
+      { op: `${bus}: virsh attach-device (1 spawn)`, samples: s.attach, ref: virshRefs },
+      { op: `${bus}: virsh detach-device + poll domblklist`, samples: s.detach, ref: virshRefs },
+      { op: `${bus}: virsh shell: attach-device`, samples: s.shAttach, ref: virshRefs },
+      { op: `${bus}: virsh shell: detach-device + poll`, samples: s.shDetach, ref: virshRefs },
       { op: `${bus}: rpc: state (lookup+get-state+is-persistent)`, samples: r.state, ref: refs },
       { op: `${bus}: rpc: dumpxml (live)`, samples: r.xml, ref: refs },
       { op: `${bus}: rpc: attach-device`, samples: r.attach, ref: refs },
