@@ -200,7 +200,7 @@ export class LibvirtInjector implements Injector {
       // quarter of a millisecond, median, on an idle agent).
       const viewing = this.#view(uri, domain);
       viewing.catch(() => {});
-      if (this.#publisher !== identityPublisher) await new Promise((resolve) => setImmediate(resolve));
+      if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
       published = await this.#publisher.publish(target, imagePath);
       return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
     }, async () => {

@@ -33,11 +33,15 @@ export interface ImagePublisher {
   prune?(target: InjectionTarget, keepPath: string): Promise<void>;
   // It lives in the launcher pod (its directory names {podUID}).
   readonly perPod?: boolean;
+  // publish() returns the image's own path and touches no file: the
+  // injector has no copy to overlap with its read of the domain.
+  readonly passThrough?: boolean;
 }
 
 export const identityPublisher: ImagePublisher = {
   publish: async (_target, imagePath) => imagePath,
   unpublish: async () => {},
+  passThrough: true,
 };
 
 export interface DirPublisherOptions {
