@@ -161,9 +161,8 @@ export class WorkQueue {
     } else if (result === 'terminal' || typeof result === 'object') {
       this.#failures.delete(key);
       const ms = typeof result === 'object' ? result.retryAfterMs : undefined;
+      this.#unpark(key); // an earlier park's timer
       this.#parked.set(key, version);
-      clearTimeout(this.#parkTimers.get(key));
-      this.#parkTimers.delete(key);
       if (ms !== undefined && !this.#stopped) {
         // Not a backoff timer: add() (a resync, an event) must not cancel it.
         const t = setTimeout(() => {
