@@ -26,7 +26,7 @@ import type { VmiStatusRecord } from '../../src/agent/status-types.ts';
 // an eighth kept free. Issue 14 also named 200 MB (190.7 MiB) for this
 // corpus; with bin/vmseed's 1 MB semi-spaces and fixed malloc mmap
 // threshold peaks of 160-189 MiB (median 166) were measured on their own and
-// 181-188 MiB inside the whole suite (with 2 MB semi-spaces 166-191 on their
+// 178-188 MiB inside the whole suite (with 2 MB semi-spaces 166-191 on their
 // own and 183-205 in the suite; before the threshold 172-196 and up to 209):
 // Node's own ~80 MiB at start (code, ICU data,
 // threads), the main thread's heap up to ~39 MiB plus ~25 MiB external, and
