@@ -45,7 +45,9 @@ const ROOT = new URL('../', import.meta.url).pathname;
 // The agent container's NODE_OPTIONS in manifests/daemonset.yaml.
 function daemonSetNodeOptions(): string {
   const ds = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'DaemonSet') as unknown as {
-    spec: { template: { spec: { containers: Array<{ name: string; env?: Array<{ name: string; value?: string }> }> } } };
+    spec: {
+      template: { spec: { containers: Array<{ name: string; env?: Array<{ name: string; value?: string }> }> } };
+    };
   };
   const agent = ds.spec.template.spec.containers.find((c) => c.name === 'agent')!;
   return agent.env?.find((e) => e.name === 'NODE_OPTIONS')?.value ?? '';
@@ -58,10 +60,23 @@ function makeVmi(i: number): VmiObject {
   const secret = i % 4 === 0;
   const lines = [configdrive ? 'datasource: configdrive' : 'datasource: nocloud'];
   if (secret) lines.push(`secretRef: {name: ud-${name}}`);
-  else lines.push('userData: |', '  #cloud-config', `  hostname: ${name}`, '  packages: [curl, jq]', '  runcmd:', `    - echo ${name} > /etc/motd`);
+  else
+    lines.push(
+      'userData: |',
+      '  #cloud-config',
+      `  hostname: ${name}`,
+      '  packages: [curl, jq]',
+      '  runcmd:',
+      `    - echo ${name} > /etc/motd`,
+    );
   if (!configdrive) lines.push('networkData: |', '  version: 2', '  ethernets:', '    eth0: {dhcp4: true}');
   return {
-    metadata: { name, namespace: `ns-${i % 10}`, labels: { 'kubevirt.io/nodeName': NODE }, annotations: { 'vmseed.io/cloud-init': lines.join('\n') + '\n' } },
+    metadata: {
+      name,
+      namespace: `ns-${i % 10}`,
+      labels: { 'kubevirt.io/nodeName': NODE },
+      annotations: { 'vmseed.io/cloud-init': lines.join('\n') + '\n' },
+    },
     spec: { hostname: name, domain: {} },
     status: { nodeName: NODE, phase: 'Running' },
   };
@@ -70,7 +85,12 @@ function makeVmi(i: number): VmiObject {
 function addVmi(fake: FakeKube, i: number): VmiObject {
   const v = makeVmi(i);
   if (i % 4 === 0) {
-    fake.setSecret({ metadata: { name: `ud-${v.metadata.name}`, namespace: v.metadata.namespace! }, stringData: { userdata: `#cloud-config\nhostname: ${v.metadata.name}\nwrite_files:\n  - path: /etc/role\n    content: worker\n` } });
+    fake.setSecret({
+      metadata: { name: `ud-${v.metadata.name}`, namespace: v.metadata.namespace! },
+      stringData: {
+        userdata: `#cloud-config\nhostname: ${v.metadata.name}\nwrite_files:\n  - path: /etc/role\n    content: worker\n`,
+      },
+    });
   }
   return fake.applyVmi(v);
 }
@@ -78,8 +98,15 @@ function addVmi(fake: FakeKube, i: number): VmiObject {
 // The VMI's image is `<datasource>-<sha16>.iso` in its store directory
 // (content-addressed, see src/disk/store.ts): ready once one is there.
 function imagePath(state: string, v: VmiObject): { dir: string; prefix: string } {
-  const ds = /configdrive/.test(v.metadata.annotations!['vmseed.io/cloud-init']!) ? 'configdrive' : 'nocloud';
-  return { dir: new ImageStore({ root: state }).dirFor({ namespace: v.metadata.namespace!, name: v.metadata.name, uid: v.metadata.uid! }), prefix: `${ds}-` };
+  const ds = /configdrive/.test(v.metadata.annotations!['vmseed.io/cloud-init']) ? 'configdrive' : 'nocloud';
+  return {
+    dir: new ImageStore({ root: state }).dirFor({
+      namespace: v.metadata.namespace!,
+      name: v.metadata.name,
+      uid: v.metadata.uid!,
+    }),
+    prefix: `${ds}-`,
+  };
 }
 
 function hasImage(p: { dir: string; prefix: string }): boolean {
@@ -100,7 +127,7 @@ function procStat(pid: number): { cpuSeconds: number; hwmBytes: number; rssBytes
 }
 
 function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
 }
 
 // Polls every ~1 ms (a setImmediate spin would take a core from the agent on
@@ -132,7 +159,27 @@ const t0 = performance.now();
 // script execs Node, so the pid is the agent's.
 const child = spawn(
   join(ROOT, 'bin/vmseed'),
-  ['agent', '--kubeconfig', kubeconfig, '--node-name', NODE, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.1:0', '--log-level', 'warn', '--concurrency', '4', '--fsync', values.fsync!],
+  [
+    'agent',
+    '--kubeconfig',
+    kubeconfig,
+    '--node-name',
+    NODE,
+    '--state-dir',
+    state,
+    '--libvirt',
+    'off',
+    '--listen',
+    '127.0.0.1:0',
+    '--status-listen',
+    '127.0.0.1:0',
+    '--log-level',
+    'warn',
+    '--concurrency',
+    '4',
+    '--fsync',
+    values.fsync,
+  ],
   { stdio: ['ignore', 'ignore', 'pipe'], env: agentEnv },
 );
 let stderr = '';
@@ -177,12 +224,23 @@ try {
     [`CPU while idle (${IDLE_SECONDS} s)`, `${idleCpuPct.toFixed(3)} %`, '< 1 %', idleCpuPct < 1],
   ];
   const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length)), 8];
-  console.log(`vmseed agent benchmark: ${VMIS} VMIs (½ NoCloud, ½ ConfigDrive, ¼ Secret-backed), fake API server on loopback, libvirt off, fsync ${values.fsync}, state dir on ${dir.split('/')[1]}, Node ${process.version}`);
-  console.log(`agent: bin/vmseed, NODE_OPTIONS='${NODE_OPTIONS}'${values['node-options'] === undefined ? ' (the DaemonSet\'s)' : ''}, compile cache ${values['cold-cache'] ? 'empty' : 'warmed by vmseed warm-cache'}`);
-  console.log(`| ${'measure'.padEnd(w[0]!)} | ${'value'.padStart(w[1]!)} | ${'target'.padEnd(w[2]!)} | ok |`);
-  console.log(`|${'-'.repeat(w[0]! + 2)}|${'-'.repeat(w[1]! + 2)}|${'-'.repeat(w[2]! + 2)}|----|`);
-  for (const [m, v, t, ok] of rows) console.log(`| ${m.padEnd(w[0]!)} | ${v.padStart(w[1]!)} | ${t.padEnd(w[2]!)} | ${t ? (ok ? 'yes' : 'NO') : '  '} |`.replace('|  |', '|    |'));
-  if (IDLE_SECONDS < 60) console.log(`(idle measured over ${IDLE_SECONDS} s; the target is stated for 60 s: run with --idle-seconds 60)`);
+  console.log(
+    `vmseed agent benchmark: ${VMIS} VMIs (½ NoCloud, ½ ConfigDrive, ¼ Secret-backed), fake API server on loopback, libvirt off, fsync ${values.fsync}, state dir on ${dir.split('/')[1]}, Node ${process.version}`,
+  );
+  console.log(
+    `agent: bin/vmseed, NODE_OPTIONS='${NODE_OPTIONS}'${values['node-options'] === undefined ? " (the DaemonSet's)" : ''}, compile cache ${values['cold-cache'] ? 'empty' : 'warmed by vmseed warm-cache'}`,
+  );
+  console.log(`| ${'measure'.padEnd(w[0])} | ${'value'.padStart(w[1])} | ${'target'.padEnd(w[2])} | ok |`);
+  console.log(`|${'-'.repeat(w[0] + 2)}|${'-'.repeat(w[1] + 2)}|${'-'.repeat(w[2] + 2)}|----|`);
+  for (const [m, v, t, ok] of rows)
+    console.log(
+      `| ${m.padEnd(w[0])} | ${v.padStart(w[1])} | ${t.padEnd(w[2])} | ${t ? (ok ? 'yes' : 'NO') : '  '} |`.replace(
+        '|  |',
+        '|    |',
+      ),
+    );
+  if (IDLE_SECONDS < 60)
+    console.log(`(idle measured over ${IDLE_SECONDS} s; the target is stated for 60 s: run with --idle-seconds 60)`);
 } finally {
   child.kill('SIGTERM');
   await new Promise((r) => child.once('exit', r));

@@ -14,7 +14,8 @@ const N = Number(values.n);
 const PASSWORD = 'correct horse battery staple';
 const SALT = 'saltsaltsaltsalt';
 
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+const pct = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
 
 async function samples(fn: () => unknown | Promise<unknown>, n: number): Promise<number[]> {
   const out: number[] = [];
@@ -29,26 +30,51 @@ async function samples(fn: () => unknown | Promise<unknown>, n: number): Promise
 const rows: Array<{ op: string; s: number[] }> = [];
 rows.push({ op: 'vmseed sha512Crypt (TS)', s: await samples(() => sha512Crypt(PASSWORD, SALT), N) });
 
-const py = spawnSync('/usr/bin/python3', ['-W', 'ignore', '-c', `
+const py = spawnSync(
+  '/usr/bin/python3',
+  [
+    '-W',
+    'ignore',
+    '-c',
+    `
 import crypt, json, time
 out = []
 for _ in range(${N}):
     t = time.perf_counter_ns(); crypt.crypt(${JSON.stringify(PASSWORD)}, "$6$${SALT}"); out.append((time.perf_counter_ns() - t) / 1e6)
-print(json.dumps(sorted(out)))`], { encoding: 'utf8' });
+print(json.dumps(sorted(out)))`,
+  ],
+  { encoding: 'utf8' },
+);
 if (py.status !== 0) throw new Error(py.stderr);
 rows.push({ op: 'glibc crypt(3) via Python', s: JSON.parse(py.stdout) as number[] });
 
 rows.push({
   op: 'openssl passwd -6 (spawn)',
-  s: await samples(() => spawnSync('openssl', ['passwd', '-6', '-salt', SALT, '-stdin'], { input: `${PASSWORD}\n` }), Math.min(N, 100)),
+  s: await samples(
+    () => spawnSync('openssl', ['passwd', '-6', '-salt', SALT, '-stdin'], { input: `${PASSWORD}\n` }),
+    Math.min(N, 100),
+  ),
 });
 
 const vmi = {
-  metadata: { name: 'bench', namespace: 'default', uid: 'u', annotations: { 'vmseed.io/cloud-init': 'init:\n  hostname: b\n  users: [{name: ops, passwordFrom: {name: pw}}]\n  nics: [{name: eth0, dhcp4: true}]\n' } },
+  metadata: {
+    name: 'bench',
+    namespace: 'default',
+    uid: 'u',
+    annotations: {
+      'vmseed.io/cloud-init':
+        'init:\n  hostname: b\n  users: [{name: ops, passwordFrom: {name: pw}}]\n  nics: [{name: eth0, dhcp4: true}]\n',
+    },
+  },
   spec: {},
 };
-const refs = new MemoryResolver({ secrets: [{ metadata: { name: 'pw', namespace: 'default' }, stringData: { password: PASSWORD } }] });
-rows.push({ op: 'renderSeed, init with 1 password', s: await samples(() => renderSeed(vmi, refs, DEFAULT_RENDER_OPTIONS), N) });
+const refs = new MemoryResolver({
+  secrets: [{ metadata: { name: 'pw', namespace: 'default' }, stringData: { password: PASSWORD } }],
+});
+rows.push({
+  op: 'renderSeed, init with 1 password',
+  s: await samples(() => renderSeed(vmi, refs, DEFAULT_RENDER_OPTIONS), N),
+});
 
 const ref = pct(rows[1].s, 50);
 const w = Math.max(...rows.map((r) => r.op.length));
@@ -57,5 +83,7 @@ console.log(`${'operation'.padEnd(w)} | median ms |  p99 ms | ratio`);
 console.log(`${'-'.repeat(w)}-|-----------|---------|------`);
 for (const r of rows) {
   const med = pct(r.s, 50);
-  console.log(`${r.op.padEnd(w)} | ${med.toFixed(2).padStart(9)} | ${pct(r.s, 99).toFixed(2).padStart(7)} | ${(med / ref).toFixed(2).padStart(5)}`);
+  console.log(
+    `${r.op.padEnd(w)} | ${med.toFixed(2).padStart(9)} | ${pct(r.s, 99).toFixed(2).padStart(7)} | ${(med / ref).toFixed(2).padStart(5)}`,
+  );
 }

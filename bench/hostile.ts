@@ -32,7 +32,15 @@ import { buildSeedImage } from '../src/disk/seed-image.ts';
 import { RenderPool } from '../src/agent/render-pool.ts';
 import { INLINE_OFFLOAD, type Offload } from '../src/cloudinit/pure-ops.ts';
 import { VmseedError } from '../src/errors.ts';
-import { HOSTILE_CASES, NAMESPACE, caseManifest, normalVmi, secretObject, vmiObject, type HostileCase } from '../test/hostile/corpus.ts';
+import {
+  HOSTILE_CASES,
+  NAMESPACE,
+  caseManifest,
+  normalVmi,
+  secretObject,
+  vmiObject,
+  type HostileCase,
+} from '../test/hostile/corpus.ts';
 import { freshDir, put, startLocalAgent, waitUntil } from '../test/hostile/agent-run.ts';
 
 const { values } = parseArgs({
@@ -50,7 +58,12 @@ const OPTIONS: RenderOptions = {
   maxNetworkDataBytes: DEFAULT_MAX_NETWORK_DATA_BYTES,
 };
 
-const NORMAL: HostileCase = { id: 'normal', what: 'a normal VMI', annotation: 'userData: |\n  #cloud-config\n  hostname: normal\n', expect: { state: 'ready' } };
+const NORMAL: HostileCase = {
+  id: 'normal',
+  what: 'a normal VMI',
+  annotation: 'userData: |\n  #cloud-config\n  hostname: normal\n',
+  expect: { state: 'ready' },
+};
 
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -71,7 +84,9 @@ interface RenderRow {
 async function renderCase(c: HostileCase, offload: Offload): Promise<RenderRow> {
   const vmi = vmiObject(c.id.replace(/[^a-z0-9-]/g, '-'), c.annotation ?? '', c.spec ?? { domain: {} }) as VmiObject;
   vmi.metadata.uid = '6a1f3c3e-4e57-4d43-9d0c-2d6f0f2a9b10';
-  const refs = new MemoryResolver({ secrets: (c.secrets ?? []).map((s) => secretObject(s.name, s.data) as SecretObject) });
+  const refs = new MemoryResolver({
+    secrets: (c.secrets ?? []).map((s) => secretObject(s.name, s.data) as SecretObject),
+  });
   const once = async (): Promise<string> => {
     try {
       const out = await renderSeed(vmi, refs, { ...OPTIONS, offload });
@@ -101,7 +116,14 @@ async function renderCase(c: HostileCase, offload: Offload): Promise<RenderRow> 
   h.disable();
   // The monitor reports how late its 1 ms timer fired: a block plus up to
   // the resolution.
-  return { answer, min: Math.min(...times), median: percentile(times, 50), p99: percentile(times, 99), worstBlock: Math.max(0, h.max / 1e6 - 1), mainCpu: percentile(cpu, 50) };
+  return {
+    answer,
+    min: Math.min(...times),
+    median: percentile(times, 50),
+    p99: percentile(times, 99),
+    worstBlock: Math.max(0, h.max / 1e6 - 1),
+    mainCpu: percentile(cpu, 50),
+  };
 }
 
 interface AgentRow {
@@ -116,20 +138,30 @@ async function agentCase(cases: HostileCase[], work: string): Promise<AgentRow> 
   await put(join(manifests, 'baseline.json'), JSON.stringify(normalVmi('baseline')));
   const agent = await startLocalAgent(manifests, state);
   try {
-    const find = async (name: string) => (await agent.status()).vmis.find((v) => v.namespace === NAMESPACE && v.name === name);
+    const find = async (name: string) =>
+      (await agent.status()).vmis.find((v) => v.namespace === NAMESPACE && v.name === name);
     await waitUntil('baseline seeded', async () => (await find('baseline'))?.state === 'ready', 30_000);
     const t0 = performance.now();
     for (const c of cases) await put(join(manifests, `${c.id}.yaml`), caseManifest(c));
     let answer = '';
-    await waitUntil('answered', async () => {
-      const all = (await agent.status()).vmis;
-      const done = cases.every((c) => {
-        const v = all.find((x) => x.name === c.id);
-        return v && (v.state === 'ready' || v.state === 'warning' || (v.state === 'error' && v.lastError?.kind === 'terminal'));
-      });
-      if (done) answer = cases.length === 1 ? (all.find((x) => x.name === cases[0].id)!.lastError?.code ?? 'seed') : 'all answered';
-      return done;
-    }, 120_000);
+    await waitUntil(
+      'answered',
+      async () => {
+        const all = (await agent.status()).vmis;
+        const done = cases.every((c) => {
+          const v = all.find((x) => x.name === c.id);
+          return (
+            v &&
+            (v.state === 'ready' || v.state === 'warning' || (v.state === 'error' && v.lastError?.kind === 'terminal'))
+          );
+        });
+        if (done)
+          answer =
+            cases.length === 1 ? (all.find((x) => x.name === cases[0].id)!.lastError?.code ?? 'seed') : 'all answered';
+        return done;
+      },
+      120_000,
+    );
     const ms = performance.now() - t0;
     if ((await find('baseline'))?.state !== 'ready') throw new Error('the baseline VMI lost its seed');
     return { answer, ms, peakMiB: agent.peakRss() / 2 ** 20 };
@@ -162,13 +194,51 @@ try {
       const a = await agentCase([c], work);
       agentCols = [f(a.ms, 0), f(a.peakMiB)];
     }
-    rows.push([c.id, r.answer, f(r.min, 2), f(r.median, 2), f(r.p99, 2), f(r.mainCpu), f(r.worstBlock), f(p.median, 2), f(p.mainCpu), f(p.worstBlock), ...agentCols]);
+    rows.push([
+      c.id,
+      r.answer,
+      f(r.min, 2),
+      f(r.median, 2),
+      f(r.p99, 2),
+      f(r.mainCpu),
+      f(r.worstBlock),
+      f(p.median, 2),
+      f(p.mainCpu),
+      f(p.worstBlock),
+      ...agentCols,
+    ]);
     process.stderr.write('.');
   }
-  rows.push(['worst of all cases', '-', '-', '-', '-', f(worst.inlineCpu), f(worst.inline), '-', f(worst.poolCpu), f(worst.pool), '-', '-']);
+  rows.push([
+    'worst of all cases',
+    '-',
+    '-',
+    '-',
+    '-',
+    f(worst.inlineCpu),
+    f(worst.inline),
+    '-',
+    f(worst.poolCpu),
+    f(worst.pool),
+    '-',
+    '-',
+  ]);
   if (!values['no-agent']) {
     const a = await agentCase([...HOSTILE_CASES], work);
-    rows.push([`all ${HOSTILE_CASES.length} at once`, a.answer, '-', '-', '-', '-', '-', '-', '-', '-', f(a.ms, 0), f(a.peakMiB)]);
+    rows.push([
+      `all ${HOSTILE_CASES.length} at once`,
+      a.answer,
+      '-',
+      '-',
+      '-',
+      '-',
+      '-',
+      '-',
+      '-',
+      '-',
+      f(a.ms, 0),
+      f(a.peakMiB),
+    ]);
   }
 } finally {
   await pool.close();
@@ -176,10 +246,26 @@ try {
 }
 process.stderr.write('\n');
 
-const header = ['case', 'answer', 'inline: min ms', 'inline: median ms', 'inline: p99 ms', 'inline: main-thread CPU ms', 'inline: worst loop block ms', 'pool: median ms', 'pool: main-thread CPU ms', 'pool: worst loop block ms', 'agent: write→answer ms', 'agent peak RSS MiB'];
+const header = [
+  'case',
+  'answer',
+  'inline: min ms',
+  'inline: median ms',
+  'inline: p99 ms',
+  'inline: main-thread CPU ms',
+  'inline: worst loop block ms',
+  'pool: median ms',
+  'pool: main-thread CPU ms',
+  'pool: worst loop block ms',
+  'agent: write→answer ms',
+  'agent peak RSS MiB',
+];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-const line = (cols: string[]) => `| ${cols.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ')} |`;
-console.log(`bench:hostile — ${ITERATIONS} renders per case in-process (${process.version}), every step inline and with the render pool (${pool.offloaded} steps on its worker); agent: bin/vmseed --local with the DaemonSet's NODE_OPTIONS, one fresh agent per row`);
+const line = (cols: string[]) =>
+  `| ${cols.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ')} |`;
+console.log(
+  `bench:hostile — ${ITERATIONS} renders per case in-process (${process.version}), every step inline and with the render pool (${pool.offloaded} steps on its worker); agent: bin/vmseed --local with the DaemonSet's NODE_OPTIONS, one fresh agent per row`,
+);
 console.log(line(header));
 console.log(`|${widths.map((w, i) => (i < 2 ? '-'.repeat(w + 2) : `${'-'.repeat(w + 1)}:`)).join('|')}|`);
 for (const r of rows) console.log(line(r));

@@ -14,8 +14,19 @@ export interface Result {
 // Requests are due at a fixed rate whatever the answers do (open loop); each
 // latency is measured from the moment the request was due.
 // `from`: a local source address and pool size (a guest beside a flood).
-export async function load(name: string, origin: string, paths: string[], secs: number, rate: number, from?: { localAddress: string; connections: number }): Promise<Result> {
-  const pool = new Pool(origin, { connections: from?.connections ?? 64, pipelining: 1, ...(from ? { localAddress: from.localAddress } : {}) });
+export async function load(
+  name: string,
+  origin: string,
+  paths: string[],
+  secs: number,
+  rate: number,
+  from?: { localAddress: string; connections: number },
+): Promise<Result> {
+  const pool = new Pool(origin, {
+    connections: from?.connections ?? 64,
+    pipelining: 1,
+    ...(from ? { localAddress: from.localAddress } : {}),
+  });
   const total = Math.round(secs * rate);
   const latencies = new Float64Array(total);
   let sent = 0;
@@ -50,4 +61,3 @@ export async function load(name: string, origin: string, paths: string[], secs: 
   await pool.close();
   return { name, sent, ok, errors, wallSeconds, latenciesMs: latencies };
 }
-

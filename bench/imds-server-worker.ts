@@ -10,7 +10,12 @@ import { createMetrics } from '../src/metrics/metrics.ts';
 import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } from '../src/http/datasource.ts';
 import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
 
-const { kind, key, vmis, perSourceCap } = workerData as { kind: 'vmseed' | 'bare'; key: Uint8Array; vmis: number; perSourceCap?: boolean };
+const { kind, key, vmis, perSourceCap } = workerData as {
+  kind: 'vmseed' | 'bare';
+  key: Uint8Array;
+  vmis: number;
+  perSourceCap?: boolean;
+};
 
 function seedOf(i: number): Seed {
   const enc = new TextEncoder();
@@ -26,7 +31,8 @@ function seedOf(i: number): Seed {
 
 if (kind === 'vmseed') {
   const entries = new Map<string, SeedDirectoryEntry>();
-  for (let i = 0; i < vmis; i++) entries.set(`uid-${i}`, { namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: seedOf(i) });
+  for (let i = 0; i < vmis; i++)
+    entries.set(`uid-${i}`, { namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: seedOf(i) });
   const lastFetch = new Map<string, Date>();
   const directory: SeedDirectory = {
     revision: 1,
@@ -50,7 +56,11 @@ if (kind === 'vmseed') {
 } else {
   const body = seedOf(0).userData;
   const server = createServer((_req, res) => {
-    res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(body.byteLength), 'Cache-Control': 'no-store' });
+    res.writeHead(200, {
+      'Content-Type': 'application/octet-stream',
+      'Content-Length': String(body.byteLength),
+      'Cache-Control': 'no-store',
+    });
     res.end(body);
   });
   server.keepAliveTimeout = 5000;

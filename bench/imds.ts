@@ -42,9 +42,14 @@ const rate = Number(values.rate);
 const vmis = Number(values.vmis);
 const FILES = ['meta-data', 'user-data', 'vendor-data', 'network-config'];
 
-
-async function startWorker(kind: 'vmseed' | 'bare', key: Uint8Array, perSourceCap = false): Promise<{ port: number; worker: Worker }> {
-  const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), { workerData: { kind, key, vmis, perSourceCap } });
+async function startWorker(
+  kind: 'vmseed' | 'bare',
+  key: Uint8Array,
+  perSourceCap = false,
+): Promise<{ port: number; worker: Worker }> {
+  const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), {
+    workerData: { kind, key, vmis, perSourceCap },
+  });
   const port = await new Promise<number>((resolve, reject) => {
     worker.once('message', (m: { port: number }) => resolve(m.port));
     worker.once('error', reject);
@@ -58,7 +63,8 @@ function pct(sorted: Float64Array, p: number): number {
 
 const key = new Uint8Array(randomBytes(32));
 const paths: string[] = [];
-for (let i = 0; i < vmis; i++) for (const f of FILES) paths.push(`/v1/${signToken(key, `uid-${i}`)}${i % 2 ? '/' : ''}${f}`);
+for (let i = 0; i < vmis; i++)
+  for (const f of FILES) paths.push(`/v1/${signToken(key, `uid-${i}`)}${i % 2 ? '/' : ''}${f}`);
 
 const results: Result[] = [];
 {
@@ -72,16 +78,36 @@ if (flood > 0) {
   const { port, worker } = await startWorker('vmseed', key, true);
   const held: Socket[] = [];
   for (let i = 0; i < flood; i += 100) {
-    held.push(...(await Promise.all(Array.from({ length: Math.min(100, flood - i) }, () => new Promise<Socket>((resolve) => {
-      const s = connect({ port, host: '127.0.0.1', localAddress: '127.0.0.1' });
-      s.on('error', () => {});
-      s.on('connect', () => { s.write('GET /v1/'); resolve(s); });
-      s.on('close', () => resolve(s));
-    })))));
+    held.push(
+      ...(await Promise.all(
+        Array.from(
+          { length: Math.min(100, flood - i) },
+          () =>
+            new Promise<Socket>((resolve) => {
+              const s = connect({ port, host: '127.0.0.1', localAddress: '127.0.0.1' });
+              s.on('error', () => {});
+              s.on('connect', () => {
+                s.write('GET /v1/');
+                resolve(s);
+              });
+              s.on('close', () => resolve(s));
+            }),
+        ),
+      )),
+    );
   }
   const from = { localAddress: '127.0.0.2', connections: 32 };
   await load('warm-up', `http://127.0.0.1:${port}`, paths, 1, rate, from);
-  results.push(await load(`vmseed, ${flood} half-open from one other source`, `http://127.0.0.1:${port}`, paths, seconds, rate, from));
+  results.push(
+    await load(
+      `vmseed, ${flood} half-open from one other source`,
+      `http://127.0.0.1:${port}`,
+      paths,
+      seconds,
+      rate,
+      from,
+    ),
+  );
   for (const s of held) s.destroy();
   await worker.terminate();
 }
@@ -95,7 +121,12 @@ if (values.redirect) {
   const env = await makePodNode();
   const ds = await startNodeDatasource(env, Buffer.from(key), 'uid-bench', 8081, { vmis });
   const keeper = new RedirectKeeper({
-    spec: { table: 'vmseed', to: { host: env.nodeAddress, port: 8081 }, podInterfaces: ['veth*'], metadata: { address: '169.254.169.254', port: 80 } },
+    spec: {
+      table: 'vmseed',
+      to: { host: env.nodeAddress, port: 8081 },
+      podInterfaces: ['veth*'],
+      metadata: { address: '169.254.169.254', port: 80 },
+    },
     runner: execNft({ prefix: env.inNode([]) }),
     logger: pino({ level: 'silent' }),
   });
@@ -108,7 +139,19 @@ if (values.redirect) {
     ] as const) {
       const { stdout } = await promisify(execFile)(
         'ip',
-        ['netns', 'exec', env.pod, process.execPath, new URL('./imds-load-cli.ts', import.meta.url).pathname, name, origin, Buffer.from(key).toString('base64'), String(vmis), String(seconds), String(rate)],
+        [
+          'netns',
+          'exec',
+          env.pod,
+          process.execPath,
+          new URL('./imds-load-cli.ts', import.meta.url).pathname,
+          name,
+          origin,
+          Buffer.from(key).toString('base64'),
+          String(vmis),
+          String(seconds),
+          String(rate),
+        ],
         { maxBuffer: 256 * 1024 * 1024 },
       );
       const r = JSON.parse(stdout) as Omit<Result, 'latenciesMs'> & { latenciesMs: number[] };
@@ -140,7 +183,9 @@ const rows = results.map((r) => {
 const cols = Object.keys(rows[0]) as Array<keyof (typeof rows)[number]>;
 const width = cols.map((c) => Math.max(c.length, ...rows.map((r) => String(r[c]).length)));
 const line = (cells: string[]) => '| ' + cells.map((c, i) => c.padEnd(width[i])).join(' | ') + ' |';
-console.log(`NoCloud HTTP datasource, loopback, ${rate} req/s target for ${seconds} s, ${vmis} VMIs x 4 files, node ${process.version}`);
+console.log(
+  `NoCloud HTTP datasource, loopback, ${rate} req/s target for ${seconds} s, ${vmis} VMIs x 4 files, node ${process.version}`,
+);
 console.log(line(cols));
 console.log('|' + width.map((w) => '-'.repeat(w + 2)).join('|') + '|');
 for (const r of rows) console.log(line(cols.map((c) => String(r[c]))));

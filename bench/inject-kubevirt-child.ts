@@ -24,7 +24,14 @@ if (!config) throw new Error('the manifest args asked for --help');
 const injector = makeInjector(config);
 if (!injector) throw new Error('the manifest runs with --libvirt=off');
 const client = injector.client;
-const target: InjectionTarget = { namespace: 'bench', name: 'launcher', uid: podUid, datasource: 'nocloud', annotations: {}, launcherPods: [podUid] };
+const target: InjectionTarget = {
+  namespace: 'bench',
+  name: 'launcher',
+  uid: podUid,
+  datasource: 'nocloud',
+  annotations: {},
+  launcherPods: [podUid],
+};
 const { uri, domain } = injector.locate(target);
 
 // The removal a detach waits for, so the next cycle starts from no disk.
@@ -42,7 +49,14 @@ function removed(): Promise<void> {
 try {
   client.watch(uri);
   await client.version(uri);
-  const s = { inject: [] as number[], injectStaged: [] as number[], eject: [] as number[], view: [] as number[], attach: [] as number[], virshVersion: [] as number[] };
+  const s = {
+    inject: [] as number[],
+    injectStaged: [] as number[],
+    eject: [] as number[],
+    view: [] as number[],
+    attach: [] as number[],
+    virshVersion: [] as number[],
+  };
   let published = '';
   // One cycle untimed: the JIT, our directory in the volume (made by the
   // first publish into a pod), and virsh's first start are not what a
@@ -55,24 +69,30 @@ try {
     // launcher's socket, a no-op. Every call is timed after the same pause
     // (bench/timing.ts).
     s.virshVersion.push(await timeSettled(() => run('virsh', ['-q', '-c', uri, 'version'])));
-    s.inject.push(await timeSettled(async () => {
-      const r = await injector.inject(target, image);
-      if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
-    }));
+    s.inject.push(
+      await timeSettled(async () => {
+        const r = await injector.inject(target, image);
+        if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
+      }),
+    );
     // The seed gate's path: the agent's pass before the domain existed
     // (DOMAIN_NOT_FOUND) left the copy in the pod, so inject() at the
     // domain's start finds it and only reads and attaches.
     await injector.eject(target);
     await injector.stage(target, image);
-    s.injectStaged.push(await timeSettled(async () => {
-      const r = await injector.inject(target, image);
-      if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
-    }));
+    s.injectStaged.push(
+      await timeSettled(async () => {
+        const r = await injector.inject(target, image);
+        if (r.action !== 'attached' || r.targetDev !== 'sdzz') throw new Error(`inject: ${JSON.stringify(r)}`);
+      }),
+    );
     // The path the domain opened: what a bare attach below attaches again.
     published ||= (await client.domainView(uri, domain)).liveXml.match(/<source file='([^']+vmseed-[^']+)'/)?.[1] ?? '';
-    s.eject.push(await timeSettled(async () => {
-      if ((await injector.eject(target)).action !== 'detached') throw new Error('eject detached nothing');
-    }));
+    s.eject.push(
+      await timeSettled(async () => {
+        if ((await injector.eject(target)).action !== 'detached') throw new Error('eject detached nothing');
+      }),
+    );
     // libvirt's part alone, on the same connection: one read, one attach.
     // (The published copy went with the eject: put it back first.)
     await injector.stage(target, image);

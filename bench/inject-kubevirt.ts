@@ -24,7 +24,11 @@ import { readDaemonSetAgent } from '../e2e/support/daemonset-agent.ts';
 // per cycle; the row's ratio and target are taken against it (the machine's
 // speed drifts over the minutes a run takes). Without it, the run's first
 // reference row.
-export interface Row { op: string; samples: number[]; ref?: number[] }
+export interface Row {
+  op: string;
+  samples: number[];
+  ref?: number[];
+}
 
 interface ChildResult {
   uri: string;
@@ -42,7 +46,10 @@ const CHILD = fileURLToPath(new URL('./inject-kubevirt-child.ts', import.meta.ur
 
 function runChild(argv: string[]): Promise<ChildResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], cwd: fileURLToPath(new URL('..', import.meta.url)) });
+    const child = spawn(argv[0], argv.slice(1), {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => (out += d));
@@ -64,16 +71,29 @@ export async function benchKubevirtLauncher(cycles: number): Promise<Row[]> {
   const tree = await createKubeletTree(1);
   const work = await mkdtemp(join(tmpdir(), 'vmseed-bench-kubevirt-'));
   try {
-    const launcher = await startLauncher(tree.pods[0]!);
+    const launcher = await startLauncher(tree.pods[0]);
     try {
       // The domain KubeVirt's converter builds for a small VMI (q35, its
       // controllers and disks), started paused as the seed gate meets it
       // (startStrategy: Paused); it stays paused: a SCSI disk comes and
       // goes without the guest.
-      await startKubevirtVm(launcher, { namespace: 'bench', name: 'launcher', uuid: randomUUID(), cmdline: 'console=ttyS0' });
+      await startKubevirtVm(launcher, {
+        namespace: 'bench',
+        name: 'launcher',
+        uuid: randomUUID(),
+        cmdline: 'console=ttyS0',
+      });
       // A real seed image (68 KiB, the store's minimum), in a state
       // directory owned by the agent's user as the init container leaves it.
-      const image = buildSeedImage({ datasource: 'nocloud', metaData: { 'instance-id': 'iid-bench', 'local-hostname': 'bench' }, userData: new TextEncoder().encode('#cloud-config\n{}\n'), warnings: [] }, new Date(0));
+      const image = buildSeedImage(
+        {
+          datasource: 'nocloud',
+          metaData: { 'instance-id': 'iid-bench', 'local-hostname': 'bench' },
+          userData: new TextEncoder().encode('#cloud-config\n{}\n'),
+          warnings: [],
+        },
+        new Date(0),
+      );
       const stateDir = join(work, 'seeds');
       await chmod(work, 0o755);
       await mkdir(stateDir, { mode: 0o755 });
@@ -84,14 +104,31 @@ export async function benchKubevirtLauncher(cycles: number): Promise<Row[]> {
 
       await ensurePodsMountPoint();
       const user = { uid: ds.runAsUser, gid: ds.runAsGroup, groups: ds.supplementalGroups };
-      const r = await runChild(agentViewArgv(tree.podsDir, user, [process.execPath, CHILD, tree.pods[0]!.uid, imagePath, String(cycles)]));
+      const r = await runChild(
+        agentViewArgv(tree.podsDir, user, [process.execPath, CHILD, tree.pods[0].uid, imagePath, String(cycles)]),
+      );
       // Session libvirtd as 107 in the launcher; the manifest's args; the DaemonSet's user.
       const tag = 'kubevirt launcher, as shipped';
       return [
-        { op: `${tag}: virsh version on the launcher's socket, in the same loop (the reference of the rows below)`, samples: r.virshVersion },
-        { op: `${tag}: rpc: injector.inject, a new seed (copy into the pod+domainView+attach sdzz)`, samples: r.inject, ref: r.virshVersion },
-        { op: `${tag}: rpc: injector.inject at the domain's start (copy left by the pass before it existed; domainView+attach)`, samples: r.injectStaged, ref: r.virshVersion },
-        { op: `${tag}: rpc: injector.eject (domainView+detach+event+unpublish)`, samples: r.eject, ref: r.virshVersion },
+        {
+          op: `${tag}: virsh version on the launcher's socket, in the same loop (the reference of the rows below)`,
+          samples: r.virshVersion,
+        },
+        {
+          op: `${tag}: rpc: injector.inject, a new seed (copy into the pod+domainView+attach sdzz)`,
+          samples: r.inject,
+          ref: r.virshVersion,
+        },
+        {
+          op: `${tag}: rpc: injector.inject at the domain's start (copy left by the pass before it existed; domainView+attach)`,
+          samples: r.injectStaged,
+          ref: r.virshVersion,
+        },
+        {
+          op: `${tag}: rpc: injector.eject (domainView+detach+event+unpublish)`,
+          samples: r.eject,
+          ref: r.virshVersion,
+        },
         { op: `${tag}: rpc: domainView alone`, samples: r.view, ref: r.virshVersion },
         { op: `${tag}: rpc: attach-device alone (libvirt + QEMU)`, samples: r.attach, ref: r.virshVersion },
       ];

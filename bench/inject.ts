@@ -48,13 +48,22 @@ import { startPrivateLibvirtd } from '../e2e/support/private-libvirtd.ts';
 import { buildSeedDiskXml, type SeedBus } from '../src/libvirt/disk-xml.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
 import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
-import { ensureLibvirtd, defineDomain, destroyDomain, emptyDomainXml, virsh, LIBVIRT_URI } from '../e2e/support/libvirtd.ts';
+import {
+  ensureLibvirtd,
+  defineDomain,
+  destroyDomain,
+  emptyDomainXml,
+  virsh,
+  LIBVIRT_URI,
+} from '../e2e/support/libvirtd.ts';
 import { guestDomainXml, waitForConsole } from '../e2e/support/libvirt-guest.ts';
 import { benchKubevirtLauncher, type Row } from './inject-kubevirt.ts';
 import { time, timeSettled } from './timing.ts';
 
 const run = promisify(execFile);
-const { values } = parseArgs({ options: { cycles: { type: 'string', default: '50' }, mode: { type: 'string', default: 'both' } } });
+const { values } = parseArgs({
+  options: { cycles: { type: 'string', default: '50' }, mode: { type: 'string', default: 'both' } },
+});
 const CYCLES = Number(values.cycles);
 const modes: SeedBus[] = values.mode === 'both' ? ['scsi', 'virtio'] : [values.mode as SeedBus];
 
@@ -66,7 +75,10 @@ function pct(sorted: number[], p: number): number {
 
 // One long-running `virsh` fed commands on stdin: no spawn, no reconnect.
 class VirshShell {
-  #child = spawn('virsh', ['-q', '-c', LIBVIRT_URI], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, LC_ALL: 'C' } });
+  #child = spawn('virsh', ['-q', '-c', LIBVIRT_URI], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: { ...process.env, LC_ALL: 'C' },
+  });
   #buf = '';
   #n = 0;
   #waiters: Array<() => void> = [];
@@ -177,11 +189,25 @@ async function benchAgentSeed(rpc: RpcLibvirtClient): Promise<{ n: number }> {
   const samples: number[] = [];
   const fromCreate: number[] = [];
   try {
-    for (const name of names) await agent.put(`${name}.yaml`, vmiYaml({ namespace: NS, name, cloudInit: JSON.stringify({ userData: `#cloud-config\n# ${name}\n` }), resumeAfterSeed: true }));
-    await waitUntil('every VMI waiting for its domain', async () => {
-      const s = await Promise.all(names.map((name) => agent.vmi(NS, name)));
-      return s.every((r) => r?.lastError?.code === 'DOMAIN_NOT_FOUND');
-    }, 60_000, () => agent.log().split('\n').slice(-20).join('\n'));
+    for (const name of names)
+      await agent.put(
+        `${name}.yaml`,
+        vmiYaml({
+          namespace: NS,
+          name,
+          cloudInit: JSON.stringify({ userData: `#cloud-config\n# ${name}\n` }),
+          resumeAfterSeed: true,
+        }),
+      );
+    await waitUntil(
+      'every VMI waiting for its domain',
+      async () => {
+        const s = await Promise.all(names.map((name) => agent.vmi(NS, name)));
+        return s.every((r) => r?.lastError?.code === 'DOMAIN_NOT_FOUND');
+      },
+      60_000,
+      () => agent.log().split('\n').slice(-20).join('\n'),
+    );
     const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-agent-'));
     try {
       for (const name of names) {
@@ -190,7 +216,10 @@ async function benchAgentSeed(rpc: RpcLibvirtClient): Promise<{ n: number }> {
         writeFileSync(file, emptyDomainXml({ name: domain, scsiController: true }));
         let started: number | undefined;
         const resumed = new Promise<number>((resolve, reject) => {
-          const t = setTimeout(() => { off(); reject(new Error(`${domain}: not resumed within 60 s\n${agent.log().split('\n').slice(-20).join('\n')}`)); }, 60_000);
+          const t = setTimeout(() => {
+            off();
+            reject(new Error(`${domain}: not resumed within 60 s\n${agent.log().split('\n').slice(-20).join('\n')}`));
+          }, 60_000);
           const off = rpc.onEvent((e) => {
             if (e.type !== 'lifecycle' || e.domain !== domain) return;
             if (e.event === 'started') started ??= performance.now();
@@ -211,7 +240,8 @@ async function benchAgentSeed(rpc: RpcLibvirtClient): Promise<{ n: number }> {
           fromCreate.push(at - created);
           void c0;
           const xml = parseDomainXml(await rpc.domainXml(LIBVIRT_URI, domain));
-          if (xml.disks.filter((d) => d.alias === 'ua-vmseed_seed').length !== 1) throw new Error(`${domain}: not exactly one seed disk`);
+          if (xml.disks.filter((d) => d.alias === 'ua-vmseed_seed').length !== 1)
+            throw new Error(`${domain}: not exactly one seed disk`);
         } finally {
           await destroyDomain(domain);
         }
@@ -223,7 +253,10 @@ async function benchAgentSeed(rpc: RpcLibvirtClient): Promise<{ n: number }> {
     await agent.dispose();
   }
   rows.push(
-    { op: `agent (--libvirt rpc): domain created paused after its VMI → seeded and resumed (started→resumed event, ${n} domains)`, samples },
+    {
+      op: `agent (--libvirt rpc): domain created paused after its VMI → seeded and resumed (started→resumed event, ${n} domains)`,
+      samples,
+    },
     { op: `agent (--libvirt rpc): the same, from 'virsh create --paused' returning`, samples: fromCreate },
   );
   return { n };
@@ -247,32 +280,47 @@ async function benchRestart(): Promise<string> {
     const actions = new Map<string, number>();
     const latencies: number[] = [];
     let done = 0;
-    const all = Promise.all(names.map(async (name, i) => {
-      await sleep(i * 10);
-      const t0 = performance.now();
-      for (let attempt = 0; ; attempt++) {
-        try {
-          const r = await inj.inject({ namespace: 'bench', name, uid: name, datasource: 'nocloud', annotations: {} }, seed);
-          actions.set(r.action, (actions.get(r.action) ?? 0) + 1);
-          break;
-        } catch (e) {
-          if (!(e instanceof VmseedError) || e.kind !== 'retryable' || attempt >= 50) throw e;
-          errors.set(e.code, (errors.get(e.code) ?? 0) + 1);
-          await sleep(50);
+    const all = Promise.all(
+      names.map(async (name, i) => {
+        await sleep(i * 10);
+        const t0 = performance.now();
+        for (let attempt = 0; ; attempt++) {
+          try {
+            const r = await inj.inject(
+              { namespace: 'bench', name, uid: name, datasource: 'nocloud', annotations: {} },
+              seed,
+            );
+            actions.set(r.action, (actions.get(r.action) ?? 0) + 1);
+            break;
+          } catch (e) {
+            if (!(e instanceof VmseedError) || e.kind !== 'retryable' || attempt >= 50) throw e;
+            errors.set(e.code, (errors.get(e.code) ?? 0) + 1);
+            await sleep(50);
+          }
         }
-      }
-      latencies.push(performance.now() - t0);
-      done++;
-    }));
+        latencies.push(performance.now() - t0);
+        done++;
+      }),
+    );
     await sleep(400);
     const before = done;
     const r0 = performance.now();
     await daemon.restart({ downMs: 300 });
     const downMs = performance.now() - r0;
     await all;
-    const disks = await Promise.all(names.map(async (name) => parseDomainXml(await client.domainXml(daemon.uri, `bench_${name}`, { inactive: true })).disks.filter((d) => d.alias === 'ua-vmseed_seed').length));
+    const disks = await Promise.all(
+      names.map(
+        async (name) =>
+          parseDomainXml(await client.domainXml(daemon.uri, `bench_${name}`, { inactive: true })).disks.filter(
+            (d) => d.alias === 'ua-vmseed_seed',
+          ).length,
+      ),
+    );
     const once = disks.filter((n) => n === 1).length;
-    rows.push({ op: `restart: injector.inject, 100 calls, libvirtd killed+restarted mid-way (incl. retries)`, samples: latencies });
+    rows.push({
+      op: `restart: injector.inject, 100 calls, libvirtd killed+restarted mid-way (incl. retries)`,
+      samples: latencies,
+    });
     return `libvirtd restarted after ${before}/100 injections had completed (down ${downMs.toFixed(0)} ms incl. start): ${done}/100 completed, ${once}/100 domains with exactly one seed disk; results ${JSON.stringify(Object.fromEntries(actions))}; retried errors ${JSON.stringify(Object.fromEntries(errors))}`;
   } finally {
     await client.close();
@@ -294,7 +342,10 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       await defineDomain(emptyDomainXml({ name: domain, scsiController: true }), 'create');
     } else {
       const consoleLog = join(dir, `${name}.console`);
-      await defineDomain(await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.wait=0 vmseed.after=stay' }), 'create');
+      await defineDomain(
+        await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.wait=0 vmseed.after=stay' }),
+        'create',
+      );
       await waitForConsole(consoleLog, (r) => r.done, 180_000);
     }
     const target: InjectionTarget = { namespace: 'bench', name, uid: 'bench', datasource: 'nocloud', annotations: {} };
@@ -303,8 +354,25 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
     const dev = bus === 'scsi' ? 'sda' : 'vda';
     const xmlFile = join(dir, `${bus}.xml`);
     writeFileSync(xmlFile, buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus }));
-    const s = { inject: [] as number[], eject: [] as number[], rpcInject: [] as number[], rpcEject: [] as number[], attach: [] as number[], detach: [] as number[], shAttach: [] as number[], shDetach: [] as number[] };
-    const r = { state: [] as number[], xml: [] as number[], view: [] as number[], attach: [] as number[], detach: [] as number[], inject: [] as number[], oneReadOneWrite: [] as number[] };
+    const s = {
+      inject: [] as number[],
+      eject: [] as number[],
+      rpcInject: [] as number[],
+      rpcEject: [] as number[],
+      attach: [] as number[],
+      detach: [] as number[],
+      shAttach: [] as number[],
+      shDetach: [] as number[],
+    };
+    const r = {
+      state: [] as number[],
+      xml: [] as number[],
+      view: [] as number[],
+      attach: [] as number[],
+      detach: [] as number[],
+      inject: [] as number[],
+      oneReadOneWrite: [] as number[],
+    };
     const rpcXml = buildSeedDiskXml({ sourceFile: seedB, targetDev: dev, bus });
     const gate = { inject: [] as number[], attach: [] as number[] };
     const sh = new VirshShell();
@@ -319,17 +387,23 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       s.inject.push(await time(() => inj.inject(target, seedA)));
       s.eject.push(await time(() => inj.eject(target)));
       // One virsh spawn per step: libvirt's work + one spawn + one connect.
-      s.attach.push(await time(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'attach-device', domain, xmlFile, '--live'])));
-      s.detach.push(await time(async () => {
-        await run('virsh', ['-q', '-c', LIBVIRT_URI, 'detach-device', domain, xmlFile, '--live']);
-        await gone(domain);
-      }));
+      s.attach.push(
+        await time(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'attach-device', domain, xmlFile, '--live'])),
+      );
+      s.detach.push(
+        await time(async () => {
+          await run('virsh', ['-q', '-c', LIBVIRT_URI, 'detach-device', domain, xmlFile, '--live']);
+          await gone(domain);
+        }),
+      );
       // The same in one long-running virsh: libvirt's work only.
       s.shAttach.push(await time(() => sh.cmd(`attach-device ${domain} ${xmlFile} --live`)));
-      s.shDetach.push(await time(async () => {
-        await sh.cmd(`detach-device ${domain} ${xmlFile} --live`);
-        await gone(domain, sh);
-      }));
+      s.shDetach.push(
+        await time(async () => {
+          await sh.cmd(`detach-device ${domain} ${xmlFile} --live`);
+          await gone(domain, sh);
+        }),
+      );
     }
     sh.close();
     // Suspends and resumes the domain around the seed gate's rows: a
@@ -343,50 +417,70 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       // of the same minutes.
       refs.push(await timeSettled(() => run('virsh', ['-q', '-c', LIBVIRT_URI, 'version'])));
       // The same injector on the RPC client.
-      s.rpcInject.push(await timeSettled(async () => {
-        if ((await rpcInj.inject(target, seedA)).action !== 'attached') throw new Error('rpc inject attached nothing');
-      }));
-      s.rpcEject.push(await timeSettled(async () => {
-        if ((await rpcInj.eject(target)).action !== 'detached') throw new Error('rpc eject detached nothing');
-      }));
+      s.rpcInject.push(
+        await timeSettled(async () => {
+          if ((await rpcInj.inject(target, seedA)).action !== 'attached')
+            throw new Error('rpc inject attached nothing');
+        }),
+      );
+      s.rpcEject.push(
+        await timeSettled(async () => {
+          if ((await rpcInj.eject(target)).action !== 'detached') throw new Error('rpc eject detached nothing');
+        }),
+      );
       // The seed gate's case: the domain paused (QEMU started with -S), so
       // the guest's vCPU does not compete with libvirt and QEMU for the
       // cores, as a booted guest probing the new device does. The resume
       // after it lets a virtio guest answer the unplug.
       await pauser.cmd(`suspend ${domain}`);
-      gate.inject.push(await timeSettled(async () => {
-        if ((await rpcInj.inject(target, seedA)).action !== 'attached') throw new Error('rpc inject (paused) attached nothing');
-      }));
+      gate.inject.push(
+        await timeSettled(async () => {
+          if ((await rpcInj.inject(target, seedA)).action !== 'attached')
+            throw new Error('rpc inject (paused) attached nothing');
+        }),
+      );
       await pauser.cmd(`resume ${domain}`);
       await rpcInj.eject(target);
       await pauser.cmd(`suspend ${domain}`);
-      gate.attach.push(await timeSettled(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })));
+      gate.attach.push(
+        await timeSettled(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })),
+      );
       await pauser.cmd(`resume ${domain}`);
       await rpcDetach(rpc, domain, rpcXml);
       // The same over the RPC connection, one step at a time.
       r.state.push(await timeSettled(() => rpc.domainInfo(LIBVIRT_URI, domain)));
       r.xml.push(await timeSettled(() => rpc.domainXml(LIBVIRT_URI, domain)));
       r.view.push(await timeSettled(() => rpc.domainView(LIBVIRT_URI, domain)));
-      r.attach.push(await timeSettled(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })));
+      r.attach.push(
+        await timeSettled(() => rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false })),
+      );
       r.detach.push(await timeSettled(() => rpcDetach(rpc, domain, rpcXml)));
       // What an injection needs: one read of state and XML, one write.
-      r.inject.push(await timeSettled(async () => {
-        await rpc.domainInfo(LIBVIRT_URI, domain);
-        await rpc.domainXml(LIBVIRT_URI, domain);
-        await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
-      }));
+      r.inject.push(
+        await timeSettled(async () => {
+          await rpc.domainInfo(LIBVIRT_URI, domain);
+          await rpc.domainXml(LIBVIRT_URI, domain);
+          await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
+        }),
+      );
       await rpcDetach(rpc, domain, rpcXml);
-      r.oneReadOneWrite.push(await timeSettled(async () => {
-        await rpc.domainView(LIBVIRT_URI, domain);
-        await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
-      }));
+      r.oneReadOneWrite.push(
+        await timeSettled(async () => {
+          await rpc.domainView(LIBVIRT_URI, domain);
+          await rpc.attachDevice(LIBVIRT_URI, domain, rpcXml, { live: true, config: false });
+        }),
+      );
       await rpcDetach(rpc, domain, rpcXml);
     }
     pauser.close();
     rows.push(
       { op: `${bus}: virsh version, in the virsh rows' loop (their reference)`, samples: virshRefs },
       { op: `${bus}: virsh version, in the RPC rows' loop (their reference)`, samples: refs },
-      { op: `${bus}: virsh: injector.inject (dominfo+dumpxml+attach, a process each)`, samples: s.inject, ref: virshRefs },
+      {
+        op: `${bus}: virsh: injector.inject (dominfo+dumpxml+attach, a process each)`,
+        samples: s.inject,
+        ref: virshRefs,
+      },
       { op: `${bus}: virsh: injector.eject (…+detach+poll until gone)`, samples: s.eject, ref: virshRefs },
       { op: `${bus}: rpc: injector.inject (domainView+attach)`, samples: s.rpcInject, ref: refs },
       { op: `${bus}: rpc: injector.eject (domainView+detach+device-removed event)`, samples: s.rpcEject, ref: refs },
@@ -401,7 +495,11 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       { op: `${bus}: rpc: attach-device`, samples: r.attach, ref: refs },
       { op: `${bus}: rpc: detach-device + device-removed event`, samples: r.detach, ref: refs },
       { op: `${bus}: rpc: inject equivalent (state+live XML+attach)`, samples: r.inject, ref: refs },
-      { op: `${bus}: rpc: domainView (state+persistent+2 XML pipelined; handle remembered)`, samples: r.view, ref: refs },
+      {
+        op: `${bus}: rpc: domainView (state+persistent+2 XML pipelined; handle remembered)`,
+        samples: r.view,
+        ref: refs,
+      },
       { op: `${bus}: rpc: domainView + attach (one read, one write)`, samples: r.oneReadOneWrite, ref: refs },
     );
   } finally {
@@ -427,30 +525,50 @@ async function main(): Promise<void> {
       shNoop.push(await time(() => sh.cmd('version')));
     }
     sh.close();
-    rows.push({ op: 'virsh version (spawn+connect, no-op)', samples: noop }, { op: 'virsh shell: version (no-op)', samples: shNoop });
+    rows.push(
+      { op: 'virsh version (spawn+connect, no-op)', samples: noop },
+      { op: 'virsh shell: version (no-op)', samples: shNoop },
+    );
     const rpcNoop: number[] = [];
     const rpcFresh: number[] = [];
     for (let i = 0; i < CYCLES; i++) {
       rpcNoop.push(await time(() => rpc.version(LIBVIRT_URI)));
       // What a call on a URI not yet open costs (a KubeVirt launcher socket).
-      rpcFresh.push(await time(async () => {
-        const c = new RpcLibvirtClient();
-        await c.version(LIBVIRT_URI);
-        await c.close();
-      }));
+      rpcFresh.push(
+        await time(async () => {
+          const c = new RpcLibvirtClient();
+          await c.version(LIBVIRT_URI);
+          await c.close();
+        }),
+      );
     }
-    rows.push({ op: 'rpc: get-lib-version (connected, no-op)', samples: rpcNoop }, { op: 'rpc: connect+auth+open+events+version+close', samples: rpcFresh });
+    rows.push(
+      { op: 'rpc: get-lib-version (connected, no-op)', samples: rpcNoop },
+      { op: 'rpc: connect+auth+open+events+version+close', samples: rpcFresh },
+    );
     // What reading a launcher-sized domain XML costs the injector: the
     // walker it uses, and the whole-tree parse it replaced.
-    const launcherXml = readFileSync(new URL('../test/fixtures/kubevirt-sync/new-layout-live.xml', import.meta.url), 'utf8');
-    const tree = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@_', parseAttributeValue: false, parseTagValue: false, trimValues: false });
+    const launcherXml = readFileSync(
+      new URL('../test/fixtures/kubevirt-sync/new-layout-live.xml', import.meta.url),
+      'utf8',
+    );
+    const tree = new XMLParser({
+      ignoreAttributes: false,
+      attributeNamePrefix: '@_',
+      parseAttributeValue: false,
+      parseTagValue: false,
+      trimValues: false,
+    });
     const walk: number[] = [];
     const whole: number[] = [];
     for (let i = 0; i < CYCLES * 10; i++) {
       walk.push(await time(async () => parseDomainXml(launcherXml)));
       whole.push(await time(async () => tree.parse(launcherXml)));
     }
-    rows.push({ op: `parse: launcher domain XML (${launcherXml.length} B), walker (parseDomainXml)`, samples: walk }, { op: 'parse: the same, fast-xml-parser tree (before)', samples: whole });
+    rows.push(
+      { op: `parse: launcher domain XML (${launcherXml.length} B), walker (parseDomainXml)`, samples: walk },
+      { op: 'parse: the same, fast-xml-parser tree (before)', samples: whole },
+    );
     for (const bus of modes) await benchDomain(bus, dir, rpc);
     if (modes.includes('scsi')) rows.push(...(await benchKubevirtLauncher(CYCLES)));
     await benchEventSeed(dir, rpc);
@@ -460,18 +578,26 @@ async function main(): Promise<void> {
     await rpc.close();
     rmSync(dir, { recursive: true, force: true });
   }
-  const median = (samples: number[]) => pct([...samples].sort((a, b) => a - b), 50);
+  const median = (samples: number[]) =>
+    pct(
+      [...samples].sort((a, b) => a - b),
+      50,
+    );
   // The run's first reference: the ratio of rows timed without one of their own.
   const refMed = median(rows[0].samples);
   const refOf = (r: Row) => (r.ref ? median(r.ref) : refMed);
   const w = Math.max(...rows.map((r) => r.op.length));
-  console.log(`cycles: ${CYCLES}; libvirt ${(await virsh('version')).match(/libvirt ([\d.]+)/)?.[1] ?? '?'}, TCG; ratio = median / median of a no-op 'virsh version' spawn timed in the row's own loop (marked *), else of the first row`);
+  console.log(
+    `cycles: ${CYCLES}; libvirt ${(await virsh('version')).match(/libvirt ([\d.]+)/)?.[1] ?? '?'}, TCG; ratio = median / median of a no-op 'virsh version' spawn timed in the row's own loop (marked *), else of the first row`,
+  );
   console.log(`${'operation'.padEnd(w)} | median ms |  p99 ms | ratio`);
   console.log(`${'-'.repeat(w)}-|-----------|---------|------`);
   for (const r of rows) {
     const s = [...r.samples].sort((a, b) => a - b);
     const med = pct(s, 50);
-    console.log(`${r.op.padEnd(w)} | ${med.toFixed(1).padStart(9)} | ${pct(s, 99).toFixed(1).padStart(7)} | ${(med / refOf(r)).toFixed(2).padStart(5)}${r.ref ? '*' : ''}`);
+    console.log(
+      `${r.op.padEnd(w)} | ${med.toFixed(1).padStart(9)} | ${pct(s, 99).toFixed(1).padStart(7)} | ${(med / refOf(r)).toFixed(2).padStart(5)}${r.ref ? '*' : ''}`,
+    );
   }
   // Issue 17's targets, each against the reference timed beside it (and,
   // for comparison, against the run's first reference).
@@ -485,23 +611,43 @@ async function main(): Promise<void> {
   // The reference and libvirt's attach do not move together with the
   // machine's load: what the client adds to libvirt's own attach is the
   // part of the ratio vmseed controls.
-  const libvirtShare = (inject: number, attach: { med: number; ref: number } | undefined) => (attach ? `; libvirt's attach alone ${attach.med.toFixed(1)} ms (${(attach.med / attach.ref).toFixed(2)}×), the client's part ${(inject - attach.med).toFixed(1)} ms` : '');
+  const libvirtShare = (inject: number, attach: { med: number; ref: number } | undefined) =>
+    attach
+      ? `; libvirt's attach alone ${attach.med.toFixed(1)} ms (${(attach.med / attach.ref).toFixed(2)}×), the client's part ${(inject - attach.med).toFixed(1)} ms`
+      : '';
   const target = (label: string, op: string, attachOp: string) => {
     const x = stat(op);
     if (!x) return;
-    console.log(`target ${label}: median ≤ 0.5× virsh version (${(0.5 * x.ref).toFixed(1)} ms): ${x.med.toFixed(1)} ms = ${(x.med / x.ref).toFixed(2)}×, ${verdict(x.med <= 0.5 * x.ref)}; p99 ≤ 1× (${x.ref.toFixed(1)} ms): ${x.p99.toFixed(1)} ms, ${verdict(x.p99 <= x.ref)}; against the run's first reference (${refMed.toFixed(1)} ms): ${(x.med / refMed).toFixed(2)}×${libvirtShare(x.med, stat(attachOp))}`);
+    console.log(
+      `target ${label}: median ≤ 0.5× virsh version (${(0.5 * x.ref).toFixed(1)} ms): ${x.med.toFixed(1)} ms = ${(x.med / x.ref).toFixed(2)}×, ${verdict(x.med <= 0.5 * x.ref)}; p99 ≤ 1× (${x.ref.toFixed(1)} ms): ${x.p99.toFixed(1)} ms, ${verdict(x.p99 <= x.ref)}; against the run's first reference (${refMed.toFixed(1)} ms): ${(x.med / refMed).toFixed(2)}×${libvirtShare(x.med, stat(attachOp))}`,
+    );
   };
   console.log('');
   for (const bus of modes) {
-    target(`${bus} (system libvirtd), seed gate (domain paused): rpc injector.inject`, `${bus}: seed gate (domain paused): rpc: injector.inject`, `${bus}: seed gate (domain paused): rpc: attach-device`);
-    target(`${bus} (system libvirtd), domain running: rpc injector.inject`, `${bus}: rpc: injector.inject`, `${bus}: rpc: attach-device`);
+    target(
+      `${bus} (system libvirtd), seed gate (domain paused): rpc injector.inject`,
+      `${bus}: seed gate (domain paused): rpc: injector.inject`,
+      `${bus}: seed gate (domain paused): rpc: attach-device`,
+    );
+    target(
+      `${bus} (system libvirtd), domain running: rpc injector.inject`,
+      `${bus}: rpc: injector.inject`,
+      `${bus}: rpc: attach-device`,
+    );
   }
   for (const kvInject of rows.filter((r) => r.op.startsWith('kubevirt launcher') && r.op.includes('injector.inject'))) {
     const what = kvInject.op.slice(kvInject.op.indexOf('injector.inject')).split(' (')[0];
-    target(`kubevirt, as shipped (manifest args, launcher's libvirt), ${what}`, kvInject.op, 'kubevirt launcher, as shipped: rpc: attach-device alone');
+    target(
+      `kubevirt, as shipped (manifest args, launcher's libvirt), ${what}`,
+      kvInject.op,
+      'kubevirt launcher, as shipped: rpc: attach-device alone',
+    );
   }
   const a = stat('agent (--libvirt rpc): domain created paused');
-  if (a) console.log(`target agent: defined paused → seeded and resumed median ≤ 100 ms: ${a.med.toFixed(1)} ms, ${verdict(a.med <= 100)}`);
+  if (a)
+    console.log(
+      `target agent: defined paused → seeded and resumed median ≤ 100 ms: ${a.med.toFixed(1)} ms, ${verdict(a.med <= 100)}`,
+    );
   console.log(`target restart: ${restartNote}`);
 }
 

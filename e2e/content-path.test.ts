@@ -15,7 +15,15 @@ import { e2eInjector } from './support/libvirt-mode.ts';
 import { DirPublisher } from '../src/libvirt/publish.ts';
 import type { Seed } from '../src/cloudinit/seed.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
-import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, virsh } from './support/libvirtd.ts';
+import {
+  ensureLibvirtd,
+  uniqueName,
+  destroyDomain,
+  emptyDomainXml,
+  defineDomain,
+  domblklist,
+  virsh,
+} from './support/libvirtd.ts';
 
 let dir: string;
 const domains: string[] = [];
@@ -90,7 +98,7 @@ test('running domain, seed changed through the store and the injector: the disk 
   await store.remove(key);
 });
 
-test('published into a launcher pod\'s ephemeral-disks/vmseed: the copy carries the content suffix, a changed seed replaces it, the older copy is removed after the replace', async () => {
+test("published into a launcher pod's ephemeral-disks/vmseed: the copy carries the content suffix, a changed seed replaces it, the older copy is removed after the replace", async () => {
   const { name, domain } = await runningScsiDomain('caspub');
   const store = new ImageStore({ root: join(dir, 'store') });
   const key = { namespace: 'e2e', name, uid: `uid-${name}` };
@@ -98,7 +106,13 @@ test('published into a launcher pod\'s ephemeral-disks/vmseed: the copy carries 
   const ephemeral = join(dir, 'pods', pod, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
   mkdirSync(ephemeral, { recursive: true });
   const hotplug = join(ephemeral, 'vmseed');
-  const inj = e2eInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
+  const inj = e2eInjector({
+    bus: 'scsi',
+    publisher: new DirPublisher({
+      dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'),
+      subdir: 'vmseed',
+    }),
+  });
   const target: InjectionTarget = { ...key, datasource: 'nocloud', annotations: {}, launcherPods: [pod] };
   const ts = new Date(0);
 
@@ -107,13 +121,19 @@ test('published into a launcher pod\'s ephemeral-disks/vmseed: the copy carries 
   await inj.inject(target, v1.path);
   const copy1 = join(hotplug, `vmseed-nocloud-${img1.sha256.slice(0, 16)}.iso`);
   assert.deepEqual(readFileSync(copy1), readFileSync(v1.path));
-  assert.deepEqual((await domblklist(domain)).map((b) => b.source), [copy1]);
+  assert.deepEqual(
+    (await domblklist(domain)).map((b) => b.source),
+    [copy1],
+  );
 
   const img2 = buildSeedImage(seed('two'), ts);
   const v2 = await store.write(key, 'nocloud', img2.bytes, { fsync: false });
   assert.equal((await inj.inject(target, v2.path)).action, 'replaced');
   const copy2 = join(hotplug, `vmseed-nocloud-${img2.sha256.slice(0, 16)}.iso`);
-  assert.deepEqual((await domblklist(domain)).map((b) => b.source), [copy2]);
+  assert.deepEqual(
+    (await domblklist(domain)).map((b) => b.source),
+    [copy2],
+  );
   assert.ok(await qemuOpens(domain, copy2));
   assert.deepEqual(readdirSync(hotplug), [basename(copy2)], 'the older published copy is gone');
 

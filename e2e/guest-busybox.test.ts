@@ -13,7 +13,10 @@ import { execFileSync } from 'node:child_process';
 import { bootWithImage, runQemu } from './support/guest/qemu.ts';
 import { busyboxCmdline, ensureBusyboxGuest, parseConsole } from './support/guest/busybox.ts';
 
-async function genisoimage(label: string, files: Record<string, Buffer>): Promise<{ image: string; cleanup: () => Promise<void> }> {
+async function genisoimage(
+  label: string,
+  files: Record<string, Buffer>,
+): Promise<{ image: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-guest-test-'));
   const tree = path.join(dir, 'tree');
   for (const [name, bytes] of Object.entries(files)) {
@@ -35,7 +38,12 @@ const nocloud = {
 test('busybox guest prints NoCloud files from a genisoimage cidata image on a virtio disk', async () => {
   const seed = await genisoimage('cidata', nocloud);
   try {
-    const r = await bootWithImage({ image: seed.image, label: 'cidata', files: Object.keys(nocloud), timeoutMs: 90_000 });
+    const r = await bootWithImage({
+      image: seed.image,
+      label: 'cidata',
+      files: Object.keys(nocloud),
+      timeoutMs: 90_000,
+    });
     assert.equal(r.done, true);
     assert.ok(r.labelFound, 'label found');
     assert.match(r.labelFound.dev, /^\/dev\/vd[a-z]$/);
@@ -48,7 +56,9 @@ test('busybox guest prints NoCloud files from a genisoimage cidata image on a vi
 
 test('busybox guest prints ConfigDrive files (nested openstack/latest/) from a config-2 SCSI CD-ROM', async () => {
   const files = {
-    'openstack/latest/meta_data.json': Buffer.from(JSON.stringify({ uuid: '0b7e3c1e-8a57-4a65-bd7f-1f1d5d3e3f10', hostname: 'cd' })),
+    'openstack/latest/meta_data.json': Buffer.from(
+      JSON.stringify({ uuid: '0b7e3c1e-8a57-4a65-bd7f-1f1d5d3e3f10', hostname: 'cd' }),
+    ),
     'openstack/latest/user_data': Buffer.from('#!/bin/sh\necho configdrive\n'),
   };
   const seed = await genisoimage('config-2', files);
@@ -72,7 +82,13 @@ test('busybox guest prints ConfigDrive files (nested openstack/latest/) from a c
 test('busybox guest reports a label it cannot find instead of hanging', async () => {
   const seed = await genisoimage('other', { 'user-data': Buffer.from('x') });
   try {
-    const r = await bootWithImage({ image: seed.image, label: 'cidata', files: ['user-data'], timeoutMs: 60_000, waitSeconds: 2 });
+    const r = await bootWithImage({
+      image: seed.image,
+      label: 'cidata',
+      files: ['user-data'],
+      timeoutMs: 60_000,
+      waitSeconds: 2,
+    });
     assert.equal(r.done, true);
     assert.equal(r.labelTimeout, true);
     assert.equal(r.labelFound, undefined);
@@ -124,12 +140,22 @@ test('restrict=on: the guest cannot reach the host loopback through the gateway,
   try {
     const port = (server.address() as AddressInfo).port;
     // Without restrict=on, slirp maps 10.0.2.2 to the host's 127.0.0.1.
-    const r = await bootWithImage({ url: `http://10.0.2.2:${port}/`, files: ['user-data'], fetchTimeoutSeconds: 3, timeoutMs: 60_000 });
+    const r = await bootWithImage({
+      url: `http://10.0.2.2:${port}/`,
+      files: ['user-data'],
+      fetchTimeoutSeconds: 3,
+      timeoutMs: 60_000,
+    });
     assert.equal(r.done, true);
     assert.deepEqual(r.missing, ['user-data']);
     assert.equal(hits, 0);
     // Control: the same fetch with restrict=off does reach the host.
-    const open = await bootWithImage({ url: `http://10.0.2.2:${port}/`, files: ['user-data'], restrict: false, timeoutMs: 60_000 });
+    const open = await bootWithImage({
+      url: `http://10.0.2.2:${port}/`,
+      files: ['user-data'],
+      restrict: false,
+      timeoutMs: 60_000,
+    });
     assert.equal(open.files.get('user-data')?.toString(), 'should not be reachable\n');
     assert.equal(hits, 1);
   } finally {
@@ -161,7 +187,11 @@ test('parseConsole skips kernel lines inside a file block and decodes wrapped ba
 
 test('runQemu kills QEMU on timeout and on `until`, leaving no process behind', async () => {
   const guest = await ensureBusyboxGuest();
-  const base = { kernel: guest.kernel, initrd: guest.initramfs, append: busyboxCmdline({ files: ['user-data'], waitSeconds: 600 }) };
+  const base = {
+    kernel: guest.kernel,
+    initrd: guest.initramfs,
+    append: busyboxCmdline({ files: ['user-data'], waitSeconds: 600 }),
+  };
   const alive = (pid: number) => {
     try {
       process.kill(pid, 0);

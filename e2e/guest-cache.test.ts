@@ -33,7 +33,9 @@ test('concurrent processes build a fixture once and all see the complete copy', 
     await writeFile(log, '');
     const env = { ...process.env, VMSEED_FIXTURE_CACHE: path.join(root, 'cache') };
     const runs = await Promise.all(
-      [0, 1, 2, 3].map(() => execFileP(process.execPath, ['--input-type=module', '-e', CHILD, cacheModule, log], { env, timeout: 60_000 })),
+      [0, 1, 2, 3].map(() =>
+        execFileP(process.execPath, ['--input-type=module', '-e', CHILD, cacheModule, log], { env, timeout: 60_000 }),
+      ),
     );
     const dirs = new Set(runs.map((r) => r.stdout));
     assert.equal(dirs.size, 1);
@@ -61,7 +63,12 @@ test('a lock left by a dead builder is taken over; a failed build leaves no dire
     assert.equal(r.key, key);
     assert.equal((await cachedFixture('stale', { v: 2 }, async () => assert.fail('rebuilt'))).built, false);
 
-    await assert.rejects(cachedFixture('broken', { v: 3 }, async () => { throw new Error('boom'); }), /boom/);
+    await assert.rejects(
+      cachedFixture('broken', { v: 3 }, async () => {
+        throw new Error('boom');
+      }),
+      /boom/,
+    );
     assert.deepEqual((await readdir(root)).sort(), [key]);
   } finally {
     if (saved === undefined) delete process.env.VMSEED_FIXTURE_CACHE;

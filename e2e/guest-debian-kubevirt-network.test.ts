@@ -57,11 +57,19 @@ spec:
     const c = run.console;
     const tail = () => `console tail:\n${c.slice(-4000)}`;
     assert.ok(run.stoppedByUntil, `cloud-init did not finish in time; ${tail()}`);
-    assert.ok(/Datasource DataSourceNoCloud \[seed=\/dev\/vdb\]/.test(c), `NoCloud datasource on the seed disk; ${tail()}`);
-    assert.ok(new RegExp(`cloud-init\\[\\d+\\]: ${marker}\\r?$`, 'm').test(c), `runcmd of the user-data ran; ${tail()}`);
+    assert.ok(
+      /Datasource DataSourceNoCloud \[seed=\/dev\/vdb\]/.test(c),
+      `NoCloud datasource on the seed disk; ${tail()}`,
+    );
+    assert.ok(
+      new RegExp(`cloud-init\\[\\d+\\]: ${marker}\\r?$`, 'm').test(c),
+      `runcmd of the user-data ran; ${tail()}`,
+    );
     // What the warning tells the user happens: init-local gives up on the network config.
     assert.ok(c.includes('Unknown network config version: None'), `init-local rejected the network config; ${tail()}`);
-    console.log(`# debian guest (unparseable network data): cloud-init finished after ${run.seconds.toFixed(1)} s wall`);
+    console.log(
+      `# debian guest (unparseable network data): cloud-init finished after ${run.seconds.toFixed(1)} s wall`,
+    );
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

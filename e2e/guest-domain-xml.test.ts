@@ -15,14 +15,20 @@ import { ensureLibvirtd } from './support/libvirtd.ts';
 import { busyboxCmdline, ensureBusyboxGuest, parseConsole } from './support/guest/busybox.ts';
 
 const virsh = (...args: string[]) =>
-  execFileSync('virsh', ['-c', 'qemu:///system', ...args], { encoding: 'utf8', timeout: 30_000, killSignal: 'SIGKILL', stdio: ['ignore', 'pipe', 'pipe'] });
+  execFileSync('virsh', ['-c', 'qemu:///system', ...args], {
+    encoding: 'utf8',
+    timeout: 30_000,
+    killSignal: 'SIGKILL',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 
 async function waitForDone(log: string, timeoutMs: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const text = await readFile(log, 'utf8').catch(() => '');
     if (parseConsole(text).done) return text;
-    if (Date.now() > deadline) throw new Error(`guest did not finish in ${timeoutMs} ms; console tail:\n${text.slice(-2000)}`);
+    if (Date.now() > deadline)
+      throw new Error(`guest did not finish in ${timeoutMs} ms; console tail:\n${text.slice(-2000)}`);
     await sleep(200);
   }
 }
@@ -76,7 +82,17 @@ test('libvirt boots the busybox guest from the builder XML and it reads a cidata
     await writeFile(path.join(dir, 'user-data'), '#cloud-config\n{}\n');
     await writeFile(path.join(dir, 'meta-data'), 'instance-id: x\n');
     const iso = path.join(dir, 'seed.iso');
-    execFileSync('genisoimage', ['-quiet', '-o', iso, '-V', 'cidata', '-J', '-R', path.join(dir, 'user-data'), path.join(dir, 'meta-data')]);
+    execFileSync('genisoimage', [
+      '-quiet',
+      '-o',
+      iso,
+      '-V',
+      'cidata',
+      '-J',
+      '-R',
+      path.join(dir, 'user-data'),
+      path.join(dir, 'meta-data'),
+    ]);
     const name = `vmseed-guesttest-${process.pid}-disk`;
     const log = path.join(dir, 'console.log');
     const xml = testDomainXml({

@@ -24,25 +24,28 @@ import { waitFor } from '../test/support/agent-harness.ts';
 const ROOT = new URL('../', import.meta.url).pathname;
 const UD = '#cloud-config\nusers:\n  - name: admin\nruncmd: [echo from-imds-annotation]\n';
 
-test('IMDS-annotated VMI: the guest reads IMDS meta-data and user-data at http://169.254.169.254/v1/ through the node redirect', { timeout: 300_000 }, async (t) => {
-  const env = await makePodNode();
-  const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-imds-annotations-'));
-  const cleanups: Array<() => Promise<unknown>> = [];
-  t.after(async () => {
-    for (const c of cleanups.reverse()) await c().catch(() => {});
-    await env.remove();
-    await rm(dir, { recursive: true, force: true });
-  });
-  await masqueradeBinding(env);
+test(
+  'IMDS-annotated VMI: the guest reads IMDS meta-data and user-data at http://169.254.169.254/v1/ through the node redirect',
+  { timeout: 300_000 },
+  async (t) => {
+    const env = await makePodNode();
+    const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-imds-annotations-'));
+    const cleanups: Array<() => Promise<unknown>> = [];
+    t.after(async () => {
+      for (const c of cleanups.reverse()) await c().catch(() => {});
+      await env.remove();
+      await rm(dir, { recursive: true, force: true });
+    });
+    await masqueradeBinding(env);
 
-  const manifests = path.join(dir, 'manifests');
-  const state = path.join(dir, 'seeds');
-  await mkdir(manifests);
-  const keyFile = path.join(dir, 'keys');
-  await writeFile(keyFile, `${randomBytes(32).toString('base64')}\n`);
-  // As a VM template's annotations land on its VMI; the pod network
-  // interface reports the launcher pod's IP.
-  const vmi = `apiVersion: kubevirt.io/v1
+    const manifests = path.join(dir, 'manifests');
+    const state = path.join(dir, 'seeds');
+    await mkdir(manifests);
+    const keyFile = path.join(dir, 'keys');
+    await writeFile(keyFile, `${randomBytes(32).toString('base64')}\n`);
+    // As a VM template's annotations land on its VMI; the pod network
+    // interface reports the launcher pod's IP.
+    const vmi = `apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
   name: my-vm
@@ -51,7 +54,10 @@ metadata:
   annotations:
     imds.kubevirt.io/enabled: "true"
     imds.kubevirt.io/user-data: |
-${UD.split('\n').filter((l) => l !== '').map((l) => `      ${l}`).join('\n')}
+${UD.split('\n')
+  .filter((l) => l !== '')
+  .map((l) => `      ${l}`)
+  .join('\n')}
 spec:
   domain:
     firmware:
@@ -61,36 +67,79 @@ status:
     - name: default
       ipAddress: ${env.podAddress}
 `;
-  await writeFile(path.join(manifests, 'vmi.yaml.partial'), vmi);
-  await rename(path.join(manifests, 'vmi.yaml.partial'), path.join(manifests, 'vmi.yaml'));
+    await writeFile(path.join(manifests, 'vmi.yaml.partial'), vmi);
+    await rename(path.join(manifests, 'vmi.yaml.partial'), path.join(manifests, 'vmi.yaml'));
 
-  const agent = spawn('ip', [
-    'netns', 'exec', env.node, process.execPath, path.join(ROOT, 'src/main.ts'), 'agent', '--local', manifests, '--state-dir', state,
-    '--listen', '127.0.0.1:0', '--datasource-listen', `${env.nodeAddress}:8081`, '--datasource-key-file', keyFile, '--datasource-imds-compat', '--log-level', 'debug',
-  ], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  agent.stdout.on('data', (d) => (log += d));
-  agent.stderr.on('data', (d) => (log += d));
-  cleanups.push(async () => {
-    if (agent.exitCode === null) agent.kill('SIGTERM');
-  });
-  await waitFor('datasource listening', () => /NoCloud HTTP datasource listening/.test(log), 20_000);
-  await waitFor('IMDS VMI ready', () => /SeedReady[^\n]*HTTP only|seed served over HTTP only/.test(log), 20_000).catch((e: Error) => {
-    throw new Error(`${e.message}\nagent log:\n${log.slice(-3000)}`);
-  });
+    const agent = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        env.node,
+        process.execPath,
+        path.join(ROOT, 'src/main.ts'),
+        'agent',
+        '--local',
+        manifests,
+        '--state-dir',
+        state,
+        '--listen',
+        '127.0.0.1:0',
+        '--datasource-listen',
+        `${env.nodeAddress}:8081`,
+        '--datasource-key-file',
+        keyFile,
+        '--datasource-imds-compat',
+        '--log-level',
+        'debug',
+      ],
+      { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let log = '';
+    agent.stdout.on('data', (d) => (log += d));
+    agent.stderr.on('data', (d) => (log += d));
+    cleanups.push(async () => {
+      if (agent.exitCode === null) agent.kill('SIGTERM');
+    });
+    await waitFor('datasource listening', () => /NoCloud HTTP datasource listening/.test(log), 20_000);
+    await waitFor(
+      'IMDS VMI ready',
+      () => /SeedReady[^\n]*HTTP only|seed served over HTTP only/.test(log),
+      20_000,
+    ).catch((e: Error) => {
+      throw new Error(`${e.message}\nagent log:\n${log.slice(-3000)}`);
+    });
 
-  const keeper = new RedirectKeeper({
-    spec: { table: 'vmseed', to: { host: env.nodeAddress, port: 8081 }, podInterfaces: ['veth*'], metadata: { address: '169.254.169.254', port: 80 } },
-    runner: execNft({ prefix: env.inNode([]) }),
-    logger: pino({ level: 'silent' }),
-  });
-  await keeper.tick('start');
-  assert.equal(keeper.inPlace, true);
-  cleanups.push(() => keeper.stop());
+    const keeper = new RedirectKeeper({
+      spec: {
+        table: 'vmseed',
+        to: { host: env.nodeAddress, port: 8081 },
+        podInterfaces: ['veth*'],
+        metadata: { address: '169.254.169.254', port: 80 },
+      },
+      runner: execNft({ prefix: env.inNode([]) }),
+      logger: pino({ level: 'silent' }),
+    });
+    await keeper.tick('start');
+    assert.equal(keeper.inPlace, true);
+    cleanups.push(() => keeper.stop());
 
-  const r = await bootBusyboxInPod(env.pod, 'http://169.254.169.254/v1/', ['meta-data', 'user-data', 'network-config'], 180_000);
-  assert.deepEqual(JSON.parse(r.files.get('meta-data')!.toString()), { 'instance-id': 'team-a-my-vm', 'local-hostname': 'my-vm' });
-  assert.equal(r.files.get('user-data')!.toString(), UD);
-  assert.equal(r.files.get('network-config')!.length, 0, 'no network-config: DHCP, as with IMDS');
-  assert.equal(existsSync(state) && (readdirSync(state, { recursive: true }) as string[]).some((p) => p.endsWith('.iso')), false, 'no seed image');
-});
+    const r = await bootBusyboxInPod(
+      env.pod,
+      'http://169.254.169.254/v1/',
+      ['meta-data', 'user-data', 'network-config'],
+      180_000,
+    );
+    assert.deepEqual(JSON.parse(r.files.get('meta-data')!.toString()), {
+      'instance-id': 'team-a-my-vm',
+      'local-hostname': 'my-vm',
+    });
+    assert.equal(r.files.get('user-data')!.toString(), UD);
+    assert.equal(r.files.get('network-config')!.length, 0, 'no network-config: DHCP, as with IMDS');
+    assert.equal(
+      existsSync(state) && (readdirSync(state, { recursive: true }) as string[]).some((p) => p.endsWith('.iso')),
+      false,
+      'no seed image',
+    );
+  },
+);

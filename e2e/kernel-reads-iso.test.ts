@@ -21,7 +21,13 @@ async function bootSeed(seed: Seed, cdrom: boolean) {
     const file = path.join(dir, 'seed.iso');
     await writeFile(file, image.bytes);
     const expected = serializeMetaData(seed);
-    const r = await bootWithImage({ image: file, label: image.label, files: expected.map((f) => f.path), cdrom, timeoutMs: 120_000 });
+    const r = await bootWithImage({
+      image: file,
+      label: image.label,
+      files: expected.map((f) => f.path),
+      cdrom,
+      timeoutMs: 120_000,
+    });
     return { r, expected };
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -28,27 +28,60 @@ after(async () => {
   await tree?.remove();
 });
 
-test('SLOW: a Debian guest in the launcher applies the SCSI seed with cloud-init after KubeVirt\'s unpause', { timeout: 420_000 }, async (t) => {
-  const [b] = launchers;
-  const vm = await startKubevirtVm(b!, { namespace: 'team-a', name: 'vm-debian', uuid: randomUUID(), cmdline: (await ensureDebianGuest()).cmdline, guest: 'debian' });
-  t.after(async () => {
-    await b!.virsh(['destroy', vm.domain]).catch(() => {});
-    await b!.virsh(['undefine', vm.domain]).catch(() => {});
-  });
-  const kubevirt = new KubevirtSync({ domain: vm.domain, virsh: b!.virsh, spec: vm.spec, diskReady: b!.diskReady, startPaused: true });
-  const marker = `VMSEED-RUNCMD-${randomUUID().slice(0, 8)}`;
-  const iso = await seedIso(`#cloud-config\nruncmd:\n  - echo ${marker}\n`);
-  t.after(() => iso.cleanup());
-  await publishAsAgent(tree, b!.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
-  await agentVirsh(tree, b!.pod.uid, ['attach-device', vm.domain, await xmlFile(tree, 'seed', kubevirtSeedDisk(iso.basename)), '--live']);
-  await kubevirt.unpause();
-  const started = Date.now();
-  const con = await waitUntil('cloud-init to finish', () => {
-    const text = consoleOf(b!, vm);
-    return cloudInitFinished(text) ? text : undefined;
-  }, 360_000, () => consoleOf(b!, vm).slice(-3000));
-  console.log(`# Debian guest: cloud-init finished ${((Date.now() - started) / 1000).toFixed(1)} s after unpause`);
-  assert.match(con, /Datasource DataSourceNoCloud \[seed=\/dev\/sd[a-z]+\]/, 'NoCloud from the SCSI seed');
-  assert.match(con, new RegExp(`cloud-init\\[\\d+\\]: ${marker}\\r?$`, 'm'), 'runcmd ran');
-  for (let i = 0; i < 2; i++) assert.deepEqual(await kubevirt.sync(), { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] });
-});
+test(
+  "SLOW: a Debian guest in the launcher applies the SCSI seed with cloud-init after KubeVirt's unpause",
+  { timeout: 420_000 },
+  async (t) => {
+    const [b] = launchers;
+    const vm = await startKubevirtVm(b, {
+      namespace: 'team-a',
+      name: 'vm-debian',
+      uuid: randomUUID(),
+      cmdline: (await ensureDebianGuest()).cmdline,
+      guest: 'debian',
+    });
+    t.after(async () => {
+      await b.virsh(['destroy', vm.domain]).catch(() => {});
+      await b.virsh(['undefine', vm.domain]).catch(() => {});
+    });
+    const kubevirt = new KubevirtSync({
+      domain: vm.domain,
+      virsh: b.virsh,
+      spec: vm.spec,
+      diskReady: b.diskReady,
+      startPaused: true,
+    });
+    const marker = `VMSEED-RUNCMD-${randomUUID().slice(0, 8)}`;
+    const iso = await seedIso(`#cloud-config\nruncmd:\n  - echo ${marker}\n`);
+    t.after(() => iso.cleanup());
+    await publishAsAgent(tree, b.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
+    await agentVirsh(tree, b.pod.uid, [
+      'attach-device',
+      vm.domain,
+      await xmlFile(tree, 'seed', kubevirtSeedDisk(iso.basename)),
+      '--live',
+    ]);
+    await kubevirt.unpause();
+    const started = Date.now();
+    const con = await waitUntil(
+      'cloud-init to finish',
+      () => {
+        const text = consoleOf(b, vm);
+        return cloudInitFinished(text) ? text : undefined;
+      },
+      360_000,
+      () => consoleOf(b, vm).slice(-3000),
+    );
+    console.log(`# Debian guest: cloud-init finished ${((Date.now() - started) / 1000).toFixed(1)} s after unpause`);
+    assert.match(con, /Datasource DataSourceNoCloud \[seed=\/dev\/sd[a-z]+\]/, 'NoCloud from the SCSI seed');
+    assert.match(con, new RegExp(`cloud-init\\[\\d+\\]: ${marker}\\r?$`, 'm'), 'runcmd ran');
+    for (let i = 0; i < 2; i++)
+      assert.deepEqual(await kubevirt.sync(), {
+        resumed: false,
+        detached: [],
+        attached: [],
+        updated: [],
+        skippedNotReady: [],
+      });
+  },
+);

@@ -11,7 +11,16 @@ import { DirPublisher } from '../src/libvirt/publish.ts';
 import { VmseedError } from '../src/errors.ts';
 import { parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
-import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, domstate, virsh } from './support/libvirtd.ts';
+import {
+  ensureLibvirtd,
+  uniqueName,
+  destroyDomain,
+  emptyDomainXml,
+  defineDomain,
+  domblklist,
+  domstate,
+  virsh,
+} from './support/libvirtd.ts';
 
 let dir: string;
 const domains: string[] = [];
@@ -36,7 +45,10 @@ function target(name: string, annotations: Record<string, string> = {}): Injecti
   return { namespace: 'e2e', name, uid: `uid-${name}`, datasource: 'nocloud', annotations };
 }
 
-async function newDomain(prefix: string, opts: { start?: 'running' | 'paused' | 'no'; scsi?: boolean; transient?: boolean } = {}): Promise<{ name: string; domain: string }> {
+async function newDomain(
+  prefix: string,
+  opts: { start?: 'running' | 'paused' | 'no'; scsi?: boolean; transient?: boolean } = {},
+): Promise<{ name: string; domain: string }> {
   const name = uniqueName(prefix);
   const domain = `e2e_${name}`;
   domains.push(domain);
@@ -65,7 +77,9 @@ test('running persistent domain: attach --live --config, seeded after boot; seco
   assert.equal(r.seededAfterBoot, true);
   assert.equal(r.resumed, false);
   assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
-  assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
+  assert.deepEqual(await domblklist(domain, true), [
+    { type: 'file', device: 'disk', target: r.targetDev, source: seed },
+  ]);
   const xml = await virsh('dumpxml', domain);
   assert.match(xml, /<alias name='ua-vmseed_seed'\/>/);
   assert.match(xml, /<readonly\/>/);
@@ -88,7 +102,10 @@ test('paused domain with resume-after-seed: attached live, then resumed by the s
   assert.equal(r.resumed, true);
   assert.equal(r.seededAfterBoot, false);
   assert.equal(await domstate(domain), 'running');
-  assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
+  assert.deepEqual(
+    (await domblklist(domain)).map((b) => b.source),
+    [seed],
+  );
 });
 
 test('paused domain without the annotation stays paused', async () => {
@@ -108,7 +125,10 @@ test('shut-off persistent domain: --config only, the disk is there at the next s
   assert.deepEqual(r.flags, ['--config']);
   assert.equal(r.domainState, 'shutoff');
   assert.equal(r.seededAfterBoot, false);
-  assert.deepEqual((await domblklist(domain, true)).map((b) => b.source), [seed]);
+  assert.deepEqual(
+    (await domblklist(domain, true)).map((b) => b.source),
+    [seed],
+  );
   await virsh('start', '--paused', domain);
   assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: r.targetDev, source: seed }]);
   // Started from a config that already has it: nothing left to do.
@@ -123,7 +143,9 @@ test('shut-off domain: seed changed → source replaced; eject → gone from the
   await inj.inject(target(name), first);
   const r = await inj.inject(target(name), second);
   assert.equal(r.action, 'replaced');
-  assert.deepEqual(await domblklist(domain, true), [{ type: 'file', device: 'disk', target: r.targetDev, source: second }]);
+  assert.deepEqual(await domblklist(domain, true), [
+    { type: 'file', device: 'disk', target: r.targetDev, source: second },
+  ]);
   const e = await inj.eject(target(name));
   assert.equal(e.action, 'detached');
   assert.deepEqual(await domblklist(domain, true), []);
@@ -135,13 +157,18 @@ test('a fixed far target (vdzz) next to an existing disk, never the next free on
   const domain = `e2e_${name}`;
   domains.push(domain);
   const other = seedFile(`other-${name}`);
-  await defineDomain(emptyDomainXml({
-    name: domain,
-    extraDevices: `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='${other}'/><target dev='vda' bus='virtio'/></disk>`,
-  }));
+  await defineDomain(
+    emptyDomainXml({
+      name: domain,
+      extraDevices: `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='${other}'/><target dev='vda' bus='virtio'/></disk>`,
+    }),
+  );
   const r = await e2eInjector().inject(target(name), seedFile(`b-${name}`));
   assert.equal(r.targetDev, 'vdzz');
-  assert.deepEqual((await domblklist(domain, true)).map((b) => b.target), ['vda', 'vdzz']);
+  assert.deepEqual(
+    (await domblklist(domain, true)).map((b) => b.target),
+    ['vda', 'vdzz'],
+  );
 });
 
 test('transient running domain: --live only, never --config', async () => {
@@ -150,7 +177,10 @@ test('transient running domain: --live only, never --config', async () => {
   const r = await e2eInjector().inject(target(name), seed);
   assert.equal(r.persistent, false);
   assert.deepEqual(r.flags, ['--live']);
-  assert.deepEqual((await domblklist(domain)).map((b) => b.source), [seed]);
+  assert.deepEqual(
+    (await domblklist(domain)).map((b) => b.source),
+    [seed],
+  );
 });
 
 test('a seed path with a tab, quotes, an ampersand and angle brackets: libvirt and QEMU open exactly that file', async () => {
@@ -160,7 +190,10 @@ test('a seed path with a tab, quotes, an ampersand and angle brackets: libvirt a
   const r = await e2eInjector().inject(target(name), seed);
   assert.equal(r.action, 'attached');
   const live = parseDomainXml(await virsh('dumpxml', domain));
-  assert.deepEqual(live.disks.filter((d) => d.alias === SEED_ALIAS).map((d) => d.sourceFile), [seed]);
+  assert.deepEqual(
+    live.disks.filter((d) => d.alias === SEED_ALIAS).map((d) => d.sourceFile),
+    [seed],
+  );
 });
 
 test('SCSI mode on a virtio-scsi controller: a read-only disk on sdzz at drive address target 7, replaced and detached on a running domain', async () => {
@@ -170,7 +203,10 @@ test('SCSI mode on a virtio-scsi controller: a read-only disk on sdzz at drive a
   const r = await inj.inject(target(name), first);
   assert.deepEqual([r.action, r.bus, r.targetDev], ['attached', 'scsi', 'sdzz']);
   assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: first }]);
-  assert.match(await virsh('dumpxml', domain), /<disk type='file' device='disk'>[\s\S]*<target dev='sdzz' bus='scsi'\/>[\s\S]*<alias name='ua-vmseed_seed'\/>\s*<address type='drive' controller='0' bus='0' target='7' unit='0'\/>/);
+  assert.match(
+    await virsh('dumpxml', domain),
+    /<disk type='file' device='disk'>[\s\S]*<target dev='sdzz' bus='scsi'\/>[\s\S]*<alias name='ua-vmseed_seed'\/>\s*<address type='drive' controller='0' bus='0' target='7' unit='0'\/>/,
+  );
 
   const second = seedFile(`s2-${name}`);
   const r2 = await inj.inject(target(name), second);
@@ -187,12 +223,18 @@ test('SCSI mode on a virtio-scsi controller: a read-only disk on sdzz at drive a
 // here QEMU shares the agent's mount namespace, so the domain path is the
 // published path) and QEMU really opens that copy; eject detaches it and
 // removes the copy.
-test('publish into a launcher pod\'s ephemeral-disks/vmseed ({podUID}): QEMU opens the copy; eject removes it', async () => {
+test("publish into a launcher pod's ephemeral-disks/vmseed ({podUID}): QEMU opens the copy; eject removes it", async () => {
   const { name, domain } = await newDomain('pub', { start: 'running', scsi: true });
   const pod = '7e7e7e7e-7e7e-4e7e-8e7e-7e7e7e7e7e7e';
   const ephemeral = join(dir, 'pods', pod, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
   mkdirSync(ephemeral, { recursive: true });
-  const inj = e2eInjector({ bus: 'scsi', publisher: new DirPublisher({ dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'), subdir: 'vmseed' }) });
+  const inj = e2eInjector({
+    bus: 'scsi',
+    publisher: new DirPublisher({
+      dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'),
+      subdir: 'vmseed',
+    }),
+  });
   const t = { ...target(name), launcherPods: [pod] };
   const seed = join(mkdtempSync(join(dir, 'store-')), 'nocloud-0123456789abcdef.iso');
   writeFileSync(seed, Buffer.alloc(64 * 1024, name));
@@ -202,7 +244,10 @@ test('publish into a launcher pod\'s ephemeral-disks/vmseed ({podUID}): QEMU ope
   assert.deepEqual(readFileSync(copy), readFileSync(seed));
   assert.deepEqual(await domblklist(domain), [{ type: 'file', device: 'disk', target: 'sdzz', source: copy }]);
   // QEMU itself holds the copy open (its block node names the file).
-  assert.match(await virsh('qemu-monitor-command', domain, '--hmp', 'info block'), new RegExp(copy.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  assert.match(
+    await virsh('qemu-monitor-command', domain, '--hmp', 'info block'),
+    new RegExp(copy.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')),
+  );
   assert.equal((await inj.inject(t, seed)).action, 'none');
 
   assert.equal((await inj.eject(t)).action, 'detached');

@@ -27,7 +27,12 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function waitForEvent(client: RpcLibvirtClient, pred: (e: LibvirtEvent) => boolean, what: string, ms = 30_000): Promise<LibvirtEvent> {
+function waitForEvent(
+  client: RpcLibvirtClient,
+  pred: (e: LibvirtEvent) => boolean,
+  what: string,
+  ms = 30_000,
+): Promise<LibvirtEvent> {
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => {
       off();
@@ -45,7 +50,13 @@ function waitForEvent(client: RpcLibvirtClient, pred: (e: LibvirtEvent) => boole
 test('libvirtd killed and restarted during work: every read completes, an attach sent meanwhile lands once, events come back', async () => {
   const domain = `e2e_${uniqueName('restart')}`;
   await daemon.define(emptyDomainXml({ name: domain, scsiController: true }));
-  const client = new RpcLibvirtClient({ timeoutMs: 30_000, keepaliveIntervalMs: 500, keepaliveTimeoutMs: 1_000, backoffInitialMs: 20, backoffMaxMs: 500 });
+  const client = new RpcLibvirtClient({
+    timeoutMs: 30_000,
+    keepaliveIntervalMs: 500,
+    keepaliveTimeoutMs: 1_000,
+    backoffInitialMs: 20,
+    backoffMaxMs: 500,
+  });
   const seen: LibvirtEvent[] = [];
   client.onEvent((e) => seen.push(e));
   const stopWatching = client.watch(daemon.uri);
@@ -72,7 +83,12 @@ test('libvirtd killed and restarted during work: every read completes, an attach
     // instead of failing, and is sent exactly once.
     const seed = join(dir, 'restart.iso');
     writeFileSync(seed, Buffer.alloc(64 * 1024));
-    const attach = client.attachDevice(daemon.uri, domain, buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' }), { live: false, config: true });
+    const attach = client.attachDevice(
+      daemon.uri,
+      domain,
+      buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' }),
+      { live: false, config: true },
+    );
     await restarting;
     await up;
     await attach;
@@ -82,11 +98,18 @@ test('libvirtd killed and restarted during work: every read completes, an attach
     assert.notEqual(daemon.pid(), firstPid);
     assert.ok(reads > readsBefore, 'reads went on after the restart');
     const disks = parseDomainXml(await client.domainXml(daemon.uri, domain, { inactive: true })).disks;
-    assert.deepEqual(disks.map((d) => d.sourceFile), [seed]);
+    assert.deepEqual(
+      disks.map((d) => d.sourceFile),
+      [seed],
+    );
 
     // Event callbacks were registered again on the new connection.
     const other = `e2e_${uniqueName('after-restart')}`;
-    const defined = waitForEvent(client, (e) => e.type === 'lifecycle' && e.domain === other && e.event === 'defined', 'defined after restart');
+    const defined = waitForEvent(
+      client,
+      (e) => e.type === 'lifecycle' && e.domain === other && e.event === 'defined',
+      'defined after restart',
+    );
     await daemon.define(emptyDomainXml({ name: other }));
     await defined;
   } finally {
@@ -105,7 +128,10 @@ test('hung libvirtd (SIGSTOP): calls fail at their deadline with LIBVIRT_TIMEOUT
     daemon.signal('SIGSTOP');
     try {
       const started = performance.now();
-      const err = await client.domainInfo(daemon.uri, domain, { timeoutMs: 1_000 }).then(() => undefined, (e: unknown) => e);
+      const err = await client.domainInfo(daemon.uri, domain, { timeoutMs: 1_000 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       assert.ok(err instanceof VmseedError, String(err));
       assert.equal(err.code, 'LIBVIRT_TIMEOUT', err.message);
       assert.equal(err.kind, 'retryable');
@@ -117,7 +143,10 @@ test('hung libvirtd (SIGSTOP): calls fail at their deadline with LIBVIRT_TIMEOUT
       // daemon never answers; the open fails at the deadline too.
       const fresh = new RpcLibvirtClient({ timeoutMs: 1_000 });
       try {
-        const e2 = await fresh.version(daemon.uri).then(() => undefined, (e: unknown) => e);
+        const e2 = await fresh.version(daemon.uri).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
         assert.ok(e2 instanceof VmseedError && e2.code === 'LIBVIRT_TIMEOUT', String(e2));
       } finally {
         await fresh.close();
@@ -147,7 +176,9 @@ test('100 level-based injections (read state and XML, attach if missing) while l
     for (let attempt = 0; attempt < 20; attempt++) {
       try {
         await client.domainInfo(daemon.uri, d);
-        const present = parseDomainXml(await client.domainXml(daemon.uri, d, { inactive: true })).disks.some((x) => x.sourceFile === seed);
+        const present = parseDomainXml(await client.domainXml(daemon.uri, d, { inactive: true })).disks.some(
+          (x) => x.sourceFile === seed,
+        );
         if (present) return;
         attaches++;
         await client.attachDevice(daemon.uri, d, disk, { live: false, config: true });
@@ -161,23 +192,33 @@ test('100 level-based injections (read state and XML, attach if missing) while l
   };
   try {
     let done = 0;
-    const all = Promise.all(names.map(async (d, i) => {
-      // Spread over time so the restart lands in the middle.
-      await new Promise((r) => setTimeout(r, i * 10));
-      await inject(d);
-      done++;
-    }));
+    const all = Promise.all(
+      names.map(async (d, i) => {
+        // Spread over time so the restart lands in the middle.
+        await new Promise((r) => setTimeout(r, i * 10));
+        await inject(d);
+        done++;
+      }),
+    );
     await new Promise((r) => setTimeout(r, 400));
     const doneBeforeRestart = done;
     await daemon.restart({ downMs: 300 });
     await all;
     assert.ok(doneBeforeRestart < 100, 'the restart happened while injections were running');
-    t.diagnostic(`done before the restart: ${doneBeforeRestart}; attach calls: ${attaches}; retried errors: ${JSON.stringify([...errors])}`);
-    const disks = await Promise.all(names.map(async (d) => parseDomainXml(await client.domainXml(daemon.uri, d, { inactive: true })).disks.length));
-    assert.deepEqual(disks, names.map(() => 1));
+    t.diagnostic(
+      `done before the restart: ${doneBeforeRestart}; attach calls: ${attaches}; retried errors: ${JSON.stringify([...errors])}`,
+    );
+    const disks = await Promise.all(
+      names.map(async (d) => parseDomainXml(await client.domainXml(daemon.uri, d, { inactive: true })).disks.length),
+    );
+    assert.deepEqual(
+      disks,
+      names.map(() => 1),
+    );
     // Only a few attaches can be in doubt: those on the wire at the kill.
     assert.ok(attaches >= 100 && attaches <= 110, `attach calls: ${attaches}; errors: ${JSON.stringify([...errors])}`);
-    for (const code of errors.keys()) assert.ok(['LIBVIRT_CONNECTION_LOST', 'TARGET_IN_USE'].includes(code), `unexpected ${code}`);
+    for (const code of errors.keys())
+      assert.ok(['LIBVIRT_CONNECTION_LOST', 'TARGET_IN_USE'].includes(code), `unexpected ${code}`);
   } finally {
     await client.close();
   }

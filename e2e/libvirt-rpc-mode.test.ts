@@ -10,27 +10,50 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const FILES = ['e2e/libvirt-inject.test.ts', 'e2e/libvirt-timeout.test.ts', 'e2e/content-path.test.ts', 'e2e/kubevirt-disk.test.ts', 'e2e/libvirt-guest.test.ts', 'e2e/agent-libvirt-busybox.test.ts'];
+const FILES = [
+  'e2e/libvirt-inject.test.ts',
+  'e2e/libvirt-timeout.test.ts',
+  'e2e/content-path.test.ts',
+  'e2e/kubevirt-disk.test.ts',
+  'e2e/libvirt-guest.test.ts',
+  'e2e/agent-libvirt-busybox.test.ts',
+];
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-test('the mode-switchable libvirt e2e files pass on the RPC client (VMSEED_E2E_LIBVIRT=rpc)', { timeout: 600_000 }, async (t) => {
-  const child = spawn(process.execPath, ['--test', '--test-reporter=tap', '--test-timeout=240000', '--test-concurrency=1', ...FILES], {
-    cwd: ROOT,
-    // Without NODE_TEST_CONTEXT (set for the files a test runner starts),
-    // or the child would take itself for one and run nothing.
-    env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT')), VMSEED_E2E_LIBVIRT: 'rpc' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  const count = (what: string) => Number(new RegExp(`^# ${what} (\\d+)$`, 'm').exec(out)?.[1] ?? NaN);
-  t.diagnostic(`rpc client: ${count('pass')} of ${count('tests')} passed in ${FILES.length} files`);
-  const failed = out.split('\n').filter((l) => /^\s*not ok /.test(l));
-  assert.equal(code, 0, `VMSEED_E2E_LIBVIRT=rpc node --test ${FILES.join(' ')} exited ${code}; failing:\n${failed.join('\n')}\n${out.slice(-6000)}`);
-  // A run that found no tests would also exit 0, and so would one whose
-  // tests skipped (a missing tool) or were cancelled.
-  assert.ok(count('tests') >= 25 && count('fail') === 0, `expected the files' 25 tests, got: ${out.slice(-2000)}`);
-  for (const what of ['skipped', 'todo', 'cancelled']) assert.equal(count(what), 0, `${what} on the RPC client: ${out.slice(-2000)}`);
-});
+test(
+  'the mode-switchable libvirt e2e files pass on the RPC client (VMSEED_E2E_LIBVIRT=rpc)',
+  { timeout: 600_000 },
+  async (t) => {
+    const child = spawn(
+      process.execPath,
+      ['--test', '--test-reporter=tap', '--test-timeout=240000', '--test-concurrency=1', ...FILES],
+      {
+        cwd: ROOT,
+        // Without NODE_TEST_CONTEXT (set for the files a test runner starts),
+        // or the child would take itself for one and run nothing.
+        env: {
+          ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT')),
+          VMSEED_E2E_LIBVIRT: 'rpc',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    const count = (what: string) => Number(new RegExp(`^# ${what} (\\d+)$`, 'm').exec(out)?.[1] ?? NaN);
+    t.diagnostic(`rpc client: ${count('pass')} of ${count('tests')} passed in ${FILES.length} files`);
+    const failed = out.split('\n').filter((l) => /^\s*not ok /.test(l));
+    assert.equal(
+      code,
+      0,
+      `VMSEED_E2E_LIBVIRT=rpc node --test ${FILES.join(' ')} exited ${code}; failing:\n${failed.join('\n')}\n${out.slice(-6000)}`,
+    );
+    // A run that found no tests would also exit 0, and so would one whose
+    // tests skipped (a missing tool) or were cancelled.
+    assert.ok(count('tests') >= 25 && count('fail') === 0, `expected the files' 25 tests, got: ${out.slice(-2000)}`);
+    for (const what of ['skipped', 'todo', 'cancelled'])
+      assert.equal(count(what), 0, `${what} on the RPC client: ${out.slice(-2000)}`);
+  },
+);

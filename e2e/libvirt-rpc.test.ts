@@ -12,7 +12,16 @@ import { VirshLibvirtClient } from '../src/libvirt/virsh-client.ts';
 import type { LibvirtClient, LibvirtEvent } from '../src/libvirt/client.ts';
 import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../src/errors.ts';
-import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, virsh, LIBVIRT_URI } from './support/libvirtd.ts';
+import {
+  ensureLibvirtd,
+  uniqueName,
+  destroyDomain,
+  emptyDomainXml,
+  defineDomain,
+  domblklist,
+  virsh,
+  LIBVIRT_URI,
+} from './support/libvirtd.ts';
 
 let dir: string;
 const domains: string[] = [];
@@ -66,7 +75,11 @@ function eventLog(client: LibvirtClient) {
   const waiters: Array<{ pred: (e: LibvirtEvent) => boolean; resolve: (e: LibvirtEvent) => void }> = [];
   client.onEvent((e) => {
     seen.push(e);
-    for (const w of [...waiters]) if (w.pred(e)) { waiters.splice(waiters.indexOf(w), 1); w.resolve(e); }
+    for (const w of [...waiters])
+      if (w.pred(e)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(e);
+      }
   });
   return {
     seen,
@@ -74,14 +87,26 @@ function eventLog(client: LibvirtClient) {
       const hit = seen.find(pred);
       if (hit) return Promise.resolve(hit);
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no ${what} event within ${ms} ms; saw ${JSON.stringify(seen.slice(-5))}`)), ms);
-        waiters.push({ pred, resolve: (e) => { clearTimeout(t); resolve(e); } });
+        const t = setTimeout(
+          () => reject(new Error(`no ${what} event within ${ms} ms; saw ${JSON.stringify(seen.slice(-5))}`)),
+          ms,
+        );
+        waiters.push({
+          pred,
+          resolve: (e) => {
+            clearTimeout(t);
+            resolve(e);
+          },
+        });
       });
     },
   };
 }
 
-for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
+for (const [label, client] of [
+  ['rpc', rpc],
+  ['virsh', viaVirsh],
+] as const) {
   describe(`${label} client`, () => {
     test('version of the daemon', async () => {
       // The daemon runs the same libvirt as this virsh (one machine).
@@ -92,11 +117,23 @@ for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
 
     test('state and persistence: defined, paused, transient', async () => {
       const defined = await newDomain(`${label}-st-def`);
-      assert.deepEqual(await client.domainInfo(LIBVIRT_URI, defined), { state: 'shutoff', rawState: 'shutoff', persistent: true });
+      assert.deepEqual(await client.domainInfo(LIBVIRT_URI, defined), {
+        state: 'shutoff',
+        rawState: 'shutoff',
+        persistent: true,
+      });
       const paused = await newDomain(`${label}-st-pau`, 'paused');
-      assert.deepEqual(await client.domainInfo(LIBVIRT_URI, paused), { state: 'paused', rawState: 'paused', persistent: true });
+      assert.deepEqual(await client.domainInfo(LIBVIRT_URI, paused), {
+        state: 'paused',
+        rawState: 'paused',
+        persistent: true,
+      });
       const transient = await newDomain(`${label}-st-tra`, 'transient');
-      assert.deepEqual(await client.domainInfo(LIBVIRT_URI, transient), { state: 'running', rawState: 'running', persistent: false });
+      assert.deepEqual(await client.domainInfo(LIBVIRT_URI, transient), {
+        state: 'running',
+        rawState: 'running',
+        persistent: false,
+      });
     });
 
     test('attach --live only: in the live XML, not in the inactive one; detach removes it', async () => {
@@ -105,26 +142,41 @@ for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
       const xml = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
       await client.attachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
       const live = parseDomainXml(await client.domainXml(LIBVIRT_URI, domain)).disks;
-      assert.deepEqual(live.map((d) => [d.targetDev, d.bus, d.sourceFile, d.alias]), [['sda', 'scsi', seed, SEED_ALIAS]]);
+      assert.deepEqual(
+        live.map((d) => [d.targetDev, d.bus, d.sourceFile, d.alias]),
+        [['sda', 'scsi', seed, SEED_ALIAS]],
+      );
       const inactive = parseDomainXml(await client.domainXml(LIBVIRT_URI, domain, { inactive: true })).disks;
       assert.deepEqual(inactive, []);
       const view = await client.domainView(LIBVIRT_URI, domain);
       assert.deepEqual(view.info, { state: 'paused', rawState: 'paused', persistent: true });
       assert.deepEqual(parseDomainXml(view.liveXml).disks, live);
       assert.deepEqual(parseDomainXml(view.inactiveXml!).disks, []);
-      assert.deepEqual((await domblklist(domain)).map((r) => r.source), [seed]);
+      assert.deepEqual(
+        (await domblklist(domain)).map((r) => r.source),
+        [seed],
+      );
 
       await client.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
       // A SCSI CD-ROM leaves at once, guest or not.
-      for (let i = 0; i < 100 && (await domblklist(domain)).length > 0; i++) await new Promise((r) => setTimeout(r, 50));
+      for (let i = 0; i < 100 && (await domblklist(domain)).length > 0; i++)
+        await new Promise((r) => setTimeout(r, 50));
       assert.deepEqual(await domblklist(domain), []);
     });
 
     test('attach --config on a defined domain: only in the inactive XML', async () => {
       const domain = await newDomain(`${label}-cfg`);
       const seed = seedFile(`${label}-cfg`);
-      await client.attachDevice(LIBVIRT_URI, domain, buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' }), { live: false, config: true });
-      assert.deepEqual(parseDomainXml(await client.domainXml(LIBVIRT_URI, domain, { inactive: true })).disks.map((d) => d.sourceFile), [seed]);
+      await client.attachDevice(
+        LIBVIRT_URI,
+        domain,
+        buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' }),
+        { live: false, config: true },
+      );
+      assert.deepEqual(
+        parseDomainXml(await client.domainXml(LIBVIRT_URI, domain, { inactive: true })).disks.map((d) => d.sourceFile),
+        [seed],
+      );
     });
 
     test('errors: unknown domain, detach of a missing disk, a duplicated alias, a missing image', async () => {
@@ -133,13 +185,27 @@ for (const [label, client] of [['rpc', rpc], ['virsh', viaVirsh]] as const) {
       const domain = await newDomain(`${label}-err`, 'paused');
       const seed = seedFile(`${label}-err`);
       const xml = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
-      await rejectsWith(client.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false }), 'DEVICE_NOT_FOUND');
+      await rejectsWith(
+        client.detachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false }),
+        'DEVICE_NOT_FOUND',
+      );
       await client.attachDevice(LIBVIRT_URI, domain, xml, { live: true, config: false });
       // (A second CD-ROM on the same target is a media change, not an error.)
       const sameAlias = buildSeedDiskXml({ sourceFile: seedFile(`${label}-err2`), targetDev: 'sdb', bus: 'scsi' });
-      await rejectsWith(client.attachDevice(LIBVIRT_URI, domain, sameAlias, { live: true, config: false }), 'ALIAS_IN_USE');
-      const missing = buildSeedDiskXml({ sourceFile: join(dir, 'does-not-exist.iso'), targetDev: 'sdb', bus: 'scsi', alias: 'ua-missing' });
-      await rejectsWith(client.attachDevice(LIBVIRT_URI, domain, missing, { live: true, config: false }), 'SEED_FILE_NOT_ACCESSIBLE');
+      await rejectsWith(
+        client.attachDevice(LIBVIRT_URI, domain, sameAlias, { live: true, config: false }),
+        'ALIAS_IN_USE',
+      );
+      const missing = buildSeedDiskXml({
+        sourceFile: join(dir, 'does-not-exist.iso'),
+        targetDev: 'sdb',
+        bus: 'scsi',
+        alias: 'ua-missing',
+      });
+      await rejectsWith(
+        client.attachDevice(LIBVIRT_URI, domain, missing, { live: true, config: false }),
+        'SEED_FILE_NOT_ACCESSIBLE',
+      );
     });
 
     test('resume a paused domain', async () => {
@@ -208,13 +274,18 @@ test('rpc: 50 domains read and changed concurrently over one connection', async 
       Promise.all(names.map((d) => client.domainXml(LIBVIRT_URI, d))),
     ]);
     assert.ok(infos.every((i) => i.state === 'shutoff' && i.persistent));
-    assert.deepEqual(xmls.map((x) => parseDomainXml(x).name), names);
+    assert.deepEqual(
+      xmls.map((x) => parseDomainXml(x).name),
+      names,
+    );
     // Different domains are not serialized against each other.
     const seed = seedFile('many');
     const disk = buildSeedDiskXml({ sourceFile: seed, targetDev: 'sda', bus: 'scsi' });
     await Promise.all(names.map((d) => client.attachDevice(LIBVIRT_URI, d, disk, { live: false, config: true })));
     const after = await Promise.all(names.map((d) => client.domainXml(LIBVIRT_URI, d, { inactive: true })));
-    assert.ok(after.every((x) => parseDomainXml(x).disks.length === 1 && parseDomainXml(x).disks[0].sourceFile === seed));
+    assert.ok(
+      after.every((x) => parseDomainXml(x).disks.length === 1 && parseDomainXml(x).disks[0].sourceFile === seed),
+    );
     assert.equal(client.manager.openCount, 1);
   } finally {
     await client.close();
@@ -224,12 +295,23 @@ test('rpc: 50 domains read and changed concurrently over one connection', async 
 test('rpc: mutations of one domain run one at a time, in call order', async () => {
   const domain = await newDomain('rpc-serial', 'paused');
   // address: null: libvirt places each (the seed's fixed drive address would collide).
-  const xmls = ['sda', 'sdb', 'sdc'].map((t, i) => buildSeedDiskXml({ sourceFile: seedFile(`serial-${t}`), targetDev: t, bus: 'scsi', alias: `ua-serial${i}`, address: null }));
+  const xmls = ['sda', 'sdb', 'sdc'].map((t, i) =>
+    buildSeedDiskXml({
+      sourceFile: seedFile(`serial-${t}`),
+      targetDev: t,
+      bus: 'scsi',
+      alias: `ua-serial${i}`,
+      address: null,
+    }),
+  );
   // Started together; if they overlapped libvirt would still cope, so the
   // proof is the order the disks end up in the live XML (attach appends).
   await Promise.all(xmls.map((x) => rpc.attachDevice(LIBVIRT_URI, domain, x, { live: true, config: false })));
   const disks = parseDomainXml(await rpc.domainXml(LIBVIRT_URI, domain)).disks;
-  assert.deepEqual(disks.map((d) => d.alias), ['ua-serial0', 'ua-serial1', 'ua-serial2']);
+  assert.deepEqual(
+    disks.map((d) => d.alias),
+    ['ua-serial0', 'ua-serial1', 'ua-serial2'],
+  );
 });
 
 test('rpc: a domain destroyed while an attach is in flight: a typed error or a completed attach, never a hang; the connection serves on', async () => {
@@ -252,6 +334,9 @@ test('rpc: a domain destroyed while an attach is in flight: a typed error or a c
     // Transient: gone with the destroy.
     await rejectsWith(rpc.domainInfo(LIBVIRT_URI, domain), 'DOMAIN_NOT_FOUND');
   }
-  assert.ok(outcomes.every((o) => ['attached', 'DOMAIN_NOT_FOUND', 'LIBVIRT_FAILED'].includes(o)), outcomes.join(','));
+  assert.ok(
+    outcomes.every((o) => ['attached', 'DOMAIN_NOT_FOUND', 'LIBVIRT_FAILED'].includes(o)),
+    outcomes.join(','),
+  );
   assert.match(await rpc.version(LIBVIRT_URI), /^\d+\.\d+\.\d+$/);
 });

@@ -11,7 +11,15 @@ import { promisify } from 'node:util';
 import { e2eInjector } from './support/libvirt-mode.ts';
 import { VmseedError } from '../src/errors.ts';
 import type { InjectionTarget } from '../src/libvirt/types.ts';
-import { ensureLibvirtd, uniqueName, destroyDomain, emptyDomainXml, defineDomain, domblklist, virsh } from './support/libvirtd.ts';
+import {
+  ensureLibvirtd,
+  uniqueName,
+  destroyDomain,
+  emptyDomainXml,
+  defineDomain,
+  domblklist,
+  virsh,
+} from './support/libvirtd.ts';
 
 const run = promisify(execFile);
 let dir: string;
@@ -30,7 +38,10 @@ after(async () => {
 async function processesMatching(pattern: string): Promise<string[]> {
   try {
     const { stdout } = await run('pgrep', ['-a', '-f', pattern]);
-    return stdout.trim().split('\n').filter((l) => l !== '');
+    return stdout
+      .trim()
+      .split('\n')
+      .filter((l) => l !== '');
   } catch {
     return []; // pgrep exits 1 when nothing matches
   }
@@ -40,47 +51,60 @@ function target(name: string): InjectionTarget {
   return { namespace: 'e2e', name, uid: `uid-${name}`, datasource: 'nocloud', annotations: {} };
 }
 
-test('hanging virsh: VIRSH_TIMEOUT, no process left behind, another domain served meanwhile', { timeout: 120_000 }, async () => {
-  // A duration no other process uses, to find leftovers by command line.
-  const marker = String(900_000 + Math.floor(Math.random() * 90_000));
-  const wrapper = join(dir, 'virsh-hangs-for-some');
-  // The sleep is a child of the shell (no exec): killing only the shell
-  // would orphan it, so this checks that the whole group is killed.
-  writeFileSync(wrapper, `#!/bin/sh
+test(
+  'hanging virsh: VIRSH_TIMEOUT, no process left behind, another domain served meanwhile',
+  { timeout: 120_000 },
+  async () => {
+    // A duration no other process uses, to find leftovers by command line.
+    const marker = String(900_000 + Math.floor(Math.random() * 90_000));
+    const wrapper = join(dir, 'virsh-hangs-for-some');
+    // The sleep is a child of the shell (no exec): killing only the shell
+    // would orphan it, so this checks that the whole group is killed.
+    writeFileSync(
+      wrapper,
+      `#!/bin/sh
 for a in "$@"; do
   case "$a" in *hangs*) sleep ${marker}; exit 0 ;; esac
 done
 exec virsh "$@"
-`, { mode: 0o755 });
+`,
+      { mode: 0o755 },
+    );
 
-  const okName = uniqueName('served');
-  const okDomain = `e2e_${okName}`;
-  domains.push(okDomain);
-  await defineDomain(emptyDomainXml({ name: okDomain }));
-  await virsh('start', '--paused', okDomain);
-  const seed = join(dir, 'seed.iso');
-  writeFileSync(seed, Buffer.alloc(4096));
+    const okName = uniqueName('served');
+    const okDomain = `e2e_${okName}`;
+    domains.push(okDomain);
+    await defineDomain(emptyDomainXml({ name: okDomain }));
+    await virsh('start', '--paused', okDomain);
+    const seed = join(dir, 'seed.iso');
+    writeFileSync(seed, Buffer.alloc(4096));
 
-  const inj = e2eInjector({ virshPath: wrapper, timeoutMs: 3_000 });
-  let hungSettled = false;
-  const started = Date.now();
-  const hung = inj.inject(target(uniqueName('hangs')), seed).finally(() => { hungSettled = true; });
-  const served = await inj.inject(target(okName), seed);
-  assert.equal(hungSettled, false, 'the other domain was served while the hanging call was still pending');
-  assert.equal(served.action, 'attached');
-  assert.deepEqual((await domblklist(okDomain)).map((b) => b.source), [seed]);
+    const inj = e2eInjector({ virshPath: wrapper, timeoutMs: 3_000 });
+    let hungSettled = false;
+    const started = Date.now();
+    const hung = inj.inject(target(uniqueName('hangs')), seed).finally(() => {
+      hungSettled = true;
+    });
+    const served = await inj.inject(target(okName), seed);
+    assert.equal(hungSettled, false, 'the other domain was served while the hanging call was still pending');
+    assert.equal(served.action, 'attached');
+    assert.deepEqual(
+      (await domblklist(okDomain)).map((b) => b.source),
+      [seed],
+    );
 
-  await assert.rejects(hung, (e: unknown) => {
-    assert.ok(e instanceof VmseedError);
-    assert.equal(e.code, 'VIRSH_TIMEOUT');
-    assert.equal(e.retryable, true);
-    return true;
-  });
-  const elapsed = Date.now() - started;
-  assert.ok(elapsed >= 3_000, `timed out after ${elapsed} ms, not before the 3 s limit`);
-  assert.deepEqual(await processesMatching(`sleep ${marker}`), []);
-  assert.deepEqual(await processesMatching(wrapper), []);
-});
+    await assert.rejects(hung, (e: unknown) => {
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'VIRSH_TIMEOUT');
+      assert.equal(e.retryable, true);
+      return true;
+    });
+    const elapsed = Date.now() - started;
+    assert.ok(elapsed >= 3_000, `timed out after ${elapsed} ms, not before the 3 s limit`);
+    assert.deepEqual(await processesMatching(`sleep ${marker}`), []);
+    assert.deepEqual(await processesMatching(wrapper), []);
+  },
+);
 
 test('virsh missing: VIRSH_NOT_FOUND, terminal', async () => {
   const inj = e2eInjector({ virshPath: join(dir, 'no-such-virsh') });

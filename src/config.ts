@@ -205,10 +205,14 @@ export function parseRedirectStatusUrl(text: string): string {
   try {
     u = new URL(text);
   } catch {
-    throw new ConfigError(`--redirect-status-url: '${text}' is not a URL; give the redirect sidecar's readiness endpoint, e.g. http://127.0.0.1:8082/readyz`);
+    throw new ConfigError(
+      `--redirect-status-url: '${text}' is not a URL; give the redirect sidecar's readiness endpoint, e.g. http://127.0.0.1:8082/readyz`,
+    );
   }
   if (u.protocol !== 'http:' || u.username || u.password || text.length > 512) {
-    throw new ConfigError('--redirect-status-url must be a plain http:// URL without credentials, at most 512 characters (the sidecar\'s /readyz, e.g. http://127.0.0.1:8082/readyz)');
+    throw new ConfigError(
+      "--redirect-status-url must be a plain http:// URL without credentials, at most 512 characters (the sidecar's /readyz, e.g. http://127.0.0.1:8082/readyz)",
+    );
   }
   return u.href;
 }
@@ -256,7 +260,7 @@ const VMI_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'podUID'];
 
 function checkTemplate(text: string, flag: string, allowed = VMI_PLACEHOLDERS): string {
   for (const [, name] of text.matchAll(/\{([^}]*)\}/g)) {
-    if (!allowed.includes(name!)) {
+    if (!allowed.includes(name)) {
       throw new ConfigError(`--${flag}: unknown placeholder {${name}}; use ${allowed.map((a) => `{${a}}`).join(', ')}`);
     }
   }
@@ -268,7 +272,8 @@ function checkTemplate(text: string, flag: string, allowed = VMI_PLACEHOLDERS): 
 // (emptyDirs under volumes/kubernetes.io~empty-dir/<volume name>; KubeVirt
 // names them libvirt-runtime and ephemeral-disks).
 const EMPTY_DIR = 'volumes/kubernetes.io~empty-dir';
-const LAUNCHER_SOCKET = (podsDir: string, pod: string) => `${podsDir}/${pod}/${EMPTY_DIR}/libvirt-runtime/virtqemud-sock`;
+const LAUNCHER_SOCKET = (podsDir: string, pod: string) =>
+  `${podsDir}/${pod}/${EMPTY_DIR}/libvirt-runtime/virtqemud-sock`;
 // sun_path holds 108 bytes with the terminating NUL.
 const MAX_SOCKET_PATH = 107;
 
@@ -281,7 +286,8 @@ interface PlatformDefaults {
 }
 
 function platformDefaults(platform: Platform, podsDir: string): PlatformDefaults {
-  if (platform === 'libvirt') return { uri: 'qemu:///system', imagePathInDomain: '{path}', resumeVia: 'virsh', diskBus: 'virtio' };
+  if (platform === 'libvirt')
+    return { uri: 'qemu:///system', imagePathInDomain: '{path}', resumeVia: 'virsh', diskBus: 'virtio' };
   return {
     // How KubeVirt itself reaches a non-root launcher's virtqemud; the
     // directory is percent-encoded as the rest of the URI's values are.
@@ -302,7 +308,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   try {
     parsed = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false });
   } catch (e) {
-    throw new ConfigError((e as Error).message.split('\n')[0]!);
+    throw new ConfigError((e as Error).message.split('\n')[0]);
   }
   if (parsed.values.help) return undefined;
   const values = parsed.values as Record<string, string | boolean | undefined>;
@@ -316,43 +322,85 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   const localDir = get('local');
   const local = localDir !== undefined;
   const nodeName = get('node-name') ?? (local ? hostname() : undefined);
-  if (!nodeName) throw new ConfigError('--node-name (or NODE_NAME) is required in cluster mode; set it from spec.nodeName in the DaemonSet');
+  if (!nodeName)
+    throw new ConfigError(
+      '--node-name (or NODE_NAME) is required in cluster mode; set it from spec.nodeName in the DaemonSet',
+    );
   if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(nodeName)) {
     throw new ConfigError(`--node-name: '${nodeName}' is not a valid Kubernetes node name`);
   }
   const stateDir = resolve(cwd, get('state-dir') ?? (local ? 'var/seeds' : '/var/lib/vmseed/seeds'));
   const listen = parseListen(get('listen') ?? (local ? '127.0.0.1:8080' : '0.0.0.0:8080'));
-  const platform = oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', ['kubevirt', 'libvirt'] as const);
+  const platform = oneOf(get('platform') ?? (local ? 'libvirt' : 'kubevirt'), 'platform', [
+    'kubevirt',
+    'libvirt',
+  ] as const);
   const podsDir = resolve(cwd, get('pods-dir') ?? '/pods');
   const preset = platformDefaults(platform, podsDir);
   const config: Config = {
     mode: local ? 'local' : 'kubernetes',
-    statusListen: get('status-listen') !== undefined ? parseListen(get('status-listen')!, 'status-listen') : local ? listen : { host: '127.0.0.1', port: 8090 },
+    statusListen:
+      get('status-listen') !== undefined
+        ? parseListen(get('status-listen')!, 'status-listen')
+        : local
+          ? listen
+          : { host: '127.0.0.1', port: 8090 },
     ...(local ? { localDir: resolve(cwd, localDir) } : {}),
     nodeName,
     stateDir,
     listen,
     ...(get('kubeconfig') !== undefined ? { kubeconfig: resolve(cwd, get('kubeconfig')!) } : {}),
     concurrency: parseIntFlag(get('concurrency') ?? '4', 'concurrency', 1, 256),
-    kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', ['own', 'ignore'] as const),
+    kubevirtVolumes: oneOf(get('kubevirt-volumes') ?? (local ? 'own' : 'ignore'), 'kubevirt-volumes', [
+      'own',
+      'ignore',
+    ] as const),
     resyncPeriodMs: parseDuration(get('resync-period') ?? '10m', 'resync-period'),
     shutdownTimeoutMs: parseDuration(get('shutdown-timeout') ?? '20s', 'shutdown-timeout'),
-    logLevel: oneOf(get('log-level') ?? 'info', 'log-level', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
+    logLevel: oneOf(get('log-level') ?? 'info', 'log-level', [
+      'fatal',
+      'error',
+      'warn',
+      'info',
+      'debug',
+      'trace',
+      'silent',
+    ] as const),
     libvirt: {
-      mode: oneOf(get('libvirt') ?? (local ? 'off' : rpcDialable(get('libvirt-uri') ?? preset.uri) ? 'rpc' : 'virsh'), 'libvirt', ['off', 'virsh', 'rpc'] as const),
+      mode: oneOf(
+        get('libvirt') ?? (local ? 'off' : rpcDialable(get('libvirt-uri') ?? preset.uri) ? 'rpc' : 'virsh'),
+        'libvirt',
+        ['off', 'virsh', 'rpc'] as const,
+      ),
       platform,
       podsDir,
       virshPath: get('virsh-path') ?? 'virsh',
       uri: checkTemplate(get('libvirt-uri') ?? preset.uri, 'libvirt-uri'),
       domainName: checkTemplate(get('domain-name') ?? '{namespace}_{name}', 'domain-name'),
-      imagePathInDomain: checkTemplate(get('image-path-in-domain') ?? preset.imagePathInDomain, 'image-path-in-domain', [...VMI_PLACEHOLDERS, 'path', 'basename']),
-      ...((get('publish-dir') ?? preset.publishDir) !== undefined ? { publishDir: checkTemplate((get('publish-dir') ?? preset.publishDir)!, 'publish-dir') } : {}),
+      imagePathInDomain: checkTemplate(
+        get('image-path-in-domain') ?? preset.imagePathInDomain,
+        'image-path-in-domain',
+        [...VMI_PLACEHOLDERS, 'path', 'basename'],
+      ),
+      ...((get('publish-dir') ?? preset.publishDir) !== undefined
+        ? { publishDir: checkTemplate((get('publish-dir') ?? preset.publishDir)!, 'publish-dir') }
+        : {}),
       resumeVia: oneOf(get('resume-via') ?? preset.resumeVia, 'resume-via', ['virsh', 'kubevirt'] as const),
       diskBus: oneOf(get('disk-bus') ?? preset.diskBus, 'disk-bus', ['virtio', 'scsi'] as const),
       virshTimeoutMs: parseDuration(get('virsh-timeout') ?? '30s', 'virsh-timeout'),
     },
-    maxUserDataBytes: parseIntFlag(get('max-user-data-bytes') ?? String(DEFAULT_MAX_USER_DATA_BYTES), 'max-user-data-bytes', 1, 64 * 1024 * 1024),
-    maxNetworkDataBytes: parseIntFlag(get('max-network-data-bytes') ?? String(DEFAULT_MAX_NETWORK_DATA_BYTES), 'max-network-data-bytes', 1, 16 * 1024 * 1024),
+    maxUserDataBytes: parseIntFlag(
+      get('max-user-data-bytes') ?? String(DEFAULT_MAX_USER_DATA_BYTES),
+      'max-user-data-bytes',
+      1,
+      64 * 1024 * 1024,
+    ),
+    maxNetworkDataBytes: parseIntFlag(
+      get('max-network-data-bytes') ?? String(DEFAULT_MAX_NETWORK_DATA_BYTES),
+      'max-network-data-bytes',
+      1,
+      16 * 1024 * 1024,
+    ),
     fsync: oneOf(get('fsync') ?? 'true', 'fsync', ['true', 'false'] as const) === 'true',
   };
   const vendorDataFrom = get('vendor-data-from');
@@ -362,32 +410,52 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     if (local) throw new ConfigError('--namespaces needs a cluster; local mode reads its directory');
     config.namespaces = parseNamespaces(namespaces);
     if (config.vendorDataFrom && !config.namespaces.includes(config.vendorDataFrom.namespace)) {
-      throw new ConfigError(`--vendor-data-from: namespace '${config.vendorDataFrom.namespace}' is not in --namespaces; the agent can only read ConfigMaps there`);
+      throw new ConfigError(
+        `--vendor-data-from: namespace '${config.vendorDataFrom.namespace}' is not in --namespaces; the agent can only read ConfigMaps there`,
+      );
     }
   }
-  const datasource = datasourceConfig(get, values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true', cwd);
+  const datasource = datasourceConfig(
+    get,
+    values['datasource-compat-source-address'] === true || env[envName('datasource-compat-source-address')] === 'true',
+    cwd,
+  );
   if (datasource) config.datasource = datasource;
   if (values['datasource-imds-compat'] === true || env[envName('datasource-imds-compat')] === 'true') {
-    if (!datasource) throw new ConfigError('--datasource-imds-compat needs --datasource-listen HOST:PORT (the datasource is off without it)');
+    if (!datasource)
+      throw new ConfigError(
+        '--datasource-imds-compat needs --datasource-listen HOST:PORT (the datasource is off without it)',
+      );
     datasource.imdsCompat = true;
   }
   const redirectStatusUrl = get('redirect-status-url');
-  if (redirectStatusUrl !== undefined) config.redirectStatusUrl = checked(() => parseRedirectStatusUrl(redirectStatusUrl));
+  if (redirectStatusUrl !== undefined)
+    config.redirectStatusUrl = checked(() => parseRedirectStatusUrl(redirectStatusUrl));
   if (local && platform === 'kubevirt') {
-    throw new ConfigError('--platform kubevirt needs a cluster (KubeVirt\'s VMI status and unpause API); local mode uses --platform libvirt');
+    throw new ConfigError(
+      "--platform kubevirt needs a cluster (KubeVirt's VMI status and unpause API); local mode uses --platform libvirt",
+    );
   }
   if (local && config.libvirt.resumeVia === 'kubevirt') {
-    throw new ConfigError('--resume-via kubevirt needs a cluster (KubeVirt\'s unpause API); local mode resumes with virsh');
+    throw new ConfigError(
+      "--resume-via kubevirt needs a cluster (KubeVirt's unpause API); local mode resumes with virsh",
+    );
   }
   if (platform === 'kubevirt' && config.libvirt.resumeVia === 'virsh') {
-    throw new ConfigError('--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt');
+    throw new ConfigError(
+      '--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt',
+    );
   }
   if (config.libvirt.mode === 'rpc' && !rpcDialable(config.libvirt.uri)) {
-    throw new ConfigError(`--libvirt rpc: '${config.libvirt.uri}' is not a local qemu URI (qemu:///system, qemu:///session, qemu+unix:///…?socket=PATH) the RPC client can dial; use --libvirt virsh for other transports`);
+    throw new ConfigError(
+      `--libvirt rpc: '${config.libvirt.uri}' is not a local qemu URI (qemu:///system, qemu:///session, qemu+unix:///…?socket=PATH) the RPC client can dial; use --libvirt virsh for other transports`,
+    );
   }
   const socket = LAUNCHER_SOCKET(podsDir, '00000000-0000-0000-0000-000000000000');
   if (config.libvirt.uri === preset.uri && platform === 'kubevirt' && Buffer.byteLength(socket) > MAX_SOCKET_PATH) {
-    throw new ConfigError(`--pods-dir: '${podsDir}' makes the launcher socket path ${Buffer.byteLength(socket)} bytes, over the ${MAX_SOCKET_PATH} a unix socket path may have; mount the kubelet's pods directory at a shorter path such as /pods`);
+    throw new ConfigError(
+      `--pods-dir: '${podsDir}' makes the launcher socket path ${Buffer.byteLength(socket)} bytes, over the ${MAX_SOCKET_PATH} a unix socket path may have; mount the kubelet's pods directory at a shorter path such as /pods`,
+    );
   }
   return deepFreeze(config);
 }
@@ -396,10 +464,13 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
 const MAX_NAMESPACES = 100;
 export function parseNamespaces(text: string): string[] {
   const names = text.split(',').map((n) => n.trim());
-  if (names.length > MAX_NAMESPACES) throw new ConfigError(`--namespaces: ${names.length} namespaces; at most ${MAX_NAMESPACES} (two watches each)`);
+  if (names.length > MAX_NAMESPACES)
+    throw new ConfigError(`--namespaces: ${names.length} namespaces; at most ${MAX_NAMESPACES} (two watches each)`);
   for (const n of names) {
     if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(n)) {
-      throw new ConfigError(`--namespaces: '${n}' is not a namespace name (lowercase letters, digits and '-', at most 63); separate names with commas`);
+      throw new ConfigError(
+        `--namespaces: '${n}' is not a namespace name (lowercase letters, digits and '-', at most 63); separate names with commas`,
+      );
     }
   }
   return [...new Set(names)];
@@ -414,18 +485,28 @@ function checked<T>(fn: () => T): T {
   }
 }
 
-function datasourceConfig(get: (flag: keyof typeof OPTIONS) => string | undefined, compat: boolean, cwd: string): DatasourceConfig | undefined {
+function datasourceConfig(
+  get: (flag: keyof typeof OPTIONS) => string | undefined,
+  compat: boolean,
+  cwd: string,
+): DatasourceConfig | undefined {
   const listen = get('datasource-listen');
   if (listen === undefined) {
     for (const flag of ['datasource-key-file', 'datasource-base-url'] as const) {
-      if (get(flag) !== undefined) throw new ConfigError(`--${flag} needs --datasource-listen HOST:PORT (the datasource is off without it)`);
+      if (get(flag) !== undefined)
+        throw new ConfigError(`--${flag} needs --datasource-listen HOST:PORT (the datasource is off without it)`);
     }
-    if (compat) throw new ConfigError('--datasource-compat-source-address needs --datasource-listen HOST:PORT (the datasource is off without it)');
+    if (compat)
+      throw new ConfigError(
+        '--datasource-compat-source-address needs --datasource-listen HOST:PORT (the datasource is off without it)',
+      );
     return undefined;
   }
   const keyFile = get('datasource-key-file');
   if (keyFile === undefined) {
-    throw new ConfigError("--datasource-key-file FILE is required with --datasource-listen; create one with 'openssl rand -base64 32 > FILE'");
+    throw new ConfigError(
+      "--datasource-key-file FILE is required with --datasource-listen; create one with 'openssl rand -base64 32 > FILE'",
+    );
   }
   const baseUrl = (get('datasource-base-url') ?? DEFAULT_DATASOURCE_BASE).replace(/\/+$/, '');
   let prefix: string;
@@ -475,7 +556,11 @@ export function configSummary(c: Config): Record<string, string | number | boole
     fsync: c.fsync,
     ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
     ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),
-    ...(c.vendorDataFrom ? { vendorDataFrom: `${c.vendorDataFrom.namespace}/${c.vendorDataFrom.name}${c.vendorDataFrom.key ? `/${c.vendorDataFrom.key}` : ''}` } : {}),
+    ...(c.vendorDataFrom
+      ? {
+          vendorDataFrom: `${c.vendorDataFrom.namespace}/${c.vendorDataFrom.name}${c.vendorDataFrom.key ? `/${c.vendorDataFrom.key}` : ''}`,
+        }
+      : {}),
     // The key file's path only, never its content.
     ...(c.datasource
       ? {

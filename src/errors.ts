@@ -165,5 +165,7 @@ export function asVmseedError(e: unknown): VmseedError {
 // The agent's stop deadline passed while this work ran (or waited): it is
 // not a failure of the VMI and runs again at the next start.
 export function cancelledError(what = 'the work'): VmseedError {
-  return new VmseedError('CANCELLED', `the agent is stopping; ${what} was cancelled and runs again at the next start`, { kind: 'retryable' });
+  return new VmseedError('CANCELLED', `the agent is stopping; ${what} was cancelled and runs again at the next start`, {
+    kind: 'retryable',
+  });
 }

@@ -5,12 +5,30 @@
 import type { Command, CliContext, ExitCode } from './commands/cli.ts';
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
-  agent: { summary: 'keep seed images for the VMIs of this node (or of --local DIR)', load: async () => (await import('./commands/agent.ts')).agent },
-  build: { summary: 'write a NoCloud or ConfigDrive seed image from files', load: async () => (await import('./commands/build.ts')).build },
-  inspect: { summary: 'show the label, datasource and files of a seed image', load: async () => (await import('./commands/inspect.ts')).inspect },
-  redirect: { summary: 'keep the 169.254.169.254 DNAT to the datasource (host network, CAP_NET_ADMIN)', load: async () => (await import('./commands/redirect.ts')).redirect },
-  'seed-url': { summary: 'print the DMI serial (ds=nocloud;s=...) for a VMI\'s seed over HTTP', load: async () => (await import('./commands/seed-url.ts')).seedUrl },
-  'warm-cache': { summary: 'fill Node\'s compile cache so the agent starts without the TypeScript stripper (image builds)', load: async () => (await import('./commands/warm-cache.ts')).warmCache },
+  agent: {
+    summary: 'keep seed images for the VMIs of this node (or of --local DIR)',
+    load: async () => (await import('./commands/agent.ts')).agent,
+  },
+  build: {
+    summary: 'write a NoCloud or ConfigDrive seed image from files',
+    load: async () => (await import('./commands/build.ts')).build,
+  },
+  inspect: {
+    summary: 'show the label, datasource and files of a seed image',
+    load: async () => (await import('./commands/inspect.ts')).inspect,
+  },
+  redirect: {
+    summary: 'keep the 169.254.169.254 DNAT to the datasource (host network, CAP_NET_ADMIN)',
+    load: async () => (await import('./commands/redirect.ts')).redirect,
+  },
+  'seed-url': {
+    summary: "print the DMI serial (ds=nocloud;s=...) for a VMI's seed over HTTP",
+    load: async () => (await import('./commands/seed-url.ts')).seedUrl,
+  },
+  'warm-cache': {
+    summary: "fill Node's compile cache so the agent starts without the TypeScript stripper (image builds)",
+    load: async () => (await import('./commands/warm-cache.ts')).warmCache,
+  },
 };
 
 function usage(): string {
@@ -56,5 +74,8 @@ if (import.meta.main) {
     stopSignal: controller.signal,
   });
   process.exitCode = code;
-  setTimeout(() => forceExit(code, `still running ${EXIT_GRACE_MS} ms after the command returned`, processExitDeps()), EXIT_GRACE_MS).unref();
+  setTimeout(
+    () => forceExit(code, `still running ${EXIT_GRACE_MS} ms after the command returned`, processExitDeps()),
+    EXIT_GRACE_MS,
+  ).unref();
 }

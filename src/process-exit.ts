@@ -37,7 +37,8 @@ export function forceExit(code: number, reason: string, deps: ExitDeps): ExitPla
       component: 'main',
       reason,
       pending: counts,
-      exit: plan.how === 'exit' ? plan.code : 'SIGTERM (a file-system request is stuck; process.exit would wait for it)',
+      exit:
+        plan.how === 'exit' ? plan.code : 'SIGTERM (a file-system request is stuck; process.exit would wait for it)',
       msg: 'exiting with work still pending',
     }),
   );

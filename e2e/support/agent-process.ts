@@ -38,12 +38,28 @@ export async function startAgentProcess(extraArgs: string[] = []): Promise<Agent
   await mkdir(manifests);
   const child = spawn(
     process.execPath,
-    [MAIN, 'agent', '--local', manifests, '--libvirt', process.env.VMSEED_E2E_LIBVIRT ?? 'virsh', '--state-dir', stateDir, '--listen', '127.0.0.1:0', '--log-level', 'debug', '--fsync', 'false', ...extraArgs],
+    [
+      MAIN,
+      'agent',
+      '--local',
+      manifests,
+      '--libvirt',
+      process.env.VMSEED_E2E_LIBVIRT ?? 'virsh',
+      '--state-dir',
+      stateDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--log-level',
+      'debug',
+      '--fsync',
+      'false',
+      ...extraArgs,
+    ],
     { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let log = '';
-  child.stdout!.on('data', (d) => (log += d));
-  child.stderr!.on('data', (d) => (log += d));
+  child.stdout.on('data', (d) => (log += d));
+  child.stderr.on('data', (d) => (log += d));
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
 
   const kill = async (): Promise<number | null> => {
@@ -91,12 +107,18 @@ export async function startAgentProcess(extraArgs: string[] = []): Promise<Agent
   };
 }
 
-export async function waitUntil<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs: number, detail?: () => string | Promise<string>): Promise<T> {
+export async function waitUntil<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs: number,
+  detail?: () => string | Promise<string>,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
     if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail ? `\n${await detail()}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail ? `\n${await detail()}` : ''}`);
     await sleep(100);
   }
 }
@@ -124,12 +146,18 @@ export function vmiYaml(o: VmiYamlOptions): string {
     domain.devices = { disks: [{ name: 'cloudinit', disk: { bus: 'virtio' } }] };
     spec.volumes = [{ name: 'cloudinit', cloudInitNoCloud: { userData: o.noCloudVolume.userData } }];
   }
-  return JSON.stringify({
-    apiVersion: 'kubevirt.io/v1',
-    kind: 'VirtualMachineInstance',
-    metadata: { name: o.name, namespace: o.namespace, annotations },
-    spec,
-  }, null, 2) + '\n';
+  return (
+    JSON.stringify(
+      {
+        apiVersion: 'kubevirt.io/v1',
+        kind: 'VirtualMachineInstance',
+        metadata: { name: o.name, namespace: o.namespace, annotations },
+        spec,
+      },
+      null,
+      2,
+    ) + '\n'
+  );
 }
 
 // Destroys and undefines a test domain, then checks that its QEMU is gone
@@ -140,14 +168,24 @@ export async function removeDomainChecked(domain: string): Promise<void> {
   for (;;) {
     const left = await qemuProcessesOf(domain);
     if (left.length === 0) return;
-    if (Date.now() > deadline) throw new Error(`QEMU of domain ${domain} still running after destroy: pids ${left.join(', ')}`);
+    if (Date.now() > deadline)
+      throw new Error(`QEMU of domain ${domain} still running after destroy: pids ${left.join(', ')}`);
     await sleep(200);
   }
 }
 
 async function qemuProcessesOf(domain: string): Promise<string[]> {
   return new Promise((resolve) => {
-    execFile('pgrep', ['-f', `guest=${domain},`], (err, stdout) => resolve(err ? [] : stdout.trim().split('\n').filter((l) => l !== '')));
+    execFile('pgrep', ['-f', `guest=${domain},`], (err, stdout) =>
+      resolve(
+        err
+          ? []
+          : stdout
+              .trim()
+              .split('\n')
+              .filter((l) => l !== ''),
+      ),
+    );
   });
 }
 

@@ -33,10 +33,20 @@ export async function ensurePodsMountPoint(): Promise<void> {
 /** argv that runs `cmd` with podsDir at /pods, as `user`, capabilities dropped. */
 export function agentViewArgv(podsDir: string, user: AgentUser, cmd: string[]): string[] {
   return [
-    'unshare', '-m', '--propagation', 'private',
-    'sh', '-c', 'set -e; mount --bind "$0" /pods; exec "$@"', podsDir,
+    'unshare',
+    '-m',
+    '--propagation',
+    'private',
+    'sh',
+    '-c',
+    'set -e; mount --bind "$0" /pods; exec "$@"',
+    podsDir,
     ...setprivArgs(user),
-    'env', '-i', 'PATH=/usr/sbin:/usr/bin:/sbin:/bin', 'HOME=/nonexistent', 'LIBVIRT_AUTOSTART=0',
+    'env',
+    '-i',
+    'PATH=/usr/sbin:/usr/bin:/sbin:/bin',
+    'HOME=/nonexistent',
+    'LIBVIRT_AUTOSTART=0',
     ...cmd,
   ];
 }

@@ -72,18 +72,20 @@ export function readDaemonSetAgent(path = DAEMONSET): DaemonSetAgent {
 export function daemonSetAgentOf(objects: readonly unknown[], path = 'manifests'): DaemonSetAgent {
   const docs = (objects as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
   if (docs.length !== 1) throw new Error(`${path}: expected one DaemonSet, found ${docs.length}`);
-  const podSpec = ((docs[0]!.spec as Obj).template as Obj).spec as Obj;
+  const podSpec = ((docs[0].spec as Obj).template as Obj).spec as Obj;
   const container = (podSpec.containers as Obj[]).find((c) => c.name === 'agent');
   if (!container) throw new Error(`${path}: no container named agent`);
   const pod = (podSpec.securityContext ?? {}) as Obj;
   const sc = (container.securityContext ?? {}) as Obj;
   const caps = (sc.capabilities ?? {}) as { drop?: string[]; add?: string[] };
   const volumes = new Map(((podSpec.volumes ?? []) as Volume[]).map((v) => [v.name, v]));
-  const mounts = ((container.volumeMounts ?? []) as Array<{ name: string; mountPath: string; readOnly?: boolean }>).map((m) => {
-    const volume = volumes.get(m.name);
-    if (!volume) throw new Error(`${path}: volumeMount ${m.name} has no volume`);
-    return { name: m.name, mountPath: m.mountPath, readOnly: m.readOnly === true, volume };
-  });
+  const mounts = ((container.volumeMounts ?? []) as Array<{ name: string; mountPath: string; readOnly?: boolean }>).map(
+    (m) => {
+      const volume = volumes.get(m.name);
+      if (!volume) throw new Error(`${path}: volumeMount ${m.name} has no volume`);
+      return { name: m.name, mountPath: m.mountPath, readOnly: m.readOnly === true, volume };
+    },
+  );
   // The container's securityContext wins over the pod's (Kubernetes' rule).
   return {
     args: ((container.args ?? []) as unknown[]).map(String),
@@ -105,7 +107,9 @@ function flagName(arg: string): string | undefined {
 
 /** Replaces (or appends) `--flag=value` for each override; all manifest args use the `=` form. */
 export function withOverrides(args: string[], overrides: Record<string, string>): string[] {
-  for (const a of args) if (a.startsWith('--') && !a.includes('=') && overrides[flagName(a) ?? ''] !== undefined) throw new Error(`daemonset arg ${a} is not in --flag=value form; cannot override it`);
+  for (const a of args)
+    if (a.startsWith('--') && !a.includes('=') && overrides[flagName(a) ?? ''] !== undefined)
+      throw new Error(`daemonset arg ${a} is not in --flag=value form; cannot override it`);
   const kept = args.filter((a) => overrides[flagName(a) ?? ''] === undefined);
   return [...kept, ...Object.entries(overrides).map(([k, v]) => `--${k}=${v}`)];
 }
@@ -120,7 +124,8 @@ export function withOverrides(args: string[], overrides: Record<string, string>)
  */
 export function setprivOptions(d: DaemonSetAgent): string[] {
   const dropAll = d.capabilities.drop.some((c) => c.toUpperCase() === 'ALL');
-  if (!dropAll || d.capabilities.add.length > 0) throw new Error('daemonset: the container must drop ALL capabilities and add none (the only set replicated)');
+  if (!dropAll || d.capabilities.add.length > 0)
+    throw new Error('daemonset: the container must drop ALL capabilities and add none (the only set replicated)');
   return [
     `--reuid=${d.runAsUser}`,
     `--regid=${d.runAsGroup}`,
@@ -175,7 +180,11 @@ export interface DaemonSetAgentProcess {
 // user. Every source is first bound under a fresh /run (the stand-ins live
 // under the host's /tmp, which an emptyDir at /tmp would hide), then onto
 // its mount path. Mount points must exist on the host; they are created empty.
-function mountScript(spec: DaemonSetAgent, o: StartOptions, extraDir: string): { script: string; mountPoints: string[] } {
+function mountScript(
+  spec: DaemonSetAgent,
+  o: StartOptions,
+  extraDir: string,
+): { script: string; mountPoints: string[] } {
   const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
   const lines = ['set -eu', 'mount -t tmpfs -o mode=0755 tmpfs /run'];
   const sources: string[] = [];
@@ -220,7 +229,11 @@ function mountScript(spec: DaemonSetAgent, o: StartOptions, extraDir: string): {
   // Test-only files (kubeconfig) and the service account, read-only.
   lines.push('mkdir -p /run/vmseed-test /run/secrets/kubernetes.io/serviceaccount');
   lines.push(`mount --bind ${test} /run/vmseed-test`, 'mount -o remount,bind,ro /run/vmseed-test');
-  if (sa) lines.push(`mount --bind ${sa} /run/secrets/kubernetes.io/serviceaccount`, 'mount -o remount,bind,ro /run/secrets/kubernetes.io/serviceaccount');
+  if (sa)
+    lines.push(
+      `mount --bind ${sa} /run/secrets/kubernetes.io/serviceaccount`,
+      'mount -o remount,bind,ro /run/secrets/kubernetes.io/serviceaccount',
+    );
   for (let i = 0; i < sources.length; i++) lines.push(`umount /run/vmseed-src/${i}`);
   lines.push('exec "$@"');
   return { script: lines.join('\n'), mountPoints };
@@ -231,7 +244,10 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   const extraDir = await mkdtemp(join(tmpdir(), 'vmseed-ds-agent-'));
   await chmod(extraDir, 0o755);
   // VMSEED_E2E_LIBVIRT: the same replica on the other libvirt client.
-  const overrides: Record<string, string> = { ...(process.env.VMSEED_E2E_LIBVIRT ? { libvirt: process.env.VMSEED_E2E_LIBVIRT } : {}), ...o.overrides };
+  const overrides: Record<string, string> = {
+    ...(process.env.VMSEED_E2E_LIBVIRT ? { libvirt: process.env.VMSEED_E2E_LIBVIRT } : {}),
+    ...o.overrides,
+  };
   const env: Record<string, string> = { PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' };
   for (const e of spec.env) {
     if (e.value !== undefined) env[e.name] = e.value;
@@ -250,18 +266,32 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   const { script, mountPoints } = mountScript(spec, o, extraDir);
   for (const p of mountPoints) await mkdir(p, { recursive: true });
   const argv = [
-    'unshare', '-m', '--propagation', 'private', 'sh', '-c', script, 'sh',
+    'unshare',
+    '-m',
+    '--propagation',
+    'private',
+    'sh',
+    '-c',
+    script,
+    'sh',
     // Test-only: the agent goes when the test process goes.
-    'setpriv', ...setprivOptions(spec), '--pdeathsig', 'TERM',
-    'env', '-i', ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    VMSEED, 'agent', ...args,
+    'setpriv',
+    ...setprivOptions(spec),
+    '--pdeathsig',
+    'TERM',
+    'env',
+    '-i',
+    ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
+    VMSEED,
+    'agent',
+    ...args,
   ];
   // unshare and sh exec into setpriv, env, bin/vmseed and Node: the child's
   // pid is the agent's, and SIGTERM reaches it.
-  const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
-  child.stdout!.on('data', (d) => (log += d));
-  child.stderr!.on('data', (d) => (log += d));
+  child.stdout.on('data', (d) => (log += d));
+  child.stderr.on('data', (d) => (log += d));
   const exit = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   return {
     spec,
@@ -289,12 +319,18 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
 export async function waitHealthy(agent: DaemonSetAgentProcess, url: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (agent.exited()) throw new Error(`the agent exited (code ${agent.child.exitCode}) before ${url} answered; log:\n${agent.log().slice(-4000)}`);
+    if (agent.exited())
+      throw new Error(
+        `the agent exited (code ${agent.child.exitCode}) before ${url} answered; log:\n${agent.log().slice(-4000)}`,
+      );
     try {
       const r = await fetch(url);
       if (r.ok) return;
-    } catch { /* not listening yet */ }
-    if (Date.now() > deadline) throw new Error(`${url} did not answer 200 within ${timeoutMs} ms; log:\n${agent.log().slice(-4000)}`);
+    } catch {
+      /* not listening yet */
+    }
+    if (Date.now() > deadline)
+      throw new Error(`${url} did not answer 200 within ${timeoutMs} ms; log:\n${agent.log().slice(-4000)}`);
     await sleep(100);
   }
 }

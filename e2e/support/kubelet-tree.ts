@@ -20,7 +20,16 @@ export const QEMU_GID = 107;
 export const EMPTY_DIR = 'volumes/kubernetes.io~empty-dir';
 // rendervolumes.go Volumes(): every launcher's emptyDirs, plus hotplug-disks
 // (absent only with spec.domain.devices.disableHotplug).
-export const LAUNCHER_EMPTY_DIRS = ['private', 'public', 'sockets', 'virt-bin-share-dir', 'libvirt-runtime', 'ephemeral-disks', 'container-disks', 'hotplug-disks'] as const;
+export const LAUNCHER_EMPTY_DIRS = [
+  'private',
+  'public',
+  'sockets',
+  'virt-bin-share-dir',
+  'libvirt-runtime',
+  'ephemeral-disks',
+  'container-disks',
+  'hotplug-disks',
+] as const;
 export type LauncherEmptyDir = (typeof LAUNCHER_EMPTY_DIRS)[number];
 
 export interface LauncherPodDir {
@@ -55,9 +64,23 @@ export async function ensureQemuUser(): Promise<void> {
   try {
     await run('getent', ['passwd', String(QEMU_UID)]);
     return;
-  } catch { /* absent */ }
+  } catch {
+    /* absent */
+  }
   try {
-    await run('useradd', ['--system', '--uid', String(QEMU_UID), '--gid', String(QEMU_GID), '--home-dir', '/nonexistent', '--no-create-home', '--shell', '/usr/sbin/nologin', 'qemu']);
+    await run('useradd', [
+      '--system',
+      '--uid',
+      String(QEMU_UID),
+      '--gid',
+      String(QEMU_GID),
+      '--home-dir',
+      '/nonexistent',
+      '--no-create-home',
+      '--shell',
+      '/usr/sbin/nologin',
+      'qemu',
+    ]);
   } catch (e) {
     // Another test file may have added it meanwhile.
     await run('getent', ['passwd', String(QEMU_UID)]).catch(() => {
@@ -116,22 +139,37 @@ export interface RunResult {
 export function setprivArgs(user: { uid: number; gid: number; groups: number[] }): string[] {
   return [
     'setpriv',
-    '--reuid', String(user.uid),
-    '--regid', String(user.gid),
+    '--reuid',
+    String(user.uid),
+    '--regid',
+    String(user.gid),
     ...(user.groups.length > 0 ? ['--groups', user.groups.join(',')] : ['--clear-groups']),
-    '--inh-caps', '-all',
-    '--bounding-set', '-all',
+    '--inh-caps',
+    '-all',
+    '--bounding-set',
+    '-all',
     '--no-new-privs',
   ];
 }
 
-export async function runCommand(cmd: string[], options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
+export async function runCommand(
+  cmd: string[],
+  options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<RunResult> {
   try {
-    const { stdout, stderr } = await run(cmd[0]!, cmd.slice(1), { timeout: options.timeoutMs ?? 60_000, encoding: 'utf8', ...(options.env ? { env: options.env } : {}) });
+    const { stdout, stderr } = await run(cmd[0], cmd.slice(1), {
+      timeout: options.timeoutMs ?? 60_000,
+      encoding: 'utf8',
+      ...(options.env ? { env: options.env } : {}),
+    });
     return { code: 0, stdout, stderr };
   } catch (e) {
     const err = e as { code?: unknown; stdout?: string; stderr?: string; killed?: boolean };
     if (err.killed) throw new Error(`${cmd.join(' ')}: killed after ${options.timeoutMs ?? 60_000} ms`);
-    return { code: typeof err.code === 'number' ? err.code : -1, stdout: err.stdout ?? '', stderr: err.stderr ?? String(e) };
+    return {
+      code: typeof err.code === 'number' ? err.code : -1,
+      stdout: err.stdout ?? '',
+      stderr: err.stderr ?? String(e),
+    };
   }
 }

@@ -52,7 +52,12 @@ export function vmiDisksFor(namespace: string, name: string): VmiDisk[] {
   return [
     { name: 'containerdisk', kind: 'disk', bus: 'virtio', source: '/var/run/kubevirt/container-disks/disk_0.img' },
     { name: 'datadisk', kind: 'disk', bus: 'virtio', source: '/var/run/kubevirt-private/vmi-disks/datadisk/disk.img' },
-    { name: 'cloudinitdisk', kind: 'cdrom', bus: 'sata', source: `/var/run/kubevirt-ephemeral-disks/cloud-init-data/${namespace}/${name}/noCloud.iso` },
+    {
+      name: 'cloudinitdisk',
+      kind: 'cdrom',
+      bus: 'sata',
+      source: `/var/run/kubevirt-ephemeral-disks/cloud-init-data/${namespace}/${name}/noCloud.iso`,
+    },
   ];
 }
 
@@ -74,15 +79,23 @@ const SCSI_MODULES = ['virtio_pci', 'virtio_blk', 'virtio_scsi', 'sd_mod'] as co
 
 async function debianInitrdWithScsi(base: string): Promise<string> {
   const kernel = await ensureKernel();
-  const { dir } = await cachedFixture('debian-initramfs-scsi', { base, kernel: kernel.packageVersion, modules: [...SCSI_MODULES], layout: 1 }, async (tmp) => {
-    const root = join(tmp, 'root');
-    await mkdir(join(root, 'lib', 'modules'), { recursive: true });
-    await mkdir(join(root, 'etc'), { recursive: true });
-    const mods = await resolveModules(kernel.modulesDir, SCSI_MODULES);
-    for (const m of mods) await sh('cp "$1" "$2"', [join(kernel.modulesDir, m.rel), join(root, 'lib', 'modules', `${m.name}.ko`)]);
-    await writeFile(join(root, 'etc', 'vmseed-modules'), mods.map((m) => m.name).join('\n') + '\n');
-    await sh('cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2" && cat "$3" "$2" > "$4" && rm -rf "$1" "$2"', [root, join(tmp, 'extra.cpio.gz'), base, join(tmp, 'initramfs.cpio.gz')]);
-  });
+  const { dir } = await cachedFixture(
+    'debian-initramfs-scsi',
+    { base, kernel: kernel.packageVersion, modules: [...SCSI_MODULES], layout: 1 },
+    async (tmp) => {
+      const root = join(tmp, 'root');
+      await mkdir(join(root, 'lib', 'modules'), { recursive: true });
+      await mkdir(join(root, 'etc'), { recursive: true });
+      const mods = await resolveModules(kernel.modulesDir, SCSI_MODULES);
+      for (const m of mods)
+        await sh('cp "$1" "$2"', [join(kernel.modulesDir, m.rel), join(root, 'lib', 'modules', `${m.name}.ko`)]);
+      await writeFile(join(root, 'etc', 'vmseed-modules'), mods.map((m) => m.name).join('\n') + '\n');
+      await sh(
+        'cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2" && cat "$3" "$2" > "$4" && rm -rf "$1" "$2"',
+        [root, join(tmp, 'extra.cpio.gz'), base, join(tmp, 'initramfs.cpio.gz')],
+      );
+    },
+  );
   return join(dir, 'initramfs.cpio.gz');
 }
 
@@ -95,7 +108,15 @@ async function guestBoot(kind: GuestKind): Promise<GuestBoot> {
   return { kernel: g.kernel, initrd: g.initramfs, memoryMiB: 256 };
 }
 
-export async function kubevirtDomainXml(o: { namespace: string; name: string; uuid: string; cmdline: string; spec: KvDisk[]; consoleLog: string; guest?: GuestKind }): Promise<string> {
+export async function kubevirtDomainXml(o: {
+  namespace: string;
+  name: string;
+  uuid: string;
+  cmdline: string;
+  spec: KvDisk[];
+  consoleLog: string;
+  guest?: GuestKind;
+}): Promise<string> {
   const g = await guestBoot(o.guest ?? 'busybox');
   const controllers = [
     "<controller type='usb' index='0' model='none'/>",
@@ -149,7 +170,17 @@ async function makeDiskFiles(launcher: Launcher, vmiDisks: VmiDisk[], guest: Gue
     const host = launcher.hostPath(d.source);
     if (d.name === 'containerdisk' && guest === 'debian') {
       await mkdir(dirname(host), { recursive: true });
-      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', (await ensureDebianGuest()).rootfs, host]);
+      await run('qemu-img', [
+        'create',
+        '-q',
+        '-f',
+        'qcow2',
+        '-F',
+        'raw',
+        '-b',
+        (await ensureDebianGuest()).rootfs,
+        host,
+      ]);
       await chown(host, QEMU_UID, QEMU_GID);
     } else if (d.kind === 'cdrom') {
       const dir = await mkdtemp(join(tmpdir(), 'vmseed-kv-cd-'));
@@ -168,11 +199,14 @@ async function makeDiskFiles(launcher: Launcher, vmiDisks: VmiDisk[], guest: Gue
 }
 
 /** Defines the VM's domain in the launcher and starts it paused (KubeVirt: DomainDefineXML, then Create with START_PAUSED). */
-export async function startKubevirtVm(launcher: Launcher, o: { namespace: string; name: string; uuid: string; cmdline: string; guest?: GuestKind }): Promise<KubevirtVm> {
+export async function startKubevirtVm(
+  launcher: Launcher,
+  o: { namespace: string; name: string; uuid: string; cmdline: string; guest?: GuestKind },
+): Promise<KubevirtVm> {
   const guest = o.guest ?? 'busybox';
   const vmiDisks = vmiDisksFor(o.namespace, o.name);
   const spec = convertVmiDisks(vmiDisks);
-  if (guest === 'debian') spec[0]!.driver = { ...spec[0]!.driver, type: 'qcow2' };
+  if (guest === 'debian') spec[0].driver = { ...spec[0].driver, type: 'qcow2' };
   await makeDiskFiles(launcher, vmiDisks, guest);
   const consoleLog = `/var/run/kubevirt-private/vmseed-test-console-${o.name}.log`;
   const xml = await kubevirtDomainXml({ ...o, spec, consoleLog, guest });

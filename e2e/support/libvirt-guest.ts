@@ -43,14 +43,25 @@ export async function guestDomainXml(o: GuestDomainOptions): Promise<string> {
 }
 
 // Polls the console log until `done(result)` holds.
-export async function waitForConsole(path: string, done: (r: ConsoleResult, text: string) => boolean, timeoutMs: number): Promise<ConsoleResult> {
+export async function waitForConsole(
+  path: string,
+  done: (r: ConsoleResult, text: string) => boolean,
+  timeoutMs: number,
+): Promise<ConsoleResult> {
   const deadline = Date.now() + timeoutMs;
   let text = '';
   for (;;) {
-    try { text = await readFile(path, 'utf8'); } catch { text = ''; }
+    try {
+      text = await readFile(path, 'utf8');
+    } catch {
+      text = '';
+    }
     const r = parseConsole(text);
     if (done(r, text)) return r;
-    if (Date.now() > deadline) throw new Error(`guest console ${path} did not reach the expected state in ${timeoutMs} ms; last lines:\n${text.split('\n').slice(-15).join('\n')}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `guest console ${path} did not reach the expected state in ${timeoutMs} ms; last lines:\n${text.split('\n').slice(-15).join('\n')}`,
+      );
     await sleep(200);
   }
 }

@@ -72,7 +72,9 @@ export async function ensureLibvirtd(): Promise<void> {
       if (existsSync(SOCKET) && (await answers())) return;
       await sleep(100);
     }
-    throw new Error('ensureLibvirtd: libvirtd did not answer on qemu:///system within 30 s; see /tmp/vmseed-libvirtd.log');
+    throw new Error(
+      'ensureLibvirtd: libvirtd did not answer on qemu:///system within 30 s; see /tmp/vmseed-libvirtd.log',
+    );
   });
 }
 
@@ -89,8 +91,16 @@ export function uniqueName(prefix: string): string {
 
 // Removes a test domain whatever state it is in.
 export async function destroyDomain(name: string): Promise<void> {
-  try { await run('virsh', ['-c', LIBVIRT_URI, 'destroy', name], { timeout: 30_000 }); } catch { /* not running */ }
-  try { await run('virsh', ['-c', LIBVIRT_URI, 'undefine', name], { timeout: 30_000 }); } catch { /* transient or gone */ }
+  try {
+    await run('virsh', ['-c', LIBVIRT_URI, 'destroy', name], { timeout: 30_000 });
+  } catch {
+    /* not running */
+  }
+  try {
+    await run('virsh', ['-c', LIBVIRT_URI, 'undefine', name], { timeout: 30_000 });
+  } catch {
+    /* transient or gone */
+  }
 }
 
 export interface EmptyDomainOptions {
@@ -127,7 +137,12 @@ export async function defineDomain(xml: string, how: 'define' | 'create' = 'defi
   }
 }
 
-export interface BlkRow { type: string; device: string; target: string; source: string }
+export interface BlkRow {
+  type: string;
+  device: string;
+  target: string;
+  source: string;
+}
 
 // `virsh domblklist DOM --details [--inactive]`, the check the issue names.
 export async function domblklist(name: string, inactive = false): Promise<BlkRow[]> {

@@ -18,23 +18,37 @@ export async function masqueradeBinding(env: PodNode, gateway = '10.0.2.2'): Pro
     ['ip', 'link', 'set', 'tap0', 'master', 'k6t-eth0'],
     ['ip', 'link', 'set', 'tap0', 'up'],
     ['sysctl', '-qw', 'net.ipv4.ip_forward=1'],
-  ]) await sh(env.inPod(cmd));
+  ])
+    await sh(env.inPod(cmd));
   await sh(env.inPod(['nft', '-f', '-']), {
-    input: 'table ip kubevirt-masq {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 oifname "eth0" counter masquerade\n  }\n}\n',
+    input:
+      'table ip kubevirt-masq {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 oifname "eth0" counter masquerade\n  }\n}\n',
   });
 }
 
 // The busybox guest on tap0 in the pod namespace, fetching `<url><file>`.
-export async function bootBusyboxInPod(pod: string, url: string, files: string[], timeoutMs: number): Promise<ConsoleResult> {
+export async function bootBusyboxInPod(
+  pod: string,
+  url: string,
+  files: string[],
+  timeoutMs: number,
+): Promise<ConsoleResult> {
   const guest = await ensureBusyboxGuest();
   const args = qemuArgs({
     kernel: guest.kernel,
     initrd: guest.initramfs,
     append: busyboxCmdline({ url, files, fetchTimeoutSeconds: 15 }),
     timeoutMs,
-    extraQemuArgs: ['-netdev', 'tap,id=net0,ifname=tap0,script=no,downscript=no', '-device', 'virtio-net-pci,netdev=net0'],
+    extraQemuArgs: [
+      '-netdev',
+      'tap,id=net0,ifname=tap0,script=no,downscript=no',
+      '-device',
+      'virtio-net-pci,netdev=net0',
+    ],
   });
-  const child = spawn('ip', ['netns', 'exec', pod, 'qemu-system-x86_64', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('ip', ['netns', 'exec', pod, 'qemu-system-x86_64', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let err = '';
   child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
@@ -43,6 +57,7 @@ export async function bootBusyboxInPod(pod: string, url: string, files: string[]
   const code = await new Promise<number | null>((r) => child.once('close', (c) => r(c)));
   clearTimeout(timer);
   const parsed = parseConsole(out);
-  if (!parsed.done) throw new Error(`guest did not finish (exit ${code}): ${err.slice(-1000)}\nconsole tail:\n${out.slice(-2000)}`);
+  if (!parsed.done)
+    throw new Error(`guest did not finish (exit ${code}): ${err.slice(-1000)}\nconsole tail:\n${out.slice(-2000)}`);
   return parsed;
 }

@@ -5,7 +5,17 @@
 // Root can still connect to its socket. It defines domains fine; nothing
 // here starts one.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { chownSync, chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, closeSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chownSync,
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  closeSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -61,7 +71,11 @@ export async function startPrivateLibvirtd(): Promise<PrivateLibvirtd> {
 
   const launch = async () => {
     const log = openSync(join(dir, 'libvirtd.log'), 'a');
-    child = spawn('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', '/usr/sbin/libvirtd'], { env, detached: true, stdio: ['ignore', log, log] });
+    child = spawn('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', '/usr/sbin/libvirtd'], {
+      env,
+      detached: true,
+      stdio: ['ignore', log, log],
+    });
     closeSync(log);
     child.unref();
     const deadline = Date.now() + 30_000;
@@ -74,17 +88,26 @@ export async function startPrivateLibvirtd(): Promise<PrivateLibvirtd> {
 
   // ref(): the child is unref'd so a test file can end while it runs, but
   // while waiting for it to exit the wait must keep the process alive.
-  const exited = (c: ChildProcess) => new Promise<void>((resolve) => {
-    if (c.exitCode !== null || c.signalCode !== null) return resolve();
-    c.ref();
-    c.once('exit', () => resolve());
-  });
+  const exited = (c: ChildProcess) =>
+    new Promise<void>((resolve) => {
+      if (c.exitCode !== null || c.signalCode !== null) return resolve();
+      c.ref();
+      c.once('exit', () => resolve());
+    });
 
   const kill = async (sig: NodeJS.Signals) => {
     const c = child;
     if (!c || c.pid === undefined) return;
-    try { process.kill(c.pid, 'SIGCONT'); } catch { /* gone */ }
-    try { process.kill(c.pid, sig); } catch { /* gone */ }
+    try {
+      process.kill(c.pid, 'SIGCONT');
+    } catch {
+      /* gone */
+    }
+    try {
+      process.kill(c.pid, sig);
+    } catch {
+      /* gone */
+    }
     await exited(c);
   };
 

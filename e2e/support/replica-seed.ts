@@ -34,7 +34,17 @@ export async function seedIso(userData: string): Promise<SeedIso> {
   await writeFile(join(dir, 'user-data'), userData);
   await writeFile(join(dir, 'meta-data'), '{"instance-id": "replica"}\n');
   const path = join(dir, 'seed.iso');
-  await run('genisoimage', ['-quiet', '-V', 'cidata', '-J', '-r', '-o', path, join(dir, 'user-data'), join(dir, 'meta-data')]);
+  await run('genisoimage', [
+    '-quiet',
+    '-V',
+    'cidata',
+    '-J',
+    '-r',
+    '-o',
+    path,
+    join(dir, 'user-data'),
+    join(dir, 'meta-data'),
+  ]);
   await chmod(dir, 0o755);
   await chmod(path, 0o644);
   const sha16 = createHash('sha256').update(readFileSync(path)).digest('hex').slice(0, 16);
@@ -42,9 +52,24 @@ export async function seedIso(userData: string): Promise<SeedIso> {
 }
 
 /** Publishes `src` as the agent does into `<emptyDir>/<subdir>/<basename>` of a launcher pod; returns the path under /pods. */
-export async function publishAsAgent(tree: KubeletTree, pod: string, emptyDir: 'ephemeral-disks' | 'hotplug-disks', subdir: string, src: string, basename: string): Promise<string> {
+export async function publishAsAgent(
+  tree: KubeletTree,
+  pod: string,
+  emptyDir: 'ephemeral-disks' | 'hotplug-disks',
+  subdir: string,
+  src: string,
+  basename: string,
+): Promise<string> {
   const dir = `${AGENT_PODS_DIR}/${pod}/${EMPTY_DIR}/${emptyDir}${subdir ? `/${subdir}` : ''}`;
-  const r = await inAgentView(tree.podsDir, AGENT, ['sh', '-c', 'mkdir -p "$1" && cp "$2" "$1/.$3.tmp" && chmod 0444 "$1/.$3.tmp" && mv "$1/.$3.tmp" "$1/$3"', 'sh', dir, src, basename]);
+  const r = await inAgentView(tree.podsDir, AGENT, [
+    'sh',
+    '-c',
+    'mkdir -p "$1" && cp "$2" "$1/.$3.tmp" && chmod 0444 "$1/.$3.tmp" && mv "$1/.$3.tmp" "$1/$3"',
+    'sh',
+    dir,
+    src,
+    basename,
+  ]);
   assert.equal(r.code, 0, r.stderr);
   return `${dir}/${basename}`;
 }

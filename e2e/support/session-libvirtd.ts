@@ -23,7 +23,12 @@ export const LAUNCHER_SOCKET = '/var/run/libvirt/virtqemud-sock';
 export const LAUNCHER_URI = `qemu+unix:///session?socket=${LAUNCHER_SOCKET}`;
 
 // Launcher path prefix -> emptyDir, longest first.
-const MOUNTS: Array<[string, 'private' | 'public' | 'sockets' | 'container-disks' | 'hotplug-disks' | 'libvirt-runtime' | 'ephemeral-disks']> = [
+const MOUNTS: Array<
+  [
+    string,
+    'private' | 'public' | 'sockets' | 'container-disks' | 'hotplug-disks' | 'libvirt-runtime' | 'ephemeral-disks',
+  ]
+> = [
   ['/var/run/kubevirt/hotplug-disks', 'hotplug-disks'],
   ['/var/run/kubevirt/container-disks', 'container-disks'],
   ['/var/run/kubevirt/sockets', 'sockets'],
@@ -89,9 +94,13 @@ export interface Launcher {
   stop(): Promise<void>;
 }
 
-function spawnCollect(cmd: string[], stdin: string | undefined, timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function spawnCollect(
+  cmd: string[],
+  stdin: string | undefined,
+  timeoutMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd[0]!, cmd.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(cmd[0], cmd.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -128,11 +137,19 @@ function alive(pid: number): boolean {
 
 async function killAndWait(pid: number, timeoutMs: number): Promise<void> {
   if (!alive(pid)) return;
-  try { process.kill(pid, 'SIGTERM'); } catch { return; }
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    return;
+  }
   const deadline = Date.now() + timeoutMs;
   while (alive(pid) && Date.now() < deadline) await sleep(50);
   if (alive(pid)) {
-    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   }
 }
 
@@ -162,14 +179,18 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
   // The launcher's virtqemud.conf, as KubeVirt writes it for a non-root
   // launcher; host_uuid differs per launcher so that libvirt lets the two
   // daemons on this one host migrate to each other.
-  await writeFile(join(runtime, 'virtqemud.conf'), [
-    'unix_sock_dir = "/var/run/libvirt"',
-    'unix_sock_rw_perms = "0700"',
-    'auth_unix_rw = "none"',
-    `host_uuid = "${hostUuid}"`,
-    'log_outputs = "2:stderr"',
-    '',
-  ].join('\n'), { mode: 0o644 });
+  await writeFile(
+    join(runtime, 'virtqemud.conf'),
+    [
+      'unix_sock_dir = "/var/run/libvirt"',
+      'unix_sock_rw_perms = "0700"',
+      'auth_unix_rw = "none"',
+      `host_uuid = "${hostUuid}"`,
+      'log_outputs = "2:stderr"',
+      '',
+    ].join('\n'),
+    { mode: 0o644 },
+  );
   const home = join(pod.emptyDir('private'), 'home');
   await mkdir(home);
   await chown(home, QEMU_UID, QEMU_GID);
@@ -189,13 +210,29 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
   };
   // unshare execs the shell (no --fork): the child's pid ends up being
   // libvirtd's, and this process reaps it.
-  const child: ChildProcess = spawn('unshare', [
-    '-m', '--propagation', 'private', 'sh', '-c', NAMESPACE_SCRIPT, 'sh',
-    // The daemon dies with the test process even when no after hook runs.
-    ...setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [] }), '--pdeathsig', 'KILL',
-    'env', '-i', ...launcherEnv(),
-    '/usr/sbin/libvirtd', '-f', '/var/run/libvirt/virtqemud.conf',
-  ], { env, stdio: ['ignore', logFd, logFd] });
+  const child: ChildProcess = spawn(
+    'unshare',
+    [
+      '-m',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      NAMESPACE_SCRIPT,
+      'sh',
+      // The daemon dies with the test process even when no after hook runs.
+      ...setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [] }),
+      '--pdeathsig',
+      'KILL',
+      'env',
+      '-i',
+      ...launcherEnv(),
+      '/usr/sbin/libvirtd',
+      '-f',
+      '/var/run/libvirt/virtqemud.conf',
+    ],
+    { env, stdio: ['ignore', logFd, logFd] },
+  );
   closeSync(logFd);
   const pid = child.pid!;
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
@@ -209,7 +246,21 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
   };
 
   const exec = (cmd: string[], stdin?: string) =>
-    spawnCollect(['nsenter', '-t', String(pid), '-m', ...setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [] }), 'env', '-i', ...launcherEnv(), ...cmd], stdin, 60_000);
+    spawnCollect(
+      [
+        'nsenter',
+        '-t',
+        String(pid),
+        '-m',
+        ...setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [] }),
+        'env',
+        '-i',
+        ...launcherEnv(),
+        ...cmd,
+      ],
+      stdin,
+      60_000,
+    );
 
   // Node's stdin pipe is a socketpair, which virsh cannot open as
   // /dev/stdin (ENXIO): XML goes through a file in the private emptyDir.
@@ -221,9 +272,13 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
       await writeFile(hostPath(file), stdin, { mode: 0o644 });
       args = args.map((a) => (a === '/dev/stdin' ? file! : a));
     }
-    const r = await exec(['virsh', '-q', '-c', LAUNCHER_URI, ...args], stdin).finally(() => (file ? rm(hostPath(file), { force: true }) : undefined));
+    const r = await exec(['virsh', '-q', '-c', LAUNCHER_URI, ...args], stdin).finally(() =>
+      file ? rm(hostPath(file), { force: true }) : undefined,
+    );
     if (r.code !== 0) {
-      const err = new Error(`virsh ${args.join(' ')} (launcher ${pod.uid}): ${r.stderr.trim() || `exit ${r.code}`}`) as VirshError;
+      const err = new Error(
+        `virsh ${args.join(' ')} (launcher ${pod.uid}): ${r.stderr.trim() || `exit ${r.code}`}`,
+      ) as VirshError;
       err.stderr = r.stderr;
       err.code = r.code;
       throw err;
@@ -234,13 +289,22 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
   const stop = async (): Promise<void> => {
     if (alive(pid) && child.exitCode === null) {
       try {
-        const names = (await virsh(['list', '--name'])).split('\n').map((s) => s.trim()).filter(Boolean);
+        const names = (await virsh(['list', '--name']))
+          .split('\n')
+          .map((s) => s.trim())
+          .filter(Boolean);
         for (const n of names) await virsh(['destroy', n]).catch(() => {});
-      } catch { /* daemon already unhappy: the pids below still go */ }
+      } catch {
+        /* daemon already unhappy: the pids below still go */
+      }
     }
     // QEMU pid files of a session daemon: $XDG_RUNTIME_DIR/libvirt/qemu/run.
     const qemuRun = join(runtime, 'qemu', 'run');
-    const qemuPids = existsSync(qemuRun) ? readdirSync(qemuRun).filter((f) => f.endsWith('.pid')).map((f) => pidFromFile(join(qemuRun, f))) : [];
+    const qemuPids = existsSync(qemuRun)
+      ? readdirSync(qemuRun)
+          .filter((f) => f.endsWith('.pid'))
+          .map((f) => pidFromFile(join(qemuRun, f)))
+      : [];
     const virtlogd = pidFromFile(join(runtime, 'virtlogd.pid'));
     if (child.exitCode === null) {
       child.kill('SIGTERM');
@@ -260,14 +324,16 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
   const socketOnHost = join(runtime, 'virtqemud-sock');
   try {
     while (!existsSync(sock)) {
-      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`session libvirtd of pod ${pod.uid} did not create its socket; log:\n${log().slice(-3000)}`);
+      if (child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`session libvirtd of pod ${pod.uid} did not create its socket; log:\n${log().slice(-3000)}`);
       await sleep(50);
     }
     await link(sock, socketOnHost);
     for (;;) {
       const r = await exec(['virsh', '-q', '-c', LAUNCHER_URI, 'uri']);
       if (r.code === 0) break;
-      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`session libvirtd of pod ${pod.uid} does not answer: ${r.stderr}\nlog:\n${log().slice(-3000)}`);
+      if (child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`session libvirtd of pod ${pod.uid} does not answer: ${r.stderr}\nlog:\n${log().slice(-3000)}`);
       await sleep(100);
     }
   } catch (e) {
@@ -284,7 +350,13 @@ export async function startLauncher(pod: LauncherPodDir, options: { startTimeout
     virsh,
     exec,
     diskReady: async (launcherPath) => {
-      const r = await exec(['sh', '-c', 'if [ -b "$1" ]; then exec 3<"$1"; elif [ -f "$1" ]; then exec 3<>"$1"; else exit 1; fi', 'sh', launcherPath]);
+      const r = await exec([
+        'sh',
+        '-c',
+        'if [ -b "$1" ]; then exec 3<"$1"; elif [ -f "$1" ]; then exec 3<>"$1"; else exit 1; fi',
+        'sh',
+        launcherPath,
+      ]);
       return r.code === 0;
     },
     log,

@@ -83,7 +83,14 @@ export class Agent {
     this.#log = options.logger;
     this.events = options.events;
     this.source = options.makeSource((key) => this.#enqueue(key));
-    this.#waits = options.domainEvents && options.injector ? new DomainWaits(options.domainEvents, (key) => this.#enqueue(key), options.logger.child({ component: 'domain-events' })) : undefined;
+    this.#waits =
+      options.domainEvents && options.injector
+        ? new DomainWaits(
+            options.domainEvents,
+            (key) => this.#enqueue(key),
+            options.logger.child({ component: 'domain-events' }),
+          )
+        : undefined;
     const injector = options.injector && this.#waits ? this.#waits.wrap(options.injector) : options.injector;
     const refs = typeof options.refs === 'function' ? options.refs(this.source) : options.refs;
     this.queue = new WorkQueue({
@@ -93,7 +100,10 @@ export class Agent {
       versionOf: (key) => this.source.get(key)?.metadata.resourceVersion,
       ...(options.metrics ? { metrics: options.metrics } : {}),
     });
-    options.metrics?.setLiveProbes({ longestRunningSeconds: () => this.queue.longestRunningSeconds(), watch: () => this.source.status() });
+    options.metrics?.setLiveProbes({
+      longestRunningSeconds: () => this.queue.longestRunningSeconds(),
+      watch: () => this.source.status(),
+    });
     this.status = new StatusStore({
       version: options.version,
       nodeName: options.nodeName,
@@ -187,7 +197,12 @@ export class Agent {
       this.#o.cancel?.abort();
       const settled = this.#o.cancel ? await this.queue.shutdown(CANCEL_GRACE_MS) : false;
       this.stopOutcome = settled ? 'cancelled' : 'abandoned';
-      this.#log.warn({ deadlineMs, inFlight, cancelled: settled }, settled ? 'reconciles in flight at the stop deadline were cancelled' : 'stopped with reconciles still in flight');
+      this.#log.warn(
+        { deadlineMs, inFlight, cancelled: settled },
+        settled
+          ? 'reconciles in flight at the stop deadline were cancelled'
+          : 'stopped with reconciles still in flight',
+      );
     }
     await Promise.race([this.#o.events.flush(), new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref())]);
     return finished;

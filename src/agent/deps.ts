@@ -19,7 +19,12 @@ export interface AgentRenderOptions {
 
 // context: facts from the domain (the reconciler passes them only for the
 // VMIs that need them, see devicesNeedingDomain).
-export type RenderSeed = (vmi: VmiObject, refs: RefResolver, options: AgentRenderOptions, context?: RenderContext) => Promise<RenderOutcome>;
+export type RenderSeed = (
+  vmi: VmiObject,
+  refs: RefResolver,
+  options: AgentRenderOptions,
+  context?: RenderContext,
+) => Promise<RenderOutcome>;
 
 export interface BuiltImage {
   bytes: Uint8Array;
@@ -37,7 +42,12 @@ export type { ImageKey };
 export type StoredImage = Omit<StoreEntry, 'size'>;
 
 export interface SeedImageStore {
-  write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync: boolean; sha256?: string }): Promise<{ path: string; written: boolean }>;
+  write(
+    key: ImageKey,
+    datasource: Datasource,
+    bytes: Uint8Array,
+    options: { fsync: boolean; sha256?: string },
+  ): Promise<{ path: string; written: boolean }>;
   list(): Promise<StoredImage[]>;
   // Removes the VMI's images other than keepPath (older seeds).
   prune(key: ImageKey, keepPath: string): Promise<unknown>;

@@ -24,7 +24,12 @@ export interface DomainEvents {
 }
 
 // Failures that mean "the domain is not there (yet)".
-const WAITING = new Set(['DOMAIN_NOT_FOUND', 'DOMAIN_STATE_UNSUPPORTED', 'LIBVIRT_UNREACHABLE', 'LIBVIRT_CONNECTION_LOST']);
+const WAITING = new Set([
+  'DOMAIN_NOT_FOUND',
+  'DOMAIN_STATE_UNSUPPORTED',
+  'LIBVIRT_UNREACHABLE',
+  'LIBVIRT_CONNECTION_LOST',
+]);
 // A domain appearing: defined, started (paused or not), paused.
 const APPEARING = new Set(['defined', 'started', 'suspended']);
 
@@ -79,7 +84,10 @@ export class DomainWaits {
       keys = [...(this.#byDomain.get(idOf(uri, domain)) ?? [])];
     }
     for (const key of keys) {
-      this.#log.debug({ key, domain, event: domain === undefined ? 'reconnected' : event }, 'libvirt event: reconcile now');
+      this.#log.debug(
+        { key, domain, event: domain === undefined ? 'reconnected' : event },
+        'libvirt event: reconcile now',
+      );
       this.#enqueue(key);
     }
   }

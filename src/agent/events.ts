@@ -93,7 +93,8 @@ export class KubeEventRecorder implements EventRecorder {
       // holding reconciles up or growing without bound.
       this.#backlog.shift();
       this.#dropped++;
-      if (this.#dropped % 100 === 1) this.#log.warn({ dropped: this.#dropped }, 'Event backlog full; dropping the oldest Events');
+      if (this.#dropped % 100 === 1)
+        this.#log.warn({ dropped: this.#dropped }, 'Event backlog full; dropping the oldest Events');
     }
     this.#backlog.push({ aggKey, vmi, ns, type, reason, message, at, nanos });
     this.#pump();
@@ -106,12 +107,15 @@ export class KubeEventRecorder implements EventRecorder {
       // Calls for one aggregate stay in order, so counts go up one by one.
       const i = this.#backlog.findIndex((e) => !this.#busy.has(e.aggKey));
       if (i < 0) return;
-      const e = this.#backlog.splice(i, 1)[0]!;
+      const e = this.#backlog.splice(i, 1)[0];
       this.#busy.add(e.aggKey);
       this.#inFlight++;
       void this.#send(e)
         .catch((err: unknown) => {
-          this.#log.warn({ err: { message: (err as Error).message }, namespace: e.ns, name: e.vmi.metadata.name, reason: e.reason }, 'could not record Event');
+          this.#log.warn(
+            { err: { message: (err as Error).message }, namespace: e.ns, name: e.vmi.metadata.name, reason: e.reason },
+            'could not record Event',
+          );
         })
         .finally(() => {
           this.#busy.delete(e.aggKey);
@@ -137,7 +141,12 @@ export class KubeEventRecorder implements EventRecorder {
     const seen = this.#seen.get(aggKey);
     if (seen) {
       const path = `/api/v1/namespaces/${encodeURIComponent(seen.namespace)}/events/${encodeURIComponent(seen.name)}`;
-      const res = await this.#api.request('PATCH', path, { count: seen.count + 1, lastTimestamp: ts }, 'application/strategic-merge-patch+json');
+      const res = await this.#api.request(
+        'PATCH',
+        path,
+        { count: seen.count + 1, lastTimestamp: ts },
+        'application/strategic-merge-patch+json',
+      );
       if (res.status === 200) {
         seen.count++;
         return;
@@ -171,7 +180,8 @@ export class KubeEventRecorder implements EventRecorder {
     const path = `/api/v1/namespaces/${encodeURIComponent(ns)}/events`;
     const res = await this.#api.request('POST', path, event);
     // 409 AlreadyExists: a retried POST whose first try was stored before its 5xx answer.
-    if (res.status !== 201 && res.status !== 200 && res.status !== 409) throw new Error(`POST Event answered ${res.status}`);
+    if (res.status !== 201 && res.status !== 200 && res.status !== 409)
+      throw new Error(`POST Event answered ${res.status}`);
     if (this.#seen.size >= MAX_CACHED) this.#seen.delete(this.#seen.keys().next().value!);
     this.#seen.set(aggKey, { name, namespace: ns, count: 1 });
   }

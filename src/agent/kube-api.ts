@@ -51,7 +51,15 @@ export class KubeConnectionApi implements KubeApi {
 
   // `cancel`: the agent's stop signal; a call in flight when it aborts fails
   // at once with CANCELLED instead of waiting out timeoutMs.
-  constructor(conn: KubeConnection, options: { timeoutMs?: number; retry?: Partial<KubeRetryPolicy>; sleep?: (ms: number) => Promise<void>; cancel?: AbortSignal } = {}) {
+  constructor(
+    conn: KubeConnection,
+    options: {
+      timeoutMs?: number;
+      retry?: Partial<KubeRetryPolicy>;
+      sleep?: (ms: number) => Promise<void>;
+      cancel?: AbortSignal;
+    } = {},
+  ) {
     this.#conn = conn;
     this.#cancel = options.cancel;
     this.#timeoutMs = options.timeoutMs ?? 30_000;
@@ -59,7 +67,12 @@ export class KubeConnectionApi implements KubeApi {
     this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
   }
 
-  async request(method: KubeMethod, path: string, body?: unknown, contentType = 'application/json'): Promise<KubeResponse> {
+  async request(
+    method: KubeMethod,
+    path: string,
+    body?: unknown,
+    contentType = 'application/json',
+  ): Promise<KubeResponse> {
     let reauthenticated = false;
     for (let attempt = 0; ; attempt++) {
       const res = await this.#once(method, path, body, contentType);
@@ -70,7 +83,9 @@ export class KubeConnectionApi implements KubeApi {
       }
       if (!isRetryableStatus(res.status) || attempt >= this.#retry.retries) return res;
       const backoff = Math.min(this.#retry.maxMs, this.#retry.baseMs * 2 ** attempt);
-      await this.#sleep(res.retryAfterMs !== undefined ? Math.min(res.retryAfterMs, this.#retry.maxRetryAfterMs) : backoff);
+      await this.#sleep(
+        res.retryAfterMs !== undefined ? Math.min(res.retryAfterMs, this.#retry.maxRetryAfterMs) : backoff,
+      );
     }
   }
 
@@ -86,14 +101,20 @@ export class KubeConnectionApi implements KubeApi {
         headers,
         dispatcher: this.#conn.dispatcher,
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-        signal: this.#cancel ? AbortSignal.any([AbortSignal.timeout(this.#timeoutMs), this.#cancel]) : AbortSignal.timeout(this.#timeoutMs),
+        signal: this.#cancel
+          ? AbortSignal.any([AbortSignal.timeout(this.#timeoutMs), this.#cancel])
+          : AbortSignal.timeout(this.#timeoutMs),
       });
     } catch (e) {
       if (this.#cancel?.aborted) throw cancelled();
-      throw new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${transportReason(e)}; will retry`, {
-        kind: 'retryable',
-        cause: e,
-      });
+      throw new VmseedError(
+        'KUBE_API_UNAVAILABLE',
+        `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${transportReason(e)}; will retry`,
+        {
+          kind: 'retryable',
+          cause: e,
+        },
+      );
     }
     const text = await res.text();
     let parsed: unknown = undefined;
@@ -124,17 +145,36 @@ export function statusError(method: string, path: string, res: number | KubeResp
   const status = typeof res === 'number' ? res : res.status;
   const where = `${method} ${path.split('?')[0]}`;
   if (status === 429) {
-    return new VmseedError('KUBE_API_THROTTLED', `Kubernetes API server is shedding load (429 to ${where}, retried); will retry`, { kind: 'retryable' });
+    return new VmseedError(
+      'KUBE_API_THROTTLED',
+      `Kubernetes API server is shedding load (429 to ${where}, retried); will retry`,
+      { kind: 'retryable' },
+    );
   }
   if (status >= 500) {
-    return new VmseedError('KUBE_API_UNAVAILABLE', `Kubernetes API answered ${status} to ${where} (retried); will retry`, { kind: 'retryable' });
+    return new VmseedError(
+      'KUBE_API_UNAVAILABLE',
+      `Kubernetes API answered ${status} to ${where} (retried); will retry`,
+      { kind: 'retryable' },
+    );
   }
   if (status === 401) {
-    return new VmseedError('KUBE_API_UNAUTHORIZED', `Kubernetes API rejected the agent's credentials (401 to ${where}): the service-account token expired or was revoked, or the kubeconfig's is wrong; will retry`, { kind: 'retryable' });
+    return new VmseedError(
+      'KUBE_API_UNAUTHORIZED',
+      `Kubernetes API rejected the agent's credentials (401 to ${where}): the service-account token expired or was revoked, or the kubeconfig's is wrong; will retry`,
+      { kind: 'retryable' },
+    );
   }
   if (status === 403) {
-    const message = typeof res === 'number' ? '' : String((res.body as { message?: unknown } | undefined)?.message ?? '').slice(0, 300);
-    return new VmseedError('KUBE_API_FORBIDDEN', `Kubernetes API answered 403 to ${where}${message ? ` (${message})` : ''}; grant it in the agent's ClusterRole, or in the namespace's Role with --namespaces; will retry`, { kind: 'retryable' });
+    const message =
+      typeof res === 'number'
+        ? ''
+        : String((res.body as { message?: unknown } | undefined)?.message ?? '').slice(0, 300);
+    return new VmseedError(
+      'KUBE_API_FORBIDDEN',
+      `Kubernetes API answered 403 to ${where}${message ? ` (${message})` : ''}; grant it in the agent's ClusterRole, or in the namespace's Role with --namespaces; will retry`,
+      { kind: 'retryable' },
+    );
   }
   return new VmseedError('KUBE_API_ERROR', `Kubernetes API answered ${status} to ${where}`, { kind: 'terminal' });
 }
@@ -144,9 +184,18 @@ export function transportReason(e: unknown): string {
   const err = e as { name?: string; code?: string; message?: string; cause?: { code?: string; message?: string } };
   const code = err.cause?.code ?? err.code;
   // OpenSSL's verify errors: the server is not who ca.crt / the kubeconfig's CA says.
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return `TLS: the server's certificate does not name the host connected to (${code})`;
-  if (code && /^(UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_[A-Z_]+)$/.test(code)) {
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
+    return `TLS: the server's certificate does not name the host connected to (${code})`;
+  if (
+    code &&
+    /^(UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_[A-Z_]+)$/.test(
+      code,
+    )
+  ) {
     return `TLS: the server's certificate is not signed by the configured CA (${code}); check the service account's ca.crt or the kubeconfig's certificate-authority`;
   }
-  return (code ?? (err.name === 'TimeoutError' ? 'timeout' : err.cause?.message ?? err.message ?? 'error')).slice(0, 120);
+  return (code ?? (err.name === 'TimeoutError' ? 'timeout' : (err.cause?.message ?? err.message ?? 'error'))).slice(
+    0,
+    120,
+  );
 }

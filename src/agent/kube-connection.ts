@@ -62,7 +62,11 @@ export class KubeConnection {
   }
 
   getCurrentCluster(): { name: string; server: string; skipTLSVerify: boolean } {
-    return { name: 'vmseed', server: this.#spec.server.replace(/\/+$/, ''), skipTLSVerify: this.#spec.skipTLSVerify ?? false };
+    return {
+      name: 'vmseed',
+      server: this.#spec.server.replace(/\/+$/, ''),
+      skipTLSVerify: this.#spec.skipTLSVerify ?? false,
+    };
   }
 
   get dispatcher(): Agent {
@@ -100,7 +104,11 @@ export class KubeConnection {
 
   #currentToken(): string | undefined {
     const file = this.#spec.tokenFile;
-    if (file && (this.#token === undefined || Date.now() - this.#tokenReadAt > (this.#spec.tokenRereadMs ?? TOKEN_REREAD_MS))) this.#readToken();
+    if (
+      file &&
+      (this.#token === undefined || Date.now() - this.#tokenReadAt > (this.#spec.tokenRereadMs ?? TOKEN_REREAD_MS))
+    )
+      this.#readToken();
     return this.#token;
   }
 
@@ -114,7 +122,7 @@ export class KubeConnection {
       fd = openSync(file, 'r');
       const buf = Buffer.alloc(MAX_TOKEN_BYTES + 1);
       let n = 0;
-      for (let r; n < buf.length && (r = readSync(fd, buf, n, buf.length - n, null)) > 0; ) n += r;
+      for (let r; n < buf.length && (r = readSync(fd, buf, n, buf.length - n, null)) > 0;) n += r;
       if (n > MAX_TOKEN_BYTES) return; // not a token; keep the last one
       const token = buf.subarray(0, n).toString('utf8').trim();
       if (token !== '') this.#token = token;
@@ -143,7 +151,11 @@ export function inClusterConnection(env: NodeJS.ProcessEnv = process.env, saDir 
   }
   // client-go's rest.InClusterConfig: the CA from ca.crt only (a server
   // certificate from another CA is refused), the token from its file.
-  return new KubeConnection({ server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`, ca, tokenFile: `${saDir}/token` });
+  return new KubeConnection({
+    server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    ca,
+    tokenFile: `${saDir}/token`,
+  });
 }
 
 type Named<T> = { name: string } & T;
@@ -161,14 +173,26 @@ export function connectionFromKubeconfig(path: string): KubeConnection {
   const file = (p: unknown) => readFileSync(resolve(base, String(p)), 'utf8');
   const list = <T>(k: string) => (Array.isArray(doc?.[k]) ? (doc[k] as Array<Named<T>>) : []);
   const ctxName = doc?.['current-context'];
-  const context = list<{ context?: { cluster?: string; user?: string } }>('contexts').find((c) => c.name === ctxName)?.context;
+  const context = list<{ context?: { cluster?: string; user?: string } }>('contexts').find(
+    (c) => c.name === ctxName,
+  )?.context;
   if (!context) throw invalid(`${path}: current-context '${String(ctxName)}' not found`);
-  const cluster = list<{ cluster?: Record<string, unknown> }>('clusters').find((c) => c.name === context.cluster)?.cluster;
-  if (!cluster || typeof cluster.server !== 'string') throw invalid(`${path}: cluster '${String(context.cluster)}' has no server`);
+  const cluster = list<{ cluster?: Record<string, unknown> }>('clusters').find(
+    (c) => c.name === context.cluster,
+  )?.cluster;
+  if (!cluster || typeof cluster.server !== 'string')
+    throw invalid(`${path}: cluster '${String(context.cluster)}' has no server`);
   const user = list<{ user?: Record<string, unknown> }>('users').find((u) => u.name === context.user)?.user ?? {};
-  if (user.exec || user['auth-provider']) throw invalid(`${path}: user '${String(context.user)}' uses an exec or auth-provider plugin, which vmseed does not run; use a token or a client certificate`);
+  if (user.exec || user['auth-provider'])
+    throw invalid(
+      `${path}: user '${String(context.user)}' uses an exec or auth-provider plugin, which vmseed does not run; use a token or a client certificate`,
+    );
   const pick = (data: unknown, ref: unknown): string | undefined =>
-    typeof data === 'string' ? Buffer.from(data, 'base64').toString('utf8') : typeof ref === 'string' ? file(ref) : undefined;
+    typeof data === 'string'
+      ? Buffer.from(data, 'base64').toString('utf8')
+      : typeof ref === 'string'
+        ? file(ref)
+        : undefined;
   try {
     const spec: ConnectionSpec = {
       server: cluster.server,

@@ -19,17 +19,25 @@ export class KubeRefResolver implements RefResolver {
 
   async getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
     this.#checkScope(namespace, 'Secret', name);
-    return (await this.#get(`/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`)) as SecretObject | undefined;
+    return (await this.#get(
+      `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`,
+    )) as SecretObject | undefined;
   }
 
   async getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
     this.#checkScope(namespace, 'ConfigMap', name);
-    return (await this.#get(`/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps/${encodeURIComponent(name)}`)) as ConfigMapObject | undefined;
+    return (await this.#get(
+      `/api/v1/namespaces/${encodeURIComponent(namespace)}/configmaps/${encodeURIComponent(name)}`,
+    )) as ConfigMapObject | undefined;
   }
 
   #checkScope(namespace: string, kind: string, name: string): void {
     if (this.#namespaces && !this.#namespaces.has(namespace)) {
-      throw new VmseedError('KUBE_API_FORBIDDEN', `${kind} ${namespace}/${name} is outside the agent's namespaces (--namespaces ${[...this.#namespaces].join(',')}); not read`, { kind: 'terminal' });
+      throw new VmseedError(
+        'KUBE_API_FORBIDDEN',
+        `${kind} ${namespace}/${name} is outside the agent's namespaces (--namespaces ${[...this.#namespaces].join(',')}); not read`,
+        { kind: 'terminal' },
+      );
     }
   }
 

@@ -45,7 +45,9 @@ export const MIGRATION_TARGET_LABEL = 'kubevirt.io/migrationTargetNodeName';
 type WatchRole = 'node' | 'migrationTarget';
 
 export function vmiPath(namespace?: string): string {
-  return namespace === undefined ? VMI_PATH : `/apis/kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances`;
+  return namespace === undefined
+    ? VMI_PATH
+    : `/apis/kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances`;
 }
 
 export interface KubeSourceOptions {
@@ -103,7 +105,10 @@ class ScopedInformer {
     this.role = role;
     this.#opts = options;
     this.#changed = changed;
-    this.#log = options.logger.child({ ...(namespace === undefined ? {} : { watchNamespace: namespace }), ...(role === 'node' ? {} : { watch: 'migration-target' }) });
+    this.#log = options.logger.child({
+      ...(namespace === undefined ? {} : { watchNamespace: namespace }),
+      ...(role === 'node' ? {} : { watch: 'migration-target' }),
+    });
     this.#selector = `${role === 'node' ? NODE_NAME_LABEL : MIGRATION_TARGET_LABEL}=${options.nodeName}`;
     this.#path = vmiPath(namespace);
     this.#restartBackoff = options.restartBackoff ?? { baseMs: 1000, maxMs: 60_000 };
@@ -113,7 +118,13 @@ class ScopedInformer {
       ...(options.minWatchTimeoutMs !== undefined ? { minWatchTimeoutMs: options.minWatchTimeoutMs } : {}),
       ...(options.watchGraceMs !== undefined ? { graceMs: options.watchGraceMs } : {}),
     });
-    this.#informer = new ListWatch<KubernetesObject>(this.#path, this.#wrapWatch(watch) as unknown as Watch, () => this.#list(), false, this.#selector);
+    this.#informer = new ListWatch<KubernetesObject>(
+      this.#path,
+      this.#wrapWatch(watch) as unknown as Watch,
+      () => this.#list(),
+      false,
+      this.#selector,
+    );
     const enqueue = (obj: KubernetesObject) => {
       try {
         this.#opts.onKey(keyOf(obj as VmiObject));
@@ -160,7 +171,11 @@ class ScopedInformer {
             if (aborted || gen !== this.#generation) return;
             const e = err as WatchError | null;
             if (e === null || e.name === 'TimeoutError') {
-              if (e) this.#log.info({ reason: e.message }, 'VMI watch ran past its timeout; renewing it from its resourceVersion');
+              if (e)
+                this.#log.info(
+                  { reason: e.message },
+                  'VMI watch ran past its timeout; renewing it from its resourceVersion',
+                );
               else this.#log.debug('VMI watch ended by the API server; renewing it from its resourceVersion');
             } else {
               this.connected = false;
@@ -230,11 +245,20 @@ class ScopedInformer {
     this.connected = false;
     this.#failures++;
     const e = err as { message?: string; statusCode?: number; retryAfterMs?: number };
-    this.lastError = (err instanceof VmseedError ? err.message : e?.statusCode ? (e.message ?? `HTTP ${e.statusCode}`) : transportReason(err)).slice(0, 300);
+    this.lastError = (
+      err instanceof VmseedError
+        ? err.message
+        : e?.statusCode
+          ? (e.message ?? `HTTP ${e.statusCode}`)
+          : transportReason(err)
+    ).slice(0, 300);
     this.#changed();
     const backoff = backoffDelay(this.#restartBackoff, this.#failures);
     // The server asked for a pause (429 from priority and fairness, 503).
-    const delay = typeof e?.retryAfterMs === 'number' ? Math.max(backoff, Math.min(e.retryAfterMs, this.#opts.maxRetryAfterMs ?? 60_000)) : backoff;
+    const delay =
+      typeof e?.retryAfterMs === 'number'
+        ? Math.max(backoff, Math.min(e.retryAfterMs, this.#opts.maxRetryAfterMs ?? 60_000))
+        : backoff;
     this.#log.warn({ error: this.lastError, retryInMs: delay }, 'VMI watch failed; restarting');
     this.#scheduleRestart('error', delay);
   }
@@ -332,7 +356,15 @@ export class KubeVmiSource implements VmiSource {
     const changed = () => this.#publish();
     this.#clusterWide = namespaces.length === 0;
     const scopes: Array<string | undefined> = this.#clusterWide ? [undefined] : namespaces;
-    this.#byScope = new Map(scopes.map((ns) => [ns ?? '', [new ScopedInformer(options, ns, 'node', changed), new ScopedInformer(options, ns, 'migrationTarget', changed)] as const]));
+    this.#byScope = new Map(
+      scopes.map((ns) => [
+        ns ?? '',
+        [
+          new ScopedInformer(options, ns, 'node', changed),
+          new ScopedInformer(options, ns, 'migrationTarget', changed),
+        ] as const,
+      ]),
+    );
     this.#informers = [...this.#byScope.values()].flat();
   }
 
@@ -340,7 +372,8 @@ export class KubeVmiSource implements VmiSource {
   #publish(): void {
     const s = this.status();
     this.#opts.metrics?.informerSynced.set(s.synced && s.connected && !s.stale ? 1 : 0);
-    if (s.lastEventAt !== undefined) this.#opts.metrics?.informerLastEventAge.set(Math.max(0, (Date.now() - Date.parse(s.lastEventAt)) / 1000));
+    if (s.lastEventAt !== undefined)
+      this.#opts.metrics?.informerLastEventAge.set(Math.max(0, (Date.now() - Date.parse(s.lastEventAt)) / 1000));
   }
 
   async start(): Promise<void> {
@@ -372,8 +405,14 @@ export class KubeVmiSource implements VmiSource {
     const all = this.#informers;
     const times = all.map((i) => i.lastEventAt).filter((t): t is number => t !== undefined);
     const failing = all.find((i) => i.lastError !== undefined);
-    const where = [failing?.namespace === undefined ? '' : `namespace ${failing.namespace}`, failing?.role === 'migrationTarget' ? 'migration-target watch' : ''].filter((w) => w !== '').join(', ');
-    const lastError = failing === undefined ? undefined : where === '' ? failing.lastError : `${where}: ${failing.lastError}`;
+    const where = [
+      failing?.namespace === undefined ? '' : `namespace ${failing.namespace}`,
+      failing?.role === 'migrationTarget' ? 'migration-target watch' : '',
+    ]
+      .filter((w) => w !== '')
+      .join(', ');
+    const lastError =
+      failing === undefined ? undefined : where === '' ? failing.lastError : `${where}: ${failing.lastError}`;
     return {
       mode: 'kubernetes',
       synced: all.every((i) => i.synced),

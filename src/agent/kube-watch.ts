@@ -58,7 +58,12 @@ export class BoundedWatch {
     return Math.max(1, Math.floor((this.#minMs / 1000) * (1 + this.#random())));
   }
 
-  async watch(path: string, query: Record<string, unknown>, callback: WatchCallback, done: DoneCallback): Promise<{ abort(): void }> {
+  async watch(
+    path: string,
+    query: Record<string, unknown>,
+    callback: WatchCallback,
+    done: DoneCallback,
+  ): Promise<{ abort(): void }> {
     const timeoutSeconds = this.nextTimeoutSeconds();
     const url = new URL(this.#conn.getCurrentCluster().server + path);
     for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
@@ -76,11 +81,16 @@ export class BoundedWatch {
       controller.abort();
       if (!abortedByCaller) done(err);
     };
-    const deadline = setTimeout(() => {
-      const e = new Error(`watch ran ${timeoutSeconds}s + ${this.#graceMs}ms without the server ending it`) as WatchError;
-      e.name = 'TimeoutError';
-      finish(e);
-    }, timeoutSeconds * 1000 + this.#graceMs);
+    const deadline = setTimeout(
+      () => {
+        const e = new Error(
+          `watch ran ${timeoutSeconds}s + ${this.#graceMs}ms without the server ending it`,
+        ) as WatchError;
+        e.name = 'TimeoutError';
+        finish(e);
+      },
+      timeoutSeconds * 1000 + this.#graceMs,
+    );
     deadline.unref();
     const handle = {
       abort: () => {
@@ -91,7 +101,11 @@ export class BoundedWatch {
 
     let res;
     try {
-      res = await fetch(url, { headers: { ...this.#conn.authHeaders(), accept: 'application/json' }, dispatcher: this.#conn.dispatcher, signal: controller.signal });
+      res = await fetch(url, {
+        headers: { ...this.#conn.authHeaders(), accept: 'application/json' },
+        dispatcher: this.#conn.dispatcher,
+        signal: controller.signal,
+      });
     } catch (e) {
       finish(e);
       return handle;

@@ -42,13 +42,21 @@ export function memoryGateRecord(): SeedGateRecord {
 // In the state directory, next to the VMI's images (the image store's
 // `seed-gate-opened` record): an agent restart does not forget it, and it
 // goes with the images when the VMI goes.
-export function storeGateRecord(store: Pick<ImageStore, 'readRecord' | 'writeRecord'>, options: { fsync?: boolean; now?: () => Date } = {}): SeedGateRecord {
+export function storeGateRecord(
+  store: Pick<ImageStore, 'readRecord' | 'writeRecord'>,
+  options: { fsync?: boolean; now?: () => Date } = {},
+): SeedGateRecord {
   const key = (t: InjectionTarget) => ({ namespace: t.namespace, name: t.name, uid: t.uid });
   return {
     opened: async (t) => (await store.readRecord(key(t), 'seed-gate-opened')) !== undefined,
     markOpened: async (t) => {
       const at = (options.now ?? (() => new Date()))().toISOString();
-      await store.writeRecord(key(t), 'seed-gate-opened', `${JSON.stringify({ unpausedAt: at, launcherPods: t.launcherPods ?? [] })}\n`, { fsync: options.fsync ?? true });
+      await store.writeRecord(
+        key(t),
+        'seed-gate-opened',
+        `${JSON.stringify({ unpausedAt: at, launcherPods: t.launcherPods ?? [] })}\n`,
+        { fsync: options.fsync ?? true },
+      );
     },
   };
 }
@@ -70,7 +78,11 @@ export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGat
       // virt-api answers 409 until both exist (KubeVirt's unpause
       // validation): wait for them instead of calling.
       if (target.vmi.phase !== 'Running' || !target.vmi.pausedCondition) {
-        throw new VmseedError('SEED_GATE_WAITING', `VMI ${vmi}: seed attached; waiting for KubeVirt to report phase Running (now ${target.vmi.phase ?? 'none'}) and condition Paused=True before calling unpause; will retry`, { kind: 'retryable', field: 'status.conditions' });
+        throw new VmseedError(
+          'SEED_GATE_WAITING',
+          `VMI ${vmi}: seed attached; waiting for KubeVirt to report phase Running (now ${target.vmi.phase ?? 'none'}) and condition Paused=True before calling unpause; will retry`,
+          { kind: 'retryable', field: 'status.conditions' },
+        );
       }
     }
     const path = unpausePath(target.namespace, target.name);
@@ -89,10 +101,18 @@ export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGat
     }
     if (res.status === 409) {
       // "VMI is not running": KubeVirt has not reported the VMI Running yet.
-      throw new VmseedError('VMI_UNPAUSE_FAILED', `KubeVirt refused to unpause VMI ${vmi} (409: ${/is not running/.test(message) ? 'VMI is not running yet' : 'conflict'}); will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'VMI_UNPAUSE_FAILED',
+        `KubeVirt refused to unpause VMI ${vmi} (409: ${/is not running/.test(message) ? 'VMI is not running yet' : 'conflict'}); will retry`,
+        { kind: 'retryable' },
+      );
     }
     if (res.status === 404) {
-      throw new VmseedError('VMI_UNPAUSE_FAILED', `KubeVirt answered 404 to unpause VMI ${vmi} (the VMI is gone, or subresources.kubevirt.io is not served: check KubeVirt's virt-api); will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'VMI_UNPAUSE_FAILED',
+        `KubeVirt answered 404 to unpause VMI ${vmi} (the VMI is gone, or subresources.kubevirt.io is not served: check KubeVirt's virt-api); will retry`,
+        { kind: 'retryable' },
+      );
     }
     throw statusError('PUT', path, res.status);
   };

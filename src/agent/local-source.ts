@@ -58,7 +58,9 @@ export class LocalDirSource implements VmiSource, RefResolver {
     const onFile = (path: string, removed: boolean) => {
       if (!MANIFEST.test(path)) return;
       reported.add(path);
-      chain = chain.then(() => this.#apply(path, removed)).catch((e: unknown) => this.#log.error({ err: { message: (e as Error).message } }, 'local source failed'));
+      chain = chain
+        .then(() => this.#apply(path, removed))
+        .catch((e: unknown) => this.#log.error({ err: { message: (e as Error).message } }, 'local source failed'));
       return chain;
     };
     w.on('add', (p) => void onFile(p, false));
@@ -74,7 +76,11 @@ export class LocalDirSource implements VmiSource, RefResolver {
     // scan runs (4 of 40 starts with a rename 0-1 ms after start): one
     // listing after 'ready' applies what the scan missed, added or removed.
     // From here on the watcher's events carry every change.
-    const onDisk = new Set((await readdir(this.#opts.dir, { recursive: true })).filter((f) => MANIFEST.test(f)).map((f) => join(this.#opts.dir, f)));
+    const onDisk = new Set(
+      (await readdir(this.#opts.dir, { recursive: true }))
+        .filter((f) => MANIFEST.test(f))
+        .map((f) => join(this.#opts.dir, f)),
+    );
     for (const p of onDisk) if (!reported.has(p)) void onFile(p, false);
     for (const p of this.#files.keys()) if (!onDisk.has(p)) void onFile(p, true);
     await chain;

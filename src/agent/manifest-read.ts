@@ -23,7 +23,11 @@ export async function readManifest(path: string, field: string, maxBytes = MAX_M
     handle = await open(path, C.O_RDONLY | C.O_NONBLOCK);
     const st = await handle.stat();
     if (!st.isFile()) {
-      throw new VmseedError('MANIFEST_INVALID', `${field} is not a regular file (a FIFO, socket or device named like a manifest); remove it or give it another name`, { kind: 'terminal', field });
+      throw new VmseedError(
+        'MANIFEST_INVALID',
+        `${field} is not a regular file (a FIFO, socket or device named like a manifest); remove it or give it another name`,
+        { kind: 'terminal', field },
+      );
     }
     if (st.size > maxBytes) throw tooLarge(field, st.size, maxBytes);
     // The file may grow between the stat and the read: one byte more than
@@ -44,5 +48,9 @@ export async function readManifest(path: string, field: string, maxBytes = MAX_M
 }
 
 function tooLarge(field: string, size: number, max: number): VmseedError {
-  return new VmseedError('MANIFEST_TOO_LARGE', `${field} is more than ${Math.max(size, max + 1)} bytes, over the limit of ${max} bytes per manifest; split it into several files`, { kind: 'terminal', field });
+  return new VmseedError(
+    'MANIFEST_TOO_LARGE',
+    `${field} is more than ${Math.max(size, max + 1)} bytes, over the limit of ${max} bytes per manifest; split it into several files`,
+    { kind: 'terminal', field },
+  );
 }

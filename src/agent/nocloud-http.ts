@@ -21,7 +21,11 @@ export interface NocloudHttp {
 
 // Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE / DATASOURCE_KEY_INVALID
 // when the key file cannot be used at start-up (no old keys to fall back on).
-export async function prepareNocloudHttp(config: DatasourceConfig, logger: Logger, metrics?: Metrics): Promise<NocloudHttp> {
+export async function prepareNocloudHttp(
+  config: DatasourceConfig,
+  logger: Logger,
+  metrics?: Metrics,
+): Promise<NocloudHttp> {
   const log = logger.child({ component: 'datasource' });
   const source = fileKeySource(config.keyFile);
   const text = await source.read();
@@ -42,7 +46,9 @@ export async function prepareNocloudHttp(config: DatasourceConfig, logger: Logge
         ...(metrics ? { metrics } : {}),
         compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
       }).catch((e: Error) => {
-        throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`);
+        throw new Error(
+          `cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`,
+        );
       });
       const watcher = watchKeyFile({ path: config.keyFile, source, keyring, logger: log, initialText: text });
       return {

@@ -46,7 +46,8 @@ export function freeSpaceCheck(dir: string, minFreeBytes: number, minFreeInodes 
       return undefined; // the store's own check reports a missing directory
     }
     const free = s.bavail * s.bsize;
-    if (free < minFreeBytes) return `state directory ${dir} is full: ${formatBytes(free)} free, needs at least ${formatBytes(minFreeBytes)} (room for the largest seed)`;
+    if (free < minFreeBytes)
+      return `state directory ${dir} is full: ${formatBytes(free)} free, needs at least ${formatBytes(minFreeBytes)} (room for the largest seed)`;
     // Filesystems without inode accounting report files = 0.
     if (s.files > 0 && s.ffree < minFreeInodes) return `state directory ${dir} is out of inodes: ${s.ffree} free`;
     return undefined;
@@ -70,12 +71,14 @@ export function libvirtSocketCheck(uriTemplate: string): ReadinessCheck | undefi
     const dir = prefix.endsWith('/') ? prefix.slice(0, -1) || '/' : dirname(prefix);
     return async () => {
       try {
-        if (!(await stat(dir)).isDirectory()) return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), is not a directory`;
+        if (!(await stat(dir)).isDirectory())
+          return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), is not a directory`;
         await access(dir, constants.X_OK);
         return undefined;
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code ?? 'error';
-        if (code === 'ENOENT') return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), does not exist; mount the kubelet's pods directory there (--pods-dir)`;
+        if (code === 'ENOENT')
+          return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), does not exist; mount the kubelet's pods directory there (--pods-dir)`;
         return `cannot enter ${dir}, where the per-VM libvirt sockets are (${code}): the kubelet makes its pods directory 0750 root:root; run the agent with supplementalGroups: [0] as manifests/daemonset.yaml does`;
       }
     };
@@ -93,7 +96,8 @@ export function libvirtSocketCheck(uriTemplate: string): ReadinessCheck | undefi
       return undefined;
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code ?? 'error';
-      if (code === 'ENOENT') return `libvirt socket ${socket} (for ${uriTemplate}) does not exist: libvirtd (or virtqemud) is not running there, or its directory is not mounted`;
+      if (code === 'ENOENT')
+        return `libvirt socket ${socket} (for ${uriTemplate}) does not exist: libvirtd (or virtqemud) is not running there, or its directory is not mounted`;
       return `libvirt socket ${socket} (for ${uriTemplate}) is not usable by this agent (${code}); check its owner and mode (libvirtd's unix_sock_rw_perms)`;
     }
   };

@@ -18,7 +18,14 @@ import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import type { InjectionTarget, Injector } from '../libvirt/types.ts';
-import { launcherPodOf, launcherPodsOnNode, migrationInProgress, migrationStateOf, planLaunchers, type LauncherPlan } from '../libvirt/launcher-pod.ts';
+import {
+  launcherPodOf,
+  launcherPodsOnNode,
+  migrationInProgress,
+  migrationStateOf,
+  planLaunchers,
+  type LauncherPlan,
+} from '../libvirt/launcher-pod.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
 import type { EventRecorder } from './events.ts';
@@ -203,11 +210,19 @@ export class Reconciler {
       if (removedVmis.has(`${key}\0${img.uid}`)) continue;
       removedVmis.add(`${key}\0${img.uid}`);
       try {
-        await this.#removeImage(key, img, live?.metadata.annotations ?? {}, live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : []);
+        await this.#removeImage(
+          key,
+          img,
+          live?.metadata.annotations ?? {},
+          live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : [],
+        );
         removed++;
       } catch (e) {
         const err = asVmseedError(e);
-        this.#log.warn({ namespace: img.namespace, name: img.name, code: err.code }, `garbage collection failed: ${err.message}`);
+        this.#log.warn(
+          { namespace: img.namespace, name: img.name, code: err.code },
+          `garbage collection failed: ${err.message}`,
+        );
       }
     }
     this.#log.info({ kept, removed }, 'garbage collection of seed images done');
@@ -244,11 +259,16 @@ export class Reconciler {
   }
 
   #skipOtherNode(key: string, vmi: VmiObject, node: string): void {
-    const message = `the VMI names node "${node}" (${vmi.status?.nodeName ? 'status.nodeName' : 'label kubevirt.io/nodeName'}) and this agent is ` +
+    const message =
+      `the VMI names node "${node}" (${vmi.status?.nodeName ? 'status.nodeName' : 'label kubevirt.io/nodeName'}) and this agent is ` +
       `--node-name "${this.#o.nodeName}"; remove the label from the manifest or start the agent with --node-name ${node}`;
     this.#o.status.update(key, vmi.metadata.uid ?? key, {
       state: 'skipped',
-      warnings: [this.#o.status.problem('VMI_ON_OTHER_NODE', message, { field: vmi.status?.nodeName ? 'status.nodeName' : 'metadata.labels.kubevirt.io/nodeName' })],
+      warnings: [
+        this.#o.status.problem('VMI_ON_OTHER_NODE', message, {
+          field: vmi.status?.nodeName ? 'status.nodeName' : 'metadata.labels.kubevirt.io/nodeName',
+        }),
+      ],
       lastError: undefined,
       retries: 0,
       datasource: undefined,
@@ -274,14 +294,27 @@ export class Reconciler {
       const facts = await this.#domainFacts(key, uid, vmi);
       if (facts) {
         const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
-        outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices, vcpuPins: facts.vcpuPins });
+        outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, {
+          domainDevices,
+          vcpuPins: facts.vcpuPins,
+        });
       }
     }
     if (outcome.kind === 'skip') {
       await this.#cleanup(key);
-      const warnings = outcome.warning ? [this.#o.status.problem(outcome.warning.code, outcome.warning.message, { field: outcome.warning.field })] : [];
-      this.#o.status.update(key, uid, { state: 'skipped', warnings, lastError: undefined, retries: 0, datasource: undefined, imagePath: undefined });
-      if (outcome.warning) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${outcome.warning.code}: ${outcome.warning.message}`);
+      const warnings = outcome.warning
+        ? [this.#o.status.problem(outcome.warning.code, outcome.warning.message, { field: outcome.warning.field })]
+        : [];
+      this.#o.status.update(key, uid, {
+        state: 'skipped',
+        warnings,
+        lastError: undefined,
+        retries: 0,
+        datasource: undefined,
+        imagePath: undefined,
+      });
+      if (outcome.warning)
+        this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${outcome.warning.code}: ${outcome.warning.message}`);
       this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
       return 'success';
     }
@@ -292,22 +325,46 @@ export class Reconciler {
     await new Promise<void>((resolve) => setImmediate(resolve));
     const buildStart = performance.now();
     const image = this.#o.build(seed, seedTimestamp(vmi));
-    this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - buildStart) / 1000);
+    this.#o.metrics?.imageBuildDuration.observe(
+      { datasource: seed.datasource },
+      (performance.now() - buildStart) / 1000,
+    );
     const sha = image.sha256;
     const size = image.bytes.length;
     const target = injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName);
     let entry = this.#known.get(key);
     let written = false;
     // Level-based down to the file: an image deleted behind our back is written again.
-    const onDisk = entry !== undefined && entry.sha256 === sha && (await this.#o.store.imageStat(entry.path))?.size === size;
+    const onDisk =
+      entry !== undefined && entry.sha256 === sha && (await this.#o.store.imageStat(entry.path))?.size === size;
     if (!entry || !onDisk || entry.datasource !== seed.datasource) {
       if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
-      const res = await this.#o.store.write({ namespace: target.namespace, name: target.name, uid }, seed.datasource, image.bytes, { fsync: this.#o.fsync ?? true, sha256: sha });
+      const res = await this.#o.store.write(
+        { namespace: target.namespace, name: target.name, uid },
+        seed.datasource,
+        image.bytes,
+        { fsync: this.#o.fsync ?? true, sha256: sha },
+      );
       written = res.written;
       // Where the previous image went stays known (a new seed for the same
       // launcher pods).
-      const placed = entry?.uid === uid ? { launcherPods: entry.launcherPods, ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}), stagedPods: entry.stagedPods ?? [] } : { launcherPods: target.launcherPods ?? [] };
-      entry = { uid, datasource: seed.datasource, path: res.path, sha256: sha, needsPrune: true, annotations: target.annotations, ...placed };
+      const placed =
+        entry?.uid === uid
+          ? {
+              launcherPods: entry.launcherPods,
+              ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}),
+              stagedPods: entry.stagedPods ?? [],
+            }
+          : { launcherPods: target.launcherPods ?? [] };
+      entry = {
+        uid,
+        datasource: seed.datasource,
+        path: res.path,
+        sha256: sha,
+        needsPrune: true,
+        annotations: target.annotations,
+        ...placed,
+      };
       this.#known.set(key, entry);
       this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
     }
@@ -315,7 +372,10 @@ export class Reconciler {
     this.#o.seeds?.put(key, vmi, seed);
     const generationSeconds = (performance.now() - started) / 1000;
     if (written) {
-      this.#o.metrics?.seedGenerationDuration.observe({ datasource: seed.datasource, result: 'success' }, generationSeconds);
+      this.#o.metrics?.seedGenerationDuration.observe(
+        { datasource: seed.datasource, result: 'success' },
+        generationSeconds,
+      );
       this.#o.status.recordGeneration(generationSeconds);
     }
     progress.generated = true;
@@ -351,7 +411,10 @@ export class Reconciler {
         throw e;
       }
       if (result.action !== 'none') {
-        this.#o.metrics?.injectionDuration.observe({ operation: result.action === 'attached' ? 'attach' : 'replace', result: 'success' }, (performance.now() - t0) / 1000);
+        this.#o.metrics?.injectionDuration.observe(
+          { operation: result.action === 'attached' ? 'attach' : 'replace', result: 'success' },
+          (performance.now() - t0) / 1000,
+        );
         injected = true;
       }
       entry.injectedSha = sha;
@@ -372,12 +435,20 @@ export class Reconciler {
     // Kept for as long as the VMI lives, not only on the reconcile that
     // attached: the guest booted without its seed, and that stays true.
     if (injection?.seededAfterBoot) {
-      warnings.push(this.#o.status.problem('SEEDED_AFTER_BOOT', `the seed was attached to running domain ${injection.domain}; the guest may have booted without it`));
+      warnings.push(
+        this.#o.status.problem(
+          'SEEDED_AFTER_BOOT',
+          `the seed was attached to running domain ${injection.domain}; the guest may have booted without it`,
+        ),
+      );
     }
 
     const prev = this.#o.status.get(key);
-    const changed = written || injected || !prev || prev.state === 'pending' || prev.state === 'error' || prev.contentHash !== sha;
-    const fileTime = written ? new Date(this.#now()).toISOString() : (prev?.generatedAt ?? (await this.#mtimeIso(entry.path)));
+    const changed =
+      written || injected || !prev || prev.state === 'pending' || prev.state === 'error' || prev.contentHash !== sha;
+    const fileTime = written
+      ? new Date(this.#now()).toISOString()
+      : (prev?.generatedAt ?? (await this.#mtimeIso(entry.path)));
     this.#o.status.update(key, uid, {
       state: warnings.length > 0 ? 'warning' : 'ready',
       datasource: seed.datasource,
@@ -407,7 +478,17 @@ export class Reconciler {
           : `seed image ${seed.datasource} staged for the incoming migration in launcher pod ${staged.join(', ')}`;
       this.#o.events.record(vmi, 'Normal', 'SeedReady', `${what} (sha256 ${sha.slice(0, 12)})`);
       for (const w of warnings) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
-      this.#log.info({ namespace: target.namespace, name: target.name, datasource: seed.datasource, written, injected, seconds: generationSeconds }, 'seed ready');
+      this.#log.info(
+        {
+          namespace: target.namespace,
+          name: target.name,
+          datasource: seed.datasource,
+          written,
+          injected,
+          seconds: generationSeconds,
+        },
+        'seed ready',
+      );
     }
     this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
     return 'success';
@@ -428,7 +509,9 @@ export class Reconciler {
     const target = injectionTarget(key, uid, 'configdrive', vmi, this.#o.nodeName);
     // Per-pod (KubeVirt): any of this node's launcher pods whose libvirt has
     // the domain (a migration's target holds the same devices).
-    const targets = injector.perPod ? (target.launcherPods ?? []).map((pod) => ({ ...target, launcherPods: [pod] })) : [target];
+    const targets = injector.perPod
+      ? (target.launcherPods ?? []).map((pod) => ({ ...target, launcherPods: [pod] }))
+      : [target];
     let last: unknown;
     for (const t of targets) {
       try {
@@ -440,23 +523,34 @@ export class Reconciler {
         last = e;
       }
     }
-    throw new VmseedError('DOMAIN_NOT_FOUND',
+    throw new VmseedError(
+      'DOMAIN_NOT_FOUND',
       `waiting for the domain to read tagged devices' addresses (${fields.join(', ')} set a tag without a pinned pciAddress; ` +
-      'KubeVirt lists them in meta_data.json "devices" from the running domain); the seed is written once the domain is defined; will retry',
-      { kind: 'retryable', field: fields[0], ...(last ? { cause: last } : {}) });
+        'KubeVirt lists them in meta_data.json "devices" from the running domain); the seed is written once the domain is defined; will retry',
+      { kind: 'retryable', field: fields[0], ...(last ? { cause: last } : {}) },
+    );
   }
 
   async #plan(target: InjectionTarget, vmi: VmiObject, entry: Known): Promise<LauncherPlan> {
     const injector = this.#o.injector!;
     const probe = injector.activeDomainPods ? (pods: string[]) => injector.activeDomainPods!(target, pods) : undefined;
-    return planLaunchers(target, target.launcherPods ?? [], migrationStateOf(vmi.status), this.#o.nodeName, { ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}), stagedPods: entry.stagedPods ?? [] }, probe);
+    return planLaunchers(
+      target,
+      target.launcherPods ?? [],
+      migrationStateOf(vmi.status),
+      this.#o.nodeName,
+      { ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}), stagedPods: entry.stagedPods ?? [] },
+      probe,
+    );
   }
 
   // Stages and releases what the plan says; returns the pods staged into.
   async #applyPlan(target: InjectionTarget, entry: Known, plan: LauncherPlan): Promise<string[]> {
     const injector = this.#o.injector!;
     const remember = () => {
-      entry.launcherPods = [...new Set([...(entry.attachedPod ? [entry.attachedPod] : []), ...(entry.stagedPods ?? [])])].sort();
+      entry.launcherPods = [
+        ...new Set([...(entry.attachedPod ? [entry.attachedPod] : []), ...(entry.stagedPods ?? [])]),
+      ].sort();
     };
     for (const pod of plan.releaseFrom) {
       await injector.unstage?.({ ...target, launcherPods: [pod] });
@@ -491,8 +585,18 @@ export class Reconciler {
   async #ensureHttpOnly(key: string, vmi: VmiObject, uid: string, seed: Seed): Promise<WorkResult> {
     await this.#cleanup(key);
     if (!this.#o.seeds) {
-      const warning = this.#o.status.problem('DATASOURCE_OFF', 'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen');
-      this.#o.status.update(key, uid, { state: 'skipped', warnings: [warning], lastError: undefined, retries: 0, datasource: undefined, imagePath: undefined });
+      const warning = this.#o.status.problem(
+        'DATASOURCE_OFF',
+        'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen',
+      );
+      this.#o.status.update(key, uid, {
+        state: 'skipped',
+        warnings: [warning],
+        lastError: undefined,
+        retries: 0,
+        datasource: undefined,
+        imagePath: undefined,
+      });
       this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
       return 'success';
     }
@@ -515,19 +619,30 @@ export class Reconciler {
       warnings,
       retries: 0,
     });
-    if (fresh) this.#o.events.record(vmi, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
+    if (fresh)
+      this.#o.events.record(vmi, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
     this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
     return 'success';
   }
 
-  #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: { generated: boolean }): WorkResult {
+  #failed(
+    key: string,
+    vmi: VmiObject | undefined,
+    e: unknown,
+    started: number,
+    progress: { generated: boolean },
+  ): WorkResult {
     let err = asVmseedError(e);
     const attempts = (this.#o.failures?.(key) ?? 0) + 1;
     if (err.code === 'INTERNAL' && err.kind === 'retryable' && attempts >= MAX_INTERNAL_ATTEMPTS) {
-      err = new VmseedError('INTERNAL', `internal error, ${attempts} attempts in a row; vmseed stops retrying until the VMI changes (see the agent log)`, {
-        kind: 'terminal',
-        cause: err.cause,
-      });
+      err = new VmseedError(
+        'INTERNAL',
+        `internal error, ${attempts} attempts in a row; vmseed stops retrying until the VMI changes (see the agent log)`,
+        {
+          kind: 'terminal',
+          cause: err.cause,
+        },
+      );
     }
     let parkMs: number | undefined;
     if (err.code === 'RENDER_TIMEOUT' && err.kind === 'retryable') {
@@ -536,8 +651,15 @@ export class Reconciler {
       const count = prev && prev.version === version ? prev.count + 1 : 1;
       this.#renderTimeouts.set(key, { version, count });
       if (count >= MAX_RENDER_TIMEOUTS) {
-        parkMs = Math.min((this.#o.renderTimeoutParkMs ?? RENDER_TIMEOUT_PARK_MS) * 2 ** (count - MAX_RENDER_TIMEOUTS), MAX_RENDER_TIMEOUT_PARK_MS);
-        err = new VmseedError(err.code, `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${formatSeconds(parkMs / 1000)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`, { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) });
+        parkMs = Math.min(
+          (this.#o.renderTimeoutParkMs ?? RENDER_TIMEOUT_PARK_MS) * 2 ** (count - MAX_RENDER_TIMEOUTS),
+          MAX_RENDER_TIMEOUT_PARK_MS,
+        );
+        err = new VmseedError(
+          err.code,
+          `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${formatSeconds(parkMs / 1000)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`,
+          { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) },
+        );
       }
     }
     if (err.code === 'CANCELLED') {
@@ -550,10 +672,18 @@ export class Reconciler {
     const kind = err.kind;
     this.#o.metrics?.reconcileTotal.inc({ result: kind === 'terminal' ? 'terminal' : 'error' });
     this.#o.metrics?.reconcileErrors.inc({ code: err.code });
-    if (!progress.generated) this.#o.metrics?.seedGenerationDuration.observe({ datasource: datasourceHint(vmi), result: 'error' }, (performance.now() - started) / 1000);
+    if (!progress.generated)
+      this.#o.metrics?.seedGenerationDuration.observe(
+        { datasource: datasourceHint(vmi), result: 'error' },
+        (performance.now() - started) / 1000,
+      );
     const [namespace, name] = splitKey(key);
     const fields = { namespace, name, code: err.code, kind, ...(err.field ? { field: err.field } : {}) };
-    if (err.code === 'INTERNAL') this.#log.error({ ...fields, err: { message: String((err.cause as Error)?.message ?? '').slice(0, 200) } }, err.message);
+    if (err.code === 'INTERNAL')
+      this.#log.error(
+        { ...fields, err: { message: String((err.cause as Error)?.message ?? '').slice(0, 200) } },
+        err.message,
+      );
     else this.#log.warn(fields, err.message);
     if (vmi) {
       const uid = vmi.metadata.uid ?? key;
@@ -582,20 +712,44 @@ export class Reconciler {
     // An HTTP-only seed has no image to remove.
     if (!known) return;
     const [namespace, name] = splitKey(key);
-    await this.#removeImage(key, { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' }, known.annotations, known.launcherPods);
+    await this.#removeImage(
+      key,
+      { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' },
+      known.annotations,
+      known.launcherPods,
+    );
   }
 
-  async #removeImage(key: string, img: StoredImage, annotations: Record<string, string>, launcherPods: string[]): Promise<void> {
+  async #removeImage(
+    key: string,
+    img: StoredImage,
+    annotations: Record<string, string>,
+    launcherPods: string[],
+  ): Promise<void> {
     if (this.#o.injector) {
-      const target: InjectionTarget = { namespace: img.namespace, name: img.name, uid: img.uid, datasource: img.datasource, annotations, launcherPods };
+      const target: InjectionTarget = {
+        namespace: img.namespace,
+        name: img.name,
+        uid: img.uid,
+        datasource: img.datasource,
+        annotations,
+        launcherPods,
+      };
       const t0 = performance.now();
       try {
         const res = await this.#o.injector.eject(target);
-        if (res.action === 'detached') this.#o.metrics?.injectionDuration.observe({ operation: 'detach', result: 'success' }, (performance.now() - t0) / 1000);
+        if (res.action === 'detached')
+          this.#o.metrics?.injectionDuration.observe(
+            { operation: 'detach', result: 'success' },
+            (performance.now() - t0) / 1000,
+          );
       } catch (e) {
         // The domain went away with its VMI: nothing left to detach.
         if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) {
-          this.#o.metrics?.injectionDuration.observe({ operation: 'detach', result: 'error' }, (performance.now() - t0) / 1000);
+          this.#o.metrics?.injectionDuration.observe(
+            { operation: 'detach', result: 'error' },
+            (performance.now() - t0) / 1000,
+          );
           throw e;
         }
       }
@@ -608,7 +762,10 @@ export class Reconciler {
       // forgotten rather than retried.
       if (!(e instanceof VmseedError && e.code === 'STORE_UNSAFE_PATH')) throw e;
       this.#o.metrics?.reconcileErrors.inc({ code: e.code });
-      this.#log.warn({ namespace: img.namespace, name: img.name, code: e.code, kind: e.kind, field: e.field }, e.message);
+      this.#log.warn(
+        { namespace: img.namespace, name: img.name, code: e.code, kind: e.kind, field: e.field },
+        e.message,
+      );
     }
     if (this.#known.get(key)?.uid === img.uid) {
       this.#known.delete(key);
@@ -618,9 +775,17 @@ export class Reconciler {
   }
 }
 
-function injectionTarget(key: string, uid: string, datasource: Datasource, vmi: VmiObject, nodeName: string): InjectionTarget {
+function injectionTarget(
+  key: string,
+  uid: string,
+  datasource: Datasource,
+  vmi: VmiObject,
+  nodeName: string,
+): InjectionTarget {
   const [namespace, name] = splitKey(key);
-  const conditions = Array.isArray(vmi.status?.conditions) ? (vmi.status.conditions as Array<{ type?: unknown; status?: unknown }>) : [];
+  const conditions = Array.isArray(vmi.status?.conditions)
+    ? (vmi.status.conditions as Array<{ type?: unknown; status?: unknown }>)
+    : [];
   return {
     namespace,
     name,
@@ -646,4 +811,3 @@ function datasourceHint(vmi: VmiObject | undefined): string {
   if (vmi?.spec.volumes?.some((v) => v.cloudInitConfigDrive)) return 'configdrive';
   return vmi ? 'nocloud' : 'unknown';
 }
-

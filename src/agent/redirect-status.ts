@@ -65,7 +65,11 @@ export class RedirectStatusPoller {
   }
 }
 
-async function observe(url: string, timeoutMs: number, doFetch: typeof fetch): Promise<Pick<RedirectStatus, 'state' | 'reason'>> {
+async function observe(
+  url: string,
+  timeoutMs: number,
+  doFetch: typeof fetch,
+): Promise<Pick<RedirectStatus, 'state' | 'reason'>> {
   const signal = AbortSignal.timeout(timeoutMs);
   let res: Response;
   let text: string;
@@ -75,7 +79,13 @@ async function observe(url: string, timeoutMs: number, doFetch: typeof fetch): P
   } catch (e) {
     const cause = (e as { cause?: { code?: string } }).cause?.code;
     const name = (e as Error).name;
-    return { state: 'unreachable', reason: name === 'TimeoutError' || name === 'AbortError' ? `no answer within ${timeoutMs} ms` : cause ?? 'connection failed' };
+    return {
+      state: 'unreachable',
+      reason:
+        name === 'TimeoutError' || name === 'AbortError'
+          ? `no answer within ${timeoutMs} ms`
+          : (cause ?? 'connection failed'),
+    };
   }
   let body: { inPlace?: unknown; reason?: unknown; message?: unknown } | undefined;
   try {

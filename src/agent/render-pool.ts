@@ -108,17 +108,21 @@ export class RenderPool implements Offload {
       try {
         return Promise.resolve(runPure(op, args));
       } catch (e) {
-        return Promise.reject(e as Error);
+        return Promise.reject(e);
       }
     }
     if (this.#closed) return Promise.reject(cancelledError());
     if (this.#queue.length >= this.#maxQueue) {
       return Promise.reject(
-        new VmseedError('RENDER_QUEUE_FULL', `more than ${this.#maxQueue} large documents wait for the render worker; retried with backoff`, { kind: 'retryable' }),
+        new VmseedError(
+          'RENDER_QUEUE_FULL',
+          `more than ${this.#maxQueue} large documents wait for the render worker; retried with backoff`,
+          { kind: 'retryable' },
+        ),
       );
     }
     return new Promise<PureResult<K>>((resolve, reject) => {
-      const job: Job = { id: this.#nextId++, op, args, resolve: resolve as (v: unknown) => void, reject, signal, onAbort: undefined };
+      const job: Job = { id: this.#nextId++, op, args, resolve: resolve, reject, signal, onAbort: undefined };
       if (signal) {
         job.onAbort = () => this.#abort(job);
         signal.addEventListener('abort', job.onAbort, { once: true });
@@ -152,11 +156,14 @@ export class RenderPool implements Offload {
   #send(slot: Slot): void {
     const job = slot.job!;
     slot.timer = setTimeout(() => {
-      void this.#retire(slot, new VmseedError(
-        'RENDER_TIMEOUT',
-        `rendering took more than ${this.#deadlineMs} ms on the render worker (step ${job.op}); the worker was ended and the render is retried with backoff`,
-        { kind: 'retryable' },
-      ));
+      void this.#retire(
+        slot,
+        new VmseedError(
+          'RENDER_TIMEOUT',
+          `rendering took more than ${this.#deadlineMs} ms on the render worker (step ${job.op}); the worker was ended and the render is retried with backoff`,
+          { kind: 'retryable' },
+        ),
+      );
     }, this.#deadlineMs);
     this.offloaded++;
     slot.worker.ref();
@@ -179,7 +186,14 @@ export class RenderPool implements Offload {
     this.#slots.add(slot);
     // Starting is bounded too.
     slot.timer = setTimeout(() => {
-      void this.#retire(slot, new VmseedError('RENDER_WORKER_FAILED', `the render worker did not start within ${this.#startMs} ms; the render is retried with backoff`, { kind: 'retryable' }));
+      void this.#retire(
+        slot,
+        new VmseedError(
+          'RENDER_WORKER_FAILED',
+          `the render worker did not start within ${this.#startMs} ms; the render is retried with backoff`,
+          { kind: 'retryable' },
+        ),
+      );
     }, this.#startMs);
     worker.on('message', (reply: ReplyMessage | typeof READY) => {
       if (reply === READY) {
@@ -194,7 +208,14 @@ export class RenderPool implements Offload {
       clearTimeout(slot.timer);
       slot.job = undefined;
       if (reply.ok) this.#settle(job, undefined, reply.value);
-      else if (reply.error.vmseed) this.#settle(job, new VmseedError(reply.error.code, reply.error.message, { kind: reply.error.kind, ...(reply.error.field !== undefined ? { field: reply.error.field } : {}) }));
+      else if (reply.error.vmseed)
+        this.#settle(
+          job,
+          new VmseedError(reply.error.code, reply.error.message, {
+            kind: reply.error.kind,
+            ...(reply.error.field !== undefined ? { field: reply.error.field } : {}),
+          }),
+        );
       else this.#settle(job, new Error(`${reply.error.name} in the render worker: ${reply.error.message}`));
       this.#idleLater(slot);
       this.#dispatch();
@@ -203,9 +224,16 @@ export class RenderPool implements Offload {
     // step; the next step gets a new worker.
     const died = (why: string) => {
       if (!this.#slots.has(slot)) return;
-      void this.#retire(slot, new VmseedError('RENDER_WORKER_FAILED', `the render worker ${why}; the render is retried with backoff`, { kind: 'retryable' }));
+      void this.#retire(
+        slot,
+        new VmseedError('RENDER_WORKER_FAILED', `the render worker ${why}; the render is retried with backoff`, {
+          kind: 'retryable',
+        }),
+      );
     };
-    worker.on('error', (e: Error & { code?: string }) => died(e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `ran out of its ${this.#maxOld} MiB heap` : 'failed'));
+    worker.on('error', (e: Error & { code?: string }) =>
+      died(e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `ran out of its ${this.#maxOld} MiB heap` : 'failed'),
+    );
     worker.on('exit', (code) => died(`exited (code ${code})`));
     return slot;
   }
@@ -247,4 +275,3 @@ export class RenderPool implements Offload {
     else job.resolve(value);
   }
 }
-

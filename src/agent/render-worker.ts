@@ -11,7 +11,9 @@ export interface JobMessage {
   args: unknown[];
 }
 
-export type ReplyError = { vmseed: true; code: VmseedError['code']; message: string; kind: VmseedError['kind']; field?: string } | { vmseed: false; name: string; message: string };
+export type ReplyError =
+  | { vmseed: true; code: VmseedError['code']; message: string; kind: VmseedError['kind']; field?: string }
+  | { vmseed: false; name: string; message: string };
 
 // The worker's first message: its modules are loaded.
 export const READY = 'ready';
@@ -19,10 +21,21 @@ export const READY = 'ready';
 export type ReplyMessage = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: ReplyError };
 
 function describe(e: unknown): ReplyError {
-  if (e instanceof VmseedError) return { vmseed: true, code: e.code, message: e.message, kind: e.kind, ...(e.field !== undefined ? { field: e.field } : {}) };
+  if (e instanceof VmseedError)
+    return {
+      vmseed: true,
+      code: e.code,
+      message: e.message,
+      kind: e.kind,
+      ...(e.field !== undefined ? { field: e.field } : {}),
+    };
   // Not ours: the agent reports INTERNAL without the message (it may quote
   // input); the name and message go to the log only.
-  return { vmseed: false, name: e instanceof Error ? e.name : typeof e, message: e instanceof Error ? e.message.slice(0, 200) : '' };
+  return {
+    vmseed: false,
+    name: e instanceof Error ? e.name : typeof e,
+    message: e instanceof Error ? e.message.slice(0, 200) : '',
+  };
 }
 
 // Imported outside a worker (vmseed warm-cache loads every module), it does nothing.

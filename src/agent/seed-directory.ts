@@ -34,7 +34,14 @@ export class AgentSeedDirectory implements SeedDirectory {
     if (prevUid !== undefined && prevUid !== uid) this.drop(key);
     if (!this.#byUid.has(uid)) this.#revision++;
     const slash = key.indexOf('/');
-    this.#byUid.set(uid, { key, namespace: key.slice(0, slash), name: key.slice(slash + 1), uid, seed, addresses: reportedAddresses(vmi) });
+    this.#byUid.set(uid, {
+      key,
+      namespace: key.slice(0, slash),
+      name: key.slice(slash + 1),
+      uid,
+      seed,
+      addresses: reportedAddresses(vmi),
+    });
     this.#uidByKey.set(key, uid);
   }
 
@@ -85,7 +92,7 @@ export function reportedAddresses(vmi: VmiObject): string[] {
   for (const i of vmi.status?.interfaces ?? []) {
     for (const a of [i.ipAddress, ...(Array.isArray(i.ipAddresses) ? i.ipAddresses : [])]) {
       if (typeof a !== 'string' || a === '') continue;
-      out.add(a.split('%')[0]!.split('/')[0]!.toLowerCase());
+      out.add(a.split('%')[0].split('/')[0].toLowerCase());
     }
   }
   return [...out];

@@ -53,7 +53,11 @@ export async function lockStateDir(stateDir: string, options: LockOptions = {}):
   }
   try {
     if (!(await fh.stat()).isFile()) {
-      throw new VmseedError('STATE_LOCK_FAILED', `${path} is not a regular file; remove it (the agent creates its own)`, { kind: 'terminal', field: 'state-dir' });
+      throw new VmseedError(
+        'STATE_LOCK_FAILED',
+        `${path} is not a regular file; remove it (the agent creates its own)`,
+        { kind: 'terminal', field: 'state-dir' },
+      );
     }
     const status = await runFlock(fh.fd, options);
     if (status === CONFLICT) {
@@ -65,14 +69,22 @@ export async function lockStateDir(stateDir: string, options: LockOptions = {}):
       );
     }
     if (status !== 0) {
-      throw new VmseedError('STATE_LOCK_FAILED', `flock ${path} failed (${status}); is util-linux's flock installed?`, { kind: 'terminal', field: 'state-dir' });
+      throw new VmseedError('STATE_LOCK_FAILED', `flock ${path} failed (${status}); is util-linux's flock installed?`, {
+        kind: 'terminal',
+        field: 'state-dir',
+      });
     }
     // Ours now: say whose it is, for the next one's message (through a
     // short-lived descriptor of the same checked file).
     const w = await open(path, constants.O_WRONLY | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK);
     try {
       const [a, b] = [await fh.stat(), await w.stat()];
-      if (a.ino !== b.ino || a.dev !== b.dev) throw new VmseedError('STATE_LOCK_FAILED', `${path} was replaced while being locked; is another process managing it?`, { kind: 'terminal', field: 'state-dir' });
+      if (a.ino !== b.ino || a.dev !== b.dev)
+        throw new VmseedError(
+          'STATE_LOCK_FAILED',
+          `${path} was replaced while being locked; is another process managing it?`,
+          { kind: 'terminal', field: 'state-dir' },
+        );
       await w.write(`pid ${process.pid} on ${hostname()} since ${new Date().toISOString()}\n`);
     } finally {
       await w.close();
@@ -90,13 +102,19 @@ export async function lockStateDir(stateDir: string, options: LockOptions = {}):
 
 function runFlock(fd: number, options: LockOptions): Promise<number | string> {
   return new Promise((resolve) => {
-    const child = spawn(options.flockPath ?? 'flock', ['--nonblock', '--exclusive', '--conflict-exit-code', String(CONFLICT), '3'], {
-      stdio: ['ignore', 'ignore', 'pipe', fd],
-      timeout: options.timeoutMs ?? 10_000,
-    });
+    const child = spawn(
+      options.flockPath ?? 'flock',
+      ['--nonblock', '--exclusive', '--conflict-exit-code', String(CONFLICT), '3'],
+      {
+        stdio: ['ignore', 'ignore', 'pipe', fd],
+        timeout: options.timeoutMs ?? 10_000,
+      },
+    );
     let err = '';
     child.stderr!.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-500)));
-    child.on('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ENOENT' ? `${options.flockPath ?? 'flock'} not found` : e.message));
+    child.on('error', (e: NodeJS.ErrnoException) =>
+      resolve(e.code === 'ENOENT' ? `${options.flockPath ?? 'flock'} not found` : e.message),
+    );
     child.on('close', (code, signal) => resolve(code ?? `killed by ${signal}${err ? `: ${err.trim()}` : ''}`));
   });
 }
@@ -105,6 +123,6 @@ async function readHolder(fh: FileHandle): Promise<string | undefined> {
   const buf = Buffer.alloc(MAX_HOLDER_BYTES);
   const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
   // Our own line format only: the file is in a directory others may write.
-  const line = buf.subarray(0, bytesRead).toString('utf8').split('\n')[0]!;
+  const line = buf.subarray(0, bytesRead).toString('utf8').split('\n')[0];
   return /^pid \d{1,10} on [A-Za-z0-9._-]{1,253} since [0-9T:.Z-]{10,30}$/.test(line) ? line : undefined;
 }

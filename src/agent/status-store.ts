@@ -3,7 +3,16 @@
 import { constants } from 'node:fs';
 import { open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { AgentStatusSnapshot, ReadinessStatus, RedirectStatus, StatusProblem, StatusSource, VmiState, VmiStatusRecord, WatchStatus } from './status-types.ts';
+import type {
+  AgentStatusSnapshot,
+  ReadinessStatus,
+  RedirectStatus,
+  StatusProblem,
+  StatusSource,
+  VmiState,
+  VmiStatusRecord,
+  WatchStatus,
+} from './status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
 export const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
@@ -79,7 +88,8 @@ export class StatusStore implements StatusSource {
     const base: VmiStatusRecord =
       prev && prev.uid === uid ? prev : { namespace, name, uid, state: 'pending', warnings: [], retries: 0 };
     const next: VmiStatusRecord = { ...base, ...patch };
-    for (const [k, v] of Object.entries(patch)) if (v === undefined) delete (next as unknown as Record<string, unknown>)[k];
+    for (const [k, v] of Object.entries(patch))
+      if (v === undefined) delete (next as unknown as Record<string, unknown>)[k];
     this.#vmis.set(key, next);
     if (prev?.state !== next.state) {
       if (prev) this.#count(prev.state, -1);
@@ -101,7 +111,11 @@ export class StatusStore implements StatusSource {
     this.#vmis.set(key, { ...prev, lastFetch: { ...prev.lastFetch, [file]: at.toISOString() } });
   }
 
-  problem(code: StatusProblem['code'], message: string, extra: { kind?: StatusProblem['kind']; field?: string } = {}): StatusProblem {
+  problem(
+    code: StatusProblem['code'],
+    message: string,
+    extra: { kind?: StatusProblem['kind']; field?: string } = {},
+  ): StatusProblem {
     return { code, message, ...extra, at: this.#now().toISOString() };
   }
 
@@ -130,7 +144,8 @@ export class StatusStore implements StatusSource {
 
   #withHttp(r: VmiStatusRecord): VmiStatusRecord {
     // Only for VMIs the datasource can serve (a NoCloud image on disk).
-    if (this.#opts.servedOverHttp && r.datasource === 'nocloud' && (r.state === 'ready' || r.state === 'warning')) r.servedOverHttp = true;
+    if (this.#opts.servedOverHttp && r.datasource === 'nocloud' && (r.state === 'ready' || r.state === 'warning'))
+      r.servedOverHttp = true;
     return r;
   }
 
@@ -146,7 +161,9 @@ export class StatusStore implements StatusSource {
       else await probeWrite(join(dir, PROBE));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      reasons.push(`state directory ${dir} ${code === 'ENOENT' ? 'does not exist' : `is not writable (${code ?? 'error'})`}`);
+      reasons.push(
+        `state directory ${dir} ${code === 'ENOENT' ? 'does not exist' : `is not writable (${code ?? 'error'})`}`,
+      );
     }
     for (const check of this.#checks) {
       try {
@@ -173,7 +190,11 @@ export class StatusStore implements StatusSource {
 // O_NOFOLLOW: a symlink planted under the probe's name is refused, never
 // written through; O_NONBLOCK: a FIFO there cannot hang the probe.
 async function probeWrite(path: string): Promise<void> {
-  const fh = await open(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
+  const fh = await open(
+    path,
+    constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+    0o600,
+  );
   try {
     if (!(await fh.stat()).isFile()) throw Object.assign(new Error('not a regular file'), { code: 'ENOTREG' });
     await fh.write('ok\n');

@@ -7,11 +7,11 @@ import type { ErrorCode, ErrorKind } from '../errors.ts';
 import type { DomainState } from '../libvirt/types.ts';
 
 export type VmiState =
-  | 'pending'   // seen, not reconciled yet (or waiting in backoff)
-  | 'ready'     // image on disk (and injected, when libvirt is on)
-  | 'warning'   // ready, with a warning (no #cloud-config header, seeded after boot, ...)
-  | 'error'     // last reconcile failed
-  | 'skipped';  // not vmseed's (no annotation, or KubeVirt owns its volume)
+  | 'pending' // seen, not reconciled yet (or waiting in backoff)
+  | 'ready' // image on disk (and injected, when libvirt is on)
+  | 'warning' // ready, with a warning (no #cloud-config header, seeded after boot, ...)
+  | 'error' // last reconcile failed
+  | 'skipped'; // not vmseed's (no annotation, or KubeVirt owns its volume)
 
 export interface StatusProblem {
   code: ErrorCode;
@@ -29,8 +29,8 @@ export interface VmiStatusRecord {
   datasource?: Datasource;
   imagePath?: string;
   imageBytes?: number;
-  contentHash?: string;      // sha256 hex of the image
-  generatedAt?: string;      // ISO 8601, when the current image was written
+  contentHash?: string; // sha256 hex of the image
+  generatedAt?: string; // ISO 8601, when the current image was written
   generationSeconds?: number;
   files?: Array<{ path: string; size: number }>;
   injection?: {

@@ -8,7 +8,11 @@ import { secretKeys, secretValue } from './secret-data.ts';
 import { fetchSecret } from './secret-refs.ts';
 import { checkListLength, LIMITS, listTooLong } from './limits.ts';
 
-export async function resolvePublicKeys(vmi: VmiObject, datasource: Datasource, refs: RefResolver): Promise<Record<string, string>> {
+export async function resolvePublicKeys(
+  vmi: VmiObject,
+  datasource: Datasource,
+  refs: RefResolver,
+): Promise<Record<string, string>> {
   const keys: Record<string, string> = {};
   let n = 0;
   const ns = vmi.metadata.namespace ?? 'default';

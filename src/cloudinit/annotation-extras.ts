@@ -67,16 +67,28 @@ export function permissionsText(value: unknown): string | undefined {
   return text.padStart(4, '0');
 }
 
-export function readObjectRef(annotation: string, value: unknown, field: string, extraKeys: readonly string[] = []): ObjectRef {
+export function readObjectRef(
+  annotation: string,
+  value: unknown,
+  field: string,
+  extraKeys: readonly string[] = [],
+): ObjectRef {
   const bad = () =>
-    invalidField(annotation, field, `must be a mapping {kind: configmap|secret, name, key?} (e.g. "${field}: {kind: configmap, name: my-data}")`);
+    invalidField(
+      annotation,
+      field,
+      `must be a mapping {kind: configmap|secret, name, key?} (e.g. "${field}: {kind: configmap, name: my-data}")`,
+    );
   if (!isPlainObject(value)) throw bad();
   for (const k of Object.keys(value)) {
-    if (!['kind', 'name', 'key', ...extraKeys].includes(k)) throw invalidField(annotation, `${field}.${k}`, 'is not a known field; use kind, name, key');
+    if (!['kind', 'name', 'key', ...extraKeys].includes(k))
+      throw invalidField(annotation, `${field}.${k}`, 'is not a known field; use kind, name, key');
   }
   const kind = typeof value.kind === 'string' ? value.kind.toLowerCase() : value.kind;
-  if (kind !== 'configmap' && kind !== 'secret') throw invalidField(annotation, `${field}.kind`, 'must be "configmap" or "secret"');
-  if (typeof value.name !== 'string' || value.name === '') throw invalidField(annotation, `${field}.name`, 'must be a non-empty string');
+  if (kind !== 'configmap' && kind !== 'secret')
+    throw invalidField(annotation, `${field}.kind`, 'must be "configmap" or "secret"');
+  if (typeof value.name !== 'string' || value.name === '')
+    throw invalidField(annotation, `${field}.name`, 'must be a non-empty string');
   if (value.key !== undefined && (typeof value.key !== 'string' || value.key === '')) {
     throw invalidField(annotation, `${field}.key`, 'must be a non-empty string; omit it for the default');
   }
@@ -88,7 +100,12 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
   const out: AnnotationExtras = { userDataMerge: 'merge', sshKeys: [], files: [], forceDHCP: false };
 
   if (doc.metaData != null) {
-    if (!isPlainObject(doc.metaData)) throw new VmseedError('METADATA_INVALID', `annotation ${annotation}: metaData must be a YAML mapping of meta-data keys (e.g. "metaData: {instance-id: web-1}")`, { kind: 'terminal', field: `${annotation}.metaData` });
+    if (!isPlainObject(doc.metaData))
+      throw new VmseedError(
+        'METADATA_INVALID',
+        `annotation ${annotation}: metaData must be a YAML mapping of meta-data keys (e.g. "metaData: {instance-id: web-1}")`,
+        { kind: 'terminal', field: `${annotation}.metaData` },
+      );
     out.metaData = doc.metaData;
   }
   if (doc.userDataFrom != null) {
@@ -98,34 +115,42 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
     out.userDataFrom = { ...ref, encoding: enc };
   }
   if (doc.userDataMerge != null) {
-    if (doc.userDataMerge !== 'merge' && doc.userDataMerge !== 'overwrite') throw bad('userDataMerge', 'must be "merge" (default) or "overwrite"');
+    if (doc.userDataMerge !== 'merge' && doc.userDataMerge !== 'overwrite')
+      throw bad('userDataMerge', 'must be "merge" (default) or "overwrite"');
     out.userDataMerge = doc.userDataMerge;
   }
   if (doc.userDataScript != null) {
-    if (typeof doc.userDataScript !== 'string' || doc.userDataScript === '') throw bad('userDataScript', 'must be a non-empty string (a script starting with "#!")');
+    if (typeof doc.userDataScript !== 'string' || doc.userDataScript === '')
+      throw bad('userDataScript', 'must be a non-empty string (a script starting with "#!")');
     out.userDataScript = doc.userDataScript;
   }
   if (doc.sshKeys != null) {
     // A list, or Virtlet's one-key-per-line text.
     const list = typeof doc.sshKeys === 'string' ? doc.sshKeys.split('\n') : doc.sshKeys;
-    if (!Array.isArray(list) || !list.every((k) => typeof k === 'string')) throw bad('sshKeys', 'must be a list of public keys (strings)');
+    if (!Array.isArray(list) || !list.every((k) => typeof k === 'string'))
+      throw bad('sshKeys', 'must be a list of public keys (strings)');
     out.sshKeys = list.map((k) => k.trim()).filter((k) => k !== '' && !k.startsWith('#'));
     checkListLength(out.sshKeys, LIMITS.sshKeys, `${annotation}.sshKeys`);
   }
   if (doc.sshKeysFrom != null) out.sshKeysFrom = readObjectRef(annotation, doc.sshKeysFrom, 'sshKeysFrom');
   if (doc.files != null) {
-    if (!Array.isArray(doc.files)) throw bad('files', 'must be a list of {from: {kind, name, key?}, path, permissions?}');
+    if (!Array.isArray(doc.files))
+      throw bad('files', 'must be a list of {from: {kind, name, key?}, path, permissions?}');
     checkListLength(doc.files, LIMITS.files, `${annotation}.files`);
     out.files = doc.files.map((f, i) => {
       const field = `files[${i}]`;
       if (!isPlainObject(f)) throw bad(field, 'must be a mapping {from, path, permissions?}');
-      for (const k of Object.keys(f)) if (!['from', 'path', 'permissions'].includes(k)) throw bad(`${field}.${k}`, 'is not a known field; use from, path, permissions');
+      for (const k of Object.keys(f))
+        if (!['from', 'path', 'permissions'].includes(k))
+          throw bad(`${field}.${k}`, 'is not a known field; use from, path, permissions');
       const from = readObjectRef(annotation, f.from, `${field}.from`);
-      if (typeof f.path !== 'string' || !f.path.startsWith('/')) throw bad(`${field}.path`, 'must be an absolute path in the guest');
+      if (typeof f.path !== 'string' || !f.path.startsWith('/'))
+        throw bad(`${field}.path`, 'must be an absolute path in the guest');
       let permissions: string | undefined;
       if (f.permissions != null) {
         permissions = permissionsText(f.permissions);
-        if (permissions === undefined) throw bad(`${field}.permissions`, 'must be octal permissions like "0644" (quote it)');
+        if (permissions === undefined)
+          throw bad(`${field}.permissions`, 'must be octal permissions like "0644" (quote it)');
       }
       return { from, path: f.path, ...(permissions ? { permissions } : {}) };
     });
@@ -135,7 +160,12 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
     out.forceDHCP = doc.forceDHCP;
   }
   if (doc.init != null) {
-    if (!isPlainObject(doc.init)) throw new VmseedError('INIT_INVALID', `annotation ${annotation}: init must be a mapping (hostname, timezone, users, dns, nics, files)`, { kind: 'terminal', field: `${annotation}.init` });
+    if (!isPlainObject(doc.init))
+      throw new VmseedError(
+        'INIT_INVALID',
+        `annotation ${annotation}: init must be a mapping (hostname, timezone, users, dns, nics, files)`,
+        { kind: 'terminal', field: `${annotation}.init` },
+      );
     out.init = doc.init;
   }
   if (doc.vendorData != null) {
@@ -144,7 +174,11 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
   }
   if (doc.vendorDataFrom != null) out.vendorDataFrom = readObjectRef(annotation, doc.vendorDataFrom, 'vendorDataFrom');
   if (out.vendorData !== undefined && out.vendorDataFrom) {
-    throw new VmseedError('VENDORDATA_INVALID', `annotation ${annotation}: vendorData and vendorDataFrom are both set; keep one`, { kind: 'terminal', field: `${annotation}.vendorDataFrom` });
+    throw new VmseedError(
+      'VENDORDATA_INVALID',
+      `annotation ${annotation}: vendorData and vendorDataFrom are both set; keep one`,
+      { kind: 'terminal', field: `${annotation}.vendorDataFrom` },
+    );
   }
   return out;
 }

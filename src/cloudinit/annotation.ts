@@ -33,7 +33,10 @@ function invalid(message: string, field: string): VmseedError {
 
 function readRef(value: unknown, field: string): LocalObjectReference {
   if (!isPlainObject(value) || typeof value.name !== 'string' || value.name === '') {
-    throw invalid(`${field} must be a mapping with a non-empty "name" (e.g. "${field}: {name: my-secret}")`, `${ANNOTATION}.${field}`);
+    throw invalid(
+      `${field} must be a mapping with a non-empty "name" (e.g. "${field}: {name: my-secret}")`,
+      `${ANNOTATION}.${field}`,
+    );
   }
   return { name: value.name };
 }
@@ -94,6 +97,7 @@ export function parseAnnotation(text: string): AnnotationSpec {
   if (typeof doc.networkDataBase64 === 'string') source.networkDataBase64 = doc.networkDataBase64;
   const ud = doc[secretRefField];
   if (ud != null) source.secretRef = readRef(ud, secretRefField);
-  if (doc.networkDataSecretRef != null) source.networkDataSecretRef = readRef(doc.networkDataSecretRef, 'networkDataSecretRef');
+  if (doc.networkDataSecretRef != null)
+    source.networkDataSecretRef = readRef(doc.networkDataSecretRef, 'networkDataSecretRef');
   return { datasource, source, secretRefField, extras: parseExtras(ANNOTATION, doc) };
 }

@@ -39,9 +39,15 @@ function explain(text: string): Base64Result & { ok: false } {
       continue;
     }
     const inAlphabet = (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c === 43 || c === 47;
-    if (!inAlphabet || padStart >= 0) return { ok: false, position: i + 1, reason: `unexpected character at position ${i + 1}` };
+    if (!inAlphabet || padStart >= 0)
+      return { ok: false, position: i + 1, reason: `unexpected character at position ${i + 1}` };
     n++;
   }
-  if (padStart >= 0 && n - padStart > 2) return { ok: false, position: padPos + 1, reason: `too much padding at position ${padPos + 1}` };
-  return { ok: false, position: text.length, reason: 'length is not a multiple of 4 (truncated or missing "=" padding)' };
+  if (padStart >= 0 && n - padStart > 2)
+    return { ok: false, position: padPos + 1, reason: `too much padding at position ${padPos + 1}` };
+  return {
+    ok: false,
+    position: text.length,
+    reason: 'length is not a multiple of 4 (truncated or missing "=" padding)',
+  };
 }

@@ -11,7 +11,8 @@ const ROUNDS_DEFAULT = 5000;
 
 // One-shot crypto.hash over the concatenation: the 5000-round loop is
 // dominated by per-call overhead, which Hash objects triple.
-const sha512 = (...parts: Buffer[]): Buffer => hash('sha512', parts.length === 1 ? parts[0] : Buffer.concat(parts), 'buffer');
+const sha512 = (...parts: Buffer[]): Buffer =>
+  hash('sha512', parts.length === 1 ? parts[0] : Buffer.concat(parts), 'buffer');
 
 // Step 9/10/20 of the spec: a sequence of `len` bytes made from whole digests
 // followed by a prefix.

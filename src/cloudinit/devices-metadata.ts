@@ -94,9 +94,14 @@ const GPU = 'gpu-';
 
 // getDeviceNUMACPUAffinity. KubeVirt's DeviceData has `omitempty` on both,
 // so node 0 and an empty CPU list are not written.
-function numaAffinity(vmi: VmiObject, d: DomainDevice, vcpuPins: VcpuPin[]): Pick<DeviceData, 'numaNode' | 'alignedCPUs'> {
+function numaAffinity(
+  vmi: VmiObject,
+  d: DomainDevice,
+  vcpuPins: VcpuPin[],
+): Pick<DeviceData, 'numaNode' | 'alignedCPUs'> {
   if (!d.hostAddress || !d.hostNuma) return {};
-  const cpu = vmi.spec?.domain?.cpu as { numa?: { guestMappingPassthrough?: unknown }; dedicatedCpuPlacement?: unknown } | undefined;
+  const cpu = vmi.spec?.domain?.cpu as
+    { numa?: { guestMappingPassthrough?: unknown }; dedicatedCpuPlacement?: unknown } | undefined;
   if (cpu?.numa?.guestMappingPassthrough !== undefined && cpu.numa.guestMappingPassthrough !== null) {
     return d.hostNuma.node > 0 ? { numaNode: d.hostNuma.node } : {};
   }
@@ -117,7 +122,14 @@ function devicesFromDomain(vmi: VmiObject, domain: DomainDevice[], vcpuPins: Vcp
   const out: DeviceData[] = [];
   const add = (type: DeviceData['type'], d: DomainDevice, tag: string, mac?: string) => {
     if (!d.address) return;
-    out.push({ type, bus: d.address.type, address: formatPci(d.address), ...(mac ? { mac } : {}), ...(d.kind === 'hostdev' ? numaAffinity(vmi, d, vcpuPins) : {}), tags: [tag] });
+    out.push({
+      type,
+      bus: d.address.type,
+      address: formatPci(d.address),
+      ...(mac ? { mac } : {}),
+      ...(d.kind === 'hostdev' ? numaAffinity(vmi, d, vcpuPins) : {}),
+      tags: [tag],
+    });
   };
   // Interfaces first, then host devices, each in domain order, as KubeVirt.
   for (const d of domain) {
@@ -153,12 +165,21 @@ function fromSpec(vmi: VmiObject): { devices: DeviceData[]; missing: string[] } 
     const t = tagged([raw], true)[0];
     if (!t) return;
     if (t.pciAddress && PCI_RE.test(t.pciAddress)) {
-      out.push({ type: 'nic', bus: 'pci', address: t.pciAddress.toLowerCase(), ...(t.macAddress ? { mac: t.macAddress } : {}), tags: [t.tag] });
+      out.push({
+        type: 'nic',
+        bus: 'pci',
+        address: t.pciAddress.toLowerCase(),
+        ...(t.macAddress ? { mac: t.macAddress } : {}),
+        tags: [t.tag],
+      });
     } else {
       missing.push(`spec.domain.devices.interfaces[${i}]`);
     }
   });
-  for (const [key, list] of [['hostDevices', devices?.hostDevices], ['gpus', devices?.gpus]] as const) {
+  for (const [key, list] of [
+    ['hostDevices', devices?.hostDevices],
+    ['gpus', devices?.gpus],
+  ] as const) {
     if (!Array.isArray(list)) continue;
     list.forEach((raw, i) => {
       if (tagged([raw], false).length > 0) missing.push(`spec.domain.devices.${key}[${i}]`);
@@ -174,15 +195,25 @@ export function devicesNeedingDomain(vmi: VmiObject): string[] {
   return fromSpec(vmi).missing;
 }
 
-export function buildDevicesMetadata(vmi: VmiObject, domain?: DomainDevice[], vcpuPins: VcpuPin[] = []): { devices: DeviceData[]; warnings: SeedWarning[] } {
+export function buildDevicesMetadata(
+  vmi: VmiObject,
+  domain?: DomainDevice[],
+  vcpuPins: VcpuPin[] = [],
+): { devices: DeviceData[]; warnings: SeedWarning[] } {
   if (domain) return { devices: devicesFromDomain(vmi, domain, vcpuPins), warnings: [] };
   const { devices: out, missing } = fromSpec(vmi);
-  const warnings: SeedWarning[] = missing.length === 0 ? [] : [{
-    code: 'DEVICE_METADATA_INCOMPLETE',
-    field: missing[0],
-    message: `${missing.join(', ')} set a tag, but the guest address is not in the spec (an interface without pciAddress, ` +
-      'a host device or a GPU); KubeVirt reads it from the running domain. meta_data.json "devices" lists only the tagged ' +
-      'interfaces with pciAddress; pin pciAddress on the interface to have it listed',
-  }];
+  const warnings: SeedWarning[] =
+    missing.length === 0
+      ? []
+      : [
+          {
+            code: 'DEVICE_METADATA_INCOMPLETE',
+            field: missing[0],
+            message:
+              `${missing.join(', ')} set a tag, but the guest address is not in the spec (an interface without pciAddress, ` +
+              'a host device or a GPU); KubeVirt reads it from the running domain. meta_data.json "devices" lists only the tagged ' +
+              'interfaces with pciAddress; pin pciAddress on the interface to have it listed',
+          },
+        ];
   return { devices: out, warnings };
 }

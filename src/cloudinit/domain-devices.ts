@@ -12,7 +12,8 @@ export const MAX_DOMAIN_XML_BYTES = 1 << 20;
 const parser = new XMLParser({
   ignoreAttributes: false,
   attributeNamePrefix: '@_',
-  isArray: (_name, jpath) => jpath === 'domain.devices.interface' || jpath === 'domain.devices.hostdev' || jpath === 'domain.cputune.vcpupin',
+  isArray: (_name, jpath) =>
+    jpath === 'domain.devices.interface' || jpath === 'domain.devices.hostdev' || jpath === 'domain.cputune.vcpupin',
   parseAttributeValue: false,
   parseTagValue: false,
   processEntities: false,
@@ -32,7 +33,8 @@ function address(node: unknown): PciAddress | undefined {
   const bus = attr(node, 'bus');
   const slot = attr(node, 'slot');
   const fn = attr(node, 'function');
-  if (type === undefined || domain === undefined || bus === undefined || slot === undefined || fn === undefined) return undefined;
+  if (type === undefined || domain === undefined || bus === undefined || slot === undefined || fn === undefined)
+    return undefined;
   return { type, domain, bus, slot, function: fn };
 }
 
@@ -72,7 +74,12 @@ export function domainFactsFromXml(xml: string): DomainFacts | undefined {
     const alias = attr(i.alias, 'name');
     const addr = address(i.address);
     const mac = attr(i.mac, 'address');
-    out.push({ kind: 'interface', ...(alias ? { alias } : {}), ...(addr ? { address: addr } : {}), ...(mac ? { mac } : {}) });
+    out.push({
+      kind: 'interface',
+      ...(alias ? { alias } : {}),
+      ...(addr ? { address: addr } : {}),
+      ...(mac ? { mac } : {}),
+    });
   }
   for (const h of (devices.hostdev ?? []) as Node[]) {
     const alias = attr(h.alias, 'name');
@@ -80,7 +87,12 @@ export function domainFactsFromXml(xml: string): DomainFacts | undefined {
     // is the host's.
     const addr = address(h.address);
     const host = hostAddress((h.source as Node | undefined)?.address);
-    out.push({ kind: 'hostdev', ...(alias ? { alias } : {}), ...(addr ? { address: addr } : {}), ...(host ? { hostAddress: host } : {}) });
+    out.push({
+      kind: 'hostdev',
+      ...(alias ? { alias } : {}),
+      ...(addr ? { address: addr } : {}),
+      ...(host ? { hostAddress: host } : {}),
+    });
   }
   const vcpuPins: VcpuPin[] = [];
   const cputune = domain.cputune as Node | undefined;

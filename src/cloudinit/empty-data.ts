@@ -13,7 +13,12 @@ import { hasSecretKey } from './secret-data.ts';
 import { NETWORKDATA_SECRET_KEYS, USERDATA_SECRET_KEYS } from './secret-refs.ts';
 import type { ResolvedData } from './sources.ts';
 
-async function emptyKey(refs: RefResolver, ns: string, name: string | undefined, keys: readonly string[]): Promise<string | undefined> {
+async function emptyKey(
+  refs: RefResolver,
+  ns: string,
+  name: string | undefined,
+  keys: readonly string[],
+): Promise<string | undefined> {
   if (!name) return undefined;
   const secret = await refs.getSecret(ns, name);
   if (!secret) return undefined;
@@ -38,13 +43,18 @@ export async function requireSomeData(
     if (key === undefined) continue;
     if (field === fieldPrefix) field = `${fieldPrefix}.${refField}`;
     const later = keys.slice(0, 2).slice(keys.indexOf(key as never) + 1);
-    notes.push(`Secret ${namespace}/${ref!.name} key "${key}" is empty` +
-      (later.length > 0 ? ` (KubeVirt reads the first of ${keys.slice(0, 2).join(', ')} that exists, so "${later[0]}" is not read)` : ''));
+    notes.push(
+      `Secret ${namespace}/${ref!.name} key "${key}" is empty` +
+        (later.length > 0
+          ? ` (KubeVirt reads the first of ${keys.slice(0, 2).join(', ')} that exists, so "${later[0]}" is not read)`
+          : ''),
+    );
   }
   throw new VmseedError(
     'CLOUDINIT_DATA_EMPTY',
     'userDataBase64, userData, networkDataBase64 or networkData is required for a cloud-init data source: ' +
-      `${fieldPrefix} gives empty user-data and empty network data` + (notes.length > 0 ? `; ${notes.join('; ')}` : '') +
+      `${fieldPrefix} gives empty user-data and empty network data` +
+      (notes.length > 0 ? `; ${notes.join('; ')}` : '') +
       '. Put the data in the first key (or delete the empty one); KubeVirt fails this VMI the same way',
     { kind: 'terminal', field },
   );

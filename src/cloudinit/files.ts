@@ -28,7 +28,11 @@ export async function filesToWriteFiles(
     const permissions = f.permissions ?? (f.from.kind === 'secret' ? '0600' : '0644');
     for (const e of entries) {
       if (f.from.key === undefined && (e.key.includes('/') || e.key === '..' || e.key === '.')) {
-        throw new VmseedError('REFERENCE_KEY_INVALID', `${field}: key "${e.key}" cannot be a file name; rename the key or set files[${i}].from.key`, { kind: 'terminal', field });
+        throw new VmseedError(
+          'REFERENCE_KEY_INVALID',
+          `${field}: key "${e.key}" cannot be a file name; rename the key or set files[${i}].from.key`,
+          { kind: 'terminal', field },
+        );
       }
       const path = f.from.key === undefined ? `${f.path.replace(/\/+$/, '')}/${e.key}` : f.path;
       // Charged before the base64 text is made: every entry's content ends

@@ -69,7 +69,11 @@ function parseConfigMapRef(value: string): { name: string; key: string } {
   return { name: m[1], key: m[3] ?? IMDS_USER_DATA_KEY };
 }
 
-async function userDataOf(vmi: VmiObject, refs: RefResolver, max: number): Promise<{ bytes: Uint8Array; field: string }> {
+async function userDataOf(
+  vmi: VmiObject,
+  refs: RefResolver,
+  max: number,
+): Promise<{ bytes: Uint8Array; field: string }> {
   const a = vmi.metadata.annotations ?? {};
   const inline = a[IMDS_USER_DATA];
   const fromCm = a[IMDS_USER_DATA_CONFIGMAP];
@@ -86,7 +90,13 @@ async function userDataOf(vmi: VmiObject, refs: RefResolver, max: number): Promi
   let field: string;
   if (fromCm !== undefined) {
     const ref = parseConfigMapRef(fromCm);
-    bytes = await readObjectKey(refs, vmi.metadata.namespace ?? 'default', { kind: 'configmap', name: ref.name, key: ref.key }, cmField, IMDS_USER_DATA_KEY);
+    bytes = await readObjectKey(
+      refs,
+      vmi.metadata.namespace ?? 'default',
+      { kind: 'configmap', name: ref.name, key: ref.key },
+      cmField,
+      IMDS_USER_DATA_KEY,
+    );
     field = cmField;
   } else {
     bytes = new Uint8Array(Buffer.from(inline ?? '', 'utf8'));

@@ -57,7 +57,11 @@ export interface VmiVolume {
 export interface AccessCredential {
   sshPublicKey?: {
     source?: { secret?: { secretName: string } };
-    propagationMethod?: { noCloud?: Record<string, never>; configDrive?: Record<string, never>; qemuGuestAgent?: unknown };
+    propagationMethod?: {
+      noCloud?: Record<string, never>;
+      configDrive?: Record<string, never>;
+      qemuGuestAgent?: unknown;
+    };
   };
   userPassword?: unknown;
 }

@@ -46,10 +46,14 @@ export const LIMITS = Object.freeze({
 });
 
 export function listTooLong(field: string, length: number, max: number): VmseedError {
-  return new VmseedError('LIST_TOO_LONG', `${field} has ${length} entries, more than the ${max} allowed; split the seed or shorten the list`, {
-    kind: 'terminal',
-    field,
-  });
+  return new VmseedError(
+    'LIST_TOO_LONG',
+    `${field} has ${length} entries, more than the ${max} allowed; split the seed or shorten the list`,
+    {
+      kind: 'terminal',
+      field,
+    },
+  );
 }
 
 export function checkListLength(list: readonly unknown[], max: number, field: string): void {
@@ -93,11 +97,20 @@ export class SeedBudget {
   // The counters as plain data, so a step run in a worker thread
   // (src/cloudinit/pure-ops.ts) charges the same budget and hands it back.
   snapshot(): BudgetSnapshot {
-    return { maxUserDataBytes: this.maxUserDataBytes, maxSeedBytes: this.maxSeedBytes, userData: this.#userData, seed: this.#seed };
+    return {
+      maxUserDataBytes: this.maxUserDataBytes,
+      maxSeedBytes: this.maxSeedBytes,
+      userData: this.#userData,
+      seed: this.#seed,
+    };
   }
 
   static fromSnapshot(s: BudgetSnapshot): SeedBudget {
-    const b = new SeedBudget({ maxUserDataBytes: s.maxUserDataBytes, maxNetworkDataBytes: 0, maxSeedBytes: s.maxSeedBytes });
+    const b = new SeedBudget({
+      maxUserDataBytes: s.maxUserDataBytes,
+      maxNetworkDataBytes: 0,
+      maxSeedBytes: s.maxSeedBytes,
+    });
     b.#userData = s.userData;
     b.#seed = s.seed;
     return b;

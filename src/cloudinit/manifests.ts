@@ -18,7 +18,10 @@ export interface ManifestObjects {
 export const DEFAULT_NAMESPACE = 'default';
 
 function junk(file: string, doc: number, message: string, field?: string): VmseedError {
-  return new VmseedError('MANIFEST_INVALID', `${file}: document ${doc}: ${message}`, { kind: 'terminal', field: field ?? `${file}#${doc}` });
+  return new VmseedError('MANIFEST_INVALID', `${file}: document ${doc}: ${message}`, {
+    kind: 'terminal',
+    field: field ?? `${file}#${doc}`,
+  });
 }
 
 function readMeta(value: unknown, file: string, doc: number): ObjectMeta {
@@ -40,7 +43,13 @@ function readMeta(value: unknown, file: string, doc: number): ObjectMeta {
   return meta;
 }
 
-function stringMap(value: unknown, file: string, doc: number, field: string, base64: boolean): Record<string, string> | undefined {
+function stringMap(
+  value: unknown,
+  file: string,
+  doc: number,
+  field: string,
+  base64: boolean,
+): Record<string, string> | undefined {
   if (value === undefined || value === null) return undefined;
   if (!isPlainObject(value)) throw junk(file, doc, `${field} must be a mapping of keys to strings`, field);
   const out: Record<string, string> = {};
@@ -48,7 +57,13 @@ function stringMap(value: unknown, file: string, doc: number, field: string, bas
     if (typeof v !== 'string') throw junk(file, doc, `${field}.${k} must be a string (quote it)`, `${field}.${k}`);
     if (base64) {
       const r = decodeBase64Strict(v);
-      if (!r.ok) throw junk(file, doc, `${field}.${k} is not valid base64 (${r.reason}); use stringData for plain text`, `${field}.${k}`);
+      if (!r.ok)
+        throw junk(
+          file,
+          doc,
+          `${field}.${k} is not valid base64 (${r.reason}); use stringData for plain text`,
+          `${field}.${k}`,
+        );
     }
     out[k] = v;
   }
@@ -71,7 +86,11 @@ function checkVolume(v: unknown, file: string, doc: number, field: string): void
     }
     for (const k of ['secretRef', 'networkDataSecretRef']) {
       const ref = src[k];
-      if (ref !== undefined && ref !== null && (!isPlainObject(ref) || typeof ref.name !== 'string' || ref.name === '')) {
+      if (
+        ref !== undefined &&
+        ref !== null &&
+        (!isPlainObject(ref) || typeof ref.name !== 'string' || ref.name === '')
+      ) {
         throw junk(file, doc, `${f}.${k} must be a mapping with a non-empty "name"`, `${f}.${k}`);
       }
     }
@@ -84,10 +103,22 @@ function checkCredential(c: unknown, file: string, doc: number, field: string): 
   if (ssh === undefined || ssh === null) return;
   // No source at all is for the admission check (kubevirt-admission.ts), which
   // answers with KubeVirt's wording; a malformed one is a manifest error.
-  if (isPlainObject(ssh) && (ssh.source === undefined || ssh.source === null || (isPlainObject(ssh.source) && ssh.source.secret == null))) return;
-  const name = isPlainObject(ssh) && isPlainObject(ssh.source) && isPlainObject(ssh.source.secret) ? ssh.source.secret.secretName : undefined;
+  if (
+    isPlainObject(ssh) &&
+    (ssh.source === undefined || ssh.source === null || (isPlainObject(ssh.source) && ssh.source.secret == null))
+  )
+    return;
+  const name =
+    isPlainObject(ssh) && isPlainObject(ssh.source) && isPlainObject(ssh.source.secret)
+      ? ssh.source.secret.secretName
+      : undefined;
   if (typeof name !== 'string' || name === '') {
-    throw junk(file, doc, `${field}.sshPublicKey.source.secret.secretName must be a non-empty string`, `${field}.sshPublicKey.source.secret.secretName`);
+    throw junk(
+      file,
+      doc,
+      `${field}.sshPublicKey.source.secret.secretName must be a non-empty string`,
+      `${field}.sshPublicKey.source.secret.secretName`,
+    );
   }
 }
 
@@ -95,13 +126,16 @@ function toVmi(obj: Record<string, unknown>, file: string, doc: number): VmiObje
   const metadata = readMeta(obj.metadata, file, doc);
   const spec = obj.spec ?? {};
   if (!isPlainObject(spec)) throw junk(file, doc, 'spec must be a mapping', 'spec');
-  if (spec.volumes !== undefined && !Array.isArray(spec.volumes)) throw junk(file, doc, 'spec.volumes must be a list', 'spec.volumes');
+  if (spec.volumes !== undefined && !Array.isArray(spec.volumes))
+    throw junk(file, doc, 'spec.volumes must be a list', 'spec.volumes');
   if (spec.accessCredentials !== undefined && !Array.isArray(spec.accessCredentials)) {
     throw junk(file, doc, 'spec.accessCredentials must be a list', 'spec.accessCredentials');
   }
   (spec.volumes as unknown[] | undefined)?.forEach((v, i) => checkVolume(v, file, doc, `spec.volumes[${i}]`));
-  (spec.accessCredentials as unknown[] | undefined)?.forEach((c, i) => checkCredential(c, file, doc, `spec.accessCredentials[${i}]`));
-  return { ...(obj as unknown as VmiObject), kind: 'VirtualMachineInstance', metadata, spec: spec as VmiObject['spec'] };
+  (spec.accessCredentials as unknown[] | undefined)?.forEach((c, i) =>
+    checkCredential(c, file, doc, `spec.accessCredentials[${i}]`),
+  );
+  return { ...(obj as unknown as VmiObject), kind: 'VirtualMachineInstance', metadata, spec: spec };
 }
 
 // What virt-controller does when it starts a VirtualMachine: the VMI takes
@@ -138,7 +172,8 @@ function vmToVmi(obj: Record<string, unknown>, file: string, doc: number): VmiOb
 
 function addObject(out: ManifestObjects, obj: unknown, file: string, doc: number): void {
   if (obj === null || obj === undefined) return;
-  if (!isPlainObject(obj)) throw junk(file, doc, 'is not a Kubernetes object (expected a mapping with apiVersion, kind, metadata)');
+  if (!isPlainObject(obj))
+    throw junk(file, doc, 'is not a Kubernetes object (expected a mapping with apiVersion, kind, metadata)');
   const kind = obj.kind;
   if (typeof kind !== 'string' || kind === '') throw junk(file, doc, '"kind" is missing', 'kind');
   switch (kind) {
@@ -166,7 +201,13 @@ function addObject(out: ManifestObjects, obj: unknown, file: string, doc: number
       const metadata = readMeta(obj.metadata, file, doc);
       const data = stringMap(obj.data, file, doc, 'data', false);
       const binaryData = stringMap(obj.binaryData, file, doc, 'binaryData', true);
-      out.configMaps.push({ apiVersion: 'v1', kind: 'ConfigMap', metadata, ...(data ? { data } : {}), ...(binaryData ? { binaryData } : {}) });
+      out.configMaps.push({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata,
+        ...(data ? { data } : {}),
+        ...(binaryData ? { binaryData } : {}),
+      });
       return;
     }
     case 'List':
@@ -184,7 +225,10 @@ function addObject(out: ManifestObjects, obj: unknown, file: string, doc: number
 export function parseManifests(text: string, file: string): ManifestObjects {
   const parsed = parseYamlAll(text);
   if (!parsed.ok) {
-    throw new VmseedError('MANIFEST_INVALID', `${file}: YAML error at ${where(parsed)}: ${parsed.reason}`, { kind: 'terminal', field: file });
+    throw new VmseedError('MANIFEST_INVALID', `${file}: YAML error at ${where(parsed)}: ${parsed.reason}`, {
+      kind: 'terminal',
+      field: file,
+    });
   }
   const out: ManifestObjects = { vmis: [], secrets: [], configMaps: [], ignored: [] };
   parsed.value.forEach((obj, i) => addObject(out, obj, file, i + 1));

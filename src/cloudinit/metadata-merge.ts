@@ -6,7 +6,12 @@ import { VmseedError } from '../errors.ts';
 import type { Datasource } from './seed.ts';
 import { virtletMerge } from './virtlet-merge.ts';
 
-export function mergeMetaData(generated: Record<string, unknown>, override: Record<string, unknown> | undefined, datasource: Datasource, field: string): Record<string, unknown> {
+export function mergeMetaData(
+  generated: Record<string, unknown>,
+  override: Record<string, unknown> | undefined,
+  datasource: Datasource,
+  field: string,
+): Record<string, unknown> {
   if (!override) return generated;
   const merged = virtletMerge(generated, override) as Record<string, unknown>;
   // NoCloud falls back to the id "nocloud" without instance-id; ConfigDrive's
@@ -22,7 +27,10 @@ export function mergeMetaData(generated: Record<string, unknown>, override: Reco
   }
   for (const key of datasource === 'nocloud' ? ['local-hostname'] : ['hostname', 'name']) {
     if (merged[key] !== undefined && typeof merged[key] !== 'string') {
-      throw new VmseedError('METADATA_INVALID', `${field}.${key} must be a string`, { kind: 'terminal', field: `${field}.${key}` });
+      throw new VmseedError('METADATA_INVALID', `${field}.${key} must be a string`, {
+        kind: 'terminal',
+        field: `${field}.${key}`,
+      });
     }
   }
   return merged;

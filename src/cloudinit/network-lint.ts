@@ -12,7 +12,10 @@ function invalid(field: string, message: string): VmseedError {
   return new VmseedError('NETWORKDATA_INVALID', `${field}: ${message}`, { kind: 'terminal', field });
 }
 
-function yamlNetworkVersion(text: string, field: string): { version?: number; disabled?: boolean; doc?: Record<string, unknown>; error?: string } {
+function yamlNetworkVersion(
+  text: string,
+  field: string,
+): { version?: number; disabled?: boolean; doc?: Record<string, unknown>; error?: string } {
   const parsed = parseYaml(text, { allowDuplicateKeys: true, field });
   if (!parsed.ok) return { error: `is not valid YAML at ${where(parsed)} (${parsed.reason})` };
   let doc = parsed.value;
@@ -22,7 +25,7 @@ function yamlNetworkVersion(text: string, field: string): { version?: number; di
     doc = doc.network;
     if (!isPlainObject(doc)) return { error: '"network:" must be a mapping with "version: 1" or "version: 2"' };
   }
-  const d = doc as Record<string, unknown>;
+  const d = doc;
   // net.is_disabled_cfg: tells cloud-init to leave networking alone.
   if (d.config === 'disabled') return { disabled: true, doc: d };
   if (d.version !== 1 && d.version !== 2) {
@@ -45,7 +48,10 @@ function checkNoCloud(text: string, field: string): Uint8Array | undefined {
     if (!Array.isArray(doc.config)) throw invalid(field, 'network-config version 1 needs a "config:" list of entries');
     doc.config.forEach((item, i) => {
       if (!isPlainObject(item) || typeof item.type !== 'string') {
-        throw invalid(field, `network-config version 1 config[${i}] needs a "type" (physical, bond, bridge, vlan, nameserver, route)`);
+        throw invalid(
+          field,
+          `network-config version 1 config[${i}] needs a "type" (physical, bond, bridge, vlan, nameserver, route)`,
+        );
       }
     });
   } else {
@@ -86,7 +92,10 @@ function checkConfigDrive(text: string, field: string): Uint8Array | undefined {
       { kind: 'terminal', field },
     );
   }
-  throw invalid(field, 'ConfigDrive network data must be an OpenStack network_data.json object with "links", "networks" and "services"');
+  throw invalid(
+    field,
+    'ConfigDrive network data must be an OpenStack network_data.json object with "links", "networks" and "services"',
+  );
 }
 
 // Checks network data for the datasource and returns what the seed must hold:

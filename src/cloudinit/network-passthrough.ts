@@ -28,7 +28,11 @@ import type { Datasource, SeedWarning } from './seed.ts';
 import { isPlainObject, parseYaml } from './yaml.ts';
 
 // The error codes lintNetworkData throws that a volume turns into warnings.
-const PASSABLE = new Set(['NETWORKDATA_INVALID', 'NETWORK_CONVERSION_UNSUPPORTED', 'NETWORKDATA_UNSUPPORTED_FOR_DATASOURCE']);
+const PASSABLE = new Set([
+  'NETWORKDATA_INVALID',
+  'NETWORK_CONVERSION_UNSUPPORTED',
+  'NETWORKDATA_UNSUPPORTED_FOR_DATASOURCE',
+]);
 
 export function isPassableNetworkError(e: unknown): e is VmseedError {
   return e instanceof VmseedError && PASSABLE.has(e.code);
@@ -52,25 +56,38 @@ function guestOutcome(bytes: Uint8Array, datasource: Datasource): string {
   }
   if (datasource === 'configdrive') {
     if (text !== undefined && isJson(text)) {
-      return 'cloud-init reads it as JSON and configures only the "links"/"networks" it finds in it (none: no network ' +
-        'config); user-data is still applied';
+      return (
+        'cloud-init reads it as JSON and configures only the "links"/"networks" it finds in it (none: no network ' +
+        'config); user-data is still applied'
+      );
     }
-    return 'cloud-init\'s ConfigDrive reader needs network_data.json to be JSON and rejects the whole drive otherwise ' +
+    return (
+      "cloud-init's ConfigDrive reader needs network_data.json to be JSON and rejects the whole drive otherwise " +
       '("Failed to process path …/network_data.json"), so the guest gets neither user-data nor SSH keys from this seed, ' +
-      'as under KubeVirt. Give OpenStack network_data.json, or network-config v1/v2 that vmseed can convert';
+      'as under KubeVirt. Give OpenStack network_data.json, or network-config v1/v2 that vmseed can convert'
+    );
   }
   const parsed = text === undefined ? undefined : parseYaml(text, { allowDuplicateKeys: true });
   if (parsed && parsed.ok && isPlainObject(parsed.value)) {
-    return 'cloud-init\'s init-local stage fails on it ("Unknown network config version") and networking stays as the image ' +
-      'sets it up; the later stages still apply user-data';
+    return (
+      'cloud-init\'s init-local stage fails on it ("Unknown network config version") and networking stays as the image ' +
+      'sets it up; the later stages still apply user-data'
+    );
   }
-  return 'cloud-init ignores a network-config that is not a YAML mapping and uses its fallback (DHCP on the first NIC); ' +
-    'user-data is still applied';
+  return (
+    'cloud-init ignores a network-config that is not a YAML mapping and uses its fallback (DHCP on the first NIC); ' +
+    'user-data is still applied'
+  );
 }
 
 // The seed keeps the given bytes; the warning names the field, what vmseed
 // could not do, and what the guest will see.
-export function passThroughWarning(e: VmseedError, bytes: Uint8Array, datasource: Datasource, field: string): SeedWarning {
+export function passThroughWarning(
+  e: VmseedError,
+  bytes: Uint8Array,
+  datasource: Datasource,
+  field: string,
+): SeedWarning {
   const code = e.code === 'NETWORKDATA_INVALID' ? 'NETWORKDATA_UNPARSED' : 'NETWORK_CONVERSION_UNSUPPORTED';
   const file = datasource === 'nocloud' ? 'network-config' : 'openstack/latest/network_data.json';
   return {

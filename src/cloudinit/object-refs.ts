@@ -42,7 +42,12 @@ function configMapValue(cm: ConfigMapObject, key: string, namespace: string): Ui
   return undefined;
 }
 
-export async function fetchConfigMap(refs: RefResolver, namespace: string, name: string, field: string): Promise<ConfigMapObject> {
+export async function fetchConfigMap(
+  refs: RefResolver,
+  namespace: string,
+  name: string,
+  field: string,
+): Promise<ConfigMapObject> {
   const cm = await refs.getConfigMap(namespace, name);
   if (cm === undefined) {
     throw new VmseedError(
@@ -91,7 +96,13 @@ function keyMissing(kind: 'Secret' | 'ConfigMap', ns: string, name: string, key:
   );
 }
 
-export async function readObjectKey(refs: RefResolver, namespace: string, ref: ObjectRef, field: string, defaultKey: string): Promise<Uint8Array> {
+export async function readObjectKey(
+  refs: RefResolver,
+  namespace: string,
+  ref: ObjectRef,
+  field: string,
+  defaultKey: string,
+): Promise<Uint8Array> {
   const [entry] = await readObject(refs, namespace, ref, field, defaultKey);
   return entry.bytes;
 }

@@ -25,7 +25,12 @@ export type SaltProvider = (input: SaltInput) => string;
 const ALPHABET = './0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 
 export const deriveSalt: SaltProvider = ({ vmiUid, user }) => {
-  const digest = createHash('sha256').update('vmseed/password-salt/v1\0').update(vmiUid).update('\0').update(user).digest();
+  const digest = createHash('sha256')
+    .update('vmseed/password-salt/v1\0')
+    .update(vmiUid)
+    .update('\0')
+    .update(user)
+    .digest();
   let salt = '';
   for (let i = 0; i < SALT_MAX; i++) salt += ALPHABET[digest[i] & 0x3f];
   return salt;

@@ -14,7 +14,10 @@ import { lintVendorData } from './vendor-data.ts';
 
 // composeUserData against a copy of the render's budget; the caller adopts
 // the copy's counters afterwards.
-function composeWithBudget(parts: Omit<UserDataParts, 'budget'>, budget: BudgetSnapshot): { composed: ComposedUserData | undefined; budget: BudgetSnapshot } {
+function composeWithBudget(
+  parts: Omit<UserDataParts, 'budget'>,
+  budget: BudgetSnapshot,
+): { composed: ComposedUserData | undefined; budget: BudgetSnapshot } {
   const b = SeedBudget.fromSnapshot(budget);
   const composed = composeUserData({ ...parts, budget: b });
   return { composed, budget: b.snapshot() };

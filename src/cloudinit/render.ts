@@ -17,7 +17,12 @@ import { appendSshKeys } from './ssh-keys.ts';
 import { resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
 import { virtletMerge } from './virtlet-merge.ts';
 import { buildDevicesMetadata, type DeviceData, type DomainDevice, type VcpuPin } from './devices-metadata.ts';
-import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './kubevirt-admission.ts';
+import {
+  admitAccessCredentials,
+  admitCloudInitVolumes,
+  admitHostname,
+  volumeDatasources,
+} from './kubevirt-admission.ts';
 import { isPassableNetworkError, passThroughWarning } from './network-passthrough.ts';
 import { requireSomeData } from './empty-data.ts';
 import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
@@ -84,12 +89,18 @@ export function firstCloudInitVolume(vmi: VmiObject): CloudInitVolume | undefine
   for (let i = 0; i < volumes.length; i++) {
     const v = volumes[i];
     if (v.cloudInitNoCloud) return { index: i, name: v.name, datasource: 'nocloud', source: v.cloudInitNoCloud };
-    if (v.cloudInitConfigDrive) return { index: i, name: v.name, datasource: 'configdrive', source: v.cloudInitConfigDrive };
+    if (v.cloudInitConfigDrive)
+      return { index: i, name: v.name, datasource: 'configdrive', source: v.cloudInitConfigDrive };
   }
   return undefined;
 }
 
-function tooLarge(code: 'USERDATA_TOO_LARGE' | 'NETWORKDATA_TOO_LARGE', field: string, size: number, max: number): VmseedError {
+function tooLarge(
+  code: 'USERDATA_TOO_LARGE' | 'NETWORKDATA_TOO_LARGE',
+  field: string,
+  size: number,
+  max: number,
+): VmseedError {
   const what = code === 'USERDATA_TOO_LARGE' ? 'user-data' : 'network data';
   return new VmseedError(
     code,
@@ -99,7 +110,12 @@ function tooLarge(code: 'USERDATA_TOO_LARGE' | 'NETWORKDATA_TOO_LARGE', field: s
   );
 }
 
-export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options: RenderOptions, context: RenderContext = {}): Promise<RenderOutcome> {
+export async function renderSeed(
+  vmi: VmiObject,
+  resolver: RefResolver,
+  options: RenderOptions,
+  context: RenderContext = {},
+): Promise<RenderOutcome> {
   // Budgets and a per-render memo of referenced objects (limits.ts, memo-resolver.ts).
   const refs = memoize(resolver);
   const budget = new SeedBudget(options);
@@ -131,7 +147,10 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     throw new VmseedError('KUBEVIRT_VOLUME_CONFLICT', message, { kind: 'terminal', field });
   }
   if (!hasAnnotation && options.kubevirtVolumes === 'ignore') {
-    return { kind: 'skip', reason: `cloud-init volume "${volume!.name}" is built by KubeVirt (kubevirt-volumes=ignore)` };
+    return {
+      kind: 'skip',
+      reason: `cloud-init volume "${volume!.name}" is built by KubeVirt (kubevirt-volumes=ignore)`,
+    };
   }
 
   let datasource: Datasource;
@@ -169,7 +188,8 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   const data = await resolveSourceData(source, fieldPrefix, secretRefField, policy, namespace, refs);
   if (!hasAnnotation) await requireSomeData(data, source, fieldPrefix, namespace, refs);
   let publicKeys = await resolvePublicKeys(vmi, datasource, refs);
-  if (extras) publicKeys = await appendSshKeys(publicKeys, extras.sshKeys, extras.sshKeysFrom, namespace, refs, ANNOTATION);
+  if (extras)
+    publicKeys = await appendSshKeys(publicKeys, extras.sshKeys, extras.sshKeysFrom, namespace, refs, ANNOTATION);
 
   // KubeVirt requires at least one data field on a volume; through the
   // annotation, SSH keys alone (or any vmseed field) are a useful seed too.
@@ -177,7 +197,8 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
     throw new VmseedError(
       'CLOUDINIT_SOURCE_MISSING',
       `${fieldPrefix} sets none of userData, userDataBase64, secretRef, networkData, networkDataBase64, networkDataSecretRef` +
-        (hasAnnotation ? ' nor any vmseed field (init, files, metaData, sshKeys, vendorData…)' : '') + '; add user-data or network data',
+        (hasAnnotation ? ' nor any vmseed field (init, files, metaData, sshKeys, vendorData…)' : '') +
+        '; add user-data or network data',
       { kind: 'terminal', field: fieldPrefix },
     );
   }
@@ -200,21 +221,41 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   }
   const fromField = `${ANNOTATION}.userDataFrom`;
   const from = extras?.userDataFrom
-    ? { spec: extras.userDataFrom, entries: await readObject(refs, namespace, extras.userDataFrom, fromField), field: fromField }
+    ? {
+        spec: extras.userDataFrom,
+        entries: await readObject(refs, namespace, extras.userDataFrom, fromField),
+        field: fromField,
+      }
     : undefined;
-  const inline = data.userData && data.userData.length > 0 ? { bytes: data.userData, field: data.userDataField } : undefined;
+  const inline =
+    data.userData && data.userData.length > 0 ? { bytes: data.userData, field: data.userDataField } : undefined;
   // Only a merge (two parts or more, or userDataFrom's keys) parses and
   // serialises; one part passes through as it is.
   const parts = (Object.keys(generated).length > 0 ? 1 : 0) + (from ? 1 : 0) + (inline ? 1 : 0);
-  const merges = extras?.userDataScript === undefined && (parts > 1 || (from !== undefined && from.spec.key === undefined));
-  const mergeBytes = merges ? budget.snapshot().userData + (inline?.bytes.length ?? 0) + (from?.entries.reduce((n, e) => n + e.bytes.length, 0) ?? 0) : 0;
-  const { composed, budget: charged } = await offload.run('composeUserData', [{
-    generated,
-    ...(from ? { from } : {}),
-    ...(inline ? { inline } : {}),
-    ...(extras?.userDataScript !== undefined ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } } : {}),
-    mode: extras?.userDataMerge ?? 'merge',
-  }, budget.snapshot()], mergeBytes, options.signal);
+  const merges =
+    extras?.userDataScript === undefined && (parts > 1 || (from !== undefined && from.spec.key === undefined));
+  const mergeBytes = merges
+    ? budget.snapshot().userData +
+      (inline?.bytes.length ?? 0) +
+      (from?.entries.reduce((n, e) => n + e.bytes.length, 0) ?? 0)
+    : 0;
+  const { composed, budget: charged } = await offload.run(
+    'composeUserData',
+    [
+      {
+        generated,
+        ...(from ? { from } : {}),
+        ...(inline ? { inline } : {}),
+        ...(extras?.userDataScript !== undefined
+          ? { script: { text: extras.userDataScript, field: `${ANNOTATION}.userDataScript` } }
+          : {}),
+        mode: extras?.userDataMerge ?? 'merge',
+      },
+      budget.snapshot(),
+    ],
+    mergeBytes,
+    options.signal,
+  );
   budget.adopt(charged);
   const userData = composed?.bytes ?? new Uint8Array();
   const userDataField = composed?.field ?? data.userDataField;
@@ -223,7 +264,12 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   }
   budget.seed(userData.length, userDataField);
   await yieldToLoop();
-  const warnings = [...admissionWarnings, ...(composed?.merged ? [] : await lintVolumeUserData(offload, userData, userDataField, hasAnnotation, options.signal))];
+  const warnings = [
+    ...admissionWarnings,
+    ...(composed?.merged
+      ? []
+      : await lintVolumeUserData(offload, userData, userDataField, hasAnnotation, options.signal)),
+  ];
   await yieldToLoop();
 
   const givenNetwork = data.networkData && data.networkData.length > 0 ? data.networkData : undefined;
@@ -233,14 +279,21 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   if (givenNetwork) budget.seed(givenNetwork.length, data.networkDataField);
   let networkConfig: Uint8Array | undefined;
   try {
-    networkConfig = await offload.run('chooseNetworkConfig', [{
-      vmi,
-      datasource,
-      prefix: ANNOTATION,
-      forceDHCP: extras?.forceDHCP ?? false,
-      ...(init?.network ? { initNetwork: init.network } : {}),
-      ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
-    }], givenNetwork?.length ?? 0, options.signal);
+    networkConfig = await offload.run(
+      'chooseNetworkConfig',
+      [
+        {
+          vmi,
+          datasource,
+          prefix: ANNOTATION,
+          forceDHCP: extras?.forceDHCP ?? false,
+          ...(init?.network ? { initNetwork: init.network } : {}),
+          ...(givenNetwork ? { given: { bytes: givenNetwork, field: data.networkDataField } } : {}),
+        },
+      ],
+      givenNetwork?.length ?? 0,
+      options.signal,
+    );
   } catch (e) {
     // KubeVirt writes a volume's network data as given, whatever it is; the
     // annotation (vmseed's own API) stays strict.
@@ -253,7 +306,14 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   let vendorData: Uint8Array | undefined;
   if (vendor) {
     budget.seed(vendor.bytes.length, vendor.field);
-    warnings.push(...(await offload.run('lintVendorData', [vendor.bytes, vendor.field, options.maxUserDataBytes], vendor.bytes.length, options.signal)));
+    warnings.push(
+      ...(await offload.run(
+        'lintVendorData',
+        [vendor.bytes, vendor.field, options.maxUserDataBytes],
+        vendor.bytes.length,
+        options.signal,
+      )),
+    );
     vendorData = vendorDataFile(vendor.bytes, datasource, vendor.field);
   }
 
@@ -265,7 +325,12 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
   }
   // Merged here: its inputs are in this thread, and cloning a 15,000-key
   // mapping to a worker and back costs more than the merge (bench:hostile).
-  const metaData = mergeMetaData(buildMetaData(vmi, datasource, publicKeys, devices), extras?.metaData, datasource, `${ANNOTATION}.metaData`);
+  const metaData = mergeMetaData(
+    buildMetaData(vmi, datasource, publicKeys, devices),
+    extras?.metaData,
+    datasource,
+    `${ANNOTATION}.metaData`,
+  );
   budget.seed(metaDataSize(metaData, budget.seedRemaining), `${ANNOTATION}.metaData`);
   const seed: Seed = {
     datasource,
@@ -280,24 +345,40 @@ export async function renderSeed(vmi: VmiObject, resolver: RefResolver, options:
 
 function extrasProduceData(extras: AnnotationExtras | undefined): boolean {
   if (!extras) return false;
-  return !!(extras.metaData || extras.userDataFrom || extras.userDataScript !== undefined || extras.files.length > 0 ||
-    extras.forceDHCP || extras.init || extras.vendorData || extras.vendorDataFrom);
+  return !!(
+    extras.metaData ||
+    extras.userDataFrom ||
+    extras.userDataScript !== undefined ||
+    extras.files.length > 0 ||
+    extras.forceDHCP ||
+    extras.init ||
+    extras.vendorData ||
+    extras.vendorDataFrom
+  );
 }
 
 // The annotation is vmseed's API and refuses cloud-config cloud-init cannot
 // load. A volume's user-data is KubeVirt's: it writes it as given, and the
 // guest still gets the SSH keys and network config of the seed, so vmseed
 // warns instead of withholding the whole seed.
-async function lintVolumeUserData(offload: Offload, userData: Uint8Array, field: string, strict: boolean, signal: AbortSignal | undefined): Promise<SeedWarning[]> {
+async function lintVolumeUserData(
+  offload: Offload,
+  userData: Uint8Array,
+  field: string,
+  strict: boolean,
+  signal: AbortSignal | undefined,
+): Promise<SeedWarning[]> {
   try {
     return await offload.run('lintUserData', [userData, field], userData.length, signal);
   } catch (e) {
     if (strict || !(e instanceof VmseedError) || e.code !== 'USERDATA_CLOUDCONFIG_INVALID') throw e;
-    return [{
-      code: 'USERDATA_CLOUDCONFIG_INVALID',
-      field,
-      message: `${e.message}. Written as given, as KubeVirt does: the seed's SSH keys and network config still apply`,
-    }];
+    return [
+      {
+        code: 'USERDATA_CLOUDCONFIG_INVALID',
+        field,
+        message: `${e.message}. Written as given, as KubeVirt does: the seed's SSH keys and network config still apply`,
+      },
+    ];
   }
 }
 

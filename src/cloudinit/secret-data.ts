@@ -13,8 +13,10 @@ export function secretKeys(secret: SecretObject): string[] {
 }
 
 export function hasSecretKey(secret: SecretObject, key: string): boolean {
-  return (secret.stringData !== undefined && Object.hasOwn(secret.stringData, key)) ||
-    (secret.data !== undefined && Object.hasOwn(secret.data, key));
+  return (
+    (secret.stringData !== undefined && Object.hasOwn(secret.stringData, key)) ||
+    (secret.data !== undefined && Object.hasOwn(secret.data, key))
+  );
 }
 
 export function secretValue(secret: SecretObject, key: string): Uint8Array | undefined {

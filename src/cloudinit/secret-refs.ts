@@ -9,7 +9,12 @@ import { hasSecretKey, secretValue } from './secret-data.ts';
 export const USERDATA_SECRET_KEYS = ['userdata', 'userData', 'value'] as const;
 export const NETWORKDATA_SECRET_KEYS = ['networkdata', 'networkData'] as const;
 
-export async function fetchSecret(refs: RefResolver, namespace: string, name: string, field: string): Promise<SecretObject> {
+export async function fetchSecret(
+  refs: RefResolver,
+  namespace: string,
+  name: string,
+  field: string,
+): Promise<SecretObject> {
   const secret = await refs.getSecret(namespace, name);
   if (secret === undefined) {
     throw new VmseedError(

@@ -26,13 +26,16 @@ export function serializeMetaData(seed: Seed): SeedFile[] {
   if (seed.datasource === 'nocloud') {
     files.push({ path: 'meta-data', bytes: metaDataBytes(seed) });
     files.push({ path: 'user-data', bytes: seed.userData });
-    if (seed.networkConfig && seed.networkConfig.length > 0) files.push({ path: 'network-config', bytes: seed.networkConfig });
+    if (seed.networkConfig && seed.networkConfig.length > 0)
+      files.push({ path: 'network-config', bytes: seed.networkConfig });
     if (seed.vendorData && seed.vendorData.length > 0) files.push({ path: 'vendor-data', bytes: seed.vendorData });
   } else {
     files.push({ path: `${CONFIGDRIVE_DIR}/meta_data.json`, bytes: metaDataBytes(seed) });
     files.push({ path: `${CONFIGDRIVE_DIR}/user_data`, bytes: seed.userData });
-    if (seed.networkConfig && seed.networkConfig.length > 0) files.push({ path: `${CONFIGDRIVE_DIR}/network_data.json`, bytes: seed.networkConfig });
-    if (seed.vendorData && seed.vendorData.length > 0) files.push({ path: `${CONFIGDRIVE_DIR}/vendor_data.json`, bytes: seed.vendorData });
+    if (seed.networkConfig && seed.networkConfig.length > 0)
+      files.push({ path: `${CONFIGDRIVE_DIR}/network_data.json`, bytes: seed.networkConfig });
+    if (seed.vendorData && seed.vendorData.length > 0)
+      files.push({ path: `${CONFIGDRIVE_DIR}/vendor_data.json`, bytes: seed.vendorData });
   }
   return files;
 }

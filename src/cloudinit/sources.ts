@@ -31,10 +31,14 @@ interface KindSpec {
 function decode(text: string, code: ErrorCode, field: string): Uint8Array {
   const r = decodeBase64Strict(text);
   if (!r.ok) {
-    throw new VmseedError(code, `${field} is not valid base64: ${r.reason}; encode with "base64 -w0" or use the plain-text field`, {
-      kind: 'terminal',
-      field,
-    });
+    throw new VmseedError(
+      code,
+      `${field} is not valid base64: ${r.reason}; encode with "base64 -w0" or use the plain-text field`,
+      {
+        kind: 'terminal',
+        field,
+      },
+    );
   }
   return r.bytes;
 }
@@ -52,7 +56,9 @@ async function resolveKind(spec: KindSpec, policy: SourcePolicy, ns: string, ref
   const hasB64 = spec.base64 !== undefined && spec.base64 !== '';
   const hasRef = spec.ref !== undefined;
   if (policy === 'single') {
-    const set = [hasRaw && spec.rawField, hasB64 && spec.base64Field, hasRef && spec.refField].filter((x): x is string => !!x);
+    const set = [hasRaw && spec.rawField, hasB64 && spec.base64Field, hasRef && spec.refField].filter(
+      (x): x is string => !!x,
+    );
     if (set.length > 1) {
       throw new VmseedError(
         spec.conflictCode,
@@ -117,6 +123,12 @@ export async function resolveSourceData(
 }
 
 export function hasAnyData(source: CloudInitSource): boolean {
-  return !!(source.userData || source.userDataBase64 || source.secretRef ||
-    source.networkData || source.networkDataBase64 || source.networkDataSecretRef);
+  return !!(
+    source.userData ||
+    source.userDataBase64 ||
+    source.secretRef ||
+    source.networkData ||
+    source.networkDataBase64 ||
+    source.networkDataSecretRef
+  );
 }

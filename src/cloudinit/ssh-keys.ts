@@ -9,7 +9,10 @@ import { LIMITS, listTooLong } from './limits.ts';
 export const SSH_KEYS_DEFAULT_KEY = 'authorized_keys';
 
 export function splitAuthorizedKeys(text: string): string[] {
-  return text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+  return text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
 }
 
 export async function appendSshKeys(

@@ -54,13 +54,24 @@ function cloudConfigOf(bytes: Uint8Array, field: string, maxExpanded: number | u
       { kind: 'terminal', field },
     );
   }
-  const parsed = parseYaml(Buffer.from(payload).toString('utf8'), { allowDuplicateKeys: true, field, ...(maxExpanded ? { maxExpandedBytes: maxExpanded } : {}) });
+  const parsed = parseYaml(Buffer.from(payload).toString('utf8'), {
+    allowDuplicateKeys: true,
+    field,
+    ...(maxExpanded ? { maxExpandedBytes: maxExpanded } : {}),
+  });
   if (!parsed.ok) {
-    throw new VmseedError('USERDATA_CLOUDCONFIG_INVALID', `${field}: #cloud-config is not valid YAML at ${where(parsed)} (${parsed.reason}); fix the YAML`, { kind: 'terminal', field });
+    throw new VmseedError(
+      'USERDATA_CLOUDCONFIG_INVALID',
+      `${field}: #cloud-config is not valid YAML at ${where(parsed)} (${parsed.reason}); fix the YAML`,
+      { kind: 'terminal', field },
+    );
   }
   if (parsed.value === null) return {};
   if (!isPlainObject(parsed.value)) {
-    throw new VmseedError('USERDATA_CLOUDCONFIG_INVALID', `${field}: #cloud-config must be a YAML mapping of modules`, { kind: 'terminal', field });
+    throw new VmseedError('USERDATA_CLOUDCONFIG_INVALID', `${field}: #cloud-config must be a YAML mapping of modules`, {
+      kind: 'terminal',
+      field,
+    });
   }
   return parsed.value;
 }
@@ -74,7 +85,11 @@ function fromBytes(from: NonNullable<UserDataParts['from']>, budget: SeedBudget 
   budget?.userData(base64DecodedUpperBound(bytes.length), from.field);
   const r = decodeBase64Strict(Buffer.from(bytes).toString('latin1'));
   if (!r.ok) {
-    throw new VmseedError('USERDATA_BASE64_INVALID', `${from.field}: key "${from.entries[0].key}" is not valid base64 (${r.reason}); store it base64-encoded or set encoding: plain`, { kind: 'terminal', field: from.field });
+    throw new VmseedError(
+      'USERDATA_BASE64_INVALID',
+      `${from.field}: key "${from.entries[0].key}" is not valid base64 (${r.reason}); store it base64-encoded or set encoding: plain`,
+      { kind: 'terminal', field: from.field },
+    );
   }
   return r.bytes;
 }
@@ -92,7 +107,11 @@ function fromKeys(from: NonNullable<UserDataParts['from']>, budget: SeedBudget |
       ...(budget ? { maxExpandedBytes: budget.maxUserDataBytes } : {}),
     });
     if (!parsed.ok) {
-      throw new VmseedError('USERDATA_CLOUDCONFIG_INVALID', `${from.field}: key "${e.key}" is not valid YAML at ${where(parsed)} (${parsed.reason}); every key becomes a cloud-config key, so its value must be YAML`, { kind: 'terminal', field: from.field });
+      throw new VmseedError(
+        'USERDATA_CLOUDCONFIG_INVALID',
+        `${from.field}: key "${e.key}" is not valid YAML at ${where(parsed)} (${parsed.reason}); every key becomes a cloud-config key, so its value must be YAML`,
+        { kind: 'terminal', field: from.field },
+      );
     }
     setKey(out, e.key, parsed.value);
   }
@@ -102,7 +121,11 @@ function fromKeys(from: NonNullable<UserDataParts['from']>, budget: SeedBudget |
 export function composeUserData(parts: UserDataParts): ComposedUserData | undefined {
   const hasGenerated = Object.keys(parts.generated).length > 0;
   if (parts.script) {
-    const others = [hasGenerated && 'init/files', parts.from && 'userDataFrom', parts.inline && parts.inline.field].filter(Boolean);
+    const others = [
+      hasGenerated && 'init/files',
+      parts.from && 'userDataFrom',
+      parts.inline && parts.inline.field,
+    ].filter(Boolean);
     if (others.length > 0) {
       throw new VmseedError(
         'USERDATA_SOURCE_CONFLICT',
@@ -117,7 +140,8 @@ export function composeUserData(parts: UserDataParts): ComposedUserData | undefi
   const documents: Array<{ bytes?: Uint8Array; map?: Record<string, unknown>; field: string }> = [];
   if (hasGenerated) documents.push({ map: parts.generated, field: 'init/files' });
   if (parts.from) {
-    if (parts.from.spec.key !== undefined) documents.push({ bytes: fromBytes(parts.from, budget), field: parts.from.field });
+    if (parts.from.spec.key !== undefined)
+      documents.push({ bytes: fromBytes(parts.from, budget), field: parts.from.field });
     else documents.push({ map: fromKeys(parts.from, budget), field: parts.from.field });
   }
   if (parts.inline) {
@@ -128,7 +152,8 @@ export function composeUserData(parts: UserDataParts): ComposedUserData | undefi
   if (documents.length === 1 && documents[0].bytes) return { bytes: documents[0].bytes, field: documents[0].field };
   const maxExpanded = budget?.maxUserDataBytes;
   let merged: Record<string, unknown> = {};
-  for (const d of documents) merged = mergeCloudConfig(merged, d.map ?? cloudConfigOf(d.bytes!, d.field, maxExpanded), parts.mode);
+  for (const d of documents)
+    merged = mergeCloudConfig(merged, d.map ?? cloudConfigOf(d.bytes!, d.field, maxExpanded), parts.mode);
   const last = documents[documents.length - 1];
   // Lists are concatenated and mappings merged, so the result is about the
   // parts' sum. Measured before it is serialised; the measure may count a

@@ -26,7 +26,13 @@ export const USERDATA_HEADERS: readonly string[] = [
 // though cloud-init does not (cloudbase-init doc/source/userdata.rst). Such
 // user-data is meant for Windows, so a "cloud-init will ignore it" warning
 // would be noise.
-export const CLOUDBASE_INIT_HEADERS: readonly string[] = ['#ps1', 'rem cmd', '-----begin certificate-----', '<script>', '<powershell>'];
+export const CLOUDBASE_INIT_HEADERS: readonly string[] = [
+  '#ps1',
+  'rem cmd',
+  '-----begin certificate-----',
+  '<script>',
+  '<powershell>',
+];
 
 export type UserDataKind = 'empty' | 'mime' | 'unknown' | 'cloudbase-init' | string;
 
@@ -73,22 +79,28 @@ export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payl
 export function lintUserData(data: Uint8Array, field: string): SeedWarning[] {
   const { kind, payload } = detectUserDataKind(data);
   if (kind === 'unknown') {
-    return [{
-      code: 'USERDATA_NO_HEADER',
-      field,
-      message:
-        'user-data does not start with a header cloud-init recognises (#cloud-config, #!, #include, #cloud-boothook, ' +
-        '#part-handler, ## template: jinja, a MIME multipart message or gzip); cloud-init will store it as ' +
-        'text/x-not-multipart and do nothing with it. Add "#cloud-config" as the first line for cloud-config YAML, ' +
-        'or "#!/bin/sh" for a script',
-    }];
+    return [
+      {
+        code: 'USERDATA_NO_HEADER',
+        field,
+        message:
+          'user-data does not start with a header cloud-init recognises (#cloud-config, #!, #include, #cloud-boothook, ' +
+          '#part-handler, ## template: jinja, a MIME multipart message or gzip); cloud-init will store it as ' +
+          'text/x-not-multipart and do nothing with it. Add "#cloud-config" as the first line for cloud-config YAML, ' +
+          'or "#!/bin/sh" for a script',
+      },
+    ];
   }
   if (kind === '#cloud-config') {
     const text = new TextDecoder().decode(payload);
     // Checked without building the objects; built only to describe a
     // document that is not a mapping.
     const checked = checkYaml(text, { field });
-    const parsed = !checked.ok ? checked : checked.value.top === 'mapping' || checked.value.top === 'empty' ? { ok: true as const, value: null } : parseYaml(text, { allowDuplicateKeys: true, field });
+    const parsed = !checked.ok
+      ? checked
+      : checked.value.top === 'mapping' || checked.value.top === 'empty'
+        ? { ok: true as const, value: null }
+        : parseYaml(text, { allowDuplicateKeys: true, field });
     if (!parsed.ok) {
       throw new VmseedError(
         'USERDATA_CLOUDCONFIG_INVALID',

@@ -43,7 +43,11 @@ export async function resolveVendorData(
   }
   if (operatorDefault) {
     const field = VENDOR_DATA_FLAG;
-    const ref = { kind: 'configmap' as const, name: operatorDefault.name, ...(operatorDefault.key ? { key: operatorDefault.key } : {}) };
+    const ref = {
+      kind: 'configmap' as const,
+      name: operatorDefault.name,
+      ...(operatorDefault.key ? { key: operatorDefault.key } : {}),
+    };
     return { bytes: await readObjectKey(refs, operatorDefault.namespace, ref, field, VENDORDATA_DEFAULT_KEY), field };
   }
   return undefined;
@@ -54,12 +58,17 @@ function invalid(field: string, message: string): VmseedError {
 }
 
 export function lintVendorData(bytes: Uint8Array, field: string, max: number): SeedWarning[] {
-  if (bytes.length > max) throw invalid(field, `vendor-data is ${bytes.length} bytes, over the limit of ${max} bytes; shrink it or raise the limit`);
+  if (bytes.length > max)
+    throw invalid(
+      field,
+      `vendor-data is ${bytes.length} bytes, over the limit of ${max} bytes; shrink it or raise the limit`,
+    );
   let warnings: SeedWarning[];
   try {
     warnings = lintUserData(bytes, field);
   } catch (e) {
-    if (e instanceof VmseedError) throw invalid(field, e.message.replace(`${field}: `, '').replace('#cloud-config', 'vendor-data #cloud-config'));
+    if (e instanceof VmseedError)
+      throw invalid(field, e.message.replace(`${field}: `, '').replace('#cloud-config', 'vendor-data #cloud-config'));
     throw e;
   }
   return warnings.map((w) => ({
@@ -78,8 +87,11 @@ export function vendorDataFile(bytes: Uint8Array, datasource: Datasource, field:
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
   } catch {
-    throw invalid(field, `ConfigDrive's vendor_data.json is JSON text, so ${kind === 'unknown' ? 'binary' : 'gzip or binary'} vendor-data cannot go there; ` +
-      'use plain text or datasource nocloud');
+    throw invalid(
+      field,
+      `ConfigDrive's vendor_data.json is JSON text, so ${kind === 'unknown' ? 'binary' : 'gzip or binary'} vendor-data cannot go there; ` +
+        'use plain text or datasource nocloud',
+    );
   }
   return new Uint8Array(Buffer.from(JSON.stringify({ 'cloud-init': text }), 'utf8'));
 }
@@ -90,7 +102,12 @@ export function parseVendorDataFrom(value: string): VendorDataRef {
   const parts = value.split('/');
   const dns = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
   const key = /^[-._a-zA-Z0-9]{1,253}$/;
-  if ((parts.length !== 2 && parts.length !== 3) || !dns.test(parts[0]) || !dns.test(parts[1]) || (parts.length === 3 && !key.test(parts[2]))) {
+  if (
+    (parts.length !== 2 && parts.length !== 3) ||
+    !dns.test(parts[0]) ||
+    !dns.test(parts[1]) ||
+    (parts.length === 3 && !key.test(parts[2]))
+  ) {
     throw new VmseedError(
       'CONFIG_INVALID',
       `${VENDOR_DATA_FLAG} must be <namespace>/<configmap>[/<key>] (e.g. vmseed-system/vendor-data); the key defaults to "${VENDORDATA_DEFAULT_KEY}"`,

@@ -30,7 +30,11 @@ export function virtletMerge(base: unknown, override: unknown): unknown {
 
 // `userDataMerge: overwrite` (VirtletCloudInitUserDataOverwrite): top-level
 // keys of the override replace the base's whole.
-export function mergeCloudConfig(base: Record<string, unknown>, override: Record<string, unknown>, mode: MergeMode): Record<string, unknown> {
+export function mergeCloudConfig(
+  base: Record<string, unknown>,
+  override: Record<string, unknown>,
+  mode: MergeMode,
+): Record<string, unknown> {
   if (mode === 'overwrite') return { ...base, ...override };
   return virtletMerge(base, override) as Record<string, unknown>;
 }

@@ -46,7 +46,8 @@ export function measureEvents(events: Event[], source: string, limit: number): E
         docSize = 0;
         break;
       case EVENT_ID.SCALAR: {
-        if (out.documents === 1 && stack.length === 0) out.top = e.valueStart === NO_RANGE && e.tagStart === NO_RANGE ? 'empty' : 'scalar';
+        if (out.documents === 1 && stack.length === 0)
+          out.top = e.valueStart === NO_RANGE && e.tagStart === NO_RANGE ? 'empty' : 'scalar';
         if (e.tagStart !== NO_RANGE) out.needsConstruct = true;
         const size = (e.valueStart === NO_RANGE ? 0 : e.valueEnd - e.valueStart) + 2;
         const a = anchorOf(e);

@@ -37,22 +37,29 @@ function parseMeasured(text: string, options: YamlOptions): { events: Event[]; m
   const m = measureEvents(events, text, limit);
   if (m.verdict === 'aliases') throw tooComplex(options.field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
   if (m.verdict === 'cycle') throw tooComplex(options.field, 'a recursive alias makes the document contain itself');
-  if (m.verdict === 'over') throw tooComplex(options.field, `with its aliases expanded the document is more than ${limit} bytes`);
+  if (m.verdict === 'over')
+    throw tooComplex(options.field, `with its aliases expanded the document is more than ${limit} bytes`);
   return { events, m };
 }
 
 function tooComplex(field: string | undefined, what: string): VmseedError {
-  return new VmseedError('YAML_TOO_COMPLEX', `${field ?? 'YAML'}: ${what}; write the data out instead of using anchors and aliases, or nest less`, {
-    kind: 'terminal',
-    ...(field ? { field } : {}),
-  });
+  return new VmseedError(
+    'YAML_TOO_COMPLEX',
+    `${field ?? 'YAML'}: ${what}; write the data out instead of using anchors and aliases, or nest less`,
+    {
+      kind: 'terminal',
+      ...(field ? { field } : {}),
+    },
+  );
 }
 
 // js-yaml's limit errors become YAML_TOO_COMPLEX, not a syntax error.
 function limitFailure(e: unknown, field: string | undefined): void {
   if (!(e instanceof YAMLException)) return;
-  if (e.reason.startsWith('aliases exceeded maxAliases')) throw tooComplex(field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
-  if (e.reason.startsWith('nesting exceeded maxDepth')) throw tooComplex(field, `nested more than ${LIMITS.yamlDepth} levels deep`);
+  if (e.reason.startsWith('aliases exceeded maxAliases'))
+    throw tooComplex(field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
+  if (e.reason.startsWith('nesting exceeded maxDepth'))
+    throw tooComplex(field, `nested more than ${LIMITS.yamlDepth} levels deep`);
 }
 
 // Some js-yaml reasons quote the input (tag names, alias names); keep only
@@ -71,7 +78,11 @@ function failure(e: unknown): { ok: false; line?: number; column?: number; reaso
 }
 
 function construct(text: string, events: Event[], options: YamlOptions): unknown[] {
-  return constructFromEvents(events, { source: text, json: options.allowDuplicateKeys === true, maxAliases: LIMITS.yamlAliases });
+  return constructFromEvents(events, {
+    source: text,
+    json: options.allowDuplicateKeys === true,
+    maxAliases: LIMITS.yamlAliases,
+  });
 }
 
 export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<unknown> {
@@ -92,7 +103,10 @@ export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<u
 // document, and is its top a mapping. Constructed anyway when only
 // construction could find the error (explicit tags, an unknown alias);
 // duplicate keys are allowed, as PyYAML allows them.
-export function checkYaml(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<{ top: EventMeasure['top'] }> {
+export function checkYaml(
+  text: string,
+  options: Omit<YamlOptions, 'allowDuplicateKeys'> = {},
+): YamlResult<{ top: EventMeasure['top'] }> {
   try {
     const { events, m } = parseMeasured(text, options);
     if (m.documents > 1) return { ok: false, reason: 'expected a single YAML document but found several ("---")' };
@@ -105,7 +119,10 @@ export function checkYaml(text: string, options: Omit<YamlOptions, 'allowDuplica
 }
 
 // Several documents (local manifests). `maxExpandedBytes` bounds each.
-export function parseYamlAll(text: string, options: Omit<YamlOptions, 'allowDuplicateKeys'> = {}): YamlResult<unknown[]> {
+export function parseYamlAll(
+  text: string,
+  options: Omit<YamlOptions, 'allowDuplicateKeys'> = {},
+): YamlResult<unknown[]> {
   try {
     const { events } = parseMeasured(text, options);
     return { ok: true, value: construct(text, events, options) };
@@ -126,7 +143,8 @@ export function isPlainObject(v: unknown): v is Record<string, unknown> {
 // Sets a key that comes from users as an own property: `obj['__proto__'] = v`
 // would replace the prototype instead (js-yaml defines such keys the same way).
 export function setKey(obj: Record<string, unknown>, key: string, value: unknown): void {
-  if (key === '__proto__') Object.defineProperty(obj, key, { value, enumerable: true, configurable: true, writable: true });
+  if (key === '__proto__')
+    Object.defineProperty(obj, key, { value, enumerable: true, configurable: true, writable: true });
   else obj[key] = value;
 }
 

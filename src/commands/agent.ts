@@ -45,12 +45,20 @@ const CLOSE_GRACE_MS = CANCEL_GRACE_MS + INJECTOR_IDLE_MS + 3000;
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
 // The caller closes `injector.client` (the RPC client's sockets).
-export function makeInjector(config: Config, resume?: ResumeHook, spawner?: ProcessSpawner, cancel?: AbortSignal): LibvirtInjector | undefined {
+export function makeInjector(
+  config: Config,
+  resume?: ResumeHook,
+  spawner?: ProcessSpawner,
+  cancel?: AbortSignal,
+): LibvirtInjector | undefined {
   if (config.libvirt.mode === 'off') return undefined;
-  if (spawner && config.libvirt.mode !== 'virsh') throw new VmseedError('INTERNAL', 'a virsh process spawner was given with --libvirt rpc', { kind: 'terminal' });
+  if (spawner && config.libvirt.mode !== 'virsh')
+    throw new VmseedError('INTERNAL', 'a virsh process spawner was given with --libvirt rpc', { kind: 'terminal' });
   const kubevirt = config.libvirt.platform === 'kubevirt';
   return new LibvirtInjector({
-    ...(config.libvirt.mode === 'rpc' ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs, ...(cancel ? { cancel } : {}) }) } : {}),
+    ...(config.libvirt.mode === 'rpc'
+      ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs, ...(cancel ? { cancel } : {}) }) }
+      : {}),
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
@@ -71,7 +79,11 @@ export function makeInjector(config: Config, resume?: ResumeHook, spawner?: Proc
 // KubeVirt resumes any pause it did not order and keeps its own record of
 // the one it made: the kubevirt platform never falls back to `virsh resume`.
 const noVirshResume: ResumeHook = async () => {
-  throw new VmseedError('CONFIG_INVALID', 'the seed gate on --platform kubevirt resumes through KubeVirt\'s unpause API only, and none is configured', { kind: 'terminal', field: 'resumeVia' });
+  throw new VmseedError(
+    'CONFIG_INVALID',
+    "the seed gate on --platform kubevirt resumes through KubeVirt's unpause API only, and none is configured",
+    { kind: 'terminal', field: 'resumeVia' },
+  );
 };
 
 // With the RPC client: plain libvirt's one URI is watched all the time;
@@ -86,12 +98,17 @@ export function domainEventsFor(config: Config, injector: LibvirtInjector | unde
 // in the launcher's emptyDir); its parent must exist.
 function dirPublisher(template: string): DirPublisher {
   const last = basename(template);
-  if (last === '' || last.includes('{') || dirname(template) === template) return new DirPublisher({ dirTemplate: template });
+  if (last === '' || last.includes('{') || dirname(template) === template)
+    return new DirPublisher({ dirTemplate: template });
   return new DirPublisher({ dirTemplate: dirname(template), subdir: last });
 }
 
 // Each mode loads only its own modules (the Kubernetes client is heavy).
-export async function makeAgent(config: Config, logger: Logger, metrics: Metrics): Promise<{ agent: Agent; close(): Promise<void> }> {
+export async function makeAgent(
+  config: Config,
+  logger: Logger,
+  metrics: Metrics,
+): Promise<{ agent: Agent; close(): Promise<void> }> {
   const store = new ImageStore({ root: config.stateDir });
   const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
   // Large documents are parsed, merged and serialised on a worker thread.
@@ -106,7 +123,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
-    render: ((vmi, refs, options, context) => renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal }, context)) satisfies RenderSeed,
+    render: ((vmi, refs, options, context) =>
+      renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal }, context)) satisfies RenderSeed,
     cancel,
     build: buildSeedImage,
     store,
@@ -139,11 +157,22 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       await close();
       throw e;
     }
-    return { agent, close: async () => { await ds?.close(); await close(); } };
+    return {
+      agent,
+      close: async () => {
+        await ds?.close();
+        await close();
+      },
+    };
   };
   if (config.mode === 'local') {
     // virsh children die with the stop deadline (the RPC client's calls have their own).
-    const injector = makeInjector(config, undefined, config.libvirt.mode === 'virsh' ? spawner : undefined, cancel.signal);
+    const injector = makeInjector(
+      config,
+      undefined,
+      config.libvirt.mode === 'virsh' ? spawner : undefined,
+      cancel.signal,
+    );
     const domainEvents = domainEventsFor(config, injector);
     const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
     const { LocalDirSource } = await import('../agent/local-source.ts');
@@ -152,7 +181,8 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       ...common,
       ...withInjector,
       events,
-      makeSource: (onKey) => new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
+      makeSource: (onKey) =>
+        new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
       refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
     return withDatasource(agent, async () => {
@@ -160,7 +190,14 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
       await injector?.client.close();
     });
   }
-  const [{ KubeEventRecorder }, { KubeConnectionApi }, { loadConnection }, { KubeRefResolver }, { KubeVmiSource }, { kubevirtUnpause, storeGateRecord }] = await Promise.all([
+  const [
+    { KubeEventRecorder },
+    { KubeConnectionApi },
+    { loadConnection },
+    { KubeRefResolver },
+    { KubeVmiSource },
+    { kubevirtUnpause, storeGateRecord },
+  ] = await Promise.all([
     import('../agent/events.ts'),
     import('../agent/kube-api.ts'),
     import('../agent/kube-connection.ts'),
@@ -176,7 +213,14 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
   // deadline; Events and the informer keep their own client (the agent
   // flushes Events after the deadline).
   const reconcileApi = new KubeConnectionApi(connection, { cancel: cancel.signal });
-  const injector = makeInjector(config, config.libvirt.resumeVia === 'kubevirt' ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync })) : undefined, config.libvirt.mode === 'virsh' ? spawner : undefined, cancel.signal);
+  const injector = makeInjector(
+    config,
+    config.libvirt.resumeVia === 'kubevirt'
+      ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync }))
+      : undefined,
+    config.libvirt.mode === 'virsh' ? spawner : undefined,
+    cancel.signal,
+  );
   const domainEvents = domainEventsFor(config, injector);
   const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
   const agent = new Agent({
@@ -184,7 +228,15 @@ export async function makeAgent(config: Config, logger: Logger, metrics: Metrics
     ...withInjector,
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
-      new KubeVmiSource({ connection, api, nodeName: config.nodeName, logger: logger.child({ component: 'informer' }), metrics, onKey, ...(config.namespaces ? { namespaces: config.namespaces } : {}) }),
+      new KubeVmiSource({
+        connection,
+        api,
+        nodeName: config.nodeName,
+        logger: logger.child({ component: 'informer' }),
+        metrics,
+        onKey,
+        ...(config.namespaces ? { namespaces: config.namespaces } : {}),
+      }),
     refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
   return withDatasource(agent, async () => {
@@ -226,20 +278,26 @@ export const agent: Command = async (ctx) => {
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
-  if (config.libvirt.mode === 'virsh') agentInstance.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, ctx.env.PATH));
+  if (config.libvirt.mode === 'virsh')
+    agentInstance.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, ctx.env.PATH));
   const socketCheck = config.libvirt.mode === 'off' ? undefined : libvirtSocketCheck(config.libvirt.uri);
   if (socketCheck) agentInstance.status.addReadinessCheck(socketCheck);
   // Room for the largest seed the limits allow (user-data and vendor-data,
   // network-config, and the ISO's own structures).
-  agentInstance.status.addReadinessCheck(freeSpaceCheck(config.stateDir, 2 * config.maxUserDataBytes + config.maxNetworkDataBytes + 1024 * 1024));
+  agentInstance.status.addReadinessCheck(
+    freeSpaceCheck(config.stateDir, 2 * config.maxUserDataBytes + config.maxNetworkDataBytes + 1024 * 1024),
+  );
   // The lock goes last: nothing of this agent touches the directory after.
   const closeConnection = async () => {
     await closeAgent();
     await lock.release();
   };
-  const redirectPoller = config.redirectStatusUrl ? new RedirectStatusPoller({ url: config.redirectStatusUrl }) : undefined;
+  const redirectPoller = config.redirectStatusUrl
+    ? new RedirectStatusPoller({ url: config.redirectStatusUrl })
+    : undefined;
   if (redirectPoller) agentInstance.status.setRedirectSource(() => redirectPoller.status);
-  const hostPort = (a: { host: string; port: number }) => (a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`);
+  const hostPort = (a: { host: string; port: number }) =>
+    a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
   const listen = hostPort(config.listen);
   const statusListen = hostPort(config.statusListen);
   // Two listeners unless both flags name one address: probes and /metrics
@@ -247,10 +305,21 @@ export const agent: Command = async (ctx) => {
   const split = listen !== statusListen;
   const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
   try {
-    for (const [addr, serve] of split ? ([[listen, 'probes'], [statusListen, 'status']] as const) : ([[listen, 'all']] as const)) {
-      servers.push(await startHttpServer({ listen: addr, serve, metrics, status: agentInstance.status, logger }).catch((e: Error) => {
-        throw new Error(`cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`);
-      }));
+    for (const [addr, serve] of split
+      ? ([
+          [listen, 'probes'],
+          [statusListen, 'status'],
+        ] as const)
+      : ([[listen, 'all']] as const)) {
+      servers.push(
+        await startHttpServer({ listen: addr, serve, metrics, status: agentInstance.status, logger }).catch(
+          (e: Error) => {
+            throw new Error(
+              `cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`,
+            );
+          },
+        ),
+      );
     }
   } catch (e) {
     ctx.stderr.write(`vmseed agent: ${(e as Error).message}\n`);
@@ -259,12 +328,25 @@ export const agent: Command = async (ctx) => {
     return 1;
   }
   const http = {
-    url: servers[0]!.url,
+    url: servers[0].url,
     statusUrl: servers.at(-1)!.url,
     close: async () => void (await Promise.all(servers.map((s) => s.close()))),
   };
-  agentInstance.status.setConfig({ listen: hostPort(servers[0]!.address), statusListen: hostPort(servers.at(-1)!.address) });
-  log.info({ mode: config.mode, stateDir: config.stateDir, url: http.url, statusUrl: http.statusUrl, libvirt: config.libvirt.mode, version: VERSION }, 'vmseed agent starting');
+  agentInstance.status.setConfig({
+    listen: hostPort(servers[0].address),
+    statusListen: hostPort(servers.at(-1)!.address),
+  });
+  log.info(
+    {
+      mode: config.mode,
+      stateDir: config.stateDir,
+      url: http.url,
+      statusUrl: http.statusUrl,
+      libvirt: config.libvirt.mode,
+      version: VERSION,
+    },
+    'vmseed agent starting',
+  );
 
   const stopped = new Promise<void>((resolve) => {
     if (ctx.stopSignal.aborted) resolve();
@@ -304,11 +386,22 @@ export const agent: Command = async (ctx) => {
     return failed ? 1 : 0;
   }
   if (outcome === false && agentInstance.stopOutcome === 'cancelled') {
-    log.warn({ finished: false, deadlineMs, reason: 'reconciles still in flight at the stop deadline were cancelled' }, 'vmseed agent stopped; cancelled work runs again at the next start');
+    log.warn(
+      { finished: false, deadlineMs, reason: 'reconciles still in flight at the stop deadline were cancelled' },
+      'vmseed agent stopped; cancelled work runs again at the next start',
+    );
     return 1;
   }
   log.warn(
-    { finished: false, deadlineMs, inFlight: agentInstance.queue.inFlight, reason: outcome === 'timeout' ? 'shutdown steps did not finish in time' : 'reconciles still in flight at the stop deadline' },
+    {
+      finished: false,
+      deadlineMs,
+      inFlight: agentInstance.queue.inFlight,
+      reason:
+        outcome === 'timeout'
+          ? 'shutdown steps did not finish in time'
+          : 'reconciles still in flight at the stop deadline',
+    },
     'vmseed agent stopped with work abandoned; exiting anyway',
   );
   return 1;

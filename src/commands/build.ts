@@ -108,18 +108,30 @@ function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
   } catch {
-    throw new VmseedError('METADATA_INVALID', '--meta-data: not UTF-8 text; it must be a JSON or YAML mapping such as {"instance-id": "iid-local01"}', { field: 'meta-data' });
+    throw new VmseedError(
+      'METADATA_INVALID',
+      '--meta-data: not UTF-8 text; it must be a JSON or YAML mapping such as {"instance-id": "iid-local01"}',
+      { field: 'meta-data' },
+    );
   }
   // The agent's budgeted loader: an alias bomb or a deep nest is refused
   // (YAML_TOO_COMPLEX) before anything is built.
   const parsed = parseYaml(text, { field: 'meta-data' });
   if (!parsed.ok) {
-    throw new VmseedError('METADATA_INVALID', `--meta-data: not valid JSON or YAML (${where(parsed)}: ${parsed.reason}); it must be a mapping such as {"instance-id": "iid-local01"}`, { field: 'meta-data' });
+    throw new VmseedError(
+      'METADATA_INVALID',
+      `--meta-data: not valid JSON or YAML (${where(parsed)}: ${parsed.reason}); it must be a mapping such as {"instance-id": "iid-local01"}`,
+      { field: 'meta-data' },
+    );
   }
   const v = parsed.value;
   if (v === null || v === undefined) return {};
   if (typeof v !== 'object' || Array.isArray(v)) {
-    throw new VmseedError('METADATA_INVALID', '--meta-data: must be a mapping of keys to values, such as {"instance-id": "iid-local01"}', { field: 'meta-data' });
+    throw new VmseedError(
+      'METADATA_INVALID',
+      '--meta-data: must be a mapping of keys to values, such as {"instance-id": "iid-local01"}',
+      { field: 'meta-data' },
+    );
   }
   return v as Record<string, unknown>;
 }
@@ -140,7 +152,8 @@ export async function seedFromFiles(values: BuildValues, datasource: Datasource,
     const keep = datasource === 'nocloud' || isJsonText(raw);
     seed = { datasource, metaData, userData, warnings: [], ...(keep ? { metaDataRaw: raw } : {}) };
   }
-  if (values['network-config'] !== undefined) seed.networkConfig = await input.read('network-config', values['network-config']);
+  if (values['network-config'] !== undefined)
+    seed.networkConfig = await input.read('network-config', values['network-config']);
   if (values['vendor-data'] !== undefined) seed.vendorData = await input.read('vendor-data', values['vendor-data']);
   return seed;
 }
@@ -159,7 +172,9 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
   for (const f of values.objects ?? []) parts.push(parseManifests(await text('objects', f), f));
   const objects = mergeManifests(parts);
   if (objects.vmis.length !== 1) {
-    throw new UsageError(`--vmi ${vmiFile}: expected exactly one VirtualMachineInstance or VirtualMachine, found ${objects.vmis.length}`);
+    throw new UsageError(
+      `--vmi ${vmiFile}: expected exactly one VirtualMachineInstance or VirtualMachine, found ${objects.vmis.length}`,
+    );
   }
   const vmi = objects.vmis[0];
   const refs = new MemoryResolver({ secrets: objects.secrets, configMaps: objects.configMaps });
@@ -174,7 +189,10 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
   let domainDevices;
   if (values['domain-xml'] !== undefined) {
     domainDevices = domainDevicesFromXml(await text('domain-xml', values['domain-xml']));
-    if (domainDevices === undefined) throw new UsageError(`--domain-xml ${values['domain-xml']}: not a libvirt <domain> XML (as virsh dumpxml prints it)`);
+    if (domainDevices === undefined)
+      throw new UsageError(
+        `--domain-xml ${values['domain-xml']}: not a libvirt <domain> XML (as virsh dumpxml prints it)`,
+      );
   }
   const outcome = await renderSeed(
     vmi,
@@ -242,14 +260,16 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
   } catch (e) {
     return fail(ctx, e);
   }
-  const out = resolve(ctx.cwd, values.output!);
+  const out = resolve(ctx.cwd, values.output);
   try {
     await writeOutput(out, image.bytes);
   } catch (e) {
     ctx.stderr.write(`vmseed build: cannot write ${values.output} (${(e as { code?: string }).code ?? 'error'})\n`);
     return 1;
   }
-  ctx.stdout.write(`${values.output}: ${image.label}, ${image.bytes.length} bytes, ${image.files.map((f) => `${f.path} (${f.size})`).join(', ')}, sha256 ${image.sha256}\n`);
+  ctx.stdout.write(
+    `${values.output}: ${image.label}, ${image.bytes.length} bytes, ${image.files.map((f) => `${f.path} (${f.size})`).join(', ')}, sha256 ${image.sha256}\n`,
+  );
   return 0;
 };
 

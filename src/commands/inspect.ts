@@ -14,14 +14,20 @@ export const INSPECT_USAGE = 'usage: vmseed inspect IMAGE.iso [--cat NAME]\n';
 export function guessDatasource(img: IsoImage): 'nocloud' | 'configdrive' | 'unknown' {
   const has = (p: string) => img.entries.some((e) => e.kind === 'file' && e.path === p);
   if ((img.label === 'cidata' || img.label === 'CIDATA') && has('user-data') && has('meta-data')) return 'nocloud';
-  if ((img.label === 'config-2' || img.label === 'CONFIG-2') && has('openstack/latest/meta_data.json')) return 'configdrive';
+  if ((img.label === 'config-2' || img.label === 'CONFIG-2') && has('openstack/latest/meta_data.json'))
+    return 'configdrive';
   return 'unknown';
 }
 
 export const inspect: Command = async (ctx): Promise<ExitCode> => {
   let parsed;
   try {
-    parsed = parseArgs({ args: ctx.argv, options: { cat: { type: 'string' }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    parsed = parseArgs({
+      args: ctx.argv,
+      options: { cat: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
   } catch (e) {
     return usage(ctx, (e as Error).message);
   }
@@ -45,7 +51,9 @@ export const inspect: Command = async (ctx): Promise<ExitCode> => {
     await new Promise<void>((ok, ko) => ctx.stdout.write(data, (err) => (err ? ko(err) : ok())));
     return 0;
   }
-  const ext = [img.extensions.joliet ? 'joliet' : '', img.extensions.rockRidge ? 'rockridge' : ''].filter(Boolean).join(' ') || 'none';
+  const ext =
+    [img.extensions.joliet ? 'joliet' : '', img.extensions.rockRidge ? 'rockridge' : ''].filter(Boolean).join(' ') ||
+    'none';
   const lines = [
     `label:      ${img.label}`,
     `datasource: ${guessDatasource(img)}`,

@@ -9,7 +9,13 @@ import { isVmseedError } from '../errors.ts';
 import { startRedirectHealth } from '../redirect/health-server.ts';
 import { execNft, RedirectKeeper } from '../redirect/keeper.ts';
 import { createRedirectMetrics } from '../redirect/metrics.ts';
-import { DEFAULT_POD_INTERFACES, DEFAULT_TABLE, checkSpec, renderRuleset, type RedirectSpec } from '../redirect/nft-ruleset.ts';
+import {
+  DEFAULT_POD_INTERFACES,
+  DEFAULT_TABLE,
+  checkSpec,
+  renderRuleset,
+  type RedirectSpec,
+} from '../redirect/nft-ruleset.ts';
 import { UsageError, type Command } from './cli.ts';
 
 const HELP = `usage: vmseed redirect --to HOST:PORT [options]
@@ -35,14 +41,18 @@ options:
 
 function specFrom(values: Record<string, string | string[] | boolean | undefined>): RedirectSpec {
   const to = values.to as string | undefined;
-  if (to === undefined) throw new UsageError('--to HOST:PORT is required (the datasource listener, e.g. the node address and port 8081)');
+  if (to === undefined)
+    throw new UsageError('--to HOST:PORT is required (the datasource listener, e.g. the node address and port 8081)');
   const target = parseListen(to, 'to');
   const port = Number(values['metadata-port'] ?? '80');
   const ifaces = (values['pod-interface'] as string[] | undefined) ?? DEFAULT_POD_INTERFACES;
   return checkSpec({
     table: (values.table as string | undefined) ?? DEFAULT_TABLE,
     to: target,
-    podInterfaces: ifaces.flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== ''),
+    podInterfaces: ifaces
+      .flatMap((s) => s.split(','))
+      .map((s) => s.trim())
+      .filter((s) => s !== ''),
     metadata: { address: (values['metadata-address'] as string | undefined) ?? '169.254.169.254', port },
   });
 }
@@ -73,7 +83,12 @@ export const redirect: Command = async (ctx) => {
     }
     spec = specFrom(values);
   } catch (e) {
-    if (e instanceof UsageError || e instanceof ConfigError || isVmseedError(e) || (e as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+    if (
+      e instanceof UsageError ||
+      e instanceof ConfigError ||
+      isVmseedError(e) ||
+      (e as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')
+    ) {
       ctx.stderr.write(`vmseed redirect: ${(e as Error).message}\n`);
       return 2;
     }
@@ -90,7 +105,7 @@ export const redirect: Command = async (ctx) => {
   }
   let listen;
   try {
-    listen = parseListen(values.listen!, 'listen');
+    listen = parseListen(values.listen, 'listen');
   } catch (e) {
     ctx.stderr.write(`vmseed redirect: ${(e as Error).message}\n`);
     return 2;

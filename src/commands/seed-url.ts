@@ -24,10 +24,18 @@ export function datasourceSeedUrl(base: string, token: string): string {
   try {
     url = new URL(base);
   } catch {
-    throw new VmseedError('DATASOURCE_URL_INVALID', `datasource base URL '${base}' is not a URL; use e.g. ${DEFAULT_DATASOURCE_BASE}`, { field: 'base' });
+    throw new VmseedError(
+      'DATASOURCE_URL_INVALID',
+      `datasource base URL '${base}' is not a URL; use e.g. ${DEFAULT_DATASOURCE_BASE}`,
+      { field: 'base' },
+    );
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new VmseedError('DATASOURCE_URL_INVALID', `datasource base URL must be http:// or https://, got ${url.protocol}`, { field: 'base' });
+    throw new VmseedError(
+      'DATASOURCE_URL_INVALID',
+      `datasource base URL must be http:// or https://, got ${url.protocol}`,
+      { field: 'base' },
+    );
   }
   // `;` and whitespace end the value in cloud-init's `ds=` line parser, a
   // query or fragment would have the file names appended after it, and `%s`
@@ -90,10 +98,12 @@ async function readVmi(path: string): Promise<VmiIdentity> {
   } catch (e) {
     throw new UsageError(`cannot read VMI manifest ${path}: ${(e as Error).message}`);
   }
-  if (!parsed.ok) throw new UsageError(`cannot read VMI manifest ${path}: not YAML or JSON (${where(parsed)}: ${parsed.reason})`);
+  if (!parsed.ok)
+    throw new UsageError(`cannot read VMI manifest ${path}: not YAML or JSON (${where(parsed)}: ${parsed.reason})`);
   const doc = parsed.value;
   const md = (doc as { metadata?: Record<string, unknown> } | null)?.metadata;
-  if (typeof md !== 'object' || md === null) throw new UsageError(`${path} has no metadata; is it a VirtualMachineInstance manifest?`);
+  if (typeof md !== 'object' || md === null)
+    throw new UsageError(`${path} has no metadata; is it a VirtualMachineInstance manifest?`);
   const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
   return { namespace: str(md.namespace), name: str(md.name), uid: str(md.uid) };
 }
@@ -131,7 +141,9 @@ export const seedUrl: Command = async (ctx) => {
       if (uid !== undefined) throw new UsageError('give --uid or --vmi, not both');
       const vmi = await readVmi(resolve(ctx.cwd, values.vmi));
       if (vmi.uid === undefined) {
-        throw new UsageError(`${values.vmi} has no metadata.uid; export it from the cluster (kubectl get vmi -o yaml) or pass --uid`);
+        throw new UsageError(
+          `${values.vmi} has no metadata.uid; export it from the cluster (kubectl get vmi -o yaml) or pass --uid`,
+        );
       }
       if (namespace !== undefined && ((vmi.namespace ?? 'default') !== namespace || vmi.name !== name)) {
         throw new UsageError(`${values.vmi} is ${vmi.namespace ?? 'default'}/${vmi.name}, not ${namespace}/${name}`);
@@ -140,16 +152,21 @@ export const seedUrl: Command = async (ctx) => {
     } else if (namespace === undefined) {
       throw new UsageError('give <namespace>/<name> (or --vmi FILE)');
     }
-    if (uid === undefined || uid.trim() === '') throw new UsageError('--uid UID (or --vmi FILE) is required: the token is bound to the VMI uid');
+    if (uid === undefined || uid.trim() === '')
+      throw new UsageError('--uid UID (or --vmi FILE) is required: the token is bound to the VMI uid');
     if (values['key-file'] === undefined) throw new UsageError('--key-file FILE is required');
-    if (values.ds !== 'nocloud' && values.ds !== 'nocloud-net') throw new UsageError(`--ds must be nocloud or nocloud-net, got '${values.ds}'`);
+    if (values.ds !== 'nocloud' && values.ds !== 'nocloud-net')
+      throw new UsageError(`--ds must be nocloud or nocloud-net, got '${values.ds}'`);
 
     const keyring = await DatasourceKeyring.load(fileKeySource(resolve(ctx.cwd, values['key-file'])));
     const url = datasourceSeedUrl(values.base, keyring.sign(uid));
     ctx.stdout.write((values['url-only'] ? url : datasourceSerial(url, values.ds)) + '\n');
     return 0;
   } catch (e) {
-    if (e instanceof UsageError || (e instanceof TypeError && (e as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS'))) {
+    if (
+      e instanceof UsageError ||
+      (e instanceof TypeError && (e as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS'))
+    ) {
       ctx.stderr.write(`vmseed seed-url: ${e.message}\n`);
       return 2;
     }

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Command, ExitCode } from './cli.ts';
 
-export const WARM_CACHE_USAGE = 'usage: vmseed warm-cache\n\nLoads every module of vmseed once so that Node\'s compile cache (NODE_COMPILE_CACHE,\nset by bin/vmseed) holds them; run it where the agent will run, as its user.\n';
+export const WARM_CACHE_USAGE =
+  "usage: vmseed warm-cache\n\nLoads every module of vmseed once so that Node's compile cache (NODE_COMPILE_CACHE,\nset by bin/vmseed) holds them; run it where the agent will run, as its user.\n";
 
 const SRC = fileURLToPath(new URL('../', import.meta.url));
 
@@ -25,13 +26,17 @@ export const warmCache: Command = async (ctx): Promise<ExitCode> => {
   }
   const dir = getCompileCacheDir();
   if (dir === undefined) {
-    ctx.stderr.write('vmseed warm-cache: Node\'s compile cache is off (NODE_COMPILE_CACHE is unset or cannot be used, or NODE_DISABLE_COMPILE_CACHE is set); run it through bin/vmseed\n');
+    ctx.stderr.write(
+      "vmseed warm-cache: Node's compile cache is off (NODE_COMPILE_CACHE is unset or cannot be used, or NODE_DISABLE_COMPILE_CACHE is set); run it through bin/vmseed\n",
+    );
     return 1;
   }
   // Importing is enough: no module of src/ does work at load time. main.ts
   // is skipped: it is the entry point still awaiting this command (importing
   // it would wait for itself), and it was compiled, through the cache, first.
-  const files = (await readdir(SRC, { recursive: true })).filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts') && f !== 'main.ts').sort();
+  const files = (await readdir(SRC, { recursive: true }))
+    .filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts') && f !== 'main.ts')
+    .sort();
   for (const f of files) await import(pathToFileURL(join(SRC, f)).href);
   flushCompileCache();
   ctx.stdout.write(`compile cache: ${files.length + 1} modules of src/ and what they import, in ${dir}\n`);

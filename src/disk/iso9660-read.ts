@@ -162,7 +162,8 @@ function jolietName(id: Uint8Array): string {
 }
 
 export function readIso(bytes: Uint8Array): IsoImage {
-  if (bytes.length < 17 * SECTOR) bad(`it is ${bytes.length} bytes, smaller than the 16-sector system area plus a descriptor`);
+  if (bytes.length < 17 * SECTOR)
+    bad(`it is ${bytes.length} bytes, smaller than the 16-sector system area plus a descriptor`);
   const r = new Reader(bytes);
   let pvd: number | undefined;
   let svd: number | undefined;
@@ -192,14 +193,24 @@ export function readIso(bytes: Uint8Array): IsoImage {
   }
   const volumeSectors = u32le(bytes, pvd + 80);
 
-  const rootOf = (vd: number): { extent: number; size: number } => ({ extent: u32le(bytes, vd + 156 + 2), size: u32le(bytes, vd + 156 + 10) });
+  const rootOf = (vd: number): { extent: number; size: number } => ({
+    extent: u32le(bytes, vd + 156 + 2),
+    size: u32le(bytes, vd + 156 + 10),
+  });
   const pRoot = rootOf(pvd);
   const rootRecords = r.records(pRoot.extent, pRoot.size);
   const rootDot = rootRecords[0];
-  if (!rootDot || rootDot.id.length !== 1 || rootDot.id[0] !== 0) bad('the root directory does not start with its "." record');
+  if (!rootDot || rootDot.id.length !== 1 || rootDot.id[0] !== 0)
+    bad('the root directory does not start with its "." record');
   let skip = 0;
   let rockRidge = false;
-  if (rootDot.su.length >= 7 && rootDot.su[0] === 0x53 && rootDot.su[1] === 0x50 && rootDot.su[4] === 0xbe && rootDot.su[5] === 0xef) {
+  if (
+    rootDot.su.length >= 7 &&
+    rootDot.su[0] === 0x53 &&
+    rootDot.su[1] === 0x50 &&
+    rootDot.su[4] === 0xbe &&
+    rootDot.su[5] === 0xef
+  ) {
     skip = rootDot.su[6];
     const rr = r.rock(rootDot.su, 0);
     rockRidge = rr.er || rr.mode !== undefined;

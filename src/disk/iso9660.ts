@@ -142,14 +142,42 @@ const EMPTY = new Uint8Array(0);
 const DOT = Uint8Array.of(0);
 const DOTDOT = Uint8Array.of(1);
 
-function fail(code: 'ISO_PATH_EMPTY' | 'ISO_PATH_DUPLICATE' | 'ISO_NAME_TOO_LONG' | 'ISO_NAME_INVALID' | 'ISO_LABEL_INVALID' | 'ISO_TOO_LARGE' | 'ISO_TIMESTAMP_INVALID', message: string, field: string): never {
+function fail(
+  code:
+    | 'ISO_PATH_EMPTY'
+    | 'ISO_PATH_DUPLICATE'
+    | 'ISO_NAME_TOO_LONG'
+    | 'ISO_NAME_INVALID'
+    | 'ISO_LABEL_INVALID'
+    | 'ISO_TOO_LARGE'
+    | 'ISO_TIMESTAMP_INVALID',
+  message: string,
+  field: string,
+): never {
   throw new VmseedError(code, message, { kind: 'terminal', field });
 }
 
 function newDir(name: string, parent: DirNode | null): DirNode {
   return {
-    kind: 'dir', name, parent, children: new Map(), pId: EMPTY, jId: EMPTY, nm: EMPTY, nmInCe: null,
-    pChildren: [], jChildren: [], subdirs: 0, pLba: 0, pSize: 0, pNum: 0, ceLba: 0, ceSectors: 0, jLba: 0, jSize: 0, jNum: 0,
+    kind: 'dir',
+    name,
+    parent,
+    children: new Map(),
+    pId: EMPTY,
+    jId: EMPTY,
+    nm: EMPTY,
+    nmInCe: null,
+    pChildren: [],
+    jChildren: [],
+    subdirs: 0,
+    pLba: 0,
+    pSize: 0,
+    pNum: 0,
+    ceLba: 0,
+    ceSectors: 0,
+    jLba: 0,
+    jSize: 0,
+    jNum: 0,
   };
 }
 
@@ -171,13 +199,25 @@ function ucs2(s: string): Uint8Array {
 
 function validateName(name: string, field: string): void {
   if (name === '' || name === '.' || name === '..') {
-    fail('ISO_NAME_INVALID', `${field}: path has an empty, '.' or '..' component; use a plain relative path like 'openstack/latest/user_data'`, field);
+    fail(
+      'ISO_NAME_INVALID',
+      `${field}: path has an empty, '.' or '..' component; use a plain relative path like 'openstack/latest/user_data'`,
+      field,
+    );
   }
   if (name.length > MAX_JOLIET_NAME) {
-    fail('ISO_NAME_TOO_LONG', `${field}: a path component is ${name.length} characters; Joliet allows at most ${MAX_JOLIET_NAME}`, field);
+    fail(
+      'ISO_NAME_TOO_LONG',
+      `${field}: a path component is ${name.length} characters; Joliet allows at most ${MAX_JOLIET_NAME}`,
+      field,
+    );
   }
   if (JOLIET_FORBIDDEN.test(name)) {
-    fail('ISO_NAME_INVALID', `${field}: a path component contains a character Joliet forbids (control characters, * : ; ? \\ or characters outside UCS-2); rename it`, field);
+    fail(
+      'ISO_NAME_INVALID',
+      `${field}: a path component contains a character Joliet forbids (control characters, * : ; ? \\ or characters outside UCS-2); rename it`,
+      field,
+    );
   }
 }
 
@@ -185,7 +225,8 @@ function buildTree(files: IsoFile[]): DirNode {
   const root = newDir('', null);
   files.forEach((f, i) => {
     const field = `files[${i}].path`;
-    if (typeof f.path !== 'string' || f.path === '') fail('ISO_PATH_EMPTY', `${field}: the path is empty; give every file a relative path`, field);
+    if (typeof f.path !== 'string' || f.path === '')
+      fail('ISO_PATH_EMPTY', `${field}: the path is empty; give every file a relative path`, field);
     const parts = f.path.split('/');
     parts.forEach((p) => validateName(p, field));
     let dir = root;
@@ -198,14 +239,30 @@ function buildTree(files: IsoFile[]): DirNode {
       } else if (existing.kind === 'dir') {
         dir = existing;
       } else {
-        fail('ISO_PATH_DUPLICATE', `${field}: '${parts.slice(0, k + 1).join('/')}' is both a file and a directory`, field);
+        fail(
+          'ISO_PATH_DUPLICATE',
+          `${field}: '${parts.slice(0, k + 1).join('/')}' is both a file and a directory`,
+          field,
+        );
       }
     }
     const leaf = parts[parts.length - 1];
-    if (dir.children.has(leaf)) fail('ISO_PATH_DUPLICATE', `${field}: the path appears more than once (or is also a directory); each path must be unique`, field);
+    if (dir.children.has(leaf))
+      fail(
+        'ISO_PATH_DUPLICATE',
+        `${field}: the path appears more than once (or is also a directory); each path must be unique`,
+        field,
+      );
     dir.children.set(leaf, {
-      kind: 'file', name: leaf, data: f.data, mode: (f.mode ?? DEFAULT_FILE_MODE) & 0o7777,
-      pId: EMPTY, jId: EMPTY, nm: EMPTY, nmInCe: null, lba: 0,
+      kind: 'file',
+      name: leaf,
+      data: f.data,
+      mode: (f.mode ?? DEFAULT_FILE_MODE) & 0o7777,
+      pId: EMPTY,
+      jId: EMPTY,
+      nm: EMPTY,
+      nmInCe: null,
+      lba: 0,
     });
   });
   return root;
@@ -314,7 +371,11 @@ function sectorsFor(bytes: number): number {
 
 function validateLabel(label: string): void {
   if (typeof label !== 'string' || !LABEL_RE.test(label)) {
-    fail('ISO_LABEL_INVALID', `label: must be 1-${MAX_LABEL} characters of A-Z a-z 0-9 _ . - (cloud-init matches 'cidata' or 'config-2' exactly)`, 'label');
+    fail(
+      'ISO_LABEL_INVALID',
+      `label: must be 1-${MAX_LABEL} characters of A-Z a-z 0-9 _ . - (cloud-init matches 'cidata' or 'config-2' exactly)`,
+      'label',
+    );
   }
 }
 
@@ -400,7 +461,11 @@ export function buildIso(input: IsoInput): Uint8Array {
   }
   const total = Math.max(MIN_SECTORS, next + (next & 1)); // a multiple of 4096 bytes
   if (total >= MAX_SECTORS) {
-    fail('ISO_TOO_LARGE', `files: the image would be ${total} sectors; it must stay under ${MAX_SECTORS} (128 MiB, cloudbase-init reads 16 bits of the volume size)`, 'files');
+    fail(
+      'ISO_TOO_LARGE',
+      `files: the image would be ${total} sectors; it must stay under ${MAX_SECTORS} (128 MiB, cloudbase-init reads 16 bits of the volume size)`,
+      'files',
+    );
   }
 
   const buf = new Uint8Array(total * SECTOR);
@@ -432,12 +497,23 @@ class Writer {
   constructor(buf: Uint8Array, ts: Date) {
     this.buf = buf;
     this.recDate = Uint8Array.of(
-      ts.getUTCFullYear() - 1900, ts.getUTCMonth() + 1, ts.getUTCDate(), ts.getUTCHours(), ts.getUTCMinutes(), ts.getUTCSeconds(), 0,
+      ts.getUTCFullYear() - 1900,
+      ts.getUTCMonth() + 1,
+      ts.getUTCDate(),
+      ts.getUTCHours(),
+      ts.getUTCMinutes(),
+      ts.getUTCSeconds(),
+      0,
     );
     const p = (n: number, w: number) => String(n).padStart(w, '0');
     const digits =
-      p(ts.getUTCFullYear(), 4) + p(ts.getUTCMonth() + 1, 2) + p(ts.getUTCDate(), 2) + p(ts.getUTCHours(), 2) +
-      p(ts.getUTCMinutes(), 2) + p(ts.getUTCSeconds(), 2) + p(Math.floor(ts.getUTCMilliseconds() / 10), 2);
+      p(ts.getUTCFullYear(), 4) +
+      p(ts.getUTCMonth() + 1, 2) +
+      p(ts.getUTCDate(), 2) +
+      p(ts.getUTCHours(), 2) +
+      p(ts.getUTCMinutes(), 2) +
+      p(ts.getUTCSeconds(), 2) +
+      p(Math.floor(ts.getUTCMilliseconds() / 10), 2);
     this.vdDate = new Uint8Array(17);
     this.vdDate.set(ascii(digits));
   }
@@ -486,7 +562,15 @@ class Writer {
   }
 
   volumeDescriptor(
-    off: number, type: 1 | 2, label: string, total: number, ptSize: number, lTable: number, mTable: number, root: DirNode, joliet: boolean,
+    off: number,
+    type: 1 | 2,
+    label: string,
+    total: number,
+    ptSize: number,
+    lTable: number,
+    mTable: number,
+    root: DirNode,
+    joliet: boolean,
   ): void {
     const b = this.buf;
     b[off] = type;
@@ -644,9 +728,10 @@ class Writer {
     for (const c of d.pChildren) {
       const len = childRecLenPrimary(c);
       at = place(len);
-      su = c.kind === 'dir'
-        ? this.record(at, c.pLba, c.pSize, true, c.pId, len)
-        : this.record(at, c.lba, c.data.length, false, c.pId, len);
+      su =
+        c.kind === 'dir'
+          ? this.record(at, c.pLba, c.pSize, true, c.pId, len)
+          : this.record(at, c.lba, c.data.length, false, c.pId, len);
       su = this.tf(c.kind === 'dir' ? this.px(su, dirMode, 2 + c.subdirs) : this.px(su, S_IFREG | c.mode, 1));
       if (c.nmInCe) {
         const sector = d.ceLba + c.nmInCe.sector;

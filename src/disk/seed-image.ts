@@ -49,5 +49,6 @@ export function buildSeedImage(seed: Seed, timestamp: Date): SeedImage {
 // not touch `bytes` afterwards (a detached view reads as empty).
 export function releaseImageBytes(bytes: Uint8Array): void {
   const buf = bytes.buffer;
-  if (buf instanceof ArrayBuffer && !buf.detached && bytes.byteOffset === 0 && bytes.byteLength === buf.byteLength) buf.transfer(0);
+  if (buf instanceof ArrayBuffer && !buf.detached && bytes.byteOffset === 0 && bytes.byteLength === buf.byteLength)
+    buf.transfer(0);
 }

@@ -201,8 +201,8 @@ export class ImageStore {
   constructor(options: ImageStoreOptions) {
     this.root = options.root;
     this.fileMode = options.fileMode ?? 0o640;
-    this.#fs = options.fs ?? (nodeFs as unknown as StoreFs);
-    this.#syncFs = options.syncFs ?? (options.fs ? undefined : (nodeFsSync as unknown as StoreSyncFs));
+    this.#fs = options.fs ?? nodeFs;
+    this.#syncFs = options.syncFs ?? (options.fs ? undefined : nodeFsSync);
     this.#syncMax = options.syncMaxBytes ?? DEFAULT_SYNC_MAX_BYTES;
   }
 
@@ -210,7 +210,11 @@ export class ImageStore {
     const check = (field: keyof ImageKey, re: RegExp) => {
       const v = key[field];
       if (typeof v !== 'string' || !re.test(v) || v.includes('..')) {
-        throw new VmseedError('STORE_KEY_INVALID', `${field}: not a valid Kubernetes ${field} (it could name a path outside the image root); the VMI is skipped`, { field });
+        throw new VmseedError(
+          'STORE_KEY_INVALID',
+          `${field}: not a valid Kubernetes ${field} (it could name a path outside the image root); the VMI is skipped`,
+          { field },
+        );
       }
     };
     check('namespace', NAMESPACE_RE);
@@ -222,10 +226,16 @@ export class ImageStore {
   // Where the image with this sha256 (hex, at least its first 16 digits) lives.
   pathFor(key: ImageKey, datasource: Datasource, sha256: string): string {
     if (!DATASOURCES.includes(datasource)) {
-      throw new VmseedError('STORE_KEY_INVALID', `datasource: '${String(datasource)}' is not nocloud or configdrive`, { field: 'datasource' });
+      throw new VmseedError('STORE_KEY_INVALID', `datasource: '${String(datasource)}' is not nocloud or configdrive`, {
+        field: 'datasource',
+      });
     }
     if (typeof sha256 !== 'string' || !SHA_RE.test(sha256)) {
-      throw new VmseedError('STORE_KEY_INVALID', 'sha256: not a lower-case hex digest of at least 16 digits; pass the image\'s sha256', { field: 'sha256' });
+      throw new VmseedError(
+        'STORE_KEY_INVALID',
+        "sha256: not a lower-case hex digest of at least 16 digits; pass the image's sha256",
+        { field: 'sha256' },
+      );
     }
     return join(this.dirFor(key), `${datasource}-${sha256.slice(0, SHA_PREFIX_HEX)}.iso`);
   }
@@ -235,7 +245,12 @@ export class ImageStore {
   // The store keeps a reference to `bytes` to recognise them next time:
   // do not mutate them afterwards.
   // `sha256` (hex, of `bytes`) saves hashing when the caller already has it.
-  async write(key: ImageKey, datasource: Datasource, bytes: Uint8Array, options: { fsync?: boolean; sha256?: string } = {}): Promise<{ path: string; written: boolean }> {
+  async write(
+    key: ImageKey,
+    datasource: Datasource,
+    bytes: Uint8Array,
+    options: { fsync?: boolean; sha256?: string } = {},
+  ): Promise<{ path: string; written: boolean }> {
     const digest = new Digest(bytes, options.sha256);
     const fsync = options.fsync ?? true;
     const path = this.pathFor(key, datasource, digest.hex);
@@ -285,8 +300,16 @@ export class ImageStore {
 
   // The same steps as write()'s asynchronous path, in synchronous calls.
   // Without fsync it runs to completion synchronously (no await is reached).
-  async #writeSync(fs: StoreSyncFs, dir: string, path: string, bytes: Uint8Array, fsync: boolean, digest: Digest): Promise<{ path: string; written: boolean }> {
-    const fsyncFd = (fd: number) => new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
+  async #writeSync(
+    fs: StoreSyncFs,
+    dir: string,
+    path: string,
+    bytes: Uint8Array,
+    fsync: boolean,
+    digest: Digest,
+  ): Promise<{ path: string; written: boolean }> {
+    const fsyncFd = (fd: number) =>
+      new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
     let written = false;
     let freshDir = false;
     this.#verifyDirsSync(fs, dir);
@@ -427,7 +450,11 @@ export class ImageStore {
     const path = this.#recordPath(key, record);
     const bytes = Buffer.from(text, 'utf8');
     if (bytes.length > MAX_RECORD_BYTES) {
-      throw new VmseedError('INTERNAL', `image store: record ${record} is ${bytes.length} bytes, over ${MAX_RECORD_BYTES}; this is a vmseed bug, report it`, { kind: 'terminal', field: record });
+      throw new VmseedError(
+        'INTERNAL',
+        `image store: record ${record} is ${bytes.length} bytes, over ${MAX_RECORD_BYTES}; this is a vmseed bug, report it`,
+        { kind: 'terminal', field: record },
+      );
     }
     const dir = dirname(path);
     const fs = this.#fs;
@@ -468,7 +495,12 @@ export class ImageStore {
   }
 
   #recordPath(key: ImageKey, record: VmiRecord): string {
-    if (!VMI_RECORDS.includes(record)) throw new VmseedError('STORE_KEY_INVALID', `record: '${String(record)}' is not one of ${VMI_RECORDS.join(', ')}`, { field: 'record' });
+    if (!VMI_RECORDS.includes(record))
+      throw new VmseedError(
+        'STORE_KEY_INVALID',
+        `record: '${String(record)}' is not one of ${VMI_RECORDS.join(', ')}`,
+        { field: 'record' },
+      );
     return join(this.dirFor(key), record);
   }
 
@@ -564,7 +596,8 @@ export class ImageStore {
     if (st.isDirectory()) throw this.#unsafe(path, 'is a directory where the image goes');
     if (!st.isFile() || st.size !== bytes.length) return false;
     const last = this.#last.get(path);
-    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
+    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs)
+      return last.sha256 === digest.hex;
     const read = this.#readRegularSync(fs, path, bytes.length);
     return read !== undefined && Buffer.from(read).equals(bytes);
   }
@@ -580,7 +613,8 @@ export class ImageStore {
     if (st.isDirectory()) throw this.#unsafe(path, 'is a directory where the image goes');
     if (!st.isFile() || st.size !== bytes.length) return false;
     const last = this.#last.get(path);
-    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs) return last.sha256 === digest.hex;
+    if (last && last.ino === st.ino && last.size === st.size && last.mtimeMs === st.mtimeMs)
+      return last.sha256 === digest.hex;
     const read = await this.#readRegular(path, bytes.length);
     return read !== undefined && Buffer.from(read).equals(bytes);
   }
@@ -611,7 +645,11 @@ export class ImageStore {
     }
   }
 
-  async #readRegular(path: string, max: number, onChunk?: (chunk: Uint8Array) => void): Promise<Uint8Array | undefined> {
+  async #readRegular(
+    path: string,
+    max: number,
+    onChunk?: (chunk: Uint8Array) => void,
+  ): Promise<Uint8Array | undefined> {
     let fh: StoreFileHandle;
     try {
       fh = await this.#fs.open(path, READ_FLAGS);
@@ -645,7 +683,9 @@ export class ImageStore {
   async hashImage(path: string): Promise<string | undefined> {
     if (!this.#under(path)) return undefined;
     const hash = createHash('sha256');
-    const read = await this.#io(`read ${path}`, () => this.#readRegular(path, MAX_IMAGE_READ_BYTES, (c) => hash.update(c)));
+    const read = await this.#io(`read ${path}`, () =>
+      this.#readRegular(path, MAX_IMAGE_READ_BYTES, (c) => hash.update(c)),
+    );
     return read === undefined ? undefined : hash.digest('hex');
   }
 
@@ -676,7 +716,8 @@ export class ImageStore {
         if (code(e) === 'ENOENT') return;
         throw e;
       }
-      if (st.isSymbolicLink() || !st.isDirectory()) throw this.#unsafe(d, st.isSymbolicLink() ? 'is a symbolic link' : 'is not a directory');
+      if (st.isSymbolicLink() || !st.isDirectory())
+        throw this.#unsafe(d, st.isSymbolicLink() ? 'is a symbolic link' : 'is not a directory');
     }
   }
 
@@ -684,7 +725,8 @@ export class ImageStore {
     for (const d of [dirname(dir), dir]) {
       const st = fs.lstatSync(d, { throwIfNoEntry: false });
       if (st === undefined) return;
-      if (st.isSymbolicLink() || !st.isDirectory()) throw this.#unsafe(d, st.isSymbolicLink() ? 'is a symbolic link' : 'is not a directory');
+      if (st.isSymbolicLink() || !st.isDirectory())
+        throw this.#unsafe(d, st.isSymbolicLink() ? 'is a symbolic link' : 'is not a directory');
     }
   }
 
@@ -716,10 +758,14 @@ export class ImageStore {
 
   #wrap(what: string, e: unknown): VmseedError {
     if (e instanceof VmseedError) return e;
-    return new VmseedError('STORE_IO_FAILED', `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`, {
-      kind: 'retryable',
-      cause: e,
-    });
+    return new VmseedError(
+      'STORE_IO_FAILED',
+      `image store: ${what} failed (${code(e) ?? 'error'}); check the directory's permissions and free space`,
+      {
+        kind: 'retryable',
+        cause: e,
+      },
+    );
   }
 }
 

@@ -27,6 +27,7 @@ export function imdsOnlySourceAddress(directory: SeedDirectory): SeedDirectory {
       const e = directory.byAddress(address);
       return e?.seed.delivery === 'http' ? e : undefined;
     },
-    recordFetch: (namespace: string, name: string, file: DatasourceFile, at: Date) => directory.recordFetch(namespace, name, file, at),
+    recordFetch: (namespace: string, name: string, file: DatasourceFile, at: Date) =>
+      directory.recordFetch(namespace, name, file, at),
   };
 }

@@ -79,9 +79,14 @@ export function watchKeyFile(options: {
       debounce = setTimeout(() => void check(), options.debounceMs ?? 100);
       debounce.unref();
     });
-    watcher.on('error', (e) => logger.warn({ err: { message: e.message } }, 'datasource key file watch failed; polling only'));
+    watcher.on('error', (e) =>
+      logger.warn({ err: { message: e.message } }, 'datasource key file watch failed; polling only'),
+    );
   } catch (e) {
-    logger.warn({ err: { message: (e as Error).message } }, 'cannot watch the datasource key file directory; polling only');
+    logger.warn(
+      { err: { message: (e as Error).message } },
+      'cannot watch the datasource key file directory; polling only',
+    );
   }
   const poll = setInterval(() => void check(), options.pollMs ?? 60_000);
   poll.unref();

@@ -128,10 +128,14 @@ export class DatasourceKeyring {
   }
 
   replace(keys: readonly Uint8Array[]): void {
-    if (keys.length === 0) throw new VmseedError('DATASOURCE_KEY_INVALID', 'the datasource keyring needs at least one key');
+    if (keys.length === 0)
+      throw new VmseedError('DATASOURCE_KEY_INVALID', 'the datasource keyring needs at least one key');
     for (const k of keys) {
       if (k.length < MIN_KEY_BYTES) {
-        throw new VmseedError('DATASOURCE_KEY_INVALID', `a datasource key has ${k.length} bytes, at least ${MIN_KEY_BYTES} are required`);
+        throw new VmseedError(
+          'DATASOURCE_KEY_INVALID',
+          `a datasource key has ${k.length} bytes, at least ${MIN_KEY_BYTES} are required`,
+        );
       }
     }
     this.#keys = keys.map((k) => new Uint8Array(k));

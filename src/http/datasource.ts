@@ -220,7 +220,13 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     keyring.verify(token, DECOY_UID);
   }
 
-  function send(res: ServerResponse, status: number, body: Uint8Array, head: boolean, extra: Record<string, string> = {}): void {
+  function send(
+    res: ServerResponse,
+    status: number,
+    body: Uint8Array,
+    head: boolean,
+    extra: Record<string, string> = {},
+  ): void {
     res.writeHead(status, {
       ...COMMON_HEADERS,
       'Content-Type': extra['Content-Type'] ?? 'text/plain; charset=utf-8',
@@ -262,10 +268,20 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     }
     const entry = route === undefined ? undefined : lookup(route, source);
     let bytes = entry === undefined || route === undefined ? undefined : bytesOf(entry.seed, route.file);
-    if (bytes === undefined && entry?.seed.datasource === 'nocloud' && route?.file === 'vendor-data' && (options.serveEmptyVendorData ?? true)) {
+    if (
+      bytes === undefined &&
+      entry?.seed.datasource === 'nocloud' &&
+      route?.file === 'vendor-data' &&
+      (options.serveEmptyVendorData ?? true)
+    ) {
       bytes = EMPTY;
     }
-    if (bytes === undefined && entry?.seed.datasource === 'nocloud' && route?.file === 'network-config' && (options.serveEmptyNetworkConfig ?? true)) {
+    if (
+      bytes === undefined &&
+      entry?.seed.datasource === 'nocloud' &&
+      route?.file === 'network-config' &&
+      (options.serveEmptyNetworkConfig ?? true)
+    ) {
       bytes = EMPTY;
     }
     if (route === undefined || entry === undefined || bytes === undefined) {
@@ -282,7 +298,10 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
       } catch (e) {
         logger.warn({ err: { message: (e as Error).message } }, 'recordFetch failed');
       }
-      logger.debug({ namespace: entry.namespace, name: entry.name, file: route.file, via: route.kind }, 'served seed file');
+      logger.debug(
+        { namespace: entry.namespace, name: entry.name, file: route.file, via: route.kind },
+        'served seed file',
+      );
     }
     return { status: 200, route };
   }
@@ -305,7 +324,8 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
         // Never a stack trace or message to the client; the log gets the
         // message only (it cannot contain seed bytes: nothing here parses them).
         logger.error({ err: { message: (e as Error)?.message } }, 'datasource request failed');
-        if (!res.headersSent) send(res, 500, Buffer.from('internal error\n'), req.method === 'HEAD', { Connection: 'close' });
+        if (!res.headersSent)
+          send(res, 500, Buffer.from('internal error\n'), req.method === 'HEAD', { Connection: 'close' });
         else res.destroy();
       }
       if (metrics) {
@@ -316,7 +336,9 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     },
   );
   server.maxConnections = limits.maxConnections ?? 1024;
-  capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 32, () => metrics?.datasourceConnectionsRefused.inc());
+  capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 32, () =>
+    metrics?.datasourceConnectionsRefused.inc(),
+  );
   // Malformed HTTP (bad request line, oversized headers): answer plainly,
   // with the same no-store header, and close.
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
@@ -325,7 +347,9 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     // Destroyed once the answer is handed to the kernel: end() alone would
     // keep the socket (and the source's connection slot) until the client
     // closes its side, which a client that never reads never does.
-    socket.end(`HTTP/1.1 ${status}\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`, () => socket.destroy());
+    socket.end(`HTTP/1.1 ${status}\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`, () =>
+      socket.destroy(),
+    );
     metrics?.datasourceRequests.inc({ endpoint: 'other', status: status.slice(0, 3) });
   });
 
@@ -358,6 +382,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
 export function parseListen(value: string): { host: string; port: number } {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(value);
   const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new RangeError(`listen address '${value}' must look like 127.0.0.1:8081, [::1]:8081 or :8081`);
+  if (!m || port > 65535)
+    throw new RangeError(`listen address '${value}' must look like 127.0.0.1:8081, [::1]:8081 or :8081`);
   return { host: m[1] ?? (m[2] || '0.0.0.0'), port };
 }

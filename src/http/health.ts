@@ -71,7 +71,12 @@ export function createEventLoopMonitor(options: HealthOptions = {}): EventLoopMo
         );
       }
       const maxLag = Math.max(0, ...blocks.map((b) => b.lagMs), now - maxLagAt.at <= windowMs ? maxLagAt.lagMs : 0);
-      return { healthy: reasons.length === 0, reasons, lastBeatAgoMs: Math.round(sinceBeat), maxLagMs: Math.round(maxLag) };
+      return {
+        healthy: reasons.length === 0,
+        reasons,
+        lastBeatAgoMs: Math.round(sinceBeat),
+        maxLagMs: Math.round(maxLag),
+      };
     },
     stop() {
       if (timer) clearInterval(timer);

@@ -36,7 +36,10 @@ export function formatTime(iso: string | undefined): string {
   if (!iso) return '—';
   const t = Date.parse(iso);
   if (Number.isNaN(t)) return iso;
-  return new Date(t).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  return new Date(t)
+    .toISOString()
+    .replace('T', ' ')
+    .replace(/\.\d+Z$/, 'Z');
 }
 
 // "3m ago", relative to the render time passed in (renderers take no clock).

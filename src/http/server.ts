@@ -59,10 +59,14 @@ export function parseListen(listen: string): { host: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$/.exec(listen.trim());
   const port = m ? Number(m[3]) : NaN;
   if (!m || !(port >= 0 && port <= 65535)) {
-    throw new VmseedError('CONFIG_INVALID', `--listen "${listen}" is not host:port (e.g. 0.0.0.0:8080, [::1]:8080, :8080); set --listen to an address and a port 0-65535`, {
-      kind: 'terminal',
-      field: 'listen',
-    });
+    throw new VmseedError(
+      'CONFIG_INVALID',
+      `--listen "${listen}" is not host:port (e.g. 0.0.0.0:8080, [::1]:8080, :8080); set --listen to an address and a port 0-65535`,
+      {
+        kind: 'terminal',
+        field: 'listen',
+      },
+    );
   }
   return { host: m[1] ?? (m[2] || '0.0.0.0'), port };
 }
@@ -119,11 +123,17 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   async function route(url: URL): Promise<Reply> {
     const path = url.pathname;
     if (!probes && (path === '/metrics' || path === '/healthz' || path === '/readyz')) {
-      return html(404, renderNotFoundPage(`no page at ${path} on the status listener; probes and /metrics are on --listen`));
+      return html(
+        404,
+        renderNotFoundPage(`no page at ${path} on the status listener; probes and /metrics are on --listen`),
+      );
     }
     if (!detail) {
       if (path !== '/metrics' && path !== '/healthz' && path !== '/readyz') {
-        return text(404, 'not served here: this listener has /healthz, /readyz and /metrics; the status pages are on --status-listen (loopback: use kubectl port-forward)\n');
+        return text(
+          404,
+          'not served here: this listener has /healthz, /readyz and /metrics; the status pages are on --status-listen (loopback: use kubectl port-forward)\n',
+        );
       }
     }
     if (path === '/metrics') {
@@ -145,13 +155,18 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
       }
       return r.ready
         ? text(200, 'ok\n')
-        : text(503, `not ready\n${(r.reasons.length ? r.reasons : ['no reason given']).map((x) => `- ${String(x).replace(/[\r\n]+/g, ' ')}\n`).join('')}`);
+        : text(
+            503,
+            `not ready\n${(r.reasons.length ? r.reasons : ['no reason given']).map((x) => `- ${String(x).replace(/[\r\n]+/g, ' ')}\n`).join('')}`,
+          );
     }
     const filter = parseStateFilter(url.searchParams.get('state'));
     // The list pages show why the agent is not ready: check now, so the
     // page is as fresh as /readyz (the result lands in the snapshot).
     if (path === '/status' || path === '/status/' || path === '/status.json') {
-      await withTimeout(status.readiness(), readinessTimeoutMs).catch((e: unknown) => log.warn({ err: safeErrorForLog(e) }, 'readiness check failed'));
+      await withTimeout(status.readiness(), readinessTimeoutMs).catch((e: unknown) =>
+        log.warn({ err: safeErrorForLog(e) }, 'readiness check failed'),
+      );
     }
     if (path === '/status' || path === '/status/') {
       return html(200, renderStatusPage(status.snapshot(), { now: now(), filter, refreshSeconds, probeLinks: probes }));
@@ -160,7 +175,12 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
       return json(200, statusJson(status.snapshot(), filter, now()));
     }
     if (path === '/') {
-      return { status: 302, type: 'text/plain; charset=utf-8', body: 'see /status\n', headers: { location: '/status' } };
+      return {
+        status: 302,
+        type: 'text/plain; charset=utf-8',
+        body: 'see /status\n',
+        headers: { location: '/status' },
+      };
     }
     const m = /^\/status\/([^/]+)\/([^/]+)\/?$/.exec(path);
     if (m) {
@@ -209,26 +229,35 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     res.end(method === 'HEAD' ? undefined : body);
     // The path only: query strings may carry tokens someone pasted.
     log.debug(
-      { method: method.slice(0, 16), path: (path || rawUrl.split('?')[0]).slice(0, 256), status: reply.status, ms: Math.round((performance.now() - started) * 10) / 10 },
+      {
+        method: method.slice(0, 16),
+        path: (path || rawUrl.split('?')[0]).slice(0, 256),
+        status: reply.status,
+        ms: Math.round((performance.now() - started) * 10) / 10,
+      },
       'http request',
     );
   }
 
   // Node checks the header and request timeouts every 30 s by default: long
   // enough for slow clients to hold every socket in between.
-  const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 30_000, headersTimeout: 10_000, connectionsCheckingInterval: 1000 }, (req, res) => {
-    handle(req, res).catch((e) => {
-      log.error({ err: safeErrorForLog(e) }, 'response failed');
-      res.destroy();
-    });
-  });
+  const server = createServer(
+    { maxHeaderSize: 16 * 1024, requestTimeout: 30_000, headersTimeout: 10_000, connectionsCheckingInterval: 1000 },
+    (req, res) => {
+      handle(req, res).catch((e) => {
+        log.error({ err: safeErrorForLog(e) }, 'response failed');
+        res.destroy();
+      });
+    },
+  );
   // One client (a pod flooding the probe port) must not starve the kubelet's
   // probes or Prometheus; browsers use about six connections.
   server.maxConnections = 1024;
   capConnectionsPerSource(server, options.maxConnectionsPerSource ?? 32);
   server.on('clientError', (_err, socket) => {
     // Destroyed once flushed: end() alone waits for a client that may never close.
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n', () => socket.destroy());
+    if (socket.writable)
+      socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n', () => socket.destroy());
     else socket.destroy();
   });
 
@@ -236,11 +265,15 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     const onError = (e: Error) => {
       monitor.stop();
       reject(
-        new VmseedError('CONFIG_INVALID', `cannot listen on ${options.listen}: ${(e as NodeJS.ErrnoException).code ?? e.message}; choose another --listen address`, {
-          kind: 'terminal',
-          field: 'listen',
-          cause: e,
-        }),
+        new VmseedError(
+          'CONFIG_INVALID',
+          `cannot listen on ${options.listen}: ${(e as NodeJS.ErrnoException).code ?? e.message}; choose another --listen address`,
+          {
+            kind: 'terminal',
+            field: 'listen',
+            cause: e,
+          },
+        ),
       );
     };
     server.once('error', onError);

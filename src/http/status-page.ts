@@ -3,7 +3,14 @@
 // snapshot object that carries anything more (a careless agent, a future
 // field) never leaks it, because projectSnapshot() copies field by field.
 import { createHash } from 'node:crypto';
-import type { AgentStatusSnapshot, RedirectStatus, StatusProblem, VmiState, VmiStatusRecord, WatchStatus } from '../agent/status-types.ts';
+import type {
+  AgentStatusSnapshot,
+  RedirectStatus,
+  StatusProblem,
+  VmiState,
+  VmiStatusRecord,
+  WatchStatus,
+} from '../agent/status-types.ts';
 import { esc, formatAgo, formatBytes, formatSeconds, formatTime } from './html.ts';
 import { renderLatencyChart } from './svg-chart.ts';
 
@@ -94,7 +101,13 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
     vmis: s.vmis.map(projectVmi),
     recentGenerations: s.recentGenerations.map((g) => ({ at: String(g.at), seconds: Number(g.seconds) })),
     ...(s.readiness
-      ? { readiness: { ready: Boolean(s.readiness.ready), reasons: (s.readiness.reasons ?? []).map(String), at: String(s.readiness.at) } }
+      ? {
+          readiness: {
+            ready: Boolean(s.readiness.ready),
+            reasons: (s.readiness.reasons ?? []).map(String),
+            at: String(s.readiness.at),
+          },
+        }
       : {}),
     ...(s.redirect ? { redirect: projectRedirect(s.redirect) } : {}),
   };
@@ -230,7 +243,9 @@ interface PageOptions {
 function page(o: PageOptions): string {
   // meta refresh reloads the same URL, query string included, so a state
   // filter survives the refresh without any script.
-  const refresh = o.refreshSeconds ? `<meta http-equiv="refresh" content="${Math.max(1, Math.floor(o.refreshSeconds))}">` : '';
+  const refresh = o.refreshSeconds
+    ? `<meta http-equiv="refresh" content="${Math.max(1, Math.floor(o.refreshSeconds))}">`
+    : '';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">${refresh}
 <title>${esc(o.title)}</title><link rel="icon" href="data:,"><style>${STYLE}</style></head>
@@ -319,7 +334,9 @@ function injectionCell(v: VmiStatusRecord): string {
 
 function seededAfterBootCell(v: VmiStatusRecord): string {
   if (!v.injection) return '<span class="muted">—</span>';
-  return v.injection.seededAfterBoot ? '<span class="badge b-warn" title="the guest may have booted without its seed">yes</span>' : 'no';
+  return v.injection.seededAfterBoot
+    ? '<span class="badge b-warn" title="the guest may have booted without its seed">yes</span>'
+    : 'no';
 }
 
 // Errors first: the row someone is looking for at 3 a.m. is at the top.
@@ -385,7 +402,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
 <div class="panels">${watchPanel(s.watch, s.queue, now)}${redirectPanel(s.redirect, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
-<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${options.probeLinks ?? true ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
+<footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${(options.probeLinks ?? true) ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({
     title: `${counts.error > 0 ? `(${counts.error} error) ` : ''}vmseed · ${s.nodeName}`,
     refreshSeconds: options.refreshSeconds,
@@ -394,7 +411,11 @@ ${table}
   });
 }
 
-export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRecord, options: StatusPageOptions): string {
+export function renderVmiPage(
+  snapshot: AgentStatusSnapshot,
+  record: VmiStatusRecord,
+  options: StatusPageOptions,
+): string {
   const s = projectSnapshot(snapshot);
   const v = projectVmi(record);
   const { now } = options;
@@ -402,22 +423,40 @@ export function renderVmiPage(snapshot: AgentStatusSnapshot, record: VmiStatusRe
   const row = (k: string, val: string) => `<tr><th>${esc(k)}</th><td>${val}</td></tr>`;
   const files = v.files?.length
     ? `<table class="vmis files"><thead><tr><th>file</th><th>size</th></tr></thead><tbody>${v.files
-        .map((f) => `<tr><td class="mono path">${esc(f.path)}</td><td class="num">${esc(formatBytes(f.size))}${f.size >= 1024 ? ` <span class="muted">(${esc(f.size)} B)</span>` : ''}</td></tr>`)
+        .map(
+          (f) =>
+            `<tr><td class="mono path">${esc(f.path)}</td><td class="num">${esc(formatBytes(f.size))}${f.size >= 1024 ? ` <span class="muted">(${esc(f.size)} B)</span>` : ''}</td></tr>`,
+        )
         .join('')}</tbody></table>`
     : '<div class="empty">no seed files recorded</div>';
   const fetchRows = Object.keys(v.lastFetch ?? {})
     .sort()
-    .map((k) => row(k, `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`));
+    .map((k) =>
+      row(
+        k,
+        `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`,
+      ),
+    );
   // The serial holds the seed's token: the page says how to get it, with
   // the key, instead of showing it to everyone who can read this page.
-  const fetches = v.servedOverHttp || fetchRows.length
-    ? `<section class="panel" id="nocloud-http"><h2>NoCloud over HTTP</h2><table class="kv">${
-        v.servedOverHttp
-          ? row('firmware serial', `<span class="muted">not shown (it holds the seed's token); print it with</span> <span class="mono serial">${esc(`vmseed seed-url ${v.namespace}/${v.name} --uid ${v.uid} --key-file KEYFILE`)}</span>`)
-          : ''
-      }${fetchRows.join('') || row('fetches', '<span class="muted">the guest has not fetched anything yet</span>')}</table></section>`
-    : '';
-  const problems = [v.lastError ? problemHtml(v.lastError, 'err') + `<div class="muted">at ${esc(formatTime(v.lastError.at))}${v.lastError.kind ? ` · ${esc(v.lastError.kind)}` : ''}</div>` : '', ...v.warnings.map((w) => problemHtml(w, 'warn'))].join('');
+  const fetches =
+    v.servedOverHttp || fetchRows.length
+      ? `<section class="panel" id="nocloud-http"><h2>NoCloud over HTTP</h2><table class="kv">${
+          v.servedOverHttp
+            ? row(
+                'firmware serial',
+                `<span class="muted">not shown (it holds the seed's token); print it with</span> <span class="mono serial">${esc(`vmseed seed-url ${v.namespace}/${v.name} --uid ${v.uid} --key-file KEYFILE`)}</span>`,
+              )
+            : ''
+        }${fetchRows.join('') || row('fetches', '<span class="muted">the guest has not fetched anything yet</span>')}</table></section>`
+      : '';
+  const problems = [
+    v.lastError
+      ? problemHtml(v.lastError, 'err') +
+        `<div class="muted">at ${esc(formatTime(v.lastError.at))}${v.lastError.kind ? ` · ${esc(v.lastError.kind)}` : ''}</div>`
+      : '',
+    ...v.warnings.map((w) => problemHtml(w, 'warn')),
+  ].join('');
   const body = `<p><a href="/status">← all VMIs</a></p>
 <h2><span class="ns">${esc(v.namespace)}/</span><span class="name">${esc(v.name)}</span> ${stateLabel(v.state)}</h2>
 ${problems ? `<section class="panel" id="problems"><h2>Problems</h2>${problems}</section><br>` : ''}
@@ -439,7 +478,12 @@ ${fetches}
 </div>
 <h3>Seed files</h3>
 ${files}`;
-  return page({ title: `${v.namespace}/${v.name} · vmseed`, refreshSeconds: options.refreshSeconds, header: headerFor(s, now), body });
+  return page({
+    title: `${v.namespace}/${v.name} · vmseed`,
+    refreshSeconds: options.refreshSeconds,
+    header: headerFor(s, now),
+    body,
+  });
 }
 
 export function renderNotFoundPage(what: string): string {

@@ -64,7 +64,13 @@ export interface LibvirtClient {
 }
 
 export function toDomainState(raw: string): DomainState {
-  return raw === 'running' || raw === 'blocked' ? 'running' : raw === 'paused' ? 'paused' : raw === 'shutoff' ? 'shutoff' : 'other';
+  return raw === 'running' || raw === 'blocked'
+    ? 'running'
+    : raw === 'paused'
+      ? 'paused'
+      : raw === 'shutoff'
+        ? 'shutoff'
+        : 'other';
 }
 
 export function versionString(v: bigint): string {

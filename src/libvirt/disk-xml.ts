@@ -58,12 +58,25 @@ export interface DomainXmlInfo {
 // (libvirt's libxml2 turns a literal tab or newline there into a space), as
 // references. Characters XML 1.0 cannot hold at all (other C0 controls,
 // U+FFFE/U+FFFF, lone surrogates) are refused rather than sent to libvirt.
-const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;', '\t': '&#9;', '\n': '&#10;', '\r': '&#13;' };
+const ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&apos;',
+  '\t': '&#9;',
+  '\n': '&#10;',
+  '\r': '&#13;',
+};
 function xmlValue(field: string, value: string): string {
   if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/.test(value) || !value.isWellFormed()) {
-    throw new VmseedError('CONFIG_INVALID', `seed disk ${field} holds a character XML cannot carry (a control character or a lone surrogate)${field === 'sourceFile' ? '; it is made of --state-dir, --publish-dir and --image-path-in-domain: keep them to plain paths' : ''}`, { field });
+    throw new VmseedError(
+      'CONFIG_INVALID',
+      `seed disk ${field} holds a character XML cannot carry (a control character or a lone surrogate)${field === 'sourceFile' ? '; it is made of --state-dir, --publish-dir and --image-path-in-domain: keep them to plain paths' : ''}`,
+      { field },
+    );
   }
-  return value.replace(/[&<>"'\t\n\r]/g, (c) => ESCAPES[c]!);
+  return value.replace(/[&<>"'\t\n\r]/g, (c) => ESCAPES[c]);
 }
 
 // virtio: a read-only virtio disk (PCI hot-plug). scsi: a read-only disk at
@@ -73,7 +86,11 @@ function xmlValue(field: string, value: string): string {
 export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   const alias = spec.alias ?? SEED_ALIAS;
   if (!/^ua-[a-zA-Z0-9_-]+$/.test(alias)) {
-    throw new VmseedError('CONFIG_INVALID', `disk alias '${alias}' must start with 'ua-' and use only [a-zA-Z0-9_-]; libvirt drops other aliases`, { field: 'alias' });
+    throw new VmseedError(
+      'CONFIG_INVALID',
+      `disk alias '${alias}' must start with 'ua-' and use only [a-zA-Z0-9_-]; libvirt drops other aliases`,
+      { field: 'alias' },
+    );
   }
   // Built as a string: this runs on every injection, where a general XML
   // builder's first calls cost a paused VM milliseconds.
@@ -89,7 +106,9 @@ export function buildSeedDiskXml(spec: SeedDiskSpec): string {
   const address = spec.address === undefined ? SEED_SCSI_ADDRESS : spec.address;
   if (spec.bus === 'scsi' && address !== null) {
     const at = (v: string) => xmlValue('address', v);
-    lines.push(`  <address type="drive" controller="${at(address.controller)}" bus="${at(address.bus)}" target="${at(address.target)}" unit="${at(address.unit)}"/>`);
+    lines.push(
+      `  <address type="drive" controller="${at(address.controller)}" bus="${at(address.bus)}" target="${at(address.target)}" unit="${at(address.unit)}"/>`,
+    );
   }
   lines.push('</disk>', '');
   return lines.join('\n');
@@ -124,7 +143,16 @@ export function parseDomainXml(xml: string): DomainXmlInfo {
           }
         } else if (depth === 2 && inDevices) {
           if (el === 'disk') {
-            disk = { type: a.type ?? 'file', device: a.device ?? 'disk', bus: '', targetDev: '', sourceFile: undefined, alias: undefined, serial: undefined, readonly: false };
+            disk = {
+              type: a.type ?? 'file',
+              device: a.device ?? 'disk',
+              bus: '',
+              targetDev: '',
+              sourceFile: undefined,
+              alias: undefined,
+              serial: undefined,
+              readonly: false,
+            };
             seen = new Set();
             disks.push(disk);
           } else if (el === 'controller' && a.type === 'scsi') {
@@ -137,11 +165,11 @@ export function parseDomainXml(xml: string): DomainXmlInfo {
           seen!.add(el);
           child = el;
           if (el === 'target') {
-            disk.bus = again ? '' : a.bus ?? '';
-            disk.targetDev = again ? '' : a.dev ?? '';
+            disk.bus = again ? '' : (a.bus ?? '');
+            disk.targetDev = again ? '' : (a.dev ?? '');
           } else if (el === 'source') {
             // file-backed disks use file=, block devices dev=.
-            disk.sourceFile = again ? undefined : a.file ?? a.dev;
+            disk.sourceFile = again ? undefined : (a.file ?? a.dev);
           } else if (el === 'alias') {
             disk.alias = again ? undefined : a.name;
           } else if (el === 'readonly') {
@@ -169,7 +197,10 @@ export function parseDomainXml(xml: string): DomainXmlInfo {
     });
   } catch (e) {
     if (e instanceof VmseedError) throw e;
-    throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned XML that does not parse; check the libvirt version', { kind: 'retryable', cause: e });
+    throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned XML that does not parse; check the libvirt version', {
+      kind: 'retryable',
+      cause: e,
+    });
   }
   if (!rootIsDomain) {
     throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned no <domain> element', { kind: 'retryable' });

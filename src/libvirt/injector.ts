@@ -5,14 +5,31 @@
 // so it can be repeated.
 import { domainFactsFromXml, type DomainFacts } from '../cloudinit/domain-devices.ts';
 import { VmseedError } from '../errors.ts';
-import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS, SEED_TARGETS, seedBusFor, type DomainDisk, type DomainXmlInfo, type SeedBus } from './disk-xml.ts';
+import {
+  buildSeedDiskXml,
+  parseDomainXml,
+  SEED_ALIAS,
+  SEED_TARGETS,
+  seedBusFor,
+  type DomainDisk,
+  type DomainXmlInfo,
+  type SeedBus,
+} from './disk-xml.ts';
 import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
 import type { ProcessSpawner } from './virsh.ts';
 import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { isPodUid } from './launcher-pod.ts';
-import { checkTemplate, encodeUriValue, IMAGE_PLACEHOLDERS, renderForTarget, renderTemplate, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
+import {
+  checkTemplate,
+  encodeUriValue,
+  IMAGE_PLACEHOLDERS,
+  renderForTarget,
+  renderTemplate,
+  TARGET_PLACEHOLDERS,
+  usesPodUID,
+} from './template.ts';
 
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 
@@ -74,7 +91,11 @@ export { renderTemplate };
 
 type Flag = '--live' | '--config';
 
-const deviceFlags = (flags: Flag[], timeoutMs: number) => ({ live: flags.includes('--live'), config: flags.includes('--config'), timeoutMs });
+const deviceFlags = (flags: Flag[], timeoutMs: number) => ({
+  live: flags.includes('--live'),
+  config: flags.includes('--config'),
+  timeoutMs,
+});
 
 interface DomainView {
   state: DomainState;
@@ -112,17 +133,23 @@ export class LibvirtInjector implements Injector {
     this.#publisher = options.publisher ?? identityPublisher;
     this.#bus = options.bus ?? 'virtio';
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {
-      throw new VmseedError('CONFIG_INVALID', `bus '${String(this.#bus)}' is not supported; use virtio or scsi (the only hot-pluggable ones)`, { field: 'bus' });
+      throw new VmseedError(
+        'CONFIG_INVALID',
+        `bus '${String(this.#bus)}' is not supported; use virtio or scsi (the only hot-pluggable ones)`,
+        { field: 'bus' },
+      );
     }
     this.#liveOnly = options.liveOnly ?? false;
     this.#legacy = (options.legacyAliases ?? []).filter((a) => a !== SEED_ALIAS);
     this.#timeoutMs = options.timeoutMs ?? 30_000;
-    this.#client = options.client ?? new VirshLibvirtClient({
-      virshPath: options.virshPath ?? 'virsh',
-      timeoutMs: this.#timeoutMs,
-      maxOutputBytes: options.maxOutputBytes ?? 4 * 1024 * 1024,
-      ...(options.spawner ? { spawner: options.spawner } : {}),
-    });
+    this.#client =
+      options.client ??
+      new VirshLibvirtClient({
+        virshPath: options.virshPath ?? 'virsh',
+        timeoutMs: this.#timeoutMs,
+        maxOutputBytes: options.maxOutputBytes ?? 4 * 1024 * 1024,
+        ...(options.spawner ? { spawner: options.spawner } : {}),
+      });
     this.#detachTimeoutMs = options.detachTimeoutMs ?? 20_000;
     this.#pollIntervalMs = options.pollIntervalMs ?? 100;
     this.#resume = options.resume ?? libvirtResume;
@@ -139,7 +166,10 @@ export class LibvirtInjector implements Injector {
 
   // `imagePath` is the published path (what the publisher returned).
   imagePathForDomain(target: InjectionTarget, imagePath: string): string {
-    return renderForTarget(this.#imagePathTemplate, target, { path: imagePath, basename: imagePath.split('/').pop() ?? imagePath });
+    return renderForTarget(this.#imagePathTemplate, target, {
+      path: imagePath,
+      basename: imagePath.split('/').pop() ?? imagePath,
+    });
   }
 
   get perPod(): boolean {
@@ -188,29 +218,33 @@ export class LibvirtInjector implements Injector {
     const domain = this.domainName(target);
     const uri = this.uri(target);
     let published = '';
-    return this.#serialize(`${uri}\0${domain}`, async () => {
-      // The copy into the launcher's volume and the read of the domain do
-      // not depend on each other. The read's requests go out first (they
-      // are written once the microtasks queued here have run), so libvirt
-      // works on them while the copy's synchronous file calls run. A
-      // failed copy does not wait for the read (with the launcher not up
-      // yet, its socket may not answer until the deadline); the read's
-      // answer is then dropped. Without a copy there is nothing to overlap,
-      // and the turn of the event loop would only add to the wait (a
-      // quarter of a millisecond, median, on an idle agent).
-      const viewing = this.#view(uri, domain);
-      viewing.catch(() => {});
-      if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
-      published = await this.#publisher.publish(target, imagePath);
-      return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
-    }, async () => {
-      // Both views of the domain name `published` now: older copies (an
-      // earlier seed's content-addressed name) are unused. Done after the
-      // caller has its answer, still before the domain's next change; a
-      // failure leaves a small stale file that unpublish() removes with
-      // the rest.
-      await this.#publisher.prune?.(target, published).catch(() => {});
-    });
+    return this.#serialize(
+      `${uri}\0${domain}`,
+      async () => {
+        // The copy into the launcher's volume and the read of the domain do
+        // not depend on each other. The read's requests go out first (they
+        // are written once the microtasks queued here have run), so libvirt
+        // works on them while the copy's synchronous file calls run. A
+        // failed copy does not wait for the read (with the launcher not up
+        // yet, its socket may not answer until the deadline); the read's
+        // answer is then dropped. Without a copy there is nothing to overlap,
+        // and the turn of the event loop would only add to the wait (a
+        // quarter of a millisecond, median, on an idle agent).
+        const viewing = this.#view(uri, domain);
+        viewing.catch(() => {});
+        if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
+        published = await this.#publisher.publish(target, imagePath);
+        return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
+      },
+      async () => {
+        // Both views of the domain name `published` now: older copies (an
+        // earlier seed's content-addressed name) are unused. Done after the
+        // caller has its answer, still before the domain's next change; a
+        // failure leaves a small stale file that unpublish() removes with
+        // the rest.
+        await this.#publisher.prune?.(target, published).catch(() => {});
+      },
+    );
   }
 
   // A migration target's launcher: the image at the path the migrated
@@ -236,7 +270,8 @@ export class LibvirtInjector implements Injector {
         const info = await this.#client.domainInfo(this.uri(t), this.domainName(t), { timeoutMs: this.#timeoutMs });
         if (info.state === 'running' || info.state === 'paused') active.push(pod);
       } catch (e) {
-        if (!(e instanceof VmseedError && (e.code === 'DOMAIN_NOT_FOUND' || e.code === 'LIBVIRT_UNREACHABLE'))) return undefined;
+        if (!(e instanceof VmseedError && (e.code === 'DOMAIN_NOT_FOUND' || e.code === 'LIBVIRT_UNREACHABLE')))
+          return undefined;
       }
     }
     return active;
@@ -246,9 +281,15 @@ export class LibvirtInjector implements Injector {
   // time changes disks, never interfaces' or host devices' addresses.
   async domainDevices(target: InjectionTarget): Promise<DomainFacts> {
     const domain = this.domainName(target);
-    const facts = domainFactsFromXml(await this.#client.domainXml(this.uri(target), domain, { timeoutMs: this.#timeoutMs }));
+    const facts = domainFactsFromXml(
+      await this.#client.domainXml(this.uri(target), domain, { timeoutMs: this.#timeoutMs }),
+    );
     if (!facts) {
-      throw new VmseedError('LIBVIRT_FAILED', `libvirt returned no <domain> XML for ${domain} (or more than 1 MiB); check the libvirt version; will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'LIBVIRT_FAILED',
+        `libvirt returned no <domain> XML for ${domain} (or more than 1 MiB); check the libvirt version; will retry`,
+        { kind: 'retryable' },
+      );
     }
     return facts;
   }
@@ -260,7 +301,16 @@ export class LibvirtInjector implements Injector {
     target = { ...target, launcherPods: pods };
     // No launcher pod on this node any more: its libvirt, its domain and
     // its volumes (with our published copy) went with it.
-    if (this.perPod && pods.length === 0) return { action: 'none', domain: renderTemplate(this.#domainTemplate, { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource }) };
+    if (this.perPod && pods.length === 0)
+      return {
+        action: 'none',
+        domain: renderTemplate(this.#domainTemplate, {
+          namespace: target.namespace,
+          name: target.name,
+          uid: target.uid,
+          datasource: target.datasource,
+        }),
+      };
     if (!this.perPod || pods.length === 1) return this.#ejectOne(target);
     // A migration left copies in several pods here: each one separately.
     let result: EjectionResult | undefined;
@@ -294,12 +344,17 @@ export class LibvirtInjector implements Injector {
     const v = await this.#client.domainView(uri, domain, { timeoutMs: this.#timeoutMs, inactive: !this.#liveOnly });
     const active = v.info.state === 'running' || v.info.state === 'paused';
     const liveXml = active ? parseDomainXml(v.liveXml) : undefined;
-    const configXml = v.info.persistent && !this.#liveOnly && v.inactiveXml !== undefined ? parseDomainXml(v.inactiveXml) : undefined;
+    const configXml =
+      v.info.persistent && !this.#liveOnly && v.inactiveXml !== undefined ? parseDomainXml(v.inactiveXml) : undefined;
     // The RPC client addresses a domain by a handle it remembers (its UUID);
     // a domain renamed a moment ago is not the one we were asked for.
     const named = (liveXml ?? configXml)?.name;
     if (named !== undefined && named !== domain) {
-      throw new VmseedError('DOMAIN_NOT_FOUND', `libvirt answered for domain '${named}' when asked for '${domain}' (renamed just now?); will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'DOMAIN_NOT_FOUND',
+        `libvirt answered for domain '${named}' when asked for '${domain}' (renamed just now?); will retry`,
+        { kind: 'retryable' },
+      );
     }
     return {
       state: v.info.state,
@@ -319,12 +374,26 @@ export class LibvirtInjector implements Injector {
     return d.alias !== undefined && this.#legacy.includes(d.alias);
   }
 
-  async #inject(target: InjectionTarget, domain: string, uri: string, source: string, view: DomainView): Promise<InjectionResult> {
+  async #inject(
+    target: InjectionTarget,
+    domain: string,
+    uri: string,
+    source: string,
+    view: DomainView,
+  ): Promise<InjectionResult> {
     if (view.state === 'other') {
-      throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is ${view.rawState}, neither running, paused nor shut off (e.g. shutting down or crashed); will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'DOMAIN_STATE_UNSUPPORTED',
+        `domain '${domain}' is ${view.rawState}, neither running, paused nor shut off (e.g. shutting down or crashed); will retry`,
+        { kind: 'retryable' },
+      );
     }
     if (this.#liveOnly && !view.live) {
-      throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', `domain '${domain}' is not running; the seed is attached to the running domain only (never to its persistent config, which KubeVirt owns); will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'DOMAIN_STATE_UNSUPPORTED',
+        `domain '${domain}' is not running; the seed is attached to the running domain only (never to its persistent config, which KubeVirt owns); will retry`,
+        { kind: 'retryable' },
+      );
     }
     const views: Array<{ flag: Flag; disks: DomainDisk[] }> = [];
     if (view.live) views.push({ flag: '--live', disks: view.live });
@@ -338,7 +407,11 @@ export class LibvirtInjector implements Injector {
     for (const v of views) {
       const holder = v.disks.find((d) => d.targetDev === targetDev && !this.#isOurs(d));
       if (holder) {
-        throw new VmseedError('TARGET_IN_USE', `domain '${domain}' already has a disk on ${targetDev} (alias ${holder.alias ?? 'none'}) that is not vmseed's; vmseed attaches its seed only there and leaves that disk alone: free ${targetDev} or choose the other --disk-bus`, { kind: 'terminal', field: 'bus' });
+        throw new VmseedError(
+          'TARGET_IN_USE',
+          `domain '${domain}' already has a disk on ${targetDev} (alias ${holder.alias ?? 'none'}) that is not vmseed's; vmseed attaches its seed only there and leaves that disk alone: free ${targetDev} or choose the other --disk-bus`,
+          { kind: 'terminal', field: 'bus' },
+        );
       }
     }
 
@@ -347,7 +420,8 @@ export class LibvirtInjector implements Injector {
     const missing: Flag[] = [];
     for (const v of views) {
       const ours = v.disks.filter((d) => this.#isOurs(d));
-      for (const d of [...ours.filter((d) => !wanted(d)), ...v.disks.filter((d) => this.#isLegacy(d))]) stale.push({ flag: v.flag, disk: d });
+      for (const d of [...ours.filter((d) => !wanted(d)), ...v.disks.filter((d) => this.#isLegacy(d))])
+        stale.push({ flag: v.flag, disk: d });
       if (!ours.some(wanted)) missing.push(v.flag);
     }
 
@@ -391,7 +465,10 @@ export class LibvirtInjector implements Injector {
       throw e;
     }
     const found: Array<{ flag: Flag; disk: DomainDisk }> = [];
-    for (const [flag, disks] of [['--live', view.live], ['--config', view.config]] as const) {
+    for (const [flag, disks] of [
+      ['--live', view.live],
+      ['--config', view.config],
+    ] as const) {
       for (const d of disks ?? []) if (this.#isOurs(d) || this.#isLegacy(d)) found.push({ flag, disk: d });
     }
     if (found.length === 0) return { action: 'none', domain };
@@ -407,11 +484,18 @@ export class LibvirtInjector implements Injector {
     const aliases = new Set(where.filter((w) => w.flag === '--live').map((w) => w.disk.alias ?? SEED_ALIAS));
     // Listening before the detach: a SCSI disk's event can come before
     // libvirt's answer to it.
-    const removal = aliases.size > 0 && this.#client.supportsEvents ? new RemovalWait(this.#client, uri, domain, aliases) : undefined;
+    const removal =
+      aliases.size > 0 && this.#client.supportsEvents ? new RemovalWait(this.#client, uri, domain, aliases) : undefined;
     try {
       for (const { flag, disk } of where) {
         // Matched by libvirt on the target dev; the alias names our disk.
-        const xml = buildSeedDiskXml({ sourceFile: disk.sourceFile ?? '', targetDev: disk.targetDev, bus: disk.bus === 'scsi' ? 'scsi' : 'virtio', alias: disk.alias ?? SEED_ALIAS, address: null });
+        const xml = buildSeedDiskXml({
+          sourceFile: disk.sourceFile ?? '',
+          targetDev: disk.targetDev,
+          bus: disk.bus === 'scsi' ? 'scsi' : 'virtio',
+          alias: disk.alias ?? SEED_ALIAS,
+          address: null,
+        });
         try {
           await this.#client.detachDevice(uri, domain, xml, deviceFlags([flag], this.#timeoutMs));
         } catch (e) {
@@ -435,7 +519,11 @@ export class LibvirtInjector implements Injector {
           await this.#sleep(this.#pollIntervalMs);
         }
       }
-      throw new VmseedError('DETACH_TIMEOUT', `seed disk still on domain '${domain}' ${this.#detachTimeoutMs} ms after detach-device; the guest did not release it (no ACPI hot-unplug support, or paused); will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'DETACH_TIMEOUT',
+        `seed disk still on domain '${domain}' ${this.#detachTimeoutMs} ms after detach-device; the guest did not release it (no ACPI hot-unplug support, or paused); will retry`,
+        { kind: 'retryable' },
+      );
     } finally {
       removal?.stop();
     }
@@ -467,7 +555,10 @@ class RemovalWait {
       if (e.uri !== uri) return;
       if (e.type === 'device-removed' && e.domain === domain && this.#pending.delete(e.alias)) {
         if (this.#pending.size === 0) this.#wake?.('removed');
-      } else if ((e.type === 'connection' && e.state === 'up') || (e.type === 'lifecycle' && e.domain === domain && (e.event === 'undefined' || e.event === 'stopped'))) {
+      } else if (
+        (e.type === 'connection' && e.state === 'up') ||
+        (e.type === 'lifecycle' && e.domain === domain && (e.event === 'undefined' || e.event === 'stopped'))
+      ) {
         this.#reconnected = true;
         this.#wake?.('reconnected');
       }
@@ -516,12 +607,19 @@ export function parseDominfo(out: string): { state: DomainState; persistent: boo
   const rawState = fields.get('State');
   const persistent = fields.get('Persistent');
   if (rawState === undefined || persistent === undefined) {
-    throw new VmseedError('VIRSH_FAILED', 'virsh dominfo printed no State/Persistent lines; check the libvirt version', { kind: 'retryable' });
+    throw new VmseedError(
+      'VIRSH_FAILED',
+      'virsh dominfo printed no State/Persistent lines; check the libvirt version',
+      { kind: 'retryable' },
+    );
   }
   const state: DomainState =
-    rawState === 'running' || rawState === 'idle' ? 'running'
-      : rawState === 'paused' ? 'paused'
-        : rawState === 'shut off' ? 'shutoff'
+    rawState === 'running' || rawState === 'idle'
+      ? 'running'
+      : rawState === 'paused'
+        ? 'paused'
+        : rawState === 'shut off'
+          ? 'shutoff'
           : 'other';
   return { state, persistent: persistent === 'yes' };
 }

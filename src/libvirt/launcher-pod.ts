@@ -36,7 +36,8 @@ function invalid(target: { namespace: string; name: string }, why: string): Vmse
 
 // Every pod UID of this node checked before any is used in a path.
 export function checkLauncherPods(target: { namespace: string; name: string }, pods: readonly string[]): void {
-  if (pods.length > MAX_ACTIVE_PODS) throw invalid(target, `names ${pods.length} pods on this node (at most ${MAX_ACTIVE_PODS})`);
+  if (pods.length > MAX_ACTIVE_PODS)
+    throw invalid(target, `names ${pods.length} pods on this node (at most ${MAX_ACTIVE_PODS})`);
   for (const p of pods) {
     if (!isPodUid(p)) throw invalid(target, `holds '${p.slice(0, 64)}', which is not a pod UID`);
   }
@@ -46,7 +47,7 @@ export function checkLauncherPods(target: { namespace: string; name: string }, p
 export function launcherPodOf(target: InjectionTarget): string {
   const pods = target.launcherPods ?? [];
   checkLauncherPods(target, pods);
-  if (pods.length === 1) return pods[0]!;
+  if (pods.length === 1) return pods[0];
   const vmi = `${target.namespace}/${target.name}`;
   if (pods.length === 0) {
     throw new VmseedError(
@@ -78,7 +79,7 @@ export function migrationStateOf(status: unknown): MigrationState | undefined {
   const m = (status as { migrationState?: unknown } | undefined)?.migrationState;
   if (m === null || typeof m !== 'object') return undefined;
   const o = m as Record<string, unknown>;
-  const str = (k: string) => (typeof o[k] === 'string' && o[k] !== '' ? (o[k] as string) : undefined);
+  const str = (k: string) => (typeof o[k] === 'string' && o[k] !== '' ? o[k] : undefined);
   const out: MigrationState = { completed: o.completed === true, failed: o.failed === true };
   for (const k of ['targetNode', 'targetPod', 'sourceNode', 'sourcePod', 'startTimestamp', 'endTimestamp'] as const) {
     const v = str(k);
@@ -135,11 +136,14 @@ export async function planLaunchers(
     // is the source and is left alone. A source we do not remember (after a
     // restart) gets a publish at most: identical bytes are kept and nothing
     // is pruned while staging.
-    const source = migration.sourceNode === nodeName && memory.attachedPod && pods.includes(memory.attachedPod) ? memory.attachedPod : undefined;
+    const source =
+      migration.sourceNode === nodeName && memory.attachedPod && pods.includes(memory.attachedPod)
+        ? memory.attachedPod
+        : undefined;
     return { stageIn: pods.filter((p) => p !== source), releaseFrom: gone, receiving: true };
   }
   if (pods.length <= 1) {
-    return { stageIn: [], releaseFrom: gone, receiving: false, ...(pods.length === 1 ? { attachTo: pods[0]! } : {}) };
+    return { stageIn: [], releaseFrom: gone, receiving: false, ...(pods.length === 1 ? { attachTo: pods[0] } : {}) };
   }
   // Several pods here and no migration in progress: one has just finished
   // (a same-node migration's source pod not yet deleted) or failed (its
@@ -157,5 +161,10 @@ export async function planLaunchers(
     // findVirtlauncherUID): rather than guess, retry until it settles.
     launcherPodOf({ ...target, uid: '', datasource: 'nocloud', annotations: {}, launcherPods: pods });
   }
-  return { attachTo: current!, stageIn: [], releaseFrom: [...gone, ...pods.filter((p) => p !== current)], receiving: false };
+  return {
+    attachTo: current!,
+    stageIn: [],
+    releaseFrom: [...gone, ...pods.filter((p) => p !== current)],
+    receiving: false,
+  };
 }

@@ -81,7 +81,11 @@ function errCode(e: unknown): string | undefined {
 const gone = (e: unknown) => errCode(e) === 'ENOENT' || errCode(e) === 'ENOTDIR';
 
 function unsafe(path: string, what: string): VmseedError {
-  return new VmseedError('STORE_UNSAFE_PATH', `${path} ${what}; vmseed follows no symlink and writes only into a directory it can verify: remove it (the launcher pod's volume is writable from inside the pod)`, { kind: 'terminal', field: 'publishDir' });
+  return new VmseedError(
+    'STORE_UNSAFE_PATH',
+    `${path} ${what}; vmseed follows no symlink and writes only into a directory it can verify: remove it (the launcher pod's volume is writable from inside the pod)`,
+    { kind: 'terminal', field: 'publishDir' },
+  );
 }
 
 // Publishing is a few small file calls (open the volume and our directory,
@@ -142,7 +146,10 @@ function openDir(path: string, at: string = path): HeldDir | undefined {
 
 function failed(what: string, e: unknown): VmseedError {
   if (e instanceof VmseedError) return e;
-  return new VmseedError('SEED_PUBLISH_FAILED', `${what}: ${errCode(e) ?? 'I/O error'}; will retry`, { kind: 'retryable', cause: e });
+  return new VmseedError('SEED_PUBLISH_FAILED', `${what}: ${errCode(e) ?? 'I/O error'}; will retry`, {
+    kind: 'retryable',
+    cause: e,
+  });
 }
 
 // Opens a regular file for reading without following a symlink or blocking
@@ -183,7 +190,12 @@ function readImage(path: string, max: number): Uint8Array | undefined {
   const f = openRegular(path);
   if (!f) return undefined;
   try {
-    if (f.size > max) throw new VmseedError('SEED_PUBLISH_FAILED', `${path} is ${f.size} bytes, more than the ${max} a seed image may have`, { kind: 'terminal' });
+    if (f.size > max)
+      throw new VmseedError(
+        'SEED_PUBLISH_FAILED',
+        `${path} is ${f.size} bytes, more than the ${max} a seed image may have`,
+        { kind: 'terminal' },
+      );
     return readAll(f.fd, f.size);
   } finally {
     closeQuietly(f.fd);
@@ -215,7 +227,9 @@ export class DirPublisher implements ImagePublisher {
   constructor(options: DirPublisherOptions) {
     checkTemplate('publishDir', options.dirTemplate, TARGET_PLACEHOLDERS);
     if (options.subdir !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(options.subdir)) {
-      throw new VmseedError('CONFIG_INVALID', `publish subdirectory '${options.subdir}' must be one plain name`, { field: 'publishDir' });
+      throw new VmseedError('CONFIG_INVALID', `publish subdirectory '${options.subdir}' must be one plain name`, {
+        field: 'publishDir',
+      });
     }
     this.perPod = usesPodUID(options.dirTemplate);
     this.#dirTemplate = options.dirTemplate;
@@ -238,7 +252,11 @@ export class DirPublisher implements ImagePublisher {
     const volume = openDir(base);
     if (!volume) {
       if (!create) return undefined;
-      throw new VmseedError('SEED_PUBLISH_FAILED', `publish directory ${base} does not exist (launcher pod not started yet, or check --publish-dir / --pods-dir and that the kubelet pods directory is mounted); will retry`, { kind: 'retryable', field: 'publishDir' });
+      throw new VmseedError(
+        'SEED_PUBLISH_FAILED',
+        `publish directory ${base} does not exist (launcher pod not started yet, or check --publish-dir / --pods-dir and that the kubelet pods directory is mounted); will retry`,
+        { kind: 'retryable', field: 'publishDir' },
+      );
     }
     if (!this.#subdir) return volume;
     const path = join(base, this.#subdir);
@@ -274,13 +292,21 @@ export class DirPublisher implements ImagePublisher {
   async publish(target: InjectionTarget, imagePath: string): Promise<string> {
     const name = PREFIX + basename(imagePath);
     if (!OURS_RE.test(name)) {
-      throw new VmseedError('INTERNAL', `image ${basename(imagePath)} does not have a store image name; refusing to publish it`, { kind: 'terminal' });
+      throw new VmseedError(
+        'INTERNAL',
+        `image ${basename(imagePath)} does not have a store image name; refusing to publish it`,
+        { kind: 'terminal' },
+      );
     }
     const dir = this.#ours(target, true)!;
     const dest = join(dir.path, name);
     try {
       const bytes = readImage(imagePath, this.#maxBytes);
-      if (!bytes) throw failed(`cannot read the seed image ${imagePath}`, Object.assign(new Error('not a regular file'), { code: 'ENOENT' }));
+      if (!bytes)
+        throw failed(
+          `cannot read the seed image ${imagePath}`,
+          Object.assign(new Error('not a regular file'), { code: 'ENOENT' }),
+        );
       // Identical (the name says so, the bytes confirm): keep the file.
       if (holds(dir.at(name), bytes)) return dest;
       const tmp = `.${name}.vmseed-tmp-${randomBytes(6).toString('hex')}`;
@@ -340,7 +366,7 @@ export class DirPublisher implements ImagePublisher {
       const names: string[] = [];
       const listing = await fs.opendir(dir.at('.')).catch((e) => {
         if (gone(e)) return undefined;
-        throw failed(`cannot list ${dir!.path}`, e);
+        throw failed(`cannot list ${dir.path}`, e);
       });
       if (listing) {
         let seen = 0;
@@ -353,7 +379,7 @@ export class DirPublisher implements ImagePublisher {
         const st = await fs.lstat(dir.at(n)).catch(() => undefined);
         if (!st || st.isDirectory()) continue;
         await fs.unlink(dir.at(n)).catch((e) => {
-          if (!gone(e)) throw failed(`cannot remove the seed image from ${dir!.path}`, e);
+          if (!gone(e)) throw failed(`cannot remove the seed image from ${dir.path}`, e);
         });
       }
     } finally {

@@ -2,7 +2,17 @@
 // socket per URI (ConnectionManager), domain events. At most one mutation
 // per domain is in flight; reads are not serialized.
 import { VmseedError, cancelledError } from '../errors.ts';
-import { toDomainState, versionString, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type ViewOptions, type LibvirtEvent } from './client.ts';
+import {
+  toDomainState,
+  versionString,
+  type CallOptions,
+  type DeviceFlags,
+  type DomainInfo,
+  type DomainView,
+  type LibvirtClient,
+  type ViewOptions,
+  type LibvirtEvent,
+} from './client.ts';
 import { now } from './rpc/connection.ts';
 import { ConnectionManager, type ConnectionManagerOptions } from './rpc/manager.ts';
 import { AFFECT_CONFIG, AFFECT_LIVE, XML_INACTIVE } from './rpc/protocol.ts';
@@ -47,7 +57,9 @@ export class RpcLibvirtClient implements LibvirtClient {
     return new Promise<T>((resolve, reject) => {
       const onAbort = () => reject(cancelled());
       signal.addEventListener('abort', onAbort, { once: true });
-      call().then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+      call()
+        .then(resolve, reject)
+        .finally(() => signal.removeEventListener('abort', onAbort));
     });
   }
 
@@ -59,7 +71,11 @@ export class RpcLibvirtClient implements LibvirtClient {
     return now() + (o?.timeoutMs ?? this.#timeoutMs);
   }
 
-  #read<T>(uri: string, o: CallOptions | undefined, fn: (s: RemoteSession, deadline: number) => Promise<T>): Promise<T> {
+  #read<T>(
+    uri: string,
+    o: CallOptions | undefined,
+    fn: (s: RemoteSession, deadline: number) => Promise<T>,
+  ): Promise<T> {
     return this.#cancellable(() => {
       const deadline = this.#deadline(o);
       return this.#manager.withSession(uri, { deadline, idempotent: true }, (s) => fn(s, deadline));
@@ -68,7 +84,12 @@ export class RpcLibvirtClient implements LibvirtClient {
 
   // Serialized per (uri, domain); the deadline starts when it is this
   // call's turn, so a queue does not eat it.
-  #mutate<T>(uri: string, domain: string, o: CallOptions | undefined, fn: (s: RemoteSession, deadline: number) => Promise<T>): Promise<T> {
+  #mutate<T>(
+    uri: string,
+    domain: string,
+    o: CallOptions | undefined,
+    fn: (s: RemoteSession, deadline: number) => Promise<T>,
+  ): Promise<T> {
     const key = `${uri}\0${domain}`;
     const run = () => {
       // Its turn came after the stop: not sent at all.
@@ -94,29 +115,39 @@ export class RpcLibvirtClient implements LibvirtClient {
 
   async domainInfo(uri: string, domain: string, o?: CallOptions): Promise<DomainInfo> {
     checkName(domain);
-    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, async (dom) => {
-      // Pipelined: one round trip's latency for both.
-      const [st, persistent] = await Promise.all([s.getState(dom, d), s.isPersistent(dom, d)]);
-      return { state: toDomainState(st.state), rawState: st.state, persistent };
-    }));
+    return this.#read(uri, o, (s, d) =>
+      s.withDomain(domain, d, async (dom) => {
+        // Pipelined: one round trip's latency for both.
+        const [st, persistent] = await Promise.all([s.getState(dom, d), s.isPersistent(dom, d)]);
+        return { state: toDomainState(st.state), rawState: st.state, persistent };
+      }),
+    );
   }
 
   async domainXml(uri: string, domain: string, o?: CallOptions & { inactive?: boolean }): Promise<string> {
     checkName(domain);
-    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, (dom) => s.getXmlDesc(dom, o?.inactive ? XML_INACTIVE : 0, d)));
+    return this.#read(uri, o, (s, d) =>
+      s.withDomain(domain, d, (dom) => s.getXmlDesc(dom, o?.inactive ? XML_INACTIVE : 0, d)),
+    );
   }
 
   async domainView(uri: string, domain: string, o?: ViewOptions): Promise<DomainView> {
     checkName(domain);
-    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, async (dom) => {
-      const [st, persistent, liveXml, inactiveXml] = await Promise.all([
-        s.getState(dom, d),
-        s.isPersistent(dom, d),
-        s.getXmlDesc(dom, 0, d),
-        o?.inactive === false ? undefined : s.getXmlDesc(dom, XML_INACTIVE, d),
-      ]);
-      return { info: { state: toDomainState(st.state), rawState: st.state, persistent }, liveXml, ...(inactiveXml !== undefined ? { inactiveXml } : {}) };
-    }));
+    return this.#read(uri, o, (s, d) =>
+      s.withDomain(domain, d, async (dom) => {
+        const [st, persistent, liveXml, inactiveXml] = await Promise.all([
+          s.getState(dom, d),
+          s.isPersistent(dom, d),
+          s.getXmlDesc(dom, 0, d),
+          o?.inactive === false ? undefined : s.getXmlDesc(dom, XML_INACTIVE, d),
+        ]);
+        return {
+          info: { state: toDomainState(st.state), rawState: st.state, persistent },
+          liveXml,
+          ...(inactiveXml !== undefined ? { inactiveXml } : {}),
+        };
+      }),
+    );
   }
 
   async attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
@@ -151,7 +182,11 @@ export class RpcLibvirtClient implements LibvirtClient {
 
 function checkName(domain: string): void {
   if (domain === '' || domain.length > DOMAIN_NAME_MAX || domain.includes('\0')) {
-    throw new VmseedError('CONFIG_INVALID', `domain name of ${domain.length} characters is empty, too long or has a NUL; check the domain name template`, { kind: 'terminal', field: 'domainTemplate' });
+    throw new VmseedError(
+      'CONFIG_INVALID',
+      `domain name of ${domain.length} characters is empty, too long or has a NUL; check the domain name template`,
+      { kind: 'terminal', field: 'domainTemplate' },
+    );
   }
 }
 

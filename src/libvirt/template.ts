@@ -12,8 +12,12 @@ export type TemplateVars = Partial<Record<(typeof IMAGE_PLACEHOLDERS)[number], s
 
 export function checkTemplate(field: string, template: string, allowed: readonly string[]): void {
   for (const m of template.matchAll(/\{([^}]*)\}/g)) {
-    if (!allowed.includes(m[1]!)) {
-      throw new VmseedError('CONFIG_INVALID', `${field} '${template}' uses unknown placeholder {${m[1]}}; allowed: ${allowed.map((a) => `{${a}}`).join(' ')}`, { field });
+    if (!allowed.includes(m[1])) {
+      throw new VmseedError(
+        'CONFIG_INVALID',
+        `${field} '${template}' uses unknown placeholder {${m[1]}}; allowed: ${allowed.map((a) => `{${a}}`).join(' ')}`,
+        { field },
+      );
     }
   }
 }
@@ -22,7 +26,11 @@ export function usesPodUID(template: string): boolean {
   return template.includes('{podUID}');
 }
 
-export function renderTemplate(template: string, vars: TemplateVars, encode: (value: string) => string = (v) => v): string {
+export function renderTemplate(
+  template: string,
+  vars: TemplateVars,
+  encode: (value: string) => string = (v) => v,
+): string {
   return template.replace(/\{([a-zA-Z]+)\}/g, (whole, key: string) => {
     const v = (vars as Record<string, string | undefined>)[key];
     return v === undefined ? whole : encode(v);
@@ -42,8 +50,19 @@ export function encodeUriValue(value: string): string {
 
 // {podUID} is resolved only when the template asks for it, so plain-libvirt
 // templates never depend on KubeVirt's status.
-export function renderForTarget(template: string, target: InjectionTarget, extra: TemplateVars = {}, encode?: (value: string) => string): string {
-  const vars: TemplateVars = { namespace: target.namespace, name: target.name, uid: target.uid, datasource: target.datasource, ...extra };
+export function renderForTarget(
+  template: string,
+  target: InjectionTarget,
+  extra: TemplateVars = {},
+  encode?: (value: string) => string,
+): string {
+  const vars: TemplateVars = {
+    namespace: target.namespace,
+    name: target.name,
+    uid: target.uid,
+    datasource: target.datasource,
+    ...extra,
+  };
   if (usesPodUID(template)) vars.podUID = launcherPodOf(target);
   return renderTemplate(template, vars, encode);
 }

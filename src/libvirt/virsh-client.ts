@@ -2,7 +2,16 @@
 // shell, process-group timeout, bounded output, classified errors). The
 // fallback that works with any libvirt virsh can reach; no events.
 import { VmseedError } from '../errors.ts';
-import { toDomainState, type CallOptions, type DeviceFlags, type DomainInfo, type DomainView, type LibvirtClient, type ViewOptions, type LibvirtEvent } from './client.ts';
+import {
+  toDomainState,
+  type CallOptions,
+  type DeviceFlags,
+  type DomainInfo,
+  type DomainView,
+  type LibvirtClient,
+  type ViewOptions,
+  type LibvirtEvent,
+} from './client.ts';
 import { Virsh, XML_FILE, type ProcessSpawner } from './virsh.ts';
 
 export interface VirshLibvirtClientOptions {
@@ -32,7 +41,11 @@ export function parseVirshDominfo(out: string): DomainInfo {
   const state = fields.get('State');
   const persistent = fields.get('Persistent');
   if (state === undefined || persistent === undefined) {
-    throw new VmseedError('VIRSH_FAILED', 'virsh dominfo printed no State/Persistent lines; check the libvirt version', { kind: 'retryable' });
+    throw new VmseedError(
+      'VIRSH_FAILED',
+      'virsh dominfo printed no State/Persistent lines; check the libvirt version',
+      { kind: 'retryable' },
+    );
   }
   const rawState = VIRSH_STATES[state] ?? 'unknown';
   return { state: toDomainState(rawState), rawState, persistent: persistent === 'yes' };
@@ -44,18 +57,32 @@ export class VirshLibvirtClient implements LibvirtClient {
   readonly #o: Required<Omit<VirshLibvirtClientOptions, 'spawner'>> & { spawner?: ProcessSpawner };
 
   constructor(o: VirshLibvirtClientOptions = {}) {
-    this.#o = { virshPath: o.virshPath ?? 'virsh', timeoutMs: o.timeoutMs ?? 30_000, maxOutputBytes: o.maxOutputBytes ?? 4 * 1024 * 1024, spawner: o.spawner };
+    this.#o = {
+      virshPath: o.virshPath ?? 'virsh',
+      timeoutMs: o.timeoutMs ?? 30_000,
+      maxOutputBytes: o.maxOutputBytes ?? 4 * 1024 * 1024,
+      spawner: o.spawner,
+    };
   }
 
   #virsh(uri: string, o?: CallOptions): Virsh {
-    return new Virsh({ virshPath: this.#o.virshPath, uri, timeoutMs: o?.timeoutMs ?? this.#o.timeoutMs, maxOutputBytes: this.#o.maxOutputBytes, spawner: this.#o.spawner });
+    return new Virsh({
+      virshPath: this.#o.virshPath,
+      uri,
+      timeoutMs: o?.timeoutMs ?? this.#o.timeoutMs,
+      maxOutputBytes: this.#o.maxOutputBytes,
+      spawner: this.#o.spawner,
+    });
   }
 
   async version(uri: string, o?: CallOptions): Promise<string> {
     const out = await this.#virsh(uri, o).run(['version']);
     // The daemon's line is missing when virsh talks to its own build.
     const m = /Running against daemon:\s*([\d.]+)/.exec(out) ?? /Using library: libvirt\s+([\d.]+)/.exec(out);
-    if (!m) throw new VmseedError('VIRSH_FAILED', 'virsh version printed no version; check the libvirt version', { kind: 'retryable' });
+    if (!m)
+      throw new VmseedError('VIRSH_FAILED', 'virsh version printed no version; check the libvirt version', {
+        kind: 'retryable',
+      });
     return m[1];
   }
 
@@ -106,6 +133,7 @@ export class VirshLibvirtClient implements LibvirtClient {
 }
 
 function flags(o: DeviceFlags): string[] {
-  if (!o.live && !o.config) throw new VmseedError('INTERNAL', 'device change with neither live nor config', { kind: 'terminal' });
+  if (!o.live && !o.config)
+    throw new VmseedError('INTERNAL', 'device change with neither live nor config', { kind: 'terminal' });
   return [...(o.live ? ['--live'] : []), ...(o.config ? ['--config'] : [])];
 }

@@ -42,7 +42,7 @@ export class NodeProcessSpawner implements ProcessSpawner {
         shell: false,
         detached: true,
         stdio: ['ignore', 'pipe', 'pipe'],
-        env: options.env as NodeJS.ProcessEnv | undefined,
+        env: options.env,
       });
       const out: Buffer[] = [];
       const err: Buffer[] = [];
@@ -52,7 +52,11 @@ export class NodeProcessSpawner implements ProcessSpawner {
       let settled = false;
       const killGroup = () => {
         if (child.pid === undefined) return;
-        try { process.kill(-child.pid, 'SIGKILL'); } catch { /* already gone */ }
+        try {
+          process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
       };
       const collect = (bucket: Buffer[]) => (chunk: Buffer) => {
         if (truncated) return;
@@ -64,8 +68,8 @@ export class NodeProcessSpawner implements ProcessSpawner {
         }
         bucket.push(chunk);
       };
-      child.stdout!.on('data', collect(out));
-      child.stderr!.on('data', collect(err));
+      child.stdout.on('data', collect(out));
+      child.stderr.on('data', collect(err));
       const timer = setTimeout(() => {
         timedOut = true;
         killGroup();
@@ -135,13 +139,48 @@ export interface VirshErrorRule {
 // docs/manpages/virsh.rst), each one checked as virsh 9.0 printed it. The RPC
 // client (rpc/errors.ts) matches libvirt's own messages with the same rules.
 export const VIRSH_ERROR_RULES: VirshErrorRule[] = [
-  { test: /failed to connect to the hypervisor|Failed to connect socket/, code: 'LIBVIRT_UNREACHABLE', kind: 'retryable', hint: 'libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry' },
-  { test: /failed to get domain '|Domain not found/, code: 'DOMAIN_NOT_FOUND', kind: 'retryable', hint: 'the domain is not defined yet; will retry' },
-  { test: /target '?\S+?'? duplicated|target \S+ already exists/, code: 'TARGET_IN_USE', kind: 'retryable', hint: 'another disk uses that target (or a detach is still pending); will retry' },
-  { test: /non unique alias detected/, code: 'ALIAS_IN_USE', kind: 'retryable', hint: 'a disk with our alias is already there (or a detach is still pending); will retry' },
-  { test: /Cannot access storage file/, code: 'SEED_FILE_NOT_ACCESSIBLE', kind: 'retryable', hint: 'libvirt cannot open the seed image; check the image path template and that the image directory is mounted where the domain runs' },
-  { test: /transient domains do not have any persistent config/, code: 'DOMAIN_TRANSIENT', kind: 'terminal', hint: 'the domain is transient; do not use --config on it' },
-  { test: /device not found|no device found with alias/, code: 'DEVICE_NOT_FOUND', kind: 'retryable', hint: 'the disk is not on the domain' },
+  {
+    test: /failed to connect to the hypervisor|Failed to connect socket/,
+    code: 'LIBVIRT_UNREACHABLE',
+    kind: 'retryable',
+    hint: 'libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry',
+  },
+  {
+    test: /failed to get domain '|Domain not found/,
+    code: 'DOMAIN_NOT_FOUND',
+    kind: 'retryable',
+    hint: 'the domain is not defined yet; will retry',
+  },
+  {
+    test: /target '?\S+?'? duplicated|target \S+ already exists/,
+    code: 'TARGET_IN_USE',
+    kind: 'retryable',
+    hint: 'another disk uses that target (or a detach is still pending); will retry',
+  },
+  {
+    test: /non unique alias detected/,
+    code: 'ALIAS_IN_USE',
+    kind: 'retryable',
+    hint: 'a disk with our alias is already there (or a detach is still pending); will retry',
+  },
+  {
+    test: /Cannot access storage file/,
+    code: 'SEED_FILE_NOT_ACCESSIBLE',
+    kind: 'retryable',
+    hint: 'libvirt cannot open the seed image; check the image path template and that the image directory is mounted where the domain runs',
+  },
+  {
+    test: /transient domains do not have any persistent config/,
+    code: 'DOMAIN_TRANSIENT',
+    kind: 'terminal',
+    hint: 'the domain is transient; do not use --config on it',
+  },
+  {
+    test: /device not found|no device found with alias/,
+    code: 'DEVICE_NOT_FOUND',
+    kind: 'retryable',
+    hint: 'the disk is not on the domain',
+  },
 ];
 
 export function errorLines(stderr: string): string[] {
@@ -156,7 +195,7 @@ export function errorLines(stderr: string): string[] {
 // device from X` first and libvirt's reason after it.
 export function classifyVirshError(stderr: string, command: string): VmseedError {
   const lines = errorLines(stderr);
-  const detail = (lines.length ? lines.join('; ') : stderr.trim().split('\n').pop() ?? '').slice(0, 500);
+  const detail = (lines.length ? lines.join('; ') : (stderr.trim().split('\n').pop() ?? '')).slice(0, 500);
   for (const line of [...lines].reverse()) {
     for (const r of VIRSH_ERROR_RULES) {
       if (r.test.test(line)) {
@@ -164,7 +203,11 @@ export function classifyVirshError(stderr: string, command: string): VmseedError
       }
     }
   }
-  return new VmseedError('VIRSH_FAILED', `virsh ${command} failed: ${detail || 'no error message'}; see the libvirtd log`, { kind: 'retryable' });
+  return new VmseedError(
+    'VIRSH_FAILED',
+    `virsh ${command} failed: ${detail || 'no error message'}; see the libvirtd log`,
+    { kind: 'retryable' },
+  );
 }
 
 export class Virsh {
@@ -185,7 +228,8 @@ export class Virsh {
   // Runs `virsh -c URI ARGS...`, returns stdout, throws a typed VmseedError.
   async run(args: readonly VirshArg[], options: VirshCallOptions = {}): Promise<string> {
     if (!args.includes(XML_FILE)) return this.#run(args as string[]);
-    if (options.xml === undefined) throw new VmseedError('INTERNAL', 'virsh call with XML_FILE but no xml', { kind: 'terminal' });
+    if (options.xml === undefined)
+      throw new VmseedError('INTERNAL', 'virsh call with XML_FILE but no xml', { kind: 'terminal' });
     // A private directory (0700) per call: no other user can swap the file.
     const dir = await mkdtemp(join(tmpdir(), 'vmseed-virsh-'));
     try {
@@ -206,13 +250,25 @@ export class Virsh {
       env: { ...process.env, LC_ALL: 'C', LANG: 'C' },
     });
     if (r.spawnError) {
-      throw new VmseedError('VIRSH_NOT_FOUND', `cannot run virsh at '${this.virshPath}' (${r.spawnError}); install libvirt-clients or fix --virsh-path`, { kind: 'terminal', field: 'virshPath' });
+      throw new VmseedError(
+        'VIRSH_NOT_FOUND',
+        `cannot run virsh at '${this.virshPath}' (${r.spawnError}); install libvirt-clients or fix --virsh-path`,
+        { kind: 'terminal', field: 'virshPath' },
+      );
     }
     if (r.timedOut) {
-      throw new VmseedError('VIRSH_TIMEOUT', `virsh ${command} did not finish within ${this.timeoutMs} ms and was killed; libvirtd may be stuck; will retry`, { kind: 'retryable' });
+      throw new VmseedError(
+        'VIRSH_TIMEOUT',
+        `virsh ${command} did not finish within ${this.timeoutMs} ms and was killed; libvirtd may be stuck; will retry`,
+        { kind: 'retryable' },
+      );
     }
     if (r.outputTruncated) {
-      throw new VmseedError('VIRSH_FAILED', `virsh ${command} wrote more than ${this.maxOutputBytes} bytes and was killed; raise the output limit`, { kind: 'retryable' });
+      throw new VmseedError(
+        'VIRSH_FAILED',
+        `virsh ${command} wrote more than ${this.maxOutputBytes} bytes and was killed; raise the output limit`,
+        { kind: 'retryable' },
+      );
     }
     if (r.exitCode !== 0) throw classifyVirshError(r.stderr, command);
     return r.stdout;

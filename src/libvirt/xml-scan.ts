@@ -23,7 +23,11 @@ const NAME = /[^\s=/>"'<]+/y;
 const WS = /\s*/y;
 
 function fail(what: string, at: number): never {
-  throw new VmseedError('VIRSH_FAILED', `libvirt returned domain XML that is not well-formed (${what} at offset ${at}); check the libvirt version`, { kind: 'retryable' });
+  throw new VmseedError(
+    'VIRSH_FAILED',
+    `libvirt returned domain XML that is not well-formed (${what} at offset ${at}); check the libvirt version`,
+    { kind: 'retryable' },
+  );
 }
 
 const ENTITIES: Record<string, string> = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" };
@@ -33,8 +37,13 @@ function decode(s: string, at: number): string {
   return s.replace(/&([^;&\s]*);?/g, (m, body: string) => {
     if (!m.endsWith(';')) fail('an unterminated entity reference', at);
     if (body in ENTITIES) return ENTITIES[body];
-    const code = /^#x[0-9a-fA-F]{1,6}$/.test(body) ? parseInt(body.slice(2), 16) : /^#[0-9]{1,7}$/.test(body) ? parseInt(body.slice(1), 10) : NaN;
-    if (!Number.isInteger(code) || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) fail(`an unknown entity '&${body};'`, at);
+    const code = /^#x[0-9a-fA-F]{1,6}$/.test(body)
+      ? parseInt(body.slice(2), 16)
+      : /^#[0-9]{1,7}$/.test(body)
+        ? parseInt(body.slice(1), 10)
+        : NaN;
+    if (!Number.isInteger(code) || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff))
+      fail(`an unknown entity '&${body};'`, at);
     return String.fromCodePoint(code);
   });
 }

@@ -41,7 +41,8 @@ export function createMetrics(options: MetricsOptions) {
     // prom-client exports these sums as gauges named *_total, which
     // `promtool check metrics` rejects (only counters end in _total); the
     // per-type series (vmseed_nodejs_active_handles{type}) carry the same.
-    for (const n of ['handles', 'requests', 'resources']) registry.removeSingleMetric(`vmseed_nodejs_active_${n}_total`);
+    for (const n of ['handles', 'requests', 'resources'])
+      registry.removeSingleMetric(`vmseed_nodejs_active_${n}_total`);
   }
   const registers = [registry];
 
@@ -94,7 +95,11 @@ export function createMetrics(options: MetricsOptions) {
       buckets: LATENCY_BUCKETS,
       registers,
     }),
-    queueRetries: new Counter({ name: 'vmseed_workqueue_retries_total', help: 'Keys requeued with backoff.', registers }),
+    queueRetries: new Counter({
+      name: 'vmseed_workqueue_retries_total',
+      help: 'Keys requeued with backoff.',
+      registers,
+    }),
     queueLongestRunning: new Gauge({
       name: 'vmseed_workqueue_longest_running_seconds',
       help: 'How long the longest reconcile in flight has been running.',
@@ -127,7 +132,12 @@ export function createMetrics(options: MetricsOptions) {
         if (w) this.set(w.synced && w.connected && !w.stale ? 1 : 0);
       },
     }),
-    vmis: new Gauge({ name: 'vmseed_vmis', help: 'VMIs of this node by state.', labelNames: ['state'] as const, registers }),
+    vmis: new Gauge({
+      name: 'vmseed_vmis',
+      help: 'VMIs of this node by state.',
+      labelNames: ['state'] as const,
+      registers,
+    }),
     imageBytes: new Histogram({
       name: 'vmseed_image_bytes',
       help: 'Size of written seed images.',

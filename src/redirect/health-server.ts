@@ -25,7 +25,11 @@ export async function startRedirectHealth(options: {
   const { keeper, metrics } = options;
   const server: Server = createServer({ requestTimeout: 10_000, headersTimeout: 5_000 }, (req, res) => {
     const send = (status: number, body: string, type = 'text/plain; charset=utf-8') => {
-      res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store', 'Content-Length': Buffer.byteLength(body) });
+      res.writeHead(status, {
+        'Content-Type': type,
+        'Cache-Control': 'no-store',
+        'Content-Length': Buffer.byteLength(body),
+      });
       res.end(req.method === 'HEAD' ? undefined : body);
     };
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, 'method not allowed\n');
@@ -35,7 +39,11 @@ export async function startRedirectHealth(options: {
       if ((req.headers.accept ?? '').includes('application/json')) {
         const body = keeper.inPlace
           ? { inPlace: true }
-          : { inPlace: false, reason: keeper.reason, ...(keeper.lastError ? { message: keeper.lastError.slice(0, MESSAGE_MAX) } : {}) };
+          : {
+              inPlace: false,
+              reason: keeper.reason,
+              ...(keeper.lastError ? { message: keeper.lastError.slice(0, MESSAGE_MAX) } : {}),
+            };
         return send(keeper.inPlace ? 200 : 503, `${JSON.stringify(body)}\n`, 'application/json');
       }
       if (keeper.inPlace) return send(200, 'redirect in place\n');

@@ -28,7 +28,7 @@ export function execNft(options: { binary?: string; prefix?: string[]; timeoutMs
     run(args, stdin) {
       const argv = [...prefix, binary, ...args];
       return new Promise((resolve) => {
-        const child = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], timeout: timeoutMs });
+        const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], timeout: timeoutMs });
         let stdout = '';
         let stderr = '';
         // Bounded: a ruleset listing of our one table is a few kilobytes.
@@ -38,7 +38,9 @@ export function execNft(options: { binary?: string; prefix?: string[]; timeoutMs
         child.stderr.on('data', (c: Buffer) => {
           if (stderr.length < 64_000) stderr += c.toString('utf8');
         });
-        child.on('error', (e: NodeJS.ErrnoException) => resolve({ code: e.code === 'ENOENT' ? 127 : 1, stdout, stderr: `${argv[0]}: ${e.message}` }));
+        child.on('error', (e: NodeJS.ErrnoException) =>
+          resolve({ code: e.code === 'ENOENT' ? 127 : 1, stdout, stderr: `${argv[0]}: ${e.message}` }),
+        );
         child.on('close', (code, signal) => resolve({ code: code ?? (signal ? 128 : 1), stdout, stderr }));
         child.stdin.on('error', () => {});
         child.stdin.end(stdin ?? '');
@@ -104,7 +106,10 @@ export class RedirectKeeper {
       );
     }
     this.#o.metrics?.applies.inc({ reason });
-    this.#log.info({ reason, table: this.#o.spec.table, to: `${this.#o.spec.to.host}:${this.#o.spec.to.port}` }, 'redirect applied');
+    this.#log.info(
+      { reason, table: this.#o.spec.table, to: `${this.#o.spec.to.host}:${this.#o.spec.to.port}` },
+      'redirect applied',
+    );
   }
 
   async check(): Promise<boolean> {
@@ -124,7 +129,8 @@ export class RedirectKeeper {
         this.#lastError = undefined;
         return;
       }
-      if (reason === 'missing') this.#log.warn({ table: this.#o.spec.table }, 'redirect not in place (flushed or replaced); re-applying');
+      if (reason === 'missing')
+        this.#log.warn({ table: this.#o.spec.table }, 'redirect not in place (flushed or replaced); re-applying');
       await this.apply(reason);
       await this.check();
       this.#lastError = this.#inPlace ? undefined : 'the redirect rule was loaded but is not listed';
@@ -163,10 +169,14 @@ export class RedirectKeeper {
     this.#reason = 'stopped';
     if (r.code !== 0) {
       this.#o.metrics?.errors.inc({ operation: 'remove' });
-      throw new VmseedError('REDIRECT_APPLY_FAILED', `nft could not remove table ip ${this.#o.spec.table} (exit ${r.code}): ${r.stderr.trim().slice(0, 300)}`, {
-        kind: 'retryable',
-        field: 'redirect',
-      });
+      throw new VmseedError(
+        'REDIRECT_APPLY_FAILED',
+        `nft could not remove table ip ${this.#o.spec.table} (exit ${r.code}): ${r.stderr.trim().slice(0, 300)}`,
+        {
+          kind: 'retryable',
+          field: 'redirect',
+        },
+      );
     }
     this.#log.info({ table: this.#o.spec.table }, 'redirect removed');
   }

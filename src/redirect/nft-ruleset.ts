@@ -41,15 +41,32 @@ function invalid(field: string, message: string): VmseedError {
 // Everything that goes into the ruleset text is checked here, so nothing
 // can be injected into nft's input language through a flag.
 export function checkSpec(spec: RedirectSpec): RedirectSpec {
-  if (!NAME_RE.test(spec.table)) throw invalid('table', `table name '${spec.table}' must be letters, digits, _ or - (at most 31), starting with a letter`);
-  if (!isIPv4(spec.to.host)) throw invalid('to', `redirect target '${spec.to.host}' must be an IPv4 address (the node's address the datasource listens on)`);
-  if (!isIPv4(spec.metadata.address)) throw invalid('metadata-address', `metadata address '${spec.metadata.address}' must be an IPv4 address`);
-  for (const [field, port] of [['to', spec.to.port], ['metadata-port', spec.metadata.port]] as const) {
+  if (!NAME_RE.test(spec.table))
+    throw invalid(
+      'table',
+      `table name '${spec.table}' must be letters, digits, _ or - (at most 31), starting with a letter`,
+    );
+  if (!isIPv4(spec.to.host))
+    throw invalid(
+      'to',
+      `redirect target '${spec.to.host}' must be an IPv4 address (the node's address the datasource listens on)`,
+    );
+  if (!isIPv4(spec.metadata.address))
+    throw invalid('metadata-address', `metadata address '${spec.metadata.address}' must be an IPv4 address`);
+  for (const [field, port] of [
+    ['to', spec.to.port],
+    ['metadata-port', spec.metadata.port],
+  ] as const) {
     if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(field, `port ${port} must be 1-65535`);
   }
-  if (spec.podInterfaces.length === 0 || spec.podInterfaces.length > 32) throw invalid('pod-interface', 'give between 1 and 32 --pod-interface patterns');
+  if (spec.podInterfaces.length === 0 || spec.podInterfaces.length > 32)
+    throw invalid('pod-interface', 'give between 1 and 32 --pod-interface patterns');
   for (const p of spec.podInterfaces) {
-    if (!IFACE_RE.test(p)) throw invalid('pod-interface', `interface pattern '${p}' must be an interface name (at most 15 characters) with an optional trailing *`);
+    if (!IFACE_RE.test(p))
+      throw invalid(
+        'pod-interface',
+        `interface pattern '${p}' must be an interface name (at most 15 characters) with an optional trailing *`,
+      );
   }
   return spec;
 }
@@ -57,7 +74,14 @@ export function checkSpec(spec: RedirectSpec): RedirectSpec {
 // A digest of what the rule should be, carried in the rule's comment, so a
 // check can tell our current rule from one left by an older configuration.
 export function specDigest(spec: RedirectSpec): string {
-  const canonical = JSON.stringify([spec.table, spec.to.host, spec.to.port, [...spec.podInterfaces].sort(), spec.metadata.address, spec.metadata.port]);
+  const canonical = JSON.stringify([
+    spec.table,
+    spec.to.host,
+    spec.to.port,
+    [...spec.podInterfaces].sort(),
+    spec.metadata.address,
+    spec.metadata.port,
+  ]);
   return createHash('sha256').update(canonical).digest('hex').slice(0, 16);
 }
 
@@ -107,7 +131,9 @@ export function ruleInPlace(listJson: string, spec: RedirectSpec): boolean {
   return items.some((i) => {
     const r = i.rule;
     if (!r || r.table !== spec.table || r.chain !== CHAIN || r.comment !== want) return false;
-    const dnat = (r.expr as Array<Record<string, { addr?: unknown; port?: unknown }>> | undefined)?.find((e) => e.dnat)?.dnat;
+    const dnat = (r.expr as Array<Record<string, { addr?: unknown; port?: unknown }>> | undefined)?.find(
+      (e) => e.dnat,
+    )?.dnat;
     return dnat?.addr === spec.to.host && dnat?.port === spec.to.port;
   });
 }

@@ -23,28 +23,61 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   fake.applyVmi(vmi('elsewhere', { node: 'node-b' }));
   const kubeconfig = await fake.writeKubeconfig(dir.path);
   const state = join(dir.path, 'seeds');
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', '--kubeconfig', kubeconfig, '--state-dir', state, '--libvirt', 'off', '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.2:0'], {
-    env: { ...process.env, NODE_NAME: NODE },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      join(ROOT, 'src/main.ts'),
+      'agent',
+      '--kubeconfig',
+      kubeconfig,
+      '--state-dir',
+      state,
+      '--libvirt',
+      'off',
+      '--listen',
+      '127.0.0.1:0',
+      '--status-listen',
+      '127.0.0.2:0',
+    ],
+    {
+      env: { ...process.env, NODE_NAME: NODE },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   let log = '';
   child.stderr.on('data', (d) => (log += d));
   const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   t.after(() => void (child.exitCode === null && child.kill('SIGKILL')));
 
   const vmiDir = join(state, 'default', `cli-vm_${v.metadata.uid!}`);
-  const image = await waitFor('image', () => (existsSync(vmiDir) ? readdirSync(vmiDir).find((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n)) : undefined), 15_000);
+  const image = await waitFor(
+    'image',
+    () => (existsSync(vmiDir) ? readdirSync(vmiDir).find((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n)) : undefined),
+    15_000,
+  );
   assert.equal(existsSync(join(state, 'default', 'elsewhere')), false);
   const url = await waitFor('url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
   await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200);
   const metrics = await (await fetch(`${url}/metrics`)).text();
   assert.match(metrics, /vmseed_informer_synced 1/);
   assert.match(metrics, /vmseed_reconcile_total\{result="success"\} [1-9]/);
-  await waitFor('SeedReady Event', () => fake.events().find((e) => e.reason === 'SeedReady' && e.involvedObject.uid === v.metadata.uid));
-  assert.ok(fake.requests.every((r) => r.resource !== 'virtualmachineinstances' || [`kubevirt.io/nodeName=${NODE}`, `kubevirt.io/migrationTargetNodeName=${NODE}`].includes(r.query.labelSelector!)));
+  await waitFor('SeedReady Event', () =>
+    fake.events().find((e) => e.reason === 'SeedReady' && e.involvedObject.uid === v.metadata.uid),
+  );
+  assert.ok(
+    fake.requests.every(
+      (r) =>
+        r.resource !== 'virtualmachineinstances' ||
+        [`kubevirt.io/nodeName=${NODE}`, `kubevirt.io/migrationTargetNodeName=${NODE}`].includes(r.query.labelSelector),
+    ),
+  );
 
   await fake.refuse(true);
-  await waitFor('not ready while the API server is away', async () => (await fetch(`${url}/readyz`)).status === 503, 10_000);
+  await waitFor(
+    'not ready while the API server is away',
+    async () => (await fetch(`${url}/readyz`)).status === 503,
+    10_000,
+  );
   await fake.refuse(false);
   await waitFor('ready again', async () => (await fetch(`${url}/readyz`)).status === 200, 10_000);
 
@@ -67,7 +100,22 @@ current-context: x
 `,
   );
   const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-    const c = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', '--kubeconfig', kc, '--node-name', 'n', '--state-dir', join(dir.path, 's'), '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const c = spawn(
+      process.execPath,
+      [
+        join(ROOT, 'src/main.ts'),
+        'agent',
+        '--kubeconfig',
+        kc,
+        '--node-name',
+        'n',
+        '--state-dir',
+        join(dir.path, 's'),
+        '--listen',
+        '127.0.0.1:0',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     let stderr = '';
     c.stderr.on('data', (d) => (stderr += d));
     c.on('exit', (code) => resolve({ code, stderr }));

@@ -17,7 +17,11 @@ test('datasource is off unless --datasource-listen is given', () => {
 });
 
 test('datasource flags, defaults and environment fallbacks', () => {
-  const c = loadConfig([...local, '--datasource-listen', '127.0.0.1:8081', '--datasource-key-file', 'keys'], {}, '/srv')!;
+  const c = loadConfig(
+    [...local, '--datasource-listen', '127.0.0.1:8081', '--datasource-key-file', 'keys'],
+    {},
+    '/srv',
+  )!;
   assert.deepEqual(c.datasource, {
     listen: { host: '127.0.0.1', port: 8081 },
     keyFile: '/srv/keys',
@@ -26,12 +30,16 @@ test('datasource flags, defaults and environment fallbacks', () => {
     compatSourceAddress: false,
   });
   assert.ok(Object.isFrozen(c.datasource));
-  const e = loadConfig(local, {
-    VMSEED_DATASOURCE_LISTEN: ':8081',
-    VMSEED_DATASOURCE_KEY_FILE: '/etc/vmseed/keys',
-    VMSEED_DATASOURCE_BASE_URL: 'http://10.0.0.1:8081/seeds/',
-    VMSEED_DATASOURCE_COMPAT_SOURCE_ADDRESS: 'true',
-  }, '/')!;
+  const e = loadConfig(
+    local,
+    {
+      VMSEED_DATASOURCE_LISTEN: ':8081',
+      VMSEED_DATASOURCE_KEY_FILE: '/etc/vmseed/keys',
+      VMSEED_DATASOURCE_BASE_URL: 'http://10.0.0.1:8081/seeds/',
+      VMSEED_DATASOURCE_COMPAT_SOURCE_ADDRESS: 'true',
+    },
+    '/',
+  )!;
   assert.deepEqual(e.datasource, {
     listen: { host: '0.0.0.0', port: 8081 },
     keyFile: '/etc/vmseed/keys',
@@ -39,7 +47,11 @@ test('datasource flags, defaults and environment fallbacks', () => {
     prefix: '/seeds',
     compatSourceAddress: true,
   });
-  const f = loadConfig([...local, '--datasource-listen', '[::1]:81', '--datasource-key-file', 'k', '--datasource-compat-source-address'], {}, '/')!;
+  const f = loadConfig(
+    [...local, '--datasource-listen', '[::1]:81', '--datasource-key-file', 'k', '--datasource-compat-source-address'],
+    {},
+    '/',
+  )!;
   assert.equal(f.datasource?.compatSourceAddress, true);
   // The summary on the status page names the key file, never its content.
   const s = configSummary(f);
@@ -48,9 +60,19 @@ test('datasource flags, defaults and environment fallbacks', () => {
 });
 
 test('--vendor-data-from parses namespace/name[/key]', () => {
-  assert.deepEqual(loadConfig([...local, '--vendor-data-from', 'vmseed-system/vendor'], {}, '/')!.vendorDataFrom, { namespace: 'vmseed-system', name: 'vendor' });
-  assert.deepEqual(loadConfig(local, { VMSEED_VENDOR_DATA_FROM: 'ns/cm/extra.yaml' }, '/')!.vendorDataFrom, { namespace: 'ns', name: 'cm', key: 'extra.yaml' });
-  assert.equal(configSummary(loadConfig([...local, '--vendor-data-from', 'ns/cm/k'], {}, '/')!).vendorDataFrom, 'ns/cm/k');
+  assert.deepEqual(loadConfig([...local, '--vendor-data-from', 'vmseed-system/vendor'], {}, '/')!.vendorDataFrom, {
+    namespace: 'vmseed-system',
+    name: 'vendor',
+  });
+  assert.deepEqual(loadConfig(local, { VMSEED_VENDOR_DATA_FROM: 'ns/cm/extra.yaml' }, '/')!.vendorDataFrom, {
+    namespace: 'ns',
+    name: 'cm',
+    key: 'extra.yaml',
+  });
+  assert.equal(
+    configSummary(loadConfig([...local, '--vendor-data-from', 'ns/cm/k'], {}, '/')!).vendorDataFrom,
+    'ns/cm/k',
+  );
 });
 
 test('bad datasource and vendor-data values are one clear line', () => {
@@ -60,25 +82,47 @@ test('bad datasource and vendor-data values are one clear line', () => {
     [['--datasource-base-url', 'http://x/v1'], /^--datasource-base-url needs --datasource-listen/],
     [['--datasource-compat-source-address'], /^--datasource-compat-source-address needs --datasource-listen/],
     [['--datasource-listen', 'nope', '--datasource-key-file', 'k'], /^--datasource-listen: 'nope' is not HOST:PORT/],
-    [['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'ftp://x/v1'], /^--datasource-base-url: .*http:\/\/ or https:\/\//],
-    [['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'http://x/v1;y'], /^--datasource-base-url: .*must not contain ';'/],
-    [['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'http://x/a b%'], /^--datasource-base-url: /],
+    [
+      ['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'ftp://x/v1'],
+      /^--datasource-base-url: .*http:\/\/ or https:\/\//,
+    ],
+    [
+      ['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'http://x/v1;y'],
+      /^--datasource-base-url: .*must not contain ';'/,
+    ],
+    [
+      ['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'http://x/a b%'],
+      /^--datasource-base-url: /,
+    ],
     [['--vendor-data-from', 'just-a-name'], /^--vendor-data-from must be <namespace>\/<configmap>\[\/<key>\]/],
   ];
   for (const [args, re] of bad) {
-    assert.throws(() => loadConfig([...local, ...args], {}, '/'), (e: unknown) => {
-      assert.ok(e instanceof ConfigError, args.join(' '));
-      assert.match(e.message, re, args.join(' '));
-      assert.ok(!e.message.includes('\n'));
-      return true;
-    });
+    assert.throws(
+      () => loadConfig([...local, ...args], {}, '/'),
+      (e: unknown) => {
+        assert.ok(e instanceof ConfigError, args.join(' '));
+        assert.match(e.message, re, args.join(' '));
+        assert.ok(!e.message.includes('\n'));
+        return true;
+      },
+    );
   }
 });
 
 test('vmseed agent: missing or bad key file stops start-up (exit 2 / 1) with one line', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-cfg-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
-  const common = ['agent', '--local', dir, '--state-dir', join(dir, 'seeds'), '--listen', '127.0.0.1:0', '--datasource-listen', '127.0.0.1:0'];
+  const common = [
+    'agent',
+    '--local',
+    dir,
+    '--state-dir',
+    join(dir, 'seeds'),
+    '--listen',
+    '127.0.0.1:0',
+    '--datasource-listen',
+    '127.0.0.1:0',
+  ];
   let r = await runCli(common, dir);
   assert.equal(r.code, 2);
   assert.match(r.err, /^vmseed agent: --datasource-key-file FILE is required/);
@@ -104,12 +148,36 @@ test('vmseed agent: a datasource port already in use is one line and exit 1', as
     busy.close();
     await rm(dir, { recursive: true, force: true });
   });
-  await writeFile(join(dir, 'keys'), `${Buffer.from(Array.from({ length: 32 }, (_, i) => i * 7 + 1)).toString('base64')}\n`);
+  await writeFile(
+    join(dir, 'keys'),
+    `${Buffer.from(Array.from({ length: 32 }, (_, i) => i * 7 + 1)).toString('base64')}\n`,
+  );
   const port = (busy.address() as { port: number }).port;
-  const r = await runCli(['agent', '--local', dir, '--state-dir', join(dir, 'seeds'), '--listen', '127.0.0.1:0', '--datasource-listen', `127.0.0.1:${port}`, '--datasource-key-file', 'keys'], dir);
+  const r = await runCli(
+    [
+      'agent',
+      '--local',
+      dir,
+      '--state-dir',
+      join(dir, 'seeds'),
+      '--listen',
+      '127.0.0.1:0',
+      '--datasource-listen',
+      `127.0.0.1:${port}`,
+      '--datasource-key-file',
+      'keys',
+    ],
+    dir,
+  );
   assert.equal(r.code, 1);
   // stderr also carries the agent's JSON log; the error is its one plain line.
-  const plain = r.err.trim().split('\n').filter((l) => !l.startsWith('{'));
+  const plain = r.err
+    .trim()
+    .split('\n')
+    .filter((l) => !l.startsWith('{'));
   assert.equal(plain.length, 1, r.err);
-  assert.match(plain[0]!, new RegExp(`^vmseed agent: cannot listen on 127\\.0\\.0\\.1:${port} \\(--datasource-listen\\): .*EADDRINUSE`));
+  assert.match(
+    plain[0],
+    new RegExp(`^vmseed agent: cannot listen on 127\\.0\\.0\\.1:${port} \\(--datasource-listen\\): .*EADDRINUSE`),
+  );
 });

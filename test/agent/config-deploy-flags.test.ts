@@ -5,7 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 
-const cluster = (args: string[], env: NodeJS.ProcessEnv = {}) => loadConfig(args, { NODE_NAME: 'n1', ...env }, '/work')!;
+const cluster = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+  loadConfig(args, { NODE_NAME: 'n1', ...env }, '/work')!;
 
 test('cluster defaults: kubevirt platform, /pods, status detail on loopback 8090, all namespaces', () => {
   const c = cluster([]);
@@ -22,7 +23,12 @@ test('local defaults: libvirt platform, one listener for everything', () => {
 });
 
 test('explicit values and their environment fallbacks', () => {
-  const c = cluster(['--platform=libvirt', '--pods-dir=kubelet-pods', '--status-listen=0.0.0.0:9000', '--namespaces=team-a, team-b,team-a']);
+  const c = cluster([
+    '--platform=libvirt',
+    '--pods-dir=kubelet-pods',
+    '--status-listen=0.0.0.0:9000',
+    '--namespaces=team-a, team-b,team-a',
+  ]);
   assert.equal(c.libvirt.platform, 'libvirt');
   assert.equal(c.libvirt.podsDir, '/work/kubelet-pods');
   assert.deepEqual(c.statusListen, { host: '0.0.0.0', port: 9000 });
@@ -34,9 +40,20 @@ test('explicit values and their environment fallbacks', () => {
 });
 
 test('bad values are one-line ConfigErrors naming the flag', () => {
-  assert.throws(() => cluster(['--platform=openstack']), (e: unknown) => e instanceof ConfigError && /--platform: 'openstack' is not one of kubevirt, libvirt/.test(e.message));
-  assert.throws(() => cluster(['--status-listen=8090']), (e: unknown) => e instanceof ConfigError && /--status-listen/.test(e.message));
+  assert.throws(
+    () => cluster(['--platform=openstack']),
+    (e: unknown) =>
+      e instanceof ConfigError && /--platform: 'openstack' is not one of kubevirt, libvirt/.test(e.message),
+  );
+  assert.throws(
+    () => cluster(['--status-listen=8090']),
+    (e: unknown) => e instanceof ConfigError && /--status-listen/.test(e.message),
+  );
   for (const bad of ['', 'team-a,', 'Team-A', 'a/b', 'x'.repeat(64)]) {
-    assert.throws(() => cluster([`--namespaces=${bad}`]), (e: unknown) => e instanceof ConfigError && /^--namespaces: /.test(e.message), JSON.stringify(bad));
+    assert.throws(
+      () => cluster([`--namespaces=${bad}`]),
+      (e: unknown) => e instanceof ConfigError && /^--namespaces: /.test(e.message),
+      JSON.stringify(bad),
+    );
   }
 });

@@ -12,9 +12,15 @@ test('--datasource-imds-compat: off by default, on by flag or environment, shown
   assert.equal(c.datasource!.imdsCompat, true);
   assert.equal(c.datasource!.compatSourceAddress, false, 'not the every-VMI compat mode');
   assert.equal((configSummary(c) as Record<string, unknown>).datasourceImdsCompat, true);
-  assert.equal(loadConfig([...local, ...ds], { VMSEED_DATASOURCE_IMDS_COMPAT: 'true' }, '/srv')!.datasource!.imdsCompat, true);
+  assert.equal(
+    loadConfig([...local, ...ds], { VMSEED_DATASOURCE_IMDS_COMPAT: 'true' }, '/srv')!.datasource!.imdsCompat,
+    true,
+  );
 });
 
 test('--datasource-imds-compat without the datasource is a configuration error', () => {
-  assert.throws(() => loadConfig([...local, '--datasource-imds-compat'], {}, '/srv'), (e: unknown) => e instanceof ConfigError && /needs --datasource-listen/.test(e.message));
+  assert.throws(
+    () => loadConfig([...local, '--datasource-imds-compat'], {}, '/srv'),
+    (e: unknown) => e instanceof ConfigError && /needs --datasource-listen/.test(e.message),
+  );
 });

@@ -16,16 +16,27 @@ test('absent: cluster-wide; a list: those namespaces, each once, also from VMSEE
 
 test('names that are not DNS-1123 labels, empty entries and too many are ConfigErrors naming the flag', () => {
   for (const bad of ['Team-A', 'a,,b', 'a_b', '-a', 'a-', 'x'.repeat(64), 'a/b', ' ', 'a,b c']) {
-    assert.throws(() => cluster([`--namespaces=${bad}`]), (e: unknown) => e instanceof ConfigError && /^--namespaces: /.test(e.message), bad);
+    assert.throws(
+      () => cluster([`--namespaces=${bad}`]),
+      (e: unknown) => e instanceof ConfigError && /^--namespaces: /.test(e.message),
+      bad,
+    );
   }
-  assert.equal(cluster(['--namespaces', 'x'.repeat(63)])!.namespaces![0]!.length, 63);
+  assert.equal(cluster(['--namespaces', 'x'.repeat(63)])!.namespaces![0].length, 63);
   const many = Array.from({ length: 101 }, (_, i) => `ns${i}`).join(',');
   assert.throws(() => cluster(['--namespaces', many]), /at most 100/);
 });
 
 test('--vendor-data-from in a namespace not listed is refused; listed is fine', () => {
-  assert.throws(() => cluster(['--namespaces', 'a,b', '--vendor-data-from', 'ops/vendor']), (e: unknown) => e instanceof ConfigError && /--vendor-data-from: namespace 'ops' is not in --namespaces/.test(e.message));
-  assert.equal(cluster(['--namespaces', 'a,ops', '--vendor-data-from', 'ops/vendor'])!.vendorDataFrom?.namespace, 'ops');
+  assert.throws(
+    () => cluster(['--namespaces', 'a,b', '--vendor-data-from', 'ops/vendor']),
+    (e: unknown) =>
+      e instanceof ConfigError && /--vendor-data-from: namespace 'ops' is not in --namespaces/.test(e.message),
+  );
+  assert.equal(
+    cluster(['--namespaces', 'a,ops', '--vendor-data-from', 'ops/vendor'])!.vendorDataFrom?.namespace,
+    'ops',
+  );
 });
 
 test('local mode has no namespaces to watch', () => {

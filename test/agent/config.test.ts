@@ -23,7 +23,11 @@ test('cluster defaults, NODE_NAME from the environment, flags beat the environme
   // rpc: the preset's launcher socket URI is one the RPC client dials.
   assert.equal(c.libvirt.mode, 'rpc');
   assert.equal(c.kubeconfig, undefined);
-  const d = loadConfig(['--node-name', 'flag-node', '--concurrency', '8', '--resync-period', '90s', '--listen', '[::1]:9090'], { NODE_NAME: 'env-node', VMSEED_CONCURRENCY: '2', VMSEED_DISK_BUS: 'scsi' }, '/')!;
+  const d = loadConfig(
+    ['--node-name', 'flag-node', '--concurrency', '8', '--resync-period', '90s', '--listen', '[::1]:9090'],
+    { NODE_NAME: 'env-node', VMSEED_CONCURRENCY: '2', VMSEED_DISK_BUS: 'scsi' },
+    '/',
+  )!;
   assert.equal(d.nodeName, 'flag-node');
   assert.equal(d.concurrency, 8);
   assert.equal(d.resyncPeriodMs, 90_000);
@@ -46,7 +50,11 @@ test('bad values are one clear ConfigError each', () => {
     [['--what'], {}, /Unknown option '--what'/],
   ];
   for (const [argv, env, re] of bad) {
-    assert.throws(() => loadConfig(argv, env, '/'), (e: unknown) => e instanceof ConfigError && re.test(e.message) && !e.message.includes('\n'), argv.join(' '));
+    assert.throws(
+      () => loadConfig(argv, env, '/'),
+      (e: unknown) => e instanceof ConfigError && re.test(e.message) && !e.message.includes('\n'),
+      argv.join(' '),
+    );
   }
 });
 
@@ -67,10 +75,19 @@ test('--libvirt rpc: the RPC client under the injector, with the per-call timeou
   await rpc.client.close();
   const virsh = makeInjector(loadConfig(['--local', 'd', '--libvirt', 'virsh'], {}, '/')!)!;
   assert.deepEqual([virsh.client.kind, virsh.client.supportsEvents], ['virsh', false]);
-  assert.throws(() => loadConfig(['--local', 'd', '--libvirt', 'grpc'], {}, '/'), (e: unknown) => e instanceof ConfigError && /off, virsh, rpc/.test(e.message));
+  assert.throws(
+    () => loadConfig(['--local', 'd', '--libvirt', 'grpc'], {}, '/'),
+    (e: unknown) => e instanceof ConfigError && /off, virsh, rpc/.test(e.message),
+  );
   // A remote URI: virsh by default, and refused for rpc.
   const ssh = ['--libvirt-uri', 'qemu+ssh://root@host/system', '--platform', 'libvirt', '--resume-via', 'virsh'];
   assert.equal(loadConfig(ssh, { NODE_NAME: 'n' }, '/')!.libvirt.mode, 'virsh');
-  assert.equal(loadConfig(['--platform', 'libvirt', '--resume-via', 'virsh'], { NODE_NAME: 'n' }, '/')!.libvirt.mode, 'rpc');
-  assert.throws(() => loadConfig([...ssh, '--libvirt', 'rpc'], { NODE_NAME: 'n' }, '/'), (e: unknown) => e instanceof ConfigError && /--libvirt virsh/.test(e.message));
+  assert.equal(
+    loadConfig(['--platform', 'libvirt', '--resume-via', 'virsh'], { NODE_NAME: 'n' }, '/')!.libvirt.mode,
+    'rpc',
+  );
+  assert.throws(
+    () => loadConfig([...ssh, '--libvirt', 'rpc'], { NODE_NAME: 'n' }, '/'),
+    (e: unknown) => e instanceof ConfigError && /--libvirt virsh/.test(e.message),
+  );
 });

@@ -32,7 +32,10 @@ const INTERFACE_XML = `    <interface type='ethernet'>
       <address type='pci' domain='0x0000' bus='0x01' slot='0x00' function='0x0'/>
     </interface>`;
 
-function vmi(interfaces: Array<Record<string, unknown>>, datasource: 'cloudInitConfigDrive' | 'cloudInitNoCloud' = 'cloudInitConfigDrive'): VmiObject {
+function vmi(
+  interfaces: Array<Record<string, unknown>>,
+  datasource: 'cloudInitConfigDrive' | 'cloudInitNoCloud' = 'cloudInitConfigDrive',
+): VmiObject {
   return {
     apiVersion: 'kubevirt.io/v1',
     kind: 'VirtualMachineInstance',
@@ -41,26 +44,51 @@ function vmi(interfaces: Array<Record<string, unknown>>, datasource: 'cloudInitC
       domain: { firmware: { uuid: '5d307ca9-b3ef-428c-8861-06e72d69f223' }, devices: { interfaces } },
       volumes: [{ name: 'cloudinitdisk', [datasource]: { userData: '#cloud-config\n' } }],
     },
-  } as VmiObject;
+  };
 }
 
 function domain(devicesXml?: string): FakeDomain {
-  return { state: 'paused', persistent: true, live: [], config: [], unplugs: true, ...(devicesXml ? { devicesXml } : {}) };
+  return {
+    state: 'paused',
+    persistent: true,
+    live: [],
+    config: [],
+    unplugs: true,
+    ...(devicesXml ? { devicesXml } : {}),
+  };
 }
 
-async function setup(t: { after(fn: () => Promise<void>): void }, objects: Map<string, VmiObject>, hostNuma?: HostNumaReader) {
+async function setup(
+  t: { after(fn: () => Promise<void>): void },
+  objects: Map<string, VmiObject>,
+  hostNuma?: HostNumaReader,
+) {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-domdev-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const { logger } = captureLogger();
   const status = new StatusStore({
-    version: 't', nodeName: 'laptop', stateDir: dir, config: {},
-    watch: () => ({ mode: 'local', synced: true } as never), queue: () => ({ depth: 0, inFlight: 0 }),
+    version: 't',
+    nodeName: 'laptop',
+    stateDir: dir,
+    config: {},
+    watch: () => ({ mode: 'local', synced: true }) as never,
+    queue: () => ({ depth: 0, inFlight: 0 }),
   });
   const lv = new FakeLibvirt();
   const r = new Reconciler({
-    nodeName: 'laptop', cache: { get: (k) => objects.get(k) }, refs: new MemoryResolver(), render: renderSeed, build: buildSeedImage,
-    store: new ImageStore({ root: dir }), injector: new VirshInjector({ spawner: lv }), events: new LogEventRecorder(logger), status, logger,
-    renderOptions: DEFAULT_RENDER_OPTIONS, fsync: false, ...(hostNuma ? { hostNuma } : {}),
+    nodeName: 'laptop',
+    cache: { get: (k) => objects.get(k) },
+    refs: new MemoryResolver(),
+    render: renderSeed,
+    build: buildSeedImage,
+    store: new ImageStore({ root: dir }),
+    injector: new VirshInjector({ spawner: lv }),
+    events: new LogEventRecorder(logger),
+    status,
+    logger,
+    renderOptions: DEFAULT_RENDER_OPTIONS,
+    fsync: false,
+    ...(hostNuma ? { hostNuma } : {}),
   });
   return { r, status, lv };
 }
@@ -68,7 +96,10 @@ async function setup(t: { after(fn: () => Promise<void>): void }, objects: Map<s
 async function metaData(status: StatusStore, key: string): Promise<Record<string, unknown>> {
   const path = status.get(key)!.imagePath!;
   const iso = readIso(new Uint8Array(await readFile(path)));
-  return JSON.parse(Buffer.from(iso.read('openstack/latest/meta_data.json')!).toString('utf8')) as Record<string, unknown>;
+  return JSON.parse(Buffer.from(iso.read('openstack/latest/meta_data.json')!).toString('utf8')) as Record<
+    string,
+    unknown
+  >;
 }
 
 test('a tagged interface without pciAddress: the seed waits for the domain, then lists its address and MAC from the domain XML', async (t) => {
@@ -81,9 +112,16 @@ test('a tagged interface without pciAddress: the seed waits for the domain, then
   assert.equal(waiting.state, 'error');
   assert.equal(waiting.lastError?.code, 'DOMAIN_NOT_FOUND');
   assert.equal(waiting.lastError?.kind, 'retryable');
-  assert.match(waiting.lastError!.message, /^waiting for the domain to read tagged devices' addresses \(spec\.domain\.devices\.interfaces\[0\]/);
+  assert.match(
+    waiting.lastError.message,
+    /^waiting for the domain to read tagged devices' addresses \(spec\.domain\.devices\.interfaces\[0\]/,
+  );
   assert.equal(waiting.imagePath, undefined);
-  assert.deepEqual(lv.calls.map((c) => c[0]), ['dumpxml'], 'only the domain read; no attach without a seed');
+  assert.deepEqual(
+    lv.calls.map((c) => c[0]),
+    ['dumpxml'],
+    'only the domain read; no attach without a seed',
+  );
 
   lv.domains.set(DOMAIN, domain(INTERFACE_XML));
   assert.equal(await r.reconcile('default/web'), 'success');
@@ -121,11 +159,17 @@ test('a VMI without tags, with pinned addresses, or NoCloud never reads the doma
     assert.equal(await r.reconcile('default/web'), 'success');
     // The injector's own view (dominfo, then dumpxml of the paused domain)
     // comes first; no dumpxml precedes it.
-    assert.equal(lv.calls[0]?.[0], 'dominfo', `first call for ${JSON.stringify(v.spec.domain?.devices)}: ${JSON.stringify(lv.calls)}`);
+    assert.equal(
+      lv.calls[0]?.[0],
+      'dominfo',
+      `first call for ${JSON.stringify(v.spec.domain?.devices)}: ${JSON.stringify(lv.calls)}`,
+    );
     if (v.spec.volumes![0].cloudInitConfigDrive) {
       const devices = (await metaData(status, 'default/web')).devices;
-      if (v.spec.domain!.devices!.interfaces![0]!.tag === 'pinned') {
-        assert.deepEqual(devices, [{ type: 'nic', bus: 'pci', address: '0000:81:01.0', mac: 'de:ad:00:00:be:af', tags: ['pinned'] }]);
+      if (v.spec.domain!.devices!.interfaces![0].tag === 'pinned') {
+        assert.deepEqual(devices, [
+          { type: 'nic', bus: 'pci', address: '0000:81:01.0', mac: 'de:ad:00:00:be:af', tags: ['pinned'] },
+        ]);
       } else {
         assert.equal(devices, undefined);
       }
@@ -138,16 +182,32 @@ test('without libvirt the seed is rendered at once from the spec, with the DEVIC
   t.after(() => rm(dir, { recursive: true, force: true }));
   const { logger } = captureLogger();
   const status = new StatusStore({
-    version: 't', nodeName: 'laptop', stateDir: dir, config: {},
-    watch: () => ({ mode: 'local', synced: true } as never), queue: () => ({ depth: 0, inFlight: 0 }),
+    version: 't',
+    nodeName: 'laptop',
+    stateDir: dir,
+    config: {},
+    watch: () => ({ mode: 'local', synced: true }) as never,
+    queue: () => ({ depth: 0, inFlight: 0 }),
   });
   const objects = new Map([['default/web', vmi([{ name: 'default', tag: 'mynic' }])]]);
   const r = new Reconciler({
-    nodeName: 'laptop', cache: { get: (k) => objects.get(k) }, refs: new MemoryResolver(), render: renderSeed, build: buildSeedImage,
-    store: new ImageStore({ root: dir }), events: new LogEventRecorder(logger), status, logger, renderOptions: DEFAULT_RENDER_OPTIONS, fsync: false,
+    nodeName: 'laptop',
+    cache: { get: (k) => objects.get(k) },
+    refs: new MemoryResolver(),
+    render: renderSeed,
+    build: buildSeedImage,
+    store: new ImageStore({ root: dir }),
+    events: new LogEventRecorder(logger),
+    status,
+    logger,
+    renderOptions: DEFAULT_RENDER_OPTIONS,
+    fsync: false,
   });
   assert.equal(await r.reconcile('default/web'), 'success');
-  assert.deepEqual(status.get('default/web')!.warnings.map((w) => w.code), ['DEVICE_METADATA_INCOMPLETE']);
+  assert.deepEqual(
+    status.get('default/web')!.warnings.map((w) => w.code),
+    ['DEVICE_METADATA_INCOMPLETE'],
+  );
 });
 
 // A KubeVirt host device as libvirt prints it: host address in <source>,
@@ -180,7 +240,9 @@ test('a tagged host device gets its host NUMA node (guestMappingPassthrough) or 
   const withCpu = (cpu: Record<string, unknown>): VmiObject => {
     const v = vmi([]);
     (v.spec.domain as Record<string, unknown>).cpu = cpu;
-    (v.spec.domain!.devices as Record<string, unknown>).hostDevices = [{ name: 'dev1', deviceName: 'vendor.com/dev', tag: 'accel' }];
+    (v.spec.domain!.devices as Record<string, unknown>).hostDevices = [
+      { name: 'dev1', deviceName: 'vendor.com/dev', tag: 'accel' },
+    ];
     return v;
   };
   const cases: Array<[Record<string, unknown>, Record<string, unknown>]> = [
@@ -193,11 +255,16 @@ test('a tagged host device gets its host NUMA node (guestMappingPassthrough) or 
     const { r, status, lv } = await setup(t, objects, reader);
     lv.domains.set(DOMAIN, { ...domain(HOSTDEV_XML), domainXml: CPUTUNE_XML });
     assert.equal(await r.reconcile('default/web'), 'success');
-    assert.deepEqual((await metaData(status, 'default/web')).devices, [
-      { type: 'hostdev', bus: 'pci', address: '0000:03:00.0', ...numa, tags: ['accel'] },
-    ], JSON.stringify(cpu));
+    assert.deepEqual(
+      (await metaData(status, 'default/web')).devices,
+      [{ type: 'hostdev', bus: 'pci', address: '0000:03:00.0', ...numa, tags: ['accel'] }],
+      JSON.stringify(cpu),
+    );
   }
-  assert.ok(asked.every((a) => a === '0000:65:10.0'), 'the host address from <source>, not the guest address');
+  assert.ok(
+    asked.every((a) => a === '0000:65:10.0'),
+    'the host address from <source>, not the guest address',
+  );
 });
 
 test('per launcher pod (KubeVirt): the devices come from the pod whose libvirt has the domain', async (t) => {
@@ -210,18 +277,35 @@ test('per launcher pod (KubeVirt): the devices come from the pod whose libvirt h
   t.after(() => rm(dir, { recursive: true, force: true }));
   const { logger } = captureLogger();
   const status = new StatusStore({
-    version: 't', nodeName: 'laptop', stateDir: dir, config: {},
-    watch: () => ({ mode: 'local', synced: true } as never), queue: () => ({ depth: 0, inFlight: 0 }),
+    version: 't',
+    nodeName: 'laptop',
+    stateDir: dir,
+    config: {},
+    watch: () => ({ mode: 'local', synced: true }) as never,
+    queue: () => ({ depth: 0, inFlight: 0 }),
   });
   const lv = new FakeLibvirt();
   // Pod A's libvirt has no domain (yet); pod B's has it.
   lv.daemons.set(POD_A, new Map());
   lv.daemons.set(POD_B, new Map([[DOMAIN, domain(INTERFACE_XML)]]));
-  const injector = new VirshInjector({ spawner: lv, uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/virtqemud-sock' });
+  const injector = new VirshInjector({
+    spawner: lv,
+    uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/virtqemud-sock',
+  });
   assert.equal(injector.perPod, true);
   const r = new Reconciler({
-    nodeName: 'laptop', cache: { get: (k) => objects.get(k) }, refs: new MemoryResolver(), render: renderSeed, build: buildSeedImage,
-    store: new ImageStore({ root: dir }), injector, events: new LogEventRecorder(logger), status, logger, renderOptions: DEFAULT_RENDER_OPTIONS, fsync: false,
+    nodeName: 'laptop',
+    cache: { get: (k) => objects.get(k) },
+    refs: new MemoryResolver(),
+    render: renderSeed,
+    build: buildSeedImage,
+    store: new ImageStore({ root: dir }),
+    injector,
+    events: new LogEventRecorder(logger),
+    status,
+    logger,
+    renderOptions: DEFAULT_RENDER_OPTIONS,
+    fsync: false,
   });
   await r.reconcile('default/web');
   const reads = lv.calls.map((c, i) => [c[0], lv.uris[i]] as const).filter(([cmd]) => cmd === 'dumpxml');

@@ -46,7 +46,11 @@ async function until(what: string, pred: () => boolean, ms = 10_000): Promise<vo
   }
 }
 
-async function localAgent(t: { after(fn: () => Promise<void>): void }, injector: Injector, domainEvents: DomainEvents | undefined) {
+async function localAgent(
+  t: { after(fn: () => Promise<void>): void },
+  injector: Injector,
+  domainEvents: DomainEvents | undefined,
+) {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-waits-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const { logger, lines } = captureLogger('debug');
@@ -83,7 +87,11 @@ test('libvirt platform: a domain defined after its VMI is seeded on the defined 
   const client = new EventingFakeClient(lv);
   const injector = new LibvirtInjector({ client });
   const watched: string[] = [];
-  const events = clientDomainEvents({ onEvent: (l) => client.onEvent(l), watch: (uri) => (watched.push(uri), () => {}) }, (x) => injector.locate(x), ['qemu:///system']);
+  const events = clientDomainEvents(
+    { onEvent: (l) => client.onEvent(l), watch: (uri) => (watched.push(uri), () => {}) },
+    (x) => injector.locate(x),
+    ['qemu:///system'],
+  );
   const { agent } = await localAgent(t, injector, events);
   assert.deepEqual(watched, ['qemu:///system'], 'the one host URI, from the start');
   await until('the first attempt to fail', () => agent.status.get('ns/web')?.lastError?.code === 'DOMAIN_NOT_FOUND');
@@ -97,7 +105,10 @@ test('libvirt platform: a domain defined after its VMI is seeded on the defined 
 
   client.emit({ type: 'lifecycle', uri: 'qemu:///system', domain: 'ns_web', uuid: 'u', event: 'started', detail: 1 });
   // The status is written after the injector returns: wait for both.
-  await until('the seed attached, the domain resumed, the VMI ready', () => lv.domains.get('ns_web')!.state === 'running' && agent.status.get('ns/web')?.lastError === undefined);
+  await until(
+    'the seed attached, the domain resumed, the VMI ready',
+    () => lv.domains.get('ns_web')!.state === 'running' && agent.status.get('ns/web')?.lastError === undefined,
+  );
   assert.equal(lv.domains.get('ns_web')!.live.filter((d) => d.alias === 'ua-vmseed_seed').length, 1);
 });
 
@@ -130,7 +141,17 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
   const inner: Injector = {
     inject: async (x) => {
       if (!exists) throw new VmseedError('DOMAIN_NOT_FOUND', 'not yet', { kind: 'retryable' });
-      return { action: 'attached', domain: `${x.namespace}_${x.name}`, targetDev: 'sdzz', bus: 'scsi', flags: ['--live'], domainState: 'paused', persistent: false, seededAfterBoot: false, resumed: false };
+      return {
+        action: 'attached',
+        domain: `${x.namespace}_${x.name}`,
+        targetDev: 'sdzz',
+        bus: 'scsi',
+        flags: ['--live'],
+        domainState: 'paused',
+        persistent: false,
+        seededAfterBoot: false,
+        resumed: false,
+      };
     },
     eject: async (x) => ({ action: 'none', domain: `${x.namespace}_${x.name}` }),
   };
@@ -139,12 +160,22 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
   const waits = new DomainWaits(events, (k) => enqueued.push(k), logger);
   waits.start();
   const inj = waits.wrap(inner);
-  const target: InjectionTarget = { namespace: 'ns', name: 'web', uid: 'u', datasource: 'nocloud', annotations: {}, launcherPods: ['pod-a'] };
+  const target: InjectionTarget = {
+    namespace: 'ns',
+    name: 'web',
+    uid: 'u',
+    datasource: 'nocloud',
+    annotations: {},
+    launcherPods: ['pod-a'],
+  };
 
   // No launcher pod yet: nothing to watch (the VMI's update brings the pod).
   await assert.rejects(inj.inject({ ...target, launcherPods: [] }, '/i.iso'));
   assert.equal(watching.size, 0);
-  await assert.rejects(inj.inject(target, '/i.iso'), (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND');
+  await assert.rejects(
+    inj.inject(target, '/i.iso'),
+    (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND',
+  );
   assert.deepEqual([...watching], [['sock:pod-a', 1]]);
   assert.deepEqual(waits.waiting, ['ns/web']);
   // Retried while still missing: still one watch.
@@ -167,7 +198,9 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
 
   // A terminal failure is not a wait.
   exists = false;
-  inner.inject = async () => { throw new VmseedError('TARGET_IN_USE', 'x', { kind: 'terminal' }); };
+  inner.inject = async () => {
+    throw new VmseedError('TARGET_IN_USE', 'x', { kind: 'terminal' });
+  };
   await assert.rejects(inj.inject(target, '/i.iso'));
   assert.deepEqual(waits.waiting, []);
   waits.stop();

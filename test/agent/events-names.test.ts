@@ -14,15 +14,15 @@ class NameCheckingApi implements KubeApi {
   conflicts = 0;
   async request(method: string, path: string, body?: unknown): Promise<KubeResponse> {
     await new Promise((r) => setImmediate(r));
-    if (method !== 'POST') return { status: 404, body: {} } as KubeResponse;
+    if (method !== 'POST') return { status: 404, body: {} };
     const ev = body as { metadata: { name: string; namespace: string }; reason: string; message: string };
     const key = `${ev.metadata.namespace}/${ev.metadata.name}`;
     if (this.created.has(key)) {
       this.conflicts++;
-      return { status: 409, body: { reason: 'AlreadyExists' } } as KubeResponse;
+      return { status: 409, body: { reason: 'AlreadyExists' } };
     }
     this.created.set(key, { reason: ev.reason, message: ev.message });
-    return { status: 201, body: ev } as KubeResponse;
+    return { status: 201, body: ev };
   }
 }
 
@@ -50,5 +50,6 @@ test('many Events in one millisecond for one VMI all get distinct names of clien
   for (const key of api.created.keys()) assert.match(key, /^ns\/vm1\.[0-9a-f]+$/);
   // The hex part is nanoseconds since the epoch, as client-go's t.UnixNano().
   const nanos = [...api.created.keys()].map((k) => BigInt('0x' + k.split('.')[1]));
-  for (const n of nanos) assert.ok(n >= BigInt(fixed.getTime()) * 1_000_000n && n < (BigInt(fixed.getTime()) + 1n) * 1_000_000n);
+  for (const n of nanos)
+    assert.ok(n >= BigInt(fixed.getTime()) * 1_000_000n && n < (BigInt(fixed.getTime()) + 1n) * 1_000_000n);
 });

@@ -5,7 +5,17 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { FakeKube } from '../support/fake-kube.ts';
-import { imageOf, imagesOf, RecordingInjector, startAgent, tempDir, vmi, waitFor, NODE, type Harness } from '../support/agent-harness.ts';
+import {
+  imageOf,
+  imagesOf,
+  RecordingInjector,
+  startAgent,
+  tempDir,
+  vmi,
+  waitFor,
+  NODE,
+  type Harness,
+} from '../support/agent-harness.ts';
 import { fakeKubeAndDir } from '../support/agent-harness.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
@@ -15,55 +25,59 @@ function imagePath(h: Harness, v: VmiObject, ds: 'nocloud' | 'configdrive' = 'no
 
 const setup = fakeKubeAndDir;
 
-test('add, update and delete: image appears, changes, goes; injector attaches, replaces nothing needlessly, detaches', { timeout: 20_000 }, async (t) => {
-  const { fake, dir } = await setup(t);
-  const injector = new RecordingInjector();
-  const h = await startAgent(fake, { stateDir: dir.path, injector });
-  t.after(h.stop);
+test(
+  'add, update and delete: image appears, changes, goes; injector attaches, replaces nothing needlessly, detaches',
+  { timeout: 20_000 },
+  async (t) => {
+    const { fake, dir } = await setup(t);
+    const injector = new RecordingInjector();
+    const h = await startAgent(fake, { stateDir: dir.path, injector });
+    t.after(h.stop);
 
-  const a = fake.applyVmi(vmi('a'));
-  await waitFor('image of a', () => existsSync(imagePath(h, a)));
-  const path = imagePath(h, a);
-  const first = readFileSync(path);
-  assert.equal(injector.actions('inject', 'attached').length, 1);
+    const a = fake.applyVmi(vmi('a'));
+    await waitFor('image of a', () => existsSync(imagePath(h, a)));
+    const path = imagePath(h, a);
+    const first = readFileSync(path);
+    assert.equal(injector.actions('inject', 'attached').length, 1);
 
-  fake.applyVmi(vmi('a', { cloudInit: 'userData: |\n  #cloud-config\n  hostname: changed\n' }));
-  // A changed seed is a new file (content-addressed): the domain's disk is
-  // replaced with it, then the old one goes.
-  await waitFor('re-inject', () => injector.actions('inject').length === 2);
-  await h.agent.queue.idle();
-  const changed = imagePath(h, a);
-  assert.notEqual(changed, path);
-  assert.ok(!readFileSync(changed).equals(first));
-  assert.equal(injector.actions('inject', 'replaced').at(-1)?.path, changed);
-  assert.deepEqual(imagesOf(h.store, a), [changed], 'the old image pruned after the replace');
+    fake.applyVmi(vmi('a', { cloudInit: 'userData: |\n  #cloud-config\n  hostname: changed\n' }));
+    // A changed seed is a new file (content-addressed): the domain's disk is
+    // replaced with it, then the old one goes.
+    await waitFor('re-inject', () => injector.actions('inject').length === 2);
+    await h.agent.queue.idle();
+    const changed = imagePath(h, a);
+    assert.notEqual(changed, path);
+    assert.ok(!readFileSync(changed).equals(first));
+    assert.equal(injector.actions('inject', 'replaced').at(-1)?.path, changed);
+    assert.deepEqual(imagesOf(h.store, a), [changed], 'the old image pruned after the replace');
 
-  // An update that does not change the seed (status only) rewrites nothing.
-  const before = statSync(changed);
-  const v = structuredClone(fake.getVmi('default', 'a')!);
-  v.status = { ...v.status, phase: 'Running' };
-  fake.applyVmi(v);
-  await new Promise((r) => setTimeout(r, 200));
-  await h.agent.queue.idle();
-  assert.equal(statSync(changed).ino, before.ino, 'image not rewritten');
-  assert.equal(injector.actions('inject').length, 2, 'not injected again');
+    // An update that does not change the seed (status only) rewrites nothing.
+    const before = statSync(changed);
+    const v = structuredClone(fake.getVmi('default', 'a')!);
+    v.status = { ...v.status, phase: 'Running' };
+    fake.applyVmi(v);
+    await new Promise((r) => setTimeout(r, 200));
+    await h.agent.queue.idle();
+    assert.equal(statSync(changed).ino, before.ino, 'image not rewritten');
+    assert.equal(injector.actions('inject').length, 2, 'not injected again');
 
-  // Level-based down to the file: an image deleted behind the agent's back
-  // comes back on the next reconcile (here: the periodic resync).
-  rmSync(changed);
-  h.agent.resync();
-  await waitFor('image of a rewritten', () => existsSync(changed));
+    // Level-based down to the file: an image deleted behind the agent's back
+    // comes back on the next reconcile (here: the periodic resync).
+    rmSync(changed);
+    h.agent.resync();
+    await waitFor('image of a rewritten', () => existsSync(changed));
 
-  fake.deleteVmi('default', 'a');
-  await waitFor('image of a removed', () => !existsSync(changed));
-  assert.equal(injector.actions('eject', 'detached').length, 1);
-  assert.equal(h.agent.status.get('default/a'), undefined);
+    fake.deleteVmi('default', 'a');
+    await waitFor('image of a removed', () => !existsSync(changed));
+    assert.equal(injector.actions('eject', 'detached').length, 1);
+    assert.equal(h.agent.status.get('default/a'), undefined);
 
-  const ready = fake.events().filter((e) => e.reason === 'SeedReady' && e.involvedObject.name === 'a');
-  assert.ok(ready.length >= 1);
-  assert.equal(ready[0]!.involvedObject.uid, a.metadata.uid);
-  assert.equal(ready[0]!.type, 'Normal');
-});
+    const ready = fake.events().filter((e) => e.reason === 'SeedReady' && e.involvedObject.name === 'a');
+    assert.ok(ready.length >= 1);
+    assert.equal(ready[0].involvedObject.uid, a.metadata.uid);
+    assert.equal(ready[0].type, 'Normal');
+  },
+);
 
 test('a VMI moved to another node or finished loses its image', { timeout: 20_000 }, async (t) => {
   const { fake, dir } = await setup(t);
@@ -89,7 +103,8 @@ for (const mode of ['event', 'status'] as const) {
     const keep = fake.applyVmi(vmi('keep'));
     const gone = fake.applyVmi(vmi('gone'));
     await waitFor('images', () => existsSync(imagePath(h, keep)) && existsSync(imagePath(h, gone)));
-    const lists = () => fake.requests.filter((r) => r.verb === 'list' && r.resource === 'virtualmachineinstances').length;
+    const lists = () =>
+      fake.requests.filter((r) => r.verb === 'list' && r.resource === 'virtualmachineinstances').length;
     const listsBefore = lists();
 
     fake.deleteVmiSilently('default', 'gone'); // the watch never hears of it
@@ -125,7 +140,9 @@ test('API server down at start-up, then back: not ready, then synced and seeding
   // and down again while running: readiness drops, then recovers
   await fake.refuse(true);
   await waitFor('not ready while down', async () => !(await h.agent.status.readiness()).ready);
-  await waitFor('synced metric drops to 0', async () => /vmseed_informer_synced 0/.test(await h.metrics.registry.getSingleMetricAsString('vmseed_informer_synced')));
+  await waitFor('synced metric drops to 0', async () =>
+    /vmseed_informer_synced 0/.test(await h.metrics.registry.getSingleMetricAsString('vmseed_informer_synced')),
+  );
   await fake.refuse(false);
   const b = fake.applyVmi(vmi('later'));
   await waitFor('seeding resumes', () => existsSync(imagePath(h, b)), 8000);
@@ -141,7 +158,10 @@ test('a stalled watch is restarted by the watchdog and catches up', { timeout: 2
   assert.equal(existsSync(imagePath(h, v)), false, 'the stalled watch delivered nothing');
   await waitFor('watchdog restart delivers the VMI', () => existsSync(imagePath(h, v)), 5000);
   assert.ok(h.agent.source.status().restarts >= 1);
-  assert.match(await h.metrics.registry.getSingleMetricAsString('vmseed_informer_restarts_total'), /reason="stale"\} [1-9]/);
+  assert.match(
+    await h.metrics.registry.getSingleMetricAsString('vmseed_informer_restarts_total'),
+    /reason="stale"\} [1-9]/,
+  );
   assert.ok(h.lines.some((l) => l.includes('stale')));
 });
 
@@ -192,7 +212,10 @@ test('restart with images on disk: no rewrite, no second attach; orphans collect
   assert.equal(injector.actions('inject', 'attached').length, attachesBefore, 'no second attach');
   assert.equal(injector.actions('inject', 'replaced').length, 0);
   assert.equal(injector.attached.has(orphan.metadata.uid!), false, 'orphan detached');
-  assert.match(h2.lines.find((l) => l.includes('garbage collection'))!, /"kept":1,"removed":1/);
+  assert.match(
+    h2.lines.find((l) => l.includes('garbage collection'))!,
+    /"kept":1,"removed":1/,
+  );
 });
 
 test('a Secret created after its VMI: seeded once it appears', { timeout: 20_000 }, async (t) => {
@@ -200,45 +223,59 @@ test('a Secret created after its VMI: seeded once it appears', { timeout: 20_000
   const h = await startAgent(fake, { stateDir: dir.path });
   t.after(h.stop);
   const v = fake.applyVmi(vmi('late-secret', { cloudInit: 'secretRef: {name: late}\n' }));
-  await waitFor('error SECRET_NOT_FOUND', () => h.agent.status.get('default/late-secret')?.lastError?.code === 'SECRET_NOT_FOUND');
+  await waitFor(
+    'error SECRET_NOT_FOUND',
+    () => h.agent.status.get('default/late-secret')?.lastError?.code === 'SECRET_NOT_FOUND',
+  );
   assert.equal(existsSync(imagePath(h, v)), false);
-  fake.setSecret({ metadata: { name: 'late', namespace: 'default' }, stringData: { userdata: '#cloud-config\nhostname: late\n' } });
+  fake.setSecret({
+    metadata: { name: 'late', namespace: 'default' },
+    stringData: { userdata: '#cloud-config\nhostname: late\n' },
+  });
   await waitFor('seeded within the backoff', () => existsSync(imagePath(h, v)), 5000);
   // The file is written before the reconcile's last steps (prune, status).
   await waitFor('ready', () => h.agent.status.get('default/late-secret')?.state === 'ready', 5000);
   assert.ok(fake.requests.some((r) => r.verb === 'get' && r.resource === 'secrets' && r.status === 404));
 });
 
-test('a bad VMI next to good ones: good ones seeded, the bad one gets one SeedFailed Event with its code, counted', { timeout: 20_000 }, async (t) => {
-  const { fake, dir } = await setup(t);
-  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 100 });
-  t.after(h.stop);
-  const good = [fake.applyVmi(vmi('good-1')), fake.applyVmi(vmi('good-2'))];
-  const bad = fake.applyVmi(vmi('bad', { cloudInit: 'userDataBase64: "%%% not base64"\n' }));
-  // a retryable failure repeats: its Event is counted, not duplicated
-  fake.applyVmi(vmi('waiting', { cloudInit: 'secretRef: {name: nowhere}\n' }));
-  await waitFor('good images', () => good.every((g) => existsSync(imagePath(h, g))));
-  await waitFor('SeedFailed for bad', () => fake.events().find((e) => e.reason === 'SeedFailed' && e.involvedObject.name === 'bad'));
-  await waitFor('counted repeats', () => fake.events().find((e) => e.involvedObject.name === 'waiting' && e.count >= 3));
-  await new Promise((r) => setTimeout(r, 400)); // several resyncs
-  await h.agent.events.flush();
-  const badEvents = fake.events().filter((e) => e.involvedObject.name === 'bad');
-  assert.equal(badEvents.length, 1);
-  assert.equal(badEvents[0]!.type, 'Warning');
-  assert.match(badEvents[0]!.message, /^USERDATA_BASE64_INVALID: /);
-  assert.equal(badEvents[0]!.count, 1, 'terminal: not retried until the VMI changes');
-  assert.equal(existsSync(imagePath(h, bad)), false);
-  assert.equal(h.agent.status.get('default/bad')?.state, 'error');
-  const waiting = fake.events().filter((e) => e.involvedObject.name === 'waiting');
-  assert.equal(waiting.length, 1, 'one Event, counted');
-  assert.ok(fake.requests.some((r) => r.verb === 'patch' && r.resource === 'events'));
-  const errs = await h.metrics.registry.getSingleMetricAsString('vmseed_reconcile_errors_total');
-  assert.match(errs, /code="USERDATA_BASE64_INVALID"\} 1/);
+test(
+  'a bad VMI next to good ones: good ones seeded, the bad one gets one SeedFailed Event with its code, counted',
+  { timeout: 20_000 },
+  async (t) => {
+    const { fake, dir } = await setup(t);
+    const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 100 });
+    t.after(h.stop);
+    const good = [fake.applyVmi(vmi('good-1')), fake.applyVmi(vmi('good-2'))];
+    const bad = fake.applyVmi(vmi('bad', { cloudInit: 'userDataBase64: "%%% not base64"\n' }));
+    // a retryable failure repeats: its Event is counted, not duplicated
+    fake.applyVmi(vmi('waiting', { cloudInit: 'secretRef: {name: nowhere}\n' }));
+    await waitFor('good images', () => good.every((g) => existsSync(imagePath(h, g))));
+    await waitFor('SeedFailed for bad', () =>
+      fake.events().find((e) => e.reason === 'SeedFailed' && e.involvedObject.name === 'bad'),
+    );
+    await waitFor('counted repeats', () =>
+      fake.events().find((e) => e.involvedObject.name === 'waiting' && e.count >= 3),
+    );
+    await new Promise((r) => setTimeout(r, 400)); // several resyncs
+    await h.agent.events.flush();
+    const badEvents = fake.events().filter((e) => e.involvedObject.name === 'bad');
+    assert.equal(badEvents.length, 1);
+    assert.equal(badEvents[0].type, 'Warning');
+    assert.match(badEvents[0].message, /^USERDATA_BASE64_INVALID: /);
+    assert.equal(badEvents[0].count, 1, 'terminal: not retried until the VMI changes');
+    assert.equal(existsSync(imagePath(h, bad)), false);
+    assert.equal(h.agent.status.get('default/bad')?.state, 'error');
+    const waiting = fake.events().filter((e) => e.involvedObject.name === 'waiting');
+    assert.equal(waiting.length, 1, 'one Event, counted');
+    assert.ok(fake.requests.some((r) => r.verb === 'patch' && r.resource === 'events'));
+    const errs = await h.metrics.registry.getSingleMetricAsString('vmseed_reconcile_errors_total');
+    assert.match(errs, /code="USERDATA_BASE64_INVALID"\} 1/);
 
-  // fixing the VMI (new resourceVersion) retries it
-  fake.applyVmi(vmi('bad'));
-  await waitFor('bad fixed', () => existsSync(imagePath(h, bad)));
-});
+    // fixing the VMI (new resourceVersion) retries it
+    fake.applyVmi(vmi('bad'));
+    await waitFor('bad fixed', () => existsSync(imagePath(h, bad)));
+  },
+);
 
 test('the agent makes exactly the API calls its ClusterRole grants', { timeout: 20_000 }, async (t) => {
   const { fake, dir } = await setup(t);
@@ -250,8 +287,16 @@ test('the agent makes exactly the API calls its ClusterRole grants', { timeout: 
   await waitFor('image', () => existsSync(imagePath(h, v)));
   await waitFor('events patched', () => fake.requests.some((r) => r.verb === 'patch'));
   const used = new Set(fake.requests.map((r) => `${r.group}/${r.resource}:${r.verb}`));
-  assert.deepEqual([...used].sort(), ['/events:create', '/events:patch', '/secrets:get', 'kubevirt.io/virtualmachineinstances:list', 'kubevirt.io/virtualmachineinstances:watch']);
+  assert.deepEqual([...used].sort(), [
+    '/events:create',
+    '/events:patch',
+    '/secrets:get',
+    'kubevirt.io/virtualmachineinstances:list',
+    'kubevirt.io/virtualmachineinstances:watch',
+  ]);
   // The node's VMIs and those migrating to it (KubeVirt's two labels).
-  const selectors = new Set(fake.requests.filter((r) => r.resource === 'virtualmachineinstances').map((r) => r.query.labelSelector));
+  const selectors = new Set(
+    fake.requests.filter((r) => r.resource === 'virtualmachineinstances').map((r) => r.query.labelSelector),
+  );
   assert.deepEqual(selectors, new Set([`kubevirt.io/nodeName=${NODE}`, `kubevirt.io/migrationTargetNodeName=${NODE}`]));
 });

@@ -17,11 +17,18 @@ import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { ResumeContext } from '../../src/libvirt/injector.ts';
 
-async function setup(t: { after(fn: () => Promise<void>): void }, options: { retry?: Partial<KubeRetryPolicy>; rbac?: unknown[] } = {}) {
+async function setup(
+  t: { after(fn: () => Promise<void>): void },
+  options: { retry?: Partial<KubeRetryPolicy>; rbac?: unknown[] } = {},
+) {
   const fake = await FakeKube.start(options.rbac ? { rbac: options.rbac } : {});
   const connection = fake.connection();
   const slept: number[] = [];
-  const api = new KubeConnectionApi(connection, { timeoutMs: 5000, ...(options.retry ? { retry: options.retry } : {}), sleep: async (ms) => void slept.push(ms) });
+  const api = new KubeConnectionApi(connection, {
+    timeoutMs: 5000,
+    ...(options.retry ? { retry: options.retry } : {}),
+    sleep: async (ms) => void slept.push(ms),
+  });
   t.after(async () => {
     await connection.close();
     await fake.close();
@@ -30,7 +37,10 @@ async function setup(t: { after(fn: () => Promise<void>): void }, options: { ret
 }
 
 const code = (c: string, kind?: string, message?: RegExp) => (e: unknown) =>
-  e instanceof VmseedError && e.code === c && (kind === undefined || e.kind === kind) && (message === undefined || message.test(e.message));
+  e instanceof VmseedError &&
+  e.code === c &&
+  (kind === undefined || e.kind === kind) &&
+  (message === undefined || message.test(e.message));
 
 const secret = { metadata: { name: 's', namespace: 'default' }, stringData: { userdata: '#cloud-config\n' } };
 
@@ -42,7 +52,10 @@ test('TLS: the fake serves HTTPS; a client trusting another CA, or none, is refu
   for (const ca of [(await testPki('another-ca')).caCert, undefined]) {
     const other = new KubeConnection({ server: fake.url, token: 'fake-token', ...(ca ? { ca } : {}) });
     t.after(() => other.close());
-    await assert.rejects(new KubeRefResolver(new KubeConnectionApi(other)).getSecret('default', 's'), code('KUBE_API_UNAVAILABLE', 'retryable', /TLS: the server's certificate is not signed by the configured CA/));
+    await assert.rejects(
+      new KubeRefResolver(new KubeConnectionApi(other)).getSecret('default', 's'),
+      code('KUBE_API_UNAVAILABLE', 'retryable', /TLS: the server's certificate is not signed by the configured CA/),
+    );
   }
   assert.equal(fake.requests.length, 1, 'the refused handshakes never became requests');
 });
@@ -55,8 +68,19 @@ test('authentication: no token or a wrong one is 401 Unauthorized, typed KUBE_AP
     t.after(() => conn.close());
     const res = await new KubeConnectionApi(conn).request('GET', '/api/v1/namespaces/default/secrets/s');
     assert.equal(res.status, 401);
-    assert.deepEqual(res.body, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'Unauthorized', reason: 'Unauthorized', code: 401 });
-    await assert.rejects(new KubeRefResolver(new KubeConnectionApi(conn)).getSecret('default', 's'), code('KUBE_API_UNAUTHORIZED', 'retryable'));
+    assert.deepEqual(res.body, {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: 'Unauthorized',
+      reason: 'Unauthorized',
+      code: 401,
+    });
+    await assert.rejects(
+      new KubeRefResolver(new KubeConnectionApi(conn)).getSecret('default', 's'),
+      code('KUBE_API_UNAUTHORIZED', 'retryable'),
+    );
   }
 });
 
@@ -75,17 +99,27 @@ test('a rotated token file is re-read at once on 401, and the call retried once'
   await writeFile(file, 'token-2\n');
   fake.acceptTokens('token-2');
   assert.ok(await refs.getSecret('default', 's'), 'picked up within the same call');
-  assert.deepEqual(fake.requests.map((r) => r.status), [200, 401, 200]);
+  assert.deepEqual(
+    fake.requests.map((r) => r.status),
+    [200, 401, 200],
+  );
   // A token that is still wrong after the re-read: one 401 more, no loop.
   fake.acceptTokens('token-3');
   await assert.rejects(refs.getSecret('default', 's'), code('KUBE_API_UNAUTHORIZED'));
-  assert.deepEqual(fake.requests.map((r) => r.status), [200, 401, 200, 401]);
+  assert.deepEqual(
+    fake.requests.map((r) => r.status),
+    [200, 401, 200, 401],
+  );
 });
 
-test('RBAC: a verb the role does not grant is 403 with the API server\'s message, typed KUBE_API_FORBIDDEN', async (t) => {
+test("RBAC: a verb the role does not grant is 403 with the API server's message, typed KUBE_API_FORBIDDEN", async (t) => {
   const { fake, api } = await setup(t);
   // The manifest's ClusterRole grants get on secrets but no pause subresource and no pod reads.
-  const pause = await api.request('PUT', '/apis/subresources.kubevirt.io/v1/namespaces/team-a/virtualmachineinstances/vm1/pause', {});
+  const pause = await api.request(
+    'PUT',
+    '/apis/subresources.kubevirt.io/v1/namespaces/team-a/virtualmachineinstances/vm1/pause',
+    {},
+  );
   assert.equal(pause.status, 403);
   assert.deepEqual(pause.body, {
     kind: 'Status',
@@ -99,12 +133,20 @@ test('RBAC: a verb the role does not grant is 403 with the API server\'s message
     code: 403,
   });
   const pods = await api.request('GET', '/api/v1/pods');
-  assert.equal((pods.body as { message: string }).message, 'pods is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot list resource "pods" in API group "" at the cluster scope');
+  assert.equal(
+    (pods.body as { message: string }).message,
+    'pods is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot list resource "pods" in API group "" at the cluster scope',
+  );
 });
 
 test('RBAC from namespaced Roles: Secrets readable where a RoleBinding grants them, 403 elsewhere', async (t) => {
   const role = (ns: string) => [
-    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'vmseed-agent', namespace: ns }, rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }] },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: 'vmseed-agent', namespace: ns },
+      rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }],
+    },
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'RoleBinding',
@@ -114,17 +156,25 @@ test('RBAC from namespaced Roles: Secrets readable where a RoleBinding grants th
     },
   ];
   const { fake, api } = await setup(t, { rbac: role('team-a') });
-  for (const ns of ['team-a', 'team-b']) fake.setSecret({ metadata: { name: 's', namespace: ns }, stringData: { userdata: 'x' } });
+  for (const ns of ['team-a', 'team-b'])
+    fake.setSecret({ metadata: { name: 's', namespace: ns }, stringData: { userdata: 'x' } });
   const refs = new KubeRefResolver(api);
   assert.ok(await refs.getSecret('team-a', 's'));
   await assert.rejects(
     refs.getSecret('team-b', 's'),
-    code('KUBE_API_FORBIDDEN', 'retryable', /secrets "s" is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot get resource "secrets" in API group "" in the namespace "team-b"/),
+    code(
+      'KUBE_API_FORBIDDEN',
+      'retryable',
+      /secrets "s" is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot get resource "secrets" in API group "" in the namespace "team-b"/,
+    ),
   );
   // Resolved in namespaced mode: a namespace outside the list is not even asked.
   const scoped = new KubeRefResolver(api, { namespaces: ['team-a'] });
   const before = fake.requests.length;
-  await assert.rejects(scoped.getConfigMap('team-b', 'c'), code('KUBE_API_FORBIDDEN', 'terminal', /outside the agent's namespaces/));
+  await assert.rejects(
+    scoped.getConfigMap('team-b', 'c'),
+    code('KUBE_API_FORBIDDEN', 'terminal', /outside the agent's namespaces/),
+  );
   assert.equal(fake.requests.length, before);
 });
 
@@ -134,7 +184,10 @@ test('429 with Retry-After: retried after that long (capped), then served', asyn
   fake.fail({ status: 429, verb: 'get', retryAfterSeconds: 2, times: 1 });
   fake.fail({ status: 429, verb: 'get', retryAfterSeconds: 3600, times: 1 });
   assert.ok(await new KubeRefResolver(api).getSecret('default', 's'));
-  assert.deepEqual(fake.requests.map((r) => r.status), [429, 429, 200]);
+  assert.deepEqual(
+    fake.requests.map((r) => r.status),
+    [429, 429, 200],
+  );
   assert.deepEqual(slept, [2000, 5000], 'Retry-After honoured, an hour cut to the cap');
 });
 
@@ -142,9 +195,15 @@ test('5xx without Retry-After: exponential backoff; exhausted retries are typed 
   const { fake, api, slept } = await setup(t, { retry: { retries: 2, baseMs: 100, maxMs: 150 } });
   fake.setSecret(secret);
   fake.fail({ status: 503, verb: 'get', times: 3 });
-  await assert.rejects(new KubeRefResolver(api).getSecret('default', 's'), code('KUBE_API_UNAVAILABLE', 'retryable', /answered 503/));
+  await assert.rejects(
+    new KubeRefResolver(api).getSecret('default', 's'),
+    code('KUBE_API_UNAVAILABLE', 'retryable', /answered 503/),
+  );
   assert.deepEqual(slept, [100, 150]);
-  assert.deepEqual(fake.requests.map((r) => r.status), [503, 503, 503]);
+  assert.deepEqual(
+    fake.requests.map((r) => r.status),
+    [503, 503, 503],
+  );
   fake.fail({ status: 429, verb: 'get', times: 3 });
   await assert.rejects(new KubeRefResolver(api).getSecret('default', 's'), code('KUBE_API_THROTTLED', 'retryable'));
   // Not the server's trouble: not retried.
@@ -167,7 +226,9 @@ test('Event POST and the unpause PUT ride out a 503 and a 429', async (t) => {
   paused.status = { nodeName: NODE, phase: 'Running', conditions: [{ type: 'Paused', status: 'True' }] };
   fake.applyVmi(paused);
   fake.fail({ status: 429, method: 'PUT', path: /\/unpause$/, retryAfterSeconds: 1 });
-  await kubevirtUnpause(api)({ target: { namespace: 'default', name: 'vm1', uid: v.metadata.uid!, datasource: 'nocloud', annotations: {} } } as ResumeContext);
+  await kubevirtUnpause(api)({
+    target: { namespace: 'default', name: 'vm1', uid: v.metadata.uid!, datasource: 'nocloud', annotations: {} },
+  } as ResumeContext);
   assert.deepEqual(fake.unpaused, ['default/vm1']);
   assert.deepEqual(slept, [250, 1000]);
   assert.deepEqual(
@@ -186,7 +247,7 @@ test('Retry-After: delay-seconds or an HTTP date', () => {
   assert.equal(retryAfterMs('-1', now), undefined);
 });
 
-test('the fake\'s unpause runs KubeVirt\'s side first (onUnpause); its failure is a 500 the client retries', async (t) => {
+test("the fake's unpause runs KubeVirt's side first (onUnpause); its failure is a 500 the client retries", async (t) => {
   const { fake, api, slept } = await setup(t);
   const v = fake.applyVmi(vmi('vm2'));
   const paused = structuredClone(v);
@@ -198,22 +259,31 @@ test('the fake\'s unpause runs KubeVirt\'s side first (onUnpause); its failure i
     if (failures-- > 0) throw new Error('launcher unreachable');
     resumed.push(`${ns}/${name}`);
   });
-  await kubevirtUnpause(api)({ target: { namespace: 'default', name: 'vm2', uid: v.metadata.uid!, datasource: 'nocloud', annotations: {} } } as ResumeContext);
+  await kubevirtUnpause(api)({
+    target: { namespace: 'default', name: 'vm2', uid: v.metadata.uid!, datasource: 'nocloud', annotations: {} },
+  } as ResumeContext);
   assert.deepEqual(resumed, ['default/vm2']);
   assert.deepEqual(fake.unpaused, ['default/vm2']);
-  assert.deepEqual(fake.requests.filter((r) => r.method === 'PUT').map((r) => r.status), [500, 200]);
+  assert.deepEqual(
+    fake.requests.filter((r) => r.method === 'PUT').map((r) => r.status),
+    [500, 200],
+  );
   assert.deepEqual(slept, [250]);
   assert.deepEqual(fake.getVmi('default', 'vm2')!.status!.conditions, [], 'the Paused condition is gone');
 });
 
-test('the agent\'s cancel signal ends a call the API server never answers: CANCELLED at once, not after timeoutMs', async (t) => {
+test("the agent's cancel signal ends a call the API server never answers: CANCELLED at once, not after timeoutMs", async (t) => {
   // Accepts and says nothing: the TLS handshake never completes.
   const { createServer } = await import('node:net');
   const sockets: import('node:net').Socket[] = [];
   const silent = createServer((s) => void sockets.push(s));
   await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
   const port = (silent.address() as import('node:net').AddressInfo).port;
-  const conn = new KubeConnection({ server: `https://127.0.0.1:${port}`, token: 'fake-token', ca: (await testPki('silent')).caCert });
+  const conn = new KubeConnection({
+    server: `https://127.0.0.1:${port}`,
+    token: 'fake-token',
+    ca: (await testPki('silent')).caCert,
+  });
   t.after(async () => {
     for (const s of sockets) s.destroy();
     await conn.close();

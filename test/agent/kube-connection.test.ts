@@ -37,8 +37,15 @@ test('kubeconfig errors are CONFIG_INVALID and name the problem, not the secret'
   t.after(() => dir.remove());
   const kc = join(dir.path, 'config');
   await writeFile(kc, 'current-context: nope\ncontexts: []\n');
-  assert.throws(() => connectionFromKubeconfig(kc), (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID' && /current-context 'nope' not found/.test(e.message));
-  assert.throws(() => connectionFromKubeconfig(join(dir.path, 'missing')), (e: unknown) => e instanceof VmseedError && /ENOENT/.test(e.message));
+  assert.throws(
+    () => connectionFromKubeconfig(kc),
+    (e: unknown) =>
+      e instanceof VmseedError && e.code === 'CONFIG_INVALID' && /current-context 'nope' not found/.test(e.message),
+  );
+  assert.throws(
+    () => connectionFromKubeconfig(join(dir.path, 'missing')),
+    (e: unknown) => e instanceof VmseedError && /ENOENT/.test(e.message),
+  );
 });
 
 test('in-cluster: service account CA and rotating token file', async (t) => {

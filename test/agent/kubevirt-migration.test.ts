@@ -31,7 +31,13 @@ const TGT = '22222222-2222-4222-8222-222222222222';
 const EPHEMERAL = 'volumes/kubernetes.io~empty-dir/ephemeral-disks';
 const IN_DOMAIN = '/var/run/kubevirt-ephemeral-disks/vmseed/';
 
-function vmiOn(node: string, activePods: Record<string, string>, extra: Record<string, unknown> = {}, spec: Record<string, unknown> = {}, annotations: Record<string, string> = {}): VmiObject {
+function vmiOn(
+  node: string,
+  activePods: Record<string, string>,
+  extra: Record<string, unknown> = {},
+  spec: Record<string, unknown> = {},
+  annotations: Record<string, string> = {},
+): VmiObject {
   return {
     apiVersion: 'kubevirt.io/v1',
     kind: 'VirtualMachineInstance',
@@ -48,8 +54,25 @@ function vmiOn(node: string, activePods: Record<string, string>, extra: Record<s
   };
 }
 
-const domain = (d: Partial<FakeDomain> = {}): FakeDomain => ({ state: 'running', persistent: true, live: [], config: [], unplugs: true, scsi: true, ...d });
-const seedDisk = (source: string): DomainDisk => ({ type: 'file', device: 'disk', bus: 'scsi', targetDev: 'sdzz', sourceFile: source, alias: 'ua-vmseed_seed', serial: 'cidata', readonly: true });
+const domain = (d: Partial<FakeDomain> = {}): FakeDomain => ({
+  state: 'running',
+  persistent: true,
+  live: [],
+  config: [],
+  unplugs: true,
+  scsi: true,
+  ...d,
+});
+const seedDisk = (source: string): DomainDisk => ({
+  type: 'file',
+  device: 'disk',
+  bus: 'scsi',
+  targetDev: 'sdzz',
+  sourceFile: source,
+  alias: 'ua-vmseed_seed',
+  serial: 'cidata',
+  readonly: true,
+});
 
 async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi) {
   const root = await mkdtemp(join(tmpdir(), 'vmseed-mig-'));
@@ -71,29 +94,41 @@ async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi)
   const cache = new Map<string, VmiObject>();
   const store = new ImageStore({ root: join(root, 'seeds') });
   const events: Array<{ reason: string; message: string }> = [];
-  const recorder: EventRecorder = { record: (_v, _t, reason, message) => void events.push({ reason, message }), flush: async () => {} };
+  const recorder: EventRecorder = {
+    record: (_v, _t, reason, message) => void events.push({ reason, message }),
+    flush: async () => {},
+  };
   const { logger } = captureLogger('debug');
-  const status = new StatusStore({ version: 't', nodeName: HERE, stateDir: root, config: {}, watch: () => ({}) as never, queue: () => ({ depth: 0, inFlight: 0 }) });
-  const make = () => new Reconciler({
+  const status = new StatusStore({
+    version: 't',
     nodeName: HERE,
-    cache: { get: (k) => cache.get(k) },
-    refs: { getSecret: async () => undefined, getConfigMap: async () => undefined },
-    render: renderSeed,
-    build: buildSeedImage,
-    store,
-    injector,
-    events: recorder,
-    status,
-    logger,
-    renderOptions: { kubevirtVolumes: 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
-    fsync: false,
+    stateDir: root,
+    config: {},
+    watch: () => ({}) as never,
+    queue: () => ({ depth: 0, inFlight: 0 }),
   });
+  const make = () =>
+    new Reconciler({
+      nodeName: HERE,
+      cache: { get: (k) => cache.get(k) },
+      refs: { getSecret: async () => undefined, getConfigMap: async () => undefined },
+      render: renderSeed,
+      build: buildSeedImage,
+      store,
+      injector,
+      events: recorder,
+      status,
+      logger,
+      renderOptions: { kubevirtVolumes: 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
+      fsync: false,
+    });
   const set = (v: VmiObject) => cache.set('ns/web', v);
   const files = async (pod: string) => {
     const dir = join(pods, pod, EPHEMERAL, 'vmseed');
     return existsSync(dir) ? (await readdir(dir)).sort() : [];
   };
-  const mutations = () => lv.calls.filter((c) => c[0] === 'attach-device' || c[0] === 'detach-device' || c[0] === 'resume');
+  const mutations = () =>
+    lv.calls.filter((c) => c[0] === 'attach-device' || c[0] === 'detach-device' || c[0] === 'resume');
   // The published name: the store image's content-addressed name.
   const expectedName = async () => `vmseed-${basename((await store.list()).find((i) => i.name === 'web')!.path)}`;
   return { root, pods, lv, injector, cache, store, status, events, make, set, files, mutations, expectedName };
@@ -108,7 +143,12 @@ test('cross-node migration to this node: staged in the target pod before it star
   assert.deepEqual(await s.files(TGT), []);
   // The migration's target pod is scheduled here (activePods names it; the
   // migration has no startTimestamp yet).
-  const migrating = { targetNode: HERE, targetPod: 'virt-launcher-web-tgt', sourceNode: THERE, sourcePod: 'virt-launcher-web-src' };
+  const migrating = {
+    targetNode: HERE,
+    targetPod: 'virt-launcher-web-tgt',
+    sourceNode: THERE,
+    sourcePod: 'virt-launcher-web-src',
+  };
   s.set(vmiOn(THERE, { [SRC]: THERE, [TGT]: HERE }, { migrationState: migrating }));
   assert.equal(await r.reconcile('ns/web'), 'success');
   const name = await s.expectedName();
@@ -117,13 +157,32 @@ test('cross-node migration to this node: staged in the target pod before it star
   assert.deepEqual(s.lv.calls, [], 'no libvirt call at all: the incoming domain is not touched');
   assert.match(s.events.at(-1)!.message, /staged for the incoming migration in launcher pod 22222222/);
   // Repeated (e.g. a resync while it migrates): still nothing attached.
-  s.set(vmiOn(THERE, { [SRC]: THERE, [TGT]: HERE }, { migrationState: { ...migrating, startTimestamp: '2026-01-02T04:00:00Z' } }));
+  s.set(
+    vmiOn(
+      THERE,
+      { [SRC]: THERE, [TGT]: HERE },
+      { migrationState: { ...migrating, startTimestamp: '2026-01-02T04:00:00Z' } },
+    ),
+  );
   assert.equal(await r.reconcile('ns/web'), 'success');
   assert.deepEqual(s.lv.calls, []);
 
   // Completed: the VMI is this node's; the migrated domain brought our disk.
   s.lv.daemons.set(TGT, new Map([['ns_web', domain({ live: [seedDisk(IN_DOMAIN + name)] })]]));
-  s.set(vmiOn(HERE, { [TGT]: HERE }, { migrationState: { ...migrating, startTimestamp: '2026-01-02T04:00:00Z', endTimestamp: '2026-01-02T04:00:09Z', completed: true } }));
+  s.set(
+    vmiOn(
+      HERE,
+      { [TGT]: HERE },
+      {
+        migrationState: {
+          ...migrating,
+          startTimestamp: '2026-01-02T04:00:00Z',
+          endTimestamp: '2026-01-02T04:00:09Z',
+          completed: true,
+        },
+      },
+    ),
+  );
   assert.equal(await r.reconcile('ns/web'), 'success');
   assert.deepEqual(s.mutations(), [], 'found in place: no attach, no detach');
   assert.deepEqual(await s.files(TGT), [name]);
@@ -141,7 +200,7 @@ test('cross-node migration to this node that fails: the staged copy is removed, 
   assert.equal(await r.reconcile('ns/web'), 'success');
   assert.deepEqual(await s.files(TGT), []);
   assert.deepEqual(s.mutations(), []);
-  assert.deepEqual(await s.store.list(), [], 'the node\'s own image is gone too');
+  assert.deepEqual(await s.store.list(), [], "the node's own image is gone too");
 });
 
 test('cross-node migration away from this node: the source keeps its disk while it runs; completed → detached where still there and removed', async (t) => {
@@ -161,25 +220,43 @@ test('cross-node migration away from this node: the source keeps its disk while 
   s.set(vmiOn(THERE, { [SRC]: HERE, [TGT]: THERE }, { migrationState: { ...migrating, completed: true } }));
   assert.equal(await r.reconcile('ns/web'), 'success');
   assert.deepEqual(await s.files(SRC), []);
-  assert.deepEqual(s.mutations().map((c) => c[0]), ['attach-device'], 'a shut-off domain has no live disk to detach');
+  assert.deepEqual(
+    s.mutations().map((c) => c[0]),
+    ['attach-device'],
+    'a shut-off domain has no live disk to detach',
+  );
 });
 
-test('same-node migration: two launcher pods here; the target gets the file, the source keeps its disk; completed → the source\'s copy removed', async (t) => {
+test("same-node migration: two launcher pods here; the target gets the file, the source keeps its disk; completed → the source's copy removed", async (t) => {
   const s = await setup(t);
   const r = s.make();
   s.lv.daemons.set(SRC, new Map([['ns_web', domain()]]));
   s.set(vmiOn(HERE, { [SRC]: HERE }));
   assert.equal(await r.reconcile('ns/web'), 'success');
   const name = await s.expectedName();
-  assert.deepEqual(s.lv.daemons.get(SRC)!.get('ns_web')!.live.map((d) => d.sourceFile), [IN_DOMAIN + name]);
+  assert.deepEqual(
+    s.lv.daemons
+      .get(SRC)!
+      .get('ns_web')!
+      .live.map((d) => d.sourceFile),
+    [IN_DOMAIN + name],
+  );
 
-  const migrating = { targetNode: HERE, sourceNode: HERE, targetPod: 'virt-launcher-web-tgt', sourcePod: 'virt-launcher-web-src' };
+  const migrating = {
+    targetNode: HERE,
+    sourceNode: HERE,
+    targetPod: 'virt-launcher-web-tgt',
+    sourcePod: 'virt-launcher-web-src',
+  };
   s.set(vmiOn(HERE, { [SRC]: HERE, [TGT]: HERE }, { migrationState: migrating }));
   assert.equal(await r.reconcile('ns/web'), 'success', 'two pods here no longer stall it');
   assert.deepEqual(await s.files(TGT), [name]);
   assert.deepEqual(await s.files(SRC), [name]);
   assert.equal(s.mutations().length, 1, 'nothing attached to the incoming domain, nothing changed on the source');
-  assert.ok(s.lv.uris.every((u) => u.includes(SRC)), 'the target\'s libvirt is not even asked');
+  assert.ok(
+    s.lv.uris.every((u) => u.includes(SRC)),
+    "the target's libvirt is not even asked",
+  );
 
   // Completed; the source pod is still listed until KubeVirt deletes it.
   s.lv.daemons.get(SRC)!.get('ns_web')!.state = 'shut off';
@@ -198,18 +275,33 @@ test('same-node migration: two launcher pods here; the target gets the file, the
   s.cache.delete('ns/web');
   assert.equal(await r.reconcile('ns/web'), 'success');
   assert.deepEqual(await s.files(TGT), []);
-  assert.deepEqual(s.mutations().map((c) => c[0]), ['attach-device', 'detach-device']);
+  assert.deepEqual(
+    s.mutations().map((c) => c[0]),
+    ['attach-device', 'detach-device'],
+  );
 });
 
 test('same-node migration completed while the agent was restarted: the pod whose domain runs is the current one', async (t) => {
   const s = await setup(t);
   s.lv.daemons.set(SRC, new Map([['ns_web', domain({ state: 'shut off' })]]));
   s.lv.daemons.set(TGT, new Map([['ns_web', domain()]]));
-  s.set(vmiOn(HERE, { [SRC]: HERE, [TGT]: HERE }, { migrationState: { targetNode: HERE, sourceNode: HERE, completed: true } }));
+  s.set(
+    vmiOn(
+      HERE,
+      { [SRC]: HERE, [TGT]: HERE },
+      { migrationState: { targetNode: HERE, sourceNode: HERE, completed: true } },
+    ),
+  );
   const r = s.make();
   assert.equal(await r.reconcile('ns/web'), 'success');
   const published = await s.expectedName();
-  assert.deepEqual(s.lv.daemons.get(TGT)!.get('ns_web')!.live.map((d) => d.sourceFile), [IN_DOMAIN + published]);
+  assert.deepEqual(
+    s.lv.daemons
+      .get(TGT)!
+      .get('ns_web')!
+      .live.map((d) => d.sourceFile),
+    [IN_DOMAIN + published],
+  );
   assert.deepEqual(await s.files(TGT), [published]);
   // Both domains running (a crashed launcher being replaced?): no guess.
   s.lv.daemons.get(SRC)!.get('ns_web')!.state = 'running';
@@ -246,13 +338,17 @@ test('seed gate: startStrategy Paused + annotation; waits for Running and Paused
   const s = await setup(t, api);
   const r = s.make();
   s.lv.daemons.set(SRC, new Map([['ns_web', domain({ state: 'paused' })]]));
-  const gated = (extra: Record<string, unknown>) => vmiOn(HERE, { [SRC]: HERE }, extra, { startStrategy: 'Paused' }, { 'vmseed.io/resume-after-seed': 'true' });
+  const gated = (extra: Record<string, unknown>) =>
+    vmiOn(HERE, { [SRC]: HERE }, extra, { startStrategy: 'Paused' }, { 'vmseed.io/resume-after-seed': 'true' });
   // The domain exists (paused) but KubeVirt has not reported the condition.
   s.set(gated({ phase: 'Scheduled' }));
   assert.equal(await r.reconcile('ns/web'), 'retry');
   const waiting = s.status.get('ns/web')!.lastError!;
   assert.equal(waiting.code, 'SEED_GATE_WAITING');
-  assert.match(waiting.message, /waiting for KubeVirt to report phase Running \(now Scheduled\) and condition Paused=True/);
+  assert.match(
+    waiting.message,
+    /waiting for KubeVirt to report phase Running \(now Scheduled\) and condition Paused=True/,
+  );
   assert.deepEqual(api.calls, []);
   assert.equal(s.lv.daemons.get(SRC)!.get('ns_web')!.live.length, 1, 'the seed is in before the unpause');
 
@@ -262,9 +358,16 @@ test('seed gate: startStrategy Paused + annotation; waits for Running and Paused
   assert.equal(await r.reconcile('ns/web'), 'retry');
   assert.equal(s.status.get('ns/web')!.lastError!.code, 'VMI_UNPAUSE_FAILED');
   assert.equal(await r.reconcile('ns/web'), 'success');
-  assert.deepEqual(api.calls, Array(2).fill('PUT /apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/web/unpause'));
+  assert.deepEqual(
+    api.calls,
+    Array(2).fill('PUT /apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/web/unpause'),
+  );
   assert.equal(s.status.get('ns/web')!.injection!.resumed, true);
-  assert.equal(s.lv.calls.some((c) => c[0] === 'resume'), false, 'never virsh resume');
+  assert.equal(
+    s.lv.calls.some((c) => c[0] === 'resume'),
+    false,
+    'never virsh resume',
+  );
   assert.equal(s.mutations().filter((c) => c[0] === 'attach-device').length, 1);
 });
 

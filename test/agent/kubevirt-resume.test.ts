@@ -32,7 +32,13 @@ function paused(name: string, phase = 'Running'): VmiObject {
   return v;
 }
 
-const target = (name: string): InjectionTarget => ({ namespace: 'default', name, uid: 'u', datasource: 'nocloud', annotations: { 'vmseed.io/resume-after-seed': 'true' } });
+const target = (name: string): InjectionTarget => ({
+  namespace: 'default',
+  name,
+  uid: 'u',
+  datasource: 'nocloud',
+  annotations: { 'vmseed.io/resume-after-seed': 'true' },
+});
 const ctx = (name: string) => ({ target: target(name) }) as ResumeContext;
 const code = (c: string, kind: string) => (e: unknown) => e instanceof VmseedError && e.code === c && e.kind === kind;
 
@@ -42,7 +48,10 @@ test('unpause: PUT on subresources.kubevirt.io with an UnpauseOptions body, as k
   await kubevirtUnpause(api)(ctx('web-1'));
   assert.deepEqual(fake.unpaused, ['default/web-1']);
   const call = fake.requests.find((r) => r.subresource === 'unpause')!;
-  assert.deepEqual([call.method, call.path, call.status], ['PUT', '/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-1/unpause', 200]);
+  assert.deepEqual(
+    [call.method, call.path, call.status],
+    ['PUT', '/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-1/unpause', 200],
+  );
   assert.equal(unpausePath('default', 'web-1'), call.path);
   // KubeVirt dropped the Paused condition.
   assert.deepEqual(fake.getVmi('default', 'web-1')!.status!.conditions, []);
@@ -54,16 +63,28 @@ test('unpause again (already running, e.g. our earlier answer was lost): 409 "no
   const hook = kubevirtUnpause(api);
   await hook(ctx('web-2'));
   await hook(ctx('web-2'));
-  assert.deepEqual(fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status), [200, 409]);
+  assert.deepEqual(
+    fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status),
+    [200, 409],
+  );
   assert.deepEqual(fake.unpaused, ['default/web-2']);
 });
 
 test('not Running yet (409), VMI gone (404): VMI_UNPAUSE_FAILED, retryable', async (t) => {
   const { fake, api } = await setup(t);
   fake.applyVmi(paused('early', 'Scheduled'));
-  await assert.rejects(kubevirtUnpause(api)(ctx('early')), (e: unknown) => code('VMI_UNPAUSE_FAILED', 'retryable')(e) && /not running yet/.test((e as Error).message));
-  await assert.rejects(kubevirtUnpause(api)(ctx('missing')), (e: unknown) => code('VMI_UNPAUSE_FAILED', 'retryable')(e) && /404/.test((e as Error).message));
-  assert.deepEqual(fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status), [409, 404]);
+  await assert.rejects(
+    kubevirtUnpause(api)(ctx('early')),
+    (e: unknown) => code('VMI_UNPAUSE_FAILED', 'retryable')(e) && /not running yet/.test((e as Error).message),
+  );
+  await assert.rejects(
+    kubevirtUnpause(api)(ctx('missing')),
+    (e: unknown) => code('VMI_UNPAUSE_FAILED', 'retryable')(e) && /404/.test((e as Error).message),
+  );
+  assert.deepEqual(
+    fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status),
+    [409, 404],
+  );
   assert.deepEqual(fake.unpaused, []);
 });
 
@@ -83,7 +104,11 @@ test('behind the injector: a paused domain gets its seed, then KubeVirt (not vir
   const r = await inj.inject(target('gated'), '/seeds/nocloud.iso');
   assert.deepEqual([r.action, r.flags, r.resumed], ['attached', ['--live'], true]);
   assert.deepEqual(fake.unpaused, ['default/gated']);
-  assert.equal(lv.calls.some((c) => c[0] === 'resume'), false, 'virsh resume would desync KubeVirt');
+  assert.equal(
+    lv.calls.some((c) => c[0] === 'resume'),
+    false,
+    'virsh resume would desync KubeVirt',
+  );
   // Without the annotation the VMI stays paused: no call at all.
   lv.domains.set('default_quiet', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
   await inj.inject({ ...target('quiet'), annotations: {} }, '/seeds/nocloud.iso');
@@ -91,26 +116,46 @@ test('behind the injector: a paused domain gets its seed, then KubeVirt (not vir
 });
 
 // The gate's view of the VMI, as the reconciler fills it from the VMI.
-const gated = (name: string, vmi: NonNullable<InjectionTarget['vmi']>, pod = 'p-1'): ResumeContext => ({ target: { ...target(name), launcherPods: [pod], vmi } }) as ResumeContext;
+const gated = (name: string, vmi: NonNullable<InjectionTarget['vmi']>, pod = 'p-1'): ResumeContext =>
+  ({ target: { ...target(name), launcherPods: [pod], vmi } }) as ResumeContext;
 
 test('only the start pause: a VMI without startStrategy Paused is not unpaused (the hook says so, no call)', async (t) => {
   const { fake, api } = await setup(t);
   fake.applyVmi(paused('owner-paused'));
-  assert.equal(await kubevirtUnpause(api)(gated('owner-paused', { phase: 'Running', startPaused: false, pausedCondition: true })), false);
-  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
+  assert.equal(
+    await kubevirtUnpause(api)(gated('owner-paused', { phase: 'Running', startPaused: false, pausedCondition: true })),
+    false,
+  );
+  assert.equal(
+    fake.requests.some((r) => r.subresource === 'unpause'),
+    false,
+  );
 });
 
 test('before phase Running and Paused=True: SEED_GATE_WAITING, retryable, and no call virt-api would answer 409', async (t) => {
   const { fake, api } = await setup(t);
   fake.applyVmi(paused('early-gate', 'Scheduled'));
   const hook = kubevirtUnpause(api);
-  for (const vmi of [{ phase: 'Scheduled', startPaused: true, pausedCondition: true }, { phase: 'Running', startPaused: true, pausedCondition: false }, { startPaused: true, pausedCondition: false }]) {
-    await assert.rejects(hook(gated('early-gate', vmi)), (e: unknown) => code('SEED_GATE_WAITING', 'retryable')(e) && /Paused=True/.test((e as Error).message) && (e as VmseedError).field === 'status.conditions');
+  for (const vmi of [
+    { phase: 'Scheduled', startPaused: true, pausedCondition: true },
+    { phase: 'Running', startPaused: true, pausedCondition: false },
+    { startPaused: true, pausedCondition: false },
+  ]) {
+    await assert.rejects(
+      hook(gated('early-gate', vmi)),
+      (e: unknown) =>
+        code('SEED_GATE_WAITING', 'retryable')(e) &&
+        /Paused=True/.test((e as Error).message) &&
+        (e as VmseedError).field === 'status.conditions',
+    );
   }
-  assert.equal(fake.requests.some((r) => r.subresource === 'unpause'), false);
+  assert.equal(
+    fake.requests.some((r) => r.subresource === 'unpause'),
+    false,
+  );
 });
 
-test('once per VMI: a later pause is the owner\'s and stays, also in a new launcher pod (a migrated VMI did not start paused); another VMI uid is gated', async (t) => {
+test("once per VMI: a later pause is the owner's and stays, also in a new launcher pod (a migrated VMI did not start paused); another VMI uid is gated", async (t) => {
   const { fake, api } = await setup(t);
   fake.applyVmi(paused('once'));
   const hook = kubevirtUnpause(api);
@@ -125,7 +170,7 @@ test('once per VMI: a later pause is the owner\'s and stays, also in a new launc
   assert.deepEqual(fake.unpaused, ['default/once', 'default/once']);
 });
 
-test('restart-safe: the unpause is recorded next to the VMI\'s images; a new agent process does not unpause a VMI its owner paused since', async (t) => {
+test("restart-safe: the unpause is recorded next to the VMI's images; a new agent process does not unpause a VMI its owner paused since", async (t) => {
   const { fake, api } = await setup(t);
   const dir = await tempDir();
   t.after(() => dir.remove());
@@ -133,7 +178,10 @@ test('restart-safe: the unpause is recorded next to the VMI\'s images; a new age
   fake.applyVmi(paused('restarted'));
   const ready = { phase: 'Running', startPaused: true, pausedCondition: true };
   const ctx = gated('restarted', ready);
-  await kubevirtUnpause(api, storeGateRecord(store, { fsync: false, now: () => new Date('2026-01-02T03:04:05Z') }))(ctx);
+  await kubevirtUnpause(
+    api,
+    storeGateRecord(store, { fsync: false, now: () => new Date('2026-01-02T03:04:05Z') }),
+  )(ctx);
   assert.deepEqual(fake.unpaused, ['default/restarted']);
   const recorded = readFileSync(join(store.dirFor(ctx.target), 'seed-gate-opened'), 'utf8');
   assert.deepEqual(JSON.parse(recorded), { unpausedAt: '2026-01-02T03:04:05.000Z', launcherPods: ['p-1'] });
@@ -153,19 +201,25 @@ test('restart-safe: an unpause whose record could not be written is retried; the
   fake.applyVmi(paused('flaky'));
   const written: string[] = [];
   let failWrites = 1;
-  const record = storeGateRecord({
-    readRecord: async () => (written.length > 0 ? written.at(-1) : undefined),
-    writeRecord: async (_k, _r, text) => {
-      if (failWrites-- > 0) throw new VmseedError('STORE_IO_FAILED', 'disk full', { kind: 'retryable' });
-      written.push(text);
+  const record = storeGateRecord(
+    {
+      readRecord: async () => (written.length > 0 ? written.at(-1) : undefined),
+      writeRecord: async (_k, _r, text) => {
+        if (failWrites-- > 0) throw new VmseedError('STORE_IO_FAILED', 'disk full', { kind: 'retryable' });
+        written.push(text);
+      },
     },
-  }, { fsync: false });
+    { fsync: false },
+  );
   const hook = kubevirtUnpause(api, record);
   const ctx = gated('flaky', { phase: 'Running', startPaused: true, pausedCondition: true });
   await assert.rejects(hook(ctx), code('STORE_IO_FAILED', 'retryable'));
   assert.deepEqual(fake.unpaused, ['default/flaky']);
   await hook(ctx);
   assert.equal(written.length, 1);
-  assert.deepEqual(fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status), [200, 409]);
+  assert.deepEqual(
+    fake.requests.filter((r) => r.subresource === 'unpause').map((r) => r.status),
+    [200, 409],
+  );
   assert.equal(await hook(ctx), false, 'open from now on');
 });

@@ -49,10 +49,25 @@ test('local mode end to end: images appear, change and disappear with the files'
   await mkdir(manifests);
   await put(join(manifests, 'one.yaml'), vmiYaml('one', 'first-host'));
 
-  const child = spawn(NODE_BIN, [join(ROOT, 'src/main.ts'), 'agent', '--local', manifests, '--state-dir', state, '--listen', '127.0.0.1:0', '--log-level', 'debug'], {
-    cwd: dir.path,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    NODE_BIN,
+    [
+      join(ROOT, 'src/main.ts'),
+      'agent',
+      '--local',
+      manifests,
+      '--state-dir',
+      state,
+      '--listen',
+      '127.0.0.1:0',
+      '--log-level',
+      'debug',
+    ],
+    {
+      cwd: dir.path,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let log = '';
   child.stdout.on('data', (d) => (log += d));
   child.stderr.on('data', (d) => (log += d));
@@ -63,14 +78,20 @@ test('local mode end to end: images appear, change and disappear with the files'
   });
 
   await waitFor('first image', () => findImages(state).length === 1, 15_000);
-  const first = join(state, findImages(state)[0]!);
+  const first = join(state, findImages(state)[0]);
   assert.match(isoFile(first, 'user-data'), /hostname: first-host/);
   assert.match(first, /default\/one_[0-9a-f-]+\/nocloud-[0-9a-f]{16}\.iso$/);
 
   // the status page lists it
   const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
-  const status = (await (await fetch(`${url}/status.json`)).json()) as { config: { listen: string }; vmis: Array<{ name: string; state: string }> };
-  assert.deepEqual(status.vmis.map((v) => [v.name, v.state]), [['one', 'ready']]);
+  const status = (await (await fetch(`${url}/status.json`)).json()) as {
+    config: { listen: string };
+    vmis: Array<{ name: string; state: string }>;
+  };
+  assert.deepEqual(
+    status.vmis.map((v) => [v.name, v.state]),
+    [['one', 'ready']],
+  );
   // --listen 127.0.0.1:0: the page names the port actually bound.
   assert.equal(status.config.listen, new URL(url).host);
 
@@ -88,14 +109,20 @@ stringData:
 ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
   );
   await waitFor('second image', () => findImages(state).length === 2, 10_000);
-  const second = join(state, findImages(state).find((p) => p.includes('/two_'))!);
-  const imageOf = (vmi: string) => findImages(state).filter((p) => p.includes(`/${vmi}_`)).map((p) => join(state, p));
+  const second = join(
+    state,
+    findImages(state).find((p) => p.includes('/two_'))!,
+  );
+  const imageOf = (vmi: string) =>
+    findImages(state)
+      .filter((p) => p.includes(`/${vmi}_`))
+      .map((p) => join(state, p));
   assert.match(isoFile(second, 'user-data'), /hostname: from-secret/);
 
   // edit: a new content-addressed image; the old one is pruned (no libvirt)
   await put(join(manifests, 'one.yaml'), vmiYaml('one', 'edited-host'));
   await waitFor('edited image', () => imageOf('one').length === 1 && imageOf('one')[0] !== first, 10_000);
-  const edited = imageOf('one')[0]!;
+  const edited = imageOf('one')[0];
   assert.match(isoFile(edited, 'user-data'), /edited-host/);
   assert.equal(existsSync(first), false);
 
@@ -105,7 +132,7 @@ ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
     readFileSync(join(manifests, 'two.yaml'), 'utf8').replace('hostname: from-secret', 'hostname: secret-edited'),
   );
   await waitFor('secret edit applied', () => imageOf('two').length === 1 && imageOf('two')[0] !== second, 10_000);
-  assert.match(isoFile(imageOf('two')[0]!, 'user-data'), /secret-edited/);
+  assert.match(isoFile(imageOf('two')[0], 'user-data'), /secret-edited/);
 
   // a broken VMI is reported, the others stay
   await put(join(manifests, 'bad.yaml'), vmiYaml('bad', '', 'userDataBase64: "not base64 at all!"'));
@@ -124,9 +151,17 @@ ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
 });
 
 test('bad flags: one line on stderr, exit 2', async () => {
-  for (const args of [['--concurrency', 'lots'], ['--kubevirt-volumes', 'mine'], ['--local', '.', '--listen', 'nowhere'], ['--bogus']]) {
+  for (const args of [
+    ['--concurrency', 'lots'],
+    ['--kubevirt-volumes', 'mine'],
+    ['--local', '.', '--listen', 'nowhere'],
+    ['--bogus'],
+  ]) {
     const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      const c = spawn(NODE_BIN, [join(ROOT, 'src/main.ts'), 'agent', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, NODE_NAME: 'n1' } });
+      const c = spawn(NODE_BIN, [join(ROOT, 'src/main.ts'), 'agent', ...args], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        env: { ...process.env, NODE_NAME: 'n1' },
+      });
       let stderr = '';
       c.stderr.on('data', (d) => (stderr += d));
       c.on('exit', (code) => resolve({ code, stderr }));

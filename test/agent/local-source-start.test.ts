@@ -10,7 +10,8 @@ import { test } from 'node:test';
 import pino from 'pino';
 import { LocalDirSource } from '../../src/agent/local-source.ts';
 
-const vmi = (name: string) => `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: ${name}, namespace: default}\nspec: {domain: {}}\n`;
+const vmi = (name: string) =>
+  `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: ${name}, namespace: default}\nspec: {domain: {}}\n`;
 const quiet = pino({ level: 'silent' });
 
 async function put(path: string, text: string): Promise<void> {

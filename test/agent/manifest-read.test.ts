@@ -15,7 +15,8 @@ import { LocalDirSource } from '../../src/agent/local-source.ts';
 import { MAX_MANIFEST_BYTES, readManifest } from '../../src/agent/manifest-read.ts';
 import { VmseedError } from '../../src/errors.ts';
 
-const vmi = (name: string) => `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: ${name}, namespace: default}\nspec: {domain: {}}\n`;
+const vmi = (name: string) =>
+  `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: ${name}, namespace: default}\nspec: {domain: {}}\n`;
 
 async function refusal(p: Promise<unknown>): Promise<VmseedError> {
   try {
@@ -52,7 +53,10 @@ test('readManifest: regular files and symlinks to them; FIFOs, devices and overs
   assert.equal(big.code, 'MANIFEST_TOO_LARGE');
   assert.equal(big.kind, 'terminal');
   // At the budget exactly: read.
-  assert.equal((await readManifest(join(dir, 'big.yaml'), 'big.yaml', MAX_MANIFEST_BYTES + 1)).length, MAX_MANIFEST_BYTES + 1);
+  assert.equal(
+    (await readManifest(join(dir, 'big.yaml'), 'big.yaml', MAX_MANIFEST_BYTES + 1)).length,
+    MAX_MANIFEST_BYTES + 1,
+  );
   assert.equal((await refusal(readManifest(join(dir, 'a.yaml'), 'a.yaml', 10))).code, 'MANIFEST_TOO_LARGE');
 });
 
@@ -63,7 +67,11 @@ test('the local source starts with a FIFO and an oversize file among the manifes
   await writeFile(join(dir, 'c-big.yaml'), `${vmi('c')}# ${'x'.repeat(MAX_MANIFEST_BYTES)}\n`);
   await writeFile(join(dir, 'd.yaml'), vmi('d'));
   const lines: string[] = [];
-  const src = new LocalDirSource({ dir, logger: pino({ level: 'warn' }, { write: (l: string) => void lines.push(l) }), onKey: () => {} });
+  const src = new LocalDirSource({
+    dir,
+    logger: pino({ level: 'warn' }, { write: (l: string) => void lines.push(l) }),
+    onKey: () => {},
+  });
   // One hook, watcher first: t.after hooks run in the order they were
   // added, and a directory removed under a running chokidar left an
   // fs.watch handle behind that kept this test file's process alive.
@@ -75,6 +83,10 @@ test('the local source starts with a FIFO and an oversize file among the manifes
   assert.ok(src.get('default/a'));
   assert.ok(src.get('default/d'));
   assert.equal(src.get('default/c'), undefined, 'the oversize file is not parsed');
-  const refused = lines.map((l) => JSON.parse(l) as { file?: string; code?: string }).filter((r) => r.code).map((r) => `${r.file} ${r.code}`).sort();
+  const refused = lines
+    .map((l) => JSON.parse(l) as { file?: string; code?: string })
+    .filter((r) => r.code)
+    .map((r) => `${r.file} ${r.code}`)
+    .sort();
   assert.deepEqual(refused, ['b-fifo.yaml MANIFEST_INVALID', 'c-big.yaml MANIFEST_TOO_LARGE']);
 });

@@ -14,7 +14,13 @@ import { captureLogger } from '../support/capture-logger.ts';
 
 function vmi(labels: Record<string, string>): VmiObject {
   return {
-    metadata: { name: 'web', namespace: 'default', uid: 'u1', labels, annotations: { 'vmseed.io/cloud-init': 'userData: "#cloud-config\\n"' } },
+    metadata: {
+      name: 'web',
+      namespace: 'default',
+      uid: 'u1',
+      labels,
+      annotations: { 'vmseed.io/cloud-init': 'userData: "#cloud-config\\n"' },
+    },
     spec: {},
   };
 }
@@ -22,13 +28,32 @@ function vmi(labels: Record<string, string>): VmiObject {
 function setup(reportOtherNodes: boolean, objects: Map<string, VmiObject>) {
   const { logger, lines } = captureLogger();
   const status = new StatusStore({
-    version: 't', nodeName: 'laptop', stateDir: '/nonexistent', config: {},
-    watch: () => ({ mode: 'local', synced: true } as never), queue: () => ({ depth: 0, inFlight: 0 }),
+    version: 't',
+    nodeName: 'laptop',
+    stateDir: '/nonexistent',
+    config: {},
+    watch: () => ({ mode: 'local', synced: true }) as never,
+    queue: () => ({ depth: 0, inFlight: 0 }),
   });
-  const store = new Proxy({}, { get: () => () => { throw new Error('the store must not be used for a VMI on another node'); } });
+  const store = new Proxy(
+    {},
+    {
+      get: () => () => {
+        throw new Error('the store must not be used for a VMI on another node');
+      },
+    },
+  );
   const r = new Reconciler({
-    nodeName: 'laptop', cache: { get: (k) => objects.get(k) }, refs: new MemoryResolver(), render: renderSeed, build: buildSeedImage,
-    store: store as never, events: new LogEventRecorder(logger), status, logger, renderOptions: DEFAULT_RENDER_OPTIONS,
+    nodeName: 'laptop',
+    cache: { get: (k) => objects.get(k) },
+    refs: new MemoryResolver(),
+    render: renderSeed,
+    build: buildSeedImage,
+    store: store as never,
+    events: new LogEventRecorder(logger),
+    status,
+    logger,
+    renderOptions: DEFAULT_RENDER_OPTIONS,
     ...(reportOtherNodes ? { reportOtherNodes: true } : {}),
   });
   return { r, status, lines };
@@ -43,7 +68,7 @@ test('local mode: a VMI labelled for another node is skipped with both node name
   const rec = status.get('default/web');
   assert.equal(rec?.state, 'skipped');
   assert.equal(rec?.warnings[0]?.code, 'VMI_ON_OTHER_NODE');
-  assert.match(rec!.warnings[0]!.message, /"node-7".*--node-name "laptop"/);
+  assert.match(rec.warnings[0].message, /"node-7".*--node-name "laptop"/);
   assert.equal(rec?.warnings[0]?.field, 'metadata.labels.kubevirt.io/nodeName');
   const logged = lines.filter((l) => l.includes('VMI names node'));
   assert.equal(logged.length, 1, 'logged once');

@@ -32,31 +32,44 @@ async function checkAs(setpriv: string[], uri: string): Promise<string> {
   const script = `import { libvirtSocketCheck } from ${JSON.stringify(CHECKS)};
     const c = libvirtSocketCheck(${JSON.stringify(uri)});
     console.log(JSON.stringify(c ? (await c()) ?? 'ready' : 'no check'));`;
-  const { stdout } = await run('setpriv', [...setpriv, process.execPath, '--input-type=module', '-e', script], { timeout: 60_000 });
+  const { stdout } = await run('setpriv', [...setpriv, process.execPath, '--input-type=module', '-e', script], {
+    timeout: 60_000,
+  });
   return JSON.parse(stdout) as string;
 }
 
-test('KubeVirt mode as shipped: ready through the kubelet\'s 0750 root:root pods directory with group 0; without it the reason names supplementalGroups', { timeout: 120_000 }, async (t) => {
-  assert.equal(process.getuid?.(), 0, 'building the kubelet\'s owners needs root (the test environment runs as root)');
-  // A short path like the manifest's /pods: a launcher socket path under
-  // it must fit in sun_path (the config refuses longer ones).
-  const pods = await shortDir();
-  t.after(() => rm(pods, { recursive: true, force: true }));
-  await chmod(pods, 0o750);
+test(
+  "KubeVirt mode as shipped: ready through the kubelet's 0750 root:root pods directory with group 0; without it the reason names supplementalGroups",
+  { timeout: 120_000 },
+  async (t) => {
+    assert.equal(process.getuid?.(), 0, "building the kubelet's owners needs root (the test environment runs as root)");
+    // A short path like the manifest's /pods: a launcher socket path under
+    // it must fit in sun_path (the config refuses longer ones).
+    const pods = await shortDir();
+    t.after(() => rm(pods, { recursive: true, force: true }));
+    await chmod(pods, 0o750);
 
-  const ds = readDaemonSetAgent();
-  const config = loadConfig(withOverrides(['agent', ...ds.args], { 'pods-dir': pods, 'node-name': 'node-a' }).slice(1), { NODE_NAME: 'node-a' }, '/')!;
-  assert.equal(config.libvirt.platform, 'kubevirt');
-  assert.match(config.libvirt.uri, /\{podUID\}/);
+    const ds = readDaemonSetAgent();
+    const config = loadConfig(
+      withOverrides(['agent', ...ds.args], { 'pods-dir': pods, 'node-name': 'node-a' }).slice(1),
+      { NODE_NAME: 'node-a' },
+      '/',
+    )!;
+    assert.equal(config.libvirt.platform, 'kubevirt');
+    assert.match(config.libvirt.uri, /\{podUID\}/);
 
-  const shipped = setprivOptions(ds);
-  assert.ok(shipped.includes('--groups=0'), `the manifest gives group 0: ${shipped.join(' ')}`);
-  assert.equal(await checkAs(shipped, config.libvirt.uri), 'ready');
+    const shipped = setprivOptions(ds);
+    assert.ok(shipped.includes('--groups=0'), `the manifest gives group 0: ${shipped.join(' ')}`);
+    assert.equal(await checkAs(shipped, config.libvirt.uri), 'ready');
 
-  const withoutGroup0 = shipped.map((o) => (o.startsWith('--groups=') ? '--clear-groups' : o));
-  const reason = await checkAs(withoutGroup0, config.libvirt.uri);
-  assert.match(reason, new RegExp(`cannot enter ${pods}, .*EACCES.*supplementalGroups: \\[0\\]`));
+    const withoutGroup0 = shipped.map((o) => (o.startsWith('--groups=') ? '--clear-groups' : o));
+    const reason = await checkAs(withoutGroup0, config.libvirt.uri);
+    assert.match(reason, new RegExp(`cannot enter ${pods}, .*EACCES.*supplementalGroups: \\[0\\]`));
 
-  await rm(pods, { recursive: true });
-  assert.match(await checkAs(shipped, config.libvirt.uri), new RegExp(`${pods}, .* does not exist; mount the kubelet's pods directory there \\(--pods-dir\\)`));
-});
+    await rm(pods, { recursive: true });
+    assert.match(
+      await checkAs(shipped, config.libvirt.uri),
+      new RegExp(`${pods}, .* does not exist; mount the kubelet's pods directory there \\(--pods-dir\\)`),
+    );
+  },
+);

@@ -18,15 +18,27 @@ async function listen(server: Server): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/readyz`;
 }
 
-test('the poller follows the sidecar\'s real /readyz: in place → missing (its reason) → unreachable, with since', async () => {
-  const keeper: { inPlace: boolean; lastError: string | undefined; reason: RedirectMissingReason } = { inPlace: true, lastError: undefined, reason: 'not-checked' };
-  const health = await startRedirectHealth({ listen: { host: '127.0.0.1', port: 0 }, keeper, metrics: createRedirectMetrics() });
+test("the poller follows the sidecar's real /readyz: in place → missing (its reason) → unreachable, with since", async () => {
+  const keeper: { inPlace: boolean; lastError: string | undefined; reason: RedirectMissingReason } = {
+    inPlace: true,
+    lastError: undefined,
+    reason: 'not-checked',
+  };
+  const health = await startRedirectHealth({
+    listen: { host: '127.0.0.1', port: 0 },
+    keeper,
+    metrics: createRedirectMetrics(),
+  });
   const url = `http://127.0.0.1:${health.address.port}/readyz`;
   const c = clock('2026-11-23T10:00:00.000Z');
   const poller = new RedirectStatusPoller({ url, now: c.now, timeoutMs: 5000 });
   assert.equal(poller.status, undefined);
   try {
-    assert.deepEqual(await poller.poll(), { state: 'in-place', since: '2026-11-23T10:00:00.000Z', checkedAt: '2026-11-23T10:00:00.000Z' });
+    assert.deepEqual(await poller.poll(), {
+      state: 'in-place',
+      since: '2026-11-23T10:00:00.000Z',
+      checkedAt: '2026-11-23T10:00:00.000Z',
+    });
     c.advance(5);
     assert.equal((await poller.poll()).since, '2026-11-23T10:00:00.000Z', 'an unchanged state keeps its since');
 
@@ -36,7 +48,10 @@ test('the poller follows the sidecar\'s real /readyz: in place → missing (its 
     c.advance(5);
     const missing = await poller.poll();
     assert.equal(missing.state, 'missing');
-    assert.equal(missing.reason, 'apply-failed: nft could not load the redirect table ip vmseed_redirect (exit 1): Operation not permitted');
+    assert.equal(
+      missing.reason,
+      'apply-failed: nft could not load the redirect table ip vmseed_redirect (exit 1): Operation not permitted',
+    );
     assert.equal(missing.since, '2026-11-23T10:00:10.000Z');
     c.advance(5);
     assert.equal((await poller.poll()).since, '2026-11-23T10:00:10.000Z');
@@ -51,7 +66,10 @@ test('the poller follows the sidecar\'s real /readyz: in place → missing (its 
   assert.equal(gone.since, '2026-11-23T10:00:20.000Z');
   c.advance(5);
   const still = await poller.poll();
-  assert.deepEqual([still.state, still.reason, still.since], ['unreachable', 'ECONNREFUSED', '2026-11-23T10:00:20.000Z']);
+  assert.deepEqual(
+    [still.state, still.reason, still.since],
+    ['unreachable', 'ECONNREFUSED', '2026-11-23T10:00:20.000Z'],
+  );
   assert.deepEqual(poller.status, still);
 });
 
@@ -64,7 +82,10 @@ test('a plain-text 503 is missing with its text; a 404 is unreachable (not the s
   const url = await listen(server);
   try {
     const poller = new RedirectStatusPoller({ url, timeoutMs: 5000 });
-    assert.deepEqual({ ...(await poller.poll()), since: '', checkedAt: '' }, { state: 'missing', reason: 'redirect not in place: <b>flushed</b>', since: '', checkedAt: '' });
+    assert.deepEqual(
+      { ...(await poller.poll()), since: '', checkedAt: '' },
+      { state: 'missing', reason: 'redirect not in place: <b>flushed</b>', since: '', checkedAt: '' },
+    );
     status = 404;
     const r = await poller.poll();
     assert.equal(r.state, 'unreachable');
@@ -138,6 +159,9 @@ test('--redirect-status-url: plain http only, no credentials; shown in config', 
   assert.equal(configSummary(ok).redirectStatusUrl, 'http://127.0.0.1:8082/readyz');
   assert.equal(loadConfig(base, {}, '/srv')!.redirectStatusUrl, undefined);
   assert.throws(() => loadConfig([...base, '--redirect-status-url', 'https://x/readyz'], {}, '/srv'), /plain http/);
-  assert.throws(() => loadConfig([...base, '--redirect-status-url', 'http://u:p@x/readyz'], {}, '/srv'), /without credentials/);
+  assert.throws(
+    () => loadConfig([...base, '--redirect-status-url', 'http://u:p@x/readyz'], {}, '/srv'),
+    /without credentials/,
+  );
   assert.throws(() => loadConfig([...base, '--redirect-status-url', 'not a url'], {}, '/srv'), /not a URL/);
 });

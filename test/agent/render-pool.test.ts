@@ -68,7 +68,7 @@ test('a step past its deadline ends the worker with RENDER_TIMEOUT; the next ste
   assert.equal(pool.started, 2);
 });
 
-test('a step that passes the worker\'s heap cap fails with RENDER_WORKER_FAILED, not the process', async (t) => {
+test("a step that passes the worker's heap cap fails with RENDER_WORKER_FAILED, not the process", async (t) => {
   const pool = new RenderPool({ minBytes: 0, deadlineMs: 60_000, maxOldGenerationSizeMb: 16, workerUrl: MISBEHAVING });
   t.after(() => pool.close());
   const e = await rejection(pool.run('lintUserData', [utf8('x'), 'oom'], 1));
@@ -91,7 +91,9 @@ test('the signal cancels a running step and a queued one; beyond the queue bound
   assert.equal((await running).code, 'CANCELLED');
   assert.equal((await queued).code, 'CANCELLED');
   assert.equal(pool.workers, 0, 'the worker running the cancelled step is ended');
-  await rejection(pool.run('lintUserData', [utf8('x'), 'f'], 1, stop.signal)).then((e) => assert.equal(e.code, 'CANCELLED'));
+  await rejection(pool.run('lintUserData', [utf8('x'), 'f'], 1, stop.signal)).then((e) =>
+    assert.equal(e.code, 'CANCELLED'),
+  );
 
   const late = rejection(pool.run('lintUserData', [utf8('x'), 'hang'], 1));
   const waiting = rejection(pool.run('lintUserData', [utf8('x'), 'f'], 1));
@@ -102,7 +104,11 @@ test('the signal cancels a running step and a queued one; beyond the queue bound
 });
 
 test('a worker that never gets ready fails its step with RENDER_WORKER_FAILED after startMs', async (t) => {
-  const pool = new RenderPool({ minBytes: 0, startMs: 500, workerUrl: new URL('../fixtures/render-pool/silent-worker.ts', import.meta.url) });
+  const pool = new RenderPool({
+    minBytes: 0,
+    startMs: 500,
+    workerUrl: new URL('../fixtures/render-pool/silent-worker.ts', import.meta.url),
+  });
   t.after(() => pool.close());
   const e = await rejection(pool.run('lintUserData', [utf8('x'), 'f'], 1));
   assert.equal(e.code, 'RENDER_WORKER_FAILED');

@@ -9,8 +9,17 @@ import { renderStatusPage, renderVmiPage, statusJson } from '../../src/http/stat
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 
-const seed = (n: string): Seed => ({ datasource: 'nocloud', metaData: { 'instance-id': n }, userData: new TextEncoder().encode(`#cloud-config\nhostname: ${n}\n`), warnings: [] });
-const vmiOf = (name: string, uid: string, ifaces: Array<{ ipAddress?: string; ipAddresses?: string[] }> = []): VmiObject => ({
+const seed = (n: string): Seed => ({
+  datasource: 'nocloud',
+  metaData: { 'instance-id': n },
+  userData: new TextEncoder().encode(`#cloud-config\nhostname: ${n}\n`),
+  warnings: [],
+});
+const vmiOf = (
+  name: string,
+  uid: string,
+  ifaces: Array<{ ipAddress?: string; ipAddresses?: string[] }> = [],
+): VmiObject => ({
   apiVersion: 'kubevirt.io/v1',
   kind: 'VirtualMachineInstance',
   metadata: { name, namespace: 'ns', uid },
@@ -43,7 +52,12 @@ test('put/drop by key, revision moves when the set of UIDs changes, a new object
 });
 
 test('byAddress: reported addresses (ipAddress, ipAddresses, IPv6 lower-cased, prefix/zone stripped); shared → nothing', () => {
-  assert.deepEqual(reportedAddresses(vmiOf('x', 'u', [{ ipAddress: '10.0.0.5', ipAddresses: ['10.0.0.5', 'FD00::5/64', 'fe80::1%eth0'] }])), ['10.0.0.5', 'fd00::5', 'fe80::1']);
+  assert.deepEqual(
+    reportedAddresses(
+      vmiOf('x', 'u', [{ ipAddress: '10.0.0.5', ipAddresses: ['10.0.0.5', 'FD00::5/64', 'fe80::1%eth0'] }]),
+    ),
+    ['10.0.0.5', 'fd00::5', 'fe80::1'],
+  );
   const d = new AgentSeedDirectory({ onFetch: () => {} });
   d.put('ns/a', vmiOf('a', 'ua', [{ ipAddress: '10.0.0.5' }]), seed('a'));
   d.put('ns/b', vmiOf('b', 'ub', [{ ipAddresses: ['10.0.0.6', 'fd00::6'] }]), seed('b'));
@@ -73,15 +87,19 @@ test('status: ready NoCloud VMIs are marked served (never their serial), fetches
   s.recordFetch('ns/a', 'other-uid', 'meta-data', now);
   const json = statusJson(s.snapshot(), undefined, now);
   const by = Object.fromEntries(json.vmis.map((v) => [v.name, v]));
-  assert.equal(by.a!.servedOverHttp, true);
+  assert.equal(by.a.servedOverHttp, true);
   assert.ok(!JSON.stringify(json).includes('ds=nocloud'), 'no serial in /status.json');
-  assert.deepEqual(by.a!.lastFetch, { 'user-data': '2026-11-22T02:59:55.000Z' });
-  assert.equal(by.cd!.servedOverHttp, undefined, 'ConfigDrive is not served over HTTP');
-  assert.equal(by.p!.servedOverHttp, undefined, 'no image yet');
+  assert.deepEqual(by.a.lastFetch, { 'user-data': '2026-11-22T02:59:55.000Z' });
+  assert.equal(by.cd.servedOverHttp, undefined, 'ConfigDrive is not served over HTTP');
+  assert.equal(by.p.servedOverHttp, undefined, 'no image yet');
   assert.equal(s.get('ns/a')!.servedOverHttp, undefined, 'computed at snapshot time, not stored');
   const page = renderStatusPage(s.snapshot(), { now });
   assert.match(page, /the guest fetched user-data 5s ago/);
-  const detail = renderVmiPage(s.snapshot(), s.snapshot().vmis.find((v) => v.name === 'a')!, { now });
+  const detail = renderVmiPage(
+    s.snapshot(),
+    s.snapshot().vmis.find((v) => v.name === 'a')!,
+    { now },
+  );
   assert.ok(detail.includes('vmseed seed-url ns/a --uid ua --key-file KEYFILE'));
   assert.ok(!detail.includes('ds=nocloud'));
   assert.match(detail, /the guest fetched user-data at /);

@@ -14,29 +14,39 @@ class RunningDomainInjector extends RecordingInjector {
   }
 }
 
-test('seeded after boot: warning state and a SeedWarning Event that survive a resync', { timeout: 20_000 }, async (t) => {
-  const { fake, dir } = await fakeKubeAndDir(t);
-  const h = await startAgent(fake, { stateDir: dir.path, injector: new RunningDomainInjector() });
-  t.after(h.stop);
+test(
+  'seeded after boot: warning state and a SeedWarning Event that survive a resync',
+  { timeout: 20_000 },
+  async (t) => {
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const h = await startAgent(fake, { stateDir: dir.path, injector: new RunningDomainInjector() });
+    t.after(h.stop);
 
-  fake.applyVmi(vmi('late'));
-  const rec = await waitFor('late seeded', () => {
-    const r = h.agent.status.get('default/late');
-    return r?.state === 'warning' ? r : undefined;
-  });
-  assert.equal(rec.injection?.seededAfterBoot, true);
-  assert.deepEqual(rec.warnings.map((w) => w.code), ['SEEDED_AFTER_BOOT']);
+    fake.applyVmi(vmi('late'));
+    const rec = await waitFor('late seeded', () => {
+      const r = h.agent.status.get('default/late');
+      return r?.state === 'warning' ? r : undefined;
+    });
+    assert.equal(rec.injection?.seededAfterBoot, true);
+    assert.deepEqual(
+      rec.warnings.map((w) => w.code),
+      ['SEEDED_AFTER_BOOT'],
+    );
 
-  h.agent.resync();
-  await new Promise((r) => setTimeout(r, 200));
-  await h.agent.queue.idle();
-  const again = h.agent.status.get('default/late')!;
-  assert.equal(again.state, 'warning');
-  assert.deepEqual(again.warnings.map((w) => w.code), ['SEEDED_AFTER_BOOT']);
+    h.agent.resync();
+    await new Promise((r) => setTimeout(r, 200));
+    await h.agent.queue.idle();
+    const again = h.agent.status.get('default/late')!;
+    assert.equal(again.state, 'warning');
+    assert.deepEqual(
+      again.warnings.map((w) => w.code),
+      ['SEEDED_AFTER_BOOT'],
+    );
 
-  await h.agent.events.flush();
-  const warnings = fake.events().filter((e) => e.reason === 'SeedWarning' && e.involvedObject.name === 'late');
-  assert.equal(warnings.length, 1, 'one Event object');
-  assert.match(warnings[0]!.message, /^SEEDED_AFTER_BOOT: /);
-  assert.equal(warnings[0]!.count ?? 1, 1, 'not repeated by the resync');
-});
+    await h.agent.events.flush();
+    const warnings = fake.events().filter((e) => e.reason === 'SeedWarning' && e.involvedObject.name === 'late');
+    assert.equal(warnings.length, 1, 'one Event object');
+    assert.match(warnings[0].message, /^SEEDED_AFTER_BOOT: /);
+    assert.equal(warnings[0].count ?? 1, 1, 'not repeated by the resync');
+  },
+);

@@ -12,7 +12,12 @@ import type { VmiState } from '../../src/agent/status-types.ts';
 type Op = { kind: 'update'; key: number; uid: number; state?: VmiState } | { kind: 'remove'; key: number };
 
 const op: fc.Arbitrary<Op> = fc.oneof(
-  fc.record({ kind: fc.constant('update' as const), key: fc.integer({ min: 0, max: 5 }), uid: fc.integer({ min: 0, max: 1 }), state: fc.option(fc.constantFrom(...STATES), { nil: undefined }) }),
+  fc.record({
+    kind: fc.constant('update' as const),
+    key: fc.integer({ min: 0, max: 5 }),
+    uid: fc.integer({ min: 0, max: 1 }),
+    state: fc.option(fc.constantFrom(...STATES), { nil: undefined }),
+  }),
   fc.record({ kind: fc.constant('remove' as const), key: fc.integer({ min: 0, max: 5 }) }),
 );
 
@@ -22,23 +27,34 @@ async function gauge(metrics: ReturnType<typeof createMetrics>): Promise<Record<
 }
 
 test('vmseed_vmis{state} equals a recount of the records after any updates and removals', async () => {
-  await fc.assert(fc.asyncProperty(fc.array(op, { maxLength: 60 }), async (ops) => {
-    const metrics = createMetrics({ version: 'test', processMetrics: false });
-    const store = new StatusStore({ version: 'test', nodeName: 'n', stateDir: '/nonexistent', config: {}, metrics, watch: () => ({ connected: true }) as never, queue: () => ({ depth: 0, inFlight: 0 }) });
-    const keys = new Set<string>();
-    for (const o of ops) {
-      const key = `ns/vm${o.key}`;
-      if (o.kind === 'update') {
-        // A patch without state keeps the record's (a new uid starts pending).
-        store.update(key, `uid-${o.uid}`, o.state ? { state: o.state } : { retries: 1 });
-        keys.add(key);
-      } else {
-        store.remove(key);
-        keys.delete(key);
+  await fc.assert(
+    fc.asyncProperty(fc.array(op, { maxLength: 60 }), async (ops) => {
+      const metrics = createMetrics({ version: 'test', processMetrics: false });
+      const store = new StatusStore({
+        version: 'test',
+        nodeName: 'n',
+        stateDir: '/nonexistent',
+        config: {},
+        metrics,
+        watch: () => ({ connected: true }) as never,
+        queue: () => ({ depth: 0, inFlight: 0 }),
+      });
+      const keys = new Set<string>();
+      for (const o of ops) {
+        const key = `ns/vm${o.key}`;
+        if (o.kind === 'update') {
+          // A patch without state keeps the record's (a new uid starts pending).
+          store.update(key, `uid-${o.uid}`, o.state ? { state: o.state } : { retries: 1 });
+          keys.add(key);
+        } else {
+          store.remove(key);
+          keys.delete(key);
+        }
       }
-    }
-    const recount = Object.fromEntries(STATES.map((s) => [s, 0]));
-    for (const k of keys) recount[store.get(k)!.state]++;
-    assert.deepEqual(await gauge(metrics), recount);
-  }), { numRuns: 300 });
+      const recount = Object.fromEntries(STATES.map((s) => [s, 0]));
+      for (const k of keys) recount[store.get(k)!.state]++;
+      assert.deepEqual(await gauge(metrics), recount);
+    }),
+    { numRuns: 300 },
+  );
 });

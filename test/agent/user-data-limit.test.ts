@@ -20,12 +20,16 @@ test('--max-user-data-bytes: code, --help and README agree on the default', () =
   assert.ok(help, '--help lists --max-user-data-bytes');
   assert.match(help, new RegExp(`default ${DEFAULT_MAX_USER_DATA_BYTES}, ${mib(DEFAULT_MAX_USER_DATA_BYTES)}`));
   const flagRow = README.split('\n').find((l) => l.startsWith('| `--max-user-data-bytes`'));
-  assert.ok(flagRow?.includes(`| ${mib(DEFAULT_MAX_USER_DATA_BYTES)}, ${mib(DEFAULT_MAX_NETWORK_DATA_BYTES)} |`), flagRow);
+  assert.ok(
+    flagRow?.includes(`| ${mib(DEFAULT_MAX_USER_DATA_BYTES)}, ${mib(DEFAULT_MAX_NETWORK_DATA_BYTES)} |`),
+    flagRow,
+  );
   const limitsRow = README.split('\n').find((l) => l.startsWith('| user-data |'));
   assert.ok(limitsRow?.includes(`default ${mib(DEFAULT_MAX_USER_DATA_BYTES)}`), limitsRow);
   // Nowhere else a different figure for it.
   for (const line of README.split('\n').filter((l) => l.includes('max-user-data-bytes'))) {
-    for (const m of line.matchAll(/(\d+) MiB by default|default (\d+) MiB/g)) assert.equal(Number(m[1] ?? m[2]), DEFAULT_MAX_USER_DATA_BYTES / 2 ** 20, line);
+    for (const m of line.matchAll(/(\d+) MiB by default|default (\d+) MiB/g))
+      assert.equal(Number(m[1] ?? m[2]), DEFAULT_MAX_USER_DATA_BYTES / 2 ** 20, line);
   }
 });
 

@@ -72,10 +72,10 @@ test('retryable failures back off exponentially (capped) and reset on success', 
   });
   q.add('k');
   while (n < 6) await tick(10);
-  const gaps = times.slice(1).map((t, i) => t - times[i]!);
+  const gaps = times.slice(1).map((t, i) => t - times[i]);
   // 20, 40, 80, 80, 80 (capped)
-  assert.ok(gaps[0]! >= 18 && gaps[1]! >= 38 && gaps[2]! >= 78 && gaps[3]! >= 78, gaps.join(','));
-  assert.ok(gaps[3]! < 160 && gaps[4]! < 160, `capped: ${gaps.join(',')}`);
+  assert.ok(gaps[0] >= 18 && gaps[1] >= 38 && gaps[2] >= 78 && gaps[3] >= 78, gaps.join(','));
+  assert.ok(gaps[3] < 160 && gaps[4] < 160, `capped: ${gaps.join(',')}`);
   assert.equal(q.failures('k'), 0, 'reset on success');
   assert.match(await metrics.registry.getSingleMetricAsString('vmseed_workqueue_retries_total'), / 5$/);
 });
@@ -128,7 +128,7 @@ test('a timed park: adds do not end it, it ends by itself after retryAfterMs, a 
   await tick(150);
   await q.idle();
   assert.equal(runs.length, 2, 'run again when the park ended, with no add');
-  assert.ok(runs[1]! - runs[0]! >= 140, `${runs[1]! - runs[0]!} ms apart`);
+  assert.ok(runs[1] - runs[0] >= 140, `${runs[1] - runs[0]} ms apart`);
   version = '2';
   q.add('k');
   await q.idle();
@@ -158,7 +158,12 @@ test('shutdown stops taking work and waits for in-flight work within the deadlin
   q.add('e');
   await tick(80);
   assert.equal(finished, 2);
-  const slow = new WorkQueue({ concurrency: 1, backoff: { baseMs: 1, maxMs: 1 }, versionOf: () => '1', handler: () => new Promise(() => {}) });
+  const slow = new WorkQueue({
+    concurrency: 1,
+    backoff: { baseMs: 1, maxMs: 1 },
+    versionOf: () => '1',
+    handler: () => new Promise(() => {}),
+  });
   slow.add('x');
   await tick();
   assert.equal(await slow.shutdown(30), false);

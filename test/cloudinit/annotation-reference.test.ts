@@ -10,7 +10,10 @@ const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
 // Only the annotation's section: the README has other tables.
 const start = readme.indexOf('\n## The `vmseed.io/cloud-init` annotation\n');
 const doc = readme.slice(start, readme.indexOf('\n## ', start + 1));
-const rows = doc.split('\n').filter((l) => l.startsWith('| `')).map((l) => l.split(/(?<!\\)\|/).map((c) => c.trim()));
+const rows = doc
+  .split('\n')
+  .filter((l) => l.startsWith('| `'))
+  .map((l) => l.split(/(?<!\\)\|/).map((c) => c.trim()));
 const documented = rows.map((r) => r[1].replace(/`/g, ''));
 
 const known = [
@@ -35,5 +38,8 @@ test('every row has a type, default, example and datasource', () => {
 
 test('the parser rejects a field the table does not have', () => {
   assert.throws(() => parseAnnotation('sshkeys: []\n'), { code: 'ANNOTATION_INVALID', field: `${ANNOTATION}.sshkeys` });
-  assert.throws(() => parseInit({ nics: [{ name: 'eth0', dhcp: true }] }, 'init'), { code: 'INIT_INVALID', field: 'init.nics[0].dhcp' });
+  assert.throws(() => parseInit({ nics: [{ name: 'eth0', dhcp: true }] }, 'init'), {
+    code: 'INIT_INVALID',
+    field: 'init.nics[0].dhcp',
+  });
 });

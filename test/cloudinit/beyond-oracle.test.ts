@@ -22,7 +22,15 @@ import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 import { secretValue } from '../../src/cloudinit/secret-data.ts';
 import { NETWORKDATA_SECRET_KEYS } from '../../src/cloudinit/secret-refs.ts';
 import { meaning } from './network-meaning.ts';
-import { CORPUS_DIR, caseNames, runCase, runOracle, type NetworkStateSummary, type OracleRequest, type OracleResponse } from './corpus-lib.ts';
+import {
+  CORPUS_DIR,
+  caseNames,
+  runCase,
+  runOracle,
+  type NetworkStateSummary,
+  type OracleRequest,
+  type OracleResponse,
+} from './corpus-lib.ts';
 
 interface CaseInfo {
   name: string;
@@ -33,14 +41,25 @@ interface CaseInfo {
 
 const cases: CaseInfo[] = [];
 const req: Required<OracleRequest> = {
-  cloudConfigs: [], mimes: [], networkConfigs: [], noCloudDirs: [], configDrives: [], networkRenders: [], passwords: [],
+  cloudConfigs: [],
+  mimes: [],
+  networkConfigs: [],
+  noCloudDirs: [],
+  configDrives: [],
+  networkRenders: [],
+  passwords: [],
 };
 let res: OracleResponse;
 const clearPasswords = new Map<string, string[]>();
 
 function loadObjects(name: string) {
   const dir = join(CORPUS_DIR, name);
-  return mergeManifests(readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort().map((f) => parseManifests(readFileSync(join(dir, f), 'utf8'), f)));
+  return mergeManifests(
+    readdirSync(dir)
+      .filter((f) => f.endsWith('.yaml'))
+      .sort()
+      .map((f) => parseManifests(readFileSync(join(dir, f), 'utf8'), f)),
+  );
 }
 
 const text = (b: Uint8Array) => Buffer.from(b).toString('utf8');
@@ -57,9 +76,15 @@ before(async () => {
     const seed = info.seed;
     // Network data written as given with a warning is not vmseed's output;
     // corpus-oracle.test.ts checks what cloud-init makes of it.
-    const passedThrough = seed.warnings.some((w) => w.code === 'NETWORKDATA_UNPARSED' || w.code === 'NETWORK_CONVERSION_UNSUPPORTED');
+    const passedThrough = seed.warnings.some(
+      (w) => w.code === 'NETWORKDATA_UNPARSED' || w.code === 'NETWORK_CONVERSION_UNSUPPORTED',
+    );
     if (seed.networkConfig && !passedThrough) {
-      req.networkRenders.push({ id: `out:${name}`, format: seed.datasource === 'nocloud' ? 'yaml' : 'network_data', text: text(seed.networkConfig) });
+      req.networkRenders.push({
+        id: `out:${name}`,
+        format: seed.datasource === 'nocloud' ? 'yaml' : 'network_data',
+        text: text(seed.networkConfig),
+      });
     }
     // The network data the user gave, when vmseed converted it.
     const volume = (objects.vmis[0].spec.volumes ?? []).find((v) => v.cloudInitNoCloud || v.cloudInitConfigDrive);
@@ -73,10 +98,13 @@ before(async () => {
       const secret = objects.secrets.find((s) => s.metadata.name === ref.name)!;
       const key = NETWORKDATA_SECRET_KEYS.find((k) => secretValue(secret, k) !== undefined)!;
       const g = text(secretValue(secret, key)!);
-      if (g !== text(seed.networkConfig)) req.networkRenders.push({ id: `in:${name}`, format: 'network_data', text: g });
+      if (g !== text(seed.networkConfig))
+        req.networkRenders.push({ id: `in:${name}`, format: 'network_data', text: g });
     }
     // Passwords asked for through init.users[].passwordFrom, with the hash the seed holds.
-    const users = ((annotation.init as Record<string, unknown> | undefined)?.users ?? []) as Array<Record<string, unknown>>;
+    const users = ((annotation.init as Record<string, unknown> | undefined)?.users ?? []) as Array<
+      Record<string, unknown>
+    >;
     const parsed = parseYaml(text(seed.userData));
     const ud = (parsed.ok ? parsed.value : null) as { users?: Array<Record<string, unknown> | string> } | null;
     const seedUsers = (ud?.users ?? []).filter((u): u is Record<string, unknown> => typeof u === 'object');
@@ -130,7 +158,7 @@ test('init.nics render to the addresses, gateways, routes, MTU and DNS servers a
     if (nics.length === 0 || c.annotation.forceDHCP) continue;
     const r = render(`out:${c.name}`)!;
     assert.ok(r?.ok, `${c.name}: ${r?.error}`);
-    const dns = ((init!.dns as Record<string, string[]> | undefined)?.servers ?? []);
+    const dns = (init!.dns as Record<string, string[]> | undefined)?.servers ?? [];
     for (const server of dns) {
       assert.ok(r.eni!.includes(server), `${c.name}: ENI lacks DNS ${server}`);
       assert.ok(r.netplan!.includes(server), `${c.name}: netplan lacks DNS ${server}`);
@@ -141,7 +169,11 @@ test('init.nics render to the addresses, gateways, routes, MTU and DNS servers a
       const iface = r.state!.interfaces.find((i) => (mac ? i.mac === mac : i.name === name));
       assert.ok(iface, `${c.name}: no interface for ${mac ?? name}`);
       const got = iface.subnets.filter((s) => s.address).map((s) => `${s.address}/${s.prefix}`);
-      assert.deepEqual(got.sort(), [...((nic.addresses ?? []) as string[])].sort(), `${c.name}: addresses of ${mac ?? name}`);
+      assert.deepEqual(
+        got.sort(),
+        [...((nic.addresses ?? []) as string[])].sort(),
+        `${c.name}: addresses of ${mac ?? name}`,
+      );
       for (const a of (nic.addresses ?? []) as string[]) {
         assert.ok(r.eni!.includes(a), `${c.name}: ENI lacks ${a}`);
         assert.ok(r.netplan!.includes(a), `${c.name}: netplan lacks ${a}`);
@@ -153,14 +185,21 @@ test('init.nics render to the addresses, gateways, routes, MTU and DNS servers a
       }
       for (const rt of (nic.routes ?? []) as Array<{ to: string; via: string }>) {
         const [net, prefix] = rt.to.split('/');
-        const found = iface.subnets.some((s) => s.routes.some((x) => x.network === net && x.prefix === Number(prefix) && x.gateway === rt.via));
+        const found = iface.subnets.some((s) =>
+          s.routes.some((x) => x.network === net && x.prefix === Number(prefix) && x.gateway === rt.via),
+        );
         assert.ok(found, `${c.name}: route ${rt.to} via ${rt.via} missing`);
       }
       if (nic.mtu !== undefined) assert.equal(iface.mtu, nic.mtu, `${c.name}: mtu`);
       const types = new Set(iface.subnets.map((s) => s.type));
       if (nic.dhcp4) assert.ok(types.has('dhcp4') || types.has('dhcp'), `${c.name}: dhcp4`);
-      if (nic.dhcp6) assert.ok([...types].some((t) => t === 'dhcp6' || t === 'ipv6_dhcpv6-stateful'), `${c.name}: dhcp6`);
-      if (nic.slaac || nic.autoconf) assert.ok(iface['accept-ra'] === true || types.has('ipv6_slaac'), `${c.name}: slaac`);
+      if (nic.dhcp6)
+        assert.ok(
+          [...types].some((t) => t === 'dhcp6' || t === 'ipv6_dhcpv6-stateful'),
+          `${c.name}: dhcp6`,
+        );
+      if (nic.slaac || nic.autoconf)
+        assert.ok(iface['accept-ra'] === true || types.has('ipv6_slaac'), `${c.name}: slaac`);
       checked++;
     }
   }
@@ -179,7 +218,9 @@ test('every conversion means to cloud-init what the input meant', () => {
 });
 
 test('the meaning comparison notices a changed gateway (negative control)', () => {
-  const input = res.networkRenders.find((r) => r.id.startsWith('in:') && meaning(r.state!).ifaces.some((i) => i.routes.length > 0))!;
+  const input = res.networkRenders.find(
+    (r) => r.id.startsWith('in:') && meaning(r.state!).ifaces.some((i) => i.routes.length > 0),
+  )!;
   const m = meaning(input.state!);
   const changed = structuredClone(m);
   const iface = changed.ifaces.find((i) => i.routes.length > 0)!;
@@ -192,7 +233,10 @@ test('SHA-512 crypt hashes verify with Python crypt and openssl passwd -6 for th
   for (const p of req.passwords) {
     assert.match(p.hash, /^\$6\$[./0-9A-Za-z]{16}\$[./0-9A-Za-z]{86}$/, p.id);
     const salt = p.hash.split('$')[2];
-    const o = spawnSync('openssl', ['passwd', '-6', '-salt', salt, '-stdin'], { input: `${p.password}\n`, encoding: 'utf8' });
+    const o = spawnSync('openssl', ['passwd', '-6', '-salt', salt, '-stdin'], {
+      input: `${p.password}\n`,
+      encoding: 'utf8',
+    });
     assert.equal(o.status, 0, o.stderr);
     assert.equal(o.stdout.trim(), p.hash, p.id);
   }
@@ -203,7 +247,8 @@ test('no clear password appears in any file of any seed', () => {
   for (const [name, passwords] of clearPasswords) {
     const c = cases.find((x) => x.name === name)!;
     for (const f of serializeMetaData(c.seed)) {
-      for (const p of passwords) assert.ok(!Buffer.from(f.bytes).includes(Buffer.from(p)), `${name}/${f.path} holds a clear password`);
+      for (const p of passwords)
+        assert.ok(!Buffer.from(f.bytes).includes(Buffer.from(p)), `${name}/${f.path} holds a clear password`);
     }
   }
 });

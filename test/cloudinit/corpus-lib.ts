@@ -7,13 +7,20 @@ import { fileURLToPath } from 'node:url';
 import { VmseedError } from '../../src/errors.ts';
 import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
-import { DEFAULT_RENDER_OPTIONS, renderSeed, type RenderOptions, type RenderOutcome } from '../../src/cloudinit/render.ts';
+import {
+  DEFAULT_RENDER_OPTIONS,
+  renderSeed,
+  type RenderOptions,
+  type RenderOutcome,
+} from '../../src/cloudinit/render.ts';
 
 export const CORPUS_DIR = fileURLToPath(new URL('../fixtures/seeds/', import.meta.url));
 const ORACLE = fileURLToPath(new URL('./oracle.py', import.meta.url));
 
 export function caseNames(): string[] {
-  return readdirSync(CORPUS_DIR).filter((n) => statSync(join(CORPUS_DIR, n)).isDirectory()).sort();
+  return readdirSync(CORPUS_DIR)
+    .filter((n) => statSync(join(CORPUS_DIR, n)).isDirectory())
+    .sort();
 }
 
 export type CaseResult = { outcome: RenderOutcome } | { error: VmseedError };
@@ -31,7 +38,8 @@ export async function runCase(name: string): Promise<CaseResult> {
       .sort()
       .map((f) => parseManifests(readFileSync(join(dir, f), 'utf8'), f));
     const objects = mergeManifests(parts);
-    if (objects.vmis.length !== 1) throw new Error(`case ${name}: expected exactly one VMI, found ${objects.vmis.length}`);
+    if (objects.vmis.length !== 1)
+      throw new Error(`case ${name}: expected exactly one VMI, found ${objects.vmis.length}`);
     const outcome = await renderSeed(objects.vmis[0], new MemoryResolver(objects), options);
     return { outcome };
   } catch (e) {
@@ -115,7 +123,11 @@ export interface OracleResponse {
 }
 
 export function runOracle(req: OracleRequest): OracleResponse {
-  const r = spawnSync('/usr/bin/python3', [ORACLE], { input: JSON.stringify(req), encoding: 'utf8', maxBuffer: 64 << 20 });
+  const r = spawnSync('/usr/bin/python3', [ORACLE], {
+    input: JSON.stringify(req),
+    encoding: 'utf8',
+    maxBuffer: 64 << 20,
+  });
   if (r.status !== 0) throw new Error(`oracle.py failed (${r.status}): ${r.stderr}`);
   return JSON.parse(r.stdout) as OracleResponse;
 }

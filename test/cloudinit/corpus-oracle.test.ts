@@ -16,7 +16,13 @@ import { caseNames, runCase, runOracle, type OracleRequest, type OracleResponse 
 
 const seeds = new Map<string, Seed>();
 const req: Required<OracleRequest> = {
-  cloudConfigs: [], mimes: [], networkConfigs: [], noCloudDirs: [], configDrives: [], networkRenders: [], passwords: [],
+  cloudConfigs: [],
+  mimes: [],
+  networkConfigs: [],
+  noCloudDirs: [],
+  configDrives: [],
+  networkRenders: [],
+  passwords: [],
 };
 let tmp = '';
 let res: OracleResponse;
@@ -52,7 +58,9 @@ function isJson(b: Uint8Array): boolean {
 // "0", "1", … → the list cloud-init installs, in that order.
 function keysInOrder(m: unknown): string[] {
   const rec = (m ?? {}) as Record<string, string>;
-  return Object.keys(rec).sort((a, b) => Number(a) - Number(b)).map((k) => rec[k]);
+  return Object.keys(rec)
+    .sort((a, b) => Number(a) - Number(b))
+    .map((k) => rec[k]);
 }
 
 before(async () => {
@@ -75,7 +83,8 @@ before(async () => {
     if (seed.vendorData) {
       // Vendor-data is processed like user-data: its #cloud-config must pass the schema too.
       const raw = Buffer.from(seed.vendorData).toString('utf8');
-      const vd = seed.datasource === 'nocloud' ? raw : String((JSON.parse(raw) as Record<string, unknown>)['cloud-init']);
+      const vd =
+        seed.datasource === 'nocloud' ? raw : String((JSON.parse(raw) as Record<string, unknown>)['cloud-init']);
       const v = detectUserDataKind(new Uint8Array(Buffer.from(vd)));
       if (v.kind === '#cloud-config') req.cloudConfigs.push({ id: `vendor:${name}`, text: vd });
     }
@@ -91,20 +100,33 @@ before(async () => {
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
 test('the corpus feeds the oracles enough material', () => {
-  assert.ok(res.configDrives.some((r) => (r.sshKeys ?? []).length >= 2), 'no ConfigDrive case with keys');
-  assert.ok(res.noCloudDirs.some((r) => (r.sshKeys ?? []).length >= 4), 'no NoCloud case with several keys');
+  assert.ok(
+    res.configDrives.some((r) => (r.sshKeys ?? []).length >= 2),
+    'no ConfigDrive case with keys',
+  );
+  assert.ok(
+    res.noCloudDirs.some((r) => (r.sshKeys ?? []).length >= 4),
+    'no NoCloud case with several keys',
+  );
   assert.ok(req.cloudConfigs.length >= 30, `${req.cloudConfigs.length} cloud-configs`);
   assert.ok(req.networkConfigs.length >= 10, `${req.networkConfigs.length} network-configs`);
   assert.ok(req.configDrives.length >= 6, `${req.configDrives.length} config drives`);
   assert.ok(req.mimes.length >= 1);
-  assert.ok(res.configDrives.some((r) => r.vendordata), 'no ConfigDrive case with vendor-data');
-  assert.ok(res.noCloudDirs.some((r) => r.vendordata), 'no NoCloud case with vendor-data');
+  assert.ok(
+    res.configDrives.some((r) => r.vendordata),
+    'no ConfigDrive case with vendor-data',
+  );
+  assert.ok(
+    res.noCloudDirs.some((r) => r.vendordata),
+    'no NoCloud case with vendor-data',
+  );
   assert.ok(req.cloudConfigs.filter((c) => c.id.startsWith('vendor:')).length >= 3, 'too few vendor cloud-configs');
 });
 
 test('every #cloud-config in the corpus passes cloud-init strict schema validation; broken ones fail', () => {
   for (const r of [...res.cloudConfigs, ...res.mimes]) {
-    if (r.id.startsWith('control-') || warned(r.id, 'USERDATA_CLOUDCONFIG_INVALID')) assert.equal(r.ok, false, `${r.id} should fail cloud-init's check`);
+    if (r.id.startsWith('control-') || warned(r.id, 'USERDATA_CLOUDCONFIG_INVALID'))
+      assert.equal(r.ok, false, `${r.id} should fail cloud-init's check`);
     else assert.ok(r.ok, `${r.id}: ${r.error}`);
   }
 });
@@ -126,13 +148,18 @@ test('every NoCloud seed is read by cloud-init with its instance-id, hostname, k
     assert.ok(r.ok, `${r.id}: ${r.error}`);
     assert.equal(r.instanceId, seed.metaData['instance-id'], r.id);
     // Generated ids are UUIDs; `metaData` may set its own (Virtlet cases).
-    if (!r.id.startsWith('vt-metadata')) assert.match(r.instanceId!, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    if (!r.id.startsWith('vt-metadata'))
+      assert.match(r.instanceId!, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
     assert.equal(r.hostname, seed.metaData['local-hostname'], r.id);
     assert.deepEqual(r.publicKeys ?? undefined, seed.metaData['public-keys'], r.id);
     assert.deepEqual(r.sshKeys, keysInOrder(seed.metaData['public-keys']), r.id);
     assert.deepEqual(Buffer.from(r.userdata!, 'base64'), Buffer.from(seed.userData), r.id);
     assert.equal(r.hasNetworkConfig, seed.networkConfig !== undefined, r.id);
-    assert.equal(r.vendordata ?? undefined, seed.vendorData ? Buffer.from(seed.vendorData).toString('utf8') : undefined, r.id);
+    assert.equal(
+      r.vendordata ?? undefined,
+      seed.vendorData ? Buffer.from(seed.vendorData).toString('utf8') : undefined,
+      r.id,
+    );
   }
 });
 
@@ -144,7 +171,10 @@ test('seeds with unparseable network data or cloud-config are in the corpus, and
     assert.match(Buffer.from(r.userdata!, 'base64').toString('utf8'), /^#cloud-config\n/, r.id);
   }
   assert.ok(res.configDrives.some((r) => r.ok && warned(r.id, 'NETWORKDATA_UNPARSED')));
-  assert.ok(res.configDrives.some((r) => !r.ok && warned(r.id, 'NETWORKDATA_UNPARSED')), 'a ConfigDrive with non-JSON network data');
+  assert.ok(
+    res.configDrives.some((r) => !r.ok && warned(r.id, 'NETWORKDATA_UNPARSED')),
+    'a ConfigDrive with non-JSON network data',
+  );
   assert.ok(res.cloudConfigs.some((r) => warned(r.id, 'USERDATA_CLOUDCONFIG_INVALID')));
 });
 
@@ -174,7 +204,9 @@ test('every ConfigDrive seed is read by ConfigDriveReader.read_v2 with the expec
       assert.equal(r.networkdata ?? null, null, r.id);
     }
     // vendor_data.json as cloud-init's convert_vendordata reads it: the "cloud-init" member.
-    const vd = seed.vendorData ? (JSON.parse(Buffer.from(seed.vendorData).toString('utf8')) as Record<string, string>)['cloud-init'] : null;
+    const vd = seed.vendorData
+      ? (JSON.parse(Buffer.from(seed.vendorData).toString('utf8')) as Record<string, string>)['cloud-init']
+      : null;
     assert.equal(r.vendordata ?? null, vd, r.id);
   }
 });

@@ -73,7 +73,12 @@ for (const name of names) {
     for (const [path, bytes] of expected) {
       assert.ok(bytes.equals(actual.get(path)!), `${path} differs:\n${actual.get(path)}\n---expected---\n${bytes}`);
     }
-    const expectedWarnings = existsSync(warningsFile) ? readFileSync(warningsFile, 'utf8').split('\n').filter(Boolean) : [];
-    assert.deepEqual(seed.warnings.map((x) => `${x.code} ${x.field ?? ''}`), expectedWarnings);
+    const expectedWarnings = existsSync(warningsFile)
+      ? readFileSync(warningsFile, 'utf8').split('\n').filter(Boolean)
+      : [];
+    assert.deepEqual(
+      seed.warnings.map((x) => `${x.code} ${x.field ?? ''}`),
+      expectedWarnings,
+    );
   });
 }

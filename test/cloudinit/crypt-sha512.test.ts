@@ -10,14 +10,30 @@ import { deriveSalt } from '../../src/cloudinit/password-salt.ts';
 
 // https://www.akkadia.org/drepper/SHA-crypt.txt, "Test vectors" for SHA-512.
 const VECTORS: Array<[string, string, number | undefined, string]> = [
-  ['saltstring', 'Hello world!', undefined,
-    '$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1'],
-  ['saltstringsaltstring', 'Hello world!', 10000,
-    '$6$rounds=10000$saltstringsaltst$OW1/O6BYHV6BcXZu8QVeXbDWra3Oeqh0sbHbbMCVNSnCM/UrjmM0Dp8vOuZeHBy/YTBmSK6H9qs/y3RnOaw5v.'],
-  ['toolongsaltstring', 'This is just a test', 5000,
-    '$6$rounds=5000$toolongsaltstrin$lQ8jolhgVRVhY4b5pZKaysCLi0QBxGoNeKQzQ3glMhwllF7oGDZxUhx1yxdYcz/e1JSbq3y6JMxxl8audkUEm0'],
-  ['roundstoolow', 'the minimum number is still observed', 10,
-    '$6$rounds=1000$roundstoolow$kUMsbe306n21p9R.FRkW3IGn.S9NPN0x50YhH1xhLsPuWGsUSklZt58jaTfF4ZEQpyUNGc0dqbpBYYBaHHrsX.'],
+  [
+    'saltstring',
+    'Hello world!',
+    undefined,
+    '$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1',
+  ],
+  [
+    'saltstringsaltstring',
+    'Hello world!',
+    10000,
+    '$6$rounds=10000$saltstringsaltst$OW1/O6BYHV6BcXZu8QVeXbDWra3Oeqh0sbHbbMCVNSnCM/UrjmM0Dp8vOuZeHBy/YTBmSK6H9qs/y3RnOaw5v.',
+  ],
+  [
+    'toolongsaltstring',
+    'This is just a test',
+    5000,
+    '$6$rounds=5000$toolongsaltstrin$lQ8jolhgVRVhY4b5pZKaysCLi0QBxGoNeKQzQ3glMhwllF7oGDZxUhx1yxdYcz/e1JSbq3y6JMxxl8audkUEm0',
+  ],
+  [
+    'roundstoolow',
+    'the minimum number is still observed',
+    10,
+    '$6$rounds=1000$roundstoolow$kUMsbe306n21p9R.FRkW3IGn.S9NPN0x50YhH1xhLsPuWGsUSklZt58jaTfF4ZEQpyUNGc0dqbpBYYBaHHrsX.',
+  ],
 ];
 
 test("Drepper's SHA-512 test vectors", () => {
@@ -40,15 +56,25 @@ test('random passwords and salts agree with Python crypt and openssl passwd -6',
     { numRuns: 40, seed: 7 },
   );
   const hashes = samples.map((s) => sha512Crypt(s.password, s.salt));
-  const py = spawnSync('/usr/bin/python3', ['-W', 'ignore', '-c',
-    'import crypt,json,sys\nfor s in json.load(sys.stdin): print(crypt.crypt(s["password"], "$6$" + s["salt"]))'],
-  { input: JSON.stringify(samples), encoding: 'utf8' });
+  const py = spawnSync(
+    '/usr/bin/python3',
+    [
+      '-W',
+      'ignore',
+      '-c',
+      'import crypt,json,sys\nfor s in json.load(sys.stdin): print(crypt.crypt(s["password"], "$6$" + s["salt"]))',
+    ],
+    { input: JSON.stringify(samples), encoding: 'utf8' },
+  );
   assert.equal(py.status, 0, py.stderr);
   assert.deepEqual(py.stdout.trim().split('\n'), hashes);
   // openssl reads one line and prints <NULL> for an empty one.
   for (const [i, s] of samples.entries()) {
     if (s.password === '' || i > 12) continue;
-    const o = spawnSync('openssl', ['passwd', '-6', '-salt', s.salt, '-stdin'], { input: `${s.password}\n`, encoding: 'utf8' });
+    const o = spawnSync('openssl', ['passwd', '-6', '-salt', s.salt, '-stdin'], {
+      input: `${s.password}\n`,
+      encoding: 'utf8',
+    });
     assert.equal(o.stdout.trim(), hashes[i]);
   }
 });

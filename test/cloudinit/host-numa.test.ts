@@ -44,13 +44,19 @@ test('sysfs reader: node and CPUs of a device; none for -1, unknown devices, mal
 
 test('withHostNuma fills host devices that have a host address, and leaves the rest', async (t) => {
   const r = sysfsNumaReader(tree(t));
-  const out = await withHostNuma([
-    { kind: 'interface', alias: 'ua-default' },
-    { kind: 'hostdev', alias: 'ua-hostdevice-a', hostAddress: '0000:65:10.0' },
-    { kind: 'hostdev', alias: 'ua-hostdevice-b', hostAddress: '0000:00:02.0' },
-    { kind: 'hostdev', alias: 'ua-hostdevice-c' },
-  ], r);
-  assert.deepEqual(out.map((d) => d.hostNuma), [undefined, { node: 1, cpus: [4, 5, 6, 7, 12] }, undefined, undefined]);
+  const out = await withHostNuma(
+    [
+      { kind: 'interface', alias: 'ua-default' },
+      { kind: 'hostdev', alias: 'ua-hostdevice-a', hostAddress: '0000:65:10.0' },
+      { kind: 'hostdev', alias: 'ua-hostdevice-b', hostAddress: '0000:00:02.0' },
+      { kind: 'hostdev', alias: 'ua-hostdevice-c' },
+    ],
+    r,
+  );
+  assert.deepEqual(
+    out.map((d) => d.hostNuma),
+    [undefined, { node: 1, cpus: [4, 5, 6, 7, 12] }, undefined, undefined],
+  );
 });
 
 test("this host's /sys: each PCI device's node is what its numa_node file says (-1: none), node 0's CPUs from its cpulist", async () => {
@@ -64,6 +70,15 @@ test("this host's /sys: each PCI device's node is what its numa_node file says (
   }
   const cpus = await r.nodeCpus(0);
   assert.ok(cpus && cpus.length > 0, 'node 0 has CPUs');
-  assert.equal(cpus.join(','), readFileSync('/sys/bus/node/devices/node0/cpulist', 'utf8').trim().split(',')
-    .flatMap((p) => { const [a, b = a] = p.split('-').map(Number); return Array.from({ length: b - a + 1 }, (_, i) => a + i); }).join(','));
+  assert.equal(
+    cpus.join(','),
+    readFileSync('/sys/bus/node/devices/node0/cpulist', 'utf8')
+      .trim()
+      .split(',')
+      .flatMap((p) => {
+        const [a, b = a] = p.split('-').map(Number);
+        return Array.from({ length: b - a + 1 }, (_, i) => a + i);
+      })
+      .join(','),
+  );
 });

@@ -37,7 +37,11 @@ function reference(text: string): { ok: true; bytes: Buffer } | { ok: false; pos
 test('strict base64 agrees with the reference decoder on valid and broken text', () => {
   const alphabet = 'ABCxyz019+/=\r\n-_ .'.split('');
   const noisy = fc.array(fc.constantFrom(...alphabet), { maxLength: 40 }).map((a) => a.join(''));
-  const valid = fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b).toString('base64').replace(/(.{8})/g, '$1\n'));
+  const valid = fc.uint8Array({ maxLength: 64 }).map((b) =>
+    Buffer.from(b)
+      .toString('base64')
+      .replace(/(.{8})/g, '$1\n'),
+  );
   fc.assert(
     fc.property(fc.oneof(noisy, valid), (text) => {
       const want = reference(text);
@@ -56,7 +60,9 @@ test('a 1 MiB base64 value decodes to the same bytes as Buffer', () => {
   const r = decodeBase64Strict(bytes.toString('base64'));
   assert.ok(r.ok);
   assert.ok(Buffer.from(r.bytes).equals(bytes));
-  const broken = decodeBase64Strict(`${bytes.toString('base64').slice(0, 1000)}!${bytes.toString('base64').slice(1001)}`);
+  const broken = decodeBase64Strict(
+    `${bytes.toString('base64').slice(0, 1000)}!${bytes.toString('base64').slice(1001)}`,
+  );
   assert.deepEqual(broken.ok ? undefined : broken.position, 1001);
 });
 
@@ -65,7 +71,10 @@ test('YAML: aliases past the cap, nesting past the cap and recursive aliases are
   assert.throws(() => parseYaml(aliases, { field: 'f' }), { code: 'YAML_TOO_COMPLEX', field: 'f', kind: 'terminal' });
   const fewer = `a: &a 1\nb: [${Array.from({ length: LIMITS.yamlAliases }, () => '*a').join(', ')}]\n`;
   assert.equal(parseYaml(fewer).ok, true);
-  assert.throws(() => parseYaml(`${'['.repeat(LIMITS.yamlDepth + 1)}${']'.repeat(LIMITS.yamlDepth + 1)}`, { field: 'f' }), { code: 'YAML_TOO_COMPLEX' });
+  assert.throws(
+    () => parseYaml(`${'['.repeat(LIMITS.yamlDepth + 1)}${']'.repeat(LIMITS.yamlDepth + 1)}`, { field: 'f' }),
+    { code: 'YAML_TOO_COMPLEX' },
+  );
   assert.throws(() => parseYaml('a: &a [*a]', { field: 'f' }), /recursive alias/);
   // A syntax error is still a result, not a throw.
   assert.equal(parseYaml('a: [', { field: 'f' }).ok, false);
@@ -84,13 +93,29 @@ test('YAML: the expanded size is bounded, counting shared nodes each time they a
   assert.equal(measureExpanded(cyclic, 1e6), 'cycle');
   // Parsed documents are measured on the parser's events, before objects
   // exist: 4 levels of 5 aliases expand 625 times, past 4 × the text.
-  const bomb = ['l0: &l0 "xxxxxxxxxxxxxxxx"', ...[1, 2, 3, 4].map((i) => `l${i}: &l${i} [${Array(5).fill(`*l${i - 1}`).join(', ')}]`)].join('\n');
-  assert.throws(() => parseYaml(bomb, { field: 'f', maxExpandedBytes: 1000 }), { code: 'YAML_TOO_COMPLEX', field: 'f' });
+  const bomb = [
+    'l0: &l0 "xxxxxxxxxxxxxxxx"',
+    ...[1, 2, 3, 4].map(
+      (i) =>
+        `l${i}: &l${i} [${Array(5)
+          .fill(`*l${i - 1}`)
+          .join(', ')}]`,
+    ),
+  ].join('\n');
+  assert.throws(() => parseYaml(bomb, { field: 'f', maxExpandedBytes: 1000 }), {
+    code: 'YAML_TOO_COMPLEX',
+    field: 'f',
+  });
   assert.equal(parseYaml(bomb, { field: 'f', maxExpandedBytes: 100_000 }).ok, true);
 });
 
 const vmi = (annotation: string): VmiObject => ({
-  metadata: { name: 'vm', namespace: 'ns', uid: '2c1a4f4e-5b1e-4f4b-8f0e-0c6b7f3c2a11', annotations: { [ANNOTATION]: annotation } },
+  metadata: {
+    name: 'vm',
+    namespace: 'ns',
+    uid: '2c1a4f4e-5b1e-4f4b-8f0e-0c6b7f3c2a11',
+    annotations: { [ANNOTATION]: annotation },
+  },
   spec: {},
 });
 
@@ -101,14 +126,21 @@ test('the seed budget: user-data, vendor-data and meta-data together', async () 
   const ok = await renderSeed(vmi(JSON.stringify({ userData: ud })), new MemoryResolver(), opts);
   assert.equal(ok.kind, 'seed');
   await assert.rejects(
-    renderSeed(vmi(JSON.stringify({ userData: ud, vendorData: vd, metaData: { note: 'm'.repeat(300) } })), new MemoryResolver(), opts),
+    renderSeed(
+      vmi(JSON.stringify({ userData: ud, vendorData: vd, metaData: { note: 'm'.repeat(300) } })),
+      new MemoryResolver(),
+      opts,
+    ),
     { code: 'SEED_TOO_LARGE', kind: 'terminal', field: `${ANNOTATION}.metaData` },
   );
 });
 
 test('files[]: the user-data budget refuses before the base64 of every entry is made', async () => {
   const secret = { metadata: { name: 's', namespace: 'ns' }, data: { k: Buffer.alloc(600).toString('base64') } };
-  const files = Array.from({ length: 5 }, (_, i) => ({ from: { kind: 'secret', name: 's', key: 'k' }, path: `/f${i}` }));
+  const files = Array.from({ length: 5 }, (_, i) => ({
+    from: { kind: 'secret', name: 's', key: 'k' },
+    path: `/f${i}`,
+  }));
   const opts = { ...DEFAULT_RENDER_OPTIONS, maxUserDataBytes: 2000 };
   await assert.rejects(renderSeed(vmi(JSON.stringify({ files })), new MemoryResolver({ secrets: [secret] }), opts), {
     code: 'USERDATA_TOO_LARGE',
@@ -119,8 +151,30 @@ test('files[]: the user-data budget refuses before the base64 of every entry is 
 test('checkYaml (events only) and parseYaml (objects) agree on validity and on the top-level kind', async () => {
   const { checkYaml } = await import('../../src/cloudinit/yaml.ts');
   const { loadAll } = await import('js-yaml');
-  const piece = fc.constantFrom('a: 1', 'b: &x [1, 2]', 'c: *x', 'd: *nope', '- 1', '- &y {k: v}', '- *y', 'e: !!binary aGk=', 'f: !!int x', 'g: !custom 1',
-    '"q": "v"', 'h: [1, *x]', 'i: |\n  text', '---', '', '# c', 'j: {a: 1, a: 2}', 'k: &z', '  nested: 1', ': bad', '[1, 2', 'l: &r [*r]');
+  const piece = fc.constantFrom(
+    'a: 1',
+    'b: &x [1, 2]',
+    'c: *x',
+    'd: *nope',
+    '- 1',
+    '- &y {k: v}',
+    '- *y',
+    'e: !!binary aGk=',
+    'f: !!int x',
+    'g: !custom 1',
+    '"q": "v"',
+    'h: [1, *x]',
+    'i: |\n  text',
+    '---',
+    '',
+    '# c',
+    'j: {a: 1, a: 2}',
+    'k: &z',
+    '  nested: 1',
+    ': bad',
+    '[1, 2',
+    'l: &r [*r]',
+  );
   fc.assert(
     fc.property(fc.array(piece, { maxLength: 6 }), (parts) => {
       const text = parts.join('\n');
@@ -137,7 +191,20 @@ test('checkYaml (events only) and parseYaml (objects) agree on validity and on t
       try {
         const docs = loadAll(text, { json: true });
         const v = docs[0];
-        parsed = docs.length > 1 ? { ok: false } : { ok: true, top: docs.length === 0 || v === null ? 'null' : Array.isArray(v) ? 'sequence' : typeof v === 'object' ? 'mapping' : 'scalar' };
+        parsed =
+          docs.length > 1
+            ? { ok: false }
+            : {
+                ok: true,
+                top:
+                  docs.length === 0 || v === null
+                    ? 'null'
+                    : Array.isArray(v)
+                      ? 'sequence'
+                      : typeof v === 'object'
+                        ? 'mapping'
+                        : 'scalar',
+              };
       } catch {
         parsed = { ok: false };
       }

@@ -1,7 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { KUBEVIRT_FIRMWARE_UUID_NAMESPACE, instanceId, kubevirtFirmwareUuid, uuidV5 } from '../../src/cloudinit/instance-id.ts';
+import {
+  KUBEVIRT_FIRMWARE_UUID_NAMESPACE,
+  instanceId,
+  kubevirtFirmwareUuid,
+  uuidV5,
+} from '../../src/cloudinit/instance-id.ts';
 import { hostname } from '../../src/cloudinit/hostname.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
@@ -14,12 +19,20 @@ test('uuidV5 matches Python uuid.uuid5 (RFC 4122) for many names', () => {
   const names = ['', 'a', 'fedora-vm', 'default/testvmi', 'ünïcödé/名前', 'x'.repeat(300)];
   const ns = [KUBEVIRT_FIRMWARE_UUID_NAMESPACE, '6ba7b810-9dad-11d1-80b4-00c04fd430c8'];
   const pairs = ns.flatMap((n) => names.map((name) => [n, name]));
-  const py = spawnSync('/usr/bin/python3', ['-c',
-    'import json,sys,uuid; print(json.dumps([str(uuid.uuid5(uuid.UUID(n), s)) for n, s in json.load(sys.stdin)]))'],
-  { input: JSON.stringify(pairs), encoding: 'utf8' });
+  const py = spawnSync(
+    '/usr/bin/python3',
+    [
+      '-c',
+      'import json,sys,uuid; print(json.dumps([str(uuid.uuid5(uuid.UUID(n), s)) for n, s in json.load(sys.stdin)]))',
+    ],
+    { input: JSON.stringify(pairs), encoding: 'utf8' },
+  );
   assert.equal(py.status, 0, py.stderr);
   const expected = JSON.parse(py.stdout) as string[];
-  assert.deepEqual(pairs.map(([n, s]) => uuidV5(n, s)), expected);
+  assert.deepEqual(
+    pairs.map(([n, s]) => uuidV5(n, s)),
+    expected,
+  );
 });
 
 test('instance-id is the firmware UUID when set, verbatim as KubeVirt uses it', () => {

@@ -37,10 +37,19 @@ items:
 
 test('multi-document manifests become typed objects; other kinds are listed, not errors', () => {
   const m = parseManifests(MULTI, 'all.yaml');
-  assert.deepEqual(m.vmis.map((v) => `${v.metadata.namespace}/${v.metadata.name}`), ['default/vm1', 'ns2/vm2']);
-  assert.deepEqual(m.secrets.map((s) => s.metadata.name), ['s1']);
+  assert.deepEqual(
+    m.vmis.map((v) => `${v.metadata.namespace}/${v.metadata.name}`),
+    ['default/vm1', 'ns2/vm2'],
+  );
+  assert.deepEqual(
+    m.secrets.map((s) => s.metadata.name),
+    ['s1'],
+  );
   assert.equal(m.secrets[0].stringData?.extra, 'plain');
-  assert.deepEqual(m.configMaps.map((c) => `${c.metadata.namespace}/${c.metadata.name}`), ['default/cm1']);
+  assert.deepEqual(
+    m.configMaps.map((c) => `${c.metadata.namespace}/${c.metadata.name}`),
+    ['default/cm1'],
+  );
   assert.deepEqual(m.ignored, [{ kind: 'Service', name: 'ssh', document: 4 }]);
 });
 
@@ -52,30 +61,48 @@ test("a VirtualMachine becomes the VMI virt-controller would create, with KubeVi
 });
 
 function assertManifestError(text: string, pattern: RegExp): void {
-  assert.throws(() => parseManifests(text, 'bad.yaml'), (e: unknown) => {
-    assert.ok(e instanceof VmseedError);
-    assert.equal(e.code, 'MANIFEST_INVALID');
-    assert.equal(e.kind, 'terminal');
-    assert.match(e.message, pattern);
-    return true;
-  });
+  assert.throws(
+    () => parseManifests(text, 'bad.yaml'),
+    (e: unknown) => {
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'MANIFEST_INVALID');
+      assert.equal(e.kind, 'terminal');
+      assert.match(e.message, pattern);
+      return true;
+    },
+  );
 }
 
 test('junk is reported with the file name and document number', () => {
-  assertManifestError('kind: Secret\nmetadata: {name: a}\n---\njust a string\n', /^bad\.yaml: document 2: is not a Kubernetes object/);
+  assertManifestError(
+    'kind: Secret\nmetadata: {name: a}\n---\njust a string\n',
+    /^bad\.yaml: document 2: is not a Kubernetes object/,
+  );
   assertManifestError('metadata: {name: a}\n', /document 1: "kind" is missing/);
   assertManifestError('kind: Secret\nmetadata: {}\n', /document 1: metadata.name/);
   assertManifestError('kind: Secret\nmetadata: {name: a}\ndata: {k: "not base64!"}\n', /data\.k is not valid base64/);
   assertManifestError('kind: ConfigMap\nmetadata: {name: a}\ndata: {k: 5}\n', /data\.k must be a string/);
-  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a, annotations: {x: true}}\nspec: {}\n', /quote values/);
+  assertManifestError(
+    'kind: VirtualMachineInstance\nmetadata: {name: a, annotations: {x: true}}\nspec: {}\n',
+    /quote values/,
+  );
   assertManifestError('kind: VirtualMachine\nmetadata: {name: a}\nspec: {}\n', /spec\.template/);
-  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: {}}\n', /spec\.volumes must be a list/);
-  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitNoCloud: {userData: 5}}]}\n',
-    /spec\.volumes\[0\]\.cloudInitNoCloud\.userData must be a string/);
-  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitConfigDrive: {secretRef: s}}]}\n',
-    /cloudInitConfigDrive\.secretRef must be a mapping/);
-  assertManifestError('kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {accessCredentials: [{sshPublicKey: {source: {secret: {}}}}]}\n',
-    /accessCredentials\[0\]\.sshPublicKey\.source\.secret\.secretName/);
+  assertManifestError(
+    'kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: {}}\n',
+    /spec\.volumes must be a list/,
+  );
+  assertManifestError(
+    'kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitNoCloud: {userData: 5}}]}\n',
+    /spec\.volumes\[0\]\.cloudInitNoCloud\.userData must be a string/,
+  );
+  assertManifestError(
+    'kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {volumes: [{name: c, cloudInitConfigDrive: {secretRef: s}}]}\n',
+    /cloudInitConfigDrive\.secretRef must be a mapping/,
+  );
+  assertManifestError(
+    'kind: VirtualMachineInstance\nmetadata: {name: a}\nspec: {accessCredentials: [{sshPublicKey: {source: {secret: {}}}}]}\n',
+    /accessCredentials\[0\]\.sshPublicKey\.source\.secret\.secretName/,
+  );
 });
 
 test('YAML syntax errors say file, line and column', () => {
@@ -84,7 +111,10 @@ test('YAML syntax errors say file, line and column', () => {
 
 test('MemoryResolver finds objects by namespace and name; later ones replace earlier ones', async () => {
   const a = parseManifests('kind: Secret\nmetadata: {name: s}\nstringData: {v: one}\n', 'a.yaml');
-  const b = parseManifests('kind: Secret\nmetadata: {name: s}\nstringData: {v: two}\n---\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n', 'b.yaml');
+  const b = parseManifests(
+    'kind: Secret\nmetadata: {name: s}\nstringData: {v: two}\n---\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n',
+    'b.yaml',
+  );
   const r = new MemoryResolver(mergeManifests([a, b]));
   assert.equal((await r.getSecret('default', 's'))?.stringData?.v, 'two');
   assert.equal(await r.getSecret('other', 's'), undefined);

@@ -21,7 +21,11 @@ const resolver = (password = PASSWORD) =>
   new MemoryResolver({ secrets: [{ metadata: { name: 'pw', namespace: 'ns' }, stringData: { password } }] });
 const INIT = 'init:\n  users: [{name: ops, passwordFrom: {name: pw}}]\n';
 
-async function userData(v: VmiObject, options: RenderOptions = DEFAULT_RENDER_OPTIONS, refs = resolver()): Promise<string> {
+async function userData(
+  v: VmiObject,
+  options: RenderOptions = DEFAULT_RENDER_OPTIONS,
+  refs = resolver(),
+): Promise<string> {
   const out = await renderSeed(v, refs, options);
   assert.equal(out.kind, 'seed');
   return out.kind === 'seed' ? Buffer.from(out.seed.userData).toString('utf8') : '';
@@ -37,7 +41,13 @@ test('the same VMI renders the same bytes; another uid gets another salt', async
 
 test('an injected salt provider is used, and the hash is SHA-512 crypt of the password', async () => {
   const seen: unknown[] = [];
-  const options: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, passwordSalt: (i) => { seen.push(i); return 'InjectedSalt0123'; } };
+  const options: RenderOptions = {
+    ...DEFAULT_RENDER_OPTIONS,
+    passwordSalt: (i) => {
+      seen.push(i);
+      return 'InjectedSalt0123';
+    },
+  };
   const ud = await userData(vmi('uid-a', INIT), options);
   assert.deepEqual(seen, [{ vmiUid: 'uid-a', user: 'ops' }]);
   assert.ok(ud.includes(`passwd: ${sha512Crypt(PASSWORD, 'InjectedSalt0123')}`), ud);
@@ -59,12 +69,20 @@ async function errorOf(p: Promise<unknown>): Promise<VmseedError> {
 }
 
 test('errors about passwords never quote the password', async () => {
-  const bad = await errorOf(renderSeed(vmi('u', INIT), resolver(), { ...DEFAULT_RENDER_OPTIONS, passwordSalt: () => `${PASSWORD}$` }));
+  const bad = await errorOf(
+    renderSeed(vmi('u', INIT), resolver(), { ...DEFAULT_RENDER_OPTIONS, passwordSalt: () => `${PASSWORD}$` }),
+  );
   assert.equal(bad.code, 'CONFIG_INVALID');
   const empty = await errorOf(renderSeed(vmi('u', INIT), resolver('\n'), DEFAULT_RENDER_OPTIONS));
   assert.equal(empty.code, 'INIT_INVALID');
   assert.equal(empty.field, 'vmseed.io/cloud-init.init.users[0].passwordFrom');
-  const wrongKey = await errorOf(renderSeed(vmi('u', 'init:\n  users: [{name: ops, passwordFrom: {name: pw, key: pass}}]\n'), resolver(), DEFAULT_RENDER_OPTIONS));
+  const wrongKey = await errorOf(
+    renderSeed(
+      vmi('u', 'init:\n  users: [{name: ops, passwordFrom: {name: pw, key: pass}}]\n'),
+      resolver(),
+      DEFAULT_RENDER_OPTIONS,
+    ),
+  );
   assert.equal(wrongKey.code, 'SECRET_KEY_NOT_FOUND');
   assert.equal(wrongKey.kind, 'retryable');
   for (const e of [bad, empty, wrongKey]) {

@@ -24,9 +24,14 @@ test('defaults are generous and own KubeVirt volumes', () => {
 
 test('the size limit applies to Secret content too, not only inline data', async () => {
   const big = '#cloud-config\n' + 'a: 1\n'.repeat(1000);
-  const refs = new MemoryResolver({ secrets: [{ metadata: { name: 's', namespace: 'ns' }, stringData: { userdata: big } }] });
+  const refs = new MemoryResolver({
+    secrets: [{ metadata: { name: 's', namespace: 'ns' }, stringData: { userdata: big } }],
+  });
   const opts = { ...DEFAULT_RENDER_OPTIONS, maxUserDataBytes: 4096 };
-  await assert.rejects(renderSeed(annotated('secretRef: {name: s}'), refs, opts), { code: 'USERDATA_TOO_LARGE', kind: 'terminal' });
+  await assert.rejects(renderSeed(annotated('secretRef: {name: s}'), refs, opts), {
+    code: 'USERDATA_TOO_LARGE',
+    kind: 'terminal',
+  });
   const ok = await renderSeed(annotated('secretRef: {name: s}'), refs, DEFAULT_RENDER_OPTIONS);
   assert.equal(ok.kind, 'seed');
 });
@@ -38,17 +43,24 @@ test('a Secret that appears later turns a retryable error into a seed', async ()
     assert.ok(e instanceof VmseedError && e.code === 'SECRET_NOT_FOUND' && e.retryable);
     return true;
   });
-  refs.putSecret({ metadata: { name: 'late', namespace: 'ns' }, data: { userdata: Buffer.from('#!/bin/sh\n').toString('base64') } });
+  refs.putSecret({
+    metadata: { name: 'late', namespace: 'ns' },
+    data: { userdata: Buffer.from('#!/bin/sh\n').toString('base64') },
+  });
   const out = await renderSeed(vmi, refs, DEFAULT_RENDER_OPTIONS);
   assert.equal(out.kind, 'seed');
 });
 
 test('transport errors from the resolver propagate unchanged (the caller retries)', async () => {
   const failing: RefResolver = {
-    getSecret: async () => { throw new VmseedError('KUBE_API_UNAVAILABLE', 'api down', { kind: 'retryable' }); },
+    getSecret: async () => {
+      throw new VmseedError('KUBE_API_UNAVAILABLE', 'api down', { kind: 'retryable' });
+    },
     getConfigMap: async () => undefined,
   };
-  await assert.rejects(renderSeed(annotated('secretRef: {name: s}'), failing, DEFAULT_RENDER_OPTIONS), { code: 'KUBE_API_UNAVAILABLE' });
+  await assert.rejects(renderSeed(annotated('secretRef: {name: s}'), failing, DEFAULT_RENDER_OPTIONS), {
+    code: 'KUBE_API_UNAVAILABLE',
+  });
 });
 
 test('rendering is deterministic: same input, same bytes (no clock, no randomness)', async () => {
@@ -62,9 +74,14 @@ test('rendering is deterministic: same input, same bytes (no clock, no randomnes
 test('renderSeed does not modify the VMI or the Secrets it reads', async () => {
   const vmi: VmiObject = {
     metadata: { name: 'vm', namespace: 'ns' },
-    spec: { volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#!/bin/sh\n', networkDataSecretRef: { name: 's' } } }] },
+    spec: {
+      volumes: [{ name: 'c', cloudInitNoCloud: { userData: '#!/bin/sh\n', networkDataSecretRef: { name: 's' } } }],
+    },
   };
-  const secret: SecretObject = { metadata: { name: 's', namespace: 'ns' }, data: { networkdata: Buffer.from('version: 2\nethernets: {}\n').toString('base64') } };
+  const secret: SecretObject = {
+    metadata: { name: 's', namespace: 'ns' },
+    data: { networkdata: Buffer.from('version: 2\nethernets: {}\n').toString('base64') },
+  };
   const before = structuredClone({ vmi, secret });
   await renderSeed(vmi, new MemoryResolver({ secrets: [secret] }), DEFAULT_RENDER_OPTIONS);
   assert.deepEqual({ vmi, secret }, before);
@@ -78,29 +95,37 @@ test('no error message or warning ever contains the user-data, network data or S
     fc.constant(`${marker}: plain yaml without header\n`),
     fc.string().map((s) => `#cloud-config\n${marker}: ${s}\n\t- x`),
     fc.string().map((s) => `${s}${marker}`),
-    fc.constantFrom('!', '!<', '*', '&', '!!', '%TAG ! ').map((p) => `#cloud-config\na: ${p}${marker}\nb: *${marker}\n`),
+    fc
+      .constantFrom('!', '!<', '*', '&', '!!', '%TAG ! ')
+      .map((p) => `#cloud-config\na: ${p}${marker}\nb: *${marker}\n`),
     fc.constantFrom('!', '!<', '*', '&').map((p) => `version: 2\nethernets: ${p}${marker}\n`),
   );
   const places = fc.constantFrom('annotation', 'secret', 'network', 'base64', 'cdnetwork');
-  await fc.assert(fc.asyncProperty(payloads, places, async (payload, place) => {
-    const secret: SecretObject = { metadata: { name: 's', namespace: 'ns' }, stringData: { userdata: payload, networkdata: payload } };
-    const refs = new MemoryResolver({ secrets: [secret] });
-    const text = {
-      annotation: `userData: ${JSON.stringify(payload)}`,
-      secret: 'secretRef: {name: s}',
-      network: `networkDataSecretRef: {name: s}`,
-      base64: `userDataBase64: ${JSON.stringify(payload)}`,
-      cdnetwork: `datasource: configdrive\nnetworkData: ${JSON.stringify(payload)}`,
-    }[place];
-    try {
-      const out = await renderSeed(annotated(text), refs, { ...DEFAULT_RENDER_OPTIONS, maxUserDataBytes: 1 << 20 });
-      if (out.kind === 'seed') for (const w of out.seed.warnings) assert.ok(!w.message.includes(marker), w.message);
-    } catch (e) {
-      assert.ok(e instanceof VmseedError, String(e));
-      assert.ok(!e.message.includes(marker), e.message);
-      assert.ok(!JSON.stringify(e.toJSON()).includes(marker));
-    }
-  }), { numRuns: 300 });
+  await fc.assert(
+    fc.asyncProperty(payloads, places, async (payload, place) => {
+      const secret: SecretObject = {
+        metadata: { name: 's', namespace: 'ns' },
+        stringData: { userdata: payload, networkdata: payload },
+      };
+      const refs = new MemoryResolver({ secrets: [secret] });
+      const text = {
+        annotation: `userData: ${JSON.stringify(payload)}`,
+        secret: 'secretRef: {name: s}',
+        network: `networkDataSecretRef: {name: s}`,
+        base64: `userDataBase64: ${JSON.stringify(payload)}`,
+        cdnetwork: `datasource: configdrive\nnetworkData: ${JSON.stringify(payload)}`,
+      }[place];
+      try {
+        const out = await renderSeed(annotated(text), refs, { ...DEFAULT_RENDER_OPTIONS, maxUserDataBytes: 1 << 20 });
+        if (out.kind === 'seed') for (const w of out.seed.warnings) assert.ok(!w.message.includes(marker), w.message);
+      } catch (e) {
+        assert.ok(e instanceof VmseedError, String(e));
+        assert.ok(!e.message.includes(marker), e.message);
+        assert.ok(!JSON.stringify(e.toJSON()).includes(marker));
+      }
+    }),
+    { numRuns: 300 },
+  );
 });
 
 test('strict base64 follows Go StdEncoding: padding required, CR/LF ignored, junk rejected', () => {
@@ -113,11 +138,13 @@ test('strict base64 follows Go StdEncoding: padding required, CR/LF ignored, jun
   assert.equal(ok('aGVsbG8=='), false);
   assert.equal(ok('aG=sbG8='), false);
   assert.equal(ok('aGVsbG8_'), false);
-  fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (bytes) => {
-    const r = decodeBase64Strict(Buffer.from(bytes).toString('base64'));
-    assert.ok(r.ok);
-    assert.deepEqual(Buffer.from(r.bytes), Buffer.from(bytes));
-  }));
+  fc.assert(
+    fc.property(fc.uint8Array({ maxLength: 200 }), (bytes) => {
+      const r = decodeBase64Strict(Buffer.from(bytes).toString('base64'));
+      assert.ok(r.ok);
+      assert.deepEqual(Buffer.from(r.bytes), Buffer.from(bytes));
+    }),
+  );
 });
 
 test('ignore mode still renders annotation-only VMIs, and reports the conflict as a skip warning', async () => {
@@ -125,16 +152,24 @@ test('ignore mode still renders annotation-only VMIs, and reports the conflict a
   const only = await renderSeed(annotated('userData: "#!/bin/sh\\n"'), new MemoryResolver(), opts);
   assert.equal(only.kind, 'seed');
   const both = await renderSeed(
-    annotated('userData: "#!/bin/sh\\n"', { volumes: [{ name: 'c', cloudInitConfigDrive: { userData: '#!/bin/sh\n' } }] }),
+    annotated('userData: "#!/bin/sh\\n"', {
+      volumes: [{ name: 'c', cloudInitConfigDrive: { userData: '#!/bin/sh\n' } }],
+    }),
     new MemoryResolver(),
     opts,
   );
   assert.equal(both.kind, 'skip');
-  assert.ok(both.kind === 'skip' && both.warning?.code === 'KUBEVIRT_VOLUME_CONFLICT' && both.warning.field === 'spec.volumes[0]');
+  assert.ok(
+    both.kind === 'skip' &&
+      both.warning?.code === 'KUBEVIRT_VOLUME_CONFLICT' &&
+      both.warning.field === 'spec.volumes[0]',
+  );
 });
 
 test('Secret data that is not base64 (only possible outside the API server) is a terminal SECRET_DATA_INVALID', async () => {
-  const refs = new MemoryResolver({ secrets: [{ metadata: { name: 's', namespace: 'ns' }, data: { userdata: 'plain #cloud-config text' } }] });
+  const refs = new MemoryResolver({
+    secrets: [{ metadata: { name: 's', namespace: 'ns' }, data: { userdata: 'plain #cloud-config text' } }],
+  });
   await assert.rejects(renderSeed(annotated('secretRef: {name: s}'), refs, DEFAULT_RENDER_OPTIONS), (e: unknown) => {
     assert.ok(e instanceof VmseedError);
     assert.equal(e.code, 'SECRET_DATA_INVALID');
@@ -146,11 +181,15 @@ test('Secret data that is not base64 (only possible outside the API server) is a
 });
 
 test('stringData wins over data for the same key, as on the API server', async () => {
-  const refs = new MemoryResolver({ secrets: [{
-    metadata: { name: 's', namespace: 'ns' },
-    data: { userdata: Buffer.from('#!/bin/sh\necho data\n').toString('base64') },
-    stringData: { userdata: '#!/bin/sh\necho stringData\n' },
-  }] });
+  const refs = new MemoryResolver({
+    secrets: [
+      {
+        metadata: { name: 's', namespace: 'ns' },
+        data: { userdata: Buffer.from('#!/bin/sh\necho data\n').toString('base64') },
+        stringData: { userdata: '#!/bin/sh\necho stringData\n' },
+      },
+    ],
+  });
   const out = await renderSeed(annotated('secretRef: {name: s}'), refs, DEFAULT_RENDER_OPTIONS);
   assert.ok(out.kind === 'seed');
   assert.equal(Buffer.from(out.seed.userData).toString(), '#!/bin/sh\necho stringData\n');

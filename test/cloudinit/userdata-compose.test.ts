@@ -24,14 +24,20 @@ test('gzip #cloud-config merges from its content, as cloud-init reads it; MIME c
   const out = composeUserData({ generated: { hostname: 'h' }, inline: { bytes: gz, field: 'u' }, mode: 'merge' })!;
   assert.equal(Buffer.from(out.bytes).toString(), '#cloud-config\nhostname: h\npackages:\n  - z\n');
   const mime = b('Content-Type: multipart/mixed; boundary="x"\nMIME-Version: 1.0\n\n--x\n--x--\n');
-  assert.throws(() => composeUserData({ generated: { hostname: 'h' }, inline: { bytes: mime, field: 'u' }, mode: 'merge' }),
-    { code: 'USERDATA_MERGE_UNSUPPORTED', field: 'u' });
+  assert.throws(
+    () => composeUserData({ generated: { hostname: 'h' }, inline: { bytes: mime, field: 'u' }, mode: 'merge' }),
+    { code: 'USERDATA_MERGE_UNSUPPORTED', field: 'u' },
+  );
 });
 
 test('later parts win: inline over userDataFrom over generated', () => {
   const out = composeUserData({
     generated: { hostname: 'gen', packages: ['a'] },
-    from: { spec: { kind: 'configmap', name: 'c', encoding: 'plain' }, entries: [{ key: 'hostname', bytes: b('from') }], field: 'f' },
+    from: {
+      spec: { kind: 'configmap', name: 'c', encoding: 'plain' },
+      entries: [{ key: 'hostname', bytes: b('from') }],
+      field: 'f',
+    },
     inline: { bytes: b('#cloud-config\nhostname: inline\npackages: [b]\n'), field: 'u' },
     mode: 'merge',
   })!;

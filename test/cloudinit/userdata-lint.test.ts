@@ -9,7 +9,8 @@ import { VmseedError } from '../../src/errors.ts';
 import { USERDATA_HEADERS, detectUserDataKind, lintUserData } from '../../src/cloudinit/userdata-lint.ts';
 
 const samples: Record<string, Uint8Array> = {};
-const add = (name: string, data: string | Uint8Array) => (samples[name] = typeof data === 'string' ? new Uint8Array(Buffer.from(data)) : data);
+const add = (name: string, data: string | Uint8Array) =>
+  (samples[name] = typeof data === 'string' ? new Uint8Array(Buffer.from(data)) : data);
 for (const h of USERDATA_HEADERS) add(`header ${h}`, `${h}\nfoo: bar\n`);
 add('upper case', '#CLOUD-CONFIG\na: 1\n');
 add('leading whitespace', '\n\n   #cloud-config\na: 1\n');
@@ -18,7 +19,10 @@ add('no header script', 'echo hi\n');
 add('space before bang', '# !/bin/sh\necho\n');
 add('cloud-config typo', '#cloud-confg\na: 1\n');
 add('content-type without mime-version', 'Content-Type: multipart/mixed; boundary="X"\n\n--X--\n');
-add('mime', 'Content-Type: multipart/mixed; boundary="X"\nMIME-Version: 1.0\n\n--X\nContent-Type: text/x-shellscript\n\n#!/bin/sh\necho\n--X--\n');
+add(
+  'mime',
+  'Content-Type: multipart/mixed; boundary="X"\nMIME-Version: 1.0\n\n--X\nContent-Type: text/x-shellscript\n\n#!/bin/sh\necho\n--X--\n',
+);
 add('gzip cloud-config', new Uint8Array(gzipSync('#cloud-config\na: 1\n')));
 add('gzip no header', new Uint8Array(gzipSync('a: 1\n')));
 add('broken gzip', new Uint8Array([0x1f, 0x8b, 0x08, 0x00, 0x01, 0x02]));
@@ -52,15 +56,25 @@ test("header detection matches cloud-init's classification", () => {
   assert.equal(py.status, 0, py.stderr);
   const theirs = JSON.parse(py.stdout) as Record<string, string>;
   const TYPES: Record<string, string> = {
-    '#include': 'text/x-include-url', '#include-once': 'text/x-include-once-url', '#!': 'text/x-shellscript',
-    '#cloud-config': 'text/cloud-config', '#part-handler': 'text/part-handler', '#cloud-boothook': 'text/cloud-boothook',
-    '#cloud-config-archive': 'text/cloud-config-archive', '#cloud-config-jsonp': 'text/cloud-config-jsonp',
+    '#include': 'text/x-include-url',
+    '#include-once': 'text/x-include-once-url',
+    '#!': 'text/x-shellscript',
+    '#cloud-config': 'text/cloud-config',
+    '#part-handler': 'text/part-handler',
+    '#cloud-boothook': 'text/cloud-boothook',
+    '#cloud-config-archive': 'text/cloud-config-archive',
+    '#cloud-config-jsonp': 'text/cloud-config-jsonp',
     '## template: jinja': 'text/jinja2',
   };
   for (const [name, data] of Object.entries(samples)) {
     const ours = detectUserDataKind(data).kind;
     // cloudbase-init payloads are, for cloud-init, of no known type.
-    const mapped = ours === 'cloudbase-init' ? 'unknown' : ours === 'mime' || ours === 'unknown' || ours === 'empty' ? ours : TYPES[ours];
+    const mapped =
+      ours === 'cloudbase-init'
+        ? 'unknown'
+        : ours === 'mime' || ours === 'unknown' || ours === 'empty'
+          ? ours
+          : TYPES[ours];
     assert.equal(mapped, theirs[name], name);
   }
   // The sample set covers both outcomes, or this test proves little.
@@ -78,7 +92,12 @@ test('user-data without a header gets a USERDATA_NO_HEADER warning that says wha
 });
 
 test('cloudbase-init scripts (Windows) are not flagged', () => {
-  for (const t of ['#ps1_sysnative\nWrite-Host hi\n', '#ps1_x86\n', 'rem cmd\r\necho hi\r\n', '<powershell>\n</powershell>\n']) {
+  for (const t of [
+    '#ps1_sysnative\nWrite-Host hi\n',
+    '#ps1_x86\n',
+    'rem cmd\r\necho hi\r\n',
+    '<powershell>\n</powershell>\n',
+  ]) {
     assert.equal(detectUserDataKind(new Uint8Array(Buffer.from(t))).kind, 'cloudbase-init', t);
     assert.deepEqual(lintUserData(new Uint8Array(Buffer.from(t)), 'f'), []);
   }
@@ -91,15 +110,18 @@ test('empty user-data is not a warning (network-only seeds)', () => {
 test('#cloud-config YAML errors carry line and column and never quote the data', () => {
   const secret = 'hunter2-password';
   const data = new Uint8Array(Buffer.from(`#cloud-config\npassword: ${secret}\nusers:\n  - name: a\n   b: c\n`));
-  assert.throws(() => lintUserData(data, 'userData'), (e: unknown) => {
-    assert.ok(e instanceof VmseedError);
-    assert.equal(e.code, 'USERDATA_CLOUDCONFIG_INVALID');
-    assert.equal(e.kind, 'terminal');
-    assert.equal(e.field, 'userData');
-    assert.match(e.message, /line 5, column 4/);
-    assert.ok(!e.message.includes(secret));
-    return true;
-  });
+  assert.throws(
+    () => lintUserData(data, 'userData'),
+    (e: unknown) => {
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'USERDATA_CLOUDCONFIG_INVALID');
+      assert.equal(e.kind, 'terminal');
+      assert.equal(e.field, 'userData');
+      assert.match(e.message, /line 5, column 4/);
+      assert.ok(!e.message.includes(secret));
+      return true;
+    },
+  );
 });
 
 test('gzip-compressed #cloud-config is linted after decompression', () => {

@@ -16,7 +16,15 @@ test("Virtlet's merge_test.go table", () => {
 
 test('nested maps merge, lists append, scalars and kind changes take the override, null deletes', () => {
   const base = { runcmd: [['a1'], ['a2']], nested: { k1: 1, k2: { x: 1 } }, s: 'old', l: [1], m: { a: 1 }, gone: 1 };
-  const over = { runcmd: [['b1']], nested: { k2: { y: 2 } }, s: 'new', l: { now: 'map' }, m: 'scalar', gone: null, fresh: null };
+  const over = {
+    runcmd: [['b1']],
+    nested: { k2: { y: 2 } },
+    s: 'new',
+    l: { now: 'map' },
+    m: 'scalar',
+    gone: null,
+    fresh: null,
+  };
   assert.deepEqual(virtletMerge(base, over), {
     runcmd: [['a1'], ['a2'], ['b1']],
     nested: { k1: 1, k2: { x: 1, y: 2 } },
@@ -30,6 +38,12 @@ test('nested maps merge, lists append, scalars and kind changes take the overrid
 });
 
 test('overwrite mode replaces top-level keys whole', () => {
-  assert.deepEqual(mergeCloudConfig({ runcmd: ['a'], ntp: { enabled: true }, keep: 1 }, { runcmd: ['b'], ntp: { servers: ['x'] } }, 'overwrite'),
-    { runcmd: ['b'], ntp: { servers: ['x'] }, keep: 1 });
+  assert.deepEqual(
+    mergeCloudConfig(
+      { runcmd: ['a'], ntp: { enabled: true }, keep: 1 },
+      { runcmd: ['b'], ntp: { servers: ['x'] } },
+      'overwrite',
+    ),
+    { runcmd: ['b'], ntp: { servers: ['x'] }, keep: 1 },
+  );
 });

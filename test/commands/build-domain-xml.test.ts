@@ -34,11 +34,13 @@ async function build(dir: string, extra: string[]) {
   assert.equal(r.code, 0, r.err);
   const into = join(dir, `x${extra.length}`);
   mkdirSync(into);
-  const meta = JSON.parse(bsdtarExtract(join(dir, 'seed.iso'), into).get('openstack/latest/meta_data.json')!.toString()) as Record<string, unknown>;
+  const meta = JSON.parse(
+    bsdtarExtract(join(dir, 'seed.iso'), into).get('openstack/latest/meta_data.json')!.toString(),
+  ) as Record<string, unknown>;
   return { meta, err: r.err };
 }
 
-test('--domain-xml: devices at libvirt\'s addresses; without it a DEVICE_METADATA_INCOMPLETE warning', async (t) => {
+test("--domain-xml: devices at libvirt's addresses; without it a DEVICE_METADATA_INCOMPLETE warning", async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   writeFileSync(join(tmp.dir, 'vmi.yaml'), VMI);
@@ -51,7 +53,10 @@ test('--domain-xml: devices at libvirt\'s addresses; without it a DEVICE_METADAT
   assert.doesNotMatch(withDomain.err, /DEVICE_METADATA_INCOMPLETE/);
   const without = await build(tmp.dir, []);
   assert.equal(without.meta.devices, undefined);
-  assert.match(without.err, /warning: DEVICE_METADATA_INCOMPLETE: spec\.domain\.devices\.interfaces\[0\], spec\.domain\.devices\.hostDevices\[0\]/);
+  assert.match(
+    without.err,
+    /warning: DEVICE_METADATA_INCOMPLETE: spec\.domain\.devices\.interfaces\[0\], spec\.domain\.devices\.hostDevices\[0\]/,
+  );
 });
 
 test('--domain-xml that is not a domain is a usage error', async (t) => {

@@ -9,7 +9,9 @@ import { bsdtarExtract, tempDir } from '../disk/tools.ts';
 import { aliasBomb } from '../hostile/corpus.ts';
 
 async function build(dir: string, args: string[]): Promise<Map<string, Buffer>> {
-  const r = await runCli(['build', '--user-data', 'ud', ...args, '-o', 'seed.iso'], dir, { env: { SOURCE_DATE_EPOCH: '0' } });
+  const r = await runCli(['build', '--user-data', 'ud', ...args, '-o', 'seed.iso'], dir, {
+    env: { SOURCE_DATE_EPOCH: '0' },
+  });
   assert.equal(r.code, 0, r.err);
   const into = join(dir, `x${Math.random().toString(36).slice(2)}`);
   mkdirSync(into);
@@ -20,7 +22,8 @@ test('NoCloud: a YAML meta-data file is written byte for byte, comments and key 
   const tmp = tempDir();
   t.after(tmp.cleanup);
   writeFileSync(join(tmp.dir, 'ud'), '#cloud-config\n');
-  const md = '# written by hand\nlocal-hostname: web1\ninstance-id: iid-web1   # keep this\npublic-keys:\n  "0": ssh-ed25519 AAAA x\n';
+  const md =
+    '# written by hand\nlocal-hostname: web1\ninstance-id: iid-web1   # keep this\npublic-keys:\n  "0": ssh-ed25519 AAAA x\n';
   writeFileSync(join(tmp.dir, 'md.yaml'), md);
   const files = await build(tmp.dir, ['--meta-data', 'md.yaml']);
   assert.equal(files.get('meta-data')!.toString(), md);
@@ -36,7 +39,10 @@ test('ConfigDrive: JSON meta-data is written as given; YAML becomes JSON (meta_d
   assert.equal(files.get('openstack/latest/meta_data.json')!.toString(), json);
   writeFileSync(join(tmp.dir, 'md.yaml'), '# a comment\nuuid: 0b6e7a51-aaaa-4bbb-8ccc-0123456789ab\nhostname: cd1\n');
   files = await build(tmp.dir, ['--datasource', 'configdrive', '--meta-data', 'md.yaml']);
-  assert.deepEqual(JSON.parse(files.get('openstack/latest/meta_data.json')!.toString()), { uuid: '0b6e7a51-aaaa-4bbb-8ccc-0123456789ab', hostname: 'cd1' });
+  assert.deepEqual(JSON.parse(files.get('openstack/latest/meta_data.json')!.toString()), {
+    uuid: '0b6e7a51-aaaa-4bbb-8ccc-0123456789ab',
+    hostname: 'cd1',
+  });
 });
 
 test('the file is still checked: a list or broken YAML is refused', async (t) => {

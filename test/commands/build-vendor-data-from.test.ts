@@ -44,11 +44,17 @@ test('--vendor-data-from puts the ConfigMap key into the image as vendor-data; b
   assert.equal(r.code, 0, r.err);
   assert.equal(vendorOf('plain.iso'), undefined, 'no vendor-data without the flag');
 
-  r = await runCli(['build', '--vmi', 'vmi.yaml', '--objects', 'cm.yaml', '--vendor-data-from', 'ops/vendor', '-o', 'a.iso'], dir);
+  r = await runCli(
+    ['build', '--vmi', 'vmi.yaml', '--objects', 'cm.yaml', '--vendor-data-from', 'ops/vendor', '-o', 'a.iso'],
+    dir,
+  );
   assert.equal(r.code, 0, r.err);
   assert.equal(vendorOf('a.iso'), '#cloud-config\npackages: [htop]\n');
 
-  r = await runCli(['build', '--vmi', 'vmi.yaml', '--objects', 'cm.yaml', '--vendor-data-from', 'ops/vendor/other', '-o', 'b.iso'], dir);
+  r = await runCli(
+    ['build', '--vmi', 'vmi.yaml', '--objects', 'cm.yaml', '--vendor-data-from', 'ops/vendor/other', '-o', 'b.iso'],
+    dir,
+  );
   assert.equal(r.code, 0, r.err);
   assert.equal(vendorOf('b.iso'), '#cloud-config\nruncmd: [true]\n');
 

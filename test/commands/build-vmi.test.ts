@@ -21,8 +21,10 @@ async function vmseed(argv: string[], cwd: string) {
 const cases = caseNames().filter((n) => !existsSync(join(CORPUS_DIR, n, 'options.json')));
 
 function args(dir: string, out: string): string[] {
-  const yamls = readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort();
-  const vmiFile = yamls.includes('vmi.yaml') ? 'vmi.yaml' : yamls.find((f) => /^(vmi|vm)/.test(f)) ?? yamls[0];
+  const yamls = readdirSync(dir)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort();
+  const vmiFile = yamls.includes('vmi.yaml') ? 'vmi.yaml' : (yamls.find((f) => /^(vmi|vm)/.test(f)) ?? yamls[0]);
   const others = yamls.filter((f) => f !== vmiFile).flatMap((f) => ['--objects', join(dir, f)]);
   return ['build', '--vmi', join(dir, vmiFile), ...others, '-o', out];
 }
@@ -44,7 +46,9 @@ for (const name of cases) {
       assert.equal(r.code, 0, r.err);
       const image = readIso(readFileSync(out));
       const expected = readTree(expectedDir);
-      const got = new Map(image.entries.filter((e) => e.kind === 'file').map((e) => [e.path, Buffer.from(image.read(e.path)!)]));
+      const got = new Map(
+        image.entries.filter((e) => e.kind === 'file').map((e) => [e.path, Buffer.from(image.read(e.path)!)]),
+      );
       assert.deepEqual([...got.keys()].sort(), [...expected.keys()].sort());
       for (const [path, bytes] of expected) assert.ok(got.get(path)!.equals(bytes), `${path} differs`);
     });
@@ -87,7 +91,10 @@ test('build --vmi refuses file-mode options and a file with no VMI', async (t) =
   assert.match(r.err, /--user-data cannot be combined with --vmi/);
   const secretsOnly = readdirSync(join(CORPUS_DIR, 'ann-secretref-data')).find((f) => f.startsWith('secret'));
   if (secretsOnly) {
-    const s = await vmseed(['build', '--vmi', join(CORPUS_DIR, 'ann-secretref-data', secretsOnly), '-o', join(tmp.dir, 'y.iso')], tmp.dir);
+    const s = await vmseed(
+      ['build', '--vmi', join(CORPUS_DIR, 'ann-secretref-data', secretsOnly), '-o', join(tmp.dir, 'y.iso')],
+      tmp.dir,
+    );
     assert.equal(s.code, 2);
     assert.match(s.err, /expected exactly one VirtualMachineInstance/);
   }

@@ -10,7 +10,14 @@ import { datasourceSeedUrl, datasourceSerial, datasourceSerialFor } from '../../
 import { startDatasourceServer, type DatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
 import { VmseedError } from '../../src/errors.ts';
-import { MapDirectory, cloudInitReadSeeded, keyLine, nocloudSeed, quietLogger, randomKey } from '../http/datasource-fixtures.ts';
+import {
+  MapDirectory,
+  cloudInitReadSeeded,
+  keyLine,
+  nocloudSeed,
+  quietLogger,
+  randomKey,
+} from '../http/datasource-fixtures.ts';
 
 async function run(argv: string[], cwd: string): Promise<{ code: number; out: string; err: string }> {
   const stdout = new PassThrough();
@@ -41,7 +48,9 @@ ok = load_cmdline_data(fill, sys.argv[1])
 print(json.dumps({"ok": ok, **fill}))
 `;
   return new Promise((resolve, reject) =>
-    execFile('/usr/bin/python3', ['-c', py, serial], (e, out, stderr) => (e ? reject(new Error(stderr)) : resolve(JSON.parse(out)))),
+    execFile('/usr/bin/python3', ['-c', py, serial], (e, out, stderr) =>
+      e ? reject(new Error(stderr)) : resolve(JSON.parse(out)),
+    ),
   );
 }
 
@@ -61,9 +70,15 @@ describe('vmseed seed-url', () => {
       join(dir, 'vmi.yaml'),
       `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata:\n  name: vm-a\n  namespace: ns1\n  uid: ${uid}\nspec: {}\n`,
     );
-    await writeFile(join(dir, 'vmi-nouid.yaml'), `kind: VirtualMachineInstance\nmetadata:\n  name: vm-a\n  namespace: ns1\n`);
+    await writeFile(
+      join(dir, 'vmi-nouid.yaml'),
+      `kind: VirtualMachineInstance\nmetadata:\n  name: vm-a\n  namespace: ns1\n`,
+    );
     // An alias bomb (8 levels x 10) in an operator-given file: refused by the budgeted loader.
-    await writeFile(join(dir, 'vmi-bomb.yaml'), `metadata: {name: vm-a, namespace: ns1, uid: ${uid}}\n${aliasBomb(8, 10)}\n`);
+    await writeFile(
+      join(dir, 'vmi-bomb.yaml'),
+      `metadata: {name: vm-a, namespace: ns1, uid: ${uid}}\n${aliasBomb(8, 10)}\n`,
+    );
     const directory = new MapDirectory();
     directory.add({ namespace: 'ns1', name: 'vm-a', uid, seed });
     server = await startDatasourceServer({
@@ -84,7 +99,7 @@ describe('vmseed seed-url', () => {
     assert.equal(r.out, `ds=nocloud;s=http://169.254.169.254/v1/${signToken(key, uid)}/\n`);
   });
 
-  test('--vmi reads the uid; the serial goes through cloud-init\'s own ds= parser and its reader gets the seed', async () => {
+  test("--vmi reads the uid; the serial goes through cloud-init's own ds= parser and its reader gets the seed", async () => {
     const r = await run(['--vmi', 'vmi.yaml', '--key-file', 'keys', '--base', server.baseUrl + '/'], dir);
     assert.equal(r.code, 0, r.err);
     const serial = r.out.trim();
@@ -113,7 +128,11 @@ describe('vmseed seed-url', () => {
       [['not a name', '--uid', uid, '--key-file', 'keys'], 2, /namespace/],
       [['ns1/vm-b', '--vmi', 'vmi.yaml', '--key-file', 'keys'], 2, /is ns1\/vm-a, not ns1\/vm-b/],
       [['--vmi', 'vmi-nouid.yaml', '--key-file', 'keys'], 2, /metadata\.uid/],
-      [['--vmi', 'vmi-bomb.yaml', '--key-file', 'keys'], 2, /vmi-bomb\.yaml: --vmi: with its aliases expanded the document is more than/],
+      [
+        ['--vmi', 'vmi-bomb.yaml', '--key-file', 'keys'],
+        2,
+        /vmi-bomb\.yaml: --vmi: with its aliases expanded the document is more than/,
+      ],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--base', 'ftp://x/v1'], 2, /DATASOURCE_URL_INVALID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--base', 'http://x/v1?a=b'], 2, /DATASOURCE_URL_INVALID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--ds', 'ec2'], 2, /--ds/],
@@ -136,6 +155,10 @@ test('exported helpers for the status page', () => {
   assert.equal(datasourceSeedUrl('http://10.0.0.1:8081/v1///', 'T'), 'http://10.0.0.1:8081/v1/T/');
   assert.equal(datasourceSerial('http://h/v1/T/', 'nocloud-net'), 'ds=nocloud-net;s=http://h/v1/T/');
   for (const bad of ['http://h/v1;x', 'http://h/v 1', 'http://h/%s', 'http://u:p@h/v1', 'http://h/v1#x', 'not a url']) {
-    assert.throws(() => datasourceSeedUrl(bad, 'T'), (e: unknown) => e instanceof VmseedError && e.code === 'DATASOURCE_URL_INVALID', bad);
+    assert.throws(
+      () => datasourceSeedUrl(bad, 'T'),
+      (e: unknown) => e instanceof VmseedError && e.code === 'DATASOURCE_URL_INVALID',
+      bad,
+    );
   }
 });

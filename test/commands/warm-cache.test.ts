@@ -18,11 +18,18 @@ let srcModules: string[];
 before(async () => {
   work = await mkdtemp(join(tmpdir(), 'vmseed-warm-cache-'));
   cache = join(work, 'cache');
-  srcModules = (await readdir(join(ROOT, 'src'), { recursive: true })).filter((f) => f.endsWith('.ts')).map((f) => `file://${join(ROOT, 'src', f)}`).sort();
+  srcModules = (await readdir(join(ROOT, 'src'), { recursive: true }))
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => `file://${join(ROOT, 'src', f)}`)
+    .sort();
 });
 after(() => rm(work, { recursive: true, force: true }));
 
-function vmseed(bin: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+function vmseed(
+  bin: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(bin, args, { env: { PATH: process.env.PATH, ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
       resolve({ code: err ? ((err as { code?: number }).code ?? -1) : 0, stdout, stderr });
@@ -33,7 +40,10 @@ function vmseed(bin: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ 
 test('warm-cache fills the cache; the next start loads every module of src/ from it', async () => {
   const first = await vmseed(VMSEED, ['warm-cache'], { NODE_COMPILE_CACHE: cache });
   assert.equal(first.code, 0, first.stderr);
-  assert.match(first.stdout, new RegExp(`^compile cache: ${srcModules.length} modules of src/ and what they import, in ${cache}/v`));
+  assert.match(
+    first.stdout,
+    new RegExp(`^compile cache: ${srcModules.length} modules of src/ and what they import, in ${cache}/v`),
+  );
   const again = await vmseed(VMSEED, ['warm-cache'], { NODE_COMPILE_CACHE: cache, ...COMPILE_CACHE_DEBUG });
   assert.equal(again.code, 0, again.stderr);
   const trace = transpileTrace(again.stderr);
@@ -46,15 +56,32 @@ test('a cold cache is a miss for every module, which is what warm-cache prevents
   assert.equal(cold.code, 0, cold.stderr);
   const trace = transpileTrace(cold.stderr);
   assert.deepEqual(trace.hits, []);
-  assert.ok(trace.misses.includes(srcModules.find((m) => m.endsWith('/src/main.ts'))!), 'main.ts stripped on a cold start');
+  assert.ok(
+    trace.misses.includes(srcModules.find((m) => m.endsWith('/src/main.ts'))!),
+    'main.ts stripped on a cold start',
+  );
 });
 
 test('the local-mode agent runs from the warmed cache without stripping TypeScript', async () => {
   await vmseed(VMSEED, ['warm-cache'], { NODE_COMPILE_CACHE: cache });
-  const child = spawn(VMSEED, ['agent', '--local', join(ROOT, 'examples'), '--state-dir', join(work, 'seeds'), '--listen', '127.0.0.1:0', '--log-level', 'info'], {
-    env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cache, ...COMPILE_CACHE_DEBUG },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    VMSEED,
+    [
+      'agent',
+      '--local',
+      join(ROOT, 'examples'),
+      '--state-dir',
+      join(work, 'seeds'),
+      '--listen',
+      '127.0.0.1:0',
+      '--log-level',
+      'info',
+    ],
+    {
+      env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: cache, ...COMPILE_CACHE_DEBUG },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   // The agent logs to stderr, beside Node's compile cache trace.
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));
@@ -67,7 +94,10 @@ test('the local-mode agent runs from the warmed cache without stripping TypeScri
   assert.match(stderr, /"reason":"SeedReady"/);
   const trace = transpileTrace(stderr);
   assert.deepEqual(trace.misses, []);
-  assert.ok(trace.hits.some((m) => m.endsWith('/src/agent/local-source.ts')), 'the agent\'s modules came from the cache');
+  assert.ok(
+    trace.hits.some((m) => m.endsWith('/src/agent/local-source.ts')),
+    "the agent's modules came from the cache",
+  );
 });
 
 test('bin/vmseed leaves the cache off where it cannot make the directory, and vmseed still runs', async () => {

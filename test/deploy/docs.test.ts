@@ -41,10 +41,15 @@ test('the metrics reference documents every metric of src/metrics/metrics.ts, wi
     const row = documented.get(name);
     assert.ok(row, `${name} is not in the README's metrics reference`);
     assert.equal(row[1], info.type, `${name}: type`);
-    assert.equal(row[2], info.labels.length === 0 ? '—' : info.labels.map((l) => `\`${l}\``).join(', '), `${name}: labels`);
+    assert.equal(
+      row[2],
+      info.labels.length === 0 ? '—' : info.labels.map((l) => `\`${l}\``).join(', '),
+      `${name}: labels`,
+    );
     assert.equal(row[3], info.help, `${name}: help text`);
   }
-  for (const name of documented.keys()) assert.ok(exported.has(name), `docs list ${name}, which the agent does not export`);
+  for (const name of documented.keys())
+    assert.ok(exported.has(name), `docs list ${name}, which the agent does not export`);
 });
 
 test('the process metrics the docs name exist with the vmseed_ prefix', async () => {
@@ -56,7 +61,9 @@ test('the process metrics the docs name exist with the vmseed_ prefix', async ()
 });
 
 test('the RBAC table in the docs is the ClusterRole', () => {
-  const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as { rules: PolicyRule[] };
+  const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as {
+    rules: PolicyRule[];
+  };
   const fromDocs = tableRows(section('## Install'))
     .filter((r) => r.length === 4 && /^`(""|[a-z.]+)`$/.test(r[0]))
     .flatMap(([group, resources, verbs]) => {
@@ -72,7 +79,15 @@ test('the documented DaemonSet numbers are the manifest numbers', () => {
   const ds = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'DaemonSet') as unknown as {
     spec: {
       updateStrategy: { rollingUpdate: { maxUnavailable: string } };
-      template: { spec: { containers: { name: string; resources: { requests: Record<string, string>; limits: Record<string, string> }; env: { name: string; value?: string }[] }[] } };
+      template: {
+        spec: {
+          containers: {
+            name: string;
+            resources: { requests: Record<string, string>; limits: Record<string, string> };
+            env: { name: string; value?: string }[];
+          }[];
+        };
+      };
     };
   };
   const agent = ds.spec.template.spec.containers.find((c) => c.name === 'agent')!;
@@ -89,7 +104,9 @@ test('the documented DaemonSet numbers are the manifest numbers', () => {
 });
 
 test('every alert in the PrometheusRule has a section, and no section is stale', () => {
-  const [rule] = loadYamlDocuments('manifests/monitoring/prometheusrule.yaml') as unknown as { spec: { groups: { rules: { alert: string }[] }[] } }[];
+  const [rule] = loadYamlDocuments('manifests/monitoring/prometheusrule.yaml') as unknown as {
+    spec: { groups: { rules: { alert: string }[] }[] };
+  }[];
   const alerts = rule.spec.groups.flatMap((g) => g.rules.map((r) => r.alert)).sort();
   const sections = [...docs.matchAll(/^#### Alert: (\S+)$/gm)].map((m) => m[1]).sort();
   assert.deepEqual(sections, alerts);

@@ -12,7 +12,7 @@ import { kustomize, objectId } from '../support/kustomize.ts';
 import { runCli } from '../support/cli.ts';
 import { loadConfig } from '../../src/config.ts';
 
-type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Any = any;
 
 let objects: KubeObject[];
 const base = loadYamlDocuments('manifests/daemonset.yaml');
@@ -23,7 +23,15 @@ before(async () => {
 });
 
 test('only the DaemonSet differs; host network; the agent container is the base one plus --datasource-imds-compat and the redirect status URL', () => {
-  const differs = objects.filter((o) => !isDeepStrictEqual(o, base.find((b) => objectId(b) === objectId(o)))).map(objectId);
+  const differs = objects
+    .filter(
+      (o) =>
+        !isDeepStrictEqual(
+          o,
+          base.find((b) => objectId(b) === objectId(o)),
+        ),
+    )
+    .map(objectId);
   assert.deepEqual(differs, ['DaemonSet/vmseed/vmseed']);
   const pod = podOf(objects);
   const basePod = podOf(base);
@@ -32,21 +40,38 @@ test('only the DaemonSet differs; host network; the agent container is the base 
   assert.deepEqual(pod.securityContext, basePod.securityContext, 'the pod still runs as 107/107');
   const agent = pod.containers.find((c: Any) => c.name === 'agent');
   const baseAgent = basePod.containers.find((c: Any) => c.name === 'agent');
-  assert.deepEqual(agent.args, [...baseAgent.args, '--datasource-imds-compat', '--redirect-status-url=http://$(HOST_IP):8082/readyz']);
-  assert.deepEqual(agent.env, [...baseAgent.env, { name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } }]);
-  assert.deepEqual({ ...agent, args: undefined, env: undefined }, { ...baseAgent, args: undefined, env: undefined }, 'nothing else changed for the agent: no capability');
+  assert.deepEqual(agent.args, [
+    ...baseAgent.args,
+    '--datasource-imds-compat',
+    '--redirect-status-url=http://$(HOST_IP):8082/readyz',
+  ]);
+  assert.deepEqual(agent.env, [
+    ...baseAgent.env,
+    { name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } },
+  ]);
+  assert.deepEqual(
+    { ...agent, args: undefined, env: undefined },
+    { ...baseAgent, args: undefined, env: undefined },
+    'nothing else changed for the agent: no capability',
+  );
   const args = (agent.args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10'));
   const config = loadConfig(args, { NODE_NAME: 'node-a' }, '/')!;
   assert.equal(config.datasource?.imdsCompat, true);
   // The agent polls the very port the redirect container's /readyz listens on.
   const r = pod.containers.find((c: Any) => c.name === 'redirect');
-  const health = (r.args as string[]).find((a) => a.startsWith('--listen='))!.slice('--listen='.length).replaceAll('$(HOST_IP)', '192.0.2.10');
+  const health = (r.args as string[])
+    .find((a) => a.startsWith('--listen='))!
+    .slice('--listen='.length)
+    .replaceAll('$(HOST_IP)', '192.0.2.10');
   assert.equal(config.redirectStatusUrl, `http://${health}${r.readinessProbe.httpGet.path}`);
 });
 
 test('the redirect container: root with NET_ADMIN only, read-only, ready only while the rule is in place', () => {
   const pod = podOf(objects);
-  assert.deepEqual(pod.containers.map((c: Any) => c.name), ['agent', 'redirect']);
+  assert.deepEqual(
+    pod.containers.map((c: Any) => c.name),
+    ['agent', 'redirect'],
+  );
   const r = pod.containers.find((c: Any) => c.name === 'redirect');
   assert.deepEqual(r.command, ['vmseed', 'redirect']);
   assert.deepEqual(r.securityContext, {
@@ -69,9 +94,14 @@ test("the redirect's args (with the node address substituted) load in vmseed red
   const args = (r.args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10'));
   const out = await runCli(['redirect', ...args, '--print'], process.cwd());
   assert.equal(out.code, 0, out.err);
-  const port = /^--datasource-listen=.*:(\d+)$/.exec(agent.args.find((a: string) => a.startsWith('--datasource-listen=')))![1];
+  const port = /^--datasource-listen=.*:(\d+)$/.exec(
+    agent.args.find((a: string) => a.startsWith('--datasource-listen=')),
+  )![1];
   assert.match(out.out.toString(), new RegExp(`dnat to 192\\.0\\.2\\.10:${port} `));
-  assert.match(out.out.toString(), /iifname \{ "veth\*", "cali\*", "lxc\*", "cni0", "cbr0" \} ip daddr 169\.254\.169\.254 tcp dport 80/);
+  assert.match(
+    out.out.toString(),
+    /iifname \{ "veth\*", "cali\*", "lxc\*", "cni0", "cbr0" \} ip daddr 169\.254\.169\.254 tcp dport 80/,
+  );
   const health = /^--listen=\$\(HOST_IP\):(\d+)$/.exec(r.args.find((a: string) => a.startsWith('--listen=')))![1];
   assert.equal(String(r.ports[0].containerPort), health);
 });

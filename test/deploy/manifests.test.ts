@@ -15,19 +15,25 @@ import {
 const objects = loadYamlDocuments('manifests/daemonset.yaml');
 
 // Narrow access into the DaemonSet without restating its whole type.
-type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Any = any;
 const daemonSet = findObject(objects, 'DaemonSet', 'vmseed') as Any;
 const podSpec = daemonSet.spec.template.spec;
 const agent = podSpec.containers.find((c: Any) => c.name === 'agent');
 
 test('daemonset.yaml holds the namespace, RBAC, DaemonSet, Service and NetworkPolicy, each valid against the Kubernetes schema', async () => {
-  assert.deepEqual(
-    objects.map((o) => o.kind).sort(),
-    ['ClusterRole', 'ClusterRoleBinding', 'DaemonSet', 'Namespace', 'NetworkPolicy', 'Service', 'ServiceAccount'],
-  );
+  assert.deepEqual(objects.map((o) => o.kind).sort(), [
+    'ClusterRole',
+    'ClusterRoleBinding',
+    'DaemonSet',
+    'Namespace',
+    'NetworkPolicy',
+    'Service',
+    'ServiceAccount',
+  ]);
   for (const o of objects) {
     await assert.doesNotReject(validateBuiltin(o), `${o.kind} ${o.metadata.name}`);
-    if (!['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind)) assert.equal(o.metadata.namespace, 'vmseed', o.kind);
+    if (!['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind))
+      assert.equal(o.metadata.namespace, 'vmseed', o.kind);
   }
 });
 
@@ -48,7 +54,10 @@ test('the schema validation really rejects invalid objects', async () => {
   service.spec.ports[0].port = '8080';
   await assert.rejects(validateBuiltin(service), /port/);
 
-  await assert.rejects(validateBuiltin({ apiVersion: 'apps/v1', kind: 'NoSuchKind', metadata: { name: 'x' } }), /NoSuchKind/);
+  await assert.rejects(
+    validateBuiltin({ apiVersion: 'apps/v1', kind: 'NoSuchKind', metadata: { name: 'x' } }),
+    /NoSuchKind/,
+  );
 });
 
 test('the DaemonSet gets its node name from the Downward API and keeps seeds on a hostPath', () => {
@@ -58,13 +67,17 @@ test('the DaemonSet gets its node name from the Downward API and keeps seeds on 
   assert.equal(seeds.hostPath.path, '/var/lib/vmseed/seeds');
   const mount = agent.volumeMounts.find((m: Any) => m.name === 'seeds');
   assert.ok(agent.args.includes(`--state-dir=${mount.mountPath}`), 'the agent writes where the hostPath is mounted');
-  assert.ok(agent.args.includes('--kubevirt-volumes=ignore'), 'beside KubeVirt, its own cloud-init volumes are not ours');
+  assert.ok(
+    agent.args.includes('--kubevirt-volumes=ignore'),
+    'beside KubeVirt, its own cloud-init volumes are not ours',
+  );
 });
 
 // The KubeVirt preset's per-launcher socket (fixed with --platform=kubevirt):
 // {podsDir}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock.
 const LAUNCHER_SOCKET = '/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock';
-const argValue = (flag: string): string | undefined => agent.args.find((a: string) => a.startsWith(`--${flag}=`))?.slice(flag.length + 3);
+const argValue = (flag: string): string | undefined =>
+  agent.args.find((a: string) => a.startsWith(`--${flag}=`))?.slice(flag.length + 3);
 
 test('the KubeVirt preset: --pods-dir is the mount of the kubelet pod tree, and the launcher socket under it fits in sun_path', () => {
   assert.equal(argValue('platform'), 'kubevirt');
@@ -81,7 +94,10 @@ test('the KubeVirt preset: --pods-dir is the mount of the kubelet pod tree, and 
   // A pod UID is 36 characters; a unix socket path must fit in 108 bytes with its NUL.
   const longest = (podsDir + LAUNCHER_SOCKET).replace('{podUID}', '0'.repeat(36));
   assert.ok(Buffer.byteLength(longest) < 108, `${longest} is ${Buffer.byteLength(longest)} bytes`);
-  assert.ok(Buffer.byteLength(('/var/lib/kubelet/pods' + LAUNCHER_SOCKET).replace('{podUID}', '0'.repeat(36))) >= 108, 'the host path itself would not fit: why /pods');
+  assert.ok(
+    Buffer.byteLength(('/var/lib/kubelet/pods' + LAUNCHER_SOCKET).replace('{podUID}', '0'.repeat(36))) >= 108,
+    'the host path itself would not fit: why /pods',
+  );
 });
 
 test('no hand-written launcher layout is left: the preset owns it, and nothing points into hotplug-disks', () => {
@@ -98,7 +114,10 @@ test('listeners: probes and /metrics on the pod network, the per-VMI detail on l
   const status = argValue('status-listen')!;
   assert.match(status, /^127\.0\.0\.1:\d+$/, 'the status detail of every tenant stays off the pod network');
   const statusPort = Number(status.split(':')[1]);
-  assert.ok(!agent.ports.some((p: Any) => p.containerPort === statusPort), 'the loopback port is not declared as a container port');
+  assert.ok(
+    !agent.ports.some((p: Any) => p.containerPort === statusPort),
+    'the loopback port is not declared as a container port',
+  );
   assert.ok(argValue('datasource-listen')!.endsWith(':8081'));
 });
 
@@ -119,7 +138,11 @@ test('the security context grants nothing beyond socket access', () => {
   assert.equal(podSpec.securityContext.runAsNonRoot, true);
   assert.equal(podSpec.securityContext.runAsUser, 107, 'qemu, the owner of a non-root launcher socket');
   assert.equal(podSpec.securityContext.runAsGroup, 107);
-  assert.deepEqual(podSpec.securityContext.supplementalGroups, [0], "search on the kubelet's 0750 root:root pod directories");
+  assert.deepEqual(
+    podSpec.securityContext.supplementalGroups,
+    [0],
+    "search on the kubelet's 0750 root:root pod directories",
+  );
   assert.equal(podSpec.securityContext.seccompProfile.type, 'RuntimeDefault');
   assert.equal(podSpec.hostNetwork ?? false, false);
   assert.equal(podSpec.hostPID ?? false, false);
@@ -164,11 +187,13 @@ test('the headless Service selects the agent pods on the metrics port, and the S
   assert.equal(service.spec.clusterIP, 'None');
   const podLabels = daemonSet.spec.template.metadata.labels;
   for (const [k, v] of Object.entries(service.spec.selector)) assert.equal(podLabels[k], v, `Service selector ${k}`);
-  for (const [k, v] of Object.entries(daemonSet.spec.selector.matchLabels)) assert.equal(podLabels[k], v, `DaemonSet selector ${k}`);
+  for (const [k, v] of Object.entries(daemonSet.spec.selector.matchLabels))
+    assert.equal(podLabels[k], v, `DaemonSet selector ${k}`);
   assert.equal(service.spec.ports[0].targetPort, 'http-metrics');
 
   const [monitor] = loadYamlDocuments('manifests/monitoring/servicemonitor.yaml') as Any[];
-  for (const [k, v] of Object.entries(monitor.spec.selector.matchLabels)) assert.equal(service.metadata.labels[k], v, `ServiceMonitor selector ${k}`);
+  for (const [k, v] of Object.entries(monitor.spec.selector.matchLabels))
+    assert.equal(service.metadata.labels[k], v, `ServiceMonitor selector ${k}`);
   assert.deepEqual(monitor.spec.namespaceSelector.matchNames, [service.metadata.namespace]);
   assert.equal(monitor.spec.endpoints[0].port, service.spec.ports[0].name);
   assert.equal(service.metadata.labels[monitor.spec.jobLabel], 'vmseed', 'job="vmseed" in the alerts and dashboard');
@@ -179,7 +204,9 @@ test('the ClusterRoleBinding binds the role to the DaemonSet service account', (
   const role = findObject(objects, 'ClusterRole');
   const account = findObject(objects, 'ServiceAccount');
   assert.equal(binding.roleRef.name, role.metadata.name);
-  assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: account.metadata.name, namespace: account.metadata.namespace }]);
+  assert.deepEqual(binding.subjects, [
+    { kind: 'ServiceAccount', name: account.metadata.name, namespace: account.metadata.namespace },
+  ]);
   assert.equal(podSpec.serviceAccountName, account.metadata.name);
 });
 
@@ -195,7 +222,10 @@ test('the CRD structural check rejects typos, missing fields and bad durations',
   const typo = structuredClone(monitor);
   typo.spec.endpionts = typo.spec.endpoints;
   delete typo.spec.endpoints;
-  assert.deepEqual(checkSchema(typo, SERVICE_MONITOR_SCHEMA), ['spec: missing required field endpoints', 'spec.endpionts: unknown field']);
+  assert.deepEqual(checkSchema(typo, SERVICE_MONITOR_SCHEMA), [
+    'spec: missing required field endpoints',
+    'spec.endpionts: unknown field',
+  ]);
   const badInterval = structuredClone(monitor);
   badInterval.spec.endpoints[0].interval = '30 seconds';
   assert.equal(checkSchema(badInterval, SERVICE_MONITOR_SCHEMA).length, 1);
@@ -203,14 +233,20 @@ test('the CRD structural check rejects typos, missing fields and bad durations',
   const [rule] = loadYamlDocuments('manifests/monitoring/prometheusrule.yaml') as Any[];
   const noExpr = structuredClone(rule);
   delete noExpr.spec.groups[0].rules[0].expr;
-  assert.deepEqual(checkSchema(noExpr, PROMETHEUS_RULE_SCHEMA), ['spec.groups[0].rules[0]: missing required field expr']);
+  assert.deepEqual(checkSchema(noExpr, PROMETHEUS_RULE_SCHEMA), [
+    'spec.groups[0].rules[0]: missing required field expr',
+  ]);
   const badFor = structuredClone(rule);
   badFor.spec.groups[0].rules[0].for = 15;
   assert.deepEqual(checkSchema(badFor, PROMETHEUS_RULE_SCHEMA), ['spec.groups[0].rules[0].for: must be a string']);
 });
 
 test('every manifest file parses', () => {
-  for (const file of ['manifests/daemonset.yaml', 'manifests/monitoring/servicemonitor.yaml', 'manifests/monitoring/prometheusrule.yaml']) {
+  for (const file of [
+    'manifests/daemonset.yaml',
+    'manifests/monitoring/servicemonitor.yaml',
+    'manifests/monitoring/prometheusrule.yaml',
+  ]) {
     const docs: KubeObject[] = loadYamlDocuments(file);
     assert.ok(docs.length > 0, file);
     for (const d of docs) assert.ok(d.apiVersion && d.kind && d.metadata?.name, `${file}: ${d.kind}`);
@@ -244,7 +280,9 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
 
 test('manifests/ holds daemonset.yaml (built-in kinds only, so it applies without the Prometheus Operator) and its kustomization', async () => {
   const { readdirSync, statSync } = await import('node:fs');
-  const files = readdirSync(ROOT + 'manifests').filter((f) => /\.(ya?ml|json)$/.test(f) && statSync(ROOT + 'manifests/' + f).isFile());
+  const files = readdirSync(ROOT + 'manifests').filter(
+    (f) => /\.(ya?ml|json)$/.test(f) && statSync(ROOT + 'manifests/' + f).isFile(),
+  );
   assert.deepEqual(files.sort(), ['daemonset.yaml', 'kustomization.yaml']);
   for (const o of loadYamlDocuments('manifests/daemonset.yaml')) await validateBuiltin(o);
   const [kustomization] = loadYamlDocuments('manifests/kustomization.yaml') as Any[];
@@ -254,10 +292,17 @@ test('manifests/ holds daemonset.yaml (built-in kinds only, so it applies withou
 test('the NetworkPolicy: in, only the probe/metrics and datasource ports; out, only the API server', () => {
   const policy = findObject(objects, 'NetworkPolicy') as Any;
   const podLabels = daemonSet.spec.template.metadata.labels;
-  for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels)) assert.equal(podLabels[k], v, `podSelector ${k}`);
+  for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels))
+    assert.equal(podLabels[k], v, `podSelector ${k}`);
   assert.deepEqual(policy.spec.policyTypes.sort(), ['Egress', 'Ingress']);
-  const ingressPorts = policy.spec.ingress.flatMap((r: Any) => r.ports.map((p: Any) => `${p.protocol}/${p.port}`)).sort();
-  assert.deepEqual(ingressPorts, agent.ports.map((p: Any) => `${p.protocol}/${p.containerPort}`).sort(), 'exactly the declared container ports');
+  const ingressPorts = policy.spec.ingress
+    .flatMap((r: Any) => r.ports.map((p: Any) => `${p.protocol}/${p.port}`))
+    .sort();
+  assert.deepEqual(
+    ingressPorts,
+    agent.ports.map((p: Any) => `${p.protocol}/${p.containerPort}`).sort(),
+    'exactly the declared container ports',
+  );
   const listened = ['listen', 'datasource-listen'].map((f) => `TCP/${argValue(f)!.split(':')[1]}`).sort();
   assert.deepEqual(ingressPorts, listened);
   const egress = policy.spec.egress.flatMap((r: Any) => {

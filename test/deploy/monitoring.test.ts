@@ -7,7 +7,13 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import * as yaml from 'js-yaml';
 import { ROOT, loadYamlDocuments } from '../support/manifests.ts';
-import { concreteGrafanaQuery, exportedMetricNames, metricNamesInExpr, promtoolCheckRules, type RuleGroupFile } from '../support/promql.ts';
+import {
+  concreteGrafanaQuery,
+  exportedMetricNames,
+  metricNamesInExpr,
+  promtoolCheckRules,
+  type RuleGroupFile,
+} from '../support/promql.ts';
 
 const run = promisify(execFile);
 
@@ -40,7 +46,9 @@ const dashboard = JSON.parse(readFileSync(ROOT + 'manifests/monitoring/grafana-d
   panels: Panel[];
   templating: { list: { name: string; type: string; query: unknown }[] };
 };
-const dashboardQueries = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
+const dashboardQueries = dashboard.panels.flatMap((p) =>
+  (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })),
+);
 const variableQueries = dashboard.templating.list
   .filter((v) => v.type === 'query')
   .map((v) => {
@@ -53,10 +61,16 @@ const variableQueries = dashboard.templating.list
 
 test('the metric-name extractor sees through functions, matchers, label lists and variables', () => {
   assert.deepEqual(
-    metricNamesInExpr('histogram_quantile(0.99, sum by (node, le) (rate(a_bucket{job="x", le=~"1|2"}[$__rate_interval]))) > 30'),
+    metricNamesInExpr(
+      'histogram_quantile(0.99, sum by (node, le) (rate(a_bucket{job="x", le=~"1|2"}[$__rate_interval]))) > 30',
+    ),
     ['a_bucket'],
   );
-  assert.deepEqual(metricNamesInExpr('sum without (code) (b_total) / on(node) group_left c and up == bool 1'), ['b_total', 'c', 'up']);
+  assert.deepEqual(metricNamesInExpr('sum without (code) (b_total) / on(node) group_left c and up == bool 1'), [
+    'b_total',
+    'c',
+    'up',
+  ]);
   assert.deepEqual(metricNamesInExpr('max by (node) (d{x="rate(e)"}) offset 5m'), ['d']);
 });
 
@@ -66,14 +80,18 @@ test('alert expressions read only metrics the agent exports', async () => {
     const names = metricNamesInExpr(rule.expr);
     assert.ok(names.length > 0, `${rule.alert}: reads no metric`);
     for (const name of names) {
-      assert.ok(exported.has(name) || PROMETHEUS_SYNTHETIC.has(name), `${rule.alert}: ${name} is not exported by src/metrics/metrics.ts`);
+      assert.ok(
+        exported.has(name) || PROMETHEUS_SYNTHETIC.has(name),
+        `${rule.alert}: ${name} is not exported by src/metrics/metrics.ts`,
+      );
     }
   }
 });
 
 test('the alerts cover seed failures, the informer, seed-ready latency and injection errors', async () => {
   const exported = await exportedMetricNames({ processMetrics: false });
-  const reads = (metric: string) => alerts.filter((a) => metricNamesInExpr(a.expr).some((n) => n.startsWith(metric))).map((a) => a.alert);
+  const reads = (metric: string) =>
+    alerts.filter((a) => metricNamesInExpr(a.expr).some((n) => n.startsWith(metric))).map((a) => a.alert);
   assert.ok(reads('vmseed_reconcile_total').length > 0);
   assert.ok(reads('vmseed_informer_synced').length > 0);
   assert.ok(reads('vmseed_informer_last_event_age_seconds').length > 0);
@@ -85,7 +103,10 @@ test('the alerts cover seed failures, the informer, seed-ready latency and injec
       for (const label of m[1].split(',').map((s) => s.trim())) {
         if (['node', 'le', 'job', 'instance'].includes(label)) continue;
         const metrics = metricNamesInExpr(rule.expr).filter((n) => exported.has(n));
-        assert.ok(metrics.some((n) => exported.get(n)!.labels.includes(label)), `${rule.alert}: no metric has label ${label}`);
+        assert.ok(
+          metrics.some((n) => exported.get(n)!.labels.includes(label)),
+          `${rule.alert}: no metric has label ${label}`,
+        );
       }
     }
   }
@@ -111,7 +132,7 @@ test('every alert has a severity, summary, description and a runbook section in 
     const url = rule.annotations?.runbook_url ?? '';
     const [file, anchor] = url.split('#');
     assert.equal(file, 'docs/operations.md', rule.alert);
-    assert.equal(anchor, `alert-${rule.alert!.toLowerCase()}`);
+    assert.equal(anchor, `alert-${rule.alert.toLowerCase()}`);
     assert.ok(anchors.has(anchor), `${rule.alert}: docs/operations.md has no section #${anchor}`);
   }
 });
@@ -135,18 +156,24 @@ test('dashboard queries read only exported metrics', async () => {
   for (const { panel, expr } of [...dashboardQueries, ...variableQueries]) {
     const names = metricNamesInExpr(expr);
     assert.ok(names.length > 0, `${panel}: reads no metric`);
-    for (const name of names) assert.ok(exported.has(name), `${panel}: ${name} is not exported by src/metrics/metrics.ts`);
+    for (const name of names)
+      assert.ok(exported.has(name), `${panel}: ${name} is not exported by src/metrics/metrics.ts`);
   }
 });
 
 test('dashboard queries parse (promtool, as recording rules) and the layout is sound', async () => {
-  const rules = [...dashboardQueries, ...variableQueries].map((q, i) => ({ record: `vmseed:dashboard_query_${i}`, expr: concreteGrafanaQuery(q.expr) }));
+  const rules = [...dashboardQueries, ...variableQueries].map((q, i) => ({
+    record: `vmseed:dashboard_query_${i}`,
+    expr: concreteGrafanaQuery(q.expr),
+  }));
   const out = await promtoolCheckRules({ groups: [{ name: 'dashboard', rules }] });
   assert.match(out, new RegExp(`SUCCESS: ${rules.length} rules found`));
   const ids = dashboard.panels.map((p) => p.id);
   assert.equal(new Set(ids).size, ids.length, 'panel ids are unique');
   const exported = await exportedMetricNames({ processMetrics: false });
-  const charted = new Set(dashboardQueries.flatMap((q) => metricNamesInExpr(q.expr)).map((n) => n.replace(/_(bucket|sum|count)$/, '')));
+  const charted = new Set(
+    dashboardQueries.flatMap((q) => metricNamesInExpr(q.expr)).map((n) => n.replace(/_(bucket|sum|count)$/, '')),
+  );
   for (const [name, info] of exported) {
     if (/_(bucket|sum|count)$/.test(name) && info.type === 'histogram') continue;
     assert.ok(charted.has(name), `${name} has no panel`);
@@ -164,7 +191,9 @@ test('promtool test rules: the alerts fire when they should and not before', asy
   for (const g of stripped.groups) for (const r of g.rules) delete r.annotations;
   writeFileSync(join(dir, 'rules.yaml'), yaml.dump(stripped));
   const s = 'job="vmseed", node="n1", instance="10.0.0.1:8080"';
-  const firing = (severity: string, extra: Record<string, string> = {}) => [{ exp_labels: { severity, node: 'n1', ...extra } }];
+  const firing = (severity: string, extra: Record<string, string> = {}) => [
+    { exp_labels: { severity, node: 'n1', ...extra } },
+  ];
   const unitTests = {
     rule_files: ['rules.yaml'],
     evaluation_interval: '1m',
@@ -180,8 +209,14 @@ test('promtool test rules: the alerts fire when they should and not before', asy
           { series: `vmseed_seed_ready_latency_seconds_bucket{${s}, le="30"}`, values: '0x40' },
           { series: `vmseed_seed_ready_latency_seconds_bucket{${s}, le="60"}`, values: '0+10x40' },
           { series: `vmseed_seed_ready_latency_seconds_bucket{${s}, le="+Inf"}`, values: '0+10x40' },
-          { series: `vmseed_injection_duration_seconds_count{${s}, operation="attach", result="error"}`, values: '0+1x40' },
-          { series: `vmseed_injection_duration_seconds_count{${s}, operation="attach", result="success"}`, values: '0+5x40' },
+          {
+            series: `vmseed_injection_duration_seconds_count{${s}, operation="attach", result="error"}`,
+            values: '0+1x40',
+          },
+          {
+            series: `vmseed_injection_duration_seconds_count{${s}, operation="attach", result="success"}`,
+            values: '0+5x40',
+          },
           // Half the reconciles fail.
           { series: `vmseed_reconcile_total{${s}, result="success"}`, values: '0+1x40' },
           { series: `vmseed_reconcile_total{${s}, result="error"}`, values: '0+1x40' },
@@ -199,17 +234,27 @@ test('promtool test rules: the alerts fire when they should and not before', asy
           { eval_time: '14m', alertname: 'VmseedSeedReadyLatencyHigh', exp_alerts: [] },
           { eval_time: '17m', alertname: 'VmseedSeedReadyLatencyHigh', exp_alerts: firing('warning') },
           { eval_time: '9m', alertname: 'VmseedInjectionErrors', exp_alerts: [] },
-          { eval_time: '12m', alertname: 'VmseedInjectionErrors', exp_alerts: firing('warning', { operation: 'attach' }) },
+          {
+            eval_time: '12m',
+            alertname: 'VmseedInjectionErrors',
+            exp_alerts: firing('warning', { operation: 'attach' }),
+          },
           { eval_time: '14m', alertname: 'VmseedSeedFailuresRising', exp_alerts: [] },
           { eval_time: '16m', alertname: 'VmseedSeedFailuresRising', exp_alerts: firing('warning') },
-          { eval_time: '20m', alertname: 'VmseedSeedErrorCode', exp_alerts: firing('info', { code: 'SECRET_NOT_FOUND' }) },
+          {
+            eval_time: '20m',
+            alertname: 'VmseedSeedErrorCode',
+            exp_alerts: firing('info', { code: 'SECRET_NOT_FOUND' }),
+          },
           { eval_time: '9m', alertname: 'VmseedWorkqueueStuck', exp_alerts: [] },
           { eval_time: '12m', alertname: 'VmseedWorkqueueStuck', exp_alerts: firing('warning') },
           { eval_time: '14m', alertname: 'VmseedAgentDown', exp_alerts: [] },
           {
             eval_time: '16m',
             alertname: 'VmseedAgentDown',
-            exp_alerts: [{ exp_labels: { severity: 'critical', node: 'n1', job: 'vmseed', instance: '10.0.0.1:8080' } }],
+            exp_alerts: [
+              { exp_labels: { severity: 'critical', node: 'n1', job: 'vmseed', instance: '10.0.0.1:8080' } },
+            ],
           },
         ],
       },

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
 import { OVERLAYS, kubectlVersion, kustomize, objectId, type Overlay } from '../support/kustomize.ts';
 
-type Any = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Any = any;
 
 const rendered = new Map<Overlay | 'base', KubeObject[]>();
 const base = loadYamlDocuments('manifests/daemonset.yaml');
@@ -35,7 +35,10 @@ function byId(objects: KubeObject[]): Map<string, KubeObject> {
 // Objects of `a` that differ from, or are missing in, `b`.
 function changed(a: KubeObject[], b: KubeObject[]): string[] {
   const other = byId(b);
-  return a.filter((o) => !isDeepStrictEqual(o, other.get(objectId(o)))).map(objectId).sort();
+  return a
+    .filter((o) => !isDeepStrictEqual(o, other.get(objectId(o))))
+    .map(objectId)
+    .sort();
 }
 function isDeepStrictEqual(x: unknown, y: unknown): boolean {
   try {
@@ -74,10 +77,17 @@ test('kubevirt: uid 107, gid 107, supplementary group 0, no capability, the kube
     seccompProfile: { type: 'RuntimeDefault' },
   });
   const agent = agentOf(rendered.get('kubevirt')!);
-  assert.deepEqual(agent.securityContext, { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+  assert.deepEqual(agent.securityContext, {
+    allowPrivilegeEscalation: false,
+    readOnlyRootFilesystem: true,
+    capabilities: { drop: ['ALL'] },
+  });
   assert.deepEqual(agent.args.slice(0, 2), ['--platform=kubevirt', '--pods-dir=/pods']);
   const mount = agent.volumeMounts.find((m: Any) => m.mountPath === '/pods');
-  assert.deepEqual(pod.volumes.find((v: Any) => v.name === mount.name).hostPath, { path: '/var/lib/kubelet/pods', type: 'Directory' });
+  assert.deepEqual(pod.volumes.find((v: Any) => v.name === mount.name).hostPath, {
+    path: '/var/lib/kubelet/pods',
+    type: 'Directory',
+  });
   assert.equal(mount.mountPropagation, 'HostToContainer');
   assert.ok(agent.args.includes('--status-listen=127.0.0.1:8090'));
   assert.ok(!agent.args.some((a: string) => a.startsWith('--namespaces')), 'cluster-wide');
@@ -92,20 +102,38 @@ test('libvirt: --platform=libvirt, the host libvirt socket directory instead of 
   // The args are the base's with exactly these substitutions.
   const expected = baseAgent.args
     .filter((a: string) => !a.startsWith('--pods-dir='))
-    .map((a: string) => (a === '--platform=kubevirt' ? '--platform=libvirt' : a === '--kubevirt-volumes=ignore' ? '--kubevirt-volumes=own' : a))
+    .map((a: string) =>
+      a === '--platform=kubevirt'
+        ? '--platform=libvirt'
+        : a === '--kubevirt-volumes=ignore'
+          ? '--kubevirt-volumes=own'
+          : a,
+    )
     .concat('--resume-via=virsh');
   assert.deepEqual(agent.args, expected);
   // A system-mode libvirtd's socket is root's (0700, or 0770 root:libvirt).
-  assert.deepEqual(pod.securityContext, { runAsUser: 0, runAsGroup: 0, runAsNonRoot: false, seccompProfile: { type: 'RuntimeDefault' } });
+  assert.deepEqual(pod.securityContext, {
+    runAsUser: 0,
+    runAsGroup: 0,
+    runAsNonRoot: false,
+    seccompProfile: { type: 'RuntimeDefault' },
+  });
   assert.deepEqual(agent.securityContext, baseAgent.securityContext, 'still drop ALL, no escalation, read-only root');
   // Mounts: the base's, less /pods, plus the socket directory read-only.
-  const mounts = (c: Any) => c.volumeMounts.map((m: Any) => `${m.name}:${m.mountPath}:${m.readOnly === true ? 'ro' : 'rw'}`).sort();
+  const mounts = (c: Any) =>
+    c.volumeMounts.map((m: Any) => `${m.name}:${m.mountPath}:${m.readOnly === true ? 'ro' : 'rw'}`).sort();
   assert.deepEqual(
     mounts(agent),
     [...mounts(baseAgent).filter((m: string) => !m.includes(':/pods:')), 'libvirt-run:/var/run/libvirt:ro'].sort(),
   );
-  assert.equal(pod.volumes.some((v: Any) => v.hostPath?.path === '/var/lib/kubelet/pods'), false);
-  assert.deepEqual(pod.volumes.find((v: Any) => v.name === 'libvirt-run').hostPath, { path: '/var/run/libvirt', type: 'Directory' });
+  assert.equal(
+    pod.volumes.some((v: Any) => v.hostPath?.path === '/var/lib/kubelet/pods'),
+    false,
+  );
+  assert.deepEqual(pod.volumes.find((v: Any) => v.name === 'libvirt-run').hostPath, {
+    path: '/var/run/libvirt',
+    type: 'Directory',
+  });
   // QEMU on the host opens the image where the agent wrote it: the state
   // directory is mounted at its host path.
   const seeds = pod.volumes.find((v: Any) => v.name === 'seeds');
@@ -127,23 +155,37 @@ test('namespaced: --namespaces and one RoleBinding per listed namespace; the Clu
   assert.match(flag, /^--namespaces=[a-z0-9-]+(,[a-z0-9-]+)*$/);
   const namespaces = flag.slice('--namespaces='.length).split(',');
   assert.ok(namespaces.length >= 2, 'the example lists more than one');
-  assert.deepEqual(daemonSetOf(objects).spec.template.spec.securityContext, daemonSetOf(base).spec.template.spec.securityContext);
+  assert.deepEqual(
+    daemonSetOf(objects).spec.template.spec.securityContext,
+    daemonSetOf(base).spec.template.spec.securityContext,
+  );
 
   const account = findObject(objects, 'ServiceAccount', 'vmseed');
   const subject = { kind: 'ServiceAccount', name: account.metadata.name, namespace: account.metadata.namespace };
   const bindings = objects.filter((o) => o.kind === 'RoleBinding') as Any[];
-  assert.deepEqual(bindings.map((b) => b.metadata.namespace).sort(), [...namespaces].sort(), 'the RoleBindings and --namespaces agree');
+  assert.deepEqual(
+    bindings.map((b) => b.metadata.namespace).sort(),
+    [...namespaces].sort(),
+    'the RoleBindings and --namespaces agree',
+  );
   for (const b of bindings) {
     assert.deepEqual(b.subjects, [subject]);
     assert.deepEqual(b.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'vmseed-agent' });
   }
   assert.deepEqual((findObject(objects, 'ClusterRoleBinding', 'vmseed-agent') as Any).subjects, []);
-  assert.deepEqual(findObject(objects, 'ClusterRole', 'vmseed-agent'), findObject(base, 'ClusterRole', 'vmseed-agent'), 'the same rules');
-  assert.deepEqual(changed(objects, base), [
-    'ClusterRoleBinding//vmseed-agent',
-    'DaemonSet/vmseed/vmseed',
-    ...namespaces.map((ns) => `RoleBinding/${ns}/vmseed-agent`),
-  ].sort());
+  assert.deepEqual(
+    findObject(objects, 'ClusterRole', 'vmseed-agent'),
+    findObject(base, 'ClusterRole', 'vmseed-agent'),
+    'the same rules',
+  );
+  assert.deepEqual(
+    changed(objects, base),
+    [
+      'ClusterRoleBinding//vmseed-agent',
+      'DaemonSet/vmseed/vmseed',
+      ...namespaces.map((ns) => `RoleBinding/${ns}/vmseed-agent`),
+    ].sort(),
+  );
 });
 
 test('every variant ships the same NetworkPolicy, and nothing in deploy/ points into hotplug-disks', async () => {
@@ -164,7 +206,10 @@ test('a base whose flags moved fails to build (the overlays never patch the wron
     await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
     const file = join(dir, 'manifests', 'daemonset.yaml');
     const text = await readFile(file, 'utf8');
-    const swapped = text.replace('- --platform=kubevirt\n', '- --PLACEHOLDER\n').replace('- --pods-dir=/pods\n', '- --platform=kubevirt\n').replace('- --PLACEHOLDER\n', '- --pods-dir=/pods\n');
+    const swapped = text
+      .replace('- --platform=kubevirt\n', '- --PLACEHOLDER\n')
+      .replace('- --pods-dir=/pods\n', '- --platform=kubevirt\n')
+      .replace('- --PLACEHOLDER\n', '- --pods-dir=/pods\n');
     assert.notEqual(swapped, text);
     await writeFile(file, swapped);
     // The copy itself is sound: the unpatched variant still builds.
@@ -186,21 +231,35 @@ test("the agent's config parser accepts every variant's args and environment", a
     return loadConfig(agent.args, env, '/')!;
   };
   const kubevirt = load(rendered.get('kubevirt')!);
-  assert.deepEqual([kubevirt.libvirt.platform, kubevirt.kubevirtVolumes, kubevirt.libvirt.resumeVia, kubevirt.libvirt.podsDir], ['kubevirt', 'ignore', 'kubevirt', '/pods']);
+  assert.deepEqual(
+    [kubevirt.libvirt.platform, kubevirt.kubevirtVolumes, kubevirt.libvirt.resumeVia, kubevirt.libvirt.podsDir],
+    ['kubevirt', 'ignore', 'kubevirt', '/pods'],
+  );
   assert.equal(kubevirt.namespaces, undefined);
   const libvirt = load(rendered.get('libvirt')!);
-  assert.deepEqual([libvirt.libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode], ['libvirt', 'own', 'virsh', 'kubernetes']);
+  assert.deepEqual(
+    [libvirt.libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode],
+    ['libvirt', 'own', 'virsh', 'kubernetes'],
+  );
   const namespaced = load(rendered.get('namespaced')!);
-  const bound = rendered.get('namespaced')!.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
+  const bound = rendered
+    .get('namespaced')!
+    .filter((o) => o.kind === 'RoleBinding')
+    .map((o) => o.metadata.namespace!);
   assert.deepEqual([...namespaced.namespaces!].sort(), bound.sort());
 });
 
 test('every directory in deploy/ is a variant tested here and documented in docs/operations.md', async () => {
   const { readdir, readFile: read } = await import('node:fs/promises');
-  const dirs = (await readdir(join(ROOT, 'deploy'), { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name);
+  const dirs = (await readdir(join(ROOT, 'deploy'), { withFileTypes: true }))
+    .filter((d) => d.isDirectory())
+    .map((d) => d.name);
   assert.deepEqual(dirs.sort(), [...OVERLAYS].sort());
   const docs = await read(join(ROOT, 'docs', 'operations.md'), 'utf8');
-  const section = docs.slice(docs.indexOf('\n## Deployment variants\n'), docs.indexOf('\n### ', docs.indexOf('\n## Deployment variants\n')));
+  const section = docs.slice(
+    docs.indexOf('\n## Deployment variants\n'),
+    docs.indexOf('\n### ', docs.indexOf('\n## Deployment variants\n')),
+  );
   const rows = [...section.matchAll(/^\| `deploy\/([a-z-]+)` \|/gm)].map((m) => m[1]);
   assert.deepEqual(rows.sort(), dirs.sort());
 });

@@ -16,7 +16,9 @@ import { ROOT, findObject, loadYamlDocuments, type KubeObject } from '../support
 import { kustomize } from '../support/kustomize.ts';
 import { runKubevirtScenario } from '../support/kubevirt-scenario.ts';
 
-const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as { rules: PolicyRule[] };
+const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as {
+  rules: PolicyRule[];
+};
 const ACCOUNT = { namespace: 'vmseed', name: 'vmseed' };
 
 // The agent's API calls as the fake API server recorded them while an agent
@@ -31,7 +33,8 @@ let NAMESPACED_STATUSES: number[] = [];
 // The variants as `kubectl apply -k deploy/<variant>` creates them.
 let CLUSTER_WIDE: KubeObject[] = [];
 let NAMESPACED: KubeObject[] = [];
-const recorded = (requests: Array<{ method: string; path: string; query: Record<string, string> }>): RecordedCall[] => requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
+const recorded = (requests: Array<{ method: string; path: string; query: Record<string, string> }>): RecordedCall[] =>
+  requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
 before(async () => {
   CLUSTER_WIDE = await kustomize(join(ROOT, 'deploy', 'kubevirt'));
   NAMESPACED = await kustomize(join(ROOT, 'deploy', 'namespaced'));
@@ -45,10 +48,12 @@ before(async () => {
 });
 
 test('the scenario made every kind of call the agent has', () => {
-  const kinds = new Set(AGENT_CALLS.map((c) => {
-    const a = requestAttributes(c);
-    return `${a.apiGroup}/${a.resource}${a.subresource ? '/' + a.subresource : ''}:${a.verb}`;
-  }));
+  const kinds = new Set(
+    AGENT_CALLS.map((c) => {
+      const a = requestAttributes(c);
+      return `${a.apiGroup}/${a.resource}${a.subresource ? '/' + a.subresource : ''}:${a.verb}`;
+    }),
+  );
   assert.deepEqual([...kinds].sort(), [
     '/configmaps:get',
     '/events:create',
@@ -65,10 +70,22 @@ test('request paths map to the attributes the API server authorizes', () => {
     const a = requestAttributes({ method, path });
     return [a.apiGroup, a.resource, a.subresource, a.verb, a.namespace, a.name].join(' ');
   };
-  assert.equal(pick('GET', '/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=x'), 'kubevirt.io virtualmachineinstances  list  ');
-  assert.equal(pick('GET', '/apis/kubevirt.io/v1/virtualmachineinstances?watch=true'), 'kubevirt.io virtualmachineinstances  watch  ');
-  assert.equal(pick('GET', '/apis/kubevirt.io/v1/watch/namespaces/a/virtualmachineinstances'), 'kubevirt.io virtualmachineinstances  watch a ');
-  assert.equal(pick('GET', '/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstances/v'), 'kubevirt.io virtualmachineinstances  get a v');
+  assert.equal(
+    pick('GET', '/apis/kubevirt.io/v1/virtualmachineinstances?labelSelector=x'),
+    'kubevirt.io virtualmachineinstances  list  ',
+  );
+  assert.equal(
+    pick('GET', '/apis/kubevirt.io/v1/virtualmachineinstances?watch=true'),
+    'kubevirt.io virtualmachineinstances  watch  ',
+  );
+  assert.equal(
+    pick('GET', '/apis/kubevirt.io/v1/watch/namespaces/a/virtualmachineinstances'),
+    'kubevirt.io virtualmachineinstances  watch a ',
+  );
+  assert.equal(
+    pick('GET', '/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstances/v'),
+    'kubevirt.io virtualmachineinstances  get a v',
+  );
   assert.equal(
     pick('PUT', '/apis/subresources.kubevirt.io/v1/namespaces/a/virtualmachineinstances/v/unpause'),
     'subresources.kubevirt.io virtualmachineinstances unpause update a v',
@@ -114,23 +131,62 @@ test('a granted rule that no call uses is reported as unused', () => {
   ]);
   // Dropping a call the agent makes leaves its grant unused.
   const withoutWatch = AGENT_CALLS.filter((c) => requestAttributes(c).verb !== 'watch');
-  assert.deepEqual(checkRbac(role.rules, withoutWatch).unused, [{ apiGroup: 'kubevirt.io', resource: 'virtualmachineinstances', verb: 'watch' }]);
+  assert.deepEqual(checkRbac(role.rules, withoutWatch).unused, [
+    { apiGroup: 'kubevirt.io', resource: 'virtualmachineinstances', verb: 'watch' },
+  ]);
 });
 
 test('rule matching follows Kubernetes: wildcards, subresource forms, resourceNames', () => {
-  const unpause = requestAttributes({ method: 'PUT', path: '/apis/subresources.kubevirt.io/v1/namespaces/a/virtualmachineinstances/v/unpause' });
-  assert.equal(ruleAllows({ apiGroups: ['subresources.kubevirt.io'], resources: ['virtualmachineinstances'], verbs: ['update'] }, unpause), false);
-  assert.equal(ruleAllows({ apiGroups: ['subresources.kubevirt.io'], resources: ['virtualmachineinstances/*'], verbs: ['update'] }, unpause), true);
+  const unpause = requestAttributes({
+    method: 'PUT',
+    path: '/apis/subresources.kubevirt.io/v1/namespaces/a/virtualmachineinstances/v/unpause',
+  });
+  assert.equal(
+    ruleAllows(
+      { apiGroups: ['subresources.kubevirt.io'], resources: ['virtualmachineinstances'], verbs: ['update'] },
+      unpause,
+    ),
+    false,
+  );
+  assert.equal(
+    ruleAllows(
+      { apiGroups: ['subresources.kubevirt.io'], resources: ['virtualmachineinstances/*'], verbs: ['update'] },
+      unpause,
+    ),
+    true,
+  );
   assert.equal(ruleAllows({ apiGroups: ['*'], resources: ['*/unpause'], verbs: ['*'] }, unpause), true);
-  assert.equal(ruleAllows({ apiGroups: ['subresources.kubevirt.io'], resources: ['virtualmachineinstances/unpause'], verbs: ['update'], resourceNames: ['w'] }, unpause), false);
+  assert.equal(
+    ruleAllows(
+      {
+        apiGroups: ['subresources.kubevirt.io'],
+        resources: ['virtualmachineinstances/unpause'],
+        verbs: ['update'],
+        resourceNames: ['w'],
+      },
+      unpause,
+    ),
+    false,
+  );
   const secret = requestAttributes({ method: 'GET', path: '/api/v1/namespaces/a/secrets/s' });
-  assert.equal(ruleAllows({ apiGroups: ['kubevirt.io'], resources: ['secrets'], verbs: ['get'] }, secret), false, 'wrong group');
+  assert.equal(
+    ruleAllows({ apiGroups: ['kubevirt.io'], resources: ['secrets'], verbs: ['get'] }, secret),
+    false,
+    'wrong group',
+  );
 });
 
-test('calls recorded as {method, path, query} (the fake API server\'s RequestRecord) map the same way', () => {
-  const a = requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: { watch: 'true', labelSelector: 'kubevirt.io/nodeName=n' } });
+test("calls recorded as {method, path, query} (the fake API server's RequestRecord) map the same way", () => {
+  const a = requestAttributes({
+    method: 'GET',
+    path: '/apis/kubevirt.io/v1/virtualmachineinstances',
+    query: { watch: 'true', labelSelector: 'kubevirt.io/nodeName=n' },
+  });
   assert.equal(a.verb, 'watch');
-  assert.equal(requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: {} }).verb, 'list');
+  assert.equal(
+    requestAttributes({ method: 'GET', path: '/apis/kubevirt.io/v1/virtualmachineinstances', query: {} }).verb,
+    'list',
+  );
 });
 
 test('every VMI list and watch is scoped to the node by label selector: its own VMIs and those migrating to it', () => {
@@ -141,13 +197,18 @@ test('every VMI list and watch is scoped to the node by label selector: its own 
   for (const { c } of vmiReads) {
     assert.match(c.query?.labelSelector ?? '', /^kubevirt\.io\/(nodeName|migrationTargetNodeName)=[^,]+$/);
   }
-  assert.deepEqual(new Set(vmiReads.map(({ c }) => c.query?.labelSelector?.split('=')[0])), new Set(['kubevirt.io/nodeName', 'kubevirt.io/migrationTargetNodeName']));
+  assert.deepEqual(
+    new Set(vmiReads.map(({ c }) => c.query?.labelSelector?.split('=')[0])),
+    new Set(['kubevirt.io/nodeName', 'kubevirt.io/migrationTargetNodeName']),
+  );
 });
 
 // --- per deployment variant: what the bindings give the ServiceAccount ------
 
 function namespacesFlag(objects: KubeObject[]): string[] {
-  const ds = findObject(objects, 'DaemonSet', 'vmseed') as unknown as { spec: { template: { spec: { containers: { name: string; args: string[] }[] } } } };
+  const ds = findObject(objects, 'DaemonSet', 'vmseed') as unknown as {
+    spec: { template: { spec: { containers: { name: string; args: string[] }[] } } };
+  };
   const args = ds.spec.template.spec.containers.find((c) => c.name === 'agent')!.args;
   const flag = args.find((a) => a.startsWith('--namespaces='));
   return flag === undefined ? [] : flag.slice('--namespaces='.length).split(',');
@@ -155,11 +216,17 @@ function namespacesFlag(objects: KubeObject[]): string[] {
 
 test('cluster-wide (deploy/kubevirt): the ServiceAccount holds exactly the calls the agent makes, everywhere', () => {
   const scoped = rulesOfServiceAccount(CLUSTER_WIDE, ACCOUNT);
-  assert.deepEqual(scoped.map((s) => `${s.namespace || '*'} ${s.via}`), ['* ClusterRoleBinding vmseed-agent -> ClusterRole vmseed-agent']);
+  assert.deepEqual(
+    scoped.map((s) => `${s.namespace || '*'} ${s.via}`),
+    ['* ClusterRoleBinding vmseed-agent -> ClusterRole vmseed-agent'],
+  );
   assert.deepEqual(namespacesFlag(CLUSTER_WIDE), []);
   assert.deepEqual(checkScopedRbac(scoped, AGENT_CALLS), { denied: [], unused: [] });
   // Any namespace: a Secret of a namespace the scenario never used.
-  assert.equal(scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/namespaces/elsewhere/secrets/s' })), true);
+  assert.equal(
+    scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/namespaces/elsewhere/secrets/s' })),
+    true,
+  );
 });
 
 // The agent with --namespaces lists and watches VMIs per namespace; every
@@ -167,22 +234,39 @@ test('cluster-wide (deploy/kubevirt): the ServiceAccount holds exactly the calls
 // recorded, against the variant's rendered bindings.
 test('namespaced (deploy/namespaced): every call the namespaced agent made is allowed in the listed namespaces, every rule used, nothing cluster-wide', () => {
   const namespaces = namespacesFlag(NAMESPACED);
-  assert.ok(namespaces.includes('team-a'), 'the scenario\'s VMIs live in team-a');
+  assert.ok(namespaces.includes('team-a'), "the scenario's VMIs live in team-a");
   const scoped = rulesOfServiceAccount(NAMESPACED, ACCOUNT);
-  assert.deepEqual(scoped.map((s) => s.namespace).sort(), [...namespaces].sort(), 'one grant per listed namespace, none cluster-wide');
+  assert.deepEqual(
+    scoped.map((s) => s.namespace).sort(),
+    [...namespaces].sort(),
+    'one grant per listed namespace, none cluster-wide',
+  );
   const attrs = NAMESPACED_CALLS.map((c) => requestAttributes(c));
   for (const ns of namespaces) {
     for (const verb of ['list', 'watch']) {
-      assert.ok(attrs.some((a) => a.resource === 'virtualmachineinstances' && a.verb === verb && a.namespace === ns), `the informer's ${verb} in ${ns}`);
+      assert.ok(
+        attrs.some((a) => a.resource === 'virtualmachineinstances' && a.verb === verb && a.namespace === ns),
+        `the informer's ${verb} in ${ns}`,
+      );
     }
   }
-  assert.deepEqual(attrs.filter((a) => a.namespace === '' || !namespaces.includes(a.namespace)), [], 'nothing outside the listed namespaces');
+  assert.deepEqual(
+    attrs.filter((a) => a.namespace === '' || !namespaces.includes(a.namespace)),
+    [],
+    'nothing outside the listed namespaces',
+  );
   assert.deepEqual(checkScopedRbac(scoped, NAMESPACED_CALLS), { denied: [], unused: [] });
-  assert.deepEqual(NAMESPACED_STATUSES.filter((s) => s === 401 || s === 403), [], 'the fake API server, authorizing with the same objects, refused nothing');
+  assert.deepEqual(
+    NAMESPACED_STATUSES.filter((s) => s === 401 || s === 403),
+    [],
+    'the fake API server, authorizing with the same objects, refused nothing',
+  );
 
   // The cluster-wide informer of the default mode is refused here, and so is
   // anything in a namespace that is not listed.
-  const refused = checkScopedRbac(scoped, AGENT_CALLS).denied.map((d) => `${d.attributes.resource} ${d.attributes.verb} ${d.attributes.namespace || '*'}`);
+  const refused = checkScopedRbac(scoped, AGENT_CALLS).denied.map(
+    (d) => `${d.attributes.resource} ${d.attributes.verb} ${d.attributes.namespace || '*'}`,
+  );
   assert.deepEqual([...new Set(refused)].sort(), ['virtualmachineinstances list *', 'virtualmachineinstances watch *']);
   for (const path of [
     '/api/v1/namespaces/elsewhere/secrets/s',
@@ -192,7 +276,13 @@ test('namespaced (deploy/namespaced): every call the namespaced agent made is al
     assert.equal(scopedAllows(scoped, requestAttributes({ method: 'GET', path })), false, path);
   }
   assert.equal(
-    scopedAllows(scoped, requestAttributes({ method: 'PUT', path: '/apis/subresources.kubevirt.io/v1/namespaces/elsewhere/virtualmachineinstances/v/unpause' })),
+    scopedAllows(
+      scoped,
+      requestAttributes({
+        method: 'PUT',
+        path: '/apis/subresources.kubevirt.io/v1/namespaces/elsewhere/virtualmachineinstances/v/unpause',
+      }),
+    ),
     false,
   );
 });
@@ -203,29 +293,67 @@ test('bindings: only those naming the ServiceAccount count; a RoleBinding grants
   const objects = [
     { kind: 'ClusterRole', metadata: { name: 'cr' }, rules },
     { kind: 'Role', metadata: { name: 'r', namespace: 'a' }, rules },
-    { kind: 'RoleBinding', metadata: { name: 'b1', namespace: 'a' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'r' }, subjects: sa },
-    { kind: 'RoleBinding', metadata: { name: 'b2', namespace: 'b' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' }, subjects: sa },
+    {
+      kind: 'RoleBinding',
+      metadata: { name: 'b1', namespace: 'a' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'r' },
+      subjects: sa,
+    },
+    {
+      kind: 'RoleBinding',
+      metadata: { name: 'b2', namespace: 'b' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' },
+      subjects: sa,
+    },
     // Other subjects: not ours.
-    { kind: 'ClusterRoleBinding', metadata: { name: 'c1' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' }, subjects: [{ kind: 'ServiceAccount', name: 'vmseed', namespace: 'other' }] },
-    { kind: 'ClusterRoleBinding', metadata: { name: 'c2' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' }, subjects: [] },
+    {
+      kind: 'ClusterRoleBinding',
+      metadata: { name: 'c1' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' },
+      subjects: [{ kind: 'ServiceAccount', name: 'vmseed', namespace: 'other' }],
+    },
+    {
+      kind: 'ClusterRoleBinding',
+      metadata: { name: 'c2' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' },
+      subjects: [],
+    },
   ];
   const scoped: ScopedRules[] = rulesOfServiceAccount(objects, ACCOUNT);
-  assert.deepEqual(scoped.map((s) => s.via), ['RoleBinding a/b1 -> Role r', 'RoleBinding b/b2 -> ClusterRole cr']);
-  const get = (ns: string) => scopedAllows(scoped, requestAttributes({ method: 'GET', path: `/api/v1/namespaces/${ns}/secrets/s` }));
+  assert.deepEqual(
+    scoped.map((s) => s.via),
+    ['RoleBinding a/b1 -> Role r', 'RoleBinding b/b2 -> ClusterRole cr'],
+  );
+  const get = (ns: string) =>
+    scopedAllows(scoped, requestAttributes({ method: 'GET', path: `/api/v1/namespaces/${ns}/secrets/s` }));
   assert.deepEqual([get('a'), get('b'), get('c')], [true, true, false]);
-  assert.equal(scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/secrets' })), false, 'a RoleBinding never grants a cluster-wide list');
+  assert.equal(
+    scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/secrets' })),
+    false,
+    'a RoleBinding never grants a cluster-wide list',
+  );
   // A Role of another namespace does not resolve.
   const wrong = [{ ...objects[1], metadata: { name: 'r', namespace: 'x' } }, objects[2]];
   assert.throws(() => rulesOfServiceAccount(wrong, ACCOUNT), /no Role r to bind/);
   // Unused is judged per rule across the namespaces it is held in.
-  assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/secrets/s' }]), { denied: [], unused: [] });
-  assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/configmaps/c' }]).unused, [{ apiGroup: '', resource: 'secrets', verb: 'get' }]);
+  assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/secrets/s' }]), {
+    denied: [],
+    unused: [],
+  });
+  assert.deepEqual(checkScopedRbac(scoped, [{ method: 'GET', path: '/api/v1/namespaces/b/configmaps/c' }]).unused, [
+    { apiGroup: '', resource: 'secrets', verb: 'get' },
+  ]);
 });
 
-test('bindings name the account as a ServiceAccount (namespace defaulting to a RoleBinding\'s), as its user, or through the service-account groups', () => {
+test("bindings name the account as a ServiceAccount (namespace defaulting to a RoleBinding's), as its user, or through the service-account groups", () => {
   const rules: PolicyRule[] = [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }];
   const ref = { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cr' };
-  const binding = (ns: string, subject: Record<string, string>) => ({ kind: 'RoleBinding', metadata: { name: `b-${ns}`, namespace: ns }, roleRef: ref, subjects: [subject] });
+  const binding = (ns: string, subject: Record<string, string>) => ({
+    kind: 'RoleBinding',
+    metadata: { name: `b-${ns}`, namespace: ns },
+    roleRef: ref,
+    subjects: [subject],
+  });
   const objects = [
     { kind: 'ClusterRole', metadata: { name: 'cr' }, rules },
     binding('vmseed', { kind: 'ServiceAccount', name: 'vmseed' }),
@@ -235,5 +363,8 @@ test('bindings name the account as a ServiceAccount (namespace defaulting to a R
     binding('d', { kind: 'Group', name: 'system:serviceaccounts:other' }),
     binding('e', { kind: 'User', name: 'vmseed' }),
   ];
-  assert.deepEqual(rulesOfServiceAccount(objects, ACCOUNT).map((s) => s.namespace), ['vmseed', 'b', 'c']);
+  assert.deepEqual(
+    rulesOfServiceAccount(objects, ACCOUNT).map((s) => s.namespace),
+    ['vmseed', 'b', 'c'],
+  );
 });

@@ -98,7 +98,9 @@ for arg in sys.argv[1:]:
 `;
 
 async function probe(who: string[], steps: string[]): Promise<string[]> {
-  const { stdout } = await run('setpriv', [...who, '--', '/usr/bin/python3', '-c', PROBE, ...steps], { timeout: 30_000 });
+  const { stdout } = await run('setpriv', [...who, '--', '/usr/bin/python3', '-c', PROBE, ...steps], {
+    timeout: 30_000,
+  });
   return stdout.trim().split('\n');
 }
 
@@ -143,5 +145,11 @@ test('libvirt: root without capabilities connects to a root-only libvirtd socket
 
 test('the probe itself reports success and the errno (root with its capabilities writes into the 107-owned directory)', async () => {
   await writeFile(join(dir, 'seeds-107', 'keep'), '');
-  assert.deepEqual(await probe(['--reuid=0', '--regid=0', '--clear-groups'], [`write:${join(dir, 'seeds-107')}`, `list:${join(dir, 'nope')}`]), ['ok', 'ENOENT']);
+  assert.deepEqual(
+    await probe(
+      ['--reuid=0', '--regid=0', '--clear-groups'],
+      [`write:${join(dir, 'seeds-107')}`, `list:${join(dir, 'nope')}`],
+    ),
+    ['ok', 'ENOENT'],
+  );
 });

@@ -27,9 +27,20 @@ export function nocloudSeed(size: 'small' | 'large'): Seed {
 export function configdriveSeed(size: 'small' | 'large'): Seed {
   return {
     datasource: 'configdrive',
-    metaData: { uuid: '5d2b1f0e-1111-4a1e-9c1e-0123456789ab', hostname: 'vm1', name: 'vm1', public_keys: { k: 'ssh-ed25519 AAAA test' } },
+    metaData: {
+      uuid: '5d2b1f0e-1111-4a1e-9c1e-0123456789ab',
+      hostname: 'vm1',
+      name: 'vm1',
+      public_keys: { k: 'ssh-ed25519 AAAA test' },
+    },
     userData: size === 'small' ? enc.encode('#cloud-config\nhostname: vm1\n') : bigUserData(1 << 20),
-    networkConfig: enc.encode(JSON.stringify({ links: [{ id: 'eth0', type: 'phy', ethernet_mac_address: '52:54:00:12:34:56' }], networks: [{ id: 'n0', link: 'eth0', network_id: 'n0', type: 'ipv4_dhcp' }], services: [] })),
+    networkConfig: enc.encode(
+      JSON.stringify({
+        links: [{ id: 'eth0', type: 'phy', ethernet_mac_address: '52:54:00:12:34:56' }],
+        networks: [{ id: 'n0', link: 'eth0', network_id: 'n0', type: 'ipv4_dhcp' }],
+        services: [],
+      }),
+    ),
     vendorData: enc.encode(JSON.stringify({ cloud_init: '#cloud-config\nruncmd: [echo vendor]\n' })),
     warnings: [],
   };

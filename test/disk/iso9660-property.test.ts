@@ -25,10 +25,22 @@ const fileArb = fc.record({
   // Mostly shared directory names, so directories fill up with several entries.
   dirs: fc.oneof(
     { weight: 1, arbitrary: fc.constant<string[]>([]) },
-    { weight: 2, arbitrary: fc.array(fc.oneof({ weight: 3, arbitrary: fc.constantFrom('a', 'b', 'openstack', 'latest') }, { weight: 1, arbitrary: nameArb }), { maxLength: 4 }) },
+    {
+      weight: 2,
+      arbitrary: fc.array(
+        fc.oneof(
+          { weight: 3, arbitrary: fc.constantFrom('a', 'b', 'openstack', 'latest') },
+          { weight: 1, arbitrary: nameArb },
+        ),
+        { maxLength: 4 },
+      ),
+    },
   ),
   name: nameArb,
-  size: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 0, max: 5000 }) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 1 << 20 }) }),
+  size: fc.oneof(
+    { weight: 4, arbitrary: fc.integer({ min: 0, max: 5000 }) },
+    { weight: 1, arbitrary: fc.integer({ min: 0, max: 1 << 20 }) },
+  ),
   seed: fc.integer(),
 });
 
@@ -69,7 +81,10 @@ test('random trees read back through bsdtar and our reader', (t) => {
       const image = buildIso({ label: 'cidata', files, timestamp: new Date('2026-05-06T07:08:09Z') });
       assert.equal(image.length % 4096, 0);
       const img = readIso(image);
-      assert.deepEqual(img.entries.filter((e) => e.kind === 'file').map((e) => e.path), files.map((f) => f.path).sort());
+      assert.deepEqual(
+        img.entries.filter((e) => e.kind === 'file').map((e) => e.path),
+        files.map((f) => f.path).sort(),
+      );
       for (const f of files) assert.ok(Buffer.from(img.read(f.path)!).equals(f.data), `reader: ${f.path}`);
       const dir = join(tmp.dir, String(run++));
       mkdirSync(dir);

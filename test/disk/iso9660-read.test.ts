@@ -30,7 +30,11 @@ function sourceTree(dir: string): Map<string, Uint8Array> {
 
 const tools: Array<[string, (src: string, out: string, extra: string[]) => void]> = [
   ['genisoimage', (src, out, extra) => run('genisoimage', ['-quiet', '-volid', 'cidata', ...extra, '-o', out, src])],
-  ['xorrisofs', (src, out, extra) => run('xorrisofs', ['-quiet', '-volid', 'cidata', ...extra, '-partition_cyl_align', 'on', '-o', out, src])],
+  [
+    'xorrisofs',
+    (src, out, extra) =>
+      run('xorrisofs', ['-quiet', '-volid', 'cidata', ...extra, '-partition_cyl_align', 'on', '-o', out, src]),
+  ],
 ];
 
 for (const [tool, make] of tools) {
@@ -51,7 +55,10 @@ for (const [tool, make] of tools) {
       const expected = tool === 'xorrisofs' ? 'rockridge' : namesFrom;
       assert.equal(img.namesFrom, expected);
       assert.deepEqual(img.extensions, { joliet: true, rockRidge: expected === 'rockridge' });
-      assert.deepEqual(img.entries.filter((e) => e.kind === 'file').map((e) => e.path), [...files.keys()].sort());
+      assert.deepEqual(
+        img.entries.filter((e) => e.kind === 'file').map((e) => e.path),
+        [...files.keys()].sort(),
+      );
       for (const [p, data] of files) assert.ok(Buffer.from(img.read(p)!).equals(data), p);
     });
   }
@@ -67,13 +74,19 @@ test('reads a plain ISO 9660 image (no extensions) by its primary names', (t) =>
   run('genisoimage', ['-quiet', '-volid', 'CIDATA', '-o', out, src]);
   const img = readIso(new Uint8Array(readFileSync(out)));
   assert.equal(img.namesFrom, 'primary');
-  assert.deepEqual(img.entries.map((e) => e.path), ['USER_DAT']);
+  assert.deepEqual(
+    img.entries.map((e) => e.path),
+    ['USER_DAT'],
+  );
   assert.equal(new TextDecoder().decode(img.read('USER_DAT')), 'u');
 });
 
 test('garbage is ISO_NOT_AN_IMAGE, never a crash', () => {
   const notImage = (b: Uint8Array) =>
-    assert.throws(() => readIso(b), (e: unknown) => e instanceof VmseedError && e.code === 'ISO_NOT_AN_IMAGE');
+    assert.throws(
+      () => readIso(b),
+      (e: unknown) => e instanceof VmseedError && e.code === 'ISO_NOT_AN_IMAGE',
+    );
   notImage(new Uint8Array(0));
   notImage(enc.encode('#cloud-config\n'));
   notImage(new Uint8Array(64 * 1024));

@@ -26,7 +26,10 @@ function code(fn: () => unknown): string {
 }
 
 test('bad input gets a typed error with a stable code', () => {
-  const build = (files: IsoFile[], label = 'cidata') => () => buildIso({ label, files, timestamp: ts });
+  const build =
+    (files: IsoFile[], label = 'cidata') =>
+    () =>
+      buildIso({ label, files, timestamp: ts });
   assert.equal(code(build([f('')])), 'ISO_PATH_EMPTY');
   assert.equal(code(build([f('a'), f('a')])), 'ISO_PATH_DUPLICATE');
   assert.equal(code(build([f('d/a'), f('d/a')])), 'ISO_PATH_DUPLICATE');
@@ -34,13 +37,29 @@ test('bad input gets a typed error with a stable code', () => {
   assert.equal(code(build([f('d/a'), f('d')])), 'ISO_PATH_DUPLICATE');
   assert.equal(code(build([f('a'.repeat(65))])), 'ISO_NAME_TOO_LONG');
   assert.equal(code(build([f(`d${'b'.repeat(64)}/x`)])), 'ISO_NAME_TOO_LONG');
-  for (const bad of ['a:b', 'a;1', 'a*', 'a?', 'a\\b', 'a\u0001', '/abs', 'a//b', 'a/', './a', 'a/../b', '\ud83d\ude00']) {
+  for (const bad of [
+    'a:b',
+    'a;1',
+    'a*',
+    'a?',
+    'a\\b',
+    'a\u0001',
+    '/abs',
+    'a//b',
+    'a/',
+    './a',
+    'a/../b',
+    '\ud83d\ude00',
+  ]) {
     assert.equal(code(build([f(bad)])), 'ISO_NAME_INVALID', JSON.stringify(bad));
   }
   for (const label of ['', 'a'.repeat(33), 'has space', 'ümlaut', 'a/b', 'tab\t']) {
     assert.equal(code(build([f('a')], label)), 'ISO_LABEL_INVALID', JSON.stringify(label));
   }
-  assert.equal(code(() => buildIso({ label: 'cidata', files: [], timestamp: new Date(NaN) })), 'ISO_TIMESTAMP_INVALID');
+  assert.equal(
+    code(() => buildIso({ label: 'cidata', files: [], timestamp: new Date(NaN) })),
+    'ISO_TIMESTAMP_INVALID',
+  );
   // 65,536 sectors is the limit: 128 MiB of data is over it.
   const huge = new Uint8Array(128 * 1024 * 1024);
   assert.equal(code(build([{ path: 'big', data: huge }])), 'ISO_TOO_LARGE');
@@ -52,7 +71,10 @@ test('a name of exactly 64 characters and a 32-character label are accepted', ()
   assert.equal(img.primaryLabel, label);
   assert.equal(img.jolietLabel, label.slice(0, 16));
   assert.equal(img.label, label);
-  assert.deepEqual(img.entries.map((e) => e.path), ['a'.repeat(64)]);
+  assert.deepEqual(
+    img.entries.map((e) => e.path),
+    ['a'.repeat(64)],
+  );
 });
 
 test('blkid reports a 32-character label whole (Joliet part merged with the PVD)', (t) => {
@@ -76,7 +98,19 @@ test('the same input gives the same bytes; a multiple of 4096 bytes', () => {
 test('primary names are unique valid 8.3 d-character names; Rock Ridge and Joliet keep the real ones', (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
-  const names = ['meta-data', 'meta_data', 'Meta-Data.json', 'meta-data.jsonx', 'user-data', '.hidden', 'a.b.c.d', 'ÜBER', 'with space', 'x'.repeat(64), 'x'.repeat(63)];
+  const names = [
+    'meta-data',
+    'meta_data',
+    'Meta-Data.json',
+    'meta-data.jsonx',
+    'user-data',
+    '.hidden',
+    'a.b.c.d',
+    'ÜBER',
+    'with space',
+    'x'.repeat(64),
+    'x'.repeat(63),
+  ];
   const files = names.map((n, i) => f(`dir.with.dots/${n}`, String(i)));
   files.push(f('dir_with_dots/z'));
   const iso = writeImage(tmp.dir, 'n.iso', buildIso({ label: 'cidata', files, timestamp: ts }));
@@ -89,7 +123,12 @@ test('primary names are unique valid 8.3 d-character names; Rock Ridge and Jolie
     assert.ok(!seen.has(id), `duplicate ${id}`);
     seen.add(id);
   }
-  const expected = [...names.map((n) => `dir.with.dots/${n}`), 'dir_with_dots/z', 'dir.with.dots', 'dir_with_dots'].sort();
+  const expected = [
+    ...names.map((n) => `dir.with.dots/${n}`),
+    'dir_with_dots/z',
+    'dir.with.dots',
+    'dir_with_dots',
+  ].sort();
   assert.deepEqual(isoinfoPaths(iso, '-R'), expected);
   assert.deepEqual(isoinfoPaths(iso, '-J'), expected);
   const img = readIso(buildIso({ label: 'cidata', files, timestamp: ts }));
@@ -97,7 +136,9 @@ test('primary names are unique valid 8.3 d-character names; Rock Ridge and Jolie
 });
 
 test('Rock Ridge modes: files 0444 by default, the given mode otherwise, directories 0555', () => {
-  const img = readIso(buildIso({ label: 'cidata', files: [f('a'), { path: 'd/b', data: enc.encode('b'), mode: 0o600 }], timestamp: ts }));
+  const img = readIso(
+    buildIso({ label: 'cidata', files: [f('a'), { path: 'd/b', data: enc.encode('b'), mode: 0o600 }], timestamp: ts }),
+  );
   const mode = (p: string) => img.entries.find((e) => e.path === p)!.mode;
   assert.equal(mode('a'), 0o100444);
   assert.equal(mode('d/b'), 0o100600);
@@ -120,7 +161,9 @@ test('L and M path tables for both trees: isoinfo -p agrees with the directory r
   const dirExtents = (args: string[]): Map<string, number> => {
     const out = new Map<string, number>();
     let dir = '';
-    for (const line of run('isoinfo', [...args, '-l', '-i', iso]).stdout.toString().split('\n')) {
+    for (const line of run('isoinfo', [...args, '-l', '-i', iso])
+      .stdout.toString()
+      .split('\n')) {
       const m = /^Directory listing of (\/.*)$/.exec(line);
       if (m) dir = m[1];
       const e = /\[\s*(\d+) 02\]\s\s\. $/.exec(line);
@@ -132,10 +175,17 @@ test('L and M path tables for both trees: isoinfo -p agrees with the directory r
     [[], ['', 'A', 'OPENSTAC', 'B', 'CONTENT', 'LATEST', 'C']],
     [['-J'], ['', 'a', 'openstack', 'b', 'content', 'latest', 'c']],
   ] as const) {
-    const pt = run('isoinfo', [...args, '-p', '-i', iso]).stdout.toString().split('\n').slice(1).filter(Boolean)
+    const pt = run('isoinfo', [...args, '-p', '-i', iso])
+      .stdout.toString()
+      .split('\n')
+      .slice(1)
+      .filter(Boolean)
       .map((l) => /^\s*(\d+):\s+(\d+) ([0-9a-f]+) ?(.*)$/.exec(l)!)
       .map((m) => ({ num: Number(m[1]), parent: Number(m[2]), extent: parseInt(m[3], 16), name: m[4].trim() }));
-    assert.deepEqual(pt.map((e) => e.name), names);
+    assert.deepEqual(
+      pt.map((e) => e.name),
+      names,
+    );
     // Rebuild each entry's path from parent numbers and check its extent.
     const paths = new Map<number, string>();
     const extents = dirExtents([...args]);
@@ -154,12 +204,15 @@ test('L and M path tables for both trees: isoinfo -p agrees with the directory r
     const l = dv.getUint32(base + 140, true) * 2048;
     const m = dv.getUint32(base + 148, false) * 2048;
     assert.equal(dv.getUint32(base + 136, false), size, 'both-endian size');
-    for (let off = 0; off < size; ) {
+    for (let off = 0; off < size;) {
       const idLen = bytes[l + off];
       assert.equal(bytes[m + off], idLen);
       assert.equal(dv.getUint32(l + off + 2, true), dv.getUint32(m + off + 2, false));
       assert.equal(dv.getUint16(l + off + 6, true), dv.getUint16(m + off + 6, false));
-      assert.deepEqual(bytes.subarray(l + off + 8, l + off + 8 + idLen), bytes.subarray(m + off + 8, m + off + 8 + idLen));
+      assert.deepEqual(
+        bytes.subarray(l + off + 8, l + off + 8 + idLen),
+        bytes.subarray(m + off + 8, m + off + 8 + idLen),
+      );
       off += 8 + idLen + (idLen & 1);
     }
   }
@@ -175,7 +228,10 @@ test('many long UTF-8 names: Rock Ridge NM entries spread over several continuat
   const expected = [...files.map((x) => x.path), 'd'].sort();
   assert.deepEqual(isoinfoPaths(iso, '-R'), expected);
   const img = readIso(bytes);
-  assert.deepEqual(img.entries.map((e) => e.path), expected);
+  assert.deepEqual(
+    img.entries.map((e) => e.path),
+    expected,
+  );
   for (const file of files) assert.deepEqual(img.read(file.path), file.data);
   const out = join(tmp.dir, 'x');
   mkdirSync(out);
@@ -209,7 +265,10 @@ for (const [what, files] of [
     t.after(tmp.cleanup);
     const bytes = buildIso({ label: 'cidata', files: [...files], timestamp: ts });
     const entries = rootDotEntries(bytes);
-    assert.deepEqual(entries.map(([sig]) => sig), ['SP', 'ER', 'PX', 'TF', 'NM']);
+    assert.deepEqual(
+      entries.map(([sig]) => sig),
+      ['SP', 'ER', 'PX', 'TF', 'NM'],
+    );
     const er = entries[1][1];
     // SUSP 5.5: len_id, len_des, len_src, version 1; the id Linux, libisofs
     // and the other readers match.
@@ -238,7 +297,10 @@ for (const [what, files] of [
     const img = readIso(bytes);
     assert.deepEqual(img.extensions, { joliet: true, rockRidge: true });
     assert.equal(img.namesFrom, 'rockridge');
-    assert.deepEqual(img.entries.map((e) => e.path), expected);
+    assert.deepEqual(
+      img.entries.map((e) => e.path),
+      expected,
+    );
     for (const file of files) assert.deepEqual(img.read(file.path), file.data);
     assert.equal(blkid(iso).TYPE, 'iso9660');
   });

@@ -9,7 +9,17 @@ import { buildSeedImage, seedFiles } from '../../src/disk/seed-image.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
-import { blkid, bsdtarExtract, cloudinitRead, isoinfoPaths, run, sevenZipPaths, tempDir, writeImage, xorrisoFind } from './tools.ts';
+import {
+  blkid,
+  bsdtarExtract,
+  cloudinitRead,
+  isoinfoPaths,
+  run,
+  sevenZipPaths,
+  tempDir,
+  writeImage,
+  xorrisoFind,
+} from './tools.ts';
 import { configdriveSeed, nocloudSeed, TIMESTAMP } from './fixtures.ts';
 
 const b64 = (b: Uint8Array) => Buffer.from(b).toString('base64');
@@ -71,7 +81,10 @@ for (const [name, seed, label] of cases) {
       assert.equal(img.primaryLabel, label);
       assert.equal(img.jolietLabel, label);
       assert.deepEqual(img.extensions, { joliet: true, rockRidge: true });
-      assert.deepEqual(img.entries.filter((e) => e.kind === 'file').map((e) => e.path), files);
+      assert.deepEqual(
+        img.entries.filter((e) => e.kind === 'file').map((e) => e.path),
+        files,
+      );
       for (const [p, data] of expected) assert.ok(Buffer.from(img.read(p)!).equals(data), p);
     });
     await t.test("cloud-init's own reader returns our content", () => {
@@ -97,8 +110,8 @@ for (const [name, seed, label] of cases) {
         assert.equal(md['local-hostname'], seed.metaData.hostname);
         assert.deepEqual(md.public_keys, seed.metaData.public_keys);
         assert.equal(got.userdata, b64(seed.userData));
-        assert.deepEqual(got.networkdata, JSON.parse(dec.decode(seed.networkConfig!)));
-        assert.deepEqual(got.vendordata, JSON.parse(dec.decode(seed.vendorData!)));
+        assert.deepEqual(got.networkdata, JSON.parse(dec.decode(seed.networkConfig)));
+        assert.deepEqual(got.vendordata, JSON.parse(dec.decode(seed.vendorData)));
       }
     });
   });
@@ -110,7 +123,12 @@ test('the image is the fixed 25-sector overhead plus whole data sectors, rounded
   // starts on its own sector (meta-data: 1). The floor is busybox volume_id's
   // 0x11000-byte read (MIN_SECTORS).
   for (const size of [0, 1, 2048, 2049, 12 * 1024, 12 * 1024 + 1, 16 * 1024, 100_000]) {
-    const seed: Seed = { datasource: 'nocloud', metaData: { 'instance-id': 'i' }, userData: new Uint8Array(size).fill(0x61), warnings: [] };
+    const seed: Seed = {
+      datasource: 'nocloud',
+      metaData: { 'instance-id': 'i' },
+      userData: new Uint8Array(size).fill(0x61),
+      warnings: [],
+    };
     const image = buildSeedImage(seed, TIMESTAMP);
     const sectors = 25 + 1 + Math.ceil(size / 2048);
     assert.equal(image.bytes.length, Math.max(0x11000, Math.ceil(sectors / 2) * 4096), `user-data of ${size} bytes`);
@@ -124,11 +142,14 @@ test('the same seed gives the same bytes and hash; any change gives another', ()
   const ib = buildSeedImage(b, TIMESTAMP);
   assert.equal(ia.sha256, ib.sha256);
   assert.ok(Buffer.from(ia.bytes).equals(ib.bytes));
-  const other = buildSeedImage({ ...a, userData: new TextEncoder().encode('#cloud-config\nhostname: vm2\n') }, TIMESTAMP);
+  const other = buildSeedImage(
+    { ...a, userData: new TextEncoder().encode('#cloud-config\nhostname: vm2\n') },
+    TIMESTAMP,
+  );
   assert.notEqual(other.sha256, ia.sha256);
 });
 
-test('sha256 is the image file\'s own (sha256sum agrees), for small and large images and both layouts', (t) => {
+test("sha256 is the image file's own (sha256sum agrees), for small and large images and both layouts", (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   for (const seed of [nocloudSeed('small'), nocloudSeed('large'), configdriveSeed('small')]) {
@@ -147,5 +168,8 @@ test('configdrive without a uuid is refused with METADATA_INVALID', () => {
 test('nocloud writes user-data and meta-data even when empty, the optional files only when given', () => {
   const seed: Seed = { datasource: 'nocloud', metaData: {}, userData: new Uint8Array(0), warnings: [] };
   const img = readIso(buildSeedImage(seed, TIMESTAMP).bytes);
-  assert.deepEqual(img.entries.map((e) => `${e.path}:${e.size}`), ['meta-data:2', 'user-data:0']);
+  assert.deepEqual(
+    img.entries.map((e) => `${e.path}:${e.size}`),
+    ['meta-data:2', 'user-data:0'],
+  );
 });

@@ -3,7 +3,16 @@
 // without following links, gone with the images.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { ImageStore, MAX_RECORD_BYTES, type VmiRecord } from '../../src/disk/store.ts';
@@ -11,19 +20,23 @@ import { tempDir } from './tools.ts';
 
 const key = { namespace: 'tenant', name: 'vm', uid: '6a8f0e43-5a4c-4b5f-9f38-2f3f7a1b2c3d' };
 
-test('a record is written next to the VMI\'s images, read back, and removed with them', async (t) => {
+test("a record is written next to the VMI's images, read back, and removed with them", async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: join(tmp.dir, 'state') });
   assert.equal(await store.readRecord(key, 'seed-gate-opened'), undefined, 'none yet (no directory either)');
   await store.writeRecord(key, 'seed-gate-opened', '{"a":1}\n');
   assert.equal(readFileSync(join(store.dirFor(key), 'seed-gate-opened'), 'utf8'), '{"a":1}\n');
-  assert.equal(statSync(join(store.dirFor(key), 'seed-gate-opened')).mode & 0o777, 0o640, 'the store\'s file mode');
+  assert.equal(statSync(join(store.dirFor(key), 'seed-gate-opened')).mode & 0o777, 0o640, "the store's file mode");
   await store.writeRecord(key, 'seed-gate-opened', '{"a":2}\n');
   assert.equal(await store.readRecord(key, 'seed-gate-opened'), '{"a":2}\n');
   assert.deepEqual(readdirSync(store.dirFor(key)), ['seed-gate-opened'], 'no temporary left');
   const { path } = await store.write(key, 'nocloud', new Uint8Array(2048).fill(1));
-  assert.deepEqual((await store.list()).map((i) => i.path), [path], 'a record is not an image');
+  assert.deepEqual(
+    (await store.list()).map((i) => i.path),
+    [path],
+    'a record is not an image',
+  );
   await store.remove(key);
   assert.equal(existsSync(join(store.root, key.namespace)), false, 'images, record and directories gone');
 });
@@ -32,13 +45,19 @@ test('only the known record names; a record over MAX_RECORD_BYTES is refused', a
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: join(tmp.dir, 'state') });
-  await assert.rejects(store.writeRecord(key, '../escape' as VmiRecord, 'x'), { code: 'STORE_KEY_INVALID', field: 'record' });
+  await assert.rejects(store.writeRecord(key, '../escape' as VmiRecord, 'x'), {
+    code: 'STORE_KEY_INVALID',
+    field: 'record',
+  });
   await assert.rejects(store.readRecord(key, 'nocloud.iso' as VmiRecord), { code: 'STORE_KEY_INVALID' });
-  await assert.rejects(store.writeRecord(key, 'seed-gate-opened', 'x'.repeat(MAX_RECORD_BYTES + 1)), { code: 'INTERNAL', kind: 'terminal' });
+  await assert.rejects(store.writeRecord(key, 'seed-gate-opened', 'x'.repeat(MAX_RECORD_BYTES + 1)), {
+    code: 'INTERNAL',
+    kind: 'terminal',
+  });
   assert.equal(existsSync(store.root), false, 'nothing written');
 });
 
-test('a symlink, a FIFO or a directory at the record\'s name: never followed or opened; a write replaces a link or FIFO, refuses a directory', async (t) => {
+test("a symlink, a FIFO or a directory at the record's name: never followed or opened; a write replaces a link or FIFO, refuses a directory", async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: join(tmp.dir, 'state') });
@@ -61,10 +80,13 @@ test('a symlink, a FIFO or a directory at the record\'s name: never followed or 
 
   execFileSync('rm', [at]);
   mkdirSync(at);
-  await assert.rejects(store.writeRecord(key, 'seed-gate-opened', 'ours'), { code: 'STORE_UNSAFE_PATH', kind: 'terminal' });
+  await assert.rejects(store.writeRecord(key, 'seed-gate-opened', 'ours'), {
+    code: 'STORE_UNSAFE_PATH',
+    kind: 'terminal',
+  });
 });
 
-test('a VMI directory that is a symlink: reading and writing a record refuse it; a crash\'s record temporary is cleaned at start', async (t) => {
+test("a VMI directory that is a symlink: reading and writing a record refuse it; a crash's record temporary is cleaned at start", async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: join(tmp.dir, 'state') });

@@ -24,7 +24,11 @@ function precious(dir: string): { dir: string; snapshot(): string } {
   writeFileSync(join(p, 'id_rsa'), 'secret key');
   writeFileSync(join(p, 'nocloud-0123456789abcdef.iso'), 'named like ours, not ours');
   writeFileSync(join(p, '.nocloud.iso.tmp-abc'), 'named like a temporary');
-  const snapshot = () => readdirSync(p).sort().map((f) => `${f}=${readFileSync(join(p, f), 'utf8')}`).join('\n');
+  const snapshot = () =>
+    readdirSync(p)
+      .sort()
+      .map((f) => `${f}=${readFileSync(join(p, f), 'utf8')}`)
+      .join('\n');
   return { dir: p, snapshot };
 }
 
@@ -75,7 +79,10 @@ test('a namespace directory that is a symlink, or a VMI "directory" that is a fi
   const other = { ...key, namespace: 'other' };
   mkdirSync(join(root, 'other'));
   writeFileSync(store.dirFor(other), 'a file where a directory goes');
-  await assert.rejects(store.write(other, 'nocloud', image(1)), { code: 'STORE_UNSAFE_PATH', field: `other/vm_${key.uid}` });
+  await assert.rejects(store.write(other, 'nocloud', image(1)), {
+    code: 'STORE_UNSAFE_PATH',
+    field: `other/vm_${key.uid}`,
+  });
   assert.equal(readFileSync(store.dirFor(other), 'utf8'), 'a file where a directory goes');
 });
 
@@ -83,7 +90,10 @@ test('a FIFO named like an image: list skips it, hashing does not hang, write re
   const tmp = tempDir();
   t.after(tmp.cleanup);
   for (const syncMaxBytes of [undefined, 0]) {
-    const store = new ImageStore({ root: join(tmp.dir, `state-${syncMaxBytes ?? 'sync'}`), ...(syncMaxBytes === 0 ? { syncMaxBytes } : {}) });
+    const store = new ImageStore({
+      root: join(tmp.dir, `state-${syncMaxBytes ?? 'sync'}`),
+      ...(syncMaxBytes === 0 ? { syncMaxBytes } : {}),
+    });
     const bytes = image(7);
     const path = store.pathFor(key, 'nocloud', sha(bytes));
     mkdirSync(store.dirFor(key), { recursive: true });
@@ -126,7 +136,13 @@ test("remove() deletes only vmseed's own names: other files, '..'-laden names an
   const store = new ImageStore({ root: join(tmp.dir, 'state') });
   const { path } = await store.write(key, 'nocloud', image(1));
   const dir = store.dirFor(key);
-  const theirs = ['notes.txt', 'nocloud-0123456789abcdef.iso.bak', '..nocloud-0123456789abcdef.iso', 'x..iso', '.nocloud.iso.tmp-../x'.replace('/', '_')];
+  const theirs = [
+    'notes.txt',
+    'nocloud-0123456789abcdef.iso.bak',
+    '..nocloud-0123456789abcdef.iso',
+    'x..iso',
+    '.nocloud.iso.tmp-../x'.replace('/', '_'),
+  ];
   for (const f of theirs) writeFileSync(join(dir, f), 'theirs');
   mkdirSync(join(dir, 'configdrive-0123456789abcdef.iso'));
   writeFileSync(join(dir, 'configdrive-0123456789abcdef.iso', 'inside'), 'theirs');

@@ -28,41 +28,51 @@ const vmiDir = (root: string) => join(root, 'default', `vm-1_${key.uid}`);
 
 // 256 KiB images: at the threshold, so the default store takes the
 // synchronous path; syncMaxBytes 0 forces the thread-pool path.
-for (const [mode, syncMaxBytes] of [['synchronous calls', undefined], ['fs/promises', 0]] as const) {
-test(`write (${mode}): each seed its own content-addressed file; readers of a path only ever see that whole image`, async (t) => {
-  const tmp = tempDir();
-  t.after(tmp.cleanup);
-  const store = new ImageStore({ root: tmp.dir, syncMaxBytes });
-  const v1 = image(1);
-  const path = store.pathFor(key, 'nocloud', sha(v1));
-  assert.equal(path, join(vmiDir(tmp.dir), `nocloud-${sha(v1).slice(0, 16)}.iso`));
-  assert.deepEqual(await store.write(key, 'nocloud', v1), { path, written: true });
-  let stop = false;
-  let reads = 0;
-  const readers = Array.from({ length: 3 }, async () => {
-    while (!stop) {
-      const data = await fsp.readFile(path);
-      reads++;
-      assert.equal(data.length, 256 * 1024, 'never a partial image');
-      assert.ok(data.every((b) => b === 1), 'the path keeps its content');
+for (const [mode, syncMaxBytes] of [
+  ['synchronous calls', undefined],
+  ['fs/promises', 0],
+] as const) {
+  test(`write (${mode}): each seed its own content-addressed file; readers of a path only ever see that whole image`, async (t) => {
+    const tmp = tempDir();
+    t.after(tmp.cleanup);
+    const store = new ImageStore({ root: tmp.dir, syncMaxBytes });
+    const v1 = image(1);
+    const path = store.pathFor(key, 'nocloud', sha(v1));
+    assert.equal(path, join(vmiDir(tmp.dir), `nocloud-${sha(v1).slice(0, 16)}.iso`));
+    assert.deepEqual(await store.write(key, 'nocloud', v1), { path, written: true });
+    let stop = false;
+    let reads = 0;
+    const readers = Array.from({ length: 3 }, async () => {
+      while (!stop) {
+        const data = await fsp.readFile(path);
+        reads++;
+        assert.equal(data.length, 256 * 1024, 'never a partial image');
+        assert.ok(
+          data.every((b) => b === 1),
+          'the path keeps its content',
+        );
+      }
+    });
+    const paths = new Set([path]);
+    for (let i = 2; i < 40; i++) {
+      const r = await store.write(key, 'nocloud', image(i), { fsync: i % 10 === 0 });
+      assert.equal(r.written, true);
+      assert.equal(r.path, store.pathFor(key, 'nocloud', sha(image(i))));
+      paths.add(r.path);
     }
+    stop = true;
+    await Promise.all(readers);
+    assert.ok(reads > 0);
+    assert.equal(paths.size, 39, 'a distinct path per content');
+    const last = store.pathFor(key, 'nocloud', sha(image(39)));
+    assert.equal((await fsp.readFile(last))[0], 39);
+    assert.equal(statSync(last).mode & 0o777, 0o640);
+    assert.deepEqual(
+      readdirSync(vmiDir(tmp.dir)).sort(),
+      [...paths].map((p) => basename(p)).sort(),
+      'older images kept until prune, no temporaries left',
+    );
   });
-  const paths = new Set([path]);
-  for (let i = 2; i < 40; i++) {
-    const r = await store.write(key, 'nocloud', image(i), { fsync: i % 10 === 0 });
-    assert.equal(r.written, true);
-    assert.equal(r.path, store.pathFor(key, 'nocloud', sha(image(i))));
-    paths.add(r.path);
-  }
-  stop = true;
-  await Promise.all(readers);
-  assert.ok(reads > 0);
-  assert.equal(paths.size, 39, 'a distinct path per content');
-  const last = store.pathFor(key, 'nocloud', sha(image(39)));
-  assert.equal((await fsp.readFile(last))[0], 39);
-  assert.equal(statSync(last).mode & 0o777, 0o640);
-  assert.deepEqual(readdirSync(vmiDir(tmp.dir)).sort(), [...paths].map((p) => basename(p)).sort(), 'older images kept until prune, no temporaries left');
-});
 }
 
 test('v1 then v2: two paths, v1 untouched (same inode) until prune removes it', async (t) => {
@@ -136,7 +146,10 @@ test('switching datasource: both images until prune; list (with sha16, also stab
   fs.unlinkSync(join(vmiDir(tmp.dir), 'notes.txt'));
   await store.remove(key);
   await store.remove(key); // idempotent
-  assert.deepEqual((await store.list()).map((s) => s.name), ['db.primary']);
+  assert.deepEqual(
+    (await store.list()).map((s) => s.name),
+    ['db.primary'],
+  );
   assert.ok(!existsSync(join(tmp.dir, 'default')), 'empty directories go too');
   assert.deepEqual(await new ImageStore({ root: join(tmp.dir, 'missing') }).list(), []);
 });
@@ -205,7 +218,11 @@ test('keys that could escape the root are refused with STORE_KEY_INVALID', async
     { ...key, name: 'UPPER' },
   ];
   for (const k of bad) {
-    assert.throws(() => store.pathFor(k, 'nocloud', sha(image(1, 1))), { code: 'STORE_KEY_INVALID' }, JSON.stringify(k));
+    assert.throws(
+      () => store.pathFor(k, 'nocloud', sha(image(1, 1))),
+      { code: 'STORE_KEY_INVALID' },
+      JSON.stringify(k),
+    );
     await assert.rejects(store.write(k, 'nocloud', image(1, 1)), { code: 'STORE_KEY_INVALID' });
     await assert.rejects(store.remove(k), { code: 'STORE_KEY_INVALID' });
     await assert.rejects(store.prune(k, '/x'), { code: 'STORE_KEY_INVALID' });
@@ -218,7 +235,19 @@ test('keys that could escape the root are refused with STORE_KEY_INVALID', async
 // node:fs with some synchronous calls replaced, and a log of the calls made.
 function syncFs(log: string[], over: Partial<StoreSyncFs> = {}): StoreSyncFs {
   const real = fs as unknown as StoreSyncFs;
-  const names = ['openSync', 'writeSync', 'fchmodSync', 'fsync', 'fstatSync', 'closeSync', 'renameSync', 'unlinkSync', 'mkdirSync', 'lstatSync', 'readSync'] as const;
+  const names = [
+    'openSync',
+    'writeSync',
+    'fchmodSync',
+    'fsync',
+    'fstatSync',
+    'closeSync',
+    'renameSync',
+    'unlinkSync',
+    'mkdirSync',
+    'lstatSync',
+    'readSync',
+  ] as const;
   const out: Record<string, unknown> = {};
   for (const n of names) {
     out[n] = (...args: unknown[]) => {
@@ -239,8 +268,17 @@ test('small images go through synchronous calls, large ones through fs/promises;
   // A new VMI: its namespace directory is not there yet (one lstat), its
   // directory is created, so no stat of the image and no failing open.
   assert.deepEqual(sync, [
-    'lstatSync', 'mkdirSync', 'openSync', 'fchmodSync', 'fsync', 'fstatSync', 'renameSync', 'closeSync',
-    'openSync', 'fsync', 'closeSync',
+    'lstatSync',
+    'mkdirSync',
+    'openSync',
+    'fchmodSync',
+    'fsync',
+    'fstatSync',
+    'renameSync',
+    'closeSync',
+    'openSync',
+    'fsync',
+    'closeSync',
   ]);
   assert.ok(log.indexOf('writeSync') < log.indexOf('fsync'), 'data written before the file fsync');
   log.length = 0;
@@ -251,7 +289,10 @@ test('small images go through synchronous calls, large ones through fs/promises;
   assert.equal(fs.readFileSync(p2)[0], 2);
   await pending;
   // Namespace and VMI directories lstat'ed (not symlinks), then the image.
-  assert.deepEqual(log.filter((c) => c !== 'writeSync'), ['lstatSync', 'lstatSync', 'lstatSync', 'openSync', 'fchmodSync', 'fstatSync', 'renameSync', 'closeSync']);
+  assert.deepEqual(
+    log.filter((c) => c !== 'writeSync'),
+    ['lstatSync', 'lstatSync', 'lstatSync', 'openSync', 'fchmodSync', 'fstatSync', 'renameSync', 'closeSync'],
+  );
   assert.equal((await fsp.readFile(p2))[0], 2);
   log.length = 0;
   const big = image(3, DEFAULT_SYNC_MAX_BYTES + 1);
@@ -270,7 +311,16 @@ test('synchronous path: a failed write leaves the old image and no temporary', a
     throw Object.assign(new Error(c), { code: c });
   };
   const cases: Array<[string, Partial<StoreSyncFs>]> = [
-    ['ENOSPC', { writeSync: fail('ENOSPC') }], ['EPERM', { fchmodSync: fail('EPERM') }], ['EIO', { fsync: (_fd: number, cb: (err: Error | null) => void) => setImmediate(() => cb(Object.assign(new Error('EIO'), { code: 'EIO' }))) }], ['EXDEV', { renameSync: fail('EXDEV') }],
+    ['ENOSPC', { writeSync: fail('ENOSPC') }],
+    ['EPERM', { fchmodSync: fail('EPERM') }],
+    [
+      'EIO',
+      {
+        fsync: (_fd: number, cb: (err: Error | null) => void) =>
+          setImmediate(() => cb(Object.assign(new Error('EIO'), { code: 'EIO' }))),
+      },
+    ],
+    ['EXDEV', { renameSync: fail('EXDEV') }],
   ];
   for (const [errno, over] of cases) {
     const store = new ImageStore({ root: tmp.dir, syncFs: syncFs([], over) });
@@ -307,11 +357,18 @@ test('synchronous path: a crash between write and rename leaves the old image an
   assert.equal((await fsp.readFile(v2.path))[0], 2);
 });
 
-test('synchronous path: an ISO image\'s zero system area is left as a hole; the file reads back byte for byte', async (t) => {
+test("synchronous path: an ISO image's zero system area is left as a hole; the file reads back byte for byte", async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: tmp.dir });
-  const iso = buildIso({ label: 'cidata', files: [{ path: 'user-data', data: new Uint8Array(20_000).fill(0x61) }, { path: 'meta-data', data: new Uint8Array(10).fill(0x62) }], timestamp: new Date(0) });
+  const iso = buildIso({
+    label: 'cidata',
+    files: [
+      { path: 'user-data', data: new Uint8Array(20_000).fill(0x61) },
+      { path: 'meta-data', data: new Uint8Array(10).fill(0x62) },
+    ],
+    timestamp: new Date(0),
+  });
   const { path } = await store.write(key, 'nocloud', iso);
   assert.ok((await fsp.readFile(path)).equals(iso));
   const st = statSync(path);
@@ -325,7 +382,7 @@ test('synchronous path: an ISO image\'s zero system area is left as a hole; the 
   assert.equal((await new ImageStore({ root: tmp.dir }).write(key, 'nocloud', iso)).written, false);
 });
 
-test('synchronous path: a directory removed behind the store\'s back is recreated', async (t) => {
+test("synchronous path: a directory removed behind the store's back is recreated", async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: tmp.dir });

@@ -55,16 +55,21 @@ export function blkid(iso: string): Record<string, string> {
 // `xorriso -indev X -find`: quoted paths like './openstack/latest'.
 export function xorrisoFind(iso: string): string[] {
   const out = run('xorriso', ['-indev', iso, '-find']).stdout.toString();
-  return out.split('\n').filter((l) => l.startsWith("'./")).map((l) => l.slice(3, -1)).sort();
+  return out
+    .split('\n')
+    .filter((l) => l.startsWith("'./"))
+    .map((l) => l.slice(3, -1))
+    .sort();
 }
 
 // Paths from `isoinfo -l` listings (with -R or -J), directories included.
 export function isoinfoPaths(iso: string, ext: '-R' | '-J'): string[] {
   // isoinfo prints Joliet (UCS-2) names in a single-byte charset, no UTF-8:
   // Latin-1, decoded as such (names beyond U+00FF cannot be compared here).
-  const out = ext === '-J'
-    ? run('isoinfo', ['-J', '-j', 'iso8859-1', '-l', '-i', iso]).stdout.toString('latin1')
-    : run('isoinfo', ['-R', '-l', '-i', iso]).stdout.toString();
+  const out =
+    ext === '-J'
+      ? run('isoinfo', ['-J', '-j', 'iso8859-1', '-l', '-i', iso]).stdout.toString('latin1')
+      : run('isoinfo', ['-R', '-l', '-i', iso]).stdout.toString();
   const paths: string[] = [];
   let dir = '';
   for (const line of out.split('\n')) {
@@ -82,7 +87,12 @@ export function isoinfoPaths(iso: string, ext: '-R' | '-J'): string[] {
 
 export function sevenZipPaths(iso: string): string[] {
   const out = run('7z', ['l', '-slt', iso]).stdout.toString();
-  return out.split('\n').filter((l) => l.startsWith('Path = ')).map((l) => l.slice(7)).filter((p) => p !== iso).sort();
+  return out
+    .split('\n')
+    .filter((l) => l.startsWith('Path = '))
+    .map((l) => l.slice(7))
+    .filter((p) => p !== iso)
+    .sort();
 }
 
 // cloud-init's own readers on an extracted tree; bytes come back base64.

@@ -15,7 +15,9 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 // The agent container's NODE_OPTIONS in the shipped DaemonSet.
 export function daemonSetNodeOptions(): string {
   const ds = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'DaemonSet') as unknown as {
-    spec: { template: { spec: { containers: Array<{ name: string; env?: Array<{ name: string; value?: string }> }> } } };
+    spec: {
+      template: { spec: { containers: Array<{ name: string; env?: Array<{ name: string; value?: string }> }> } };
+    };
   };
   const agent = ds.spec.template.spec.containers.find((c) => c.name === 'agent');
   const value = agent?.env?.find((e) => e.name === 'NODE_OPTIONS')?.value;
@@ -34,13 +36,17 @@ export interface LocalAgent {
 }
 
 export async function startLocalAgent(manifests: string, stateDir: string, extra: string[] = []): Promise<LocalAgent> {
-  const child = spawn(join(ROOT, 'bin/vmseed'), ['agent', '--local', manifests, '--state-dir', stateDir, '--listen', '127.0.0.1:0', '--fsync', 'false', ...extra], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, NODE_OPTIONS: daemonSetNodeOptions() },
-  });
+  const child = spawn(
+    join(ROOT, 'bin/vmseed'),
+    ['agent', '--local', manifests, '--state-dir', stateDir, '--listen', '127.0.0.1:0', '--fsync', 'false', ...extra],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NODE_OPTIONS: daemonSetNodeOptions() },
+    },
+  );
   let log = '';
-  child.stdout!.on('data', (d) => (log += d));
-  child.stderr!.on('data', (d) => (log += d));
+  child.stdout.on('data', (d) => (log += d));
+  child.stderr.on('data', (d) => (log += d));
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   const stop = async () => {
     if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
@@ -101,7 +107,10 @@ export function treeDigest(dir: string): string {
       else if (st.isDirectory()) {
         lines.push(`${r} dir ${st.mode.toString(8)}`);
         walk(p, r);
-      } else if (st.isFile()) lines.push(`${r} file ${st.mode.toString(8)} ${st.size} ${createHash('sha256').update(readFileSync(p)).digest('hex')}`);
+      } else if (st.isFile())
+        lines.push(
+          `${r} file ${st.mode.toString(8)} ${st.size} ${createHash('sha256').update(readFileSync(p)).digest('hex')}`,
+        );
       else lines.push(`${r} special ${st.mode.toString(8)}`);
     }
   };
@@ -109,12 +118,18 @@ export function treeDigest(dir: string): string {
   return lines.join('\n');
 }
 
-export async function waitUntil<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs: number, detail?: () => string | Promise<string>): Promise<T> {
+export async function waitUntil<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs: number,
+  detail?: () => string | Promise<string>,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
     if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail ? `\n${await detail()}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail ? `\n${await detail()}` : ''}`);
     await sleep(100);
   }
 }

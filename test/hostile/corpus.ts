@@ -25,7 +25,8 @@ const MiB = 1024 * 1024;
 // width^levels copies of the leaf once expanded, from a few hundred bytes.
 export function aliasBomb(levels: number, width: number, indent = ''): string {
   const lines = [`${indent}l0: &l0 "${'x'.repeat(32)}"`];
-  for (let i = 1; i <= levels; i++) lines.push(`${indent}l${i}: &l${i} [${Array.from({ length: width }, () => `*l${i - 1}`).join(', ')}]`);
+  for (let i = 1; i <= levels; i++)
+    lines.push(`${indent}l${i}: &l${i} [${Array.from({ length: width }, () => `*l${i - 1}`).join(', ')}]`);
   return lines.join('\n');
 }
 
@@ -42,7 +43,10 @@ export function denseCloudConfig(bytes: number): string {
 }
 
 function block(text: string, indent: string): string {
-  return text.split('\n').map((l) => indent + l).join('\n');
+  return text
+    .split('\n')
+    .map((l) => indent + l)
+    .join('\n');
 }
 
 const b64 = (s: string | Buffer) => Buffer.from(s).toString('base64');
@@ -202,7 +206,16 @@ export const HOSTILE_CASES: readonly HostileCase[] = [
     id: 'many-interfaces-force-dhcp',
     what: 'forceDHCP on a VMI listing 20,000 interfaces',
     annotation: 'forceDHCP: true\n',
-    spec: { domain: { devices: { interfaces: Array.from({ length: 20_000 }, (_, i) => ({ name: `n${i}`, macAddress: `52:54:00:${((i >> 16) & 255).toString(16).padStart(2, '0')}:${((i >> 8) & 255).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}` })) } } },
+    spec: {
+      domain: {
+        devices: {
+          interfaces: Array.from({ length: 20_000 }, (_, i) => ({
+            name: `n${i}`,
+            macAddress: `52:54:00:${((i >> 16) & 255).toString(16).padStart(2, '0')}:${((i >> 8) & 255).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`,
+          })),
+        },
+      },
+    },
     expect: { state: 'error', code: 'LIST_TOO_LONG', field: 'spec.domain.devices.interfaces' },
   },
   {
@@ -211,7 +224,9 @@ export const HOSTILE_CASES: readonly HostileCase[] = [
     annotation: 'userData: "#cloud-config\\n"\n',
     spec: {
       domain: {},
-      accessCredentials: Array.from({ length: 200 }, () => ({ sshPublicKey: { source: { secret: { secretName: 'k' } }, propagationMethod: { noCloud: {} } } })),
+      accessCredentials: Array.from({ length: 200 }, () => ({
+        sshPublicKey: { source: { secret: { secretName: 'k' } }, propagationMethod: { noCloud: {} } },
+      })),
     },
     secrets: [{ name: 'k', data: { key: b64('ssh-ed25519 AAAA k') } }],
     expect: { state: 'error', code: 'LIST_TOO_LONG', field: 'spec.accessCredentials' },
@@ -238,6 +253,9 @@ export function secretObject(name: string, data: Record<string, string>): object
 
 // The case as one local-mode manifest file (JSON documents are YAML).
 export function caseManifest(c: HostileCase): string {
-  const docs = [...(c.secrets ?? []).map((s) => secretObject(s.name, s.data)), vmiObject(c.id, c.annotation ?? '', c.spec ?? { domain: {} })];
+  const docs = [
+    ...(c.secrets ?? []).map((s) => secretObject(s.name, s.data)),
+    vmiObject(c.id, c.annotation ?? '', c.spec ?? { domain: {} }),
+  ];
   return docs.map((d) => JSON.stringify(d)).join('\n---\n') + '\n';
 }

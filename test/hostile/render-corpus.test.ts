@@ -79,7 +79,11 @@ async function answer(c: HostileCase, options: typeof DEFAULT_RENDER_OPTIONS): P
 test('hostile render on the worker: every case answers as in this thread', async () => {
   const before = pool.offloaded;
   for (const c of HOSTILE_CASES) {
-    assert.equal(await answer(c, { ...DEFAULT_RENDER_OPTIONS, offload: pool }), await answer(c, DEFAULT_RENDER_OPTIONS), c.id);
+    assert.equal(
+      await answer(c, { ...DEFAULT_RENDER_OPTIONS, offload: pool }),
+      await answer(c, DEFAULT_RENDER_OPTIONS),
+      c.id,
+    );
   }
   assert.ok(pool.offloaded - before >= HOSTILE_CASES.length, `steps ran on the worker (${pool.offloaded - before})`);
   assert.equal(({} as Record<string, unknown>).polluted, undefined, 'Object.prototype untouched');
@@ -115,12 +119,18 @@ test('one Secret named by userDataFrom, files and sshKeysFrom is fetched once', 
     authorized_keys: Buffer.from('ssh-ed25519 AAAA k\n').toString('base64'),
   }) as SecretObject;
   const refs = new CountingResolver(new MemoryResolver({ secrets: [secret] }));
-  const vmi = vmiObject('shared', [
-    'userDataFrom: {kind: secret, name: shared, key: user-data}',
-    'sshKeysFrom: {kind: secret, name: shared}',
-    'files:',
-    ...Array.from({ length: 10 }, (_, i) => `  - {from: {kind: secret, name: shared, key: authorized_keys}, path: /k${i}}`),
-  ].join('\n')) as VmiObject;
+  const vmi = vmiObject(
+    'shared',
+    [
+      'userDataFrom: {kind: secret, name: shared, key: user-data}',
+      'sshKeysFrom: {kind: secret, name: shared}',
+      'files:',
+      ...Array.from(
+        { length: 10 },
+        (_, i) => `  - {from: {kind: secret, name: shared, key: authorized_keys}, path: /k${i}}`,
+      ),
+    ].join('\n'),
+  ) as VmiObject;
   const out = await renderSeed(vmi, refs, DEFAULT_RENDER_OPTIONS);
   assert.equal(out.kind, 'seed');
   assert.deepEqual(refs.gets, [`secret/${NAMESPACE}/shared`]);

@@ -90,10 +90,15 @@ except Exception as e:
 
 export function cloudInitReadSeeded(base: string, retries = 0): Promise<CloudInitRead> {
   return new Promise((resolve, reject) => {
-    execFile('/usr/bin/python3', ['-c', READ_SEEDED, base, String(retries)], { timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`python3 failed: ${err.message}\n${stderr}`));
-      resolve(JSON.parse(stdout) as CloudInitRead);
-    });
+    execFile(
+      '/usr/bin/python3',
+      ['-c', READ_SEEDED, base, String(retries)],
+      { timeout: 60_000 },
+      (err, stdout, stderr) => {
+        if (err) return reject(new Error(`python3 failed: ${err.message}\n${stderr}`));
+        resolve(JSON.parse(stdout) as CloudInitRead);
+      },
+    );
   });
 }
 
@@ -133,7 +138,9 @@ export function rawRequest(
         const head = Buffer.concat([
           Buffer.from(`${options.method ?? 'GET'} `),
           Buffer.isBuffer(target) ? target : Buffer.from(target, 'utf8'),
-          Buffer.from(` HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n${(options.headers ?? []).map((h) => h + '\r\n').join('')}\r\n${options.body ?? ''}`),
+          Buffer.from(
+            ` HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n${(options.headers ?? []).map((h) => h + '\r\n').join('')}\r\n${options.body ?? ''}`,
+          ),
         ]);
         socket.write(head);
       }),

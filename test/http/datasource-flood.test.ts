@@ -47,48 +47,66 @@ function halfOpen(port: number, closedAt: Map<Socket, number>): Promise<Socket> 
   });
 }
 
-test('1,100 half-open connections from one source: guests on another address are served; the held ones time out in seconds', { timeout: 120_000 }, async (t) => {
-  const dir = new MapDirectory();
-  const keyring = new DatasourceKeyring([randomKey()]);
-  dir.add({ namespace: 'default', name: 'guest', uid: 'uid-guest', seed: nocloudSeed('guest') });
-  const metrics = createMetrics({ version: 't', processMetrics: false });
-  const server = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: dir, keyring, logger: quietLogger, metrics });
-  const sockets: Socket[] = [];
-  t.after(async () => {
-    for (const s of sockets) s.destroy();
-    await server.close();
-  });
-  const seedUrl = datasourceSeedUrl(server.baseUrl, keyring.sign('uid-guest'));
+test(
+  '1,100 half-open connections from one source: guests on another address are served; the held ones time out in seconds',
+  { timeout: 120_000 },
+  async (t) => {
+    const dir = new MapDirectory();
+    const keyring = new DatasourceKeyring([randomKey()]);
+    dir.add({ namespace: 'default', name: 'guest', uid: 'uid-guest', seed: nocloudSeed('guest') });
+    const metrics = createMetrics({ version: 't', processMetrics: false });
+    const server = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: quietLogger,
+      metrics,
+    });
+    const sockets: Socket[] = [];
+    t.after(async () => {
+      for (const s of sockets) s.destroy();
+      await server.close();
+    });
+    const seedUrl = datasourceSeedUrl(server.baseUrl, keyring.sign('uid-guest'));
 
-  const closedAt = new Map<Socket, number>();
-  const floodStart = performance.now();
-  for (let i = 0; i < FLOOD; i += 100) {
-    sockets.push(...(await Promise.all(Array.from({ length: 100 }, () => halfOpen(server.address.port, closedAt)))));
-  }
-  const refused = async () => (await metrics.registry.getSingleMetric('vmseed_datasource_connections_refused_total')!.get()).values[0]?.value ?? 0;
-  // The source's share is open; everything beyond it was closed on arrival.
-  await waitFor('connections over the share closed', async () => (await refused()) >= FLOOD - 32, 20_000);
-  // (Counted on the server: a client that never reads may not see its own closes.)
-  const held = FLOOD - (await refused());
-  assert.equal(held, 32, `the bad source holds ${held} connections`);
+    const closedAt = new Map<Socket, number>();
+    const floodStart = performance.now();
+    for (let i = 0; i < FLOOD; i += 100) {
+      sockets.push(...(await Promise.all(Array.from({ length: 100 }, () => halfOpen(server.address.port, closedAt)))));
+    }
+    const refused = async () =>
+      (await metrics.registry.getSingleMetric('vmseed_datasource_connections_refused_total')!.get()).values[0]?.value ??
+      0;
+    // The source's share is open; everything beyond it was closed on arrival.
+    await waitFor('connections over the share closed', async () => (await refused()) >= FLOOD - 32, 20_000);
+    // (Counted on the server: a client that never reads may not see its own closes.)
+    const held = FLOOD - (await refused());
+    assert.equal(held, 32, `the bad source holds ${held} connections`);
 
-  // While it holds them: a guest from another address gets its seed, every file.
-  for (const f of ['meta-data', 'user-data', 'vendor-data']) {
-    const r = await getFrom('127.0.0.2', `${seedUrl}${f}`);
-    assert.equal(r.status, 200, f);
-    if (f === 'user-data') assert.match(r.body, /hostname: host-guest/);
-  }
-  // The bad source's own new connections are refused while its share is full.
-  const before = await refused();
-  sockets.push(await halfOpen(server.address.port, closedAt));
-  await waitFor('one more refused', async () => (await refused()) === before + 1, 10_000);
+    // While it holds them: a guest from another address gets its seed, every file.
+    for (const f of ['meta-data', 'user-data', 'vendor-data']) {
+      const r = await getFrom('127.0.0.2', `${seedUrl}${f}`);
+      assert.equal(r.status, 200, f);
+      if (f === 'user-data') assert.match(r.body, /hostname: host-guest/);
+    }
+    // The bad source's own new connections are refused while its share is full.
+    const before = await refused();
+    sockets.push(await halfOpen(server.address.port, closedAt));
+    await waitFor('one more refused', async () => (await refused()) === before + 1, 10_000);
 
-  // The header timeout frees the server's side of every held connection
-  // (the bad client never reads, so its own sockets may never notice):
-  // the same source is then served again. No tight bound: Node's default
-  // check interval alone would take 30 s or more.
-  await waitFor('the bad source served again', async () => (await getFrom('127.0.0.1', `${seedUrl}meta-data`).catch(() => ({ status: 0 }))).status === 200, 60_000);
-  const seconds = (performance.now() - floodStart) / 1000;
-  t.diagnostic(`the bad source held ${held} of ${FLOOD} connections; its slots were free again ${seconds.toFixed(1)} s after the flood started`);
-  assert.ok(seconds < 30, `slots freed after ${seconds.toFixed(1)} s`);
-});
+    // The header timeout frees the server's side of every held connection
+    // (the bad client never reads, so its own sockets may never notice):
+    // the same source is then served again. No tight bound: Node's default
+    // check interval alone would take 30 s or more.
+    await waitFor(
+      'the bad source served again',
+      async () => (await getFrom('127.0.0.1', `${seedUrl}meta-data`).catch(() => ({ status: 0 }))).status === 200,
+      60_000,
+    );
+    const seconds = (performance.now() - floodStart) / 1000;
+    t.diagnostic(
+      `the bad source held ${held} of ${FLOOD} connections; its slots were free again ${seconds.toFixed(1)} s after the flood started`,
+    );
+    assert.ok(seconds < 30, `slots freed after ${seconds.toFixed(1)} s`);
+  },
+);

@@ -51,7 +51,8 @@ describe('path fuzz: no cross-VMI reads, no crash', () => {
   async function check(target: Buffer): Promise<number> {
     const r = await rawRequest(server.address.port, target);
     const body = r.body.toString('latin1');
-    for (const m of B_MARKERS) assert.ok(!body.includes(m), `VMI B's data leaked for ${JSON.stringify(target.toString('latin1'))}`);
+    for (const m of B_MARKERS)
+      assert.ok(!body.includes(m), `VMI B's data leaked for ${JSON.stringify(target.toString('latin1'))}`);
     assert.equal(r.headers['cache-control'], 'no-store', `no-store missing (status ${r.status})`);
     // Spaces around the target are request-line separators (`GET SP target
     // SP HTTP/1.1`): Node's parser drops extra ones, so the server sees the
@@ -108,11 +109,34 @@ describe('path fuzz: no cross-VMI reads, no crash', () => {
     for (const target of targets) await check(Buffer.from(target, 'utf8'));
   });
 
-  test('property: random targets built from A\'s token, names, traversal and encodings', async () => {
+  test("property: random targets built from A's token, names, traversal and encodings", async () => {
     const piece = fc.oneof(
       fc.constantFrom(
-        '..', '.', '%2e%2e', '%252e', '%2f', '%5c', '%00', '\0', '', 'v1', 'V1', ';', '?', '#', '%', '%%',
-        ...FILES, 'uid-b', 'vm-b', '\u00e9', '\u{1f600}', '\u202e', '\r', '\t', ' ',
+        '..',
+        '.',
+        '%2e%2e',
+        '%252e',
+        '%2f',
+        '%5c',
+        '%00',
+        '\0',
+        '',
+        'v1',
+        'V1',
+        ';',
+        '?',
+        '#',
+        '%',
+        '%%',
+        ...FILES,
+        'uid-b',
+        'vm-b',
+        '\u00e9',
+        '\u{1f600}',
+        '\u202e',
+        '\r',
+        '\t',
+        ' ',
       ),
       fc.constant('TOKEN_A'),
       fc.constant('TOKEN_A_PREFIX'),
@@ -121,7 +145,11 @@ describe('path fuzz: no cross-VMI reads, no crash', () => {
       fc.integer({ min: 0, max: 3000 }).map((n) => 'x'.repeat(n)),
     );
     const randomTarget = fc
-      .tuple(fc.constantFrom('/v1/', '/v1', '/', '', '//', '/v1//'), fc.array(piece, { maxLength: 6 }), fc.constantFrom('/', ''))
+      .tuple(
+        fc.constantFrom('/v1/', '/v1', '/', '', '//', '/v1//'),
+        fc.array(piece, { maxLength: 6 }),
+        fc.constantFrom('/', ''),
+      )
       .map(([start, pieces, sep]) =>
         (start + pieces.join(sep)).replaceAll('TOKEN_A_PREFIX', tokA.slice(0, 20)).replaceAll('TOKEN_A', tokA),
       );
@@ -152,7 +180,7 @@ describe('path fuzz: no cross-VMI reads, no crash', () => {
     assert.equal(r.status, 200);
   });
 
-  test('property: tokens one edit away from A\'s (or B-shaped guesses) never read anything', async () => {
+  test("property: tokens one edit away from A's (or B-shaped guesses) never read anything", async () => {
     const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
     await fc.assert(
       fc.asyncProperty(fc.nat(42), fc.nat(alphabet.length - 1), fc.constantFrom(...FILES), async (pos, ch, file) => {

@@ -32,12 +32,22 @@ interface NoCloudRun {
   requests: Array<{ url: string; code: number | null }>;
 }
 
-function runNoCloud(tree: string, serial: string, ds: 'NoCloud' | 'NoCloudNet', retries: number | 'default' = 0): Promise<NoCloudRun> {
+function runNoCloud(
+  tree: string,
+  serial: string,
+  ds: 'NoCloud' | 'NoCloudNet',
+  retries: number | 'default' = 0,
+): Promise<NoCloudRun> {
   return new Promise((resolve, reject) => {
-    execFile('/usr/bin/python3', ['test/http/nocloud_datasource.py', tree, serial, ds, String(retries)], { timeout: 120_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`python3 failed: ${err.message}\n${stderr}`));
-      resolve(JSON.parse(stdout.trim().split('\n').at(-1)!) as NoCloudRun);
-    });
+    execFile(
+      '/usr/bin/python3',
+      ['test/http/nocloud_datasource.py', tree, serial, ds, String(retries)],
+      { timeout: 120_000 },
+      (err, stdout, stderr) => {
+        if (err) return reject(new Error(`python3 failed: ${err.message}\n${stderr}`));
+        resolve(JSON.parse(stdout.trim().split('\n').at(-1)!) as NoCloudRun);
+      },
+    );
   });
 }
 
@@ -46,7 +56,8 @@ const withoutCmdline = (md: Record<string, unknown> | undefined) => {
   const { seedfrom: _s, ...rest } = md ?? {};
   return rest;
 };
-const paths = (r: NoCloudRun) => r.requests.map((q) => `${new URL(q.url).pathname.replace(/\/v1\/[A-Za-z0-9_-]{43}/, '/v1/<token>')} ${q.code}`);
+const paths = (r: NoCloudRun) =>
+  r.requests.map((q) => `${new URL(q.url).pathname.replace(/\/v1\/[A-Za-z0-9_-]{43}/, '/v1/<token>')} ${q.code}`);
 
 describe('cloud-init request forms against the running datasource', () => {
   const dir = new MapDirectory();
@@ -65,7 +76,12 @@ describe('cloud-init request forms against the running datasource', () => {
     current = await ensureCloudInitRelease();
     dir.add({ namespace: 'ns', name: 'a', uid: 'uid-a', seed: seedA });
     dir.add({ namespace: 'ns', name: 'b', uid: 'uid-b', seed: seedB });
-    server = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: dir, keyring, logger: quietLogger });
+    server = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: quietLogger,
+    });
     urlA = datasourceSeedUrl(server.baseUrl, keyring.sign('uid-a'));
     urlB = datasourceSeedUrl(server.baseUrl, keyring.sign('uid-b'));
   });
@@ -79,11 +95,24 @@ describe('cloud-init request forms against the running datasource', () => {
       assert.equal(r.userdata, b64(seedA.userData));
       assert.equal(r.vendordata, b64(seedA.vendorData));
       if (rel.v === 22) {
-        assert.deepEqual(paths(r), ['/v1/<token>/meta-data 200', '/v1/<token>/user-data 200', '/v1/<token>/vendor-data 200']);
+        assert.deepEqual(paths(r), [
+          '/v1/<token>/meta-data 200',
+          '/v1/<token>/user-data 200',
+          '/v1/<token>/vendor-data 200',
+        ]);
         assert.equal(r.network_config, null, '22.4 never fetches network-config over HTTP');
-        assert.equal(r.dsmode, 'local', '22.4: ds=nocloud keeps dsmode local even with an http seed; use ds=nocloud-net');
+        assert.equal(
+          r.dsmode,
+          'local',
+          '22.4: ds=nocloud keeps dsmode local even with an http seed; use ds=nocloud-net',
+        );
       } else {
-        assert.deepEqual(paths(r), ['/v1/<token>/network-config 200', '/v1/<token>/meta-data 200', '/v1/<token>/user-data 200', '/v1/<token>/vendor-data 200']);
+        assert.deepEqual(paths(r), [
+          '/v1/<token>/network-config 200',
+          '/v1/<token>/meta-data 200',
+          '/v1/<token>/user-data 200',
+          '/v1/<token>/vendor-data 200',
+        ]);
         assert.deepEqual(r.network_config, loadYaml(Buffer.from(seedA.networkConfig!).toString()));
         assert.equal(r.dsmode, 'net');
         assert.equal(r.ds_detect, true);
@@ -104,7 +133,10 @@ describe('cloud-init request forms against the running datasource', () => {
       assert.equal(r.claimed, true, r.error);
       assert.equal(r.userdata, b64(seedA.userData));
       // 22.4 concatenates raw (/v1/<token>meta-data); 23.1+ appends the slash.
-      assert.equal(paths(r).find((p) => p.includes('meta-data')), rel.v === 22 ? '/v1/<token>meta-data 200' : '/v1/<token>/meta-data 200');
+      assert.equal(
+        paths(r).find((p) => p.includes('meta-data')),
+        rel.v === 22 ? '/v1/<token>meta-data 200' : '/v1/<token>/meta-data 200',
+      );
     });
 
     test(`${rel.name}: seed URL with %s`, async () => {
@@ -123,9 +155,19 @@ describe('cloud-init request forms against the running datasource', () => {
     });
 
     test(`${rel.name}: with serveEmptyNetworkConfig off, the 404 means the same to cloud-init (none, DHCP)`, async () => {
-      const s = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: dir, keyring, logger: quietLogger, serveEmptyNetworkConfig: false });
+      const s = await startDatasourceServer({
+        listen: { host: '127.0.0.1', port: 0 },
+        directory: dir,
+        keyring,
+        logger: quietLogger,
+        serveEmptyNetworkConfig: false,
+      });
       try {
-        const r = await runNoCloud(rel.tree(), datasourceSerial(datasourceSeedUrl(s.baseUrl, keyring.sign('uid-b')), 'nocloud-net'), 'NoCloudNet');
+        const r = await runNoCloud(
+          rel.tree(),
+          datasourceSerial(datasourceSeedUrl(s.baseUrl, keyring.sign('uid-b')), 'nocloud-net'),
+          'NoCloudNet',
+        );
         assert.equal(r.claimed, true, r.error);
         assert.equal(r.network_config, null);
         assert.equal(r.userdata, b64(seedB.userData));
@@ -142,7 +184,11 @@ describe('cloud-init request forms against the running datasource', () => {
     });
 
     test(`${rel.name}: a made-up token is 404 and the datasource is not claimed`, async () => {
-      const r = await runNoCloud(rel.tree(), datasourceSerial(datasourceSeedUrl(server.baseUrl, signToken(randomKey(), 'uid-a')), 'nocloud-net'), 'NoCloudNet');
+      const r = await runNoCloud(
+        rel.tree(),
+        datasourceSerial(datasourceSeedUrl(server.baseUrl, signToken(randomKey(), 'uid-a')), 'nocloud-net'),
+        'NoCloudNet',
+      );
       assert.equal(r.claimed, false);
       assert.match(r.error ?? '', /404/);
     });
@@ -150,9 +196,20 @@ describe('cloud-init request forms against the running datasource', () => {
 
   test('KubeVirt IMDS serial (token-less /v1/) with IMDS compat: both releases get the IMDS VMI, never another VMI', async () => {
     const d = new MapDirectory();
-    const imdsSeed = nocloudSeed('imds', { metaData: { 'instance-id': 'ns-vm', 'local-hostname': 'vm' }, networkConfig: undefined, vendorData: undefined, delivery: 'http' });
+    const imdsSeed = nocloudSeed('imds', {
+      metaData: { 'instance-id': 'ns-vm', 'local-hostname': 'vm' },
+      networkConfig: undefined,
+      vendorData: undefined,
+      delivery: 'http',
+    });
     d.add({ namespace: 'ns', name: 'vm', uid: 'uid-imds', seed: imdsSeed }, ['127.0.0.1']);
-    const s = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: imdsOnlySourceAddress(d), keyring, logger: quietLogger, compatSourceAddress: true });
+    const s = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: imdsOnlySourceAddress(d),
+      keyring,
+      logger: quietLogger,
+      compatSourceAddress: true,
+    });
     try {
       const serial = `ds=nocloud-net;s=http://127.0.0.1:${s.address.port}/v1/`;
       for (const rel of releases) {
@@ -164,7 +221,13 @@ describe('cloud-init request forms against the running datasource', () => {
       // The same address reported by a non-IMDS VMI only: nothing.
       const d2 = new MapDirectory();
       d2.add({ namespace: 'ns', name: 'plain', uid: 'uid-p', seed: seedA }, ['127.0.0.1']);
-      const s2 = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: imdsOnlySourceAddress(d2), keyring, logger: quietLogger, compatSourceAddress: true });
+      const s2 = await startDatasourceServer({
+        listen: { host: '127.0.0.1', port: 0 },
+        directory: imdsOnlySourceAddress(d2),
+        keyring,
+        logger: quietLogger,
+        compatSourceAddress: true,
+      });
       try {
         const r = await runNoCloud('', `ds=nocloud-net;s=http://127.0.0.1:${s2.address.port}/v1/`, 'NoCloudNet');
         assert.equal(r.claimed, false);

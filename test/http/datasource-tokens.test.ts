@@ -5,7 +5,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { VmseedError } from '../../src/errors.ts';
-import { DatasourceKeyring, TOKEN_LENGTH, fileKeySource, parseKeyFile, signToken } from '../../src/http/datasource-tokens.ts';
+import {
+  DatasourceKeyring,
+  TOKEN_LENGTH,
+  fileKeySource,
+  parseKeyFile,
+  signToken,
+} from '../../src/http/datasource-tokens.ts';
 import { keyLine, randomKey } from './datasource-fixtures.ts';
 
 function code(fn: () => unknown): string | undefined {
@@ -42,13 +48,34 @@ test('key file: base64 or base64url lines, comments and blanks skipped, first ke
 
 test('weak or malformed keys are refused with DATASOURCE_KEY_INVALID, without quoting the key', () => {
   const short = Buffer.from(randomKey().subarray(0, 31)).toString('base64');
-  assert.equal(code(() => parseKeyFile(short)), 'DATASOURCE_KEY_INVALID');
-  assert.equal(code(() => parseKeyFile(Buffer.alloc(64).toString('base64'))), 'DATASOURCE_KEY_INVALID'); // all zeros
-  assert.equal(code(() => parseKeyFile(Buffer.from('ab'.repeat(32)).toString('base64'))), 'DATASOURCE_KEY_INVALID'); // 2 distinct bytes
-  assert.equal(code(() => parseKeyFile('this is my secret passphrase, long enough?')), 'DATASOURCE_KEY_INVALID'); // not base64
-  assert.equal(code(() => parseKeyFile('# only a comment\n\n')), 'DATASOURCE_KEY_INVALID');
-  assert.equal(code(() => new DatasourceKeyring([new Uint8Array(16)])), 'DATASOURCE_KEY_INVALID');
-  assert.equal(code(() => new DatasourceKeyring([])), 'DATASOURCE_KEY_INVALID');
+  assert.equal(
+    code(() => parseKeyFile(short)),
+    'DATASOURCE_KEY_INVALID',
+  );
+  assert.equal(
+    code(() => parseKeyFile(Buffer.alloc(64).toString('base64'))),
+    'DATASOURCE_KEY_INVALID',
+  ); // all zeros
+  assert.equal(
+    code(() => parseKeyFile(Buffer.from('ab'.repeat(32)).toString('base64'))),
+    'DATASOURCE_KEY_INVALID',
+  ); // 2 distinct bytes
+  assert.equal(
+    code(() => parseKeyFile('this is my secret passphrase, long enough?')),
+    'DATASOURCE_KEY_INVALID',
+  ); // not base64
+  assert.equal(
+    code(() => parseKeyFile('# only a comment\n\n')),
+    'DATASOURCE_KEY_INVALID',
+  );
+  assert.equal(
+    code(() => new DatasourceKeyring([new Uint8Array(16)])),
+    'DATASOURCE_KEY_INVALID',
+  );
+  assert.equal(
+    code(() => new DatasourceKeyring([])),
+    'DATASOURCE_KEY_INVALID',
+  );
   try {
     parseKeyFile(`${keyLine(randomKey())}\n${short}`, '/etc/vmseed/keys');
     assert.fail('should throw');
@@ -94,7 +121,10 @@ test('reload from a file: rotation steps, generation moves, a bad file keeps the
     assert.equal(ring.verify(oldToken, 'u'), true);
 
     await writeFile(path, 'short\n');
-    await assert.rejects(ring.reload(source), (e: unknown) => e instanceof VmseedError && e.code === 'DATASOURCE_KEY_INVALID');
+    await assert.rejects(
+      ring.reload(source),
+      (e: unknown) => e instanceof VmseedError && e.code === 'DATASOURCE_KEY_INVALID',
+    );
     assert.equal(ring.size, 2, 'a rejected file must not replace the keys in force');
     assert.equal(ring.verify(oldToken, 'u'), true);
 

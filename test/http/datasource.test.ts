@@ -5,7 +5,14 @@ import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import { startDatasourceServer, parseListen, type DatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
 import { datasourceSeedUrl } from '../../src/commands/seed-url.ts';
-import { MapDirectory, cloudInitReadSeeded, nocloudSeed, quietLogger, randomKey, rawRequest } from './datasource-fixtures.ts';
+import {
+  MapDirectory,
+  cloudInitReadSeeded,
+  nocloudSeed,
+  quietLogger,
+  randomKey,
+  rawRequest,
+} from './datasource-fixtures.ts';
 
 const b64 = (u: Uint8Array) => Buffer.from(u).toString('base64');
 
@@ -18,7 +25,12 @@ describe('cloud-init 22.4 read_seeded against the running datasource', () => {
   before(async () => {
     dir.add({ namespace: 'ns1', name: 'vm-a', uid: 'uid-a', seed: seedA });
     dir.add({ namespace: 'ns1', name: 'vm-b', uid: 'uid-b', seed: seedB });
-    server = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: dir, keyring, logger: quietLogger });
+    server = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: quietLogger,
+    });
   });
   after(() => server.close());
 
@@ -75,7 +87,12 @@ describe('datasource HTTP behaviour', () => {
   before(async () => {
     dir.add({ namespace: 'ns1', name: 'vm-a', uid: 'uid-a', seed: seedA });
     dir.add({ namespace: 'ns1', name: 'vm-b', uid: 'uid-b', seed: nocloudSeed('b', { networkConfig: undefined }) });
-    dir.add({ namespace: 'ns1', name: 'vm-cd', uid: 'uid-cd', seed: { ...nocloudSeed('cd'), datasource: 'configdrive' } });
+    dir.add({
+      namespace: 'ns1',
+      name: 'vm-cd',
+      uid: 'uid-cd',
+      seed: { ...nocloudSeed('cd'), datasource: 'configdrive' },
+    });
     server = await startDatasourceServer({
       listen: { host: '127.0.0.1', port: 0 },
       directory: dir,
@@ -172,7 +189,10 @@ describe('datasource HTTP behaviour', () => {
     const withBody = await rawRequest(port, path, { headers: ['Content-Length: 5'], body: 'hello' });
     assert.equal(withBody.status, 400);
     assert.doesNotMatch(withBody.body.toString(), /secret-of/);
-    const chunked = await rawRequest(port, path, { headers: ['Transfer-Encoding: chunked'], body: '5\r\nhello\r\n0\r\n\r\n' });
+    const chunked = await rawRequest(port, path, {
+      headers: ['Transfer-Encoding: chunked'],
+      body: '5\r\nhello\r\n0\r\n\r\n',
+    });
     assert.equal(chunked.status, 400);
     const long = await rawRequest(port, `${path}?${'x'.repeat(300)}`);
     assert.equal(long.status, 414);
@@ -196,8 +216,11 @@ describe('datasource HTTP behaviour', () => {
     assert.match(text, /vmseed_datasource_requests_total\{endpoint="network-config",status="200"\} [1-9]/);
     assert.match(text, /vmseed_datasource_requests_total\{endpoint="other",status="404"\} [1-9]/);
     assert.match(text, /vmseed_datasource_request_duration_seconds_count\{endpoint="user-data"\} [1-9]/);
-    const endpoints = new Set([...text.matchAll(/vmseed_datasource_requests_total\{endpoint="([^"]+)"/g)].map((m) => m[1]));
-    for (const e of endpoints) assert.ok(['meta-data', 'user-data', 'vendor-data', 'network-config', 'other'].includes(e), e);
+    const endpoints = new Set(
+      [...text.matchAll(/vmseed_datasource_requests_total\{endpoint="([^"]+)"/g)].map((m) => m[1]),
+    );
+    for (const e of endpoints)
+      assert.ok(['meta-data', 'user-data', 'vendor-data', 'network-config', 'other'].includes(e), e);
   });
 
   test('a directory that throws gives 500 without a stack trace, and the server survives', async () => {
@@ -206,7 +229,12 @@ describe('datasource HTTP behaviour', () => {
     broken.get = () => {
       throw new Error('boom at /srv/secret/path.ts:12');
     };
-    const s = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: broken, keyring, logger: quietLogger });
+    const s = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: broken,
+      keyring,
+      logger: quietLogger,
+    });
     try {
       const r = await rawRequest(s.address.port, `/v1/${keyring.sign('uid-x')}/user-data`);
       assert.equal(r.status, 500);
@@ -265,7 +293,12 @@ describe('key rotation', () => {
     const oldKey = randomKey();
     const newKey = randomKey();
     const keyring = new DatasourceKeyring([oldKey]);
-    const server = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: dir, keyring, logger: quietLogger });
+    const server = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: quietLogger,
+    });
     try {
       const oldToken = keyring.sign('uid-a');
       const get = async (t: string) => (await rawRequest(server.address.port, `/v1/${t}/user-data`)).status;
@@ -296,7 +329,8 @@ describe('key rotation', () => {
       limits: { ratePerSecond: 1000, burst: 1000 },
     });
     try {
-      const get = async (uid: string) => (await rawRequest(server.address.port, `/v1/${keyring.sign(uid)}/meta-data`)).status;
+      const get = async (uid: string) =>
+        (await rawRequest(server.address.port, `/v1/${keyring.sign(uid)}/meta-data`)).status;
       assert.equal(await get('uid-a'), 404);
       dir.add({ namespace: 'n', name: 'a', uid: 'uid-a', seed: nocloudSeed('a') });
       assert.equal(await get('uid-a'), 200);
@@ -353,7 +387,12 @@ describe('compat mode (token-less, by source address)', () => {
     const dir = new MapDirectory();
     const seed = nocloudSeed('a');
     dir.add({ namespace: 'n', name: 'a', uid: 'uid-a', seed }, ['127.0.0.1']);
-    const off = await startDatasourceServer({ listen: { host: '127.0.0.1', port: 0 }, directory: dir, keyring, logger: quietLogger });
+    const off = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: quietLogger,
+    });
     const on = await startDatasourceServer({
       listen: { host: '127.0.0.1', port: 0 },
       directory: dir,

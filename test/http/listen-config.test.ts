@@ -12,14 +12,24 @@ test('cluster mode: probes on 0.0.0.0:8080, the status pages on 127.0.0.1:8090',
   const c = cluster();
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
   assert.deepEqual(c.statusListen, { host: '127.0.0.1', port: 8090 });
-  assert.deepEqual(cluster(['--status-listen', '0.0.0.0:8080']).statusListen, c.listen, 'the same address: one listener');
-  assert.deepEqual(loadConfig(['--node-name', 'n1'], { VMSEED_STATUS_LISTEN: '[::1]:9000' }, '/')!.statusListen, { host: '::1', port: 9000 });
+  assert.deepEqual(
+    cluster(['--status-listen', '0.0.0.0:8080']).statusListen,
+    c.listen,
+    'the same address: one listener',
+  );
+  assert.deepEqual(loadConfig(['--node-name', 'n1'], { VMSEED_STATUS_LISTEN: '[::1]:9000' }, '/')!.statusListen, {
+    host: '::1',
+    port: 9000,
+  });
 });
 
 test('local mode: --status-listen follows --listen unless set', () => {
   assert.deepEqual(local().statusListen, { host: '127.0.0.1', port: 8080 });
   assert.deepEqual(local(['--listen', '127.0.0.1:0']).statusListen, { host: '127.0.0.1', port: 0 });
-  assert.deepEqual(local(['--listen', '127.0.0.1:0', '--status-listen', '127.0.0.2:0']).statusListen, { host: '127.0.0.2', port: 0 });
+  assert.deepEqual(local(['--listen', '127.0.0.1:0', '--status-listen', '127.0.0.2:0']).statusListen, {
+    host: '127.0.0.2',
+    port: 0,
+  });
 });
 
 test('bad values are one clear error naming the flag; help and summary list both flags', () => {

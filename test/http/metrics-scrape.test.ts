@@ -51,17 +51,26 @@ test('promtool check metrics passes on a live /metrics scrape that holds the obs
     assert.equal(sampleValue(s, 'vmseed_seed_generation_duration_seconds_count', gen), 3);
     assert.ok(Math.abs(sampleValue(s, 'vmseed_seed_generation_duration_seconds_sum', gen)! - 0.20307) < 1e-9);
     const b = histogramBuckets(s, 'vmseed_seed_generation_duration_seconds', gen);
-    assert.equal(b.get(5e-05), 0);
+    assert.equal(b.get(5e-5), 0);
     assert.equal(b.get(0.0001), 1, '70 µs lands in the 100 µs bucket');
     assert.equal(b.get(0.0025), 1);
     assert.equal(b.get(0.005), 2);
     assert.equal(b.get(0.1), 2);
     assert.equal(b.get(0.25), 3);
     assert.equal(b.get(Infinity), 3);
-    assert.equal(sampleValue(s, 'vmseed_seed_generation_duration_seconds_count', { datasource: 'configdrive', result: 'error' }), 1);
+    assert.equal(
+      sampleValue(s, 'vmseed_seed_generation_duration_seconds_count', { datasource: 'configdrive', result: 'error' }),
+      1,
+    );
     assert.equal(histogramBuckets(s, 'vmseed_image_build_duration_seconds', { datasource: 'nocloud' }).get(0.00025), 1);
-    assert.equal(histogramBuckets(s, 'vmseed_injection_duration_seconds', { operation: 'detach', result: 'error' }).get(5), 0);
-    assert.equal(histogramBuckets(s, 'vmseed_injection_duration_seconds', { operation: 'detach', result: 'error' }).get(10), 1);
+    assert.equal(
+      histogramBuckets(s, 'vmseed_injection_duration_seconds', { operation: 'detach', result: 'error' }).get(5),
+      0,
+    );
+    assert.equal(
+      histogramBuckets(s, 'vmseed_injection_duration_seconds', { operation: 'detach', result: 'error' }).get(10),
+      1,
+    );
     assert.equal(sampleValue(s, 'vmseed_seed_ready_latency_seconds_count'), 1);
     assert.equal(sampleValue(s, 'vmseed_reconcile_total', { result: 'success' }), 3);
     assert.equal(sampleValue(s, 'vmseed_reconcile_errors_total', { code: 'SECRET_NOT_FOUND' }), 1);

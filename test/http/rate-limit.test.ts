@@ -14,7 +14,7 @@ test('buckets are per key: one noisy source does not starve another', () => {
 });
 
 test('memory stays bounded under a flood of distinct sources; refilled buckets go first', () => {
-  let ms = 0;
+  const ms = 0;
   const rl = new RateLimiter({ ratePerSecond: 10, burst: 5, maxKeys: 100, now: () => ms });
   for (let i = 0; i < 10_000; i++) rl.take(`10.0.${i >> 8}.${i & 255}`);
   assert.ok(rl.size <= 100, `size ${rl.size}`);

@@ -38,12 +38,25 @@ test('no route, header or log line ever shows data outside the status contract',
   (source as any).userData = MARKER;
   source.readinessError = new Error(`could not read ${MARKER}`);
   const { logger, lines } = captureLogger('trace');
-  const srv = await startHttpServer({ listen: '127.0.0.1:0', metrics: createMetrics({ version: 't', processMetrics: false }), status: source, logger });
+  const srv = await startHttpServer({
+    listen: '127.0.0.1:0',
+    metrics: createMetrics({ version: 't', processMetrics: false }),
+    status: source,
+    logger,
+  });
   try {
     const routes = await fetchAll(srv.url);
     // The helper really did fetch pages with the VMIs on them.
     const paths = routes.map((r) => r.path);
-    for (const p of ['/status', '/status.json', '/metrics', '/readyz', '/status/tenant-b/db-0', '/status/default/web-1']) assert.ok(paths.includes(p), p);
+    for (const p of [
+      '/status',
+      '/status.json',
+      '/metrics',
+      '/readyz',
+      '/status/tenant-b/db-0',
+      '/status/default/web-1',
+    ])
+      assert.ok(paths.includes(p), p);
     assert.ok(routes.find((r) => r.path === '/status/default/web-1')!.body.includes('>user-data</td>'));
     assert.equal(routes.find((r) => r.path === '/readyz')!.status, 503);
 

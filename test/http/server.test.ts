@@ -29,7 +29,11 @@ async function withServer(
 
 // fetch() refuses some methods (TRACE, CONNECT) and normalises URLs; a raw
 // request shows what the server really does.
-function raw(url: string, method: string, path: string): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+function raw(
+  url: string,
+  method: string,
+  path: string,
+): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(new URL(url), { method, path }, (res) => {
       let body = '';
@@ -47,13 +51,22 @@ test('parseListen', () => {
   assert.deepEqual(parseListen(':9000'), { host: '0.0.0.0', port: 9000 });
   assert.deepEqual(parseListen('localhost:1'), { host: 'localhost', port: 1 });
   for (const bad of ['8080', 'host:', 'a:b', '1.2.3.4:70000', '::1:80']) {
-    assert.throws(() => parseListen(bad), (e: any) => e.code === 'CONFIG_INVALID' && e.field === 'listen', bad);
+    assert.throws(
+      () => parseListen(bad),
+      (e: any) => e.code === 'CONFIG_INVALID' && e.field === 'listen',
+      bad,
+    );
   }
 });
 
 test('port 0 picks a port; url and address agree; close() ends keep-alive connections', async () => {
   const { logger } = captureLogger();
-  const srv = await startHttpServer({ listen: '127.0.0.1:0', metrics: createMetrics({ version: 't', processMetrics: false }), status: new FakeStatusSource(), logger });
+  const srv = await startHttpServer({
+    listen: '127.0.0.1:0',
+    metrics: createMetrics({ version: 't', processMetrics: false }),
+    status: new FakeStatusSource(),
+    logger,
+  });
   assert.equal(srv.address.host, '127.0.0.1');
   assert.ok(srv.address.port > 0);
   assert.equal(srv.url, `http://127.0.0.1:${srv.address.port}`);
@@ -69,7 +82,12 @@ test('listening on a busy port fails with CONFIG_INVALID', async () => {
   await withServer(async ({ url }) => {
     const { logger } = captureLogger();
     await assert.rejects(
-      startHttpServer({ listen: `127.0.0.1:${new URL(url).port}`, metrics: createMetrics({ version: 't', processMetrics: false }), status: new FakeStatusSource(), logger }),
+      startHttpServer({
+        listen: `127.0.0.1:${new URL(url).port}`,
+        metrics: createMetrics({ version: 't', processMetrics: false }),
+        status: new FakeStatusSource(),
+        logger,
+      }),
       (e: any) => e.code === 'CONFIG_INVALID' && /EADDRINUSE/.test(e.message),
     );
   });
@@ -112,7 +130,10 @@ test('status.json carries the snapshot and honours ?state', async () => {
     assert.equal(all.vmis.length, source.current.vmis.length);
     assert.deepEqual(all.counts, { error: 1, warning: 1, pending: 1, ready: 1, skipped: 1 });
     const err: any = await (await fetch(url + '/status.json?state=error')).json();
-    assert.deepEqual(err.vmis.map((v: any) => v.name), ['db-0']);
+    assert.deepEqual(
+      err.vmis.map((v: any) => v.name),
+      ['db-0'],
+    );
     assert.equal(err.vmis[0].lastError.code, 'SECRET_NOT_FOUND');
     const bogus: any = await (await fetch(url + '/status.json?state=<x>')).json();
     assert.equal(bogus.filter, null);
@@ -121,7 +142,15 @@ test('status.json carries the snapshot and honours ?state', async () => {
 
 test('the detail page decodes namespace and name', async () => {
   await withServer(async ({ url, source }) => {
-    source.current.vmis.push({ namespace: 'ns x', name: 'ä/b', uid: 'u', state: 'ready', warnings: [], retries: 0, files: [{ path: 'user-data', size: 12 }] });
+    source.current.vmis.push({
+      namespace: 'ns x',
+      name: 'ä/b',
+      uid: 'u',
+      state: 'ready',
+      warnings: [],
+      retries: 0,
+      files: [{ path: 'user-data', size: 12 }],
+    });
     const res = await fetch(`${url}/status/${encodeURIComponent('ns x')}/${encodeURIComponent('ä/b')}`);
     assert.equal(res.status, 200);
     const body = await res.text();
@@ -175,7 +204,10 @@ test('an exception in the status source: 500 without its message or stack, logge
     }
     const errors = lines.filter((l) => JSON.parse(l).level === 50);
     assert.equal(errors.length, 3);
-    assert.ok(errors.every((l) => l.includes('"stack"') && l.includes('server.test.ts')), 'stack frames are logged');
+    assert.ok(
+      errors.every((l) => l.includes('"stack"') && l.includes('server.test.ts')),
+      'stack frames are logged',
+    );
     assert.ok(!lines.some((l) => l.includes('MARKER')));
   });
 });
@@ -200,10 +232,16 @@ test('/readyz follows the status source: 200, 503 with reasons, 200 again; failu
       assert.equal(res.status, 200);
       assert.equal(await res.text(), 'ok\n');
 
-      source.ready = { ready: false, reasons: ['informer not synced', 'state directory /var/lib/vmseed not writable: EACCES'] };
+      source.ready = {
+        ready: false,
+        reasons: ['informer not synced', 'state directory /var/lib/vmseed not writable: EACCES'],
+      };
       res = await fetch(url + '/readyz');
       assert.equal(res.status, 503);
-      assert.equal(await res.text(), 'not ready\n- informer not synced\n- state directory /var/lib/vmseed not writable: EACCES\n');
+      assert.equal(
+        await res.text(),
+        'not ready\n- informer not synced\n- state directory /var/lib/vmseed not writable: EACCES\n',
+      );
 
       source.ready = { ready: true, reasons: [] };
       res = await fetch(url + '/readyz');
@@ -253,52 +291,79 @@ test('/healthz turns 503 after the event loop was blocked, and 200 again when th
 test("serve: 'probes' answers /healthz, /readyz, /metrics only; 'status' the per-VMI pages only", async () => {
   const detail = ['/', '/status', '/status/', '/status.json', '/status/default/web-1', '/status?state=ready'];
   const probes = ['/healthz', '/readyz', '/metrics'];
-  await withServer(async ({ url }) => {
-    for (const p of probes) assert.equal((await fetch(`${url}${p}`)).status, 200, `probes: ${p}`);
-    for (const p of detail) {
-      const res = await fetch(`${url}${p}`, { redirect: 'manual' });
-      assert.equal(res.status, 404, `probes: ${p}`);
-      const body = await res.text();
-      assert.match(body, /--status-listen/, `probes: ${p} says where the pages are`);
-      assert.doesNotMatch(body, /web-1/, `probes: ${p} shows no VMI`);
-    }
-  }, { serve: 'probes' });
-  await withServer(async ({ url, source }) => {
-    for (const p of ['/status', '/status.json']) assert.equal((await fetch(`${url}${p}`)).status, 200, `status: ${p}`);
-    assert.equal((await fetch(`${url}/`, { redirect: 'manual' })).status, 302);
-    assert.doesNotMatch(await (await fetch(`${url}/status`)).text(), /href="\/metrics"/, 'no link to a page this listener does not serve');
-    const name = source.snapshot().vmis[0]!;
-    assert.equal((await fetch(`${url}/status/${name.namespace}/${name.name}`)).status, 200);
-    for (const p of probes) {
-      const res = await fetch(`${url}${p}`);
-      assert.equal(res.status, 404, `status: ${p}`);
-      assert.match(await res.text(), /--listen/);
-    }
-  }, { serve: 'status' });
+  await withServer(
+    async ({ url }) => {
+      for (const p of probes) assert.equal((await fetch(`${url}${p}`)).status, 200, `probes: ${p}`);
+      for (const p of detail) {
+        const res = await fetch(`${url}${p}`, { redirect: 'manual' });
+        assert.equal(res.status, 404, `probes: ${p}`);
+        const body = await res.text();
+        assert.match(body, /--status-listen/, `probes: ${p} says where the pages are`);
+        assert.doesNotMatch(body, /web-1/, `probes: ${p} shows no VMI`);
+      }
+    },
+    { serve: 'probes' },
+  );
+  await withServer(
+    async ({ url, source }) => {
+      for (const p of ['/status', '/status.json'])
+        assert.equal((await fetch(`${url}${p}`)).status, 200, `status: ${p}`);
+      assert.equal((await fetch(`${url}/`, { redirect: 'manual' })).status, 302);
+      assert.doesNotMatch(
+        await (await fetch(`${url}/status`)).text(),
+        /href="\/metrics"/,
+        'no link to a page this listener does not serve',
+      );
+      const name = source.snapshot().vmis[0];
+      assert.equal((await fetch(`${url}/status/${name.namespace}/${name.name}`)).status, 200);
+      for (const p of probes) {
+        const res = await fetch(`${url}${p}`);
+        assert.equal(res.status, 404, `status: ${p}`);
+        assert.match(await res.text(), /--listen/);
+      }
+    },
+    { serve: 'status' },
+  );
 });
 
 test('one source gets at most 32 connections (silent ones too); probes from another address still answer', async () => {
   const { connect } = await import('node:net');
-  await withServer(async ({ url }) => {
-    const { port } = new URL(url);
-    const sockets = await Promise.all(
-      Array.from({ length: 40 }, () => new Promise<{ closed: Promise<void> }>((resolve) => {
-        const s = connect({ port: Number(port), host: '127.0.0.1', localAddress: '127.0.0.1' });
-        const closed = new Promise<void>((r) => s.on('close', () => r()));
-        s.on('error', () => {});
-        s.on('data', () => {});
-        s.on('connect', () => resolve({ closed }));
-      })),
-    );
-    // The eight over the share are closed by the server at once.
-    const done = await Promise.all(sockets.map((s) => Promise.race([s.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000))])));
-    assert.equal(done.filter(Boolean).length, 8);
-    const res = await new Promise<number>((resolve, reject) => {
-      request({ host: '127.0.0.1', port: Number(port), path: '/healthz', localAddress: '127.0.0.2', agent: false }, (r) => {
-        r.resume();
-        resolve(r.statusCode ?? 0);
-      }).on('error', reject).end();
-    });
-    assert.equal(res, 200);
-  }, { serve: 'probes' });
+  await withServer(
+    async ({ url }) => {
+      const { port } = new URL(url);
+      const sockets = await Promise.all(
+        Array.from(
+          { length: 40 },
+          () =>
+            new Promise<{ closed: Promise<void> }>((resolve) => {
+              const s = connect({ port: Number(port), host: '127.0.0.1', localAddress: '127.0.0.1' });
+              const closed = new Promise<void>((r) => s.on('close', () => r()));
+              s.on('error', () => {});
+              s.on('data', () => {});
+              s.on('connect', () => resolve({ closed }));
+            }),
+        ),
+      );
+      // The eight over the share are closed by the server at once.
+      const done = await Promise.all(
+        sockets.map((s) =>
+          Promise.race([s.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000))]),
+        ),
+      );
+      assert.equal(done.filter(Boolean).length, 8);
+      const res = await new Promise<number>((resolve, reject) => {
+        request(
+          { host: '127.0.0.1', port: Number(port), path: '/healthz', localAddress: '127.0.0.2', agent: false },
+          (r) => {
+            r.resume();
+            resolve(r.statusCode ?? 0);
+          },
+        )
+          .on('error', reject)
+          .end();
+      });
+      assert.equal(res, 200);
+    },
+    { serve: 'probes' },
+  );
 });

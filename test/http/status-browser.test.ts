@@ -43,13 +43,24 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
     // Every VMI, errors first, the error message readable.
     const rows = page.locator('tr.vmi');
     assert.equal(await rows.count(), 5);
-    assert.deepEqual(await rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-state'))), ['error', 'warning', 'pending', 'ready', 'skipped']);
+    assert.deepEqual(await rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-state'))), [
+      'error',
+      'warning',
+      'pending',
+      'ready',
+      'skipped',
+    ]);
     const errorRow = page.locator('tr.vmi[data-state="error"]');
-    assert.match(await errorRow.innerText(), /db-0[\s\S]*SECRET_NOT_FOUND[\s\S]*Secret tenant-b\/db-userdata referenced by secretRef does not exist/);
+    assert.match(
+      await errorRow.innerText(),
+      /db-0[\s\S]*SECRET_NOT_FOUND[\s\S]*Secret tenant-b\/db-userdata referenced by secretRef does not exist/,
+    );
     assert.ok(await errorRow.locator('.err').isVisible());
 
     // The stylesheet applied (CSP allowed it by hash): the error pill is red.
-    const pillBg = await errorRow.locator('.state').evaluate((e) => (globalThis as any).getComputedStyle(e).backgroundColor);
+    const pillBg = await errorRow
+      .locator('.state')
+      .evaluate((e) => (globalThis as any).getComputedStyle(e).backgroundColor);
     assert.equal(pillBg, 'rgb(207, 34, 46)');
     // The chart is drawn.
     assert.equal(await page.locator('svg.chart circle.pt').count(), 7);
@@ -57,13 +68,19 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
     assert.match(await page.locator('ul.counts').innerText(), /all\s*5[\s\S]*error\s*1[\s\S]*ready\s*1/);
 
     // Readable without scrolling sideways on an ordinary screen.
-    assert.ok(await page.evaluate('document.documentElement.scrollWidth <= window.innerWidth'), 'no horizontal overflow at 1500 px');
+    assert.ok(
+      await page.evaluate('document.documentElement.scrollWidth <= window.innerWidth'),
+      'no horizontal overflow at 1500 px',
+    );
 
     await mkdir(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: join(ARTIFACTS, 'status.png'), fullPage: true });
 
     // Filter by clicking the error count.
-    await Promise.all([page.waitForURL(/\/status\?state=error$/), page.locator('ul.counts a[data-state="error"]').click()]);
+    await Promise.all([
+      page.waitForURL(/\/status\?state=error$/),
+      page.locator('ul.counts a[data-state="error"]').click(),
+    ]);
     assert.equal(await page.locator('tr.vmi').count(), 1);
     assert.equal(await page.locator('tr.vmi').getAttribute('data-state'), 'error');
     assert.equal(await page.locator('meta[http-equiv="refresh"]').getAttribute('content'), '10');
@@ -75,7 +92,10 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
 
     // Detail page from the table.
     await page.goto(`${srv.url}/status`);
-    await Promise.all([page.waitForURL(/\/status\/default\/web-1$/), page.locator('a.name', { hasText: 'web-1' }).click()]);
+    await Promise.all([
+      page.waitForURL(/\/status\/default\/web-1$/),
+      page.locator('a.name', { hasText: 'web-1' }).click(),
+    ]);
     const detail = await page.locator('main').innerText();
     assert.match(detail, /a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00/);
     assert.match(detail, /meta-data[\s\S]*user-data[\s\S]*network-config/);
@@ -86,9 +106,15 @@ test('status page in headless Chromium', { timeout: 120_000 }, async () => {
     const missing = await page.goto(`${srv.url}/status/default/gone`);
     assert.equal(missing?.status(), 404);
     assert.match(await page.locator('main').innerText(), /no VMI default\/gone on this node/);
-    assert.deepEqual(problems.filter((p) => !/404 \(Not Found\)/.test(p)), []);
+    assert.deepEqual(
+      problems.filter((p) => !/404 \(Not Found\)/.test(p)),
+      [],
+    );
     // Nothing was loaded from anywhere but the agent (and the data: favicon).
-    assert.deepEqual(requested.filter((u) => !u.startsWith(srv.url) && !u.startsWith('data:')), []);
+    assert.deepEqual(
+      requested.filter((u) => !u.startsWith(srv.url) && !u.startsWith('data:')),
+      [],
+    );
   } finally {
     await browser.close();
     await srv.close();
@@ -123,11 +149,18 @@ test('the page refreshes itself and keeps the state filter', { timeout: 60_000 }
       state: 'error',
       warnings: [],
       retries: 1,
-      lastError: { code: 'VIRSH_TIMEOUT', message: 'virsh attach-device timed out after 30 s', at: '2026-11-22T03:00:00Z' },
+      lastError: {
+        code: 'VIRSH_TIMEOUT',
+        message: 'virsh attach-device timed out after 30 s',
+        at: '2026-11-22T03:00:00Z',
+      },
     });
     await page.locator('tr.vmi a.name', { hasText: 'late-failure' }).waitFor({ timeout: 10_000 });
     assert.match(page.url(), /\/status\?state=error$/);
-    assert.deepEqual((await page.locator('tr.vmi').evaluateAll((els) => els.map((e) => e.getAttribute('data-state')))), ['error', 'error']);
+    assert.deepEqual(await page.locator('tr.vmi').evaluateAll((els) => els.map((e) => e.getAttribute('data-state'))), [
+      'error',
+      'error',
+    ]);
     assert.deepEqual(problems, []);
   } finally {
     await browser.close();

@@ -43,7 +43,16 @@ test('every user-controlled string is escaped on the list page', () => {
       contentHash: EVIL,
       lastError: { code: 'INTERNAL', message: EVIL, field: EVIL, at: EVIL },
       warnings: [{ code: 'USERDATA_NO_HEADER', message: EVIL, at: EVIL }],
-      injection: { domain: EVIL, targetDev: EVIL, bus: 'virtio', flags: [EVIL], domainState: 'running', seededAfterBoot: true, resumed: false, at: EVIL },
+      injection: {
+        domain: EVIL,
+        targetDev: EVIL,
+        bus: 'virtio',
+        flags: [EVIL],
+        domainState: 'running',
+        seededAfterBoot: true,
+        resumed: false,
+        at: EVIL,
+      },
     }),
   ];
   const html = renderStatusPage(s, { now, refreshSeconds: 10 });
@@ -59,7 +68,13 @@ test('every user-controlled string is escaped on the list page', () => {
 
 test('every user-controlled string is escaped on the detail and 404 pages', () => {
   const s = sampleSnapshot();
-  const rec = vmi({ namespace: EVIL, name: EVIL, state: 'ready', files: [{ path: EVIL, size: 1 }], lastFetch: { [EVIL]: EVIL } });
+  const rec = vmi({
+    namespace: EVIL,
+    name: EVIL,
+    state: 'ready',
+    files: [{ path: EVIL, size: 1 }],
+    lastFetch: { [EVIL]: EVIL },
+  });
   for (const html of [renderVmiPage(s, rec, { now }), renderNotFoundPage(`no VMI ${EVIL}`)]) {
     assert.ok(!html.includes('<script'));
     assert.ok(!html.includes('<img'));
@@ -77,7 +92,10 @@ test('counts per state and state filter', () => {
   assert.match(errors, /<a href="\/status\?state=error" class="s-error current"/);
   assert.match(errors, /SECRET_NOT_FOUND/);
   assert.match(errors, /Secret tenant-b\/db-userdata referenced by secretRef does not exist/);
-  const none = renderStatusPage({ ...s, vmis: s.vmis.filter((v) => v.state !== 'skipped') }, { now, filter: 'skipped' });
+  const none = renderStatusPage(
+    { ...s, vmis: s.vmis.filter((v) => v.state !== 'skipped') },
+    { now, filter: 'skipped' },
+  );
   assert.deepEqual(rowsOf(none), []);
   assert.match(none, /no VMIs in state skipped/);
   assert.match(renderStatusPage({ ...s, vmis: [] }, { now }), /no VMIs on this node/);
@@ -95,7 +113,10 @@ test('a row shows hash shortened with the full hash in the title, sizes, times, 
   const html = renderStatusPage(sampleSnapshot(), { now });
   const full = 'a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00';
   assert.ok(html.includes(`title="${full}">a3f1c2d4e5b6…</span>`));
-  assert.ok(html.includes('/<wbr>var/<wbr>lib/<wbr>vmseed/<wbr>images/<wbr>default_web-1.iso'), 'paths wrap at slashes');
+  assert.ok(
+    html.includes('/<wbr>var/<wbr>lib/<wbr>vmseed/<wbr>images/<wbr>default_web-1.iso'),
+    'paths wrap at slashes',
+  );
   assert.ok(html.includes('36 KiB'));
   assert.ok(html.includes('3.42 ms'));
   assert.ok(html.includes('2026-11-22 02:58:00Z'));
@@ -127,7 +148,10 @@ test('detail page lists files and sizes', () => {
   const html = renderVmiPage(s, s.vmis[0], { now });
   for (const f of ['meta-data', 'user-data', 'network-config']) assert.ok(html.includes(`>${f}</td>`));
   assert.ok(html.includes('912 B'));
-  assert.ok(html.includes('a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00'), 'full hash on the detail page');
+  assert.ok(
+    html.includes('a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00'),
+    'full hash on the detail page',
+  );
 });
 
 test('projection keeps declared fields only', () => {

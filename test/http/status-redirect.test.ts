@@ -30,14 +30,29 @@ test('the redirect panel says in place / missing (escaped reason) / unreachable,
   assert.match(p, /<tr><th>since<\/th><td>[^<]*2026[^<]*<span class="muted">10m ago<\/span>/);
   assert.doesNotMatch(p, /reason/);
 
-  s.redirect = { state: 'missing', reason: `apply-failed: ${EVIL}`, since: '2026-11-22T02:59:00.000Z', checkedAt: '2026-11-22T02:59:58.000Z' };
+  s.redirect = {
+    state: 'missing',
+    reason: `apply-failed: ${EVIL}`,
+    since: '2026-11-22T02:59:00.000Z',
+    checkedAt: '2026-11-22T02:59:58.000Z',
+  };
   const html = renderStatusPage(s, { now });
   p = panel(html)!;
   assert.match(p, /b-bad">missing</);
-  assert.ok(p.includes('apply-failed: &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#39;&amp;'), p);
+  assert.ok(
+    p.includes(
+      'apply-failed: &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#39;&amp;',
+    ),
+    p,
+  );
   assert.equal(html.includes('<script>alert'), false);
 
-  s.redirect = { state: 'unreachable', reason: 'ECONNREFUSED', since: '2026-11-22T02:58:00.000Z', checkedAt: '2026-11-22T02:59:58.000Z' };
+  s.redirect = {
+    state: 'unreachable',
+    reason: 'ECONNREFUSED',
+    since: '2026-11-22T02:58:00.000Z',
+    checkedAt: '2026-11-22T02:59:58.000Z',
+  };
   p = panel(renderStatusPage(s, { now }))!;
   assert.match(p, /b-bad">unreachable</);
   assert.match(p, /ECONNREFUSED/);
@@ -45,9 +60,20 @@ test('the redirect panel says in place / missing (escaped reason) / unreachable,
 
 test('/status.json carries the redirect, projected field by field', () => {
   const s = sampleSnapshot();
-  s.redirect = { state: 'missing', reason: 'missing', since: '2026-11-22T02:59:00.000Z', checkedAt: '2026-11-22T02:59:58.000Z', extra: 'leak' } as RedirectStatus;
+  s.redirect = {
+    state: 'missing',
+    reason: 'missing',
+    since: '2026-11-22T02:59:00.000Z',
+    checkedAt: '2026-11-22T02:59:58.000Z',
+    extra: 'leak',
+  } as RedirectStatus;
   const j = statusJson(s, undefined, now);
-  assert.deepEqual(j.redirect, { state: 'missing', reason: 'missing', since: '2026-11-22T02:59:00.000Z', checkedAt: '2026-11-22T02:59:58.000Z' });
+  assert.deepEqual(j.redirect, {
+    state: 'missing',
+    reason: 'missing',
+    since: '2026-11-22T02:59:00.000Z',
+    checkedAt: '2026-11-22T02:59:58.000Z',
+  });
   s.redirect = { state: 'bogus', since: 'a', checkedAt: 'b' } as unknown as RedirectStatus;
   assert.equal(statusJson(s, undefined, now).redirect!.state, 'unreachable');
 });

@@ -2,7 +2,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { niceCeil, renderLatencyChart } from '../../src/http/svg-chart.ts';
 
-const circles = (svg: string) => [...svg.matchAll(/<circle class="pt" cx="([\d.]+)" cy="([\d.]+)"/g)].map((m) => ({ x: Number(m[1]), y: Number(m[2]) }));
+const circles = (svg: string) =>
+  [...svg.matchAll(/<circle class="pt" cx="([\d.]+)" cy="([\d.]+)"/g)].map((m) => ({
+    x: Number(m[1]),
+    y: Number(m[2]),
+  }));
 
 test('no points: an empty chart that says so', () => {
   const svg = renderLatencyChart([]);

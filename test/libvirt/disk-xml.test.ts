@@ -2,7 +2,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
-import { buildSeedDiskXml, parseDomainXml, findSeedDisk, seedBusFor, LEGACY_SEED_ALIAS, SEED_ALIAS, SEED_TARGETS } from '../../src/libvirt/disk-xml.ts';
+import {
+  buildSeedDiskXml,
+  parseDomainXml,
+  findSeedDisk,
+  seedBusFor,
+  LEGACY_SEED_ALIAS,
+  SEED_ALIAS,
+  SEED_TARGETS,
+} from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
 
 const fixture = (n: string) => readFileSync(new URL(`./fixtures/${n}`, import.meta.url), 'utf8');
@@ -10,28 +18,46 @@ const inDomain = (disk: string) => `<domain type='qemu'><name>d</name><devices>$
 
 test('virtio seed disk: file-backed raw read-only disk with serial and ua- alias', () => {
   const xml = buildSeedDiskXml({ sourceFile: '/var/lib/vmseed/ns/vm/nocloud.iso', targetDev: 'vdb', bus: 'virtio' });
-  assert.deepEqual(parseDomainXml(inDomain(xml)).disks, [{
-    type: 'file', device: 'disk', bus: 'virtio', targetDev: 'vdb',
-    sourceFile: '/var/lib/vmseed/ns/vm/nocloud.iso', alias: SEED_ALIAS, serial: 'cidata', readonly: true,
-  }]);
+  assert.deepEqual(parseDomainXml(inDomain(xml)).disks, [
+    {
+      type: 'file',
+      device: 'disk',
+      bus: 'virtio',
+      targetDev: 'vdb',
+      sourceFile: '/var/lib/vmseed/ns/vm/nocloud.iso',
+      alias: SEED_ALIAS,
+      serial: 'cidata',
+      readonly: true,
+    },
+  ]);
   assert.match(xml, /<driver name="qemu" type="raw"\/>/);
 });
 
-test('scsi mode: a read-only disk at drive address 0:0:7:0 (KubeVirt\'s SCSI disks use target 0)', () => {
+test("scsi mode: a read-only disk at drive address 0:0:7:0 (KubeVirt's SCSI disks use target 0)", () => {
   const xml = buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'sdzz', bus: 'scsi' });
   const [d] = parseDomainXml(inDomain(xml)).disks;
-  assert.deepEqual([d.device, d.bus, d.targetDev, d.readonly, d.alias], ['disk', 'scsi', 'sdzz', true, 'ua-vmseed_seed']);
+  assert.deepEqual(
+    [d.device, d.bus, d.targetDev, d.readonly, d.alias],
+    ['disk', 'scsi', 'sdzz', true, 'ua-vmseed_seed'],
+  );
   assert.match(xml, /<address type="drive" controller="0" bus="0" target="7" unit="0"\/>/);
   // A detach names the disk by its target: no address needed.
-  assert.doesNotMatch(buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'sdzz', bus: 'scsi', address: null }), /<address/);
+  assert.doesNotMatch(
+    buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'sdzz', bus: 'scsi', address: null }),
+    /<address/,
+  );
   assert.doesNotMatch(buildSeedDiskXml({ sourceFile: '/s.iso', targetDev: 'vdzz', bus: 'virtio' }), /<address/);
 });
 
-test('our alias cannot be a KubeVirt disk\'s (ua-<DNS-1123 name>); the fixed targets are far from the first free ones', () => {
+test("our alias cannot be a KubeVirt disk's (ua-<DNS-1123 name>); the fixed targets are far from the first free ones", () => {
   assert.equal(SEED_ALIAS, 'ua-vmseed_seed');
   const dns1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
   assert.equal(dns1123.test(SEED_ALIAS.slice('ua-'.length)), false);
-  assert.equal(dns1123.test(LEGACY_SEED_ALIAS.slice('ua-'.length)), true, 'the old alias could be a VMI disk named vmseed');
+  assert.equal(
+    dns1123.test(LEGACY_SEED_ALIAS.slice('ua-'.length)),
+    true,
+    'the old alias could be a VMI disk named vmseed',
+  );
   assert.deepEqual(SEED_TARGETS, { scsi: 'sdzz', virtio: 'vdzz' });
 });
 
@@ -47,19 +73,44 @@ test('bus: scsi only on a domain with virtio-scsi controller 0, else virtio; vir
 });
 
 test('round trip keeps any source path intact (quotes, ampersands, angle brackets, unicode)', () => {
-  fc.assert(fc.property(fc.string({ minLength: 1, maxLength: 80 }).filter((s) => !/[\u0000-\u001f\ufffe\uffff]/.test(s) && !/[\ud800-\udfff]/.test(s)), (name) => {
-    const path = `/seeds/${name}`;
-    const xml = buildSeedDiskXml({ sourceFile: path, targetDev: 'vdc', bus: 'virtio' });
-    assert.equal(parseDomainXml(inDomain(xml)).disks[0].sourceFile, path);
-  }));
+  fc.assert(
+    fc.property(
+      fc
+        .string({ minLength: 1, maxLength: 80 })
+        .filter((s) => !/[\u0000-\u001f\ufffe\uffff]/.test(s) && !/[\ud800-\udfff]/.test(s)),
+      (name) => {
+        const path = `/seeds/${name}`;
+        const xml = buildSeedDiskXml({ sourceFile: path, targetDev: 'vdc', bus: 'virtio' });
+        assert.equal(parseDomainXml(inDomain(xml)).disks[0].sourceFile, path);
+      },
+    ),
+  );
 });
 
 test('real virsh dumpxml (live, paused domain): both disks, aliases, virtio-scsi controller', () => {
   const info = parseDomainXml(fixture('dumpxml-paused-live.xml'));
   assert.equal(info.name, 'fixt');
   assert.deepEqual(info.disks, [
-    { type: 'file', device: 'disk', bus: 'virtio', targetDev: 'vdb', sourceFile: '/tmp/seedA.img', alias: 'ua-vmseed', serial: 'cidata', readonly: true },
-    { type: 'file', device: 'cdrom', bus: 'scsi', targetDev: 'sda', sourceFile: '/tmp/seedA.img', alias: 'ua-vmseed2', serial: undefined, readonly: true },
+    {
+      type: 'file',
+      device: 'disk',
+      bus: 'virtio',
+      targetDev: 'vdb',
+      sourceFile: '/tmp/seedA.img',
+      alias: 'ua-vmseed',
+      serial: 'cidata',
+      readonly: true,
+    },
+    {
+      type: 'file',
+      device: 'cdrom',
+      bus: 'scsi',
+      targetDev: 'sda',
+      sourceFile: '/tmp/seedA.img',
+      alias: 'ua-vmseed2',
+      serial: undefined,
+      readonly: true,
+    },
   ]);
   assert.deepEqual(info.scsiControllers, [{ index: '0', model: 'virtio-scsi' }]);
   assert.equal(findSeedDisk(info.disks, LEGACY_SEED_ALIAS)?.targetDev, 'vdb');
@@ -77,9 +128,15 @@ test('a domain without devices has no disks', () => {
 });
 
 test('not a domain: VIRSH_FAILED', () => {
-  assert.throws(() => parseDomainXml('<network/>'), (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED');
+  assert.throws(
+    () => parseDomainXml('<network/>'),
+    (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED',
+  );
 });
 
 test('aliases libvirt would silently replace are refused', () => {
-  assert.throws(() => buildSeedDiskXml({ sourceFile: '/s', targetDev: 'vdb', bus: 'virtio', alias: 'vmseed' }), (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID');
+  assert.throws(
+    () => buildSeedDiskXml({ sourceFile: '/s', targetDev: 'vdb', bus: 'virtio', alias: 'vmseed' }),
+    (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID',
+  );
 });

@@ -13,9 +13,10 @@ import type { InjectionTarget } from '../../src/libvirt/types.ts';
 import { handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
 
 const UUID = Buffer.alloc(16, 0xb7);
-const XML = "<domain type='qemu'><name>ns1_vm1</name><devices><controller type='scsi' index='0' model='virtio-scsi'/></devices></domain>";
+const XML =
+  "<domain type='qemu'><name>ns1_vm1</name><devices><controller type='scsi' index='0' model='virtio-scsi'/></devices></domain>";
 
-test('RPC: the read\'s requests are written before the copy into the launcher\'s volume starts', async (t) => {
+test("RPC: the read's requests are written before the copy into the launcher's volume starts", async (t) => {
   const fake = await handshakeDaemon([0], (p, sock) => {
     switch (p.header.proc) {
       case RemoteProc.DOMAIN_LOOKUP_BY_NAME:
@@ -59,7 +60,7 @@ test('RPC: the read\'s requests are written before the copy into the launcher\'s
   Socket.prototype.write = function (this: Socket & { server?: unknown }, ...args: unknown[]) {
     if (!this.server) steps.push('request');
     return (write as (...a: unknown[]) => boolean).apply(this, args);
-  } as typeof write;
+  };
   try {
     const r = await inj.inject(target, '/seeds/nocloud.iso');
     assert.equal(r.action, 'attached');

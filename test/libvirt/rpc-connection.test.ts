@@ -34,7 +34,10 @@ const dir = mkdtempSync(join(tmpdir(), 'vmseed-rpc-conn-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
 async function rejection(p: Promise<unknown>): Promise<VmseedError> {
-  const e = await p.then(() => undefined, (err: unknown) => err);
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   assert.ok(e instanceof VmseedError, `expected a VmseedError, got ${String(e)}`);
   return e;
 }
@@ -54,12 +57,19 @@ test('replies are matched by serial, whatever their order; an error reply become
   const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000 });
   try {
     const d = now() + 5_000;
-    const [a, b, c] = [conn.call(157, Buffer.alloc(0), d, 'a'), conn.call(157, Buffer.alloc(0), d, 'b'), conn.call(157, Buffer.alloc(0), d, 'c')];
+    const [a, b, c] = [
+      conn.call(157, Buffer.alloc(0), d, 'a'),
+      conn.call(157, Buffer.alloc(0), d, 'b'),
+      conn.call(157, Buffer.alloc(0), d, 'c'),
+    ];
     assert.deepEqual(await a, u64(1n));
     assert.deepEqual(await b, u64(2n));
     const e = await rejection(c);
     assert.equal(e.code, 'DOMAIN_NOT_FOUND');
-    assert.deepEqual(fake.received.map((p) => p.header.serial), [1, 2, 3]);
+    assert.deepEqual(
+      fake.received.map((p) => p.header.serial),
+      [1, 2, 3],
+    );
     assert.ok(fake.received.every((p) => p.header.prog === REMOTE_PROGRAM && p.header.type === MessageType.CALL));
   } finally {
     conn.destroy();
@@ -70,7 +80,15 @@ test('replies are matched by serial, whatever their order; an error reply become
 test('a daemon that stops answering: the call fails at its deadline, the keepalive probe goes unanswered, the connection is torn down', async () => {
   const fake = await fakeDaemon(() => {});
   let closedWith: VmseedError | undefined;
-  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, keepaliveIntervalMs: 0, keepaliveTimeoutMs: 200, onClose: (e) => { closedWith = e; } });
+  const conn = await RpcConnection.open({
+    socketPath: fake.path,
+    deadline: now() + 5_000,
+    keepaliveIntervalMs: 0,
+    keepaliveTimeoutMs: 200,
+    onClose: (e) => {
+      closedWith = e;
+    },
+  });
   try {
     const other = conn.call(157, Buffer.alloc(0), now() + 60_000, 'other');
     const e = await rejection(conn.call(157, Buffer.alloc(0), now() + 100, 'get-lib-version'));
@@ -101,7 +119,12 @@ test('a slow call on a live daemon: it times out alone, the connection stays (PO
     }
     reply(sock, p, u64(BigInt(p.header.serial)));
   });
-  const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, keepaliveIntervalMs: 0, keepaliveTimeoutMs: 2_000 });
+  const conn = await RpcConnection.open({
+    socketPath: fake.path,
+    deadline: now() + 5_000,
+    keepaliveIntervalMs: 0,
+    keepaliveTimeoutMs: 2_000,
+  });
   try {
     assert.equal((await rejection(conn.call(157, Buffer.alloc(0), now() + 100, 'slow'))).code, 'LIBVIRT_TIMEOUT');
     await conn.ping(now() + 2_000);
@@ -134,20 +157,36 @@ test('at most maxInFlight calls on the wire, the rest wait their turn; a keepali
       const [p, sock] = held.shift()!;
       reply(sock, p, u64(BigInt(p.header.serial)));
     }
-    assert.deepEqual(await Promise.all(calls), Array.from({ length: 10 }, (_, i) => u64(BigInt(i + 1))));
+    assert.deepEqual(
+      await Promise.all(calls),
+      Array.from({ length: 10 }, (_, i) => u64(BigInt(i + 1))),
+    );
   } finally {
     conn.destroy();
     await fake.close();
   }
 });
 
-test('the daemon\'s keepalive PING is answered with a PONG', async () => {
+test("the daemon's keepalive PING is answered with a PONG", async () => {
   let pong: () => void;
-  const ponged = new Promise<void>((r) => { pong = r; });
+  const ponged = new Promise<void>((r) => {
+    pong = r;
+  });
   const fake = await fakeDaemon((p) => {
     if (p.header.prog === KEEPALIVE_PROGRAM && p.header.proc === KeepaliveProc.PONG) pong();
   });
-  fake.server.on('connection', (sock) => sock.write(encodePacket({ prog: KEEPALIVE_PROGRAM, vers: 1, proc: KeepaliveProc.PING, type: MessageType.MESSAGE, serial: 0, status: 0 })));
+  fake.server.on('connection', (sock) =>
+    sock.write(
+      encodePacket({
+        prog: KEEPALIVE_PROGRAM,
+        vers: 1,
+        proc: KeepaliveProc.PING,
+        type: MessageType.MESSAGE,
+        serial: 0,
+        status: 0,
+      }),
+    ),
+  );
   const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000 });
   try {
     await ponged;
@@ -165,7 +204,10 @@ test('a frame over the limit drops the connection with LIBVIRT_PROTOCOL', async 
     assert.equal(conn.closed, true);
     // Arguments over the limit never leave the process.
     const conn2 = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, maxFrameBytes: 4096 });
-    assert.equal((await rejection(conn2.call(160, Buffer.alloc(8192), now() + 5_000, 'attach'))).code, 'LIBVIRT_PROTOCOL');
+    assert.equal(
+      (await rejection(conn2.call(160, Buffer.alloc(8192), now() + 5_000, 'attach'))).code,
+      'LIBVIRT_PROTOCOL',
+    );
     conn2.destroy();
   } finally {
     conn.destroy();
@@ -192,7 +234,12 @@ test('only a real socket is dialled: a missing path is LIBVIRT_UNREACHABLE, a sy
 test('session: auth none, open with the URI name, events delivered', async () => {
   const fake = await handshakeDaemon([0]);
   const events: DomainEventMessage[] = [];
-  const s = await RemoteSession.open({ socketPath: fake.path, name: 'qemu:///session', deadline: now() + 5_000, onDomainEvent: (e) => events.push(e) });
+  const s = await RemoteSession.open({
+    socketPath: fake.path,
+    name: 'qemu:///session',
+    deadline: now() + 5_000,
+    onDomainEvent: (e) => events.push(e),
+  });
   try {
     const open = fake.received.find((p) => p.header.proc === RemoteProc.CONNECT_OPEN)!;
     assert.deepEqual(open.payload, new XdrWriter().optionalString('qemu:///session', 100).u32(0).toBuffer());
@@ -209,9 +256,14 @@ test('session: auth none, open with the URI name, events delivered', async () =>
 test('session: a daemon that only offers SASL is refused with LIBVIRT_ACCESS_DENIED, and the socket is closed', async () => {
   const fake = await handshakeDaemon([1]);
   try {
-    const e = await rejection(RemoteSession.open({ socketPath: fake.path, name: 'qemu:///system', deadline: now() + 5_000 }));
+    const e = await rejection(
+      RemoteSession.open({ socketPath: fake.path, name: 'qemu:///system', deadline: now() + 5_000 }),
+    );
     assert.equal(e.code, 'LIBVIRT_ACCESS_DENIED');
-    assert.equal(fake.received.some((p) => p.header.proc === RemoteProc.CONNECT_OPEN), false);
+    assert.equal(
+      fake.received.some((p) => p.header.proc === RemoteProc.CONNECT_OPEN),
+      false,
+    );
   } finally {
     await fake.close();
   }
@@ -222,8 +274,13 @@ test('manager: one connection per URI, closed with CONNECT_CLOSE once idle; a wa
   const m = new ConnectionManager({ idleMs: 100, resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   try {
-    const call = (uri: string) => m.withSession(uri, { deadline: now() + 5_000, idempotent: true }, (s) => s.getLibVersion(now() + 5_000));
-    assert.deepEqual(await Promise.all([call('qemu:///system'), call('qemu:///system'), call('qemu:///session')]), [9_000_000n, 9_000_000n, 9_000_000n]);
+    const call = (uri: string) =>
+      m.withSession(uri, { deadline: now() + 5_000, idempotent: true }, (s) => s.getLibVersion(now() + 5_000));
+    assert.deepEqual(await Promise.all([call('qemu:///system'), call('qemu:///system'), call('qemu:///session')]), [
+      9_000_000n,
+      9_000_000n,
+      9_000_000n,
+    ]);
     assert.equal(m.openCount, 2);
     assert.equal(fake.received.filter((p) => p.header.proc === RemoteProc.CONNECT_OPEN).length, 2);
     const unwatch = m.watch('qemu:///session');
@@ -243,7 +300,7 @@ test('manager: one connection per URI, closed with CONNECT_CLOSE once idle; a wa
   }
 });
 
-test('client: mutations of one domain never overlap; other domains\' do', async () => {
+test("client: mutations of one domain never overlap; other domains' do", async () => {
   const inFlight = new Map<string, number>();
   let maxSame = 0;
   let maxTotal = 0;
@@ -257,7 +314,10 @@ test('client: mutations of one domain never overlap; other domains\' do', async 
       const name = new XdrReader(p.payload).string(1000);
       inFlight.set(name, (inFlight.get(name) ?? 0) + 1);
       maxSame = Math.max(maxSame, ...inFlight.values());
-      maxTotal = Math.max(maxTotal, [...inFlight.values()].reduce((a, b) => a + b, 0));
+      maxTotal = Math.max(
+        maxTotal,
+        [...inFlight.values()].reduce((a, b) => a + b, 0),
+      );
       setTimeout(() => {
         inFlight.set(name, inFlight.get(name)! - 1);
         reply(sock, p, Buffer.alloc(0));
@@ -283,7 +343,7 @@ test('client: mutations of one domain never overlap; other domains\' do', async 
 // get_nonnull_domain, then the driver's FindByUUID), not by its name: the
 // fake does the same, so a remembered handle of a redefined domain fails
 // like it would on the real daemon.
-test('client: a domain\'s handle is looked up once per session and reused; a stale one (redefined, new UUID) is looked up again and the attach happens once', async () => {
+test("client: a domain's handle is looked up once per session and reused; a stale one (redefined, new UUID) is looked up again and the attach happens once", async () => {
   const uuids = new Map<string, Buffer>([['a', Buffer.alloc(16, 0xa1)]]);
   const attached: string[] = [];
   let daemonSock: Socket | undefined;
@@ -299,7 +359,13 @@ test('client: a domain\'s handle is looked up once per session and reused; a sta
       case RemoteProc.DOMAIN_LOOKUP_BY_NAME: {
         const name = new XdrReader(p.payload).string(1000);
         const uuid = uuids.get(name);
-        if (!uuid) reply(sock, p, remoteError(42, `Domain not found: no domain with matching name '${name}'`), MessageStatus.ERROR);
+        if (!uuid)
+          reply(
+            sock,
+            p,
+            remoteError(42, `Domain not found: no domain with matching name '${name}'`),
+            MessageStatus.ERROR,
+          );
         else reply(sock, p, writeDomain(new XdrWriter(), { name, uuid, id: 1 }).toBuffer());
         return true;
       }
@@ -322,10 +388,20 @@ test('client: a domain\'s handle is looked up once per session and reused; a sta
     }
     return false;
   });
-  const lifecycle = (name: string, uuid: Buffer, event: number) => daemonSock!.write(encodePacket(
-    { prog: REMOTE_PROGRAM, vers: 1, proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE, type: MessageType.MESSAGE, serial: 0, status: 0 },
-    writeDomain(new XdrWriter().i32(1), { name, uuid, id: -1 }).i32(event).i32(0).toBuffer(),
-  ));
+  const lifecycle = (name: string, uuid: Buffer, event: number) =>
+    daemonSock!.write(
+      encodePacket(
+        {
+          prog: REMOTE_PROGRAM,
+          vers: 1,
+          proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE,
+          type: MessageType.MESSAGE,
+          serial: 0,
+          status: 0,
+        },
+        writeDomain(new XdrWriter().i32(1), { name, uuid, id: -1 }).i32(event).i32(0).toBuffer(),
+      ),
+    );
   const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
   const U = 'qemu:///system';
   const lookups = () => fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length;
@@ -370,13 +446,22 @@ test('client: a domain\'s handle is looked up once per session and reused; a sta
 test('client: the stop signal ends calls in flight and calls waiting their turn with CANCELLED at once; later calls are not sent', async () => {
   const fake = await handshakeDaemon([0], (p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME); // never answered
   const stop = new AbortController();
-  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }), cancel: stop.signal, timeoutMs: 600_000 });
+  const client = new RpcLibvirtClient({
+    resolve: (uri) => ({ socketPath: fake.path, name: uri }),
+    cancel: stop.signal,
+    timeoutMs: 600_000,
+  });
   const U = 'qemu:///system';
   try {
     const read = client.domainInfo(U, 'a');
     const first = client.attachDevice(U, 'a', '<disk/>', { live: true, config: false });
     const queued = client.attachDevice(U, 'a', '<disk/>', { live: true, config: false });
-    for (let i = 0; i < 200 && fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    for (
+      let i = 0;
+      i < 200 && fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length < 2;
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 10));
     const t0 = Date.now();
     stop.abort();
     for (const p of [read, first, queued]) assert.equal((await rejection(p)).code, 'CANCELLED');
@@ -394,8 +479,14 @@ test('manager: close() ends a call that is backing off while libvirtd is away, l
   const fake = await handshakeDaemon([0]);
   const path = fake.path;
   await fake.close(); // the socket is gone: every connect fails
-  const m = new ConnectionManager({ backoffInitialMs: 200, backoffMaxMs: 200, resolve: (uri) => ({ socketPath: path, name: uri }) });
-  const call = m.withSession('qemu:///system', { deadline: now() + 600_000, idempotent: true }, (s) => s.getLibVersion(now() + 600_000));
+  const m = new ConnectionManager({
+    backoffInitialMs: 200,
+    backoffMaxMs: 200,
+    resolve: (uri) => ({ socketPath: path, name: uri }),
+  });
+  const call = m.withSession('qemu:///system', { deadline: now() + 600_000, idempotent: true }, (s) =>
+    s.getLibVersion(now() + 600_000),
+  );
   await new Promise((r) => setTimeout(r, 300));
   const t0 = Date.now();
   await m.close();

@@ -27,7 +27,15 @@ test('domain names go after --domain, so one starting with - stays a name; XML g
   await c.detachDevice('qemu:///system', 'd', '<disk/>', { live: true, config: true });
   await c.resume('qemu:///system', 'd');
   assert.deepEqual(r.calls[0].args, ['-q', '-c', 'qemu:///system', 'dumpxml', '--inactive', '--domain', '--help']);
-  assert.deepEqual(r.calls[1].args.slice(0, 7), ['-q', '-c', 'qemu:///system', 'attach-device', '--domain', '-x', '--file']);
+  assert.deepEqual(r.calls[1].args.slice(0, 7), [
+    '-q',
+    '-c',
+    'qemu:///system',
+    'attach-device',
+    '--domain',
+    '-x',
+    '--file',
+  ]);
   assert.deepEqual(r.calls[1].args.slice(8), ['--live']);
   assert.equal(r.calls[1].xml, '<disk/>');
   assert.deepEqual(r.calls[2].args.slice(8), ['--live', '--config']);
@@ -35,7 +43,10 @@ test('domain names go after --domain, so one starting with - stays a name; XML g
 });
 
 test('dominfo: virsh state words to libvirt state names', () => {
-  const info = (state: string, persistent = 'yes') => parseVirshDominfo(`Id:             3\nName:           d\nState:          ${state}\nPersistent:     ${persistent}\n`);
+  const info = (state: string, persistent = 'yes') =>
+    parseVirshDominfo(
+      `Id:             3\nName:           d\nState:          ${state}\nPersistent:     ${persistent}\n`,
+    );
   assert.deepEqual(info('running'), { state: 'running', rawState: 'running', persistent: true });
   assert.deepEqual(info('idle'), { state: 'running', rawState: 'blocked', persistent: true });
   assert.deepEqual(info('paused', 'no'), { state: 'paused', rawState: 'paused', persistent: false });
@@ -45,7 +56,9 @@ test('dominfo: virsh state words to libvirt state names', () => {
 });
 
 test('version: the daemon line wins over the library line', async () => {
-  const both = recorder('Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nRunning against daemon: 10.1.0\n');
+  const both = recorder(
+    'Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nRunning against daemon: 10.1.0\n',
+  );
   assert.equal(await new VirshLibvirtClient({ spawner: both.spawner }).version('qemu:///system'), '10.1.0');
   const lib = recorder('Compiled against library: libvirt 8.0.0\nUsing library: libvirt 9.0.0\n');
   assert.equal(await new VirshLibvirtClient({ spawner: lib.spawner }).version('qemu:///system'), '9.0.0');

@@ -1,21 +1,61 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { classifyVirshError, Virsh, NodeProcessSpawner, XML_FILE, type ProcessSpawner, type SpawnOptions, type SpawnResult } from '../../src/libvirt/virsh.ts';
+import {
+  classifyVirshError,
+  Virsh,
+  NodeProcessSpawner,
+  XML_FILE,
+  type ProcessSpawner,
+  type SpawnOptions,
+  type SpawnResult,
+} from '../../src/libvirt/virsh.ts';
 import { readFileSync } from 'node:fs';
 
 // stderr exactly as virsh 9.0 printed it here (libvirt src/qemu/qemu_hotplug.c).
 const REAL: Array<[string, string, boolean]> = [
   ["error: failed to get domain 'x'\n", 'DOMAIN_NOT_FOUND', true],
-  ["error: Failed to attach device from /tmp/d.xml\nerror: XML error: target 'vdb' duplicated for disk sources '/a' and '/b'\n", 'TARGET_IN_USE', true],
-  ['error: Failed to attach device from /tmp/d.xml\nerror: Requested operation is not valid: target vdb already exists\n', 'TARGET_IN_USE', true],
-  ['error: Failed to attach device from /tmp/disk.xml\nerror: unsupported configuration: non unique alias detected: ua-vmseed\n', 'ALIAS_IN_USE', true],
-  ["error: Failed to attach device from /tmp/d.xml\nerror: Cannot access storage file '/nope/seed.iso': No such file or directory\n", 'SEED_FILE_NOT_ACCESSIBLE', true],
-  ['error: Failed to attach device from /tmp/d.xml\nerror: Requested operation is not valid: transient domains do not have any persistent config\n', 'DOMAIN_TRANSIENT', false],
-  ['error: Failed to detach device from /tmp/d.xml\nerror: device not found: disk vdz not found\n', 'DEVICE_NOT_FOUND', true],
+  [
+    "error: Failed to attach device from /tmp/d.xml\nerror: XML error: target 'vdb' duplicated for disk sources '/a' and '/b'\n",
+    'TARGET_IN_USE',
+    true,
+  ],
+  [
+    'error: Failed to attach device from /tmp/d.xml\nerror: Requested operation is not valid: target vdb already exists\n',
+    'TARGET_IN_USE',
+    true,
+  ],
+  [
+    'error: Failed to attach device from /tmp/disk.xml\nerror: unsupported configuration: non unique alias detected: ua-vmseed\n',
+    'ALIAS_IN_USE',
+    true,
+  ],
+  [
+    "error: Failed to attach device from /tmp/d.xml\nerror: Cannot access storage file '/nope/seed.iso': No such file or directory\n",
+    'SEED_FILE_NOT_ACCESSIBLE',
+    true,
+  ],
+  [
+    'error: Failed to attach device from /tmp/d.xml\nerror: Requested operation is not valid: transient domains do not have any persistent config\n',
+    'DOMAIN_TRANSIENT',
+    false,
+  ],
+  [
+    'error: Failed to detach device from /tmp/d.xml\nerror: device not found: disk vdz not found\n',
+    'DEVICE_NOT_FOUND',
+    true,
+  ],
   ['error: internal error: no device found with alias ua-nope\n', 'DEVICE_NOT_FOUND', true],
-  ["error: failed to connect to the hypervisor\nerror: Failed to connect socket to '/tmp/nope/libvirt-sock': No such file or directory\n", 'LIBVIRT_UNREACHABLE', true],
-  ['error: Failed to attach device from /dev/stdin\nerror: Requested operation is not valid: domain is not running\n', 'VIRSH_FAILED', true],
+  [
+    "error: failed to connect to the hypervisor\nerror: Failed to connect socket to '/tmp/nope/libvirt-sock': No such file or directory\n",
+    'LIBVIRT_UNREACHABLE',
+    true,
+  ],
+  [
+    'error: Failed to attach device from /dev/stdin\nerror: Requested operation is not valid: domain is not running\n',
+    'VIRSH_FAILED',
+    true,
+  ],
   ["error: Failed to attach device from x\nerror: Bus 'pci.0' does not support hotplugging\n", 'VIRSH_FAILED', true],
 ];
 
@@ -37,7 +77,15 @@ class FakeSpawner implements ProcessSpawner {
   async run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
     const xmlArg = args.find((a) => a.endsWith('device.xml'));
     this.calls.push({ file, args: [...args], options, fileContent: xmlArg ? readFileSync(xmlArg, 'utf8') : undefined });
-    return { exitCode: 0, signal: null, stdout: '', stderr: '', timedOut: false, outputTruncated: false, ...this.result };
+    return {
+      exitCode: 0,
+      signal: null,
+      stdout: '',
+      stderr: '',
+      timedOut: false,
+      outputTruncated: false,
+      ...this.result,
+    };
   }
 }
 
@@ -70,7 +118,10 @@ test('timeout, missing binary, output overflow and failures are typed', async ()
     [{ exitCode: 1, stderr: '' }, 'VIRSH_FAILED'],
   ];
   for (const [r, code] of cases) {
-    await assert.rejects(new Virsh({ ...opts, spawner: new FakeSpawner(r) }).run(['dominfo', 'x']), (e: unknown) => (e as { code: string }).code === code);
+    await assert.rejects(
+      new Virsh({ ...opts, spawner: new FakeSpawner(r) }).run(['dominfo', 'x']),
+      (e: unknown) => (e as { code: string }).code === code,
+    );
   }
 });
 
@@ -85,7 +136,10 @@ function alive(pattern: string): boolean {
 
 test('NodeProcessSpawner: the timeout kills the whole process group', async () => {
   const marker = String(800_000 + Math.floor(Math.random() * 90_000));
-  const r = await new NodeProcessSpawner().run('/bin/sh', ['-c', `sleep ${marker}; echo done`], { timeoutMs: 300, maxOutputBytes: 1000 });
+  const r = await new NodeProcessSpawner().run('/bin/sh', ['-c', `sleep ${marker}; echo done`], {
+    timeoutMs: 300,
+    maxOutputBytes: 1000,
+  });
   assert.equal(r.timedOut, true);
   assert.equal(r.stdout, '');
   await new Promise((res) => setTimeout(res, 100));
@@ -99,7 +153,10 @@ test('NodeProcessSpawner: output is bounded and the writer killed', async () => 
 });
 
 test('NodeProcessSpawner: exit code, stdout, stderr; missing binary', async () => {
-  const r = await new NodeProcessSpawner().run('/bin/sh', ['-c', 'echo out; echo err >&2; exit 3'], { timeoutMs: 5000, maxOutputBytes: 1000 });
+  const r = await new NodeProcessSpawner().run('/bin/sh', ['-c', 'echo out; echo err >&2; exit 3'], {
+    timeoutMs: 5000,
+    maxOutputBytes: 1000,
+  });
   assert.deepEqual([r.exitCode, r.stdout, r.stderr, r.timedOut], [3, 'out\n', 'err\n', false]);
   const m = await new NodeProcessSpawner().run('/nonexistent/virsh', [], { timeoutMs: 5000, maxOutputBytes: 1000 });
   assert.equal(m.spawnError, 'not-found');

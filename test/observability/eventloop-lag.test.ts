@@ -19,17 +19,30 @@ test('an idle process reports near-zero lag; a blocked loop shows up', async () 
   const idle = await m.registry.metrics();
   // The sampler's period is 100 ms: an uncorrected histogram cannot go below it.
   for (const q of ['p50', 'mean', 'min']) {
-    assert.ok(value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`) < 0.05, `${q}: ${value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`)}`);
+    assert.ok(
+      value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`) < 0.05,
+      `${q}: ${value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`)}`,
+    );
   }
   // Block the loop for 400 ms from a timer callback (not in the scrape's tick).
-  await new Promise<void>((resolve) => setTimeout(() => {
-    const t0 = Date.now();
-    while (Date.now() - t0 < 400) { /* busy */ }
-    resolve();
-  }, 150));
+  await new Promise<void>((resolve) =>
+    setTimeout(() => {
+      const t0 = Date.now();
+      while (Date.now() - t0 < 400) {
+        /* busy */
+      }
+      resolve();
+    }, 150),
+  );
   await sleep(300);
   const busy = await m.registry.metrics();
-  assert.ok(value(busy, 'vmseed_nodejs_eventloop_lag_max_seconds') > 0.15, `max after a 400 ms block: ${value(busy, 'vmseed_nodejs_eventloop_lag_max_seconds')}`);
+  assert.ok(
+    value(busy, 'vmseed_nodejs_eventloop_lag_max_seconds') > 0.15,
+    `max after a 400 ms block: ${value(busy, 'vmseed_nodejs_eventloop_lag_max_seconds')}`,
+  );
   // Each of prom-client's histogram gauges is exported once (ours replaced them).
-  assert.equal(busy.split('\n').filter((l) => l.startsWith('# TYPE vmseed_nodejs_eventloop_lag_p99_seconds ')).length, 1);
+  assert.equal(
+    busy.split('\n').filter((l) => l.startsWith('# TYPE vmseed_nodejs_eventloop_lag_p99_seconds ')).length,
+    1,
+  );
 });

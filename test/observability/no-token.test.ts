@@ -38,14 +38,35 @@ function vms(): Vm[] {
   return [
     { name: 'alpha', uid: randomUUID(), annotation: ud('alpha'), state: 'ready', served: true },
     { name: 'beta', uid: randomUUID(), annotation: ud('beta'), state: 'ready', served: true },
-    { name: 'gamma', uid: randomUUID(), annotation: `${ud('gamma')}networkData: |\n  version: 2\n  ethernets: {eth0: {dhcp4: true}}\n`, state: 'ready', served: true },
-    { name: 'cd', uid: randomUUID(), annotation: `datasource: configdrive\n${ud('cd')}`, state: 'ready', served: false },
-    { name: 'broken', uid: randomUUID(), annotation: 'userDataBase64: "not base64!!"\n', state: 'error', served: false },
+    {
+      name: 'gamma',
+      uid: randomUUID(),
+      annotation: `${ud('gamma')}networkData: |\n  version: 2\n  ethernets: {eth0: {dhcp4: true}}\n`,
+      state: 'ready',
+      served: true,
+    },
+    {
+      name: 'cd',
+      uid: randomUUID(),
+      annotation: `datasource: configdrive\n${ud('cd')}`,
+      state: 'ready',
+      served: false,
+    },
+    {
+      name: 'broken',
+      uid: randomUUID(),
+      annotation: 'userDataBase64: "not base64!!"\n',
+      state: 'error',
+      served: false,
+    },
   ];
 }
 
 function manifest(v: Vm): string {
-  const annotation = v.annotation.split('\n').map((l) => (l ? `      ${l}` : l)).join('\n');
+  const annotation = v.annotation
+    .split('\n')
+    .map((l) => (l ? `      ${l}` : l))
+    .join('\n');
   return `apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
@@ -88,20 +109,32 @@ function clusterMode(fake: FakeKube): Mode {
         assert.equal(fake.applyVmi(obj).metadata.uid, v.uid);
       }
       const kubeconfig = await fake.writeKubeconfig(dir);
-      return { args: ['--kubeconfig', kubeconfig, '--libvirt', 'off'], env: { NODE_NAME: NODE }, events: () => fake.events().map((e) => JSON.stringify(e)) };
+      return {
+        args: ['--kubeconfig', kubeconfig, '--libvirt', 'off'],
+        env: { NODE_NAME: NODE },
+        events: () => fake.events().map((e) => JSON.stringify(e)),
+      };
     },
   };
 }
 
-test('local mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event', { timeout: 90_000 }, async (t) => {
-  await noToken(t, LOCAL);
-});
+test(
+  'local mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event',
+  { timeout: 90_000 },
+  async (t) => {
+    await noToken(t, LOCAL);
+  },
+);
 
-test('cluster mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event', { timeout: 90_000 }, async (t) => {
-  const fake = await FakeKube.start();
-  t.after(() => fake.close());
-  await noToken(t, clusterMode(fake));
-});
+test(
+  'cluster mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event',
+  { timeout: 90_000 },
+  async (t) => {
+    const fake = await FakeKube.start();
+    t.after(() => fake.close());
+    await noToken(t, clusterMode(fake));
+  },
+);
 
 async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promise<void> {
   const dir = await tempDir('vmseed-no-token-');
@@ -114,9 +147,21 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
   const child = spawn(
     process.execPath,
     [
-      join(ROOT, 'src/main.ts'), 'agent', ...setup.args, '--state-dir', join(dir.path, 'seeds'),
-      '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.2:0', '--log-level', 'trace',
-      '--datasource-listen', '127.0.0.1:0', '--datasource-key-file', keyFile,
+      join(ROOT, 'src/main.ts'),
+      'agent',
+      ...setup.args,
+      '--state-dir',
+      join(dir.path, 'seeds'),
+      '--listen',
+      '127.0.0.1:0',
+      '--status-listen',
+      '127.0.0.2:0',
+      '--log-level',
+      'trace',
+      '--datasource-listen',
+      '127.0.0.1:0',
+      '--datasource-key-file',
+      keyFile,
     ],
     { cwd: dir.path, env: { ...process.env, ...setup.env }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
@@ -126,23 +171,45 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
   const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   t.after(() => void (child.exitCode === null && child.kill('SIGKILL')));
 
-  const url = await waitFor('probe listener', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)","listen":"[^"]*","serve":"probes"/.exec(out)?.[1], 15_000);
-  const statusUrl = await waitFor('status listener', () => /"url":"(http:\/\/127\.0\.0\.2:\d+)","listen":"[^"]*","serve":"status"/.exec(out)?.[1], 15_000);
-  const dsPort = Number(await waitFor('datasource listener', () => /"port":(\d+)[^\n]*NoCloud HTTP datasource listening/.exec(out)?.[1], 15_000));
+  const url = await waitFor(
+    'probe listener',
+    () => /"url":"(http:\/\/127\.0\.0\.1:\d+)","listen":"[^"]*","serve":"probes"/.exec(out)?.[1],
+    15_000,
+  );
+  const statusUrl = await waitFor(
+    'status listener',
+    () => /"url":"(http:\/\/127\.0\.0\.2:\d+)","listen":"[^"]*","serve":"status"/.exec(out)?.[1],
+    15_000,
+  );
+  const dsPort = Number(
+    await waitFor(
+      'datasource listener',
+      () => /"port":(\d+)[^\n]*NoCloud HTTP datasource listening/.exec(out)?.[1],
+      15_000,
+    ),
+  );
   const base = `http://127.0.0.1:${dsPort}/v1`;
 
   type JsonVmi = { name: string; state: string; servedOverHttp?: boolean };
-  const vmis = await waitFor('every VMI settled', async () => {
-    const s = (await (await fetch(`${statusUrl}/status.json`)).json()) as { vmis: JsonVmi[] };
-    return all.every((v) => s.vmis.some((x) => x.name === v.name && x.state === v.state)) && s.vmis;
-  }, 30_000);
-  for (const v of all) assert.equal(vmis.find((x) => x.name === v.name)!.servedOverHttp === true, v.served, `${v.name}: servedOverHttp`);
+  const vmis = await waitFor(
+    'every VMI settled',
+    async () => {
+      const s = (await (await fetch(`${statusUrl}/status.json`)).json()) as { vmis: JsonVmi[] };
+      return all.every((v) => s.vmis.some((x) => x.name === v.name && x.state === v.state)) && s.vmis;
+    },
+    30_000,
+  );
+  for (const v of all)
+    assert.equal(vmis.find((x) => x.name === v.name)!.servedOverHttp === true, v.served, `${v.name}: servedOverHttp`);
 
   // What an entitled owner gets: the serial from seed-url, with the key.
   const keyring = new DatasourceKeyring(parseKeyFile(readFileSync(keyFile, 'utf8'), keyFile));
   const secrets: Array<{ vm: string; what: string; value: string }> = [];
   for (const v of all) {
-    const cli = await runCli(['seed-url', `tenant-${v.name}/${v.name}`, '--uid', v.uid, '--key-file', keyFile, '--base', base], dir.path);
+    const cli = await runCli(
+      ['seed-url', `tenant-${v.name}/${v.name}`, '--uid', v.uid, '--key-file', keyFile, '--base', base],
+      dir.path,
+    );
     assert.equal(cli.code, 0, cli.err);
     const serial = cli.out.toString().trim();
     assert.equal(serial, datasourceSerialFor(keyring, v.uid, base));
@@ -150,8 +217,15 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
     const token = /\/v1\/([A-Za-z0-9_-]{43})\/$/.exec(seedUrl)?.[1];
     assert.ok(token, serial);
     // The second key's token is accepted too: no page may show it either.
-    const other = new DatasourceKeyring(parseKeyFile(readFileSync(keyFile, 'utf8').split('\n').slice(1).join('\n'), keyFile)).sign(v.uid);
-    secrets.push({ vm: v.name, what: 'serial', value: serial }, { vm: v.name, what: 'seed URL', value: seedUrl }, { vm: v.name, what: 'token', value: token }, { vm: v.name, what: 'second-key token', value: other });
+    const other = new DatasourceKeyring(
+      parseKeyFile(readFileSync(keyFile, 'utf8').split('\n').slice(1).join('\n'), keyFile),
+    ).sign(v.uid);
+    secrets.push(
+      { vm: v.name, what: 'serial', value: serial },
+      { vm: v.name, what: 'seed URL', value: seedUrl },
+      { vm: v.name, what: 'token', value: token },
+      { vm: v.name, what: 'second-key token', value: other },
+    );
     // Guests fetch with it (so the serving paths log what they log).
     for (const f of ['meta-data', 'user-data', 'vendor-data', 'network-config']) {
       const res = await fetch(`${seedUrl}${f}`);
@@ -162,10 +236,16 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
     assert.equal((await fetch(`${base}/${other}/user-data`)).status, v.served ? 200 : 404);
   }
   // The fetches are recorded (the pages below are the ones that know about them).
-  await waitFor('fetches on /status.json', async () => {
-    const s = (await (await fetch(`${statusUrl}/status.json`)).json()) as { vmis: Array<{ name: string; lastFetch?: Record<string, string> }> };
-    return all.filter((v) => v.served).every((v) => s.vmis.find((x) => x.name === v.name)?.lastFetch?.['user-data']);
-  }, 10_000);
+  await waitFor(
+    'fetches on /status.json',
+    async () => {
+      const s = (await (await fetch(`${statusUrl}/status.json`)).json()) as {
+        vmis: Array<{ name: string; lastFetch?: Record<string, string> }>;
+      };
+      return all.filter((v) => v.served).every((v) => s.vmis.find((x) => x.name === v.name)?.lastFetch?.['user-data']);
+    },
+    10_000,
+  );
 
   const routes: Array<FetchedRoute & { listener: string }> = [
     ...(await fetchAll(url)).map((r) => ({ ...r, listener: 'probes' })),
@@ -181,7 +261,8 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
     assert.equal(get('probes', p).status, 404, `probes ${p}`);
     assert.equal(get('status', p).status, 200, `status ${p}`);
   }
-  for (const v of all) assert.equal(get('status', `/status/tenant-${v.name}/${v.name}`).status, 200, `detail page of ${v.name}`);
+  for (const v of all)
+    assert.equal(get('status', `/status/tenant-${v.name}/${v.name}`).status, 200, `detail page of ${v.name}`);
   assert.match(get('status', '/status/tenant-alpha/alpha').body, /vmseed seed-url tenant-alpha\/alpha --uid/);
   assert.match(get('probes', '/metrics').body, /vmseed_datasource_requests_total\{[^}]*status="200"/);
 
@@ -190,9 +271,18 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
   const lines = out.split('\n').filter(Boolean);
   const events = setup.events();
   const eventTexts = mode === LOCAL ? lines : events;
-  assert.ok(eventTexts.some((l) => l.includes('"reason":"SeedReady"')), `${mode.name}: SeedReady Events searched`);
-  assert.ok(eventTexts.some((l) => l.includes('"reason":"SeedFailed"')), `${mode.name}: SeedFailed Events searched`);
-  assert.ok(lines.some((l) => l.includes('served seed file')), 'datasource fetches are in the log');
+  assert.ok(
+    eventTexts.some((l) => l.includes('"reason":"SeedReady"')),
+    `${mode.name}: SeedReady Events searched`,
+  );
+  assert.ok(
+    eventTexts.some((l) => l.includes('"reason":"SeedFailed"')),
+    `${mode.name}: SeedFailed Events searched`,
+  );
+  assert.ok(
+    lines.some((l) => l.includes('served seed file')),
+    'datasource fetches are in the log',
+  );
 
   const texts = [
     ...routes.map((r) => ({ where: `${r.listener} ${r.path}`, text: `${JSON.stringify(r.headers)}\n${r.body}` })),

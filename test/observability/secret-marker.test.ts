@@ -56,7 +56,14 @@ function cases(): Case[] {
     {
       name: 'net-secret',
       annotation: `userData: "#cloud-config\\n"\nnetworkDataSecretRef: {name: net-secret}\n`,
-      secrets: [{ name: 'net-secret', data: { networkdata: `version: 2\nethernets:\n  eth0:\n    dhcp4: true\n    nameservers: {search: [${mark('net').toLowerCase()}.example]}\n` } }],
+      secrets: [
+        {
+          name: 'net-secret',
+          data: {
+            networkdata: `version: 2\nethernets:\n  eth0:\n    dhcp4: true\n    nameservers: {search: [${mark('net').toLowerCase()}.example]}\n`,
+          },
+        },
+      ],
       seedHas: { file: 'network-config', text: mark('net').toLowerCase() },
     },
     {
@@ -119,7 +126,12 @@ function vmiOf(c: Case, node: string | undefined): VmiObject {
 }
 
 function secretOf(s: { name: string; data: Record<string, string>; raw?: boolean }): SecretObject {
-  return { apiVersion: 'v1', kind: 'Secret', metadata: { name: s.name, namespace: 'default' }, data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, s.raw ? v : b64(v)])) };
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: s.name, namespace: 'default' },
+    data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, s.raw ? v : b64(v)])),
+  };
 }
 
 interface Running {
@@ -129,11 +141,25 @@ interface Running {
 }
 
 function startCli(args: string[], env: Record<string, string>, cwd: string): Running {
-  const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0', '--status-listen', '127.0.0.1:0', '--log-level', 'debug'], {
-    cwd,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      join(ROOT, 'src/main.ts'),
+      'agent',
+      ...args,
+      '--listen',
+      '127.0.0.1:0',
+      '--status-listen',
+      '127.0.0.1:0',
+      '--log-level',
+      'debug',
+    ],
+    {
+      cwd,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
@@ -166,12 +192,22 @@ async function exercise(run: Running, all: Case[]): Promise<string[]> {
     'every VMI settled',
     async () => {
       const s = (await (await fetch(`${url}/status.json`)).json()) as { vmis: StatusVmi[] };
-      const settled = all.every((c) => s.vmis.find((v) => v.name === c.name && (c.error ? v.state === 'error' && v.lastError?.code === c.error : v.state === 'ready' || v.state === 'warning')));
+      const settled = all.every((c) =>
+        s.vmis.find(
+          (v) =>
+            v.name === c.name &&
+            (c.error
+              ? v.state === 'error' && v.lastError?.code === c.error
+              : v.state === 'ready' || v.state === 'warning'),
+        ),
+      );
       return settled && s.vmis;
     },
     20_000,
   ).catch(async (e) => {
-    throw new Error(`${(e as Error).message}: ${JSON.stringify(((await (await fetch(`${url}/status.json`)).json()) as { vmis: StatusVmi[] }).vmis.map((v: StatusVmi) => [v.name, v.state, v.lastError?.code]))}`);
+    throw new Error(
+      `${(e as Error).message}: ${JSON.stringify(((await (await fetch(`${url}/status.json`)).json()) as { vmis: StatusVmi[] }).vmis.map((v: StatusVmi) => [v.name, v.state, v.lastError?.code]))}`,
+    );
   });
   for (const c of all) {
     const v = vmis.find((x) => x.name === c.name)!;
@@ -182,12 +218,15 @@ async function exercise(run: Running, all: Case[]): Promise<string[]> {
   }
   // ...except the password, which is never in clear, not even in the seed.
   const pw = vmis.find((x) => x.name === 'password')!;
-  assert.ok(!execFileSync('isoinfo', ['-i', pw.imagePath!, '-R', '-x', '/user-data'], { encoding: 'utf8' }).includes(PREFIX));
+  assert.ok(
+    !execFileSync('isoinfo', ['-i', pw.imagePath!, '-R', '-x', '/user-data'], { encoding: 'utf8' }).includes(PREFIX),
+  );
 
   const routes = await fetchAll(url);
   const paths = routes.map((r) => r.path);
   for (const c of all) assert.ok(paths.includes(`/status/default/${c.name}`), `detail page of ${c.name} fetched`);
-  for (const p of ['/status', '/status.json', '/metrics', '/healthz', '/readyz']) assert.equal(routes.find((r) => r.path === p)?.status, 200, p);
+  for (const p of ['/status', '/status.json', '/metrics', '/healthz', '/readyz'])
+    assert.equal(routes.find((r) => r.path === p)?.status, 200, p);
   // The error messages are there, and say what is wrong.
   const page = routes.find((r) => r.path === '/status')!.body;
   for (const c of all) if (c.error) assert.ok(page.includes(c.error), `${c.error} on the status page`);
@@ -207,7 +246,10 @@ function logLines(out: string): string[] {
   const lines = out.split('\n').filter(Boolean);
   // Every line is a JSON log record: nothing bypasses the logger.
   for (const l of lines) assert.doesNotThrow(() => JSON.parse(l), `not a JSON log line: ${l.slice(0, 200)}`);
-  assert.ok(lines.some((l) => JSON.parse(l).level === 20), 'debug lines were logged');
+  assert.ok(
+    lines.some((l) => JSON.parse(l).level === 20),
+    'debug lines were logged',
+  );
   return lines;
 }
 
@@ -225,21 +267,45 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
   }
   const kubeconfig = await fake.writeKubeconfig(dir.path);
   // The agent's own credential is a secret too (shown nowhere, logged never).
-  await writeFile(kubeconfig, (await readFile(kubeconfig, 'utf8')).replace('"token":"fake-token"', `"token":"${mark('token')}"`));
+  await writeFile(
+    kubeconfig,
+    (await readFile(kubeconfig, 'utf8')).replace('"token":"fake-token"', `"token":"${mark('token')}"`),
+  );
   assert.ok((await readFile(kubeconfig, 'utf8')).includes(mark('token')));
   fake.acceptTokens(mark('token'));
-  const run = startCli(['--kubeconfig', kubeconfig, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'off'], { NODE_NAME: NODE }, dir.path);
+  const run = startCli(
+    ['--kubeconfig', kubeconfig, '--state-dir', join(dir.path, 'seeds'), '--libvirt', 'off'],
+    { NODE_NAME: NODE },
+    dir.path,
+  );
   let code: number | null = null;
   try {
     const bodies = await exercise(run, all);
-    await waitFor('SeedFailed Events', () => all.filter((c) => c.error).every((c) => fake.events().some((e) => e.involvedObject.name === c.name && e.reason === 'SeedFailed')), 10_000);
-    await waitFor('SeedReady Events', () => all.filter((c) => !c.error).every((c) => fake.events().some((e) => e.involvedObject.name === c.name && e.reason === 'SeedReady')), 10_000);
+    await waitFor(
+      'SeedFailed Events',
+      () =>
+        all
+          .filter((c) => c.error)
+          .every((c) => fake.events().some((e) => e.involvedObject.name === c.name && e.reason === 'SeedFailed')),
+      10_000,
+    );
+    await waitFor(
+      'SeedReady Events',
+      () =>
+        all
+          .filter((c) => !c.error)
+          .every((c) => fake.events().some((e) => e.involvedObject.name === c.name && e.reason === 'SeedReady')),
+      10_000,
+    );
     assertNoMarker('HTTP', bodies);
     for (const c of all.filter((c) => c.error)) {
       const e = fake.events().find((e) => e.involvedObject.name === c.name && e.reason === 'SeedFailed')!;
       assert.match(e.message, new RegExp(`^${c.error}: `));
     }
-    assertNoMarker('Event', fake.events().map((e) => JSON.stringify(e)));
+    assertNoMarker(
+      'Event',
+      fake.events().map((e) => JSON.stringify(e)),
+    );
   } finally {
     code = await run.stop();
   }
@@ -261,12 +327,17 @@ test('local mode: no marker in any response or log line', { timeout: 90_000 }, a
   }
   // A manifest file that does not parse, with a marker in it: reported
   // (status page, log) without its content.
-  await writeFile(join(manifests, 'zz-broken.yaml'), `apiVersion: v1\nkind: Secret\nmetadata: {name: half\nstringData: {password: ${mark('manifest')}\n  - [${mark('manifest2')}\n`);
+  await writeFile(
+    join(manifests, 'zz-broken.yaml'),
+    `apiVersion: v1\nkind: Secret\nmetadata: {name: half\nstringData: {password: ${mark('manifest')}\n  - [${mark('manifest2')}\n`,
+  );
   const run = startCli(['--local', manifests, '--state-dir', join(dir.path, 'seeds')], {}, dir.path);
   let code: number | null = null;
   try {
     const bodies = await exercise(run, all);
-    const json = JSON.parse(bodies[bodies.indexOf(bodies.find((b) => b.startsWith('/status.json '))!) + 1]) as { watch: { lastError?: string } };
+    const json = JSON.parse(bodies[bodies.indexOf(bodies.find((b) => b.startsWith('/status.json '))!) + 1]) as {
+      watch: { lastError?: string };
+    };
     assert.match(json.watch.lastError ?? '', /^MANIFEST_INVALID: .*zz-broken\.yaml/);
     assertNoMarker('HTTP', bodies);
   } finally {

@@ -53,7 +53,12 @@ export function startVm(vm: Obj): Obj {
   const spec = structuredClone(vm.spec.template.spec);
   spec.domain.firmware ??= {};
   spec.domain.firmware.uuid ||= VM_RANDOM_UUID;
-  return { apiVersion: vm.apiVersion, kind: 'VirtualMachineInstance', metadata: { ...(vm.spec.template.metadata ?? {}), name: vm.metadata.name, namespace: vm.metadata.namespace }, spec };
+  return {
+    apiVersion: vm.apiVersion,
+    kind: 'VirtualMachineInstance',
+    metadata: { ...(vm.spec.template.metadata ?? {}), name: vm.metadata.name, namespace: vm.metadata.namespace },
+    spec,
+  };
 }
 
 const present = (v: unknown): boolean => v !== undefined && v !== null;
@@ -73,9 +78,24 @@ function goBase64(s: string): { ok: true; bytes: Buffer } | { ok: false; message
 export function webhook(vmi: Obj): Cause[] {
   const causes: Cause[] = [];
   const volumes: Obj[] = vmi.spec?.volumes ?? [];
-  const sourceKeys = ['persistentVolumeClaim', 'sysprep', 'cloudInitNoCloud', 'cloudInitConfigDrive', 'containerDisk',
-    'ephemeral', 'emptyDisk', 'hostDisk', 'dataVolume', 'configMap', 'secret', 'downwardAPI', 'serviceAccount',
-    'downwardMetrics', 'memoryDump', 'containerPath'];
+  const sourceKeys = [
+    'persistentVolumeClaim',
+    'sysprep',
+    'cloudInitNoCloud',
+    'cloudInitConfigDrive',
+    'containerDisk',
+    'ephemeral',
+    'emptyDisk',
+    'hostDisk',
+    'dataVolume',
+    'configMap',
+    'secret',
+    'downwardAPI',
+    'serviceAccount',
+    'downwardMetrics',
+    'memoryDump',
+    'containerPath',
+  ];
   volumes.forEach((volume, idx) => {
     const f = `spec.volumes[${idx}]`;
     const count = sourceKeys.filter((k) => present(volume[k])).length;
@@ -92,7 +112,11 @@ export function webhook(vmi: Obj): Cause[] {
     if (src.userDataBase64) {
       userCount++;
       const d = goBase64(src.userDataBase64);
-      if (!d.ok) causes.push({ field: `${base}.userDataBase64`, message: `${base}.userDataBase64.${dst}.userDataBase64 is not a valid base64 value.` });
+      if (!d.ok)
+        causes.push({
+          field: `${base}.userDataBase64`,
+          message: `${base}.userDataBase64.${dst}.userDataBase64 is not a valid base64 value.`,
+        });
       userLen = d.ok ? d.bytes.length : 0;
     }
     if (src.userData) {
@@ -100,12 +124,20 @@ export function webhook(vmi: Obj): Cause[] {
       userLen = Buffer.byteLength(src.userData);
     }
     if (userCount > 1) causes.push({ field: base, message: `${base} must have only one userdatasource set.` });
-    if (userLen > 2048) causes.push({ field: base, message: `${base} userdata exceeds 2048 byte limit. Should use UserDataSecretRef for larger data.` });
+    if (userLen > 2048)
+      causes.push({
+        field: base,
+        message: `${base} userdata exceeds 2048 byte limit. Should use UserDataSecretRef for larger data.`,
+      });
     if (src.networkDataSecretRef && src.networkDataSecretRef.name) netCount++;
     if (src.networkDataBase64) {
       netCount++;
       const d = goBase64(src.networkDataBase64);
-      if (!d.ok) causes.push({ field: `${base}.networkDataBase64`, message: `${base}.networkDataBase64.${dst}.networkDataBase64 is not a valid base64 value.` });
+      if (!d.ok)
+        causes.push({
+          field: `${base}.networkDataBase64`,
+          message: `${base}.networkDataBase64.${dst}.networkDataBase64 is not a valid base64 value.`,
+        });
       netLen = d.ok ? d.bytes.length : 0;
     }
     if (src.networkData) {
@@ -113,9 +145,16 @@ export function webhook(vmi: Obj): Cause[] {
       netLen = Buffer.byteLength(src.networkData);
     }
     if (netCount > 1) causes.push({ field: base, message: `${base} must have only one networkdata source set.` });
-    if (netLen > 2048) causes.push({ field: base, message: `${base} networkdata exceeds 2048 byte limit. Should use NetworkDataSecretRef for larger data.` });
+    if (netLen > 2048)
+      causes.push({
+        field: base,
+        message: `${base} networkdata exceeds 2048 byte limit. Should use NetworkDataSecretRef for larger data.`,
+      });
     if (userCount === 0 && netCount === 0) {
-      causes.push({ field: base, message: `${base} must have at least one userdatasource or one networkdatasource set.` });
+      causes.push({
+        field: base,
+        message: `${base} must have at least one userdatasource or one networkdatasource set.`,
+      });
     }
   });
   const hasNoCloud = volumes.some((v) => present(v.cloudInitNoCloud));
@@ -130,26 +169,46 @@ export function webhook(vmi: Obj): Cause[] {
       let methods = 0;
       if (present(pm.noCloud)) {
         methods++;
-        if (!hasNoCloud) causes.push({ field: `${f}.sshPublicKey.propagationMethod`, message: `${f} requires a noCloud volume to exist when the noCloud propagationMethod is in use.` });
+        if (!hasNoCloud)
+          causes.push({
+            field: `${f}.sshPublicKey.propagationMethod`,
+            message: `${f} requires a noCloud volume to exist when the noCloud propagationMethod is in use.`,
+          });
       }
       if (present(pm.configDrive)) {
         methods++;
-        if (!hasConfigDrive) causes.push({ field: `${f}.sshPublicKey.propagationMethod`, message: `${f} requires a configDrive volume to exist when the configDrive propagationMethod is in use.` });
+        if (!hasConfigDrive)
+          causes.push({
+            field: `${f}.sshPublicKey.propagationMethod`,
+            message: `${f} requires a configDrive volume to exist when the configDrive propagationMethod is in use.`,
+          });
       }
       if (present(pm.qemuGuestAgent)) {
         if (!(pm.qemuGuestAgent.users?.length > 0)) {
-          causes.push({ field: `${f}.sshPublicKey.propagationMethod.qemuGuestAgent.users`, message: `${f} requires at least one user to be present in the users list` });
+          causes.push({
+            field: `${f}.sshPublicKey.propagationMethod.qemuGuestAgent.users`,
+            message: `${f} requires at least one user to be present in the users list`,
+          });
         }
         methods++;
       }
-      if (!present(ssh.source?.secret)) causes.push({ field: `${f}.sshPublicKey.source`, message: `${f} must have exactly one source set` });
-      if (methods !== 1) causes.push({ field: `${f}.sshPublicKey.propagationMethod`, message: `${f} must have exactly one propagationMethod set` });
+      if (!present(ssh.source?.secret))
+        causes.push({ field: `${f}.sshPublicKey.source`, message: `${f} must have exactly one source set` });
+      if (methods !== 1)
+        causes.push({
+          field: `${f}.sshPublicKey.propagationMethod`,
+          message: `${f} must have exactly one propagationMethod set`,
+        });
     }
     if (present(cred.userPassword)) {
       count++;
-      if (!present(cred.userPassword.source?.secret)) causes.push({ field: `${f}.userPassword.source`, message: `${f} must have exactly one source set` });
+      if (!present(cred.userPassword.source?.secret))
+        causes.push({ field: `${f}.userPassword.source`, message: `${f} must have exactly one source set` });
       if (!present(cred.userPassword.propagationMethod?.qemuGuestAgent)) {
-        causes.push({ field: `${f}.userPassword.propagationMethod`, message: `${f} must have exactly one propagationMethod set` });
+        causes.push({
+          field: `${f}.userPassword.propagationMethod`,
+          message: `${f} must have exactly one propagationMethod set`,
+        });
       }
     }
     if (count !== 1) causes.push({ field: f, message: `${f} must have exactly one access credential type set` });
@@ -158,7 +217,10 @@ export function webhook(vmi: Obj): Cause[] {
   if (typeof hostname === 'string' && hostname !== '') {
     const errs = isDns1123Label(hostname);
     if (errs.length > 0) {
-      causes.push({ field: 'spec.hostname', message: `spec.hostname does not conform to the kubernetes DNS_LABEL rules : ${errs.join(', ')}` });
+      causes.push({
+        field: 'spec.hostname',
+        message: `spec.hostname does not conform to the kubernetes DNS_LABEL rules : ${errs.join(', ')}`,
+      });
     }
   }
   return causes;
@@ -173,7 +235,8 @@ function isDns1123Label(value: string): string[] {
   if (!new RegExp(`^${label}$`).test(value)) {
     if (new RegExp(`^${label}(\\.${label})*$`).test(value)) errs.push('must not contain dots');
     else {
-      let msg = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+      let msg =
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
       msg += ' (e.g. ';
       ['my-name', '123-abc'].forEach((ex, i) => {
         if (i > 0) msg += ' or ';
@@ -186,8 +249,7 @@ function isDns1123Label(value: string): string[] {
 }
 
 export type LauncherResult =
-  | { ok: true; files: Record<string, Buffer>; metaData: Obj }
-  | { ok: false; message: string };
+  { ok: true; files: Record<string, Buffer>; metaData: Obj } | { ok: false; message: string };
 
 function sanitizeHostname(vmi: Obj): string {
   let h = String(vmi.metadata.name).split('.')[0];
@@ -197,7 +259,10 @@ function sanitizeHostname(vmi: Obj): string {
 }
 
 // One mounted file per Secret key: os.ReadFile fails when the key is absent.
-function readFirstFound(secret: Record<string, string> | undefined, keys: string[]): { ok: true; data: string } | { ok: false } {
+function readFirstFound(
+  secret: Record<string, string> | undefined,
+  keys: string[],
+): { ok: true; data: string } | { ok: false } {
   for (const k of keys) if (secret && Object.hasOwn(secret, k)) return { ok: true, data: secret[k] };
   return { ok: false };
 }
@@ -221,12 +286,17 @@ function sshKeys(vmi: Obj, secrets: Secrets, method: 'noCloud' | 'configDrive'):
 
 export function launcher(vmi: Obj, secrets: Secrets, devices: Obj[] = []): LauncherResult {
   const annotations = vmi.metadata.annotations ?? {};
-  const instancetype = annotations['kubevirt.io/cluster-instancetype-name'] || annotations['kubevirt.io/instancetype-name'] || '';
+  const instancetype =
+    annotations['kubevirt.io/cluster-instancetype-name'] || annotations['kubevirt.io/instancetype-name'] || '';
   const hostname = sanitizeHostname(vmi);
   const fw = vmi.spec?.domain?.firmware;
   const uuid = fw ? String(fw.uuid ?? '') : RANDOM_UUID;
   for (const volume of (vmi.spec?.volumes ?? []) as Obj[]) {
-    const kind = present(volume.cloudInitNoCloud) ? 'cloudInitNoCloud' : present(volume.cloudInitConfigDrive) ? 'cloudInitConfigDrive' : undefined;
+    const kind = present(volume.cloudInitNoCloud)
+      ? 'cloudInitNoCloud'
+      : present(volume.cloudInitConfigDrive)
+        ? 'cloudInitConfigDrive'
+        : undefined;
     if (!kind) continue;
     const src: Obj = { ...volume[kind] };
     const keys = sshKeys(vmi, secrets, kind === 'cloudInitNoCloud' ? 'noCloud' : 'configDrive');
@@ -250,7 +320,10 @@ export function launcher(vmi: Obj, secrets: Secrets, devices: Obj[] = []): Launc
       if (userData !== '') src.userData = userData;
       if (networkData !== '') src.networkData = networkData;
     }
-    const raw = (plain: string | undefined, b64: string | undefined): { ok: true; v: Buffer } | { ok: false; message: string } => {
+    const raw = (
+      plain: string | undefined,
+      b64: string | undefined,
+    ): { ok: true; v: Buffer } | { ok: false; message: string } => {
       if (plain) return { ok: true, v: Buffer.from(plain) };
       if (b64) {
         const d = goBase64(b64);
@@ -263,7 +336,10 @@ export function launcher(vmi: Obj, secrets: Secrets, devices: Obj[] = []): Launc
     const nw = raw(src.networkData, src.networkDataBase64);
     if (!nw.ok) return { ok: false, message: nw.message };
     if (u.v.length === 0 && nw.v.length === 0) {
-      return { ok: false, message: 'userDataBase64, userData, networkDataBase64 or networkData is required for a cloud-init data source' };
+      return {
+        ok: false,
+        message: 'userDataBase64, userData, networkDataBase64 or networkData is required for a cloud-init data source',
+      };
     }
     const hasKeys = Object.keys(keys).length > 0;
     if (kind === 'cloudInitNoCloud') {
@@ -301,7 +377,13 @@ export function pinnedDevices(vmi: Obj): Obj[] {
   const out: Obj[] = [];
   for (const i of (vmi.spec?.domain?.devices?.interfaces ?? []) as Obj[]) {
     if (!i.tag || !i.pciAddress) continue;
-    out.push({ type: 'nic', bus: 'pci', address: String(i.pciAddress).toLowerCase(), ...(i.macAddress ? { mac: i.macAddress } : {}), tags: [i.tag] });
+    out.push({
+      type: 'nic',
+      bus: 'pci',
+      address: String(i.pciAddress).toLowerCase(),
+      ...(i.macAddress ? { mac: i.macAddress } : {}),
+      tags: [i.tag],
+    });
   }
   return out;
 }

@@ -12,7 +12,15 @@ import { dump, load } from 'js-yaml';
 import { runCli } from '../support/cli.ts';
 import { bsdtarExtract, tempDir } from '../disk/tools.ts';
 import { CASES, type Difference, type ParityCase } from './cases.ts';
-import { RANDOM_UUID, VM_RANDOM_UUID, calculateLegacyUUID, launcher, pinnedDevices, startVm, webhook } from './kubevirt-model.ts';
+import {
+  RANDOM_UUID,
+  VM_RANDOM_UUID,
+  calculateLegacyUUID,
+  launcher,
+  pinnedDevices,
+  startVm,
+  webhook,
+} from './kubevirt-model.ts';
 
 type Obj = Record<string, any>;
 
@@ -20,7 +28,9 @@ const tally = { cases: 0, identical: 0, documented: 0, failed: 0 };
 
 function asVm(c: ParityCase): Obj {
   return {
-    apiVersion: 'kubevirt.io/v1', kind: 'VirtualMachine', metadata: { name: c.vmi.metadata.name, namespace: c.vmi.metadata.namespace },
+    apiVersion: 'kubevirt.io/v1',
+    kind: 'VirtualMachine',
+    metadata: { name: c.vmi.metadata.name, namespace: c.vmi.metadata.namespace },
     spec: { runStrategy: 'Always', template: { metadata: {}, spec: c.vmi.spec } },
   };
 }
@@ -29,7 +39,9 @@ function manifests(c: ParityCase): string {
   const docs: Obj[] = [c.vm ? asVm(c) : c.vmi];
   for (const [name, data] of Object.entries(c.secrets ?? {})) {
     docs.push({
-      apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: c.vmi.metadata.namespace },
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name, namespace: c.vmi.metadata.namespace },
       data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString('base64')])),
     });
   }
@@ -54,12 +66,18 @@ function expectedMeta(kv: Obj, got: Obj, differs: Difference[], name: string): O
   const e = structuredClone(kv);
   for (const k of ['instance-id', 'uuid']) {
     if (e[k] === VM_RANDOM_UUID) {
-      assert.ok(differs.includes('vm-legacy-firmware-uuid'), `KubeVirt >= 1.6 stores a random ${k}; the case must name vm-legacy-firmware-uuid`);
+      assert.ok(
+        differs.includes('vm-legacy-firmware-uuid'),
+        `KubeVirt >= 1.6 stores a random ${k}; the case must name vm-legacy-firmware-uuid`,
+      );
       // What KubeVirt's firmware controller gave VMs before 1.6.
       e[k] = calculateLegacyUUID(name);
     }
     if (e[k] === RANDOM_UUID) {
-      assert.ok(differs.includes('stable-instance-id'), `KubeVirt draws a random ${k} here; the case must name stable-instance-id`);
+      assert.ok(
+        differs.includes('stable-instance-id'),
+        `KubeVirt draws a random ${k} here; the case must name stable-instance-id`,
+      );
       assert.match(String(got[k]), UUID_V5, `${k} is not a UUIDv5`);
       e[k] = got[k];
     }
@@ -89,9 +107,16 @@ for (const c of CASES) {
       if (causes.length > 0 && !onlyInlineLimit) {
         // KubeVirt's webhook rejects the VMI: vmseed refuses with the webhook's sentence.
         assert.equal(r.code, 2, `KubeVirt rejects (${causes[0].message}); vmseed built a seed`);
-        assert.ok(causes.some((x) => r.err.includes(x.message)), `no webhook message in: ${r.err}\nexpected one of: ${causes.map((x) => x.message).join(' | ')}`);
+        assert.ok(
+          causes.some((x) => r.err.includes(x.message)),
+          `no webhook message in: ${r.err}\nexpected one of: ${causes.map((x) => x.message).join(' | ')}`,
+        );
       } else {
-        if (onlyInlineLimit) assert.ok(differs.includes('inline-limit'), 'KubeVirt rejects over 2048 bytes; the case must name inline-limit');
+        if (onlyInlineLimit)
+          assert.ok(
+            differs.includes('inline-limit'),
+            'KubeVirt rejects over 2048 bytes; the case must name inline-limit',
+          );
         const kv = launcher(vmi, c.secrets ?? {}, pinnedDevices(vmi));
         if (!kv.ok && differs.includes('secret-value-key')) {
           assert.equal(r.code, 0, r.err);
@@ -122,7 +147,10 @@ for (const c of CASES) {
               assert.equal(v2.version, 2);
               assert.equal(Object.values(v2.ethernets as Obj)[0].match.macaddress, '52:54:00:12:34:56');
             } else {
-              assert.ok(got.get(path)!.equals(bytes), `${path} differs: ${JSON.stringify(got.get(path)!.toString())} vs KubeVirt ${JSON.stringify(bytes.toString())}`);
+              assert.ok(
+                got.get(path)!.equals(bytes),
+                `${path} differs: ${JSON.stringify(got.get(path)!.toString())} vs KubeVirt ${JSON.stringify(bytes.toString())}`,
+              );
             }
           }
         }
@@ -144,5 +172,7 @@ test('parity suite: every documented difference is in the docs table', () => {
 });
 
 after(() => {
-  process.stdout.write(`# parity: ${tally.cases} KubeVirt cases, ${tally.identical} identical, ${tally.documented} with documented differences, ${tally.failed} failed\n`);
+  process.stdout.write(
+    `# parity: ${tally.cases} KubeVirt cases, ${tally.identical} identical, ${tally.documented} with documented differences, ${tally.failed} failed\n`,
+  );
 });

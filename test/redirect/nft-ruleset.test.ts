@@ -8,7 +8,12 @@ import { checkSpec, renderRuleset, ruleInPlace, type RedirectSpec } from '../../
 import { sh } from '../support/netns.ts';
 import { randomBytes } from 'node:crypto';
 
-const spec: RedirectSpec = { table: 'vmseed', to: { host: '192.0.2.1', port: 8081 }, podInterfaces: ['veth*', 'cali*'], metadata: { address: '169.254.169.254', port: 80 } };
+const spec: RedirectSpec = {
+  table: 'vmseed',
+  to: { host: '192.0.2.1', port: 8081 },
+  podInterfaces: ['veth*', 'cali*'],
+  metadata: { address: '169.254.169.254', port: 80 },
+};
 
 test('inputs that could reach nft syntax are refused with REDIRECT_INVALID and the field', () => {
   const bad: Array<[Partial<RedirectSpec>, string]> = [
@@ -23,7 +28,11 @@ test('inputs that could reach nft syntax are refused with REDIRECT_INVALID and t
     [{ metadata: { address: '::1', port: 80 } }, 'metadata-address'],
   ];
   for (const [patch, field] of bad) {
-    assert.throws(() => checkSpec({ ...spec, ...patch }), (e: unknown) => e instanceof VmseedError && e.code === 'REDIRECT_INVALID' && e.field === field, JSON.stringify(patch));
+    assert.throws(
+      () => checkSpec({ ...spec, ...patch }),
+      (e: unknown) => e instanceof VmseedError && e.code === 'REDIRECT_INVALID' && e.field === field,
+      JSON.stringify(patch),
+    );
   }
   assert.doesNotThrow(() => checkSpec(spec));
 });
@@ -32,7 +41,10 @@ test('the ruleset: its own table re-created in one transaction, a nat prerouting
   const text = renderRuleset(spec);
   assert.match(text, /^table ip vmseed \{\}\ndelete table ip vmseed\ntable ip vmseed \{/);
   assert.match(text, /type nat hook prerouting priority dstnat - 10;/);
-  assert.match(text, /iifname \{ "veth\*", "cali\*" \} ip daddr 169\.254\.169\.254 tcp dport 80 counter dnat to 192\.0\.2\.1:8081 comment "vmseed-redirect [0-9a-f]{16}"/);
+  assert.match(
+    text,
+    /iifname \{ "veth\*", "cali\*" \} ip daddr 169\.254\.169\.254 tcp dport 80 counter dnat to 192\.0\.2\.1:8081 comment "vmseed-redirect [0-9a-f]{16}"/,
+  );
   assert.doesNotMatch(text, /\b(nat|filter) (PREROUTING|INPUT)\b|table ip nat/, 'never another table');
 });
 
@@ -40,11 +52,16 @@ test("ruleInPlace reads nft's own JSON: ours is in place; another target, a flus
   const ns = `vmseed-${randomBytes(3).toString('hex')}-nft`;
   await sh(['ip', 'netns', 'add', ns]);
   t.after(() => sh(['ip', 'netns', 'del', ns]).then(() => {}));
-  const nft = (args: string[], input?: string) => sh(['ip', 'netns', 'exec', ns, 'nft', ...args], input === undefined ? {} : { input });
+  const nft = (args: string[], input?: string) =>
+    sh(['ip', 'netns', 'exec', ns, 'nft', ...args], input === undefined ? {} : { input });
   const list = async () => (await nft(['-j', 'list', 'table', 'ip', 'vmseed'])).stdout;
   await nft(['-f', '-'], renderRuleset(spec));
   assert.equal(ruleInPlace(await list(), spec), true);
-  assert.equal(ruleInPlace(await list(), { ...spec, to: { host: '192.0.2.9', port: 8081 } }), false, 'another configuration');
+  assert.equal(
+    ruleInPlace(await list(), { ...spec, to: { host: '192.0.2.9', port: 8081 } }),
+    false,
+    'another configuration',
+  );
   assert.equal(ruleInPlace(await list(), { ...spec, podInterfaces: ['veth*'] }), false, 'another interface list');
   await nft(['flush', 'chain', 'ip', 'vmseed', 'prerouting']);
   assert.equal(ruleInPlace(await list(), spec), false, 'flushed chain');

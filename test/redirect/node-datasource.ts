@@ -11,12 +11,14 @@ import { MapDirectory, nocloudSeed } from '../http/datasource-fixtures.ts';
 // load generator stands for every guest), for bench:imds --redirect.
 const [host, port, key, uid, limits, count] = process.argv.slice(2);
 const dir = new MapDirectory();
-dir.add({ namespace: 'ns', name: 'vm', uid: uid!, seed: nocloudSeed('vm') });
-if (limits === 'bench') for (let i = 0; i < Number(count ?? 0); i++) dir.add({ namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: nocloudSeed(String(i)) });
+dir.add({ namespace: 'ns', name: 'vm', uid: uid, seed: nocloudSeed('vm') });
+if (limits === 'bench')
+  for (let i = 0; i < Number(count ?? 0); i++)
+    dir.add({ namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: nocloudSeed(String(i)) });
 const server = await startDatasourceServer({
-  listen: { host: host!, port: Number(port) },
+  listen: { host: host, port: Number(port) },
   directory: dir,
-  keyring: new DatasourceKeyring([new Uint8Array(Buffer.from(key!, 'base64'))]),
+  keyring: new DatasourceKeyring([new Uint8Array(Buffer.from(key, 'base64'))]),
   logger: pino({ level: 'silent' }),
   ...(limits === 'bench' ? { limits: { ratePerSecond: 1e9, burst: 1e9 } } : {}),
 });

@@ -9,29 +9,53 @@ import { signToken } from '../../src/http/datasource-tokens.ts';
 import { getFrom, makePodNode, sh, startNodeDatasource } from '../support/netns.ts';
 import { runCli } from '../support/cli.ts';
 
-test('vmseed redirect: ready when in place, serves the pod through the DNAT, removes its table on SIGTERM', { timeout: 60_000 }, async (t) => {
-  const env = await makePodNode();
-  t.after(() => env.remove());
-  const key = randomBytes(32);
-  const ds = await startNodeDatasource(env, key, 'uid-1');
-  t.after(() => void ds.kill('SIGTERM'));
-  const child = spawn('ip', ['netns', 'exec', env.node, './node_modules/.bin/node', 'src/main.ts', 'redirect', '--to', `${env.nodeAddress}:8081`, '--pod-interface', 'veth*', '--listen', '127.0.0.1:18082', '--interval', '0.2'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline && (await getFrom(env.node, 'http://127.0.0.1:18082/readyz', 1)).status !== 200) await new Promise((r) => setTimeout(r, 200));
-  assert.equal((await getFrom(env.node, 'http://127.0.0.1:18082/readyz')).status, 200, stderr);
-  const md = await getFrom(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(key), 'uid-1')}/meta-data`);
-  assert.equal(md.status, 200);
-  assert.match((await getFrom(env.node, 'http://127.0.0.1:18082/metrics')).body, /vmseed_redirect_in_place 1/);
-  child.kill('SIGTERM');
-  assert.equal(await exited, 0, stderr);
-  assert.doesNotMatch((await sh(env.inNode(['nft', 'list', 'tables']))).stdout, /vmseed/);
-  assert.match(stderr, /redirect removed/);
-});
+test(
+  'vmseed redirect: ready when in place, serves the pod through the DNAT, removes its table on SIGTERM',
+  { timeout: 60_000 },
+  async (t) => {
+    const env = await makePodNode();
+    t.after(() => env.remove());
+    const key = randomBytes(32);
+    const ds = await startNodeDatasource(env, key, 'uid-1');
+    t.after(() => void ds.kill('SIGTERM'));
+    const child = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        env.node,
+        './node_modules/.bin/node',
+        'src/main.ts',
+        'redirect',
+        '--to',
+        `${env.nodeAddress}:8081`,
+        '--pod-interface',
+        'veth*',
+        '--listen',
+        '127.0.0.1:18082',
+        '--interval',
+        '0.2',
+      ],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline && (await getFrom(env.node, 'http://127.0.0.1:18082/readyz', 1)).status !== 200)
+      await new Promise((r) => setTimeout(r, 200));
+    assert.equal((await getFrom(env.node, 'http://127.0.0.1:18082/readyz')).status, 200, stderr);
+    const md = await getFrom(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(key), 'uid-1')}/meta-data`);
+    assert.equal(md.status, 200);
+    assert.match((await getFrom(env.node, 'http://127.0.0.1:18082/metrics')).body, /vmseed_redirect_in_place 1/);
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0, stderr);
+    assert.doesNotMatch((await sh(env.inNode(['nft', 'list', 'tables']))).stdout, /vmseed/);
+    assert.match(stderr, /redirect removed/);
+  },
+);
 
 test('vmseed redirect: usage errors exit 2 with one line', async () => {
   const r = await runCli(['redirect', '--to', 'example.com:80', '--print'], process.cwd());

@@ -36,8 +36,19 @@ describe('169.254.169.254 redirect in network namespaces', () => {
   before(async () => {
     env = await makePodNode();
     ds = await startNodeDatasource(env, key, uid);
-    spec = { table: 'vmseed', to: { host: env.nodeAddress, port: 8081 }, podInterfaces: ['veth*'], metadata: { address: '169.254.169.254', port: 80 } };
-    keeper = new RedirectKeeper({ spec, runner: execNft({ prefix: env.inNode([]) }), logger: pino({ level: 'silent' }), metrics, intervalMs: 200 });
+    spec = {
+      table: 'vmseed',
+      to: { host: env.nodeAddress, port: 8081 },
+      podInterfaces: ['veth*'],
+      metadata: { address: '169.254.169.254', port: 80 },
+    };
+    keeper = new RedirectKeeper({
+      spec,
+      runner: execNft({ prefix: env.inNode([]) }),
+      logger: pino({ level: 'silent' }),
+      metrics,
+      intervalMs: 200,
+    });
     health = await startRedirectHealth({ listen: { host: '127.0.0.1', port: 0 }, keeper, metrics });
   });
   after(async () => {
@@ -50,10 +61,16 @@ describe('169.254.169.254 redirect in network namespaces', () => {
   const readyz = async () => (await fetch(`http://127.0.0.1:${health.address.port}/readyz`)).status;
   // What the agent's status page shows, from the poller it runs.
   const agentView = async () => {
-    const poller = new RedirectStatusPoller({ url: `http://127.0.0.1:${health.address.port}/readyz`, timeoutMs: 10_000 });
+    const poller = new RedirectStatusPoller({
+      url: `http://127.0.0.1:${health.address.port}/readyz`,
+      timeoutMs: 10_000,
+    });
     await poller.poll();
     const snap = { ...sampleSnapshot(), redirect: poller.status! };
-    return { json: statusJson(snap, undefined, new Date()).redirect!, html: renderStatusPage(snap, { now: new Date() }) };
+    return {
+      json: statusJson(snap, undefined, new Date()).redirect!,
+      html: renderStatusPage(snap, { now: new Date() }),
+    };
   };
   const seedUrl = `http://169.254.169.254/v1/${token}/`;
 
@@ -69,11 +86,23 @@ describe('169.254.169.254 redirect in network namespaces', () => {
     const md = await getFrom(env.pod, `${seedUrl}meta-data`);
     assert.equal(md.status, 200);
     assert.deepEqual(JSON.parse(md.body), { 'instance-id': 'iid-vm', 'local-hostname': 'host-vm' });
-    const { stdout } = await sh(env.inPod(['/usr/bin/python3', 'test/http/nocloud_datasource.py', '', `ds=nocloud-net;s=${seedUrl}`, 'NoCloudNet', '0']));
+    const { stdout } = await sh(
+      env.inPod([
+        '/usr/bin/python3',
+        'test/http/nocloud_datasource.py',
+        '',
+        `ds=nocloud-net;s=${seedUrl}`,
+        'NoCloudNet',
+        '0',
+      ]),
+    );
     const r = JSON.parse(stdout.trim().split('\n').at(-1)!);
     assert.equal(r.claimed, true, r.error);
     assert.match(Buffer.from(r.userdata, 'base64').toString(), /hostname: host-vm/);
-    const bogus = await getFrom(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(randomBytes(32)), uid)}/user-data`);
+    const bogus = await getFrom(
+      env.pod,
+      `http://169.254.169.254/v1/${signToken(new Uint8Array(randomBytes(32)), uid)}/user-data`,
+    );
     assert.equal(bogus.status, 404);
     assert.equal(bogus.body, 'not found\n');
     // Only port 80 of 169.254.169.254 is redirected.
@@ -103,7 +132,10 @@ describe('169.254.169.254 redirect in network namespaces', () => {
     await sh(env.inNode(['nft', 'delete', 'table', 'ip', 'vmseed']));
     assert.equal(await keeper.check(), false);
     assert.equal(await readyz(), 503);
-    assert.match(await (await fetch(`http://127.0.0.1:${health.address.port}/metrics`)).text(), /vmseed_redirect_in_place 0/);
+    assert.match(
+      await (await fetch(`http://127.0.0.1:${health.address.port}/metrics`)).text(),
+      /vmseed_redirect_in_place 0/,
+    );
     const view = await agentView();
     assert.deepEqual([view.json.state, view.json.reason], ['missing', 'missing']);
     assert.match(view.html, /data-redirect="missing"/);
@@ -118,7 +150,8 @@ describe('169.254.169.254 redirect in network namespaces', () => {
     void keeper.start();
     await sh(env.inNode(['nft', 'flush', 'ruleset']));
     const deadline = Date.now() + 20_000;
-    while (Date.now() < deadline && (await getFrom(env.pod, `${seedUrl}meta-data`, 1)).status !== 200) await new Promise((r) => setTimeout(r, 100));
+    while (Date.now() < deadline && (await getFrom(env.pod, `${seedUrl}meta-data`, 1)).status !== 200)
+      await new Promise((r) => setTimeout(r, 100));
     assert.equal((await getFrom(env.pod, `${seedUrl}meta-data`)).status, 200);
     const text = await (await fetch(`http://127.0.0.1:${health.address.port}/metrics`)).text();
     assert.match(text, /vmseed_redirect_applies_total\{reason="missing"\} [1-9]/);

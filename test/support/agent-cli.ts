@@ -13,7 +13,10 @@ export interface CliAgent {
   stop(): Promise<number | null>;
 }
 
-export function startCliAgent(args: string[], o: { env?: Record<string, string>; uid?: number; gid?: number } = {}): CliAgent {
+export function startCliAgent(
+  args: string[],
+  o: { env?: Record<string, string>; uid?: number; gid?: number } = {},
+): CliAgent {
   const child = spawn(process.execPath, [join(ROOT, 'src/main.ts'), 'agent', ...args, '--listen', '127.0.0.1:0'], {
     env: { ...process.env, ...o.env },
     stdio: ['ignore', 'pipe', 'pipe'],

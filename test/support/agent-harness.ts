@@ -28,8 +28,13 @@ export const NODE = 'node-a';
 // directory. Several images (before a prune): the newest. None: a path in
 // that directory that does not exist, so `existsSync(imageOf(...))` reads
 // as "the VMI has an image".
-export function imageOf(store: ImageStore, v: VmiObject | { namespace: string; name: string; uid: string }, datasource: 'nocloud' | 'configdrive' = 'nocloud'): string {
-  const key = 'metadata' in v ? { namespace: v.metadata.namespace ?? 'default', name: v.metadata.name, uid: v.metadata.uid! } : v;
+export function imageOf(
+  store: ImageStore,
+  v: VmiObject | { namespace: string; name: string; uid: string },
+  datasource: 'nocloud' | 'configdrive' = 'nocloud',
+): string {
+  const key =
+    'metadata' in v ? { namespace: v.metadata.namespace ?? 'default', name: v.metadata.name, uid: v.metadata.uid! } : v;
   const dir = store.dirFor(key);
   let names: string[];
   try {
@@ -43,9 +48,16 @@ export function imageOf(store: ImageStore, v: VmiObject | { namespace: string; n
 
 // All images the VMI's directory holds (any datasource), sorted.
 export function imagesOf(store: ImageStore, v: VmiObject): string[] {
-  const dir = store.dirFor({ namespace: v.metadata.namespace ?? 'default', name: v.metadata.name, uid: v.metadata.uid! });
+  const dir = store.dirFor({
+    namespace: v.metadata.namespace ?? 'default',
+    name: v.metadata.name,
+    uid: v.metadata.uid!,
+  });
   try {
-    return readdirSync(dir).filter((n) => n.endsWith('.iso') && !n.startsWith('.')).map((n) => join(dir, n)).sort();
+    return readdirSync(dir)
+      .filter((n) => n.endsWith('.iso') && !n.startsWith('.'))
+      .map((n) => join(dir, n))
+      .sort();
   } catch {
     return [];
   }
@@ -69,7 +81,17 @@ export class RecordingInjector implements Injector {
     const action = had === imagePath ? 'none' : had ? 'replaced' : 'attached';
     this.attached.set(t.uid, imagePath);
     this.calls.push({ op: 'inject', key: `${t.namespace}/${t.name}`, uid: t.uid, path: imagePath, action });
-    return { action, domain: `${t.namespace}_${t.name}`, targetDev: 'vdb', bus: 'virtio', flags: ['--config'], domainState: 'shutoff', persistent: true, seededAfterBoot: false, resumed: false };
+    return {
+      action,
+      domain: `${t.namespace}_${t.name}`,
+      targetDev: 'vdb',
+      bus: 'virtio',
+      flags: ['--config'],
+      domainState: 'shutoff',
+      persistent: true,
+      seededAfterBoot: false,
+      resumed: false,
+    };
   }
 
   async eject(t: InjectionTarget): Promise<EjectionResult> {
@@ -143,7 +165,11 @@ export async function startAgent(
     metrics,
     logger,
     concurrency: 4,
-    renderOptions: { kubevirtVolumes: options.kubevirtVolumes ?? 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
+    renderOptions: {
+      kubevirtVolumes: options.kubevirtVolumes ?? 'ignore',
+      maxUserDataBytes: 1 << 20,
+      maxNetworkDataBytes: 1 << 16,
+    },
     resyncPeriodMs: options.resyncPeriodMs ?? 60_000,
     retryBackoff: { baseMs: 50, maxMs: 400 },
     fsync: false,
@@ -174,7 +200,11 @@ export async function tempDir(prefix = 'vmseed-agent-'): Promise<{ path: string;
   return { path, remove: () => rm(path, { recursive: true, force: true, maxRetries: 20, retryDelay: 50 }) };
 }
 
-export async function waitFor<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => T | undefined | false | Promise<T | undefined | false>,
+  timeoutMs = 5000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
@@ -189,7 +219,9 @@ export function vmi(
   options: { namespace?: string; node?: string; userData?: string; cloudInit?: string; phase?: string } = {},
 ): VmiObject {
   const node = options.node ?? NODE;
-  const cloudInit = options.cloudInit ?? `userData: |\n  #cloud-config\n  hostname: ${name}\n${options.userData ? `  # ${options.userData}\n` : ''}`;
+  const cloudInit =
+    options.cloudInit ??
+    `userData: |\n  #cloud-config\n  hostname: ${name}\n${options.userData ? `  # ${options.userData}\n` : ''}`;
   return {
     apiVersion: 'kubevirt.io/v1',
     kind: 'VirtualMachineInstance',
@@ -205,7 +237,9 @@ export function vmi(
 }
 
 // A fake API server and a temporary state directory, both gone after the test.
-export async function fakeKubeAndDir(t: { after(fn: () => Promise<void>): void }): Promise<{ fake: FakeKube; dir: { path: string; remove(): Promise<void> } }> {
+export async function fakeKubeAndDir(t: {
+  after(fn: () => Promise<void>): void;
+}): Promise<{ fake: FakeKube; dir: { path: string; remove(): Promise<void> } }> {
   const fake = await FakeKube.start();
   const dir = await tempDir();
   t.after(async () => {

@@ -9,7 +9,11 @@ export interface CliRun {
   err: string;
 }
 
-export async function runCli(argv: string[], cwd: string, options: { stdin?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliRun> {
+export async function runCli(
+  argv: string[],
+  cwd: string,
+  options: { stdin?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<CliRun> {
   const stdout = new PassThrough();
   const stderr = new PassThrough();
   const out: Buffer[] = [];

@@ -25,21 +25,31 @@ async function build(): Promise<string> {
   const { dir } = await cachedFixture('cloud-init', { ...CURRENT_CLOUD_INIT, layout: 1 }, async (tmp) => {
     const state = path.join(tmp, 'apt');
     await mkdir(path.join(state, 'lists', 'partial'), { recursive: true });
-    await writeFile(path.join(state, 'sources.list'), `deb http://deb.debian.org/debian ${CURRENT_CLOUD_INIT.suite} main\n`);
+    await writeFile(
+      path.join(state, 'sources.list'),
+      `deb http://deb.debian.org/debian ${CURRENT_CLOUD_INIT.suite} main\n`,
+    );
     const opts = [
-      '-o', `Dir::Etc::SourceList=${path.join(state, 'sources.list')}`,
-      '-o', 'Dir::Etc::SourceParts=/dev/null',
-      '-o', `Dir::State::Lists=${path.join(state, 'lists')}`,
-      '-o', `Dir::Cache=${path.join(state, 'cache')}`,
-      '-o', 'APT::Sandbox::User=root',
+      '-o',
+      `Dir::Etc::SourceList=${path.join(state, 'sources.list')}`,
+      '-o',
+      'Dir::Etc::SourceParts=/dev/null',
+      '-o',
+      `Dir::State::Lists=${path.join(state, 'lists')}`,
+      '-o',
+      `Dir::Cache=${path.join(state, 'cache')}`,
+      '-o',
+      'APT::Sandbox::User=root',
     ];
     await run('apt-get', ['-q', ...opts, 'update'], { timeoutMs: 300_000 });
     const dl = path.join(tmp, 'download');
     await mkdir(dl);
     // The pinned version, or (once a point release replaces it on the
     // mirror) whatever 25.1.x trixie carries: a fresh machine must still build it.
-    await run('apt-get', ['-q', ...opts, 'download', `cloud-init=${CURRENT_CLOUD_INIT.version}`], { cwd: dl, timeoutMs: 300_000 })
-      .catch(() => run('apt-get', ['-q', ...opts, 'download', 'cloud-init'], { cwd: dl, timeoutMs: 300_000 }));
+    await run('apt-get', ['-q', ...opts, 'download', `cloud-init=${CURRENT_CLOUD_INIT.version}`], {
+      cwd: dl,
+      timeoutMs: 300_000,
+    }).catch(() => run('apt-get', ['-q', ...opts, 'download', 'cloud-init'], { cwd: dl, timeoutMs: 300_000 }));
     const debs = (await readdir(dl)).filter((f) => f.endsWith('.deb'));
     if (debs.length !== 1) throw new Error(`apt-get download left ${debs.length} .deb files in ${dl}`);
     const x = path.join(tmp, 'x');

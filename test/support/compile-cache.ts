@@ -14,9 +14,9 @@ export function transpileTrace(stderr: string): TranspileTrace {
   const misses: string[] = [];
   for (const line of stderr.split('\n')) {
     const hit = /^\[compile cache\] retrieving transpile cache for StrippedTypeScript (\S+?)\.\.\.success/.exec(line);
-    if (hit) hits.push(hit[1]!);
+    if (hit) hits.push(hit[1]);
     const miss = /^\[compile cache\] no transpile cache for StrippedTypeScript (\S+)/.exec(line);
-    if (miss) misses.push(miss[1]!);
+    if (miss) misses.push(miss[1]);
   }
   return { hits, misses };
 }

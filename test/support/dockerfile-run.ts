@@ -89,7 +89,9 @@ export function runDockerfile(options: RunOptions): ImageTree {
         case 'ENV':
         case 'LABEL':
         case 'ARG':
-          throw new Error(`line ${ins.line}: ${ins.keyword} is not handled by this runner yet; teach test/support/dockerfile-run.ts`);
+          throw new Error(
+            `line ${ins.line}: ${ins.keyword} is not handled by this runner yet; teach test/support/dockerfile-run.ts`,
+          );
         default:
           throw new Error(`line ${ins.line}: unexpected ${ins.keyword}`);
       }
@@ -120,7 +122,11 @@ function runStep(cmd: string, tree: ImageTree, inTree: (p: string) => string, op
     // and the Node on the runner's PATH. Every step runs as the host user
     // here, USER or not (Node keys its compile cache by uid: the tests run
     // the tree as that same user).
-    execFileSync('sh', ['-c', cmd], { cwd: join(tree.root, tree.workdir), env: { ...options.env, PATH: [...tree.binDirs, options.env.PATH].join(':') }, stdio: 'pipe' });
+    execFileSync('sh', ['-c', cmd], {
+      cwd: join(tree.root, tree.workdir),
+      env: { ...options.env, PATH: [...tree.binDirs, options.env.PATH].join(':') },
+      stdio: 'pipe',
+    });
   } else if (w[0] === 'chown' && w.length === 3) {
     // Ownership is the image's business; the tree keeps the host user's.
     statSync(inTree(w[2]));

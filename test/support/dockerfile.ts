@@ -97,7 +97,8 @@ export function lintDockerfile(text: string): LintFinding[] {
     if (!stageNames.has(imageRef)) {
       if (tag === undefined && digest === undefined) add('DL3006', from.line, `${stage.image}: tag the base image`);
       if (tag === 'latest') add('DL3007', from.line, `${stage.image}: do not use :latest`);
-      if (tag !== undefined && digest === undefined && !/\d+\.\d+/.test(tag)) add('VS001', from.line, `${stage.image}: pin at least major.minor`);
+      if (tag !== undefined && digest === undefined && !/\d+\.\d+/.test(tag))
+        add('VS001', from.line, `${stage.image}: pin at least major.minor`);
     }
     if (stage.name) stageNames.add(stage.name);
     for (const ins of stage.instructions) {
@@ -118,13 +119,17 @@ export function lintDockerfile(text: string): LintFinding[] {
         }
         for (const c of installs) {
           if (!/\s(-y|--yes|--assume-yes)\b/.test(c)) add('DL3014', ins.line, 'apt-get install needs -y');
-          if (!/\s--no-install-recommends\b/.test(c)) add('DL3015', ins.line, 'apt-get install needs --no-install-recommends');
+          if (!/\s--no-install-recommends\b/.test(c))
+            add('DL3015', ins.line, 'apt-get install needs --no-install-recommends');
         }
         if (installs.length > 0) {
-          if (!commands.some((c) => /^apt-get\s+update\b/.test(c))) add('DL3009', ins.line, 'apt-get update in the same RUN as install');
-          if (!commands.some((c) => /^rm\s+-rf\s+\/var\/lib\/apt\/lists\/\*$/.test(c))) add('DL3009', ins.line, 'remove /var/lib/apt/lists/* in the same RUN');
+          if (!commands.some((c) => /^apt-get\s+update\b/.test(c)))
+            add('DL3009', ins.line, 'apt-get update in the same RUN as install');
+          if (!commands.some((c) => /^rm\s+-rf\s+\/var\/lib\/apt\/lists\/\*$/.test(c)))
+            add('DL3009', ins.line, 'remove /var/lib/apt/lists/* in the same RUN');
         }
-        if (commands.some((c) => /^npm\s+(install|i)\b/.test(c))) add('VS002', ins.line, 'use npm ci (lockfile), not npm install');
+        if (commands.some((c) => /^npm\s+(install|i)\b/.test(c)))
+          add('VS002', ins.line, 'use npm ci (lockfile), not npm install');
       }
       if (ins.keyword === 'ENTRYPOINT' || ins.keyword === 'CMD') {
         if (execForm(ins.args) === undefined) add('DL3025', ins.line, `${ins.keyword} must use the exec (JSON) form`);
@@ -140,6 +145,7 @@ export function lintDockerfile(text: string): LintFinding[] {
   const lastUser = users[users.length - 1];
   if (lastUser === undefined) add('DL3002', 1, 'the final stage must set USER');
   else if (/^(root|0)(:|$)/.test(lastUser.args)) add('DL3002', lastUser.line, 'the last USER must not be root');
-  if (!final.instructions.some((i) => i.keyword === 'ENTRYPOINT')) add('VS004', 1, 'the final stage needs an ENTRYPOINT');
+  if (!final.instructions.some((i) => i.keyword === 'ENTRYPOINT'))
+    add('VS004', 1, 'the final stage needs an ENTRYPOINT');
   return findings;
 }

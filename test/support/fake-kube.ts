@@ -29,7 +29,15 @@ import { randomUUID } from 'node:crypto';
 import { KubeConnection } from '../../src/agent/kube-connection.ts';
 import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { requestAttributes, type RequestAttributes } from './rbac.ts';
-import { AGENT_SERVICE_ACCOUNT, allows, forbiddenStatus, loadManifestObjects, rbacFromManifests, serviceAccountUser, type RbacPolicy } from './kube-authz.ts';
+import {
+  AGENT_SERVICE_ACCOUNT,
+  allows,
+  forbiddenStatus,
+  loadManifestObjects,
+  rbacFromManifests,
+  serviceAccountUser,
+  type RbacPolicy,
+} from './kube-authz.ts';
 import { testPki, type TestPki } from './test-pki.ts';
 import { ROOT } from './manifests.ts';
 
@@ -104,15 +112,24 @@ function parseSelector(text: string | undefined): Selector {
   if (!text) return () => true;
   const reqs = text.split(',').map((part) => {
     const ne = part.split('!=');
-    if (ne.length === 2) return { key: ne[0]!.trim(), value: ne[1]!.trim(), equal: false };
+    if (ne.length === 2) return { key: ne[0].trim(), value: ne[1].trim(), equal: false };
     const eq = part.split(/==?/);
-    return { key: eq[0]!.trim(), value: (eq[1] ?? '').trim(), equal: true };
+    return { key: eq[0].trim(), value: (eq[1] ?? '').trim(), equal: true };
   });
   return (labels) => reqs.every((r) => ((labels ?? {})[r.key] === r.value) === r.equal);
 }
 
 function status(code: number, reason: string, message: string, details?: Record<string, unknown>) {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code, ...(details ? { details } : {}) };
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason,
+    code,
+    ...(details ? { details } : {}),
+  };
 }
 
 export const DEFAULT_TOKEN = 'fake-token';
@@ -164,7 +181,9 @@ export class FakeKube {
     this.#tokens = new Set(tokens);
     this.#rbac = rbac;
     const handler = (req: IncomingMessage, res: ServerResponse) => void this.#handle(req, res);
-    this.#server = pki ? createHttpsServer({ cert: pki.serverCert, key: pki.serverKey }, handler) : createHttpServer(handler);
+    this.#server = pki
+      ? createHttpsServer({ cert: pki.serverCert, key: pki.serverKey }, handler)
+      : createHttpServer(handler);
     this.#server.on('connection', (s: Socket) => {
       this.#sockets.add(s);
       s.on('close', () => this.#sockets.delete(s));
@@ -257,7 +276,15 @@ export class FakeKube {
     const config = {
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{ name: 'fake', cluster: { server: this.url, ...(this.#pki ? { 'certificate-authority-data': Buffer.from(this.#pki.caCert).toString('base64') } : {}) } }],
+      clusters: [
+        {
+          name: 'fake',
+          cluster: {
+            server: this.url,
+            ...(this.#pki ? { 'certificate-authority-data': Buffer.from(this.#pki.caCert).toString('base64') } : {}),
+          },
+        },
+      ],
       users: [{ name: 'agent', user: { token: this.#firstToken() } }],
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'agent' } }],
       'current-context': 'fake',
@@ -285,7 +312,10 @@ export class FakeKube {
     obj.kind = 'VirtualMachineInstance';
     obj.metadata.namespace ??= 'default';
     obj.metadata.uid = prev?.metadata.uid ?? obj.metadata.uid ?? randomUUID();
-    obj.metadata.creationTimestamp = prev?.metadata.creationTimestamp ?? obj.metadata.creationTimestamp ?? new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    obj.metadata.creationTimestamp =
+      prev?.metadata.creationTimestamp ??
+      obj.metadata.creationTimestamp ??
+      new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     obj.metadata.resourceVersion = String(++this.#rv);
     this.#vmis.set(key, obj);
     this.#publish({ rv: this.#rv, type: prev ? 'MODIFIED' : 'ADDED', obj, ...(prev ? { prev } : {}) });
@@ -363,7 +393,8 @@ export class FakeKube {
     this.#compactedRv = ++this.#rv;
     this.#history = [];
     for (const w of this.#watchers) {
-      if (mode === 'event') this.#send(w, { type: 'ERROR', object: status(410, 'Expired', 'too old resource version') });
+      if (mode === 'event')
+        this.#send(w, { type: 'ERROR', object: status(410, 'Expired', 'too old resource version') });
       w.res.end();
     }
     this.#watchers.clear();
@@ -372,7 +403,14 @@ export class FakeKube {
   bookmark(): void {
     for (const w of this.#watchers) {
       if (w.bookmarks) {
-        this.#send(w, { type: 'BOOKMARK', object: { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1', metadata: { resourceVersion: String(this.#rv) } } });
+        this.#send(w, {
+          type: 'BOOKMARK',
+          object: {
+            kind: 'VirtualMachineInstance',
+            apiVersion: 'kubevirt.io/v1',
+            metadata: { resourceVersion: String(this.#rv) },
+          },
+        });
       }
     }
   }
@@ -427,7 +465,7 @@ export class FakeKube {
 
   #authenticate(req: IncomingMessage): boolean {
     const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '');
-    return m !== null && this.#tokens.has(m[1]!);
+    return m !== null && this.#tokens.has(m[1]);
   }
 
   #takeFault(req: IncomingMessage, url: URL, verb: Verb, statuses: (s: number) => boolean): FaultRule | undefined {
@@ -440,7 +478,7 @@ export class FakeKube {
         (f.labelSelector === undefined || f.labelSelector === url.searchParams.get('labelSelector')),
     );
     if (i < 0) return undefined;
-    const f = this.#faults[i]!;
+    const f = this.#faults[i];
     if (--f.times! <= 0) this.#faults.splice(i, 1);
     return f;
   }
@@ -466,7 +504,21 @@ export class FakeKube {
     const p = parsePath(url.pathname);
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
     const verb: Verb =
-      req.method === 'GET' ? (p.name ? 'get' : watch ? 'watch' : 'list') : req.method === 'POST' ? 'create' : req.method === 'PATCH' ? 'patch' : req.method === 'PUT' ? 'update' : req.method === 'DELETE' ? 'delete' : 'unknown';
+      req.method === 'GET'
+        ? p.name
+          ? 'get'
+          : watch
+            ? 'watch'
+            : 'list'
+        : req.method === 'POST'
+          ? 'create'
+          : req.method === 'PATCH'
+            ? 'patch'
+            : req.method === 'PUT'
+              ? 'update'
+              : req.method === 'DELETE'
+                ? 'delete'
+                : 'unknown';
     const reply = (code: number, body: unknown, headers: Record<string, string> = {}) => {
       this.#record(req, url, code, verb, p);
       res.writeHead(code, { 'content-type': 'application/json', ...headers });
@@ -480,7 +532,11 @@ export class FakeKube {
     const fault429 = this.#takeFault(req, url, verb, (s) => s === 429);
     if (fault429) {
       const after = fault429.retryAfterSeconds ?? 1;
-      return reply(429, status(429, 'TooManyRequests', 'Too many requests, please try again later.', { retryAfterSeconds: after }), { 'retry-after': String(after) });
+      return reply(
+        429,
+        status(429, 'TooManyRequests', 'Too many requests, please try again later.', { retryAfterSeconds: after }),
+        { 'retry-after': String(after) },
+      );
     }
     let attrs: RequestAttributes | undefined;
     try {
@@ -491,11 +547,19 @@ export class FakeKube {
     if (attrs && this.#rbac && !allows(this.#rbac, attrs)) return reply(403, forbiddenStatus(this.user, attrs));
     const fault5xx = this.#takeFault(req, url, verb, (s) => s >= 500);
     if (fault5xx) {
-      const reason = fault5xx.status === 503 ? 'ServiceUnavailable' : fault5xx.status === 504 ? 'Timeout' : 'InternalError';
-      return reply(fault5xx.status, status(fault5xx.status, reason, `fault injected by the test (${fault5xx.status})`), fault5xx.retryAfterSeconds !== undefined ? { 'retry-after': String(fault5xx.retryAfterSeconds) } : {});
+      const reason =
+        fault5xx.status === 503 ? 'ServiceUnavailable' : fault5xx.status === 504 ? 'Timeout' : 'InternalError';
+      return reply(
+        fault5xx.status,
+        status(fault5xx.status, reason, `fault injected by the test (${fault5xx.status})`),
+        fault5xx.retryAfterSeconds !== undefined ? { 'retry-after': String(fault5xx.retryAfterSeconds) } : {},
+      );
     }
 
-    const vmiNamespace = url.pathname === VMI_PATH ? null : /^\/apis\/kubevirt\.io\/v1\/namespaces\/([^/]+)\/virtualmachineinstances$/.exec(url.pathname)?.[1];
+    const vmiNamespace =
+      url.pathname === VMI_PATH
+        ? null
+        : /^\/apis\/kubevirt\.io\/v1\/namespaces\/([^/]+)\/virtualmachineinstances$/.exec(url.pathname)?.[1];
     if (vmiNamespace !== undefined && req.method === 'GET') {
       const ns = vmiNamespace === null ? undefined : decodeURIComponent(vmiNamespace);
       const labelSelector = parseSelector(url.searchParams.get('labelSelector') ?? undefined);
@@ -503,7 +567,12 @@ export class FakeKube {
       const inScope = (v: VmiObject) => ns === undefined || v.metadata.namespace === ns;
       if (!watch) {
         const items = [...this.#vmis.values()].filter((v) => inScope(v) && selector(v.metadata.labels));
-        return reply(200, { apiVersion: 'kubevirt.io/v1', kind: 'VirtualMachineInstanceList', metadata: { resourceVersion: String(this.#rv) }, items });
+        return reply(200, {
+          apiVersion: 'kubevirt.io/v1',
+          kind: 'VirtualMachineInstanceList',
+          metadata: { resourceVersion: String(this.#rv) },
+          items,
+        });
       }
       const from = url.searchParams.get('resourceVersion') ?? '';
       const fromRv = from === '' || from === '0' ? undefined : Number(from);
@@ -513,14 +582,24 @@ export class FakeKube {
       this.#record(req, url, 200, verb, p);
       res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
       res.flushHeaders();
-      const w: Watcher = { res, selector, ...(ns !== undefined ? { namespace: ns } : {}), bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true', stalled: this.#stallNew };
+      const w: Watcher = {
+        res,
+        selector,
+        ...(ns !== undefined ? { namespace: ns } : {}),
+        bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
+        stalled: this.#stallNew,
+      };
       if (fromRv !== undefined && fromRv < this.#compactedRv) {
-        this.#send(w, { type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`) });
+        this.#send(w, {
+          type: 'ERROR',
+          object: status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`),
+        });
         res.end();
         return;
       }
       if (fromRv === undefined) {
-        for (const v of this.#vmis.values()) if (inScope(v) && selector(v.metadata.labels)) this.#send(w, { type: 'ADDED', object: v });
+        for (const v of this.#vmis.values())
+          if (inScope(v) && selector(v.metadata.labels)) this.#send(w, { type: 'ADDED', object: v });
       } else {
         for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
       }
@@ -531,7 +610,15 @@ export class FakeKube {
         w.timer = setTimeout(() => {
           // The API server's watch cache sends a bookmark as a watch nears its
           // deadline, so the client resumes from a current resourceVersion.
-          if (w.bookmarks) this.#send(w, { type: 'BOOKMARK', object: { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1', metadata: { resourceVersion: String(this.#rv) } } });
+          if (w.bookmarks)
+            this.#send(w, {
+              type: 'BOOKMARK',
+              object: {
+                kind: 'VirtualMachineInstance',
+                apiVersion: 'kubevirt.io/v1',
+                metadata: { resourceVersion: String(this.#rv) },
+              },
+            });
           this.#watchers.delete(w);
           res.end();
           // Changes made here reach no open watch: the client must resume from its resourceVersion.
@@ -545,19 +632,55 @@ export class FakeKube {
       return;
     }
 
-    if (p.group === '' && (p.resource === 'secrets' || p.resource === 'configmaps') && req.method === 'GET' && p.namespace && p.name) {
+    if (
+      p.group === '' &&
+      (p.resource === 'secrets' || p.resource === 'configmaps') &&
+      req.method === 'GET' &&
+      p.namespace &&
+      p.name
+    ) {
       const store = p.resource === 'secrets' ? this.#secrets : this.#configMaps;
       const obj = store.get(`${p.namespace}/${p.name}`);
-      if (!obj) return reply(404, status(404, 'NotFound', `${p.resource} "${p.name}" not found`, { name: p.name, kind: p.resource }));
+      if (!obj)
+        return reply(
+          404,
+          status(404, 'NotFound', `${p.resource} "${p.name}" not found`, { name: p.name, kind: p.resource }),
+        );
       return reply(200, obj);
     }
 
-    if (p.group === 'subresources.kubevirt.io' && p.resource === 'virtualmachineinstances' && p.subresource === 'unpause' && p.namespace && p.name) {
-      if (req.method !== 'PUT') return reply(405, status(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`));
+    if (
+      p.group === 'subresources.kubevirt.io' &&
+      p.resource === 'virtualmachineinstances' &&
+      p.subresource === 'unpause' &&
+      p.namespace &&
+      p.name
+    ) {
+      if (req.method !== 'PUT')
+        return reply(
+          405,
+          status(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`),
+        );
       const vmi = this.#vmis.get(`${p.namespace}/${p.name}`);
-      if (!vmi) return reply(404, status(404, 'NotFound', `virtualmachineinstance.kubevirt.io "${p.name}" not found`, { name: p.name, group: 'kubevirt.io', kind: 'virtualmachineinstance' }));
+      if (!vmi)
+        return reply(
+          404,
+          status(404, 'NotFound', `virtualmachineinstance.kubevirt.io "${p.name}" not found`, {
+            name: p.name,
+            group: 'kubevirt.io',
+            kind: 'virtualmachineinstance',
+          }),
+        );
       const conflict = (why: string) =>
-        reply(409, status(409, 'Conflict', `Operation cannot be fulfilled on virtualmachineinstance.kubevirt.io "${p.name}": ${why}`, { name: p.name, group: 'kubevirt.io', kind: 'virtualmachineinstance' }));
+        reply(
+          409,
+          status(
+            409,
+            'Conflict',
+            `Operation cannot be fulfilled on virtualmachineinstance.kubevirt.io "${p.name}": ${why}`,
+            { name: p.name, group: 'kubevirt.io', kind: 'virtualmachineinstance' },
+          ),
+        );
       if (vmi.status?.phase !== 'Running') return conflict('VMI is not running');
       const conditions = (vmi.status.conditions ?? []) as Array<{ type: string; status: string }>;
       if (!conditions.some((c) => c.type === 'Paused' && c.status === 'True')) return conflict('VMI is not paused');
@@ -570,7 +693,9 @@ export class FakeKube {
         }
       }
       const next = structuredClone(this.#vmis.get(`${p.namespace}/${p.name}`) ?? vmi);
-      next.status!.conditions = ((next.status!.conditions ?? []) as Array<{ type: string }>).filter((c) => c.type !== 'Paused');
+      next.status!.conditions = ((next.status!.conditions ?? []) as Array<{ type: string }>).filter(
+        (c) => c.type !== 'Paused',
+      );
       this.applyVmi(next);
       this.unpaused.push(`${p.namespace}/${p.name}`);
       this.#record(req, url, 200, verb, p);
@@ -584,7 +709,8 @@ export class FakeKube {
         const ev = JSON.parse(body) as StoredEvent;
         const key = `${p.namespace}/${ev.metadata?.name}`;
         if (!ev.metadata?.name) return reply(422, status(422, 'Invalid', 'metadata.name: Required value'));
-        if (this.#events.has(key)) return reply(409, status(409, 'AlreadyExists', `events "${ev.metadata.name}" already exists`));
+        if (this.#events.has(key))
+          return reply(409, status(409, 'AlreadyExists', `events "${ev.metadata.name}" already exists`));
         ev.metadata.namespace = p.namespace;
         ev.metadata.uid = randomUUID();
         ev.metadata.resourceVersion = String(++this.#rv);
@@ -593,9 +719,14 @@ export class FakeKube {
       }
       if (req.method === 'PATCH' && p.name) {
         const ct = req.headers['content-type'] ?? '';
-        if (!/merge-patch\+json|strategic-merge-patch\+json/.test(ct)) return reply(415, status(415, 'UnsupportedMediaType', `the body of the request was in an unknown format: ${ct}`));
+        if (!/merge-patch\+json|strategic-merge-patch\+json/.test(ct))
+          return reply(
+            415,
+            status(415, 'UnsupportedMediaType', `the body of the request was in an unknown format: ${ct}`),
+          );
         const ev = this.#events.get(`${p.namespace}/${p.name}`);
-        if (!ev) return reply(404, status(404, 'NotFound', `events "${p.name}" not found`, { name: p.name, kind: 'events' }));
+        if (!ev)
+          return reply(404, status(404, 'NotFound', `events "${p.name}" not found`, { name: p.name, kind: 'events' }));
         Object.assign(ev, JSON.parse(body));
         ev.metadata.resourceVersion = String(++this.#rv);
         return reply(200, ev);
@@ -605,7 +736,13 @@ export class FakeKube {
   }
 }
 
-function parsePath(path: string): { group: string; resource: string; subresource?: string; namespace?: string; name?: string } {
+function parsePath(path: string): {
+  group: string;
+  resource: string;
+  subresource?: string;
+  namespace?: string;
+  name?: string;
+} {
   const parts = path.split('/').filter(Boolean);
   let rest: string[];
   let group = '';
@@ -619,7 +756,13 @@ function parsePath(path: string): { group: string; resource: string; subresource
     namespace = rest[1];
     rest = rest.slice(2);
   }
-  return { group, resource: rest[0] ?? '', ...(namespace ? { namespace } : {}), ...(rest[1] ? { name: rest[1] } : {}), ...(rest[2] ? { subresource: rest[2] } : {}) };
+  return {
+    group,
+    resource: rest[0] ?? '',
+    ...(namespace ? { namespace } : {}),
+    ...(rest[1] ? { name: rest[1] } : {}),
+    ...(rest[2] ? { subresource: rest[2] } : {}),
+  };
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {
@@ -632,6 +775,7 @@ let defaultPolicy: RbacPolicy | undefined;
 
 function toPolicy(rbac: false | unknown[] | RbacPolicy | undefined): RbacPolicy | undefined {
   if (rbac === false) return undefined;
-  if (rbac === undefined) return (defaultPolicy ??= rbacFromManifests(loadManifestObjects(`${ROOT}manifests/daemonset.yaml`)));
+  if (rbac === undefined)
+    return (defaultPolicy ??= rbacFromManifests(loadManifestObjects(`${ROOT}manifests/daemonset.yaml`)));
   return Array.isArray(rbac) ? rbacFromManifests(rbac) : rbac;
 }

@@ -44,8 +44,22 @@ export class FakeLibvirt implements ProcessSpawner {
     const args = argv.slice(3).filter((a) => a !== '--domain' && a !== '--file');
     this.uris.push(argv[2]);
     this.calls.push([...args]);
-    const ok = (stdout = ''): SpawnResult => ({ exitCode: 0, signal: null, stdout, stderr: '', timedOut: false, outputTruncated: false });
-    const fail = (stderr: string): SpawnResult => ({ exitCode: 1, signal: null, stdout: '', stderr, timedOut: false, outputTruncated: false });
+    const ok = (stdout = ''): SpawnResult => ({
+      exitCode: 0,
+      signal: null,
+      stdout,
+      stderr: '',
+      timedOut: false,
+      outputTruncated: false,
+    });
+    const fail = (stderr: string): SpawnResult => ({
+      exitCode: 1,
+      signal: null,
+      stdout: '',
+      stderr,
+      timedOut: false,
+      outputTruncated: false,
+    });
     const [cmd] = args;
     const forced = this.failNext.get(cmd);
     if (forced) {
@@ -59,11 +73,17 @@ export class FakeLibvirt implements ProcessSpawner {
     const active = d.state !== 'shut off';
     switch (cmd) {
       case 'dominfo':
-        return ok(`Id:             ${active ? 1 : '-'}\nName:           ${name}\nUUID:           347ba555-a2a7-4ec0-b250-4eedce37b6f1\nOS Type:        hvm\nState:          ${d.state}\nCPU(s):         1\nPersistent:     ${d.persistent ? 'yes' : 'no'}\nAutostart:      disable\n`);
+        return ok(
+          `Id:             ${active ? 1 : '-'}\nName:           ${name}\nUUID:           347ba555-a2a7-4ec0-b250-4eedce37b6f1\nOS Type:        hvm\nState:          ${d.state}\nCPU(s):         1\nPersistent:     ${d.persistent ? 'yes' : 'no'}\nAutostart:      disable\n`,
+        );
       case 'dumpxml': {
         const disks = args.includes('--inactive') ? d.config : active ? d.live : d.config;
-        const controllers = d.scsi ? "\n    <controller type='scsi' index='0' model='virtio-scsi'>\n      <alias name='scsi0'/>\n    </controller>" : '';
-        return ok(`<domain type='qemu' id='1'>\n  <name>${name}</name>\n${d.domainXml ? `${d.domainXml}\n` : ''}  <devices>\n${disks.map(diskXml).join('\n')}${controllers}${d.devicesXml ? `\n${d.devicesXml}` : ''}\n  </devices>\n</domain>\n`);
+        const controllers = d.scsi
+          ? "\n    <controller type='scsi' index='0' model='virtio-scsi'>\n      <alias name='scsi0'/>\n    </controller>"
+          : '';
+        return ok(
+          `<domain type='qemu' id='1'>\n  <name>${name}</name>\n${d.domainXml ? `${d.domainXml}\n` : ''}  <devices>\n${disks.map(diskXml).join('\n')}${controllers}${d.devicesXml ? `\n${d.devicesXml}` : ''}\n  </devices>\n</domain>\n`,
+        );
       }
       case 'resume':
         d.state = 'running';
@@ -73,17 +93,35 @@ export class FakeLibvirt implements ProcessSpawner {
         const disk = parseDomainXml(`<domain><devices>${readFileSync(args[2], 'utf8')}</devices></domain>`).disks[0];
         const live = args.includes('--live');
         const config = args.includes('--config');
-        if (config && !d.persistent) return fail(`error: Failed to ${cmd === 'attach-device' ? 'attach' : 'detach'} device from ${args[2]}\nerror: Requested operation is not valid: transient domains do not have any persistent config\n`);
-        if (live && !active) return fail(`error: Failed to attach device from ${args[2]}\nerror: Requested operation is not valid: domain is not running\n`);
-        for (const [flag, list] of [[live, d.live], [config, d.config]] as const) {
+        if (config && !d.persistent)
+          return fail(
+            `error: Failed to ${cmd === 'attach-device' ? 'attach' : 'detach'} device from ${args[2]}\nerror: Requested operation is not valid: transient domains do not have any persistent config\n`,
+          );
+        if (live && !active)
+          return fail(
+            `error: Failed to attach device from ${args[2]}\nerror: Requested operation is not valid: domain is not running\n`,
+          );
+        for (const [flag, list] of [
+          [live, d.live],
+          [config, d.config],
+        ] as const) {
           if (!flag) continue;
           const i = list.findIndex((x) => x.targetDev === disk.targetDev);
           if (cmd === 'attach-device') {
-            if (disk.alias && list.some((x) => x.alias === disk.alias)) return fail(`error: Failed to attach device from ${args[2]}\nerror: unsupported configuration: non unique alias detected: ${disk.alias}\n`);
-            if (i >= 0) return fail(`error: Failed to attach device from ${args[2]}\nerror: XML error: target '${disk.targetDev}' duplicated for disk sources '${list[i].sourceFile}' and '${disk.sourceFile}'\n`);
+            if (disk.alias && list.some((x) => x.alias === disk.alias))
+              return fail(
+                `error: Failed to attach device from ${args[2]}\nerror: unsupported configuration: non unique alias detected: ${disk.alias}\n`,
+              );
+            if (i >= 0)
+              return fail(
+                `error: Failed to attach device from ${args[2]}\nerror: XML error: target '${disk.targetDev}' duplicated for disk sources '${list[i].sourceFile}' and '${disk.sourceFile}'\n`,
+              );
             list.push(disk);
           } else {
-            if (i < 0) return fail(`error: Failed to detach device from ${args[2]}\nerror: device not found: disk ${disk.targetDev} not found\n`);
+            if (i < 0)
+              return fail(
+                `error: Failed to detach device from ${args[2]}\nerror: device not found: disk ${disk.targetDev} not found\n`,
+              );
             if (list === d.config || d.unplugs) list.splice(i, 1);
           }
         }
@@ -98,7 +136,6 @@ export class FakeLibvirt implements ProcessSpawner {
 export function diskXml(d: DomainDisk): string {
   return `    <disk type='${d.type}' device='${d.device}'>\n      <driver name='qemu' type='raw'/>\n      <source file='${d.sourceFile}' index='1'/>\n      <backingStore/>\n      <target dev='${d.targetDev}' bus='${d.bus}'/>\n${d.readonly ? '      <readonly/>\n' : ''}${d.alias ? `      <alias name='${d.alias}'/>\n` : ''}    </disk>`;
 }
-
 
 // The fake behind a LibvirtClient face with events, as the RPC client has
 // them: a live detach the guest completes is followed by libvirt's
@@ -125,6 +162,9 @@ export class EventingFakeClient extends VirshLibvirtClient {
   override async detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
     await super.detachDevice(uri, domain, xml, o);
     const alias = /<alias name=["']([^"']+)["']/.exec(xml)?.[1];
-    if (o.live && alias && this.#lv.domains.get(domain)?.unplugs) setImmediate(() => this.emit({ type: 'device-removed', uri, domain, uuid: '347ba555-a2a7-4ec0-b250-4eedce37b6f1', alias }));
+    if (o.live && alias && this.#lv.domains.get(domain)?.unplugs)
+      setImmediate(() =>
+        this.emit({ type: 'device-removed', uri, domain, uuid: '347ba555-a2a7-4ec0-b250-4eedce37b6f1', alias }),
+      );
   }
 }

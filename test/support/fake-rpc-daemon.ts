@@ -46,13 +46,14 @@ export async function fakeDaemon(onPacket: (p: Packet, sock: Socket) => void): P
     path,
     server,
     received,
-    close: () => new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => {
-        rmSync(dir, { recursive: true, force: true });
-        r();
-      });
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => {
+          rmSync(dir, { recursive: true, force: true });
+          r();
+        });
+      }),
   };
 }
 
@@ -61,8 +62,19 @@ export function reply(sock: Socket, p: Packet, payload: Buffer, status: number =
 }
 
 export function remoteError(code: number, message: string): Buffer {
-  return new XdrWriter().i32(code).i32(10).optionalString(message, 1000).i32(2)
-    .bool(false).optionalString(null, 1).optionalString(null, 1).optionalString(null, 1).i32(0).i32(0).bool(false).toBuffer();
+  return new XdrWriter()
+    .i32(code)
+    .i32(10)
+    .optionalString(message, 1000)
+    .i32(2)
+    .bool(false)
+    .optionalString(null, 1)
+    .optionalString(null, 1)
+    .optionalString(null, 1)
+    .i32(0)
+    .i32(0)
+    .bool(false)
+    .toBuffer();
 }
 
 export function u64(v: bigint): Buffer {
@@ -87,10 +99,22 @@ export function handshakeDaemon(auth: number[], extra?: (p: Packet, sock: Socket
         return;
       case RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY:
         reply(sock, p, new XdrWriter().i32(p.header.serial).toBuffer());
-        sock.write(encodePacket(
-          { prog: REMOTE_PROGRAM, vers: 1, proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE, type: MessageType.MESSAGE, serial: 0, status: 0 },
-          writeDomain(new XdrWriter().i32(1), { name: 'ns_vm', uuid: Buffer.alloc(16, 1), id: -1 }).i32(0).i32(0).toBuffer(),
-        ));
+        sock.write(
+          encodePacket(
+            {
+              prog: REMOTE_PROGRAM,
+              vers: 1,
+              proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE,
+              type: MessageType.MESSAGE,
+              serial: 0,
+              status: 0,
+            },
+            writeDomain(new XdrWriter().i32(1), { name: 'ns_vm', uuid: Buffer.alloc(16, 1), id: -1 })
+              .i32(0)
+              .i32(0)
+              .toBuffer(),
+          ),
+        );
         return;
       case RemoteProc.CONNECT_GET_LIB_VERSION:
         reply(sock, p, u64(9_000_000n));

@@ -3,7 +3,9 @@ import type { AgentStatusSnapshot, StatusSource, VmiStatusRecord } from '../../s
 
 export const T0 = '2026-11-22T03:00:00.000Z';
 
-export function vmi(partial: Partial<VmiStatusRecord> & Pick<VmiStatusRecord, 'namespace' | 'name' | 'state'>): VmiStatusRecord {
+export function vmi(
+  partial: Partial<VmiStatusRecord> & Pick<VmiStatusRecord, 'namespace' | 'name' | 'state'>,
+): VmiStatusRecord {
   return { uid: `uid-${partial.namespace}-${partial.name}`, warnings: [], retries: 0, ...partial };
 }
 
@@ -12,8 +14,22 @@ export function sampleSnapshot(): AgentStatusSnapshot {
     version: '0.1.0-test',
     nodeName: 'node-a',
     startedAt: '2026-11-22T02:00:00.000Z',
-    config: { mode: 'local', listen: '127.0.0.1:0', stateDir: '/var/lib/vmseed', kubevirtVolumes: 'own', resync: 300, libvirt: true },
-    watch: { mode: 'local', synced: true, connected: true, stale: false, restarts: 1, lastEventAt: '2026-11-22T02:59:30.000Z' },
+    config: {
+      mode: 'local',
+      listen: '127.0.0.1:0',
+      stateDir: '/var/lib/vmseed',
+      kubevirtVolumes: 'own',
+      resync: 300,
+      libvirt: true,
+    },
+    watch: {
+      mode: 'local',
+      synced: true,
+      connected: true,
+      stale: false,
+      restarts: 1,
+      lastEventAt: '2026-11-22T02:59:30.000Z',
+    },
     queue: { depth: 2, inFlight: 1 },
     vmis: [
       vmi({
@@ -50,7 +66,8 @@ export function sampleSnapshot(): AgentStatusSnapshot {
         retries: 4,
         lastError: {
           code: 'SECRET_NOT_FOUND',
-          message: 'Secret tenant-b/db-userdata referenced by secretRef does not exist; create it or fix secretRef.name',
+          message:
+            'Secret tenant-b/db-userdata referenced by secretRef does not exist; create it or fix secretRef.name',
           kind: 'retryable',
           field: 'secretRef',
           at: '2026-11-22T02:59:50.000Z',
@@ -66,7 +83,10 @@ export function sampleSnapshot(): AgentStatusSnapshot {
         contentHash: '0f0e0d0c0b0a09080706050403020100ffeeddccbbaa99887766554433221100',
         generatedAt: '2026-11-22T02:40:00.000Z',
         generationSeconds: 0.0121,
-        files: [{ path: 'meta-data', size: 40 }, { path: 'user-data', size: 30 }],
+        files: [
+          { path: 'meta-data', size: 40 },
+          { path: 'user-data', size: 30 },
+        ],
         injection: {
           domain: 'default_batch-7',
           targetDev: 'vdz',
@@ -77,7 +97,13 @@ export function sampleSnapshot(): AgentStatusSnapshot {
           resumed: false,
           at: '2026-11-22T02:40:00.050Z',
         },
-        warnings: [{ code: 'SEEDED_AFTER_BOOT', message: 'the domain was already running; cloud-init may have booted without this seed', at: '2026-11-22T02:40:00.050Z' }],
+        warnings: [
+          {
+            code: 'SEEDED_AFTER_BOOT',
+            message: 'the domain was already running; cloud-init may have booted without this seed',
+            at: '2026-11-22T02:40:00.050Z',
+          },
+        ],
       }),
       vmi({ namespace: 'default', name: 'new-vm', state: 'pending' }),
       vmi({ namespace: 'kube-system', name: 'plain', state: 'skipped' }),

@@ -21,14 +21,25 @@ export async function fetchAll(baseUrl: string): Promise<FetchedRoute[]> {
       body: await res.text(),
     };
   };
-  const fixed = ['/', '/metrics', '/healthz', '/readyz', '/status', '/status/', '/status.json', '/status/no-such-ns/no-such-vmi', '/no-such-page'];
+  const fixed = [
+    '/',
+    '/metrics',
+    '/healthz',
+    '/readyz',
+    '/status',
+    '/status/',
+    '/status.json',
+    '/status/no-such-ns/no-such-vmi',
+    '/no-such-page',
+  ];
   for (const s of STATES) fixed.push(`/status?state=${s}`, `/status.json?state=${s}`);
   const out: FetchedRoute[] = [];
   for (const p of fixed) out.push(await get(p));
   const index = out.find((r) => r.path === '/status.json');
   if (index?.status === 200) {
     const vmis = (JSON.parse(index.body) as { vmis: Array<{ namespace: string; name: string }> }).vmis;
-    for (const v of vmis) out.push(await get(`/status/${encodeURIComponent(v.namespace)}/${encodeURIComponent(v.name)}`));
+    for (const v of vmis)
+      out.push(await get(`/status/${encodeURIComponent(v.namespace)}/${encodeURIComponent(v.name)}`));
   }
   return out;
 }

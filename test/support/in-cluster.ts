@@ -44,13 +44,21 @@ export interface ServiceAccountVolume {
 
 const FILES = ['ca.crt', 'namespace', 'token'] as const;
 
-export async function serviceAccountVolume(fake: FakeKube, dir: string, options: { namespace?: string; token?: string } = {}): Promise<ServiceAccountVolume> {
+export async function serviceAccountVolume(
+  fake: FakeKube,
+  dir: string,
+  options: { namespace?: string; token?: string } = {},
+): Promise<ServiceAccountVolume> {
   const path = join(dir, 'serviceaccount');
   await mkdir(path, { recursive: true });
   await chmod(path, 0o755);
   const caCert = fake.caCert;
   if (!caCert) throw new Error('serviceAccountVolume needs the fake API server with TLS');
-  const content: Record<(typeof FILES)[number], string> = { 'ca.crt': caCert, namespace: options.namespace ?? 'vmseed', token: options.token ?? newToken() };
+  const content: Record<(typeof FILES)[number], string> = {
+    'ca.crt': caCert,
+    namespace: options.namespace ?? 'vmseed',
+    token: options.token ?? newToken(),
+  };
   let generation = 0;
 
   // kubelet's AtomicWriter: write a new ..<ts> directory, point ..data at
@@ -66,8 +74,13 @@ export async function serviceAccountVolume(fake: FakeKube, dir: string, options:
     }
     await symlink(ts, join(path, '..data_tmp'));
     await rename(join(path, '..data_tmp'), join(path, '..data'));
-    for (const f of FILES) await symlink(join('..data', f), join(path, f)).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'EEXIST') throw e; });
-    for (const old of await readdir(path)) if (old.startsWith('..') && old !== ts && old !== '..data') await rm(join(path, old), { recursive: true, force: true });
+    for (const f of FILES)
+      await symlink(join('..data', f), join(path, f)).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== 'EEXIST') throw e;
+      });
+    for (const old of await readdir(path))
+      if (old.startsWith('..') && old !== ts && old !== '..data')
+        await rm(join(path, old), { recursive: true, force: true });
   };
   await publish();
   fake.acceptTokens(content.token);
@@ -77,9 +90,25 @@ export async function serviceAccountVolume(fake: FakeKube, dir: string, options:
     get token() {
       return content.token;
     },
-    command: (argv) => ['unshare', '-m', '--propagation', 'private', '--', 'sh', '-c', `mkdir -p ${SA_PATH} && mount --bind "$0" ${SA_PATH} && exec "$@"`, path, ...argv],
+    command: (argv) => [
+      'unshare',
+      '-m',
+      '--propagation',
+      'private',
+      '--',
+      'sh',
+      '-c',
+      `mkdir -p ${SA_PATH} && mount --bind "$0" ${SA_PATH} && exec "$@"`,
+      path,
+      ...argv,
+    ],
     env: (extra = {}) => {
-      const env: NodeJS.ProcessEnv = { ...process.env, KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: String(fake.port), ...extra };
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        KUBERNETES_SERVICE_HOST: '127.0.0.1',
+        KUBERNETES_SERVICE_PORT: String(fake.port),
+        ...extra,
+      };
       delete env.KUBECONFIG;
       return env;
     },

@@ -6,7 +6,13 @@
 // deployment tests check the manifests with.
 import { readFileSync } from 'node:fs';
 import { loadAll } from 'js-yaml';
-import { rulesOfServiceAccount, scopedAllows, type PolicyRule, type RequestAttributes, type ScopedRules } from './rbac.ts';
+import {
+  rulesOfServiceAccount,
+  scopedAllows,
+  type PolicyRule,
+  type RequestAttributes,
+  type ScopedRules,
+} from './rbac.ts';
 
 export interface ServiceAccountRef {
   namespace: string;
@@ -30,7 +36,7 @@ export function serviceAccountUser(sa: ServiceAccountRef): string {
 }
 
 export function loadManifestObjects(path: string): unknown[] {
-  return (loadAll(readFileSync(path, 'utf8')) as unknown[]).filter((d) => d !== null && d !== undefined);
+  return loadAll(readFileSync(path, 'utf8')).filter((d) => d !== null && d !== undefined);
 }
 
 export function rbacFromManifests(objects: unknown[], sa: ServiceAccountRef = AGENT_SERVICE_ACCOUNT): RbacPolicy {
@@ -68,15 +74,25 @@ export function forbiddenStatus(user: string, a: RequestAttributes): Record<stri
 export function namespacedRbac(namespaces: string[], rules?: PolicyRule[]): unknown[] {
   const roleRules =
     rules ??
-    ((loadManifestObjects(new URL('../../manifests/daemonset.yaml', import.meta.url).pathname) as Obj[]).find((o) => o.kind === 'ClusterRole')?.rules ?? []);
+    (loadManifestObjects(new URL('../../manifests/daemonset.yaml', import.meta.url).pathname) as Obj[]).find(
+      (o) => o.kind === 'ClusterRole',
+    )?.rules ??
+    [];
   return namespaces.flatMap((ns) => [
-    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'vmseed-agent', namespace: ns }, rules: roleRules },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: 'vmseed-agent', namespace: ns },
+      rules: roleRules,
+    },
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'RoleBinding',
       metadata: { name: 'vmseed-agent', namespace: ns },
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'vmseed-agent' },
-      subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT.name, namespace: AGENT_SERVICE_ACCOUNT.namespace }],
+      subjects: [
+        { kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT.name, namespace: AGENT_SERVICE_ACCOUNT.namespace },
+      ],
     },
   ]);
 }

@@ -26,7 +26,13 @@ export const POD_3 = '9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c03';
 const ELSEWHERE = 'e1e1e1e1-e1e1-4e1e-8e1e-e1e1e1e1e1e1';
 
 // paused: started with spec.startStrategy Paused, asking for the seed gate.
-export function launcherVmi(name: string, namespace: string, cloudInit: string, pod: string, extra: { paused?: boolean } = {}): VmiObject {
+export function launcherVmi(
+  name: string,
+  namespace: string,
+  cloudInit: string,
+  pod: string,
+  extra: { paused?: boolean } = {},
+): VmiObject {
   const v = vmi(name, { namespace, cloudInit });
   if (extra.paused) {
     v.metadata.annotations!['vmseed.io/resume-after-seed'] = 'true';
@@ -60,7 +66,9 @@ export function kubevirtInjector(pods: string, lv: FakeLibvirt, resume: VirshInj
 // `namespaces`: the agent in namespaced mode (--namespaces); `rbac`: the
 // objects (Roles, bindings...) the fake API server authorises with instead
 // of manifests/daemonset.yaml.
-export async function runKubevirtScenario(options: { namespaces?: string[]; rbac?: unknown[] } = {}): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
+export async function runKubevirtScenario(
+  options: { namespaces?: string[]; rbac?: unknown[] } = {},
+): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
   const fake = await FakeKube.start(options.rbac ? { rbac: options.rbac } : {});
   const dir = await tempDir('vmseed-kubevirt-');
   const pods = join(dir.path, 'pods');
@@ -69,20 +77,54 @@ export async function runKubevirtScenario(options: { namespaces?: string[]; rbac
   const lv = new FakeLibvirt();
   try {
     for (const pod of [POD_1, POD_2]) await mkdir(join(pods, pod, EPHEMERAL), { recursive: true });
-    fake.setSecret({ metadata: { name: 'vm1-userdata', namespace: 'team-a' }, stringData: { userdata: '#cloud-config\nhostname: vm1\n' } });
-    fake.setConfigMap({ metadata: { name: 'vm1-files', namespace: 'team-a' }, data: { userdata: '#cloud-config\nhostname: files\n' } });
-    lv.domains.set('team-a_vm1', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
-    lv.domains.set('team-a_files', { state: 'running', persistent: true, live: [], config: [], unplugs: true, scsi: true });
+    fake.setSecret({
+      metadata: { name: 'vm1-userdata', namespace: 'team-a' },
+      stringData: { userdata: '#cloud-config\nhostname: vm1\n' },
+    });
+    fake.setConfigMap({
+      metadata: { name: 'vm1-files', namespace: 'team-a' },
+      data: { userdata: '#cloud-config\nhostname: files\n' },
+    });
+    lv.domains.set('team-a_vm1', {
+      state: 'paused',
+      persistent: true,
+      live: [],
+      config: [],
+      unplugs: true,
+      scsi: true,
+    });
+    lv.domains.set('team-a_files', {
+      state: 'running',
+      persistent: true,
+      live: [],
+      config: [],
+      unplugs: true,
+      scsi: true,
+    });
     fake.applyVmi(launcherVmi('vm1', 'team-a', 'secretRef: {name: vm1-userdata}\n', POD_1, { paused: true }));
-    fake.applyVmi(launcherVmi('files', 'team-a', 'userDataFrom: {kind: configmap, name: vm1-files, key: userdata}\n', POD_2));
+    fake.applyVmi(
+      launcherVmi('files', 'team-a', 'userDataFrom: {kind: configmap, name: vm1-files, key: userdata}\n', POD_2),
+    );
     // A Secret that never comes: SeedFailed, then repeats of it (PATCH).
     fake.applyVmi(launcherVmi('broken', 'team-a', 'secretRef: {name: missing}\n', POD_3));
     const injector = kubevirtInjector(pods, lv, kubevirtUnpause(api));
-    const h = await startAgent(fake, { stateDir: join(dir.path, 'seeds'), injector, ...(options.namespaces ? { namespaces: options.namespaces } : {}) });
+    const h = await startAgent(fake, {
+      stateDir: join(dir.path, 'seeds'),
+      injector,
+      ...(options.namespaces ? { namespaces: options.namespaces } : {}),
+    });
     try {
       await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 10_000);
-      await waitFor('files seeded', () => lv.domains.get('team-a_files')!.live.some((d) => d.alias === 'ua-vmseed_seed'), 10_000);
-      await waitFor('a repeated Event patched', () => fake.requests.some((r) => r.resource === 'events' && r.verb === 'patch'), 10_000);
+      await waitFor(
+        'files seeded',
+        () => lv.domains.get('team-a_files')!.live.some((d) => d.alias === 'ua-vmseed_seed'),
+        10_000,
+      );
+      await waitFor(
+        'a repeated Event patched',
+        () => fake.requests.some((r) => r.resource === 'events' && r.verb === 'patch'),
+        10_000,
+      );
     } finally {
       await h.stop();
     }

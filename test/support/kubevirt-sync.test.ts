@@ -26,7 +26,12 @@ const fixture = (name: string) => readFileSync(new URL(`../fixtures/kubevirt-syn
 const VMI_DISKS: VmiDisk[] = [
   { name: 'containerdisk', kind: 'disk', bus: 'virtio', source: '/var/run/kubevirt/container-disks/disk_0.img' },
   { name: 'datadisk', kind: 'disk', bus: 'virtio', source: '/var/run/kubevirt-private/vmi-disks/datadisk/disk.img' },
-  { name: 'cloudinitdisk', kind: 'cdrom', bus: 'sata', source: '/var/run/kubevirt-ephemeral-disks/cloud-init-data/team-a/vm1/noCloud.iso' },
+  {
+    name: 'cloudinitdisk',
+    kind: 'cdrom',
+    bus: 'sata',
+    source: '/var/run/kubevirt-ephemeral-disks/cloud-init-data/team-a/vm1/noCloud.iso',
+  },
 ];
 
 test('formatDeviceName follows sd.c: a..z, aa.., and sdzz is index 701', () => {
@@ -40,11 +45,14 @@ test('formatDeviceName follows sd.c: a..z, aa.., and sdzz is index 701', () => {
 
 test('KubeVirt naming: lowest free index per prefix, sata and scsi share sd, scsi unit = index', () => {
   const spec = convertVmiDisks(VMI_DISKS);
-  assert.deepEqual(spec.map((d) => [d.targetDev, d.bus, d.alias]), [
-    ['vda', 'virtio', 'ua-containerdisk'],
-    ['vdb', 'virtio', 'ua-datadisk'],
-    ['sda', 'sata', 'ua-cloudinitdisk'],
-  ]);
+  assert.deepEqual(
+    spec.map((d) => [d.targetDev, d.bus, d.alias]),
+    [
+      ['vda', 'virtio', 'ua-containerdisk'],
+      ['vdb', 'virtio', 'ua-datadisk'],
+      ['sda', 'sata', 'ua-cloudinitdisk'],
+    ],
+  );
   const scsi = hotplugVolumeDisk(spec, 'data1');
   assert.equal(scsi.targetDev, 'sdb');
   assert.deepEqual(scsi.address, { type: 'drive', controller: '0', bus: '0', unit: '1' });
@@ -74,28 +82,40 @@ test('new layout: the seed in ephemeral-disks at sdzz is never detached, updated
   // KubeVirt's next hotplug gets sdc and is attached: nothing of ours is in the way.
   const next = hotplugVolumeDisk(spec, 'data2');
   assert.equal(next.targetDev, 'sdc');
-  assert.deepEqual(getAttachedDisks(live, [...spec, next]).map((d) => d.targetDev), ['sdc']);
+  assert.deepEqual(
+    getAttachedDisks(live, [...spec, next]).map((d) => d.targetDev),
+    ['sdc'],
+  );
 });
 
-test('new layout: KubeVirt\'s own volume leaving the spec is detached (the rule still works)', () => {
+test("new layout: KubeVirt's own volume leaving the spec is detached (the rule still works)", () => {
   const live = parseDomainDisks(fixture('new-layout-live.xml'));
   const spec = convertVmiDisks(VMI_DISKS);
-  assert.deepEqual(getDetachedDisks(live, spec).map((d) => d.alias), ['ua-data1']);
+  assert.deepEqual(
+    getDetachedDisks(live, spec).map((d) => d.alias),
+    ['ua-data1'],
+  );
 });
 
 test('old layout: the seed under hotplug-disks at vdc is detached; a cdrom under the prefix that left the spec is detached and ejected', () => {
   const live = parseDomainDisks(fixture('old-layout-live.xml'));
   const spec = convertVmiDisks(VMI_DISKS);
-  assert.deepEqual(getDetachedDisks(live, spec).map((d) => [d.targetDev, d.alias]), [['vdc', 'ua-vmseed'], ['sdc', 'ua-isovol']]);
+  assert.deepEqual(
+    getDetachedDisks(live, spec).map((d) => [d.targetDev, d.alias]),
+    [
+      ['vdc', 'ua-vmseed'],
+      ['sdc', 'ua-isovol'],
+    ],
+  );
   const updated = getUpdatedDisks(live, spec);
   assert.equal(updated.length, 1);
-  assert.equal(updated[0]!.targetDev, 'sdc');
-  assert.equal(updated[0]!.sourceFile, undefined, 'ejected: no source');
-  assert.equal(updated[0]!.type, 'block');
-  assert.equal(updated[0]!.driver?.type, 'raw');
+  assert.equal(updated[0].targetDev, 'sdc');
+  assert.equal(updated[0].sourceFile, undefined, 'ejected: no source');
+  assert.equal(updated[0].type, 'block');
+  assert.equal(updated[0].driver?.type, 'raw');
 });
 
-test('old layout: KubeVirt\'s next virtio hotplug is named vdc, which the seed holds: never attached, and the seed survives by accident', () => {
+test("old layout: KubeVirt's next virtio hotplug is named vdc, which the seed holds: never attached, and the seed survives by accident", () => {
   const live = parseDomainDisks(fixture('old-layout-live.xml'));
   const spec = convertVmiDisks(VMI_DISKS);
   const stolen = hotplugVolumeDisk(spec, 'data2', 'virtio');
@@ -106,7 +126,14 @@ test('old layout: KubeVirt\'s next virtio hotplug is named vdc, which the seed h
 });
 
 test('disks outside the prefix, and hotplug disks on other buses, are left alone', () => {
-  const mk = (over: Partial<KvDisk>): KvDisk => ({ type: 'file', device: 'disk', bus: 'scsi', targetDev: 'sdq', readonly: true, ...over });
+  const mk = (over: Partial<KvDisk>): KvDisk => ({
+    type: 'file',
+    device: 'disk',
+    bus: 'scsi',
+    targetDev: 'sdq',
+    readonly: true,
+    ...over,
+  });
   const live = [
     mk({ sourceFile: '/var/run/kubevirt-ephemeral-disks/vmseed/x.iso' }),
     mk({ targetDev: 'sdr', bus: 'sata', sourceFile: '/var/run/kubevirt/hotplug-disks/y.img' }),
@@ -142,13 +169,15 @@ class FakeDomain {
     const flags = new Set(args.slice(3));
     assert.ok(flags.has('--live') && flags.has('--config'), `KubeVirt always uses LIVE|CONFIG: ${args.join(' ')}`);
     if (cmd === 'detach-device') {
-      if (!this.config.some((d) => d.targetDev === disk.targetDev)) throw new Error(`error: device not found: no target device ${disk.targetDev}`);
+      if (!this.config.some((d) => d.targetDev === disk.targetDev))
+        throw new Error(`error: device not found: no target device ${disk.targetDev}`);
       this.config = this.config.filter((d) => d.targetDev !== disk.targetDev);
       this.live = this.live.filter((d) => d.targetDev !== disk.targetDev);
       return '';
     }
     if (cmd === 'attach-device') {
-      if (this.config.some((d) => d.targetDev === disk.targetDev)) throw new Error(`error: target ${disk.targetDev} already exists`);
+      if (this.config.some((d) => d.targetDev === disk.targetDev))
+        throw new Error(`error: target ${disk.targetDev} already exists`);
       this.config.push(disk);
       this.live.push(disk);
       return '';
@@ -163,10 +192,25 @@ function parsed(name: string): KvDisk[] {
 
 test('sync, new layout with a live-only seed: repeated passes do nothing; a hotplug attaches when its file is ready', async () => {
   const live = parsed('new-layout-live.xml').filter((d) => d.alias !== 'ua-data1');
-  const dom = new FakeDomain(live, live.filter((d) => d.alias !== 'ua-vmseed_seed'));
+  const dom = new FakeDomain(
+    live,
+    live.filter((d) => d.alias !== 'ua-vmseed_seed'),
+  );
   const ready = new Set<string>();
-  const sync = new KubevirtSync({ domain: 'team-a_vm1', virsh: dom.port, spec: convertVmiDisks(VMI_DISKS), diskReady: async (p) => ready.has(p) });
-  for (let i = 0; i < 3; i++) assert.deepEqual(await sync.sync(), { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] });
+  const sync = new KubevirtSync({
+    domain: 'team-a_vm1',
+    virsh: dom.port,
+    spec: convertVmiDisks(VMI_DISKS),
+    diskReady: async (p) => ready.has(p),
+  });
+  for (let i = 0; i < 3; i++)
+    assert.deepEqual(await sync.sync(), {
+      resumed: false,
+      detached: [],
+      attached: [],
+      updated: [],
+      skippedNotReady: [],
+    });
   const vol = sync.hotplug('data1');
   assert.deepEqual((await sync.sync()).skippedNotReady, ['sdb'], 'virt-handler has not made the file yet');
   ready.add(vol.sourceFile!);
@@ -185,7 +229,10 @@ test('sync, new layout with a live-only seed: repeated passes do nothing; a hotp
 // e2e agent test timed out so, with the volume already live).
 test('sync: a pass already running when hotplug() is called works from the spec it started with; the next pass attaches', async () => {
   const live = parsed('new-layout-live.xml').filter((d) => d.alias !== 'ua-data1');
-  const dom = new FakeDomain(live, live.filter((d) => d.alias !== 'ua-vmseed_seed'));
+  const dom = new FakeDomain(
+    live,
+    live.filter((d) => d.alias !== 'ua-vmseed_seed'),
+  );
   let releaseDumpxml!: () => void;
   const dumpxmlHeld = new Promise<void>((r) => (releaseDumpxml = r));
   let dumpxmlReached!: () => void;
@@ -199,7 +246,12 @@ test('sync: a pass already running when hotplug() is called works from the spec 
     }
     return dom.port(args, stdin);
   };
-  const sync = new KubevirtSync({ domain: 'team-a_vm1', virsh: port, spec: convertVmiDisks(VMI_DISKS), diskReady: async () => true });
+  const sync = new KubevirtSync({
+    domain: 'team-a_vm1',
+    virsh: port,
+    spec: convertVmiDisks(VMI_DISKS),
+    diskReady: async () => true,
+  });
   const inFlight = sync.sync();
   await reached;
   const vol = sync.hotplug('data1');
@@ -208,13 +260,22 @@ test('sync: a pass already running when hotplug() is called works from the spec 
   assert.deepEqual((await inFlight).attached, [], 'the pass that started before the hotplug');
   assert.ok(!dom.live.some((d) => d.targetDev === vol.targetDev));
   assert.deepEqual((await sync.sync()).attached, ['sdb']);
-  assert.deepEqual(sync.history.slice(mark).flatMap((h) => h.attached), ['sdb'], 'the attach is in a pass recorded after the mark');
+  assert.deepEqual(
+    sync.history.slice(mark).flatMap((h) => h.attached),
+    ['sdb'],
+    'the attach is in a pass recorded after the mark',
+  );
 });
 
 test('sync, old layout live+config: the seed is detached at the first pass (the fight starts)', async () => {
   const live = parsed('old-layout-live.xml').filter((d) => d.alias !== 'ua-isovol');
   const dom = new FakeDomain(live, structuredClone(live));
-  const sync = new KubevirtSync({ domain: 'team-a_vm1', virsh: dom.port, spec: convertVmiDisks(VMI_DISKS), diskReady: async () => true });
+  const sync = new KubevirtSync({
+    domain: 'team-a_vm1',
+    virsh: dom.port,
+    spec: convertVmiDisks(VMI_DISKS),
+    diskReady: async () => true,
+  });
   const r = await sync.sync();
   assert.deepEqual(r.detached, ['vdc']);
   assert.equal(r.error, undefined);
@@ -224,8 +285,16 @@ test('sync, old layout live+config: the seed is detached at the first pass (the 
 
 test('sync, old layout live-only: every pass fails on the config half and the seed stays', async () => {
   const live = parsed('old-layout-live.xml').filter((d) => d.alias !== 'ua-isovol');
-  const dom = new FakeDomain(live, live.filter((d) => d.alias !== 'ua-vmseed'));
-  const sync = new KubevirtSync({ domain: 'team-a_vm1', virsh: dom.port, spec: convertVmiDisks(VMI_DISKS), diskReady: async () => true });
+  const dom = new FakeDomain(
+    live,
+    live.filter((d) => d.alias !== 'ua-vmseed'),
+  );
+  const sync = new KubevirtSync({
+    domain: 'team-a_vm1',
+    virsh: dom.port,
+    spec: convertVmiDisks(VMI_DISKS),
+    diskReady: async () => true,
+  });
   sync.hotplug('data1');
   for (let i = 0; i < 2; i++) {
     const r = await sync.sync();
@@ -240,7 +309,13 @@ test('sync, old layout live-only: every pass fails on the config half and the se
 test('pause rule: a start-paused VMI stays paused until unpause; a pause KubeVirt did not order is resumed', async () => {
   const dom = new FakeDomain([], []);
   dom.state = 'paused';
-  const sync = new KubevirtSync({ domain: 'd', virsh: dom.port, spec: [], diskReady: async () => true, startPaused: true });
+  const sync = new KubevirtSync({
+    domain: 'd',
+    virsh: dom.port,
+    spec: [],
+    diskReady: async () => true,
+    startPaused: true,
+  });
   assert.equal((await sync.sync()).resumed, false);
   assert.equal(dom.state, 'paused');
   await sync.unpause();

@@ -69,7 +69,8 @@ export function getUpdatedDisks(live: KvDisk[], spec: KvDisk[]): KvDisk[] {
     if (!isHotplugOrEmpty(old) || (found && !isHotplugOrEmpty(found))) continue;
     // Not in the spec: the new disk is the old one with an empty source (an eject).
     const next: KvDisk | undefined = found;
-    if ((old.sourceFile ?? '') === (next?.sourceFile ?? '') && (old.sourceDev ?? '') === (next?.sourceDev ?? '')) continue;
+    if ((old.sourceFile ?? '') === (next?.sourceFile ?? '') && (old.sourceDev ?? '') === (next?.sourceDev ?? ''))
+      continue;
     const cpy = structuredClone(old);
     delete cpy.sourceFile;
     delete cpy.sourceDev;
@@ -141,17 +142,27 @@ function kvDisk(d: VmiDisk, targetDev: string, index: number): KvDisk {
     sourceFile: d.source,
     alias: `ua-${d.name}`,
     readonly: d.kind === 'cdrom' ? true : (d.readonly ?? false),
-    driver: { name: 'qemu', type: 'raw', cache: 'none', error_policy: 'stop', ...(d.kind === 'cdrom' ? {} : { discard: 'unmap' }) },
+    driver: {
+      name: 'qemu',
+      type: 'raw',
+      cache: 'none',
+      error_policy: 'stop',
+      ...(d.kind === 'cdrom' ? {} : { discard: 'unmap' }),
+    },
   };
   if (d.kind === 'disk' && d.bus === 'virtio') disk.model = 'virtio-non-transitional';
   // assignDiskToSCSIController: controller 0 (hard coded), bus 0, unit = index.
-  if (d.kind === 'disk' && d.bus === 'scsi') disk.address = { type: 'drive', controller: '0', bus: '0', unit: String(index) };
+  if (d.kind === 'disk' && d.bus === 'scsi')
+    disk.address = { type: 'drive', controller: '0', bus: '0', unit: String(index) };
   return disk;
 }
 
 /** A hotplugged filesystem volume as virt-handler and the converter make it: `<name>.img` in hotplug-disks. */
 export function hotplugVolumeDisk(spec: KvDisk[], name: string, bus: 'virtio' | 'scsi' = 'scsi'): KvDisk {
-  const { name: target, index } = nextDeviceName(bus, spec.map((d) => d.targetDev));
+  const { name: target, index } = nextDeviceName(
+    bus,
+    spec.map((d) => d.targetDev),
+  );
   return kvDisk({ name, kind: 'disk', bus, source: `${HOTPLUG_DISK_DIR}${name}.img` }, target, index);
 }
 
@@ -171,7 +182,8 @@ type XNode = Record<string, unknown>;
 function attrs(node: unknown): Record<string, string> {
   const out: Record<string, string> = {};
   if (node === null || typeof node !== 'object') return out;
-  for (const [k, v] of Object.entries(node as XNode)) if (k.startsWith('@_') && typeof v === 'string') out[k.slice(2)] = v;
+  for (const [k, v] of Object.entries(node as XNode))
+    if (k.startsWith('@_') && typeof v === 'string') out[k.slice(2)] = v;
   return out;
 }
 
@@ -203,7 +215,12 @@ export function parseDomainDisks(xml: string): KvDisk[] {
   });
 }
 
-const builder = new XMLBuilder({ ignoreAttributes: false, attributeNamePrefix: '@_', format: true, suppressEmptyNode: true });
+const builder = new XMLBuilder({
+  ignoreAttributes: false,
+  attributeNamePrefix: '@_',
+  format: true,
+  suppressEmptyNode: true,
+});
 
 function prefixed(o: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(o).map(([k, v]) => [`@_${k}`, v]));
@@ -220,7 +237,7 @@ export function diskXml(d: KvDisk): string {
   if (d.serial) disk.serial = d.serial;
   if (d.alias) disk.alias = { '@_name': d.alias };
   if (d.address) disk.address = prefixed(d.address);
-  return builder.build({ disk }) as string;
+  return builder.build({ disk });
 }
 
 // ---- the sync loop ----

@@ -19,15 +19,16 @@ export async function kustomize(dir: string): Promise<KubeObject[]> {
     ({ stdout } = await run('kubectl', ['kustomize', dir], { maxBuffer: 16 * 1024 * 1024, timeout: 60_000 }));
   } catch (e) {
     const err = e as NodeJS.ErrnoException & { stderr?: string };
-    if (err.code === 'ENOENT') throw new Error('kubectl is not on PATH: run scripts/setup-host.sh (Debian package kubernetes-client)');
+    if (err.code === 'ENOENT')
+      throw new Error('kubectl is not on PATH: run scripts/setup-host.sh (Debian package kubernetes-client)');
     throw new Error(`kubectl kustomize ${dir} failed: ${(err.stderr ?? err.message).trim()}`);
   }
-  return (yaml.loadAll(stdout) as unknown[]).filter((d) => d !== null && d !== undefined) as KubeObject[];
+  return yaml.loadAll(stdout).filter((d) => d !== null && d !== undefined) as KubeObject[];
 }
 
 export async function kubectlVersion(): Promise<string> {
   const { stdout } = await run('kubectl', ['version', '--client'], { timeout: 30_000 });
-  return stdout.trim().split('\n')[0]!;
+  return stdout.trim().split('\n')[0];
 }
 
 // kind/namespace/name: how kustomize and the API server tell objects apart.

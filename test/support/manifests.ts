@@ -16,7 +16,7 @@ export interface KubeObject {
 
 export function loadYamlDocuments(relativePath: string): KubeObject[] {
   const text = readFileSync(ROOT + relativePath, 'utf8');
-  return (yaml.loadAll(text) as unknown[]).filter((d) => d !== null && d !== undefined) as KubeObject[];
+  return yaml.loadAll(text).filter((d) => d !== null && d !== undefined) as KubeObject[];
 }
 
 export function findObject(objects: KubeObject[], kind: string, name?: string): KubeObject {
@@ -41,7 +41,8 @@ async function modelClass(apiVersion: string, kind: string): Promise<new (data: 
 // valid instance of its kind.
 export async function validateBuiltin(object: unknown): Promise<void> {
   const o = object as { apiVersion?: unknown; kind?: unknown };
-  if (typeof o.apiVersion !== 'string' || typeof o.kind !== 'string') throw new Error('apiVersion and kind are required');
+  if (typeof o.apiVersion !== 'string' || typeof o.kind !== 'string')
+    throw new Error('apiVersion and kind are required');
   const Model = await modelClass(o.apiVersion, o.kind);
   new Model(object).validate();
 }
@@ -76,7 +77,8 @@ export function checkSchema(value: unknown, schema: Schema, path = ''): string[]
     case 'array': {
       if (!Array.isArray(value)) return [`${at}: must be an array`];
       const errors: string[] = [];
-      if (schema.minItems !== undefined && value.length < schema.minItems) errors.push(`${at}: needs at least ${schema.minItems} item(s)`);
+      if (schema.minItems !== undefined && value.length < schema.minItems)
+        errors.push(`${at}: needs at least ${schema.minItems} item(s)`);
       value.forEach((v, i) => errors.push(...checkSchema(v, schema.items, `${path}[${i}]`)));
       return errors;
     }
@@ -88,7 +90,8 @@ export function checkSchema(value: unknown, schema: Schema, path = ''): string[]
       if (typeof value !== 'object' || value === null || Array.isArray(value)) return [`${at}: must be an object`];
       const record = value as Record<string, unknown>;
       const errors: string[] = [];
-      for (const key of schema.required ?? []) if (!(key in record)) errors.push(`${at}: missing required field ${key}`);
+      for (const key of schema.required ?? [])
+        if (!(key in record)) errors.push(`${at}: missing required field ${key}`);
       for (const [key, v] of Object.entries(record)) {
         const sub = schema.properties[key];
         if (sub === undefined) {
@@ -113,7 +116,10 @@ const metadata: Schema = {
 };
 const labelSelector: Schema = {
   type: 'object',
-  properties: { matchLabels: strMap, matchExpressions: { type: 'array', items: { type: 'object', open: true, properties: {} } } },
+  properties: {
+    matchLabels: strMap,
+    matchExpressions: { type: 'array', items: { type: 'object', open: true, properties: {} } },
+  },
 };
 
 export const SERVICE_MONITOR_SCHEMA: Schema = {

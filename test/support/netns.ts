@@ -10,9 +10,12 @@ import { promisify } from 'node:util';
 
 const exec = promisify(execFile);
 
-export async function sh(args: string[], options: { input?: string; timeoutMs?: number } = {}): Promise<{ stdout: string; stderr: string }> {
+export async function sh(
+  args: string[],
+  options: { input?: string; timeoutMs?: number } = {},
+): Promise<{ stdout: string; stderr: string }> {
   try {
-    const p = exec(args[0]!, args.slice(1), { timeout: options.timeoutMs ?? 30_000, maxBuffer: 8 * 1024 * 1024 });
+    const p = exec(args[0], args.slice(1), { timeout: options.timeoutMs ?? 30_000, maxBuffer: 8 * 1024 * 1024 });
     if (options.input !== undefined) p.child.stdin?.end(options.input);
     return await p;
   } catch (e) {
@@ -84,7 +87,9 @@ except Exception as e:
 `;
 
 export async function getFrom(ns: string, url: string, timeoutS = 3): Promise<{ status: number; body: string }> {
-  const { stdout } = await sh(['ip', 'netns', 'exec', ns, '/usr/bin/python3', '-c', GET, url, String(timeoutS)], { timeoutMs: (timeoutS + 10) * 1000 });
+  const { stdout } = await sh(['ip', 'netns', 'exec', ns, '/usr/bin/python3', '-c', GET, url, String(timeoutS)], {
+    timeoutMs: (timeoutS + 10) * 1000,
+  });
   const nl = stdout.indexOf('\n');
   return { status: Number(stdout.slice(0, nl)), body: stdout.slice(nl + 1) };
 }
@@ -93,13 +98,34 @@ export async function getFrom(ns: string, url: string, timeoutS = 3): Promise<{ 
 // namespace, on the node's address: the agent on the host network.
 const NODE = './node_modules/.bin/node';
 
-export async function startNodeDatasource(env: PodNode, key: Buffer, uid: string, port = 8081, bench?: { vmis: number }): Promise<ChildProcess> {
+export async function startNodeDatasource(
+  env: PodNode,
+  key: Buffer,
+  uid: string,
+  port = 8081,
+  bench?: { vmis: number },
+): Promise<ChildProcess> {
   const mode = bench ? ['bench', String(bench.vmis)] : [];
-  const child = spawn('ip', ['netns', 'exec', env.node, NODE, 'test/redirect/node-datasource.ts', env.nodeAddress, String(port), key.toString('base64'), uid, ...mode], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      env.node,
+      NODE,
+      'test/redirect/node-datasource.ts',
+      env.nodeAddress,
+      String(port),
+      key.toString('base64'),
+      uid,
+      ...mode,
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   const line = await new Promise<string>((resolve, reject) => {
-    const rl = createInterface({ input: child.stdout! });
+    const rl = createInterface({ input: child.stdout });
     rl.once('line', resolve);
     child.once('exit', (code) => reject(new Error(`datasource child exited ${code}`)));
   });
@@ -114,4 +140,3 @@ export function stopChild(child: ChildProcess | undefined): Promise<void> {
     child.kill('SIGTERM');
   });
 }
-

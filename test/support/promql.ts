@@ -12,7 +12,21 @@ const run = promisify(execFile);
 
 // Keywords, aggregation operators and functions are followed by `(` or are
 // binary operators; everything else left over is a metric name.
-const KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'inf', 'nan']);
+const KEYWORDS = new Set([
+  'and',
+  'or',
+  'unless',
+  'bool',
+  'offset',
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'inf',
+  'nan',
+]);
 
 export function metricNamesInExpr(expr: string): string[] {
   let s = expr;
@@ -33,7 +47,9 @@ export function metricNamesInExpr(expr: string): string[] {
 
 // Every sample name the agent's /metrics can contain: each metric, plus
 // _bucket/_sum/_count for histograms and _sum/_count for summaries.
-export async function exportedMetricNames(options: { processMetrics: boolean }): Promise<Map<string, { type: string; help: string; labels: string[] }>> {
+export async function exportedMetricNames(options: {
+  processMetrics: boolean;
+}): Promise<Map<string, { type: string; help: string; labels: string[] }>> {
   const metrics = createMetrics({ version: 'test', processMetrics: options.processMetrics });
   const labelNames = new Map<string, string[]>();
   for (const m of metrics.registry.getMetricsAsArray()) {

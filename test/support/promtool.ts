@@ -48,13 +48,22 @@ export function parseExposition(text: string): Sample[] {
 }
 
 export function sampleValue(samples: Sample[], name: string, labels: Record<string, string> = {}): number | undefined {
-  const hit = samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v) && Object.keys(s.labels).length === Object.keys(labels).length);
+  const hit = samples.find(
+    (s) =>
+      s.name === name &&
+      Object.entries(labels).every(([k, v]) => s.labels[k] === v) &&
+      Object.keys(s.labels).length === Object.keys(labels).length,
+  );
   return hit?.value;
 }
 
 // Cumulative bucket counts of one histogram series, keyed by the numeric
 // upper bound (`le` may be written 5e-05 or 0.00005; +Inf is Infinity).
-export function histogramBuckets(samples: Sample[], name: string, labels: Record<string, string> = {}): Map<number, number> {
+export function histogramBuckets(
+  samples: Sample[],
+  name: string,
+  labels: Record<string, string> = {},
+): Map<number, number> {
   const out = new Map<number, number>();
   for (const s of samples) {
     if (s.name !== `${name}_bucket`) continue;

@@ -52,7 +52,10 @@ const VERB_BY_METHOD: Record<string, string> = { POST: 'create', PUT: 'update', 
 export function requestAttributes(call: RecordedCall): RequestAttributes {
   const url = new URL(call.path, 'http://api.invalid');
   for (const [k, v] of Object.entries(call.query ?? {})) url.searchParams.set(k, v);
-  const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
+  const parts = url.pathname
+    .split('/')
+    .filter((p) => p !== '')
+    .map(decodeURIComponent);
   let apiGroup: string;
   let version: string;
   let rest: string[];
@@ -111,9 +114,7 @@ export function ruleAllows(rule: PolicyRule, a: RequestAttributes): boolean {
   const full = qualifiedResource(a);
   const resourceOk = (rule.resources ?? []).some(
     (r) =>
-      r === '*' ||
-      r === full ||
-      (a.subresource === '' ? false : r === `${a.resource}/*` || r === `*/${a.subresource}`),
+      r === '*' || r === full || (a.subresource === '' ? false : r === `${a.resource}/*` || r === `*/${a.subresource}`),
   );
   if (!resourceOk) return false;
   if (rule.resourceNames !== undefined && rule.resourceNames.length > 0) return rule.resourceNames.includes(a.name);
@@ -181,26 +182,41 @@ function bindsAccount(b: RbacObject, account: { namespace: string; name: string 
   );
 }
 
-export function rulesOfServiceAccount(objects: readonly unknown[], account: { namespace: string; name: string }): ScopedRules[] {
+export function rulesOfServiceAccount(
+  objects: readonly unknown[],
+  account: { namespace: string; name: string },
+): ScopedRules[] {
   const all = objects as RbacObject[];
   const out: ScopedRules[] = [];
   for (const b of all.filter((o) => o.kind === 'ClusterRoleBinding' || o.kind === 'RoleBinding')) {
     if (!bindsAccount(b, account)) continue;
     const ref = b.roleRef!;
-    if (b.kind === 'ClusterRoleBinding' && ref.kind !== 'ClusterRole') throw new Error(`ClusterRoleBinding ${b.metadata.name}: roleRef must be a ClusterRole`);
-    const namespace = b.kind === 'RoleBinding' ? b.metadata.namespace ?? '' : '';
-    if (b.kind === 'RoleBinding' && namespace === '') throw new Error(`RoleBinding ${b.metadata.name} has no namespace`);
+    if (b.kind === 'ClusterRoleBinding' && ref.kind !== 'ClusterRole')
+      throw new Error(`ClusterRoleBinding ${b.metadata.name}: roleRef must be a ClusterRole`);
+    const namespace = b.kind === 'RoleBinding' ? (b.metadata.namespace ?? '') : '';
+    if (b.kind === 'RoleBinding' && namespace === '')
+      throw new Error(`RoleBinding ${b.metadata.name} has no namespace`);
     const role = all.find(
-      (o) => o.kind === ref.kind && o.metadata.name === ref.name && (ref.kind === 'ClusterRole' || o.metadata.namespace === namespace),
+      (o) =>
+        o.kind === ref.kind &&
+        o.metadata.name === ref.name &&
+        (ref.kind === 'ClusterRole' || o.metadata.namespace === namespace),
     );
-    if (role === undefined) throw new Error(`${b.kind} ${namespace}/${b.metadata.name}: no ${ref.kind} ${ref.name} to bind`);
-    out.push({ namespace, rules: role.rules ?? [], via: `${b.kind} ${namespace ? namespace + '/' : ''}${b.metadata.name} -> ${ref.kind} ${ref.name}` });
+    if (role === undefined)
+      throw new Error(`${b.kind} ${namespace}/${b.metadata.name}: no ${ref.kind} ${ref.name} to bind`);
+    out.push({
+      namespace,
+      rules: role.rules ?? [],
+      via: `${b.kind} ${namespace ? namespace + '/' : ''}${b.metadata.name} -> ${ref.kind} ${ref.name}`,
+    });
   }
   return out;
 }
 
 export function scopedAllows(scoped: readonly ScopedRules[], a: RequestAttributes): boolean {
-  return scoped.some((s) => (s.namespace === '' || s.namespace === a.namespace) && s.rules.some((r) => ruleAllows(r, a)));
+  return scoped.some(
+    (s) => (s.namespace === '' || s.namespace === a.namespace) && s.rules.some((r) => ruleAllows(r, a)),
+  );
 }
 
 // checkRbac over bindings: every call allowed in its namespace; a grant is
@@ -215,7 +231,11 @@ export function checkScopedRbac(scoped: readonly ScopedRules[], calls: RecordedC
       const key = `${g.apiGroup} ${g.resource} ${g.verb}`;
       const used = scoped
         .filter((t) => grantsOf(t.rules).some((h) => `${h.apiGroup} ${h.resource} ${h.verb}` === key))
-        .some((t) => attributes.some((c) => (t.namespace === '' || t.namespace === c.attributes.namespace) && grantCovers(g, c.attributes)));
+        .some((t) =>
+          attributes.some(
+            (c) => (t.namespace === '' || t.namespace === c.attributes.namespace) && grantCovers(g, c.attributes),
+          ),
+        );
       if (!used && !seen.has(key)) unused.push(g);
       seen.add(key);
     }

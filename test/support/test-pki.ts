@@ -35,9 +35,34 @@ async function generate(name: string): Promise<TestPki> {
   try {
     const f = (n: string) => join(dir, n);
     const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-    await run('openssl', ['req', '-x509', ...ec, '-days', '2', '-subj', `/CN=${name}-ca`, '-keyout', f('ca.key'), '-out', f('ca.crt'),
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
-    await run('openssl', ['req', '-new', ...ec, '-subj', '/CN=kube-apiserver', '-keyout', f('server.key'), '-out', f('server.csr')]);
+    await run('openssl', [
+      'req',
+      '-x509',
+      ...ec,
+      '-days',
+      '2',
+      '-subj',
+      `/CN=${name}-ca`,
+      '-keyout',
+      f('ca.key'),
+      '-out',
+      f('ca.crt'),
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ]);
+    await run('openssl', [
+      'req',
+      '-new',
+      ...ec,
+      '-subj',
+      '/CN=kube-apiserver',
+      '-keyout',
+      f('server.key'),
+      '-out',
+      f('server.csr'),
+    ]);
     await writeFile(
       f('ext.cnf'),
       [
@@ -48,8 +73,28 @@ async function generate(name: string): Promise<TestPki> {
         '',
       ].join('\n'),
     );
-    await run('openssl', ['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-days', '2', '-extfile', f('ext.cnf'), '-out', f('server.crt')]);
-    const [caCert, serverCert, serverKey] = await Promise.all([readFile(f('ca.crt'), 'utf8'), readFile(f('server.crt'), 'utf8'), readFile(f('server.key'), 'utf8')]);
+    await run('openssl', [
+      'x509',
+      '-req',
+      '-in',
+      f('server.csr'),
+      '-CA',
+      f('ca.crt'),
+      '-CAkey',
+      f('ca.key'),
+      '-CAcreateserial',
+      '-days',
+      '2',
+      '-extfile',
+      f('ext.cnf'),
+      '-out',
+      f('server.crt'),
+    ]);
+    const [caCert, serverCert, serverKey] = await Promise.all([
+      readFile(f('ca.crt'), 'utf8'),
+      readFile(f('server.crt'), 'utf8'),
+      readFile(f('server.key'), 'utf8'),
+    ]);
     return { caCert, serverCert, serverKey };
   } finally {
     await rm(dir, { recursive: true, force: true });

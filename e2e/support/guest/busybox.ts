@@ -67,9 +67,13 @@ async function buildBusyboxGuest(): Promise<BusyboxGuest> {
     await chmod(path.join(root, 'bin', 'busybox'), 0o755);
     await writeFile(path.join(root, 'init'), init, { mode: 0o755 });
     const mods = await resolveModules(kernel.modulesDir, BUSYBOX_MODULES);
-    for (const m of mods) await copyFile(path.join(kernel.modulesDir, m.rel), path.join(root, 'lib', 'modules', `${m.name}.ko`));
+    for (const m of mods)
+      await copyFile(path.join(kernel.modulesDir, m.rel), path.join(root, 'lib', 'modules', `${m.name}.ko`));
     await writeFile(path.join(root, 'etc', 'vmseed-modules'), mods.map((m) => m.name).join('\n') + '\n');
-    await sh('cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2"', [root, path.join(tmp, 'initramfs.cpio.gz')]);
+    await sh('cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2"', [
+      root,
+      path.join(tmp, 'initramfs.cpio.gz'),
+    ]);
     await run('rm', ['-rf', root]);
   });
   return { kernel: kernel.vmlinuz, initramfs: path.join(dir, 'initramfs.cpio.gz'), modulesVersion: kernel.version };
@@ -92,8 +96,15 @@ export interface BusyboxCmdlineOptions {
 }
 
 export function busyboxCmdline(o: BusyboxCmdlineOptions): string {
-  for (const f of o.files) if (/[\s,]/.test(f)) throw new Error(`file name cannot be passed on the kernel command line: ${JSON.stringify(f)}`);
-  const p = ['console=ttyS0', 'panic=-1', 'quiet', `vmseed.files=${o.files.join(',')}`, `vmseed.wait=${o.waitSeconds ?? 60}`];
+  for (const f of o.files)
+    if (/[\s,]/.test(f)) throw new Error(`file name cannot be passed on the kernel command line: ${JSON.stringify(f)}`);
+  const p = [
+    'console=ttyS0',
+    'panic=-1',
+    'quiet',
+    `vmseed.files=${o.files.join(',')}`,
+    `vmseed.wait=${o.waitSeconds ?? 60}`,
+  ];
   if (o.url) p.push(`vmseed.url=${o.url}`);
   else p.push(`vmseed.label=${o.label ?? 'cidata'}`);
   if (o.fetchTimeoutSeconds !== undefined) p.push(`vmseed.fetchtimeout=${o.fetchTimeoutSeconds}`);

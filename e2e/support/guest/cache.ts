@@ -79,7 +79,8 @@ export async function cachedFixture(
   for (;;) {
     if (await exists(path.join(dir, COMPLETE))) return { dir, built: false, key };
     if (await tryLock(lockPath)) break;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for another process building fixture ${key} (lock ${lockPath})`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for another process building fixture ${key} (lock ${lockPath})`);
     await sleep(300);
   }
   try {

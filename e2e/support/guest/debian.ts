@@ -114,20 +114,29 @@ async function buildDebianGuest(): Promise<DebianGuest> {
     // Fresh identity per boot; an empty machine-id makes systemd generate one.
     await writeFile(path.join(root, 'etc', 'machine-id'), '');
     await sh('rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*_Packages', [root]);
-    await run('mke2fs', ['-q', '-t', 'ext4', '-L', 'vmseed-root', '-d', root, path.join(tmp, 'rootfs.img'), ROOTFS_SIZE], {
-      timeoutMs: 300_000,
-    });
+    await run(
+      'mke2fs',
+      ['-q', '-t', 'ext4', '-L', 'vmseed-root', '-d', root, path.join(tmp, 'rootfs.img'), ROOTFS_SIZE],
+      {
+        timeoutMs: 300_000,
+      },
+    );
     await run('rm', ['-rf', root], { timeoutMs: 120_000 });
 
     const ird = path.join(tmp, 'initrd');
-    for (const d of ['bin', 'etc', 'lib/modules', 'proc', 'sys', 'dev', 'newroot']) await mkdir(path.join(ird, d), { recursive: true });
+    for (const d of ['bin', 'etc', 'lib/modules', 'proc', 'sys', 'dev', 'newroot'])
+      await mkdir(path.join(ird, d), { recursive: true });
     await copyFile('/bin/busybox', path.join(ird, 'bin', 'busybox'));
     await chmod(path.join(ird, 'bin', 'busybox'), 0o755);
     await writeFile(path.join(ird, 'init'), init, { mode: 0o755 });
     const mods = await resolveModules(kernel.modulesDir, INITRAMFS_MODULES);
-    for (const m of mods) await copyFile(path.join(kernel.modulesDir, m.rel), path.join(ird, 'lib', 'modules', `${m.name}.ko`));
+    for (const m of mods)
+      await copyFile(path.join(kernel.modulesDir, m.rel), path.join(ird, 'lib', 'modules', `${m.name}.ko`));
     await writeFile(path.join(ird, 'etc', 'vmseed-modules'), mods.map((m) => m.name).join('\n') + '\n');
-    await sh('cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2"', [ird, path.join(tmp, 'initramfs.cpio.gz')]);
+    await sh('cd "$1" && find . | sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > "$2"', [
+      ird,
+      path.join(tmp, 'initramfs.cpio.gz'),
+    ]);
     await run('rm', ['-rf', ird]);
   });
   return {

@@ -35,7 +35,8 @@ export interface TestDomainOptions {
 const USERNET_PCI_ADDR = '0x1e';
 
 export function testDomainXml(o: TestDomainOptions): string {
-  if (!/^[A-Za-z0-9_.+-]+$/.test(o.name)) throw new Error(`domain name ${JSON.stringify(o.name)}: use letters, digits, _ . + -`);
+  if (!/^[A-Za-z0-9_.+-]+$/.test(o.name))
+    throw new Error(`domain name ${JSON.stringify(o.name)}: use letters, digits, _ . + -`);
   const devices: Record<string, unknown> = {};
   if (o.rootDisk) {
     devices.disk = {
@@ -88,6 +89,11 @@ export function testDomainXml(o: TestDomainOptions): string {
     // loosen a filter already installed).
     if (o.userNet.guestfwd) domain['qemu:capabilities'] = { 'qemu:del': { '@_capability': 'seccomp-sandbox' } };
   }
-  const builder = new XMLBuilder({ ignoreAttributes: false, attributeNamePrefix: '@_', format: true, suppressEmptyNode: true });
+  const builder = new XMLBuilder({
+    ignoreAttributes: false,
+    attributeNamePrefix: '@_',
+    format: true,
+    suppressEmptyNode: true,
+  });
   return builder.build({ domain });
 }

@@ -37,6 +37,10 @@ export function run(
 }
 
 /** Runs a fixed shell pipeline; inputs reach it through positional arguments, never interpolation. */
-export function sh(script: string, args: readonly string[] = [], opts: { cwd?: string; timeoutMs?: number } = {}): Promise<RunResult> {
+export function sh(
+  script: string,
+  args: readonly string[] = [],
+  opts: { cwd?: string; timeoutMs?: number } = {},
+): Promise<RunResult> {
   return run('/bin/sh', ['-ec', script, 'sh', ...args], opts);
 }

@@ -22,7 +22,10 @@ const META_PACKAGE = 'linux-image-cloud-amd64';
 export async function resolveKernelPackage(): Promise<{ name: string; version: string }> {
   const show = await run('apt-cache', ['show', '--no-all-versions', META_PACKAGE]);
   const m = /^Depends:.*?\b(linux-image-6\.1\.0-[0-9]+-cloud-amd64) \(= ([^)\s]+)\)/m.exec(show.stdout);
-  if (!m) throw new Error(`apt-cache show ${META_PACKAGE} names no linux-image-6.1.0-*-cloud-amd64 (= version) (run apt-get update)`);
+  if (!m)
+    throw new Error(
+      `apt-cache show ${META_PACKAGE} names no linux-image-6.1.0-*-cloud-amd64 (= version) (run apt-get update)`,
+    );
   return { name: m[1], version: m[2] };
 }
 
@@ -97,7 +100,10 @@ function modinfoDepends(ko: Buffer): string[] {
  * modinfo, since the package ships no modules.dep and the host has no depmod)
  * into load order, dependencies first. Built-in modules are skipped.
  */
-export async function resolveModules(modulesDir: string, wanted: readonly string[]): Promise<{ name: string; rel: string }[]> {
+export async function resolveModules(
+  modulesDir: string,
+  wanted: readonly string[],
+): Promise<{ name: string; rel: string }[]> {
   const index = await indexModules(modulesDir);
   const builtin = new Set(
     (await readFile(path.join(modulesDir, 'modules.builtin'), 'utf8'))

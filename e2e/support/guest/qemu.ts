@@ -73,17 +73,27 @@ export function guestfwdSpec(f: { guestIp: string; guestPort: number; hostPort: 
 
 export function qemuArgs(o: RunQemuOptions): string[] {
   const args = [
-    '-accel', 'tcg',
-    '-m', String(o.memoryMb ?? 256),
-    '-smp', String(o.smp ?? 1),
-    '-nodefaults', '-no-user-config',
-    '-display', 'none',
-    '-monitor', 'none',
-    '-serial', 'stdio',
+    '-accel',
+    'tcg',
+    '-m',
+    String(o.memoryMb ?? 256),
+    '-smp',
+    String(o.smp ?? 1),
+    '-nodefaults',
+    '-no-user-config',
+    '-display',
+    'none',
+    '-monitor',
+    'none',
+    '-serial',
+    'stdio',
     '-no-reboot',
-    '-kernel', o.kernel,
-    '-initrd', o.initrd,
-    '-append', o.append,
+    '-kernel',
+    o.kernel,
+    '-initrd',
+    o.initrd,
+    '-append',
+    o.append,
   ];
   const drives = o.drives ?? [];
   if (drives.some((d) => d.bus === 'scsi-cd' || d.bus === 'scsi-hd')) args.push('-device', 'virtio-scsi-pci,id=scsi0');
@@ -91,7 +101,10 @@ export function qemuArgs(o: RunQemuOptions): string[] {
     if (d.path.includes(',')) throw new Error(`drive path must not contain a comma (QEMU option syntax): ${d.path}`);
     const ro = d.readonly ?? true;
     const media = d.bus === 'scsi-cd' ? ',media=cdrom' : '';
-    args.push('-drive', `file=${d.path},format=${d.format ?? 'raw'},if=none,id=drive${i}${media}${ro ? ',readonly=on' : ''}`);
+    args.push(
+      '-drive',
+      `file=${d.path},format=${d.format ?? 'raw'},if=none,id=drive${i}${media}${ro ? ',readonly=on' : ''}`,
+    );
     if (d.bus === 'scsi-cd') args.push('-device', `scsi-cd,bus=scsi0.0,drive=drive${i}`);
     else if (d.bus === 'scsi-hd') args.push('-device', `scsi-hd,bus=scsi0.0,drive=drive${i}`);
     else args.push('-device', `virtio-blk-pci,drive=drive${i}`);
@@ -119,14 +132,14 @@ export function runQemu(o: RunQemuOptions): Promise<QemuRun> {
       timedOut = true;
       child.kill('SIGKILL');
     }, o.timeoutMs);
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
       out += chunk;
       if (!stoppedByUntil && o.until?.(out)) {
         stoppedByUntil = true;
         child.kill('SIGKILL');
       }
     });
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       if (err.length < 64 * 1024) err += chunk;
     });
     child.once('error', (e) => {
@@ -139,7 +152,11 @@ export function runQemu(o: RunQemuOptions): Promise<QemuRun> {
       const result = { pid: child.pid ?? -1, console: out, seconds, exitCode: code, timedOut, stoppedByUntil };
       const done = () => {
         if (!timedOut && !stoppedByUntil && code !== 0) {
-          reject(new Error(`qemu-system-x86_64 exited ${code}: ${err.trim().slice(-2000)}\nconsole tail:\n${out.slice(-2000)}`));
+          reject(
+            new Error(
+              `qemu-system-x86_64 exited ${code}: ${err.trim().slice(-2000)}\nconsole tail:\n${out.slice(-2000)}`,
+            ),
+          );
         } else resolve(result);
       };
       if (o.consoleFile) writeFile(o.consoleFile, out).then(done, reject);
@@ -198,7 +215,9 @@ export async function bootWithImage(o: BootWithImageOptions): Promise<BootWithIm
   });
   const parsed = parseConsole(run.console);
   if (run.timedOut && !parsed.done) {
-    throw new Error(`busybox guest did not finish within ${o.timeoutMs} ms; console tail:\n${run.console.slice(-3000)}`);
+    throw new Error(
+      `busybox guest did not finish within ${o.timeoutMs} ms; console tail:\n${run.console.slice(-3000)}`,
+    );
   }
   return { ...parsed, console: run.console, seconds: run.seconds };
 }

@@ -40,7 +40,11 @@ async function hashedPassword(user: InitSpec['users'][number], i: number, ctx: C
   }
   // Checked before decoding or hashing: crypt's cost grows with the length.
   if (bytes.length > LIMITS.passwordBytes + 2) {
-    throw new VmseedError('INIT_INVALID', `${field}: the password in Secret ${ctx.namespace}/${ref.name} is longer than ${LIMITS.passwordBytes} bytes; use a shorter password`, { kind: 'terminal', field });
+    throw new VmseedError(
+      'INIT_INVALID',
+      `${field}: the password in Secret ${ctx.namespace}/${ref.name} is longer than ${LIMITS.passwordBytes} bytes; use a shorter password`,
+      { kind: 'terminal', field },
+    );
   }
   // `kubectl create secret --from-file` keeps the file's final newline, which
   // nobody types at a login prompt.
@@ -48,11 +52,19 @@ async function hashedPassword(user: InitSpec['users'][number], i: number, ctx: C
   if (password.endsWith('\r\n')) password = password.slice(0, -2);
   else if (password.endsWith('\n')) password = password.slice(0, -1);
   if (password === '') {
-    throw new VmseedError('INIT_INVALID', `${field}: the password in Secret ${ctx.namespace}/${ref.name} is empty; put a password there or remove passwordFrom`, { kind: 'terminal', field });
+    throw new VmseedError(
+      'INIT_INVALID',
+      `${field}: the password in Secret ${ctx.namespace}/${ref.name} is empty; put a password there or remove passwordFrom`,
+      { kind: 'terminal', field },
+    );
   }
   const salt = ctx.salt({ vmiUid: ctx.vmiUid, user: user.name });
   if (!isValidSalt(salt)) {
-    throw new VmseedError('CONFIG_INVALID', 'the password salt provider returned an invalid salt (1-16 characters of [./0-9A-Za-z])', { kind: 'terminal', field });
+    throw new VmseedError(
+      'CONFIG_INVALID',
+      'the password salt provider returned an invalid salt (1-16 characters of [./0-9A-Za-z])',
+      { kind: 'terminal', field },
+    );
   }
   return sha512Crypt(password, salt);
 }

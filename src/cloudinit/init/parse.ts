@@ -47,21 +47,44 @@ export interface InitSpec {
   files: InitFile[];
 }
 
-export const INIT_FIELDS = ['hostname', 'fqdn', 'timezone', 'regenerateSSHHostKeys', 'users', 'dns', 'nics', 'files'] as const;
+export const INIT_FIELDS = [
+  'hostname',
+  'fqdn',
+  'timezone',
+  'regenerateSSHHostKeys',
+  'users',
+  'dns',
+  'nics',
+  'files',
+] as const;
 export const USER_FIELDS = ['name', 'groups', 'sudo', 'shell', 'passwordFrom', 'authorizedKeys'];
-export const NIC_FIELDS = ['mac', 'name', 'dhcp4', 'dhcp6', 'slaac', 'autoconf', 'addresses', 'gateway4', 'gateway6', 'routes', 'mtu'];
+export const NIC_FIELDS = [
+  'mac',
+  'name',
+  'dhcp4',
+  'dhcp6',
+  'slaac',
+  'autoconf',
+  'addresses',
+  'gateway4',
+  'gateway6',
+  'routes',
+  'mtu',
+];
 export const FILE_FIELDS = ['path', 'content', 'permissions', 'owner'];
 
 // useradd's portable user names (shadow-utils, without the trailing "$").
 const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
-const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+const HOSTNAME =
+  /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 const TIMEZONE = /^[A-Za-z0-9_+\-]+(\/[A-Za-z0-9_+\-]+)*$/;
 
 export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpec {
   const bad = (field: string, message: string) =>
     new VmseedError('INIT_INVALID', `${prefix}.${field} ${message}`, { kind: 'terminal', field: `${prefix}.${field}` });
   const known = (obj: Record<string, unknown>, fields: readonly string[], at: string) => {
-    for (const k of Object.keys(obj)) if (!fields.includes(k)) throw bad(`${at}${k}`, `is not a known field; known: ${fields.join(', ')}`);
+    for (const k of Object.keys(obj))
+      if (!fields.includes(k)) throw bad(`${at}${k}`, `is not a known field; known: ${fields.join(', ')}`);
   };
   const str = (v: unknown, field: string): string | undefined => {
     if (v == null) return undefined;
@@ -91,13 +114,17 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
     throw bad('hostname', 'must be one DNS label (letters, digits, "-", at most 63); put the full name in fqdn');
   }
   spec.fqdn = str(raw.fqdn, 'fqdn');
-  if (spec.fqdn && (!HOSTNAME.test(spec.fqdn) || !spec.fqdn.includes('.'))) throw bad('fqdn', 'must be a dotted DNS name like web1.example.com');
+  if (spec.fqdn && (!HOSTNAME.test(spec.fqdn) || !spec.fqdn.includes('.')))
+    throw bad('fqdn', 'must be a dotted DNS name like web1.example.com');
   spec.timezone = str(raw.timezone, 'timezone');
-  if (spec.timezone && !TIMEZONE.test(spec.timezone)) throw bad('timezone', 'must be a tz database name like Europe/Paris or UTC');
-  if (raw.regenerateSSHHostKeys != null) spec.regenerateSSHHostKeys = bool(raw.regenerateSSHHostKeys, 'regenerateSSHHostKeys');
+  if (spec.timezone && !TIMEZONE.test(spec.timezone))
+    throw bad('timezone', 'must be a tz database name like Europe/Paris or UTC');
+  if (raw.regenerateSSHHostKeys != null)
+    spec.regenerateSSHHostKeys = bool(raw.regenerateSSHHostKeys, 'regenerateSSHHostKeys');
 
   if (raw.users != null) {
-    if (!Array.isArray(raw.users)) throw bad('users', 'must be a list of users ({name, groups, sudo, shell, passwordFrom, authorizedKeys})');
+    if (!Array.isArray(raw.users))
+      throw bad('users', 'must be a list of users ({name, groups, sudo, shell, passwordFrom, authorizedKeys})');
     cap(raw.users, LIMITS.initUsers, 'users');
     const seen = new Set<string>();
     spec.users = raw.users.map((u, i) => {
@@ -105,25 +132,43 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
       if (!isPlainObject(u)) throw bad(at, 'must be a mapping with at least "name"');
       known(u, USER_FIELDS, `${at}.`);
       const name = str(u.name, `${at}.name`);
-      if (!name || !USER_NAME.test(name)) throw bad(`${at}.name`, 'must be a user name (lowercase letters, digits, "_", "-"; starting with a letter or "_")');
+      if (!name || !USER_NAME.test(name))
+        throw bad(
+          `${at}.name`,
+          'must be a user name (lowercase letters, digits, "_", "-"; starting with a letter or "_")',
+        );
       if (seen.has(name)) throw bad(`${at}.name`, `repeats user "${name}"; list each user once`);
       seen.add(name);
-      const user: InitUser = { name, authorizedKeys: strList(u.authorizedKeys, `${at}.authorizedKeys`, LIMITS.sshKeys) };
+      const user: InitUser = {
+        name,
+        authorizedKeys: strList(u.authorizedKeys, `${at}.authorizedKeys`, LIMITS.sshKeys),
+      };
       if (u.groups != null) {
-        user.groups = typeof u.groups === 'string' ? u.groups.split(',').map((g) => g.trim()).filter(Boolean) : strList(u.groups, `${at}.groups`, LIMITS.userGroups);
+        user.groups =
+          typeof u.groups === 'string'
+            ? u.groups
+                .split(',')
+                .map((g) => g.trim())
+                .filter(Boolean)
+            : strList(u.groups, `${at}.groups`, LIMITS.userGroups);
         cap(user.groups, LIMITS.userGroups, `${at}.groups`);
       }
       if (u.sudo === true) user.sudo = 'ALL=(ALL) NOPASSWD:ALL';
       else if (u.sudo != null && u.sudo !== false) user.sudo = str(u.sudo, `${at}.sudo`);
       user.shell = str(u.shell, `${at}.shell`);
-      if (user.shell && !user.shell.startsWith('/')) throw bad(`${at}.shell`, 'must be an absolute path like /bin/bash');
+      if (user.shell && !user.shell.startsWith('/'))
+        throw bad(`${at}.shell`, 'must be an absolute path like /bin/bash');
       if (u.passwordFrom != null) {
         const p = u.passwordFrom;
         if (!isPlainObject(p) || typeof p.name !== 'string' || p.name === '') {
-          throw bad(`${at}.passwordFrom`, 'must be {name: <Secret>, key?: <key, default "password">}; passwords come from Secrets only');
+          throw bad(
+            `${at}.passwordFrom`,
+            'must be {name: <Secret>, key?: <key, default "password">}; passwords come from Secrets only',
+          );
         }
         known(p, ['name', 'key', 'kind'], `${at}.passwordFrom.`);
-        if (p.kind != null && String(p.kind).toLowerCase() !== 'secret') throw bad(`${at}.passwordFrom.kind`, 'must be "secret": passwords are never read from ConfigMaps');
+        if (p.kind != null && String(p.kind).toLowerCase() !== 'secret')
+          throw bad(`${at}.passwordFrom.kind`, 'must be "secret": passwords are never read from ConfigMaps');
         user.passwordFrom = { name: p.name, key: str(p.key, `${at}.passwordFrom.key`) ?? 'password' };
       }
       return user;
@@ -141,7 +186,11 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
   }
 
   if (raw.nics != null) {
-    if (!Array.isArray(raw.nics)) throw bad('nics', 'must be a list of NICs ({mac or name, dhcp4, dhcp6, slaac, addresses, gateway4, gateway6, routes})');
+    if (!Array.isArray(raw.nics))
+      throw bad(
+        'nics',
+        'must be a list of NICs ({mac or name, dhcp4, dhcp6, slaac, addresses, gateway4, gateway6, routes})',
+      );
     cap(raw.nics, LIMITS.initNics, 'nics');
     spec.nics = raw.nics.map((n, i) => {
       const at = `nics[${i}]`;
@@ -160,16 +209,22 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
         nic.mac = mac;
       }
       nic.name = str(n.name, `${at}.name`);
-      if (nic.name && !/^[A-Za-z0-9_.-]{1,15}$/.test(nic.name)) throw bad(`${at}.name`, 'must be a Linux interface name (at most 15 letters, digits, "_", ".", "-")');
+      if (nic.name && !/^[A-Za-z0-9_.-]{1,15}$/.test(nic.name))
+        throw bad(`${at}.name`, 'must be a Linux interface name (at most 15 letters, digits, "_", ".", "-")');
       if (!nic.mac && !nic.name) throw bad(at, 'needs "mac" or "name" to find the guest NIC');
       nic.addresses.forEach((a, j) => {
-        if (!parseCidr(a)) throw bad(`${at}.addresses[${j}]`, 'must be an address with prefix, like 192.0.2.10/24 or 2001:db8::10/64');
+        if (!parseCidr(a))
+          throw bad(`${at}.addresses[${j}]`, 'must be an address with prefix, like 192.0.2.10/24 or 2001:db8::10/64');
       });
-      for (const [key, v6] of [['gateway4', false], ['gateway6', true]] as const) {
+      for (const [key, v6] of [
+        ['gateway4', false],
+        ['gateway6', true],
+      ] as const) {
         const g = str(n[key], `${at}.${key}`);
         if (g === undefined) continue;
         if (!isIp(g) || isV6(g) !== v6) throw bad(`${at}.${key}`, `must be an IPv${v6 ? 6 : 4} address`);
-        if (!nic.addresses.some((a) => isV6(a) === v6)) throw bad(`${at}.${key}`, `needs a static IPv${v6 ? 6 : 4} address in addresses`);
+        if (!nic.addresses.some((a) => isV6(a) === v6))
+          throw bad(`${at}.${key}`, `needs a static IPv${v6 ? 6 : 4} address in addresses`);
         nic[key] = g;
       }
       if (n.routes != null) {
@@ -183,13 +238,19 @@ export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpe
           const via = str(r.via, `${rf}.via`);
           if (!to || !parseCidr(to)) throw bad(`${rf}.to`, 'must be a destination in CIDR form like 10.0.0.0/8');
           if (!via || !isIp(via)) throw bad(`${rf}.via`, 'must be a gateway IP address');
-          if (isV6(via) !== parseCidr(to)!.v6) throw bad(`${rf}.via`, `must be an IPv${isV6(to) ? 6 : 4} gateway for an IPv${isV6(to) ? 6 : 4} destination`);
-          if (r.metric != null && (typeof r.metric !== 'number' || !Number.isInteger(r.metric) || r.metric < 0)) throw bad(`${rf}.metric`, 'must be a non-negative integer');
+          if (isV6(via) !== parseCidr(to)!.v6)
+            throw bad(
+              `${rf}.via`,
+              `must be an IPv${isV6(to) ? 6 : 4} gateway for an IPv${isV6(to) ? 6 : 4} destination`,
+            );
+          if (r.metric != null && (typeof r.metric !== 'number' || !Number.isInteger(r.metric) || r.metric < 0))
+            throw bad(`${rf}.metric`, 'must be a non-negative integer');
           return { to, via, ...(typeof r.metric === 'number' ? { metric: r.metric } : {}) };
         });
       }
       if (n.mtu != null) {
-        if (typeof n.mtu !== 'number' || !Number.isInteger(n.mtu) || n.mtu < 576 || n.mtu > 65535) throw bad(`${at}.mtu`, 'must be an integer between 576 and 65535');
+        if (typeof n.mtu !== 'number' || !Number.isInteger(n.mtu) || n.mtu < 576 || n.mtu > 65535)
+          throw bad(`${at}.mtu`, 'must be an integer between 576 and 65535');
         nic.mtu = n.mtu;
       }
       if (!nic.dhcp4 && !nic.dhcp6 && !nic.slaac && nic.addresses.length === 0) {

@@ -34,7 +34,9 @@ export function chooseNetworkConfig(c: NetworkChoice): Uint8Array | undefined {
   if (c.initNetwork) {
     return c.datasource === 'nocloud'
       ? modelToV2Bytes(withGlobalDnsOnInterfaces(c.initNetwork))
-      : networkDataBytes(modelToNetworkData(c.initNetwork, (i) => `${c.prefix}.init.nics[${i}]`, `${c.prefix}.init.dns.search`));
+      : networkDataBytes(
+          modelToNetworkData(c.initNetwork, (i) => `${c.prefix}.init.nics[${i}]`, `${c.prefix}.init.dns.search`),
+        );
   }
   if (c.given) return lintNetworkData(c.given.bytes, c.datasource, c.given.field);
   return undefined;

@@ -28,7 +28,10 @@ export function hoistDns(model: NetModel, field: string): NetModel {
   const uniq = (xs: string[]) => [...new Set(xs)];
   return {
     interfaces: model.interfaces.map((n) => ({ ...n, dnsServers: [], dnsSearch: [] })),
-    dns: { servers: uniq([...model.dns.servers, ...first.dnsServers]), search: uniq([...model.dns.search, ...first.dnsSearch]) },
+    dns: {
+      servers: uniq([...model.dns.servers, ...first.dnsServers]),
+      search: uniq([...model.dns.search, ...first.dnsSearch]),
+    },
   };
 }
 

@@ -21,7 +21,11 @@ function routeEntry(to: string, via: string, field: string): Record<string, unkn
 }
 
 // `field(i)` names the input item interface i came from, for errors.
-export function modelToNetworkData(model: NetModel, field: (i: number) => string, dnsField = 'dns.search'): Record<string, unknown> {
+export function modelToNetworkData(
+  model: NetModel,
+  field: (i: number) => string,
+  dnsField = 'dns.search',
+): Record<string, unknown> {
   const links: Record<string, unknown>[] = [];
   const networks: Record<string, unknown>[] = [];
   let n = 0;
@@ -52,15 +56,25 @@ export function modelToNetworkData(model: NetModel, field: (i: number) => string
       const fam = c.v6 ? 'v6' : 'v4';
       const routes = used[fam] ? [] : routesFor(c.v6).map((r) => routeEntry(r.to, r.via, `${field(i)}.routes`));
       used[fam] = true;
-      net(c.v6 ? 'ipv6' : 'ipv4', { ip_address: c.ip, netmask: prefixToNetmask(c.prefix, c.v6), ...(routes.length ? { routes } : {}) });
+      net(c.v6 ? 'ipv6' : 'ipv4', {
+        ip_address: c.ip,
+        netmask: prefixToNetmask(c.prefix, c.v6),
+        ...(routes.length ? { routes } : {}),
+      });
     }
     for (const v6 of [false, true]) {
       if (!used[v6 ? 'v6' : 'v4'] && routesFor(v6).length > 0) {
-        throw unsupported(`${field(i)}.routes`, `an IPv${v6 ? 6 : 4} route on an interface without a static IPv${v6 ? 6 : 4} address`);
+        throw unsupported(
+          `${field(i)}.routes`,
+          `an IPv${v6 ? 6 : 4} route on an interface without a static IPv${v6 ? 6 : 4} address`,
+        );
       }
     }
     if (nic.dnsServers.length > 0 || nic.dnsSearch.length > 0) {
-      throw unsupported(field(i), 'per-interface DNS (network_data.json has only global dns services); use global nameservers');
+      throw unsupported(
+        field(i),
+        'per-interface DNS (network_data.json has only global dns services); use global nameservers',
+      );
     }
   });
   const services: Record<string, unknown>[] = model.dns.servers.map((address) => ({ type: 'dns', address }));

@@ -44,7 +44,10 @@ export function modelToV2(model: NetModel): Record<string, unknown> {
     const servers = [...nic.dnsServers];
     const search = [...nic.dnsSearch];
     if (servers.length > 0 || search.length > 0) {
-      e.nameservers = { ...(servers.length > 0 ? { addresses: servers } : {}), ...(search.length > 0 ? { search } : {}) };
+      e.nameservers = {
+        ...(servers.length > 0 ? { addresses: servers } : {}),
+        ...(search.length > 0 ? { search } : {}),
+      };
     }
     let key = nic.name && !nic.mac ? nic.name : nic.id;
     if (nic.mac && (!IFNAME.test(key) || Object.hasOwn(ethernets, key))) key = `nic${index}`;

@@ -94,7 +94,10 @@ export function prefixToNetmask(prefix: number, v6: boolean): string {
   // Compressed as Nova and Python's ipaddress print it ("ffff:ffff:ffff:ffff::").
   const firstZero = words.indexOf(0);
   if (firstZero < 0) return words.map((w) => w.toString(16)).join(':');
-  return `${words.slice(0, firstZero).map((w) => w.toString(16)).join(':')}::`;
+  return `${words
+    .slice(0, firstZero)
+    .map((w) => w.toString(16))
+    .join(':')}::`;
 }
 
 // Contiguous masks only; undefined otherwise.

@@ -14,7 +14,20 @@ import { isPlainObject } from '../yaml.ts';
 import { emptyInterface, isIp, isV6, type NetModel, netmaskToPrefix, normalizeMac, parseCidr } from './model.ts';
 
 // cloudinit/sources/helpers/openstack.py KNOWN_PHYSICAL_TYPES (None aside).
-const PHYSICAL = new Set(['bgpovs', 'bridge', 'cascading', 'dvs', 'ethernet', 'hw_veb', 'hyperv', 'ovs', 'phy', 'tap', 'vhostuser', 'vif']);
+const PHYSICAL = new Set([
+  'bgpovs',
+  'bridge',
+  'cascading',
+  'dvs',
+  'ethernet',
+  'hw_veb',
+  'hyperv',
+  'ovs',
+  'phy',
+  'tap',
+  'vhostuser',
+  'vif',
+]);
 
 function unsupported(field: string, what: string): VmseedError {
   return new VmseedError(
@@ -26,7 +39,10 @@ function unsupported(field: string, what: string): VmseedError {
 }
 
 function invalid(field: string, what: string): VmseedError {
-  return new VmseedError('NETWORKDATA_INVALID', `${field}: ${what}; fix network_data.json`, { kind: 'terminal', field });
+  return new VmseedError('NETWORKDATA_INVALID', `${field}: ${what}; fix network_data.json`, {
+    kind: 'terminal',
+    field,
+  });
 }
 
 function cidrOf(ip: unknown, mask: unknown, field: string): string {
@@ -59,7 +75,8 @@ export function networkDataToModel(doc: unknown, field: string): NetModel {
       nic.mac = mac;
     }
     if (typeof link.name === 'string' && link.name !== '') nic.name = link.name;
-    if (!nic.mac && !nic.name) throw invalid(f, 'a link needs "ethernet_mac_address" (or "name") for cloud-init to find the NIC');
+    if (!nic.mac && !nic.name)
+      throw invalid(f, 'a link needs "ethernet_mac_address" (or "name") for cloud-init to find the NIC');
     if (typeof link.mtu === 'number') nic.mtu = link.mtu;
     byId.set(link.id, nic);
     model.interfaces.push(nic);
@@ -113,7 +130,8 @@ export function networkDataToModel(doc: unknown, field: string): NetModel {
     const f = `${field}.services[${i}]`;
     if (!isPlainObject(s)) throw invalid(f, 'each service must be an object');
     if (s.type !== 'dns') throw unsupported(`${f}.type`, `service type "${String(s.type)}"`);
-    if (typeof s.address !== 'string' || !isIp(s.address)) throw invalid(`${f}.address`, 'a dns service needs an IP "address"');
+    if (typeof s.address !== 'string' || !isIp(s.address))
+      throw invalid(`${f}.address`, 'a dns service needs an IP "address"');
     model.dns.servers.push(s.address);
     if (Array.isArray(s.search)) model.dns.search.push(...s.search.map(String));
   });

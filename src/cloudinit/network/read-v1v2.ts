@@ -5,7 +5,16 @@
 // the conversion never loses a setting silently.
 import { VmseedError } from '../../errors.ts';
 import { isPlainObject } from '../yaml.ts';
-import { emptyInterface, isIp, isV6, type NetInterface, type NetModel, netmaskToPrefix, normalizeMac, parseCidr } from './model.ts';
+import {
+  emptyInterface,
+  isIp,
+  isV6,
+  type NetInterface,
+  type NetModel,
+  netmaskToPrefix,
+  normalizeMac,
+  parseCidr,
+} from './model.ts';
 
 function unsupported(field: string, what: string): VmseedError {
   return new VmseedError(
@@ -17,7 +26,10 @@ function unsupported(field: string, what: string): VmseedError {
 }
 
 function invalid(field: string, what: string): VmseedError {
-  return new VmseedError('NETWORKDATA_INVALID', `${field}: ${what}; fix the network config`, { kind: 'terminal', field });
+  return new VmseedError('NETWORKDATA_INVALID', `${field}: ${what}; fix the network config`, {
+    kind: 'terminal',
+    field,
+  });
 }
 
 function onlyKeys(obj: Record<string, unknown>, known: readonly string[], field: string): void {
@@ -27,8 +39,9 @@ function onlyKeys(obj: Record<string, unknown>, known: readonly string[], field:
 const strList = (v: unknown, field: string): string[] => {
   if (v === undefined || v === null) return [];
   const list = typeof v === 'string' ? v.split(/[\s,]+/).filter(Boolean) : v;
-  if (!Array.isArray(list) || !list.every((x) => typeof x === 'string')) throw invalid(field, 'must be a list of strings');
-  return list as string[];
+  if (!Array.isArray(list) || !list.every((x) => typeof x === 'string'))
+    throw invalid(field, 'must be a list of strings');
+  return list;
 };
 
 function cidr(address: unknown, netmask: unknown, prefix: unknown, field: string): string {
@@ -96,14 +109,16 @@ function v1(doc: Record<string, unknown>, field: string): NetModel {
         default:
           throw unsupported(`${sf}.type`, `subnet type "${String(s.type)}"`);
       }
-      if (typeof s.gateway === 'string') nic.routes.push({ to: isV6(s.gateway) ? '::/0' : '0.0.0.0/0', via: s.gateway });
+      if (typeof s.gateway === 'string')
+        nic.routes.push({ to: isV6(s.gateway) ? '::/0' : '0.0.0.0/0', via: s.gateway });
       const routes = Array.isArray(s.routes) ? s.routes : [];
       routes.forEach((r, k) => {
         const rf = `${sf}.routes[${k}]`;
         if (!isPlainObject(r)) throw invalid(rf, 'must be a mapping');
         onlyKeys(r, ['network', 'destination', 'netmask', 'prefix', 'gateway'], rf);
         const net = r.network ?? r.destination;
-        if (typeof net !== 'string' || typeof r.gateway !== 'string') throw invalid(rf, 'a route needs "network" and "gateway"');
+        if (typeof net !== 'string' || typeof r.gateway !== 'string')
+          throw invalid(rf, 'a route needs "network" and "gateway"');
         nic.routes.push({ to: cidr(net, r.netmask, r.prefix, rf), via: r.gateway });
       });
       nic.dnsServers.push(...strList(s.dns_nameservers, `${sf}.dns_nameservers`));
@@ -114,7 +129,19 @@ function v1(doc: Record<string, unknown>, field: string): NetModel {
   return model;
 }
 
-const V2_ETHERNET_KEYS = ['match', 'set-name', 'dhcp4', 'dhcp6', 'accept-ra', 'addresses', 'gateway4', 'gateway6', 'routes', 'nameservers', 'mtu'];
+const V2_ETHERNET_KEYS = [
+  'match',
+  'set-name',
+  'dhcp4',
+  'dhcp6',
+  'accept-ra',
+  'addresses',
+  'gateway4',
+  'gateway6',
+  'routes',
+  'nameservers',
+  'mtu',
+];
 
 function v2(doc: Record<string, unknown>, field: string): NetModel {
   for (const k of ['bonds', 'bridges', 'vlans', 'wifis']) {

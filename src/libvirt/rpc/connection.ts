@@ -55,11 +55,19 @@ export function now(): number {
 }
 
 export function timeoutError(operation: string, ms: number, socketPath: string): VmseedError {
-  return new VmseedError('LIBVIRT_TIMEOUT', `libvirt ${operation} did not answer within ${Math.round(ms)} ms on ${socketPath}; libvirtd may be stuck; will retry`, { kind: 'retryable' });
+  return new VmseedError(
+    'LIBVIRT_TIMEOUT',
+    `libvirt ${operation} did not answer within ${Math.round(ms)} ms on ${socketPath}; libvirtd may be stuck; will retry`,
+    { kind: 'retryable' },
+  );
 }
 
 export function unreachable(socketPath: string, why: string): VmseedError {
-  return new VmseedError('LIBVIRT_UNREACHABLE', `cannot connect to libvirt at ${socketPath}: ${why}; libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry`, { kind: 'retryable' });
+  return new VmseedError(
+    'LIBVIRT_UNREACHABLE',
+    `cannot connect to libvirt at ${socketPath}: ${why}; libvirtd does not answer on this URI (not started yet, or a wrong URI template); will retry`,
+    { kind: 'retryable' },
+  );
 }
 
 // A socket must be a socket: a symlink planted in a launcher pod's volume
@@ -72,7 +80,11 @@ async function checkSocket(socketPath: string): Promise<void> {
     throw unreachable(socketPath, (e as NodeJS.ErrnoException).code ?? 'lstat failed');
   }
   if (!st.isSocket()) {
-    throw new VmseedError('LIBVIRT_ACCESS_DENIED', `${socketPath} is not a unix socket (a symlink or a regular file); refusing to connect; check the libvirt URI`, { kind: 'terminal', field: 'uri' });
+    throw new VmseedError(
+      'LIBVIRT_ACCESS_DENIED',
+      `${socketPath} is not a unix socket (a symlink or a regular file); refusing to connect; check the libvirt URI`,
+      { kind: 'terminal', field: 'uri' },
+    );
   }
 }
 
@@ -118,10 +130,13 @@ export class RpcConnection {
     await checkSocket(o.socketPath);
     const socket = await new Promise<Socket>((resolve, reject) => {
       const s = createConnection({ path: o.socketPath });
-      const timer = setTimeout(() => {
-        s.destroy();
-        reject(timeoutError('connect', o.deadline - now(), o.socketPath));
-      }, Math.max(0, o.deadline - now()));
+      const timer = setTimeout(
+        () => {
+          s.destroy();
+          reject(timeoutError('connect', o.deadline - now(), o.socketPath));
+        },
+        Math.max(0, o.deadline - now()),
+      );
       s.once('connect', () => {
         clearTimeout(timer);
         s.removeAllListeners('error');
@@ -131,7 +146,13 @@ export class RpcConnection {
         clearTimeout(timer);
         s.destroy();
         if (e.code === 'EACCES' || e.code === 'EPERM') {
-          reject(new VmseedError('LIBVIRT_ACCESS_DENIED', `no permission to connect to ${o.socketPath} (${e.code}); run the agent as the socket's owner or group`, { kind: 'terminal', field: 'uri' }));
+          reject(
+            new VmseedError(
+              'LIBVIRT_ACCESS_DENIED',
+              `no permission to connect to ${o.socketPath} (${e.code}); run the agent as the socket's owner or group`,
+              { kind: 'terminal', field: 'uri' },
+            ),
+          );
         } else {
           reject(unreachable(o.socketPath, e.code ?? e.message));
         }
@@ -150,7 +171,11 @@ export class RpcConnection {
   }
 
   #lost(why: string): VmseedError {
-    return new VmseedError('LIBVIRT_CONNECTION_LOST', `connection to libvirt at ${this.socketPath} lost (${why}); a call in flight may or may not have taken effect; will re-read and retry`, { kind: 'retryable' });
+    return new VmseedError(
+      'LIBVIRT_CONNECTION_LOST',
+      `connection to libvirt at ${this.socketPath} lost (${why}); a call in flight may or may not have taken effect; will re-read and retry`,
+      { kind: 'retryable' },
+    );
   }
 
   // Sends a CALL of the remote program and resolves with the reply payload;
@@ -158,7 +183,13 @@ export class RpcConnection {
   call(proc: number, args: Buffer, deadline: number, operation: string): Promise<Buffer> {
     if (this.#closed) return Promise.reject(this.#lost('already closed'));
     if (4 + HEADER_BYTES + args.length > this.#maxFrameBytes) {
-      return Promise.reject(new VmseedError('LIBVIRT_PROTOCOL', `libvirt ${operation}: arguments of ${args.length} bytes exceed the frame limit of ${this.#maxFrameBytes}`, { kind: 'terminal' }));
+      return Promise.reject(
+        new VmseedError(
+          'LIBVIRT_PROTOCOL',
+          `libvirt ${operation}: arguments of ${args.length} bytes exceed the frame limit of ${this.#maxFrameBytes}`,
+          { kind: 'terminal' },
+        ),
+      );
     }
     this.#serial = (this.#serial + 1) >>> 0;
     const serial = this.#serial;
@@ -173,7 +204,17 @@ export class RpcConnection {
         // whole connection goes.
         void this.ping(now() + this.#keepaliveTimeoutMs).catch(() => {});
       }, wait);
-      const packet = encodePacket({ prog: REMOTE_PROGRAM, vers: REMOTE_PROTOCOL_VERSION, proc, type: MessageType.CALL, serial, status: MessageStatus.OK }, args);
+      const packet = encodePacket(
+        {
+          prog: REMOTE_PROGRAM,
+          vers: REMOTE_PROTOCOL_VERSION,
+          proc,
+          type: MessageType.CALL,
+          serial,
+          status: MessageStatus.OK,
+        },
+        args,
+      );
       this.#pending.set(serial, { operation, packet, resolve, reject, timer });
       this.#queue.push(serial);
       this.#pump();
@@ -198,12 +239,15 @@ export class RpcConnection {
         clearTimeout(timer);
         resolve();
       };
-      const timer = setTimeout(() => {
-        this.#pongWaiters.delete(done);
-        const e = timeoutError('keepalive', this.#keepaliveTimeoutMs, this.socketPath);
-        this.destroy(this.#lost('no keepalive answer: daemon hung'));
-        reject(e);
-      }, Math.max(0, deadline - now()));
+      const timer = setTimeout(
+        () => {
+          this.#pongWaiters.delete(done);
+          const e = timeoutError('keepalive', this.#keepaliveTimeoutMs, this.socketPath);
+          this.destroy(this.#lost('no keepalive answer: daemon hung'));
+          reject(e);
+        },
+        Math.max(0, deadline - now()),
+      );
       this.#pongWaiters.add(done);
       this.#sendKeepalive(KeepaliveProc.PING);
     });
@@ -211,21 +255,33 @@ export class RpcConnection {
 
   #sendKeepalive(proc: number): void {
     if (proc === KeepaliveProc.PING) this.#pingSentAt ??= now();
-    this.#socket.write(encodePacket({ prog: KEEPALIVE_PROGRAM, vers: KEEPALIVE_PROTOCOL_VERSION, proc, type: MessageType.MESSAGE, serial: 0, status: MessageStatus.OK }));
+    this.#socket.write(
+      encodePacket({
+        prog: KEEPALIVE_PROGRAM,
+        vers: KEEPALIVE_PROTOCOL_VERSION,
+        proc,
+        type: MessageType.MESSAGE,
+        serial: 0,
+        status: MessageStatus.OK,
+      }),
+    );
   }
 
   // Idle connections ping now and then, so a daemon that stopped answering
   // (SIGSTOP, a dead launcher's socket) is noticed before a call needs it.
   #armKeepalive(): void {
     if (this.#keepaliveIntervalMs <= 0) return;
-    this.#keepaliveTimer = setInterval(() => {
-      const t = now();
-      if (this.#pingSentAt !== undefined && t - this.#pingSentAt > this.#keepaliveTimeoutMs) {
-        this.destroy(this.#lost(`no answer to a keepalive within ${this.#keepaliveTimeoutMs} ms: daemon hung`));
-      } else if (this.#pingSentAt === undefined && t - this.#lastReceived >= this.#keepaliveIntervalMs) {
-        this.#sendKeepalive(KeepaliveProc.PING);
-      }
-    }, Math.min(this.#keepaliveIntervalMs, this.#keepaliveTimeoutMs) / 2);
+    this.#keepaliveTimer = setInterval(
+      () => {
+        const t = now();
+        if (this.#pingSentAt !== undefined && t - this.#pingSentAt > this.#keepaliveTimeoutMs) {
+          this.destroy(this.#lost(`no answer to a keepalive within ${this.#keepaliveTimeoutMs} ms: daemon hung`));
+        } else if (this.#pingSentAt === undefined && t - this.#lastReceived >= this.#keepaliveIntervalMs) {
+          this.#sendKeepalive(KeepaliveProc.PING);
+        }
+      },
+      Math.min(this.#keepaliveIntervalMs, this.#keepaliveTimeoutMs) / 2,
+    );
     this.#keepaliveTimer.unref();
   }
 
@@ -247,7 +303,11 @@ export class RpcConnection {
     const h = p.header;
     if (h.prog === KEEPALIVE_PROGRAM) {
       if (h.proc === KeepaliveProc.PING) this.#sendKeepalive(KeepaliveProc.PONG);
-      else if (h.proc === KeepaliveProc.PONG) for (const w of [...this.#pongWaiters]) { this.#pongWaiters.delete(w); w(); }
+      else if (h.proc === KeepaliveProc.PONG)
+        for (const w of [...this.#pongWaiters]) {
+          this.#pongWaiters.delete(w);
+          w();
+        }
       return;
     }
     if (h.prog !== REMOTE_PROGRAM) return;

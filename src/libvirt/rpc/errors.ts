@@ -34,7 +34,9 @@ export function mapRemoteError(e: RemoteError, operation: string): VmseedError {
   const msg = (hint: string) => `libvirt ${operation}: ${text} (libvirt error ${e.code}); ${hint}`;
   switch (e.code) {
     case VirErr.NO_DOMAIN:
-      return new VmseedError('DOMAIN_NOT_FOUND', msg('the domain is not defined yet; will retry'), { kind: 'retryable' });
+      return new VmseedError('DOMAIN_NOT_FOUND', msg('the domain is not defined yet; will retry'), {
+        kind: 'retryable',
+      });
     case VirErr.DEVICE_MISSING:
       return new VmseedError('DEVICE_NOT_FOUND', msg('the disk is not on the domain'), { kind: 'retryable' });
     case VirErr.AUTH_FAILED:
@@ -42,10 +44,16 @@ export function mapRemoteError(e: RemoteError, operation: string): VmseedError {
     case VirErr.AUTH_UNAVAILABLE:
     case VirErr.ACCESS_DENIED:
     case VirErr.OPERATION_DENIED:
-      return new VmseedError('LIBVIRT_ACCESS_DENIED', msg('libvirt refused this client; check the socket\'s owner and libvirtd\'s auth_unix_rw/access driver'), { kind: 'terminal' });
+      return new VmseedError(
+        'LIBVIRT_ACCESS_DENIED',
+        msg("libvirt refused this client; check the socket's owner and libvirtd's auth_unix_rw/access driver"),
+        { kind: 'terminal' },
+      );
     case VirErr.OPERATION_TIMEOUT:
       // e.g. "cannot acquire state change lock": another job holds the domain.
-      return new VmseedError('LIBVIRT_TIMEOUT', msg('libvirt is busy with another job on this domain; will retry'), { kind: 'retryable' });
+      return new VmseedError('LIBVIRT_TIMEOUT', msg('libvirt is busy with another job on this domain; will retry'), {
+        kind: 'retryable',
+      });
   }
   for (const r of VIRSH_ERROR_RULES) {
     if (r.test.test(text)) return new VmseedError(r.code, msg(r.hint), { kind: r.kind });

@@ -43,9 +43,11 @@ interface Entry {
 
 // Errors after which the same call may be tried on a fresh connection.
 function connectionFailure(e: unknown): boolean {
-  return isVmseedError(e) && (e.code === 'LIBVIRT_UNREACHABLE' || e.code === 'LIBVIRT_CONNECTION_LOST' || e.code === 'LIBVIRT_PROTOCOL');
+  return (
+    isVmseedError(e) &&
+    (e.code === 'LIBVIRT_UNREACHABLE' || e.code === 'LIBVIRT_CONNECTION_LOST' || e.code === 'LIBVIRT_PROTOCOL')
+  );
 }
-
 
 export interface SessionCallOptions {
   deadline: number;
@@ -102,9 +104,24 @@ export class ConnectionManager {
     let e = this.#entries.get(uri);
     if (!e) {
       if (this.#entries.size >= this.#maxConnections) {
-        throw new VmseedError('LIBVIRT_UNREACHABLE', `more than ${this.#maxConnections} libvirt URIs open at once; will retry once idle ones are closed`, { kind: 'retryable' });
+        throw new VmseedError(
+          'LIBVIRT_UNREACHABLE',
+          `more than ${this.#maxConnections} libvirt URIs open at once; will retry once idle ones are closed`,
+          { kind: 'retryable' },
+        );
       }
-      e = { uri, session: undefined, opening: undefined, lastUsed: now(), inFlight: 0, watchers: 0, everUp: false, reconnectTimer: undefined, backoffMs: this.#backoffInitialMs, failures: 0 };
+      e = {
+        uri,
+        session: undefined,
+        opening: undefined,
+        lastUsed: now(),
+        inFlight: 0,
+        watchers: 0,
+        everUp: false,
+        reconnectTimer: undefined,
+        backoffMs: this.#backoffInitialMs,
+        failures: 0,
+      };
       this.#entries.set(uri, e);
     }
     return e;
@@ -184,15 +201,18 @@ export class ConnectionManager {
     // The first attempt after a watch starts at once; after a loss or a
     // failure, back off.
     const delay = e.everUp || e.failures > 0 ? e.backoffMs : 0;
-    e.reconnectTimer = setTimeout(() => {
-      e.reconnectTimer = undefined;
-      if (e.watchers <= 0 || this.#closed || e.session) return;
-      this.#open(e, now() + 10_000).catch(() => {
-        e.failures++;
-        e.backoffMs = Math.min(this.#backoffMaxMs, e.backoffMs * 2);
-        this.#reconnect(e);
-      });
-    }, delay * (0.75 + Math.random() * 0.5));
+    e.reconnectTimer = setTimeout(
+      () => {
+        e.reconnectTimer = undefined;
+        if (e.watchers <= 0 || this.#closed || e.session) return;
+        this.#open(e, now() + 10_000).catch(() => {
+          e.failures++;
+          e.backoffMs = Math.min(this.#backoffMaxMs, e.backoffMs * 2);
+          this.#reconnect(e);
+        });
+      },
+      delay * (0.75 + Math.random() * 0.5),
+    );
     e.reconnectTimer.unref();
   }
 

@@ -41,11 +41,30 @@ export const AuthType = { NONE: 0, SASL: 1, POLKIT: 2 } as const;
 export const DomainEventId = { LIFECYCLE: 0, DEVICE_REMOVED: 15 } as const;
 
 // virDomainEventType, in libvirt's order.
-export const LIFECYCLE_EVENTS = ['defined', 'undefined', 'started', 'suspended', 'resumed', 'stopped', 'shutdown', 'pmsuspended', 'crashed'] as const;
+export const LIFECYCLE_EVENTS = [
+  'defined',
+  'undefined',
+  'started',
+  'suspended',
+  'resumed',
+  'stopped',
+  'shutdown',
+  'pmsuspended',
+  'crashed',
+] as const;
 export type LifecycleEvent = (typeof LIFECYCLE_EVENTS)[number] | 'unknown';
 
 // virDomainState, in libvirt's order.
-export const DOMAIN_STATES = ['nostate', 'running', 'blocked', 'paused', 'shutdown', 'shutoff', 'crashed', 'pmsuspended'] as const;
+export const DOMAIN_STATES = [
+  'nostate',
+  'running',
+  'blocked',
+  'paused',
+  'shutdown',
+  'shutoff',
+  'crashed',
+  'pmsuspended',
+] as const;
 export type RawDomainState = (typeof DOMAIN_STATES)[number] | 'unknown';
 
 // virDomainModificationImpact / virDomainDeviceModifyFlags
@@ -116,7 +135,14 @@ export class FrameDecoder {
       if (this.#buffered < len) break;
       const frame = this.#take(len);
       const r = new XdrReader(frame, LEN_BYTES);
-      const header: Header = { prog: r.u32(), vers: r.u32(), proc: r.i32(), type: r.u32(), serial: r.u32(), status: r.u32() };
+      const header: Header = {
+        prog: r.u32(),
+        vers: r.u32(),
+        proc: r.i32(),
+        type: r.u32(),
+        serial: r.u32(),
+        status: r.u32(),
+      };
       out.push({ header, payload: frame.subarray(LEN_BYTES + HEADER_BYTES) });
     }
     return out;

@@ -87,7 +87,11 @@ export class RemoteSession {
       const r = new XdrReader(await this.conn.call(RemoteProc.AUTH_POLKIT, empty(), deadline, 'auth-polkit'));
       if (r.i32() === 1) return;
     }
-    throw new VmseedError('LIBVIRT_ACCESS_DENIED', `libvirt at ${this.conn.socketPath} requires authentication vmseed does not speak (types ${types.join(',')}); set auth_unix_rw = "none" or connect as root/the socket's owner`, { kind: 'terminal', field: 'uri' });
+    throw new VmseedError(
+      'LIBVIRT_ACCESS_DENIED',
+      `libvirt at ${this.conn.socketPath} requires authentication vmseed does not speak (types ${types.join(',')}); set auth_unix_rw = "none" or connect as root/the socket's owner`,
+      { kind: 'terminal', field: 'uri' },
+    );
   }
 
   async getVersion(deadline: number): Promise<bigint> {
@@ -98,7 +102,9 @@ export class RemoteSession {
   }
 
   async getLibVersion(deadline: number): Promise<bigint> {
-    const r = new XdrReader(await this.conn.call(RemoteProc.CONNECT_GET_LIB_VERSION, empty(), deadline, 'get-lib-version'));
+    const r = new XdrReader(
+      await this.conn.call(RemoteProc.CONNECT_GET_LIB_VERSION, empty(), deadline, 'get-lib-version'),
+    );
     const v = r.u64();
     r.end('get-lib-version reply');
     return v;
@@ -106,7 +112,9 @@ export class RemoteSession {
 
   async lookupByName(name: string, deadline: number): Promise<DomainRef> {
     const w = new XdrWriter().string(name, STRING_MAX);
-    const r = new XdrReader(await this.conn.call(RemoteProc.DOMAIN_LOOKUP_BY_NAME, w.toBuffer(), deadline, `lookup domain '${name}'`));
+    const r = new XdrReader(
+      await this.conn.call(RemoteProc.DOMAIN_LOOKUP_BY_NAME, w.toBuffer(), deadline, `lookup domain '${name}'`),
+    );
     const d = readDomain(r);
     r.end('lookup reply');
     if (d.name === name) this.#remember(d);
@@ -157,7 +165,9 @@ export class RemoteSession {
 
   async getState(dom: DomainRef, deadline: number): Promise<{ state: RawDomainState; reason: number }> {
     const w = domainArgs(dom).u32(0);
-    const r = new XdrReader(await this.conn.call(RemoteProc.DOMAIN_GET_STATE, w.toBuffer(), deadline, `get-state '${dom.name}'`));
+    const r = new XdrReader(
+      await this.conn.call(RemoteProc.DOMAIN_GET_STATE, w.toBuffer(), deadline, `get-state '${dom.name}'`),
+    );
     const state = r.i32();
     const reason = r.i32();
     r.end('get-state reply');
@@ -165,7 +175,14 @@ export class RemoteSession {
   }
 
   async isPersistent(dom: DomainRef, deadline: number): Promise<boolean> {
-    const r = new XdrReader(await this.conn.call(RemoteProc.DOMAIN_IS_PERSISTENT, domainArgs(dom).toBuffer(), deadline, `is-persistent '${dom.name}'`));
+    const r = new XdrReader(
+      await this.conn.call(
+        RemoteProc.DOMAIN_IS_PERSISTENT,
+        domainArgs(dom).toBuffer(),
+        deadline,
+        `is-persistent '${dom.name}'`,
+      ),
+    );
     const v = r.i32();
     r.end('is-persistent reply');
     return v === 1;
@@ -173,7 +190,9 @@ export class RemoteSession {
 
   async getXmlDesc(dom: DomainRef, flags: number, deadline: number): Promise<string> {
     const w = domainArgs(dom).u32(flags);
-    const r = new XdrReader(await this.conn.call(RemoteProc.DOMAIN_GET_XML_DESC, w.toBuffer(), deadline, `dumpxml '${dom.name}'`));
+    const r = new XdrReader(
+      await this.conn.call(RemoteProc.DOMAIN_GET_XML_DESC, w.toBuffer(), deadline, `dumpxml '${dom.name}'`),
+    );
     const xml = r.string(STRING_MAX);
     r.end('get-xml-desc reply');
     return xml;
@@ -181,22 +200,45 @@ export class RemoteSession {
 
   async attachDevice(dom: DomainRef, xml: string, flags: number, deadline: number): Promise<void> {
     const w = domainArgs(dom).string(xml, DEVICE_XML_MAX).u32(flags);
-    new XdrReader(await this.conn.call(RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS, w.toBuffer(), deadline, `attach-device '${dom.name}'`)).end('attach reply');
+    new XdrReader(
+      await this.conn.call(
+        RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS,
+        w.toBuffer(),
+        deadline,
+        `attach-device '${dom.name}'`,
+      ),
+    ).end('attach reply');
   }
 
   async detachDevice(dom: DomainRef, xml: string, flags: number, deadline: number): Promise<void> {
     const w = domainArgs(dom).string(xml, DEVICE_XML_MAX).u32(flags);
-    new XdrReader(await this.conn.call(RemoteProc.DOMAIN_DETACH_DEVICE_FLAGS, w.toBuffer(), deadline, `detach-device '${dom.name}'`)).end('detach reply');
+    new XdrReader(
+      await this.conn.call(
+        RemoteProc.DOMAIN_DETACH_DEVICE_FLAGS,
+        w.toBuffer(),
+        deadline,
+        `detach-device '${dom.name}'`,
+      ),
+    ).end('detach reply');
   }
 
   async resume(dom: DomainRef, deadline: number): Promise<void> {
-    new XdrReader(await this.conn.call(RemoteProc.DOMAIN_RESUME, domainArgs(dom).toBuffer(), deadline, `resume '${dom.name}'`)).end('resume reply');
+    new XdrReader(
+      await this.conn.call(RemoteProc.DOMAIN_RESUME, domainArgs(dom).toBuffer(), deadline, `resume '${dom.name}'`),
+    ).end('resume reply');
   }
 
   // For every domain on the connection (dom = NULL).
   async registerEvent(eventId: number, deadline: number): Promise<number> {
     const w = new XdrWriter().i32(eventId).bool(false);
-    const r = new XdrReader(await this.conn.call(RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY, w.toBuffer(), deadline, 'event-register'));
+    const r = new XdrReader(
+      await this.conn.call(
+        RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY,
+        w.toBuffer(),
+        deadline,
+        'event-register',
+      ),
+    );
     const id = r.i32();
     r.end('event-register reply');
     return id;

@@ -23,7 +23,11 @@ export interface ResolveOptions {
 const SYSTEM_SOCKETS = ['/run/libvirt/virtqemud-sock', '/run/libvirt/libvirt-sock'];
 
 function invalid(uri: string, why: string): VmseedError {
-  return new VmseedError('CONFIG_INVALID', `libvirt URI '${uri}' ${why}; use qemu:///system, qemu:///session or qemu+unix:///session?socket=/path`, { kind: 'terminal', field: 'uri' });
+  return new VmseedError(
+    'CONFIG_INVALID',
+    `libvirt URI '${uri}' ${why}; use qemu:///system, qemu:///session or qemu+unix:///session?socket=/path`,
+    { kind: 'terminal', field: 'uri' },
+  );
 }
 
 export function resolveUri(uri: string, o: ResolveOptions = {}): SocketTarget {
@@ -38,7 +42,8 @@ export function resolveUri(uri: string, o: ResolveOptions = {}): SocketTarget {
       if (k !== 'socket') throw invalid(uri, `has parameter '${k}', which the RPC client does not support`);
       socket = v;
     }
-    if (socket === undefined || !isAbsolute(socket) || socket.includes('\0')) throw invalid(uri, 'needs an absolute socket path');
+    if (socket === undefined || !isAbsolute(socket) || socket.includes('\0'))
+      throw invalid(uri, 'needs an absolute socket path');
     return { socketPath: socket, name };
   }
   if (mode === 'system') {

@@ -6,7 +6,9 @@
 import { VmseedError } from '../../errors.ts';
 
 export function protocolError(what: string): VmseedError {
-  return new VmseedError('LIBVIRT_PROTOCOL', `libvirt RPC: ${what}; the connection is dropped and reopened`, { kind: 'retryable' });
+  return new VmseedError('LIBVIRT_PROTOCOL', `libvirt RPC: ${what}; the connection is dropped and reopened`, {
+    kind: 'retryable',
+  });
 }
 
 function pad4(n: number): number {
@@ -104,7 +106,8 @@ export class XdrReader {
   }
 
   #need(n: number, what: string): void {
-    if (n < 0 || this.#pos + n > this.#buf.length) throw protocolError(`truncated ${what} (${n} bytes needed, ${this.#buf.length - this.#pos} left)`);
+    if (n < 0 || this.#pos + n > this.#buf.length)
+      throw protocolError(`truncated ${what} (${n} bytes needed, ${this.#buf.length - this.#pos} left)`);
   }
 
   u32(): number {
