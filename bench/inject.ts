@@ -511,7 +511,7 @@ async function main(): Promise<void> {
   await ensureLibvirtd();
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-bench-inject-'));
   const rpc = new RpcLibvirtClient();
-  let restartNote = '';
+  let restartNote: string;
   // Connected (and subscribed to events) before anything is timed.
   rpc.watch(LIBVIRT_URI);
   await rpc.version(LIBVIRT_URI);

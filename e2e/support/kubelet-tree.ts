@@ -165,7 +165,7 @@ export async function runCommand(
     return { code: 0, stdout, stderr };
   } catch (e) {
     const err = e as { code?: unknown; stdout?: string; stderr?: string; killed?: boolean };
-    if (err.killed) throw new Error(`${cmd.join(' ')}: killed after ${options.timeoutMs ?? 60_000} ms`);
+    if (err.killed) throw new Error(`${cmd.join(' ')}: killed after ${options.timeoutMs ?? 60_000} ms`, { cause: e });
     return {
       code: typeof err.code === 'number' ? err.code : -1,
       stdout: err.stdout ?? '',

@@ -49,7 +49,7 @@ export async function waitForConsole(
   timeoutMs: number,
 ): Promise<ConsoleResult> {
   const deadline = Date.now() + timeoutMs;
-  let text = '';
+  let text: string;
   for (;;) {
     try {
       text = await readFile(path, 'utf8');

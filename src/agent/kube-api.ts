@@ -117,7 +117,7 @@ export class KubeConnectionApi implements KubeApi {
       );
     }
     const text = await res.text();
-    let parsed: unknown = undefined;
+    let parsed: unknown;
     try {
       parsed = text ? JSON.parse(text) : undefined;
     } catch {

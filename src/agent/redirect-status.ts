@@ -110,7 +110,8 @@ async function readBounded(res: Response): Promise<string> {
   let total = 0;
   try {
     while (total < RESPONSE_MAX) {
-      const { done, value } = await reader.read();
+      const { done, value } = (await reader.read()) as
+        { done: true; value?: undefined } | { done: false; value: Uint8Array };
       if (done) break;
       chunks.push(value.subarray(0, RESPONSE_MAX - total));
       total += Math.min(value.byteLength, RESPONSE_MAX - total);

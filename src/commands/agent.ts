@@ -30,7 +30,7 @@ import type { RenderSeed } from '../agent/deps.ts';
 import { RedirectStatusPoller } from '../agent/redirect-status.ts';
 import type { Command } from './cli.ts';
 
-const VERSION: string = createRequire(import.meta.url)('../../package.json').version;
+const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
 
 // What closing waits for the injector's last file work (an older seed's copy
 // removed after an attach); a copy left behind goes with the next seed's
@@ -271,7 +271,9 @@ export const agent: Command = async (ctx) => {
     await mkdir(config.stateDir, { recursive: true, mode: 0o750 });
     // Before anything reads or deletes in the state directory (GC).
     lock = await lockStateDir(config.stateDir);
-    ({ agent: agentInstance, close: closeAgent } = await makeAgent(config, logger, metrics));
+    const made = await makeAgent(config, logger, metrics);
+    agentInstance = made.agent;
+    closeAgent = () => made.close();
   } catch (e) {
     await lock?.release();
     const err = asVmseedError(e);

@@ -83,7 +83,7 @@ export class InputReader {
       if (this.#stdinUsedBy) throw new UsageError(`--${option} -: stdin is already used by --${this.#stdinUsedBy}`);
       this.#stdinUsedBy = option;
       const chunks: Buffer[] = [];
-      for await (const c of this.ctx.stdin) chunks.push(Buffer.isBuffer(c) ? c : Buffer.from(c));
+      for await (const c of this.ctx.stdin) chunks.push(Buffer.isBuffer(c) ? c : Buffer.from(c as string));
       return new Uint8Array(Buffer.concat(chunks));
     }
     try {

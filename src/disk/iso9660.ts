@@ -69,7 +69,7 @@ export const MAX_LABEL = 32;
 // (blkid trims them), nothing a udev by-label link would escape.
 const LABEL_RE = /^[A-Za-z0-9_.-]{1,32}$/;
 // Joliet forbids these (plus anything outside UCS-2, i.e. surrogates).
-// eslint-disable-next-line no-control-regex
+
 const JOLIET_FORBIDDEN = /[\u0000-\u001f*/:;?\\\ud800-\udfff]/;
 
 const S_IFDIR = 0o040000;

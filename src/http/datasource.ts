@@ -183,7 +183,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
     ratePerSecond: limits.ratePerSecond ?? 20,
     burst: limits.burst ?? 40,
     maxKeys: limits.maxTrackedSources ?? 10_000,
-    now: clock.monotonicMs,
+    now: () => clock.monotonicMs(),
   });
   const index = new TokenIndex(directory, keyring);
   const metaDataCache = new WeakMap<Seed, Uint8Array>();

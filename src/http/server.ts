@@ -56,7 +56,7 @@ const SECURITY_HEADERS: Record<string, string> = {
 };
 
 export function parseListen(listen: string): { host: string; port: number } {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$/.exec(listen.trim());
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(listen.trim());
   const port = m ? Number(m[3]) : NaN;
   if (!m || !(port >= 0 && port <= 65535)) {
     throw new VmseedError(

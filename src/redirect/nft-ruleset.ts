@@ -120,7 +120,7 @@ export function renderRemoval(spec: RedirectSpec): string {
 export function ruleInPlace(listJson: string, spec: RedirectSpec): boolean {
   let doc: { nftables?: Array<Record<string, Record<string, unknown>>> };
   try {
-    doc = JSON.parse(listJson);
+    doc = JSON.parse(listJson) as typeof doc;
   } catch {
     return false;
   }

@@ -50,7 +50,7 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   t.after(() => void (child.exitCode === null && child.kill('SIGKILL')));
 
   const vmiDir = join(state, 'default', `cli-vm_${v.metadata.uid!}`);
-  const image = await waitFor(
+  await waitFor(
     'image',
     () => (existsSync(vmiDir) ? readdirSync(vmiDir).find((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n)) : undefined),
     15_000,

@@ -11,8 +11,7 @@ import assert from 'node:assert/strict';
 import { copyFileSync, existsSync, renameSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { VmseedError } from '../../src/errors.ts';
-import { FakeKube } from '../support/fake-kube.ts';
-import { imageOf, imagesOf, RecordingInjector, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import { imageOf, imagesOf, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
 import { fakeKubeAndDir } from '../support/agent-harness.ts';
 
 const seed = (host: string) => `userData: |\n  #cloud-config\n  hostname: ${host}\n`;

@@ -71,7 +71,10 @@ for (const name of names) {
     const actual = new Map(serializeMetaData(seed).map((f) => [f.path, Buffer.from(f.bytes)]));
     assert.deepEqual([...actual.keys()].sort(), [...expected.keys()].sort());
     for (const [path, bytes] of expected) {
-      assert.ok(bytes.equals(actual.get(path)!), `${path} differs:\n${actual.get(path)}\n---expected---\n${bytes}`);
+      assert.ok(
+        bytes.equals(actual.get(path)!),
+        `${path} differs:\n${actual.get(path)?.toString()}\n---expected---\n${bytes.toString()}`,
+      );
     }
     const expectedWarnings = existsSync(warningsFile)
       ? readFileSync(warningsFile, 'utf8').split('\n').filter(Boolean)

@@ -4,7 +4,7 @@
 // session handshake (auth, open, events).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server, type Socket } from 'node:net';
+import { type Socket } from 'node:net';
 import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +14,6 @@ import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
 import { XdrReader } from '../../src/libvirt/rpc/xdr.ts';
 import {
-  FrameDecoder,
   KEEPALIVE_PROGRAM,
   KeepaliveProc,
   MessageStatus,

@@ -278,7 +278,7 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
     { NODE_NAME: NODE },
     dir.path,
   );
-  let code: number | null = null;
+  let code: number | null;
   try {
     const bodies = await exercise(run, all);
     await waitFor(
@@ -332,7 +332,7 @@ test('local mode: no marker in any response or log line', { timeout: 90_000 }, a
     `apiVersion: v1\nkind: Secret\nmetadata: {name: half\nstringData: {password: ${mark('manifest')}\n  - [${mark('manifest2')}\n`,
   );
   const run = startCli(['--local', manifests, '--state-dir', join(dir.path, 'seeds')], {}, dir.path);
-  let code: number | null = null;
+  let code: number | null;
   try {
     const bodies = await exercise(run, all);
     const json = JSON.parse(bodies[bodies.indexOf(bodies.find((b) => b.startsWith('/status.json '))!) + 1]) as {

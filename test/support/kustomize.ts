@@ -20,8 +20,10 @@ export async function kustomize(dir: string): Promise<KubeObject[]> {
   } catch (e) {
     const err = e as NodeJS.ErrnoException & { stderr?: string };
     if (err.code === 'ENOENT')
-      throw new Error('kubectl is not on PATH: run scripts/setup-host.sh (Debian package kubernetes-client)');
-    throw new Error(`kubectl kustomize ${dir} failed: ${(err.stderr ?? err.message).trim()}`);
+      throw new Error('kubectl is not on PATH: run scripts/setup-host.sh (Debian package kubernetes-client)', {
+        cause: e,
+      });
+    throw new Error(`kubectl kustomize ${dir} failed: ${(err.stderr ?? err.message).trim()}`, { cause: e });
   }
   return yaml.loadAll(stdout).filter((d) => d !== null && d !== undefined) as KubeObject[];
 }

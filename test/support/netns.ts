@@ -20,7 +20,7 @@ export async function sh(
     return await p;
   } catch (e) {
     const err = e as Error & { stderr?: string };
-    throw new Error(`${args.join(' ')} failed: ${(err.stderr ?? err.message).trim()}`);
+    throw new Error(`${args.join(' ')} failed: ${(err.stderr ?? err.message).trim()}`, { cause: e });
   }
 }
 

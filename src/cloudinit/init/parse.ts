@@ -77,7 +77,7 @@ export const FILE_FIELDS = ['path', 'content', 'permissions', 'owner'];
 const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
 const HOSTNAME =
   /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
-const TIMEZONE = /^[A-Za-z0-9_+\-]+(\/[A-Za-z0-9_+\-]+)*$/;
+const TIMEZONE = /^[A-Za-z0-9_+-]+(\/[A-Za-z0-9_+-]+)*$/;
 
 export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpec {
   const bad = (field: string, message: string) =>
