@@ -14,8 +14,8 @@
 // (src/libvirt/rpc-client.ts): one connection opened before the loop, no
 // process per step; a detach waits for libvirt's device-removed event.
 // `rpc: injector.inject` is the injector itself on that client (what
-// `--libvirt rpc` runs). Then, with the targets of issue 17 checked at the
-// end: the agent (a local-mode process, `--libvirt rpc`) seeding and
+// `--libvirt rpc` runs). Then, with the targets (median ≤ 0.5×, p99 ≤ 1×)
+// checked at the end: the agent (a local-mode process, `--libvirt rpc`) seeding and
 // resuming domains created paused after their VMI files, timed by
 // libvirt's own events; and 100 injector.inject calls against a private
 // libvirtd that is killed and restarted in the middle.
@@ -599,8 +599,9 @@ async function main(): Promise<void> {
       `${r.op.padEnd(w)} | ${med.toFixed(1).padStart(9)} | ${pct(s, 99).toFixed(1).padStart(7)} | ${(med / refOf(r)).toFixed(2).padStart(5)}${r.ref ? '*' : ''}`,
     );
   }
-  // Issue 17's targets, each against the reference timed beside it (and,
-  // for comparison, against the run's first reference).
+  // The targets (median ≤ 0.5×, p99 ≤ 1× of the reference), each against
+  // the reference timed beside it (and, for comparison, against the run's
+  // first reference).
   const stat = (op: string) => {
     const r = rows.find((x) => x.op.startsWith(op));
     if (!r) return undefined;

@@ -1,4 +1,4 @@
-// Issue 9's real guest: `vmseed agent --local` with its NoCloud HTTP
+// The HTTP datasource's real guest: `vmseed agent --local` with its NoCloud HTTP
 // datasource on 127.0.0.1, a VMI file dropped in, and the busybox guest
 // (real Debian kernel under QEMU TCG, no disk attached) fetching its seed
 // over HTTP through QEMU user networking with restrict=on and a guestfwd to

@@ -1,4 +1,4 @@
-// --namespaces: namespaced mode's flag (issue 14 item 7).
+// --namespaces: namespaced mode's flag.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError, configSummary, loadConfig } from '../../src/config.ts';

@@ -1,4 +1,4 @@
-// cloud-init as the oracle for issue 7's generated data:
+// cloud-init as the oracle for the data vmseed generates beyond KubeVirt:
 // - every network-config v2 and network_data.json vmseed writes goes through
 //   cloud-init's own parser and its ENI and netplan renderers, and the result
 //   holds the addresses, gateways, routes and DNS servers `init.nics` asked for;

@@ -1,4 +1,4 @@
-// Budgets on input (issue 14): strict base64 through Buffer, bounded YAML
+// Budgets on input: strict base64 through Buffer, bounded YAML
 // (aliases, depth, expanded size, cycles), the running seed budget.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

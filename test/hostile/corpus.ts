@@ -1,4 +1,4 @@
-// Hostile inputs a VM owner can put in front of the agent (issue 14), as
+// Hostile inputs a VM owner can put in front of the agent, as
 // local-mode manifests: one VMI per case (with the Secrets it names) in
 // namespace `hostile`, and what the agent must answer. Used by the unit
 // test (render path), the agent-process test (local mode under the

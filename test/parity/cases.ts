@@ -437,7 +437,7 @@ export const CASES: ParityCase[] = [
     ]),
   },
 
-  // issue 15 group 5: KubeVirt's lookup order and "required" rule
+  // KubeVirt's lookup order of Secret keys and its "required" rule
   {
     name: 'nocloud: Secret with empty userdata and filled userData',
     from: 'cloud-init.go readFirstFoundFileFromDir + readCloudInitData',
