@@ -7,18 +7,20 @@
 // answer that is not the seed is the same 404 (body, headers, work done),
 // whether the token is malformed, unknown, signed by a removed key, or the
 // seed lacks the file, so probing reveals nothing.
-import { createHash } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Seed } from '../cloudinit/seed.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { seedFileBytes, type DatasourceFile } from './datasource-files.ts';
-import { metaDataBytes } from '../cloudinit/seed-files.ts';
+import type { DatasourceFile } from './datasource-files.ts';
 import { endpointLabel, normalisePrefix, parseDatasourcePath, type DatasourceRoute } from './datasource-path.ts';
 import type { DatasourceKeyring } from './datasource-tokens.ts';
-import { RateLimiter } from './rate-limit.ts';
-import { capConnectionsPerSource, unwrapMapped } from './connection-cap.ts';
+import { unwrapMapped } from './connection-cap.ts';
+import { SeedIdentity } from './datasource-identity.ts';
+import { SeedFileBytes } from './datasource-bytes.ts';
+import { RequestScreen } from './datasource-screen.ts';
+import { createDatasourceListener } from './datasource-listener.ts';
+import { listen } from './listen.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -129,237 +131,147 @@ export interface DatasourceServer {
 }
 
 const NOT_FOUND_BODY = Buffer.from('not found\n');
-const EMPTY = new Uint8Array(0);
-const DECOY_TOKEN = 'A'.repeat(43);
-const DECOY_UID = '\0vmseed-decoy';
+const INTERNAL_ERROR_BODY = Buffer.from('internal error\n');
 const COMMON_HEADERS = {
   'Cache-Control': 'no-store',
   'X-Content-Type-Options': 'nosniff',
 } as const;
+const SYSTEM_CLOCK = { now: () => new Date(), monotonicMs: () => performance.now() };
 
-// Index key: SHA-256 of the token, not the token. The attacker chooses the
-// string being looked up but not its hash, so the Map lookup's timing says
-// nothing about valid tokens; the final check is constant-time (verify()).
-function indexKey(token: string): string {
-  return createHash('sha256').update(token).digest('base64');
+// Property-typed: the rate limiter is handed monotonicMs itself, as a plain function.
+interface Clock {
+  now: () => Date;
+  monotonicMs: () => number;
 }
 
-class TokenIndex {
-  #byToken = new Map<string, string>();
-  #revision: number | undefined;
-  #generation: number | undefined;
-  readonly #directory: SeedDirectory;
-  readonly #keyring: DatasourceKeyring;
-
-  constructor(directory: SeedDirectory, keyring: DatasourceKeyring) {
-    this.#directory = directory;
-    this.#keyring = keyring;
-  }
-
-  resolve(token: string): string | undefined {
-    if (this.#revision !== this.#directory.revision || this.#generation !== this.#keyring.generation) this.#rebuild();
-    return this.#byToken.get(indexKey(token));
-  }
-
-  #rebuild(): void {
-    const next = new Map<string, string>();
-    this.#revision = this.#directory.revision;
-    this.#generation = this.#keyring.generation;
-    for (const uid of this.#directory.listUids()) {
-      for (const t of this.#keyring.acceptedTokens(uid)) next.set(indexKey(t), uid);
-    }
-    this.#byToken = next;
-  }
+// What one request came to, for the metrics.
+interface Outcome {
+  status: number;
+  route: DatasourceRoute | undefined;
 }
 
-export async function startDatasourceServer(options: DatasourceServerOptions): Promise<DatasourceServer> {
-  const { directory, keyring, metrics } = options;
-  const logger = options.logger.child({ component: 'datasource' });
-  const prefix = normalisePrefix(options.prefix ?? '/v1');
-  const limits = options.limits ?? {};
-  const maxUrlLength = limits.maxUrlLength ?? 256;
-  const clock = options.clock ?? { now: () => new Date(), monotonicMs: () => performance.now() };
-  const limiter = new RateLimiter({
-    ratePerSecond: limits.ratePerSecond ?? 20,
-    burst: limits.burst ?? 40,
-    maxKeys: limits.maxTrackedSources ?? 10_000,
-    now: () => clock.monotonicMs(),
+function send(
+  res: ServerResponse,
+  status: number,
+  body: Uint8Array,
+  head: boolean,
+  extra: Record<string, string> = {},
+): void {
+  res.writeHead(status, {
+    ...COMMON_HEADERS,
+    'Content-Type': extra['Content-Type'] ?? 'text/plain; charset=utf-8',
+    'Content-Length': String(body.byteLength),
+    ...extra,
   });
-  const index = new TokenIndex(directory, keyring);
-  const metaDataCache = new WeakMap<Seed, Uint8Array>();
+  res.end(head ? undefined : body);
+}
 
-  function bytesOf(seed: Seed, file: DatasourceFile): Uint8Array | undefined {
-    if (file !== 'meta-data' || seed.datasource !== 'nocloud') return seedFileBytes(seed, file);
-    let b = metaDataCache.get(seed);
-    if (b === undefined) {
-      b = metaDataBytes(seed);
-      metaDataCache.set(seed, b);
-    }
-    return b;
-  }
+function sendFile(res: ServerResponse, file: DatasourceFile, bytes: Uint8Array, head: boolean): void {
+  const textual = file === 'meta-data' || file === 'network-config';
+  send(res, 200, bytes, head, {
+    'Content-Type': textual ? 'text/plain; charset=utf-8' : 'application/octet-stream',
+  });
+}
 
-  function lookup(route: DatasourceRoute, source: string): SeedDirectoryEntry | undefined {
-    if (route.kind === 'compat') {
-      return options.compatSourceAddress ? directory.byAddress(source) : undefined;
-    }
-    const uid = index.resolve(route.token);
-    if (uid === undefined) {
-      equalise(route.token);
-      return undefined;
-    }
-    // The index may be stale by one VMI deletion; get() is the truth, and
-    // verify() re-checks the token against the keys in force now.
-    const entry = directory.get(uid);
-    if (entry === undefined || entry.uid !== uid || !keyring.verify(route.token, uid)) return undefined;
-    return entry;
-  }
+// Answers one request: screened, routed, its VMI resolved, its file sent.
+class SeedRequestHandler {
+  readonly #prefix: string;
+  readonly #screen: RequestScreen;
+  readonly #identity: SeedIdentity;
+  readonly #bytes: SeedFileBytes;
+  readonly #directory: SeedDirectory;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
 
-  // The HMAC work a found token costs, done for misses too, so response
-  // time does not tell a known token from an unknown one.
-  function equalise(token: string): void {
-    keyring.verify(token, DECOY_UID);
-  }
-
-  function send(
-    res: ServerResponse,
-    status: number,
-    body: Uint8Array,
-    head: boolean,
-    extra: Record<string, string> = {},
-  ): void {
-    res.writeHead(status, {
-      ...COMMON_HEADERS,
-      'Content-Type': extra['Content-Type'] ?? 'text/plain; charset=utf-8',
-      'Content-Length': String(body.byteLength),
-      ...extra,
+  constructor(options: DatasourceServerOptions, prefix: string, clock: Clock, logger: Logger) {
+    const limits = options.limits ?? {};
+    this.#prefix = prefix;
+    this.#screen = new RequestScreen({
+      maxUrlLength: limits.maxUrlLength ?? 256,
+      ratePerSecond: limits.ratePerSecond ?? 20,
+      burst: limits.burst ?? 40,
+      maxTrackedSources: limits.maxTrackedSources ?? 10_000,
+      now: clock.monotonicMs,
     });
-    res.end(head ? undefined : body);
+    this.#identity = new SeedIdentity(options.directory, options.keyring, !!options.compatSourceAddress);
+    this.#bytes = new SeedFileBytes({
+      serveEmptyVendorData: options.serveEmptyVendorData ?? true,
+      serveEmptyNetworkConfig: options.serveEmptyNetworkConfig ?? true,
+    });
+    this.#directory = options.directory;
+    this.#clock = clock;
+    this.#logger = logger;
   }
 
-  function handle(req: IncomingMessage, res: ServerResponse): { status: number; route: DatasourceRoute | undefined } {
+  handle(req: IncomingMessage, res: ServerResponse): Outcome {
     const target = req.url ?? '';
     const head = req.method === 'HEAD';
     const source = unwrapMapped(req.socket.remoteAddress ?? '');
-
-    if (!limiter.take(source)) {
-      send(res, 429, Buffer.from('too many requests\n'), head, { 'Retry-After': '1' });
-      return { status: 429, route: undefined };
+    const refusal = this.#screen.check(req, target, source);
+    if (refusal !== undefined) {
+      send(res, refusal.status, refusal.body, head, refusal.headers);
+      return { status: refusal.status, route: undefined };
     }
-    if (target.length > maxUrlLength) {
-      send(res, 414, Buffer.from('request target too long\n'), head, { Connection: 'close' });
-      return { status: 414, route: undefined };
-    }
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      send(res, 405, Buffer.from('method not allowed\n'), false, { Allow: 'GET, HEAD', Connection: 'close' });
-      return { status: 405, route: undefined };
-    }
-    // No body on a seed request: anything announcing one is refused and the
-    // connection closed, so we never read it.
-    const cl = req.headers['content-length'];
-    if (req.headers['transfer-encoding'] !== undefined || (cl !== undefined && cl !== '0')) {
-      send(res, 400, Buffer.from('request body not accepted\n'), head, { Connection: 'close' });
-      return { status: 400, route: undefined };
-    }
-
-    const route = parseDatasourcePath(target, prefix);
-    if (route === undefined) {
-      index.resolve(DECOY_TOKEN);
-      equalise(DECOY_TOKEN);
-    }
-    const entry = route === undefined ? undefined : lookup(route, source);
-    let bytes = entry === undefined || route === undefined ? undefined : bytesOf(entry.seed, route.file);
-    if (
-      bytes === undefined &&
-      entry?.seed.datasource === 'nocloud' &&
-      route?.file === 'vendor-data' &&
-      (options.serveEmptyVendorData ?? true)
-    ) {
-      bytes = EMPTY;
-    }
-    if (
-      bytes === undefined &&
-      entry?.seed.datasource === 'nocloud' &&
-      route?.file === 'network-config' &&
-      (options.serveEmptyNetworkConfig ?? true)
-    ) {
-      bytes = EMPTY;
-    }
+    const route = parseDatasourcePath(target, this.#prefix);
+    if (route === undefined) this.#identity.unrouted();
+    const entry = route === undefined ? undefined : this.#identity.lookup(route, source);
+    const bytes = entry === undefined || route === undefined ? undefined : this.#bytes.of(entry.seed, route.file);
     if (route === undefined || entry === undefined || bytes === undefined) {
       send(res, 404, NOT_FOUND_BODY, head);
       return { status: 404, route };
     }
-    const textual = route.file === 'meta-data' || route.file === 'network-config';
-    send(res, 200, bytes, head, {
-      'Content-Type': textual ? 'text/plain; charset=utf-8' : 'application/octet-stream',
-    });
-    if (!head) {
-      try {
-        directory.recordFetch(entry.namespace, entry.name, route.file, clock.now());
-      } catch (e) {
-        logger.warn({ err: { message: (e as Error).message } }, 'recordFetch failed');
-      }
-      logger.debug(
-        { namespace: entry.namespace, name: entry.name, file: route.file, via: route.kind },
-        'served seed file',
-      );
-    }
+    sendFile(res, route.file, bytes, head);
+    if (!head) this.#served(entry, route);
     return { status: 200, route };
   }
 
-  const server: Server = createServer(
-    {
-      maxHeaderSize: limits.maxHeaderBytes ?? 8192,
-      requestTimeout: limits.requestTimeoutMs ?? 5_000,
-      headersTimeout: limits.headersTimeoutMs ?? 3_000,
-      keepAliveTimeout: limits.keepAliveTimeoutMs ?? 5_000,
-      connectionsCheckingInterval: limits.connectionsCheckingIntervalMs ?? 500,
-    },
-    (req, res) => {
-      const started = performance.now();
-      let status = 500;
-      let route: DatasourceRoute | undefined;
-      try {
-        ({ status, route } = handle(req, res));
-      } catch (e) {
-        // Never a stack trace or message to the client; the log gets the
-        // message only (it cannot contain seed bytes: nothing here parses them).
-        logger.error({ err: { message: (e as Error)?.message } }, 'datasource request failed');
-        if (!res.headersSent)
-          send(res, 500, Buffer.from('internal error\n'), req.method === 'HEAD', { Connection: 'close' });
-        else res.destroy();
-      }
-      if (metrics) {
-        const endpoint = endpointLabel(route);
-        metrics.datasourceRequests.inc({ endpoint, status: String(status) });
-        metrics.datasourceRequestDuration.observe({ endpoint }, (performance.now() - started) / 1000);
-      }
-    },
-  );
-  server.maxConnections = limits.maxConnections ?? 1024;
-  capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 32, () =>
-    metrics?.datasourceConnectionsRefused.inc(),
-  );
-  // Malformed HTTP (bad request line, oversized headers): answer plainly,
-  // with the same no-store header, and close.
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (!socket.writable) return socket.destroy();
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
-    // Destroyed once the answer is handed to the kernel: end() alone would
-    // keep the socket (and the source's connection slot) until the client
-    // closes its side, which a client that never reads never does.
-    socket.end(`HTTP/1.1 ${status}\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`, () =>
-      socket.destroy(),
+  #served(entry: SeedDirectoryEntry, route: DatasourceRoute): void {
+    try {
+      this.#directory.recordFetch(entry.namespace, entry.name, route.file, this.#clock.now());
+    } catch (e) {
+      this.#logger.warn({ err: { message: (e as Error).message } }, 'recordFetch failed');
+    }
+    this.#logger.debug(
+      { namespace: entry.namespace, name: entry.name, file: route.file, via: route.kind },
+      'served seed file',
     );
-    metrics?.datasourceRequests.inc({ endpoint: 'other', status: status.slice(0, 3) });
-  });
+  }
+}
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.listen.port, options.listen.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+// The handler, with a failure answered as a bare 500 and every request
+// counted and timed.
+function measured(handler: SeedRequestHandler, logger: Logger, metrics: Metrics | undefined): RequestListener {
+  return (req, res) => {
+    const started = performance.now();
+    let status = 500;
+    let route: DatasourceRoute | undefined;
+    try {
+      ({ status, route } = handler.handle(req, res));
+    } catch (e) {
+      // Never a stack trace or message to the client; the log gets the
+      // message only (it cannot contain seed bytes: nothing here parses them).
+      logger.error({ err: { message: (e as Error)?.message } }, 'datasource request failed');
+      if (!res.headersSent) send(res, 500, INTERNAL_ERROR_BODY, req.method === 'HEAD', { Connection: 'close' });
+      else res.destroy();
+    }
+    if (metrics) {
+      const endpoint = endpointLabel(route);
+      metrics.datasourceRequests.inc({ endpoint, status: String(status) });
+      metrics.datasourceRequestDuration.observe({ endpoint }, (performance.now() - started) / 1000);
+    }
+  };
+}
+
+export async function startDatasourceServer(options: DatasourceServerOptions): Promise<DatasourceServer> {
+  const logger = options.logger.child({ component: 'datasource' });
+  const prefix = normalisePrefix(options.prefix ?? '/v1');
+  const handler = new SeedRequestHandler(options, prefix, options.clock ?? SYSTEM_CLOCK, logger);
+  const server = createDatasourceListener(
+    options.limits ?? {},
+    options.metrics,
+    measured(handler, logger, options.metrics),
+  );
+  await listen(server, options.listen.port, options.listen.host);
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info(

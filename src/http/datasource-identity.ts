@@ -1,0 +1,88 @@
+// Which VMI's seed a datasource request may read: the VMI its capability
+// token was signed for, or (compat mode only) the VMI reporting the
+// caller's source address. Every miss costs the same work as a hit, so
+// response time does not tell a known token from an unknown one.
+import { createHash } from 'node:crypto';
+import type { DatasourceRoute } from './datasource-path.ts';
+import type { DatasourceKeyring } from './datasource-tokens.ts';
+import type { SeedDirectory, SeedDirectoryEntry } from './datasource.ts';
+
+const DECOY_TOKEN = 'A'.repeat(43);
+const DECOY_UID = '\0vmseed-decoy';
+
+// Index key: SHA-256 of the token, not the token. The attacker chooses the
+// string being looked up but not its hash, so the Map lookup's timing says
+// nothing about valid tokens; the final check is constant-time (verify()).
+function indexKey(token: string): string {
+  return createHash('sha256').update(token).digest('base64');
+}
+
+class TokenIndex {
+  #byToken = new Map<string, string>();
+  #revision: number | undefined;
+  #generation: number | undefined;
+  readonly #directory: SeedDirectory;
+  readonly #keyring: DatasourceKeyring;
+
+  constructor(directory: SeedDirectory, keyring: DatasourceKeyring) {
+    this.#directory = directory;
+    this.#keyring = keyring;
+  }
+
+  resolve(token: string): string | undefined {
+    if (this.#revision !== this.#directory.revision || this.#generation !== this.#keyring.generation) this.#rebuild();
+    return this.#byToken.get(indexKey(token));
+  }
+
+  #rebuild(): void {
+    const next = new Map<string, string>();
+    this.#revision = this.#directory.revision;
+    this.#generation = this.#keyring.generation;
+    for (const uid of this.#directory.listUids()) {
+      for (const t of this.#keyring.acceptedTokens(uid)) next.set(indexKey(t), uid);
+    }
+    this.#byToken = next;
+  }
+}
+
+export class SeedIdentity {
+  readonly #directory: SeedDirectory;
+  readonly #keyring: DatasourceKeyring;
+  readonly #compatSourceAddress: boolean;
+  readonly #index: TokenIndex;
+
+  constructor(directory: SeedDirectory, keyring: DatasourceKeyring, compatSourceAddress: boolean) {
+    this.#directory = directory;
+    this.#keyring = keyring;
+    this.#compatSourceAddress = compatSourceAddress;
+    this.#index = new TokenIndex(directory, keyring);
+  }
+
+  // The entry whose seed this route may read, or undefined.
+  lookup(route: DatasourceRoute, source: string): SeedDirectoryEntry | undefined {
+    if (route.kind === 'compat') {
+      return this.#compatSourceAddress ? this.#directory.byAddress(source) : undefined;
+    }
+    const uid = this.#index.resolve(route.token);
+    if (uid === undefined) {
+      this.#equalise(route.token);
+      return undefined;
+    }
+    // The index may be stale by one VMI deletion; get() is the truth, and
+    // verify() re-checks the token against the keys in force now.
+    const entry = this.#directory.get(uid);
+    if (entry === undefined || entry.uid !== uid || !this.#keyring.verify(route.token, uid)) return undefined;
+    return entry;
+  }
+
+  // The work of a token lookup, for a path that names no route at all.
+  unrouted(): void {
+    this.#index.resolve(DECOY_TOKEN);
+    this.#equalise(DECOY_TOKEN);
+  }
+
+  // The HMAC work a found token costs, done for misses too.
+  #equalise(token: string): void {
+    this.#keyring.verify(token, DECOY_UID);
+  }
+}

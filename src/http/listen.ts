@@ -1,0 +1,13 @@
+// Starts a server listening; rejects with the listen error itself
+// (EADDRINUSE, EACCES, ...), for the caller to explain.
+import type { Server } from 'node:net';
+
+export function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
