@@ -4,6 +4,8 @@
 import { parseArgs } from 'node:util';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
+import type { DatasourceConfig } from './agent/nocloud-http.ts';
+import type { RenderOptions } from './cloudinit/render.ts';
 import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/vendor-data.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from './cloudinit/limits.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './http/datasource-url.ts';
@@ -11,7 +13,8 @@ import { normalisePrefix } from './http/datasource-path.ts';
 import { encodeUriValue } from './libvirt/template.ts';
 import { localUriSocket } from './libvirt/rpc/uri.ts';
 
-export type KubevirtVolumes = 'own' | 'ignore';
+export type KubevirtVolumes = RenderOptions['kubevirtVolumes'];
+export type { DatasourceConfig };
 // virsh: one `virsh` process per call (works wherever virsh does); rpc:
 // libvirt's RPC protocol over one long-lived socket per URI, with domain
 // events (local unix sockets only).
@@ -72,19 +75,6 @@ export interface Config {
   namespaces?: string[];
   // The redirect sidecar's /readyz, polled for the status page only.
   redirectStatusUrl?: string;
-}
-
-export interface DatasourceConfig {
-  listen: { host: string; port: number };
-  keyFile: string;
-  // What guests use (the DMI serial's `s=`), not where we listen.
-  baseUrl: string;
-  // The base URL's path: what the listener serves under (default /v1).
-  prefix: string;
-  compatSourceAddress: boolean;
-  // Token-less requests answered by source address for VMIs with KubeVirt
-  // IMDS's annotations only (src/http/datasource-imds.ts).
-  imdsCompat?: boolean;
 }
 
 export class ConfigError extends Error {
