@@ -91,7 +91,7 @@ export function rpcDialable(uriTemplate: string): boolean {
 }
 
 const path = (text: string, _flag: string, cwd: string) => resolve(cwd, text);
-const text = (t: string) => t;
+const asGiven = (t: string) => t;
 const choice =
   <T extends string>(allowed: readonly T[]) =>
   (t: string, f: string) =>
@@ -199,7 +199,7 @@ export const AGENT_FLAGS = {
     default: '/pods',
     parse: path,
   }),
-  'virsh-path': flag({ arg: 'PATH', help: 'the virsh program', default: 'virsh', parse: text }),
+  'virsh-path': flag({ arg: 'PATH', help: 'the virsh program', default: 'virsh', parse: asGiven }),
   'libvirt-uri': flag({
     arg: 'TEMPLATE',
     help: "where a VMI's libvirt is reached: the launcher's socket as KubeVirt connects to it, or the host's",
