@@ -3,15 +3,14 @@
 // and can be driven by anything with these shapes.
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
-import type { RenderContext, RenderOutcome } from '../cloudinit/render.ts';
-import type { KubevirtVolumes } from '../config.ts';
+import type { RenderContext, RenderOptions, RenderOutcome } from '../cloudinit/render.ts';
 import type { VendorDataRef } from '../cloudinit/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
 
 export type { RenderOutcome };
 
 export interface AgentRenderOptions {
-  kubevirtVolumes: KubevirtVolumes;
+  kubevirtVolumes: RenderOptions['kubevirtVolumes'];
   maxUserDataBytes: number;
   maxNetworkDataBytes: number;
   defaultVendorData?: VendorDataRef;

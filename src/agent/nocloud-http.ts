@@ -3,13 +3,26 @@
 // over the agent's seeds. The DMI serials are not computed here: only
 // `vmseed seed-url` prints them (a token on a page is a key to the seed).
 import type { Logger } from 'pino';
-import type { DatasourceConfig } from '../config.ts';
 import { startDatasourceServer, type DatasourceServer } from '../http/datasource.ts';
 import { imdsOnlySourceAddress } from '../http/datasource-imds.ts';
 import { watchKeyFile } from '../http/datasource-key-watch.ts';
 import { DatasourceKeyring, fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { Agent } from './agent.ts';
+
+// The datasource's settings, as the command hands them over.
+export interface DatasourceConfig {
+  listen: { host: string; port: number };
+  keyFile: string;
+  // What guests use (the DMI serial's `s=`), not where we listen.
+  baseUrl: string;
+  // The base URL's path: what the listener serves under (default /v1).
+  prefix: string;
+  compatSourceAddress: boolean;
+  // Token-less requests answered by source address for VMIs with KubeVirt
+  // IMDS's annotations only (src/http/datasource-imds.ts).
+  imdsCompat?: boolean;
+}
 
 export interface NocloudHttp {
   keyring: DatasourceKeyring;

@@ -4,7 +4,7 @@
 // datasource listener (src/redirect). The agent itself stays unprivileged.
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { parseListen, ConfigError } from '../config.ts';
+import { parseListen, ConfigError } from '../config/values.ts';
 import { isVmseedError } from '../errors.ts';
 import { startRedirectHealth } from '../redirect/health-server.ts';
 import { execNft, RedirectKeeper } from '../redirect/keeper.ts';

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, loadConfig, parseDuration } from '../../src/config.ts';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+import { parseDuration } from '../../src/config/values.ts';
 
 test('local mode defaults', () => {
   const c = loadConfig(['--local', 'examples'], {}, '/srv')!;

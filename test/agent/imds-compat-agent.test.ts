@@ -13,7 +13,7 @@ import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
-import { datasourceSerialFor } from '../../src/commands/seed-url.ts';
+import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
 async function freePort(): Promise<number> {

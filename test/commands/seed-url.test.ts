@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { main } from '../../src/main.ts';
-import { datasourceSeedUrl, datasourceSerial, datasourceSerialFor } from '../../src/commands/seed-url.ts';
+import { datasourceSeedUrl, datasourceSerial, datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import { startDatasourceServer, type DatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
 import { VmseedError } from '../../src/errors.ts';

@@ -12,7 +12,7 @@ import { connect, type Socket } from 'node:net';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { startDatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { datasourceSeedUrl } from '../../src/commands/seed-url.ts';
+import { datasourceSeedUrl } from '../../src/http/datasource-url.ts';
 import { waitFor } from '../support/agent-harness.ts';
 import { MapDirectory, nocloudSeed, quietLogger, randomKey } from './datasource-fixtures.ts';
 

@@ -15,7 +15,7 @@ import { load as loadYaml } from 'js-yaml';
 import { startDatasourceServer, type DatasourceServer } from '../../src/http/datasource.ts';
 import { imdsOnlySourceAddress } from '../../src/http/datasource-imds.ts';
 import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
-import { datasourceSeedUrl, datasourceSerial } from '../../src/commands/seed-url.ts';
+import { datasourceSeedUrl, datasourceSerial } from '../../src/http/datasource-url.ts';
 import { MapDirectory, nocloudSeed, quietLogger, randomKey } from './datasource-fixtures.ts';
 import { ensureCloudInitRelease } from '../support/cloud-init-release.ts';
 

@@ -4,7 +4,7 @@ import { createMetrics } from '../../src/metrics/metrics.ts';
 import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import { startDatasourceServer, parseListen, type DatasourceServer } from '../../src/http/datasource.ts';
 import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
-import { datasourceSeedUrl } from '../../src/commands/seed-url.ts';
+import { datasourceSeedUrl } from '../../src/http/datasource-url.ts';
 import {
   MapDirectory,
   cloudInitReadSeeded,

@@ -20,7 +20,7 @@ import { load as loadYaml } from 'js-yaml';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { fetchAll, type FetchedRoute } from '../support/fetch-all.ts';
 import { runCli } from '../support/cli.ts';
-import { datasourceSerialFor } from '../../src/commands/seed-url.ts';
+import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import { DatasourceKeyring, parseKeyFile } from '../../src/http/datasource-tokens.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;

@@ -1,0 +1,81 @@
+// The agent's flags as given on the command line or in the environment,
+// each turned into its value (or its default's) the first time it is read.
+import { parseArgs } from 'node:util';
+import { AGENT_FLAGS, envName, type DefaultContext, type FlagName, type FlagSpec, type FlagValue } from './flags.ts';
+import { ConfigError } from './values.ts';
+
+const PARSE_OPTIONS = {
+  ...Object.fromEntries(
+    Object.entries(AGENT_FLAGS).map(([name, spec]: [string, FlagSpec<unknown>]) => [
+      name,
+      { type: spec.arg === undefined ? ('boolean' as const) : ('string' as const) },
+    ]),
+  ),
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+// Undefined when --help was asked for.
+export function readFlags(argv: string[], env: NodeJS.ProcessEnv, cwd: string): FlagReader | undefined {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: PARSE_OPTIONS, strict: true, allowPositionals: false });
+  } catch (e) {
+    throw new ConfigError((e as Error).message.split('\n')[0]);
+  }
+  if (parsed.values.help) return undefined;
+  return new FlagReader(parsed.values, env, cwd);
+}
+
+export class FlagReader implements DefaultContext {
+  readonly local: boolean;
+  readonly #argv: Record<string, string | boolean | undefined>;
+  readonly #env: NodeJS.ProcessEnv;
+  readonly #cwd: string;
+  readonly #values = new Map<string, unknown>();
+
+  constructor(argv: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv, cwd: string) {
+    this.#argv = argv;
+    this.#env = env;
+    this.#cwd = cwd;
+    this.local = this.given('local') !== undefined;
+  }
+
+  // The flag's own text (a switch given is `true`), else its environment
+  // variable's; an empty variable counts as unset.
+  given(name: FlagName): string | undefined {
+    const v = this.#argv[name];
+    if (typeof v === 'string') return v;
+    if (v === true) return 'true';
+    const e = this.#env[envName(name)];
+    return e === undefined || e === '' ? undefined : e;
+  }
+
+  defaultText(name: FlagName): string | undefined {
+    const spec: FlagSpec<unknown> = AGENT_FLAGS[name];
+    const d = spec.byMode
+      ? spec.byMode[this.local ? 'local' : 'cluster']
+      : spec.byPlatform
+        ? spec.byPlatform[this.get('platform')]
+        : spec.default;
+    if (d === undefined || typeof d === 'string') return d;
+    return typeof d.text === 'function' ? d.text(this) : d.text;
+  }
+
+  text(name: string): string | undefined {
+    return this.given(name as FlagName) ?? this.defaultText(name as FlagName);
+  }
+
+  get<K extends FlagName>(name: K): FlagValue<K> {
+    if (!this.#values.has(name)) {
+      const spec: FlagSpec<unknown> = AGENT_FLAGS[name];
+      const text = this.text(name);
+      if (text === undefined && !spec.optional) throw new ConfigError(spec.required ?? `--${name} is required`);
+      this.#values.set(name, text === undefined ? undefined : spec.parse(text, name, this.#cwd));
+    }
+    return this.#values.get(name) as FlagValue<K>;
+  }
+
+  value(name: string): unknown {
+    return this.get(name as FlagName);
+  }
+}

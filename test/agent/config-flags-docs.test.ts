@@ -1,0 +1,91 @@
+// The flag table (src/config/flags.ts) is what `vmseed agent --help` prints
+// and what the README's flag tables document: every flag they name exists,
+// with the defaults and environment variable the table gives it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { AGENT_USAGE } from '../../src/config.ts';
+import { AGENT_FLAGS, docOf, envName, type FlagName, type FlagSpec } from '../../src/config/flags.ts';
+
+const README = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const FLAGS = Object.entries(AGENT_FLAGS) as Array<[FlagName, FlagSpec<unknown>]>;
+
+function section(heading: string): string {
+  const start = README.indexOf(`\n${heading}\n`);
+  assert.ok(start >= 0, `no section ${heading}`);
+  const rest = README.slice(start + heading.length + 2);
+  const end = rest.search(/\n#{1,3} /);
+  return end < 0 ? rest : rest.slice(0, end);
+}
+
+// `|` inside a cell is written `\|`.
+function rows(text: string): string[][] {
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('| `'))
+    .map((l) =>
+      l
+        .slice(2, -2)
+        .split(' | ')
+        .map((c) => c.replaceAll('\\|', '|').replaceAll('`', '')),
+    );
+}
+
+// What a README default cell must say for the flag.
+function documentedDefaults(spec: FlagSpec<unknown>): string[] {
+  if (spec.byMode) return [docOf(spec.byMode.cluster), docOf(spec.byMode.local)];
+  if (spec.byPlatform) return ['by --platform'];
+  return spec.default !== undefined && spec.arg !== undefined ? [docOf(spec.default)] : [];
+}
+
+function helpOf(name: string): string {
+  const lines = AGENT_USAGE.split('\n');
+  const start = lines.findIndex((l) => l === `  --${name}` || l.startsWith(`  --${name} `));
+  assert.ok(start >= 0, `--help lists --${name}`);
+  const end = lines.findIndex((l, i) => i > start && !l.startsWith('    '));
+  return lines.slice(start, end).join(' ');
+}
+
+test('--help lists every flag once, with its value and the environment variables not named VMSEED_<FLAG>', () => {
+  for (const [name, spec] of FLAGS) {
+    const heads = AGENT_USAGE.split('\n').filter((l) => new RegExp(`^  --${name}( |$)`).test(l));
+    assert.equal(heads.length, 1, `--${name}`);
+    if (spec.arg !== undefined) assert.ok(heads[0].startsWith(`  --${name} ${spec.arg} `), heads[0]);
+    if (spec.env !== undefined) assert.match(helpOf(name), new RegExp(`env ${spec.env}`));
+  }
+  assert.match(AGENT_USAGE, /Every flag can also be set as VMSEED_<FLAG> in the environment/);
+  assert.equal(envName('state-dir'), 'VMSEED_STATE_DIR');
+  assert.equal(envName('node-name'), 'NODE_NAME');
+  assert.equal(envName('kubeconfig'), 'KUBECONFIG');
+});
+
+test("every flag of the README's agent table is in the flag table, with its defaults", () => {
+  const table = rows(section('### `vmseed agent`'));
+  assert.ok(table.length >= 15, 'the agent table is found');
+  for (const [names, defaults] of table) {
+    const flags = [...names.matchAll(/--([a-z-]+)/g)].map((m) => m[1]);
+    assert.ok(flags.length > 0, names);
+    for (const env of names.match(/\b[A-Z]+_[A-Z_]+\b/g) ?? []) {
+      assert.ok(
+        flags.some((f) => f in AGENT_FLAGS && envName(f as FlagName) === env),
+        `${env}: not the variable of ${names}`,
+      );
+    }
+    for (const flag of flags) {
+      assert.ok(flag in AGENT_FLAGS, `the README documents --${flag}, which the agent does not have`);
+      for (const doc of documentedDefaults(AGENT_FLAGS[flag as FlagName]))
+        assert.ok(defaults.includes(doc), `--${flag}: the README's '${defaults}' does not say ${doc}`);
+    }
+  }
+});
+
+test("the README's --platform table gives each preset's defaults", () => {
+  const table = rows(section("### `--platform`: the libvirt side's defaults")).filter((r) => r[0].startsWith('--'));
+  const byPlatform = FLAGS.filter(([, spec]) => spec.byPlatform).map(([name]) => name);
+  assert.deepEqual(table.map((r) => r[0].slice(2)).sort(), [...byPlatform].sort());
+  for (const [name, kubevirt, libvirt] of table) {
+    const spec: FlagSpec<unknown> = AGENT_FLAGS[name.slice(2) as FlagName];
+    assert.ok(kubevirt.includes(docOf(spec.byPlatform!.kubevirt)), `${name}, kubevirt: ${kubevirt}`);
+    assert.ok(libvirt.includes(docOf(spec.byPlatform!.libvirt)), `${name}, libvirt: ${libvirt}`);
+  }
+});
