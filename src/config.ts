@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
-import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/vendor-data.ts';
+import { parseVendorDataFrom, type VendorDataRef } from './cloudinit/userdata/vendor-data.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from './cloudinit/limits.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from './commands/seed-url.ts';
 import { normalisePrefix } from './http/datasource-path.ts';

@@ -5,12 +5,12 @@
 // one-line keys costs ~65 ms to check and ~600 ms to merge and serialise:
 // inline, one such render would stall every other VMI, the probes and the
 // datasource listener for that long.
-import { parseAnnotation } from './annotation.ts';
+import { parseAnnotation } from './annotation/annotation.ts';
 import { SeedBudget, type BudgetSnapshot } from './limits.ts';
 import { chooseNetworkConfig } from './network/choose.ts';
-import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata-compose.ts';
-import { lintUserData } from './userdata-lint.ts';
-import { lintVendorData } from './vendor-data.ts';
+import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata/compose.ts';
+import { lintUserData } from './userdata/lint.ts';
+import { lintVendorData } from './userdata/vendor-data.ts';
 
 // composeUserData against a copy of the render's budget; the caller adopts
 // the copy's counters afterwards.

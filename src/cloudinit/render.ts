@@ -1,38 +1,38 @@
 // VMI + referenced objects → Seed. Pure: references come through RefResolver.
 import { VmseedError } from '../errors.ts';
-import { resolvePublicKeys } from './access-credentials.ts';
-import { ANNOTATION } from './annotation.ts';
+import { resolvePublicKeys } from './kubevirt/access-credentials.ts';
+import { ANNOTATION } from './annotation/annotation.ts';
 import type { CloudInitSource, RefResolver, VmiObject } from './kube-types.ts';
 import { buildMetaData } from './metadata.ts';
 import type { Datasource, Seed, SeedWarning } from './seed.ts';
-import { hasAnyData, resolveSourceData, type SourcePolicy } from './sources.ts';
-import type { AnnotationExtras } from './annotation-extras.ts';
-import { filesToWriteFiles } from './files.ts';
-import { compileInit, type CompiledInit } from './init/compile.ts';
-import { parseInit } from './init/parse.ts';
-import { instanceId } from './instance-id.ts';
-import { readObject } from './object-refs.ts';
-import { deriveSalt, type SaltProvider } from './password-salt.ts';
-import { appendSshKeys } from './ssh-keys.ts';
-import { resolveVendorData, vendorDataFile, type VendorDataRef } from './vendor-data.ts';
-import { virtletMerge } from './virtlet-merge.ts';
+import { hasAnyData, resolveSourceData, type SourcePolicy } from './kubevirt/sources.ts';
+import type { AnnotationExtras } from './annotation/extras.ts';
+import { filesToWriteFiles } from './virtlet/files.ts';
+import { compileInit, type CompiledInit } from './ovirt/init-compile.ts';
+import { parseInit } from './ovirt/init-parse.ts';
+import { instanceId } from './kubevirt/instance-id.ts';
+import { readObject } from './refs/object-refs.ts';
+import { deriveSalt, type SaltProvider } from './ovirt/password-salt.ts';
+import { appendSshKeys } from './virtlet/ssh-keys.ts';
+import { resolveVendorData, vendorDataFile, type VendorDataRef } from './userdata/vendor-data.ts';
+import { virtletMerge } from './userdata/merge.ts';
 import { buildDevicesMetadata, type DeviceData, type DomainDevice, type VcpuPin } from './devices-metadata.ts';
 import {
   admitAccessCredentials,
   admitCloudInitVolumes,
   admitHostname,
   volumeDatasources,
-} from './kubevirt-admission.ts';
-import { isPassableNetworkError, passThroughWarning } from './network-passthrough.ts';
-import { requireSomeData } from './empty-data.ts';
+} from './kubevirt/admission.ts';
+import { isPassableNetworkError, passThroughWarning } from './kubevirt/network-passthrough.ts';
+import { requireSomeData } from './kubevirt/empty-data.ts';
 import { DEFAULT_MAX_USER_DATA_BYTES, SeedBudget, yieldToLoop } from './limits.ts';
-import { memoize } from './memo-resolver.ts';
+import { memoize } from './refs/memo-resolver.ts';
 import { INLINE_OFFLOAD, type Offload } from './pure-ops.ts';
-import { mergeMetaData } from './metadata-merge.ts';
+import { mergeMetaData } from './virtlet/metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
-import { isImdsEnabled, renderImdsSeed } from './imds-annotations.ts';
+import { isImdsEnabled, renderImdsSeed } from './imds/annotations.ts';
 
-export { ANNOTATION } from './annotation.ts';
+export { ANNOTATION } from './annotation/annotation.ts';
 
 export interface RenderOptions {
   // 'own': vmseed builds the seed for cloudInitNoCloud/cloudInitConfigDrive
@@ -48,7 +48,7 @@ export interface RenderOptions {
   // sets no vendorData/vendorDataFrom of its own.
   defaultVendorData?: VendorDataRef;
   // Salt for the SHA-512 crypt of init.users[].passwordFrom. Default:
-  // deriveSalt (from VMI uid and user name; see password-salt.ts for why).
+  // deriveSalt (from VMI uid and user name; see ovirt/password-salt.ts for why).
   passwordSalt?: SaltProvider;
   // Bound on all seed files together (default: see SeedBudget).
   maxSeedBytes?: number;
@@ -116,7 +116,7 @@ export async function renderSeed(
   options: RenderOptions,
   context: RenderContext = {},
 ): Promise<RenderOutcome> {
-  // Budgets and a per-render memo of referenced objects (limits.ts, memo-resolver.ts).
+  // Budgets and a per-render memo of referenced objects (limits.ts, refs/memo-resolver.ts).
   const refs = memoize(resolver);
   const budget = new SeedBudget(options);
   const offload = options.offload ?? INLINE_OFFLOAD;
