@@ -132,3 +132,15 @@ export function hasAnyData(source: CloudInitSource): boolean {
     source.networkDataSecretRef
   );
 }
+
+// A source that sets none of the data fields; `alsoAccepted` names the other
+// fields that would have been enough.
+export function sourceMissing(fieldPrefix: string, alsoAccepted: string): VmseedError {
+  return new VmseedError(
+    'CLOUDINIT_SOURCE_MISSING',
+    `${fieldPrefix} sets none of userData, userDataBase64, secretRef, networkData, networkDataBase64, networkDataSecretRef` +
+      alsoAccepted +
+      '; add user-data or network data',
+    { kind: 'terminal', field: fieldPrefix },
+  );
+}
