@@ -18,7 +18,7 @@
 // instead of refusing.
 import { VmseedError, type ErrorCode } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
-import type { CloudInitSource, VmiObject, VmiVolume } from '../kube-types.ts';
+import type { AccessCredential, CloudInitSource, VmiObject, VmiVolume } from '../kube-types.ts';
 import type { SeedWarning } from '../seed.ts';
 
 export const CLOUD_INIT_INLINE_MAX = 2048;
@@ -56,6 +56,60 @@ function byteLength(s: string): number {
   return Buffer.byteLength(s, 'utf8');
 }
 
+// The fields of one data kind (user-data or network data) of a volume.
+interface DataFields {
+  secretRef: 'secretRef' | 'networkDataSecretRef';
+  base64: 'userDataBase64' | 'networkDataBase64';
+  inline: 'userData' | 'networkData';
+  invalidBase64: ErrorCode;
+}
+
+const USER_DATA: DataFields = {
+  secretRef: 'secretRef',
+  base64: 'userDataBase64',
+  inline: 'userData',
+  invalidBase64: 'USERDATA_BASE64_INVALID',
+};
+const NETWORK_DATA: DataFields = {
+  secretRef: 'networkDataSecretRef',
+  base64: 'networkDataBase64',
+  inline: 'networkData',
+  invalidBase64: 'NETWORKDATA_BASE64_INVALID',
+};
+
+// How many sources of one data kind are set, and the decoded size of the
+// inline one (the last set, as the webhook measures it).
+function countSources(
+  src: CloudInitSource,
+  f: DataFields,
+  base: string,
+  kind: 'cloudInitNoCloud' | 'cloudInitConfigDrive',
+): { count: number; length: number } {
+  let count = 0;
+  let length = 0;
+  if (nonEmpty(src[f.secretRef]?.name)) count++;
+  const encoded = src[f.base64];
+  if (nonEmpty(encoded)) {
+    count++;
+    const d = decodeBase64Strict(encoded);
+    if (!d.ok) {
+      throw reject(
+        f.invalidBase64,
+        `${base}.${f.base64}`,
+        `${base}.${f.base64}.${kind}.${f.base64} is not a valid base64 value.`,
+        `${d.reason}; encode with "base64 -w0" or use ${f.inline}`,
+      );
+    }
+    length = d.bytes.length;
+  }
+  const inline = src[f.inline];
+  if (nonEmpty(inline)) {
+    count++;
+    length = byteLength(inline);
+  }
+  return { count, length };
+}
+
 function checkCloudInitVolume(
   volume: VmiVolume,
   path: string,
@@ -64,29 +118,8 @@ function checkCloudInitVolume(
 ): void {
   const src = volume[kind] ?? {};
   const base = `${path}.${kind}`;
-  let userCount = 0;
-  let userLen = 0;
-  let netCount = 0;
-  let netLen = 0;
-  if (nonEmpty(src.secretRef?.name)) userCount++;
-  if (nonEmpty(src.userDataBase64)) {
-    userCount++;
-    const d = decodeBase64Strict(src.userDataBase64);
-    if (!d.ok) {
-      throw reject(
-        'USERDATA_BASE64_INVALID',
-        `${base}.userDataBase64`,
-        `${base}.userDataBase64.${kind}.userDataBase64 is not a valid base64 value.`,
-        `${d.reason}; encode with "base64 -w0" or use userData`,
-      );
-    }
-    userLen = d.bytes.length;
-  }
-  if (nonEmpty(src.userData)) {
-    userCount++;
-    userLen = byteLength(src.userData);
-  }
-  if (userCount > 1) {
+  const user = countSources(src, USER_DATA, base, kind);
+  if (user.count > 1) {
     throw reject(
       'USERDATA_SOURCE_CONFLICT',
       base,
@@ -94,25 +127,8 @@ function checkCloudInitVolume(
       'keep one of userData, userDataBase64, secretRef',
     );
   }
-  if (nonEmpty(src.networkDataSecretRef?.name)) netCount++;
-  if (nonEmpty(src.networkDataBase64)) {
-    netCount++;
-    const d = decodeBase64Strict(src.networkDataBase64);
-    if (!d.ok) {
-      throw reject(
-        'NETWORKDATA_BASE64_INVALID',
-        `${base}.networkDataBase64`,
-        `${base}.networkDataBase64.${kind}.networkDataBase64 is not a valid base64 value.`,
-        `${d.reason}; encode with "base64 -w0" or use networkData`,
-      );
-    }
-    netLen = d.bytes.length;
-  }
-  if (nonEmpty(src.networkData)) {
-    netCount++;
-    netLen = byteLength(src.networkData);
-  }
-  if (netCount > 1) {
+  const net = countSources(src, NETWORK_DATA, base, kind);
+  if (net.count > 1) {
     throw reject(
       'NETWORKDATA_SOURCE_CONFLICT',
       base,
@@ -120,7 +136,7 @@ function checkCloudInitVolume(
       'keep one of networkData, networkDataBase64, networkDataSecretRef',
     );
   }
-  if (userCount === 0 && netCount === 0) {
+  if (user.count === 0 && net.count === 0) {
     throw reject(
       'CLOUDINIT_SOURCE_MISSING',
       base,
@@ -128,24 +144,22 @@ function checkCloudInitVolume(
       'add userData, userDataBase64, secretRef, networkData, networkDataBase64 or networkDataSecretRef',
     );
   }
-  if (userLen > CLOUD_INIT_INLINE_MAX) {
-    warnings.push({
-      code: 'KUBEVIRT_INLINE_LIMIT',
-      field: base,
-      message:
-        `${base} userdata exceeds ${CLOUD_INIT_INLINE_MAX} byte limit. Should use UserDataSecretRef for larger data. ` +
-        `vmseed writes it (${userLen} bytes), but KubeVirt's webhook would reject this VMI; move it to a Secret (secretRef) to run it under KubeVirt`,
-    });
+  if (user.length > CLOUD_INIT_INLINE_MAX) {
+    warnings.push(inlineLimitWarning(base, 'userdata', 'UserDataSecretRef', 'secretRef', user.length));
   }
-  if (netLen > CLOUD_INIT_INLINE_MAX) {
-    warnings.push({
-      code: 'KUBEVIRT_INLINE_LIMIT',
-      field: base,
-      message:
-        `${base} networkdata exceeds ${CLOUD_INIT_INLINE_MAX} byte limit. Should use NetworkDataSecretRef for larger data. ` +
-        `vmseed writes it (${netLen} bytes), but KubeVirt's webhook would reject this VMI; move it to a Secret (networkDataSecretRef) to run it under KubeVirt`,
-    });
+  if (net.length > CLOUD_INIT_INLINE_MAX) {
+    warnings.push(inlineLimitWarning(base, 'networkdata', 'NetworkDataSecretRef', 'networkDataSecretRef', net.length));
   }
+}
+
+function inlineLimitWarning(base: string, what: string, goRef: string, ref: string, length: number): SeedWarning {
+  return {
+    code: 'KUBEVIRT_INLINE_LIMIT',
+    field: base,
+    message:
+      `${base} ${what} exceeds ${CLOUD_INIT_INLINE_MAX} byte limit. Should use ${goRef} for larger data. ` +
+      `vmseed writes it (${length} bytes), but KubeVirt's webhook would reject this VMI; move it to a Secret (${ref}) to run it under KubeVirt`,
+  };
 }
 
 // validateVolumes' cloud-init part, for every volume (the webhook checks all
@@ -178,7 +192,7 @@ export function admitCloudInitVolumes(vmi: VmiObject): SeedWarning[] {
 
 // validateAccessCredentials. `has` says which datasources the VMI has: its
 // volumes, plus the vmseed annotation's datasource when it carries the seed.
-export function admitAccessCredentials(vmi: VmiObject, has: { nocloud: boolean; configdrive: boolean }): void {
+export function admitAccessCredentials(vmi: VmiObject, has: Datasources): void {
   const creds = vmi.spec?.accessCredentials ?? [];
   creds.forEach((cred, i) => {
     const path = `spec.accessCredentials[${i}]`;
@@ -186,79 +200,13 @@ export function admitAccessCredentials(vmi: VmiObject, has: { nocloud: boolean; 
     const ssh = cred?.sshPublicKey;
     if (set(ssh)) {
       count++;
-      const method = (ssh!.propagationMethod ?? {}) as Record<string, unknown>;
-      let methods = 0;
-      if (set(method.noCloud)) {
-        methods++;
-        if (!has.nocloud) {
-          throw reject(
-            'ACCESS_CREDENTIAL_INVALID',
-            `${path}.sshPublicKey.propagationMethod`,
-            `${path} requires a noCloud volume to exist when the noCloud propagationMethod is in use.`,
-            'add a cloudInitNoCloud volume or use propagationMethod configDrive to match the seed; otherwise the keys would not reach the guest',
-          );
-        }
-      }
-      if (set(method.configDrive)) {
-        methods++;
-        if (!has.configdrive) {
-          throw reject(
-            'ACCESS_CREDENTIAL_INVALID',
-            `${path}.sshPublicKey.propagationMethod`,
-            `${path} requires a configDrive volume to exist when the configDrive propagationMethod is in use.`,
-            'add a cloudInitConfigDrive volume or use propagationMethod noCloud to match the seed; otherwise the keys would not reach the guest',
-          );
-        }
-      }
-      if (set(method.qemuGuestAgent)) {
-        const users = (method.qemuGuestAgent as { users?: unknown[] }).users;
-        if (!Array.isArray(users) || users.length === 0) {
-          throw reject(
-            'ACCESS_CREDENTIAL_INVALID',
-            `${path}.sshPublicKey.propagationMethod.qemuGuestAgent.users`,
-            `${path} requires at least one user to be present in the users list`,
-            'name the guest users whose keys the agent manages',
-          );
-        }
-        methods++;
-      }
-      if (!set(ssh!.source?.secret)) {
-        throw reject(
-          'ACCESS_CREDENTIAL_INVALID',
-          `${path}.sshPublicKey.source`,
-          `${path} must have exactly one source set`,
-          'set source.secret.secretName',
-        );
-      }
-      if (methods !== 1) {
-        throw reject(
-          'ACCESS_CREDENTIAL_INVALID',
-          `${path}.sshPublicKey.propagationMethod`,
-          `${path} must have exactly one propagationMethod set`,
-          'set one of noCloud, configDrive, qemuGuestAgent',
-        );
-      }
+      checkSshPublicKey(ssh!, path, has);
     }
     const pw = cred?.userPassword as
       { source?: { secret?: unknown }; propagationMethod?: { qemuGuestAgent?: unknown } } | undefined;
     if (set(pw)) {
       count++;
-      if (!set(pw!.source?.secret)) {
-        throw reject(
-          'ACCESS_CREDENTIAL_INVALID',
-          `${path}.userPassword.source`,
-          `${path} must have exactly one source set`,
-          'set source.secret.secretName',
-        );
-      }
-      if (!set(pw!.propagationMethod?.qemuGuestAgent)) {
-        throw reject(
-          'ACCESS_CREDENTIAL_INVALID',
-          `${path}.userPassword.propagationMethod`,
-          `${path} must have exactly one propagationMethod set`,
-          'set propagationMethod.qemuGuestAgent',
-        );
-      }
+      checkUserPassword(pw!, path);
     }
     if (count !== 1) {
       throw reject(
@@ -271,7 +219,86 @@ export function admitAccessCredentials(vmi: VmiObject, has: { nocloud: boolean; 
   });
 }
 
-export function volumeDatasources(vmi: VmiObject): { nocloud: boolean; configdrive: boolean } {
+type Datasources = { nocloud: boolean; configdrive: boolean };
+
+function checkSshPublicKey(ssh: NonNullable<AccessCredential['sshPublicKey']>, path: string, has: Datasources): void {
+  const methods = propagationMethods(ssh.propagationMethod ?? {}, path, has);
+  if (!set(ssh.source?.secret)) {
+    throw reject(
+      'ACCESS_CREDENTIAL_INVALID',
+      `${path}.sshPublicKey.source`,
+      `${path} must have exactly one source set`,
+      'set source.secret.secretName',
+    );
+  }
+  if (methods !== 1) {
+    throw reject(
+      'ACCESS_CREDENTIAL_INVALID',
+      `${path}.sshPublicKey.propagationMethod`,
+      `${path} must have exactly one propagationMethod set`,
+      'set one of noCloud, configDrive, qemuGuestAgent',
+    );
+  }
+}
+
+// How many propagation methods an SSH key credential sets; one the VMI has
+// no datasource for is refused.
+function propagationMethods(method: Record<string, unknown>, path: string, has: Datasources): number {
+  let methods = 0;
+  for (const [key, volume, other] of [
+    ['noCloud', 'nocloud', 'configDrive'],
+    ['configDrive', 'configdrive', 'noCloud'],
+  ] as const) {
+    if (!set(method[key])) continue;
+    methods++;
+    if (!has[volume]) {
+      const kind = key === 'noCloud' ? 'cloudInitNoCloud' : 'cloudInitConfigDrive';
+      throw reject(
+        'ACCESS_CREDENTIAL_INVALID',
+        `${path}.sshPublicKey.propagationMethod`,
+        `${path} requires a ${key} volume to exist when the ${key} propagationMethod is in use.`,
+        `add a ${kind} volume or use propagationMethod ${other} to match the seed; otherwise the keys would not reach the guest`,
+      );
+    }
+  }
+  if (set(method.qemuGuestAgent)) {
+    const users = (method.qemuGuestAgent as { users?: unknown[] }).users;
+    if (!Array.isArray(users) || users.length === 0) {
+      throw reject(
+        'ACCESS_CREDENTIAL_INVALID',
+        `${path}.sshPublicKey.propagationMethod.qemuGuestAgent.users`,
+        `${path} requires at least one user to be present in the users list`,
+        'name the guest users whose keys the agent manages',
+      );
+    }
+    methods++;
+  }
+  return methods;
+}
+
+function checkUserPassword(
+  pw: { source?: { secret?: unknown }; propagationMethod?: { qemuGuestAgent?: unknown } },
+  path: string,
+): void {
+  if (!set(pw.source?.secret)) {
+    throw reject(
+      'ACCESS_CREDENTIAL_INVALID',
+      `${path}.userPassword.source`,
+      `${path} must have exactly one source set`,
+      'set source.secret.secretName',
+    );
+  }
+  if (!set(pw.propagationMethod?.qemuGuestAgent)) {
+    throw reject(
+      'ACCESS_CREDENTIAL_INVALID',
+      `${path}.userPassword.propagationMethod`,
+      `${path} must have exactly one propagationMethod set`,
+      'set propagationMethod.qemuGuestAgent',
+    );
+  }
+}
+
+export function volumeDatasources(vmi: VmiObject): Datasources {
   const volumes = vmi.spec?.volumes ?? [];
   return {
     nocloud: volumes.some((v) => set(v.cloudInitNoCloud)),
