@@ -96,9 +96,30 @@ export function readObjectRef(
 }
 
 export function parseExtras(annotation: string, doc: Record<string, unknown>): AnnotationExtras {
-  const bad = (field: string, message: string) => invalidField(annotation, field, message);
   const out: AnnotationExtras = { userDataMerge: 'merge', sshKeys: [], files: [], forceDHCP: false };
+  parseUserDataFields(annotation, doc, out);
+  parseSshKeys(annotation, doc, out);
+  if (doc.files != null) out.files = parseFiles(annotation, doc.files);
+  if (doc.forceDHCP != null) {
+    if (typeof doc.forceDHCP !== 'boolean') throw invalidField(annotation, 'forceDHCP', 'must be true or false');
+    out.forceDHCP = doc.forceDHCP;
+  }
+  if (doc.init != null) {
+    if (!isPlainObject(doc.init))
+      throw new VmseedError(
+        'INIT_INVALID',
+        `annotation ${annotation}: init must be a mapping (hostname, timezone, users, dns, nics, files)`,
+        { kind: 'terminal', field: `${annotation}.init` },
+      );
+    out.init = doc.init;
+  }
+  parseVendorData(annotation, doc, out);
+  return out;
+}
 
+// Virtlet's metaData, userDataFrom, userDataMerge and userDataScript.
+function parseUserDataFields(annotation: string, doc: Record<string, unknown>, out: AnnotationExtras): void {
+  const bad = (field: string, message: string) => invalidField(annotation, field, message);
   if (doc.metaData != null) {
     if (!isPlainObject(doc.metaData))
       throw new VmseedError(
@@ -124,52 +145,47 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
       throw bad('userDataScript', 'must be a non-empty string (a script starting with "#!")');
     out.userDataScript = doc.userDataScript;
   }
+}
+
+function parseSshKeys(annotation: string, doc: Record<string, unknown>, out: AnnotationExtras): void {
   if (doc.sshKeys != null) {
     // A list, or Virtlet's one-key-per-line text.
     const list = typeof doc.sshKeys === 'string' ? doc.sshKeys.split('\n') : doc.sshKeys;
     if (!Array.isArray(list) || !list.every((k) => typeof k === 'string'))
-      throw bad('sshKeys', 'must be a list of public keys (strings)');
+      throw invalidField(annotation, 'sshKeys', 'must be a list of public keys (strings)');
     out.sshKeys = list.map((k) => k.trim()).filter((k) => k !== '' && !k.startsWith('#'));
     checkListLength(out.sshKeys, LIMITS.sshKeys, `${annotation}.sshKeys`);
   }
   if (doc.sshKeysFrom != null) out.sshKeysFrom = readObjectRef(annotation, doc.sshKeysFrom, 'sshKeysFrom');
-  if (doc.files != null) {
-    if (!Array.isArray(doc.files))
-      throw bad('files', 'must be a list of {from: {kind, name, key?}, path, permissions?}');
-    checkListLength(doc.files, LIMITS.files, `${annotation}.files`);
-    out.files = doc.files.map((f, i) => {
-      const field = `files[${i}]`;
-      if (!isPlainObject(f)) throw bad(field, 'must be a mapping {from, path, permissions?}');
-      for (const k of Object.keys(f))
-        if (!['from', 'path', 'permissions'].includes(k))
-          throw bad(`${field}.${k}`, 'is not a known field; use from, path, permissions');
-      const from = readObjectRef(annotation, f.from, `${field}.from`);
-      if (typeof f.path !== 'string' || !f.path.startsWith('/'))
-        throw bad(`${field}.path`, 'must be an absolute path in the guest');
-      let permissions: string | undefined;
-      if (f.permissions != null) {
-        permissions = permissionsText(f.permissions);
-        if (permissions === undefined)
-          throw bad(`${field}.permissions`, 'must be octal permissions like "0644" (quote it)');
-      }
-      return { from, path: f.path, ...(permissions ? { permissions } : {}) };
-    });
-  }
-  if (doc.forceDHCP != null) {
-    if (typeof doc.forceDHCP !== 'boolean') throw bad('forceDHCP', 'must be true or false');
-    out.forceDHCP = doc.forceDHCP;
-  }
-  if (doc.init != null) {
-    if (!isPlainObject(doc.init))
-      throw new VmseedError(
-        'INIT_INVALID',
-        `annotation ${annotation}: init must be a mapping (hostname, timezone, users, dns, nics, files)`,
-        { kind: 'terminal', field: `${annotation}.init` },
-      );
-    out.init = doc.init;
-  }
+}
+
+function parseFiles(annotation: string, files: unknown): FileSpec[] {
+  const bad = (field: string, message: string) => invalidField(annotation, field, message);
+  if (!Array.isArray(files)) throw bad('files', 'must be a list of {from: {kind, name, key?}, path, permissions?}');
+  checkListLength(files, LIMITS.files, `${annotation}.files`);
+  return files.map((f, i) => {
+    const field = `files[${i}]`;
+    if (!isPlainObject(f)) throw bad(field, 'must be a mapping {from, path, permissions?}');
+    for (const k of Object.keys(f))
+      if (!['from', 'path', 'permissions'].includes(k))
+        throw bad(`${field}.${k}`, 'is not a known field; use from, path, permissions');
+    const from = readObjectRef(annotation, f.from, `${field}.from`);
+    if (typeof f.path !== 'string' || !f.path.startsWith('/'))
+      throw bad(`${field}.path`, 'must be an absolute path in the guest');
+    let permissions: string | undefined;
+    if (f.permissions != null) {
+      permissions = permissionsText(f.permissions);
+      if (permissions === undefined)
+        throw bad(`${field}.permissions`, 'must be octal permissions like "0644" (quote it)');
+    }
+    return { from, path: f.path, ...(permissions ? { permissions } : {}) };
+  });
+}
+
+function parseVendorData(annotation: string, doc: Record<string, unknown>, out: AnnotationExtras): void {
   if (doc.vendorData != null) {
-    if (typeof doc.vendorData !== 'string') throw bad('vendorData', 'must be a string (use a YAML block scalar "|")');
+    if (typeof doc.vendorData !== 'string')
+      throw invalidField(annotation, 'vendorData', 'must be a string (use a YAML block scalar "|")');
     out.vendorData = doc.vendorData;
   }
   if (doc.vendorDataFrom != null) out.vendorDataFrom = readObjectRef(annotation, doc.vendorDataFrom, 'vendorDataFrom');
@@ -180,5 +196,4 @@ export function parseExtras(annotation: string, doc: Record<string, unknown>): A
       { kind: 'terminal', field: `${annotation}.vendorDataFrom` },
     );
   }
-  return out;
 }
