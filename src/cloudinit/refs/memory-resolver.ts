@@ -29,11 +29,11 @@ export class MemoryResolver implements RefResolver {
     return this.#configMaps.delete(key(namespace, name));
   }
 
-  async getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
-    return this.#secrets.get(key(namespace, name));
+  getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
+    return Promise.resolve(this.#secrets.get(key(namespace, name)));
   }
 
-  async getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
-    return this.#configMaps.get(key(namespace, name));
+  getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
+    return Promise.resolve(this.#configMaps.get(key(namespace, name)));
   }
 }

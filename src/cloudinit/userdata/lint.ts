@@ -34,10 +34,13 @@ export const CLOUDBASE_INIT_HEADERS: readonly string[] = [
   '<powershell>',
 ];
 
+// The kinds callers compare against by name; any other is a header from USERDATA_HEADERS.
+// eslint-disable-next-line @typescript-eslint/no-redundant-type-constituents
 export type UserDataKind = 'empty' | 'mime' | 'unknown' | 'cloudbase-init' | string;
 
 // Python's str.lstrip() (what cloud-init calls): unlike JS trimStart it keeps
 // U+FEFF and strips \x1c-\x1f and \x85.
+// eslint-disable-next-line no-control-regex
 const PY_LEADING_SPACE = /^[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
 
 function isGzip(b: Uint8Array): boolean {

@@ -24,7 +24,7 @@ export function virtletMerge(base: unknown, override: unknown): unknown {
     }
     return out;
   }
-  if (Array.isArray(base) && Array.isArray(override)) return [...base, ...override];
+  if (Array.isArray(base) && Array.isArray(override)) return [...(base as unknown[]), ...(override as unknown[])];
   return override;
 }
 
