@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { sha512Crypt } from '../src/cloudinit/crypt-sha512.ts';
-import { MemoryResolver } from '../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../src/cloudinit/render.ts';
 
 const { values } = parseArgs({ options: { n: { type: 'string', default: '200' } } });

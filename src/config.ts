@@ -3,7 +3,7 @@
 // is a ConfigError whose message is the single line printed before exiting 2.
 import type { DatasourceConfig } from './agent/nocloud-http.ts';
 import type { RenderOptions } from './cloudinit/render.ts';
-import type { VendorDataRef } from './cloudinit/vendor-data.ts';
+import type { VendorDataRef } from './cloudinit/userdata/vendor-data.ts';
 import { readFlags, type FlagReader } from './config/flag-reader.ts';
 import { LAUNCHER_SOCKET, rpcDialable, type LibvirtMode, type LogLevel, type Platform } from './config/flags.ts';
 import { ConfigError } from './config/values.ts';

@@ -4,7 +4,7 @@
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { RenderContext, RenderOptions, RenderOutcome } from '../cloudinit/render.ts';
-import type { VendorDataRef } from '../cloudinit/vendor-data.ts';
+import type { VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
 
 export type { RenderOutcome };

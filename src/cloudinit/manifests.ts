@@ -3,7 +3,7 @@
 // and name (the name only labels errors).
 import { VmseedError } from '../errors.ts';
 import { decodeBase64Strict } from './base64.ts';
-import { kubevirtFirmwareUuid } from './instance-id.ts';
+import { kubevirtFirmwareUuid } from './kubevirt/instance-id.ts';
 import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from './kube-types.ts';
 import { isPlainObject, parseYamlAll, where } from './yaml.ts';
 

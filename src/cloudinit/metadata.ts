@@ -2,8 +2,8 @@
 // parse JSON; JSON is also YAML for newer ones).
 import type { VmiObject } from './kube-types.ts';
 import type { Datasource } from './seed.ts';
-import { hostname } from './hostname.ts';
-import { instanceId } from './instance-id.ts';
+import { hostname } from './kubevirt/hostname.ts';
+import { instanceId } from './kubevirt/instance-id.ts';
 import type { DeviceData } from './devices-metadata.ts';
 
 // KubeVirt puts the VM's instancetype into meta-data; the cluster-wide one

@@ -5,12 +5,12 @@
 // one-line keys costs ~65 ms to check and ~600 ms to merge and serialise:
 // inline, one such render would stall every other VMI, the probes and the
 // datasource listener for that long.
-import { parseAnnotation } from './annotation.ts';
+import { parseAnnotation } from './annotation/annotation.ts';
 import { SeedBudget, type BudgetSnapshot } from './limits.ts';
 import { chooseNetworkConfig } from './network/choose.ts';
-import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata-compose.ts';
-import { lintUserData } from './userdata-lint.ts';
-import { lintVendorData } from './vendor-data.ts';
+import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata/compose.ts';
+import { lintUserData } from './userdata/lint.ts';
+import { lintVendorData } from './userdata/vendor-data.ts';
 
 // composeUserData against a copy of the render's budget; the caller adopts
 // the copy's counters afterwards.
@@ -49,5 +49,6 @@ export function runPure<K extends PureOpName>(op: K, args: PureArgs<K>): PureRes
 
 // Everything in the caller's thread (the CLI, tests, and the default).
 export const INLINE_OFFLOAD: Offload = {
+  // async so that a step's throw is a rejection, as it is from a worker.
   run: async (op, args) => runPure(op, args),
 };

@@ -36,7 +36,7 @@ export interface Seed {
   // NoCloud: vendor-data. ConfigDrive: vendor_data.json text.
   vendorData?: Uint8Array;
   // 'http': served by the NoCloud HTTP datasource only, no seed image
-  // (KubeVirt IMDS-annotated VMIs, see imds-annotations.ts).
+  // (KubeVirt IMDS-annotated VMIs, see imds/annotations.ts).
   delivery?: 'http';
   warnings: SeedWarning[];
 }

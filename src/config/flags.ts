@@ -4,7 +4,7 @@
 // `--help` and the README check all read this table.
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
-import { parseVendorDataFrom } from '../cloudinit/vendor-data.ts';
+import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../cloudinit/limits.ts';
 import { normalisePrefix } from '../http/datasource-path.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../http/datasource-url.ts';

@@ -14,7 +14,7 @@ import { LogEventRecorder } from '../../src/agent/events.ts';
 import type { HostNumaReader } from '../../src/cloudinit/host-numa.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';

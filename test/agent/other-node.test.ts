@@ -8,7 +8,7 @@ import { StatusStore } from '../../src/agent/status-store.ts';
 import { LogEventRecorder } from '../../src/agent/events.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 

@@ -14,13 +14,13 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { load } from 'js-yaml';
-import { ANNOTATION } from '../../src/cloudinit/annotation.ts';
+import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
 import { parseYaml } from '../../src/cloudinit/yaml.ts';
 import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
-import { secretValue } from '../../src/cloudinit/secret-data.ts';
-import { NETWORKDATA_SECRET_KEYS } from '../../src/cloudinit/secret-refs.ts';
+import { secretValue } from '../../src/cloudinit/refs/secret-data.ts';
+import { NETWORKDATA_SECRET_KEYS } from '../../src/cloudinit/refs/secret-refs.ts';
 import { meaning } from './network-meaning.ts';
 import {
   CORPUS_DIR,

@@ -6,7 +6,7 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { VmseedError } from '../../src/errors.ts';
 import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import {
   DEFAULT_RENDER_OPTIONS,
   renderSeed,

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { decodeBase64Strict } from '../../src/cloudinit/base64.ts';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { ANNOTATION, DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { measureExpanded, parseYaml } from '../../src/cloudinit/yaml.ts';

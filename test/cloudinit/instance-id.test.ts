@@ -6,8 +6,8 @@ import {
   instanceId,
   kubevirtFirmwareUuid,
   uuidV5,
-} from '../../src/cloudinit/instance-id.ts';
-import { hostname } from '../../src/cloudinit/hostname.ts';
+} from '../../src/cloudinit/kubevirt/instance-id.ts';
+import { hostname } from '../../src/cloudinit/kubevirt/hostname.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 
 const vmi = (name: string, namespace?: string, extra: Partial<VmiObject['spec']> = {}): VmiObject => ({

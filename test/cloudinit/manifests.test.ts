@@ -2,8 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { VmseedError } from '../../src/errors.ts';
 import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
-import { kubevirtFirmwareUuid } from '../../src/cloudinit/instance-id.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
+import { kubevirtFirmwareUuid } from '../../src/cloudinit/kubevirt/instance-id.ts';
 
 const MULTI = `# a comment before the first document
 apiVersion: kubevirt.io/v1

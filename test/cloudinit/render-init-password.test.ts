@@ -3,7 +3,7 @@
 // and the password never reaches the seed in clear or any error message.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed, type RenderOptions } from '../../src/cloudinit/render.ts';
 import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { sha512Crypt } from '../../src/cloudinit/crypt-sha512.ts';

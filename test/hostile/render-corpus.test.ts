@@ -4,7 +4,7 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
-import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
+import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 import { VmseedError } from '../../src/errors.ts';

@@ -4,7 +4,7 @@
 // generated, so combining either with given network data is a conflict.
 import { VmseedError } from '../../errors.ts';
 import type { VmiObject } from '../kube-types.ts';
-import { lintNetworkData } from '../network-lint.ts';
+import { lintNetworkData } from './lint.ts';
 import type { Datasource } from '../seed.ts';
 import { modelToNetworkData, networkDataBytes } from './emit-nwdata.ts';
 import { modelToV2Bytes, withGlobalDnsOnInterfaces } from './emit-v2.ts';

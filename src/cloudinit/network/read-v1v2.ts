@@ -73,60 +73,65 @@ function v1(doc: Record<string, unknown>, field: string): NetModel {
       model.dns.search.push(...strList(item.search, `${f}.search`));
       return;
     }
-    if (item.type !== 'physical') throw unsupported(`${f}.type`, `a "${String(item.type)}" entry`);
-    onlyKeys(item, V1_PHYSICAL_KEYS, f);
-    if (typeof item.name !== 'string' || item.name === '') throw invalid(`${f}.name`, 'a physical entry needs "name"');
-    const nic = emptyInterface(item.name);
-    nic.name = item.name;
-    if (item.mac_address !== undefined) {
-      const mac = normalizeMac(String(item.mac_address));
-      if (!mac) throw invalid(`${f}.mac_address`, 'not a MAC address (quote it: "52:54:00:12:34:56")');
-      nic.mac = mac;
-    }
-    if (item.mtu !== undefined) nic.mtu = Number(item.mtu);
-    const subnets = Array.isArray(item.subnets) ? item.subnets : [];
-    subnets.forEach((s, j) => {
-      const sf = `${f}.subnets[${j}]`;
-      if (!isPlainObject(s)) throw invalid(sf, 'must be a mapping');
-      onlyKeys(s, V1_SUBNET_KEYS, sf);
-      switch (s.type) {
-        case 'dhcp':
-        case 'dhcp4':
-          nic.dhcp4 = true;
-          break;
-        case 'dhcp6':
-        case 'ipv6_dhcpv6-stateful':
-          nic.dhcp6 = true;
-          break;
-        case 'ipv6_slaac':
-        case 'ipv6_dhcpv6-stateless':
-          nic.slaac = true;
-          break;
-        case 'static':
-        case 'static6':
-          nic.addresses.push(cidr(s.address, s.netmask, s.prefix, `${sf}.address`));
-          break;
-        default:
-          throw unsupported(`${sf}.type`, `subnet type "${String(s.type)}"`);
-      }
-      if (typeof s.gateway === 'string')
-        nic.routes.push({ to: isV6(s.gateway) ? '::/0' : '0.0.0.0/0', via: s.gateway });
-      const routes = Array.isArray(s.routes) ? s.routes : [];
-      routes.forEach((r, k) => {
-        const rf = `${sf}.routes[${k}]`;
-        if (!isPlainObject(r)) throw invalid(rf, 'must be a mapping');
-        onlyKeys(r, ['network', 'destination', 'netmask', 'prefix', 'gateway'], rf);
-        const net = r.network ?? r.destination;
-        if (typeof net !== 'string' || typeof r.gateway !== 'string')
-          throw invalid(rf, 'a route needs "network" and "gateway"');
-        nic.routes.push({ to: cidr(net, r.netmask, r.prefix, rf), via: r.gateway });
-      });
-      nic.dnsServers.push(...strList(s.dns_nameservers, `${sf}.dns_nameservers`));
-      nic.dnsSearch.push(...strList(s.dns_search, `${sf}.dns_search`));
-    });
-    model.interfaces.push(nic);
+    model.interfaces.push(v1Physical(item, f));
   });
   return model;
+}
+
+function v1Physical(item: Record<string, unknown>, f: string): NetInterface {
+  if (item.type !== 'physical') throw unsupported(`${f}.type`, `a "${String(item.type)}" entry`);
+  onlyKeys(item, V1_PHYSICAL_KEYS, f);
+  if (typeof item.name !== 'string' || item.name === '') throw invalid(`${f}.name`, 'a physical entry needs "name"');
+  const nic = emptyInterface(item.name);
+  nic.name = item.name;
+  if (item.mac_address !== undefined) {
+    // Any YAML value, read by its text (an unquoted MAC can be a number).
+    const mac = normalizeMac(String(item.mac_address));
+    if (!mac) throw invalid(`${f}.mac_address`, 'not a MAC address (quote it: "52:54:00:12:34:56")');
+    nic.mac = mac;
+  }
+  if (item.mtu !== undefined) nic.mtu = Number(item.mtu);
+  const subnets = Array.isArray(item.subnets) ? item.subnets : [];
+  subnets.forEach((s, j) => v1Subnet(s, `${f}.subnets[${j}]`, nic));
+  return nic;
+}
+
+function v1Subnet(s: unknown, sf: string, nic: NetInterface): void {
+  if (!isPlainObject(s)) throw invalid(sf, 'must be a mapping');
+  onlyKeys(s, V1_SUBNET_KEYS, sf);
+  switch (s.type) {
+    case 'dhcp':
+    case 'dhcp4':
+      nic.dhcp4 = true;
+      break;
+    case 'dhcp6':
+    case 'ipv6_dhcpv6-stateful':
+      nic.dhcp6 = true;
+      break;
+    case 'ipv6_slaac':
+    case 'ipv6_dhcpv6-stateless':
+      nic.slaac = true;
+      break;
+    case 'static':
+    case 'static6':
+      nic.addresses.push(cidr(s.address, s.netmask, s.prefix, `${sf}.address`));
+      break;
+    default:
+      throw unsupported(`${sf}.type`, `subnet type "${String(s.type)}"`);
+  }
+  if (typeof s.gateway === 'string') nic.routes.push({ to: isV6(s.gateway) ? '::/0' : '0.0.0.0/0', via: s.gateway });
+  const routes = Array.isArray(s.routes) ? s.routes : [];
+  routes.forEach((r, k) => {
+    const rf = `${sf}.routes[${k}]`;
+    if (!isPlainObject(r)) throw invalid(rf, 'must be a mapping');
+    onlyKeys(r, ['network', 'destination', 'netmask', 'prefix', 'gateway'], rf);
+    const net = r.network ?? r.destination;
+    if (typeof net !== 'string' || typeof r.gateway !== 'string')
+      throw invalid(rf, 'a route needs "network" and "gateway"');
+    nic.routes.push({ to: cidr(net, r.netmask, r.prefix, rf), via: r.gateway });
+  });
+  nic.dnsServers.push(...strList(s.dns_nameservers, `${sf}.dns_nameservers`));
+  nic.dnsSearch.push(...strList(s.dns_search, `${sf}.dns_search`));
 }
 
 const V2_ETHERNET_KEYS = [
@@ -158,6 +163,7 @@ function v2(doc: Record<string, unknown>, field: string): NetModel {
     if (e.match !== undefined) {
       if (!isPlainObject(e.match)) throw invalid(`${f}.match`, 'must be a mapping');
       onlyKeys(e.match, ['macaddress'], `${f}.match`);
+      // Any YAML value, read by its text (an unquoted MAC can be a number).
       const mac = normalizeMac(String(e.match.macaddress ?? ''));
       if (!mac) throw invalid(`${f}.match.macaddress`, 'not a MAC address');
       nic.mac = mac;

@@ -1,0 +1,10 @@
+import type { VmiObject } from '../kube-types.ts';
+
+// KubeVirt pkg/util/net/dns/sanitize.go: spec.hostname wins; otherwise the VMI
+// name up to its first dot (a dotted name would read as an FQDN), at most 63
+// characters (one DNS label).
+export function hostname(vmi: VmiObject): string {
+  const h = vmi.spec?.hostname;
+  if (typeof h === 'string' && h !== '') return h;
+  return vmi.metadata.name.split('.')[0].slice(0, 63);
+}

@@ -1,0 +1,47 @@
+// What the caller of renderSeed (render.ts) decides: which VMIs are vmseed's,
+// the limits on what a VMI owner can make it do, and where heavy steps run.
+import { DEFAULT_MAX_USER_DATA_BYTES } from './limits.ts';
+import type { DomainDevice, VcpuPin } from './devices-metadata.ts';
+import type { SaltProvider } from './ovirt/password-salt.ts';
+import type { Offload } from './pure-ops.ts';
+import type { VendorDataRef } from './userdata/vendor-data.ts';
+
+export interface RenderOptions {
+  // 'own': vmseed builds the seed for cloudInitNoCloud/cloudInitConfigDrive
+  // volumes (local mode, plain libvirt). 'ignore': virt-launcher builds them.
+  kubevirtVolumes: 'own' | 'ignore';
+  // Limits on decoded data from any source. KubeVirt's 2048-byte limit is for
+  // inline data in the object only (and pushes users to Secrets); a seed on
+  // disk has no such constraint.
+  maxUserDataBytes: number;
+  maxNetworkDataBytes: number;
+  // Operator-wide vendor-data (`--vendor-data-from namespace/name`): a
+  // ConfigMap whose key (default "vendor-data") goes to every seed whose VMI
+  // sets no vendorData/vendorDataFrom of its own.
+  defaultVendorData?: VendorDataRef;
+  // Salt for the SHA-512 crypt of init.users[].passwordFrom. Default:
+  // deriveSalt (from VMI uid and user name; see ovirt/password-salt.ts for why).
+  passwordSalt?: SaltProvider;
+  // Bound on all seed files together (default: see SeedBudget).
+  maxSeedBytes?: number;
+  // Where the YAML parse/merge/serialise steps run (pure-ops.ts); default:
+  // this thread. The agent gives its worker pool (src/agent/render-pool.ts).
+  offload?: Offload;
+  // Aborted when the agent stops: a step on a worker is ended (CANCELLED).
+  signal?: AbortSignal;
+}
+
+export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({
+  kubevirtVolumes: 'own',
+  maxUserDataBytes: DEFAULT_MAX_USER_DATA_BYTES,
+  maxNetworkDataBytes: 64 * 1024,
+});
+
+// Per-VMI facts from outside the objects, when the caller has them.
+export interface RenderContext {
+  // The running domain's interfaces and host devices (from its XML), for the
+  // ConfigDrive `devices` metadata; without it only what the spec pins is listed.
+  domainDevices?: DomainDevice[];
+  // The domain's <cputune><vcpupin>s, for host devices' `alignedCPUs`.
+  vcpuPins?: VcpuPin[];
+}
