@@ -4,7 +4,7 @@
 // Recording never throws and never blocks a reconcile.
 import type { Logger } from 'pino';
 import type { VmiObject } from '../cloudinit/kube-types.ts';
-import type { KubeApi } from './kube-api.ts';
+import type { KubeApi } from '../kube/api.ts';
 
 export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning';
 export type EventType = 'Normal' | 'Warning';

@@ -7,7 +7,7 @@ import { VmseedError } from '../errors.ts';
 import type { ResumeHook } from '../libvirt/injector.ts';
 import type { InjectionTarget } from '../libvirt/types.ts';
 import type { ImageStore } from '../disk/store.ts';
-import { statusError, type KubeApi } from './kube-api.ts';
+import { statusError, type KubeApi } from '../kube/api.ts';
 
 export function unpausePath(namespace: string, name: string): string {
   return `/apis/subresources.kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances/${encodeURIComponent(name)}/unpause`;

@@ -11,7 +11,7 @@ import { parseManifests, type ManifestObjects } from '../cloudinit/manifests.ts'
 import { asVmseedError, VmseedError } from '../errors.ts';
 import { readManifest } from './manifest-read.ts';
 import type { WatchStatus } from './status-types.ts';
-import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
+import { keyOf, type KeyHandler, type VmiSource } from '../kube/vmi-source.ts';
 
 const MANIFEST = /\.(ya?ml|json)$/i;
 

@@ -199,10 +199,10 @@ export async function makeAgent(
     { kubevirtUnpause, storeGateRecord },
   ] = await Promise.all([
     import('../agent/events.ts'),
-    import('../agent/kube-api.ts'),
-    import('../agent/kube-connection.ts'),
-    import('../agent/kube-resolver.ts'),
-    import('../agent/kube-source.ts'),
+    import('../kube/api.ts'),
+    import('../kube/connection.ts'),
+    import('../kube/resolver.ts'),
+    import('../kube/source.ts'),
     import('../agent/kubevirt-resume.ts'),
   ]);
   const connection = loadConnection(config.kubeconfig);

@@ -12,7 +12,7 @@ import { basename, join } from 'node:path';
 import { Reconciler } from '../../src/agent/reconciler.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
-import type { KubeApi, KubeResponse } from '../../src/agent/kube-api.ts';
+import type { KubeApi, KubeResponse } from '../../src/kube/api.ts';
 import type { EventRecorder } from '../../src/agent/events.ts';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';

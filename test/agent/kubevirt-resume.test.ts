@@ -7,7 +7,7 @@ import { vmi, tempDir, NODE } from '../support/agent-harness.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
-import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause, storeGateRecord, unpausePath } from '../../src/agent/kubevirt-resume.ts';
 import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector, type ResumeContext } from '../../src/libvirt/injector.ts';

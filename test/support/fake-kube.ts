@@ -26,7 +26,7 @@ import type { Socket } from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { KubeConnection } from '../../src/agent/kube-connection.ts';
+import { KubeConnection } from '../../src/kube/connection.ts';
 import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
 import { requestAttributes, type RequestAttributes } from './rbac.ts';
 import {

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { FakeKube, type RequestRecord } from './fake-kube.ts';
 import { FakeLibvirt } from './fake-libvirt.ts';
 import { startAgent, tempDir, vmi, waitFor, NODE } from './agent-harness.ts';
-import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import { VirshInjector, type VirshInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';

@@ -12,8 +12,8 @@
 // inactivity timer that is private (`requestTimeoutMs`) and would renew a
 // quiet watch every 30 s.
 import { fetch } from 'undici';
-import type { KubeConnection } from './kube-connection.ts';
-import { retryAfterMs } from './kube-api.ts';
+import type { KubeConnection } from './connection.ts';
+import { retryAfterMs } from './api.ts';
 
 export type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
 export type DoneCallback = (err: unknown) => void;

@@ -13,7 +13,7 @@
 // never see the VMI and could not stage its image there. A VMI is here when
 // either cache holds it.
 //
-// Watches are bounded as client-go's reflector bounds them (kube-watch.ts):
+// Watches are bounded as client-go's reflector bounds them (watch.ts):
 // the server ends each one cleanly after a randomised timeoutSeconds and
 // ListWatch watches again from its resourceVersion; one that runs past it
 // is cut and renewed the same way. client-node's informer stops for good on
@@ -26,14 +26,14 @@
 import { ListWatch } from '@kubernetes/client-node/dist/cache.js';
 import type { Watch } from '@kubernetes/client-node/dist/watch.js';
 import type { KubernetesObject, KubernetesListObject } from '@kubernetes/client-node/dist/types.js';
-import type { KubeConnection } from './kube-connection.ts';
+import type { KubeConnection } from './connection.ts';
 import type { Logger } from 'pino';
 import type { VmiObject } from '../cloudinit/kube-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { WatchStatus } from './status-types.ts';
-import { backoffDelay, type BackoffPolicy } from './backoff.ts';
-import { statusError, transportReason, type KubeApi } from './kube-api.ts';
-import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './kube-watch.ts';
+import type { WatchStatus } from '../agent/status-types.ts';
+import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
+import { statusError, transportReason, type KubeApi } from './api.ts';
+import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './watch.ts';
 import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 

@@ -9,7 +9,7 @@
 // (a rotated service-account token) and the call is tried once more.
 import { fetch } from 'undici';
 import { VmseedError, cancelledError } from '../errors.ts';
-import type { KubeConnection } from './kube-connection.ts';
+import type { KubeConnection } from './connection.ts';
 
 export type KubeMethod = 'GET' | 'POST' | 'PATCH' | 'PUT';
 
