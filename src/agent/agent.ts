@@ -2,7 +2,7 @@
 // draining it, garbage collection after the first full list, a periodic
 // resync, and a graceful stop.
 import type { Logger } from 'pino';
-import type { RefResolver } from '../cloudinit/kube-types.ts';
+import type { RefResolver } from '../api/types.ts';
 import type { Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { BackoffPolicy } from '../backoff.ts';

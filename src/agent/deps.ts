@@ -2,7 +2,7 @@
 // interfaces: the reconciler is wired to the real modules in the command
 // and can be driven by anything with these shapes.
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
-import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
+import type { RefResolver, VmiObject } from '../api/types.ts';
 import type { RenderContext, RenderOutcome } from '../cloudinit/render.ts';
 import type { KubevirtVolumes } from '../config.ts';
 import type { VendorDataRef } from '../cloudinit/vendor-data.ts';

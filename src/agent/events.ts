@@ -3,7 +3,7 @@
 // `lastTimestamp` on that Event with a PATCH instead of writing a new one.
 // Recording never throws and never blocks a reconcile.
 import type { Logger } from 'pino';
-import type { VmiObject } from '../cloudinit/kube-types.ts';
+import type { VmiObject } from '../api/types.ts';
 import type { KubeApi } from '../kube/api.ts';
 
 export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning';

@@ -6,7 +6,7 @@ import { readdir } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
-import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../cloudinit/kube-types.ts';
+import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../api/types.ts';
 import { parseManifests, type ManifestObjects } from '../cloudinit/manifests.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import { readManifest } from './manifest-read.ts';

@@ -4,7 +4,7 @@
 import { VmseedError } from '../errors.ts';
 import { decodeBase64Strict } from './base64.ts';
 import { kubevirtFirmwareUuid } from './instance-id.ts';
-import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from './kube-types.ts';
+import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from '../api/types.ts';
 import { isPlainObject, parseYamlAll, where } from './yaml.ts';
 
 export interface ManifestObjects {

@@ -2,7 +2,7 @@
 import { VmseedError } from '../errors.ts';
 import { resolvePublicKeys } from './access-credentials.ts';
 import { ANNOTATION } from './annotation.ts';
-import type { CloudInitSource, RefResolver, VmiObject } from './kube-types.ts';
+import type { CloudInitSource, RefResolver, VmiObject } from '../api/types.ts';
 import { buildMetaData } from './metadata.ts';
 import type { Datasource, Seed, SeedWarning } from './seed.ts';
 import { hasAnyData, resolveSourceData, type SourcePolicy } from './sources.ts';

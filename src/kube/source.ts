@@ -28,7 +28,7 @@ import type { Watch } from '@kubernetes/client-node/dist/watch.js';
 import type { KubernetesObject, KubernetesListObject } from '@kubernetes/client-node/dist/types.js';
 import type { KubeConnection } from './connection.ts';
 import type { Logger } from 'pino';
-import type { VmiObject } from '../cloudinit/kube-types.ts';
+import type { VmiObject } from '../api/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { WatchStatus } from '../agent/status-types.ts';
 import { backoffDelay, type BackoffPolicy } from '../backoff.ts';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
 import type { KubeApi, KubeResponse } from '../../src/kube/api.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 
 // What the API server does with Event names: create once, 409 on a repeat.
 class NameCheckingApi implements KubeApi {

@@ -20,7 +20,7 @@ import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 

@@ -12,7 +12,7 @@ import { kubevirtUnpause, storeGateRecord, unpausePath } from '../../src/agent/k
 import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 
 async function setup(t: { after(fn: () => Promise<void>): void }) {

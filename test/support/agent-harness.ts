@@ -16,7 +16,7 @@ import { KubeRefResolver } from '../../src/kube/resolver.ts';
 import { KubeVmiSource } from '../../src/kube/source.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import type { RenderSeed } from '../../src/agent/deps.ts';
 import { captureLogger } from './capture-logger.ts';
 import { FakeKube } from './fake-kube.ts';

@@ -14,7 +14,7 @@ import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import { VirshInjector, type VirshInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 
 // The launcher's emptyDir the seed is published into (a `vmseed` directory
 // of ours inside it), as the kubelet lays it out under its pods directory.

@@ -1,6 +1,8 @@
 // The parts of Kubernetes and KubeVirt objects vmseed reads, as plain JSON
 // shapes (what the API server sends). Kept minimal and structural so local
-// mode (YAML files) and the informer (JSON) feed the same code.
+// mode (YAML files) and the informer (JSON) feed the same code. Types only,
+// at the bottom of the layers: the pure cloudinit/ renders from them and
+// kube/ fills them, so neither imports the other for them.
 
 export interface ObjectMeta {
   name: string;
