@@ -14,7 +14,7 @@ import { AgentSeedDirectory } from './seed-directory.ts';
 import { StatusStore } from './status-store.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
-import type { HostNumaReader } from '../cloudinit/host-numa.ts';
+import type { HostNumaReader } from '../libvirt/host-numa.ts';
 
 export interface AgentOptions {
   version: string;

@@ -10,8 +10,8 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
-import type { DomainFacts } from '../cloudinit/domain-devices.ts';
-import { withHostNuma, type HostNumaReader } from '../cloudinit/host-numa.ts';
+import type { DomainFacts } from '../libvirt/domain-devices.ts';
+import { withHostNuma, type HostNumaReader } from '../libvirt/host-numa.ts';
 import type { RefResolver, VmiObject } from '../api/types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Reconciler } from '../../src/agent/reconciler.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { LogEventRecorder } from '../../src/agent/events.ts';
-import type { HostNumaReader } from '../../src/cloudinit/host-numa.ts';
+import type { HostNumaReader } from '../../src/libvirt/host-numa.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { buildDevicesMetadata } from '../../src/cloudinit/devices-metadata.ts';
-import { domainDevicesFromXml, domainFactsFromXml } from '../../src/cloudinit/domain-devices.ts';
+import { domainDevicesFromXml, domainFactsFromXml } from '../../src/libvirt/domain-devices.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 import { MemoryResolver } from '../../src/cloudinit/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';

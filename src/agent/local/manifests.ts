@@ -1,11 +1,11 @@
 // Multi-document YAML manifests → typed objects, for local mode and
 // `vmseed build --vmi`. Pure: the caller reads the file and passes its text
 // and name (the name only labels errors).
-import { VmseedError } from '../errors.ts';
-import { decodeBase64Strict } from './base64.ts';
-import { kubevirtFirmwareUuid } from './instance-id.ts';
-import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from '../api/types.ts';
-import { isPlainObject, parseYamlAll, where } from './yaml.ts';
+import { VmseedError } from '../../errors.ts';
+import { decodeBase64Strict } from '../../cloudinit/base64.ts';
+import { kubevirtFirmwareUuid } from '../../cloudinit/instance-id.ts';
+import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from '../../api/types.ts';
+import { isPlainObject, parseYamlAll, where } from '../../cloudinit/yaml.ts';
 
 export interface ManifestObjects {
   vmis: VmiObject[];

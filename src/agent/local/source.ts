@@ -6,12 +6,12 @@ import { readdir } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
-import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../api/types.ts';
-import { parseManifests, type ManifestObjects } from '../cloudinit/manifests.ts';
-import { asVmseedError, VmseedError } from '../errors.ts';
+import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../api/types.ts';
+import { parseManifests, type ManifestObjects } from './manifests.ts';
+import { asVmseedError, VmseedError } from '../../errors.ts';
 import { readManifest } from './manifest-read.ts';
-import type { WatchStatus } from './status-types.ts';
-import { keyOf, type KeyHandler, type VmiSource } from '../kube/vmi-source.ts';
+import type { WatchStatus } from '../status-types.ts';
+import { keyOf, type KeyHandler, type VmiSource } from '../../kube/vmi-source.ts';
 
 const MANIFEST = /\.(ya?ml|json)$/i;
 
