@@ -32,7 +32,7 @@ import type { EventRecorder } from './events.ts';
 import type { StatusStore } from './status-store.ts';
 import type { WorkResult } from './work-queue.ts';
 import { splitKey } from './status-store.ts';
-import { formatSeconds } from '../http/html.ts';
+import { formatSeconds } from '../format.ts';
 
 export interface ReconcilerOptions {
   nodeName: string;
