@@ -4,13 +4,11 @@
 // the watch cleanly and the agents of a fleet do not renew in step, and
 // `allowWatchBookmarks`. When the stream runs past that timeout plus a grace
 // (a server or proxy that never ends it), the watch is cut here and reported
-// as a TimeoutError, which client-node's ListWatch answers by watching again
-// from its last resourceVersion (no relist).
+// as a TimeoutError, which ListWatch (list-watch.ts) answers by watching
+// again from its last resourceVersion (no relist).
 //
-// It has the shape of client-node's Watch.watch (the only thing ListWatch
-// calls), so the informer runs on it; client-node's own Watch adds an
-// inactivity timer that is private (`requestTimeoutMs`) and would renew a
-// quiet watch every 30 s.
+// client-node's Watch is not used: its inactivity timer is private
+// (`requestTimeoutMs`) and would renew a quiet watch every 30 s.
 import { fetch } from 'undici';
 import type { KubeConnection } from './connection.ts';
 import { retryAfterMs } from './api.ts';
@@ -29,8 +27,8 @@ export interface BoundedWatchOptions {
   maxLineBytes?: number;
 }
 
-// Errors a watch request ends with; `statusCode` and `code` as client-node's
-// ListWatch reads them (410 → relist).
+// Errors a watch request ends with; `statusCode` and `code` as ListWatch
+// reads them (410 → relist).
 export interface WatchError extends Error {
   statusCode?: number;
   retryAfterMs?: number;
