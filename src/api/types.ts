@@ -75,7 +75,8 @@ export interface VmiObject {
   spec: {
     hostname?: string;
     subdomain?: string;
-    startStrategy?: 'Paused' | string;
+    // 'Paused' is the one vmseed acts on.
+    startStrategy?: string;
     domain?: {
       firmware?: { uuid?: string; serial?: string };
       devices?: { disks?: Array<{ name: string; [k: string]: unknown }>; interfaces?: Array<Record<string, unknown>> };
@@ -87,7 +88,8 @@ export interface VmiObject {
   };
   status?: {
     nodeName?: string;
-    phase?: 'Pending' | 'Scheduling' | 'Scheduled' | 'Running' | 'Succeeded' | 'Failed' | 'Unknown' | string;
+    // Pending, Scheduling, Scheduled, Running, Succeeded, Failed or Unknown.
+    phase?: string;
     interfaces?: Array<{ name?: string; mac?: string; ipAddress?: string; ipAddresses?: string[] }>;
     [k: string]: unknown;
   };

@@ -117,7 +117,7 @@ export class KubeConnectionApi implements KubeApi {
       );
     }
     const text = await res.text();
-    let parsed: unknown = undefined;
+    let parsed: unknown;
     try {
       parsed = text ? JSON.parse(text) : undefined;
     } catch {
@@ -136,6 +136,12 @@ export function retryAfterMs(header: string | null | undefined, now = Date.now()
   if (!/^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(text)) return undefined; // IMF-fixdate only
   const at = Date.parse(text);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+// A Status's message: any JSON a server put there, shown as String() shows it.
+export function statusMessage(body: unknown): string {
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- not only strings reach here
+  return String((body as { message?: unknown } | null | undefined)?.message ?? '');
 }
 
 // The typed error for a status the caller cannot use. The API server's
@@ -166,10 +172,7 @@ export function statusError(method: string, path: string, res: number | KubeResp
     );
   }
   if (status === 403) {
-    const message =
-      typeof res === 'number'
-        ? ''
-        : String((res.body as { message?: unknown } | undefined)?.message ?? '').slice(0, 300);
+    const message = typeof res === 'number' ? '' : statusMessage(res.body).slice(0, 300);
     return new VmseedError(
       'KUBE_API_FORBIDDEN',
       `Kubernetes API answered 403 to ${where}${message ? ` (${message})` : ''}; grant it in the agent's ClusterRole, or in the namespace's Role with --namespaces; will retry`,

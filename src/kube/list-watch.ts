@@ -24,7 +24,7 @@ export interface ObjectList<T> {
 export interface Watcher {
   watch(
     path: string,
-    query: Record<string, unknown>,
+    query: Record<string, string>,
     callback: WatchCallback,
     done: DoneCallback,
   ): Promise<{ abort(): void }>;
@@ -132,7 +132,7 @@ export class ListWatch<T extends ListedObject> {
       for (const obj of list.items ?? []) this.#addOrUpdate(obj);
       this.#resourceVersion = list.metadata?.resourceVersion || '';
     }
-    const query: Record<string, unknown> = { resourceVersion: this.#resourceVersion };
+    const query: Record<string, string> = { resourceVersion: this.#resourceVersion };
     if (this.#labelSelector !== undefined) query.labelSelector = this.#labelSelector;
     if (this.#reconnectDelayMs > 0 && this.#hasConnected) await delay(this.#reconnectDelayMs);
     if (this.#hasConnected) {

@@ -140,7 +140,7 @@ class ScopedInformer {
   // from its resourceVersion at once.
   #wrapWatch(watch: BoundedWatch) {
     return {
-      watch: async (path: string, query: Record<string, unknown>, callback: WatchCallback, done: DoneCallback) => {
+      watch: async (path: string, query: Record<string, string>, callback: WatchCallback, done: DoneCallback) => {
         const gen = this.#generation;
         let aborted = false;
         let finished = false;

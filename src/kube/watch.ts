@@ -11,7 +11,7 @@
 // (`requestTimeoutMs`) and would renew a quiet watch every 30 s.
 import { fetch } from 'undici';
 import type { KubeConnection } from './connection.ts';
-import { retryAfterMs } from './api.ts';
+import { retryAfterMs, statusMessage } from './api.ts';
 
 export type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
 export type DoneCallback = (err: unknown) => void;
@@ -58,13 +58,13 @@ export class BoundedWatch {
 
   async watch(
     path: string,
-    query: Record<string, unknown>,
+    query: Record<string, string>,
     callback: WatchCallback,
     done: DoneCallback,
   ): Promise<{ abort(): void }> {
     const timeoutSeconds = this.nextTimeoutSeconds();
     const url = new URL(this.#conn.getCurrentCluster().server + path);
-    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
+    for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
     url.searchParams.set('watch', 'true');
     url.searchParams.set('allowWatchBookmarks', 'true');
     url.searchParams.set('timeoutSeconds', String(timeoutSeconds));
@@ -112,7 +112,7 @@ export class BoundedWatch {
       const text = await res.text().catch(() => '');
       let message = '';
       try {
-        message = String((JSON.parse(text) as { message?: unknown }).message ?? '');
+        message = statusMessage(JSON.parse(text));
       } catch {
         // not a Status
       }

@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { AddressInfo, Socket } from 'node:net';
 import { FakeKube } from '../support/fake-kube.ts';
 import { testPki } from '../support/test-pki.ts';
 import { captureLogger } from '../support/capture-logger.ts';
@@ -113,7 +114,7 @@ test('a rotated token file is re-read at once on 401, and the call retried once'
 });
 
 test("RBAC: a verb the role does not grant is 403 with the API server's message, typed KUBE_API_FORBIDDEN", async (t) => {
-  const { fake, api } = await setup(t);
+  const { api } = await setup(t);
   // The manifest's ClusterRole grants get on secrets but no pause subresource and no pod reads.
   const pause = await api.request(
     'PUT',
@@ -275,10 +276,10 @@ test("the fake's unpause runs KubeVirt's side first (onUnpause); its failure is 
 test("the agent's cancel signal ends a call the API server never answers: CANCELLED at once, not after timeoutMs", async (t) => {
   // Accepts and says nothing: the TLS handshake never completes.
   const { createServer } = await import('node:net');
-  const sockets: import('node:net').Socket[] = [];
+  const sockets: Socket[] = [];
   const silent = createServer((s) => void sockets.push(s));
   await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
-  const port = (silent.address() as import('node:net').AddressInfo).port;
+  const port = (silent.address() as AddressInfo).port;
   const conn = new KubeConnection({
     server: `https://127.0.0.1:${port}`,
     token: 'fake-token',
