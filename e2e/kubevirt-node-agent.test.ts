@@ -44,7 +44,7 @@ import { waitUntil } from './support/agent-process.ts';
 import { FakeKube } from '../test/support/fake-kube.ts';
 import { serviceAccountVolume } from '../test/support/in-cluster.ts';
 import { KubevirtSync, parseDomainDisks, type SyncResult } from '../test/support/kubevirt-sync.ts';
-import type { VmiObject } from '../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../src/api/types.ts';
 
 const NODE = 'replica-node';
 const NS = 'team-a';

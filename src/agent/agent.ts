@@ -2,19 +2,19 @@
 // draining it, garbage collection after the first full list, a periodic
 // resync, and a graceful stop.
 import type { Logger } from 'pino';
-import type { RefResolver } from '../cloudinit/kube-types.ts';
+import type { RefResolver } from '../api/types.ts';
 import type { Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { BackoffPolicy } from './backoff.ts';
+import type { BackoffPolicy } from '../backoff.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import { Reconciler } from './reconciler.ts';
 import { DomainWaits, type DomainEvents } from './domain-waits.ts';
 import { AgentSeedDirectory } from './seed-directory.ts';
 import { StatusStore } from './status-store.ts';
-import type { VmiSource, KeyHandler } from './vmi-source.ts';
+import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
-import type { HostNumaReader } from '../cloudinit/host-numa.ts';
+import type { HostNumaReader } from '../libvirt/host-numa.ts';
 
 export interface AgentOptions {
   version: string;

@@ -3,8 +3,8 @@
 // `lastTimestamp` on that Event with a PATCH instead of writing a new one.
 // Recording never throws and never blocks a reconcile.
 import type { Logger } from 'pino';
-import type { VmiObject } from '../cloudinit/kube-types.ts';
-import type { KubeApi } from './kube-api.ts';
+import type { VmiObject } from '../api/types.ts';
+import type { KubeApi } from '../kube/api.ts';
 
 export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning';
 export type EventType = 'Normal' | 'Warning';

@@ -7,7 +7,7 @@ import { VmseedError } from '../errors.ts';
 import type { ResumeHook } from '../libvirt/injector.ts';
 import type { InjectionTarget } from '../libvirt/types.ts';
 import type { ImageStore } from '../disk/store.ts';
-import { statusError, type KubeApi } from './kube-api.ts';
+import { statusError, statusMessage, type KubeApi } from '../kube/api.ts';
 
 export function unpausePath(namespace: string, name: string): string {
   return `/apis/subresources.kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances/${encodeURIComponent(name)}/unpause`;
@@ -31,10 +31,11 @@ const MAX_REMEMBERED = 10_000;
 export function memoryGateRecord(): SeedGateRecord {
   const done = new Set<string>();
   return {
-    opened: async (t) => done.has(t.uid),
-    markOpened: async (t) => {
+    opened: (t) => Promise.resolve(done.has(t.uid)),
+    markOpened: (t) => {
       if (done.size >= MAX_REMEMBERED) done.delete(done.values().next().value!);
       done.add(t.uid);
+      return Promise.resolve();
     },
   };
 }
@@ -87,7 +88,7 @@ export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGat
     }
     const path = unpausePath(target.namespace, target.name);
     const res = await api.request('PUT', path, {});
-    const message = String((res.body as { message?: unknown } | undefined)?.message ?? '');
+    const message = statusMessage(res.body);
     // virt-api answers 409 "VMI is not paused" once it runs: someone (or our
     // own earlier call whose answer was lost) resumed it. The gate is open.
     if ((res.status >= 200 && res.status < 300) || (res.status === 409 && /is not paused/.test(message))) {

@@ -4,7 +4,7 @@
 import { constants } from 'node:fs';
 import { access, stat, statfs } from 'node:fs/promises';
 import { delimiter, dirname, join } from 'node:path';
-import { formatBytes } from '../http/html.ts';
+import { formatBytes } from '../format.ts';
 import { localUriSocket, resolveUri } from '../libvirt/rpc/uri.ts';
 
 export type ReadinessCheck = () => Promise<string | undefined>;

@@ -10,9 +10,9 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
-import type { DomainFacts } from '../cloudinit/domain-devices.ts';
-import { withHostNuma, type HostNumaReader } from '../cloudinit/host-numa.ts';
-import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
+import type { DomainFacts } from '../libvirt/domain-devices.ts';
+import { withHostNuma, type HostNumaReader } from '../libvirt/host-numa.ts';
+import type { RefResolver, VmiObject } from '../api/types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
@@ -32,7 +32,7 @@ import type { EventRecorder } from './events.ts';
 import type { StatusStore } from './status-store.ts';
 import type { WorkResult } from './work-queue.ts';
 import { splitKey } from './status-store.ts';
-import { formatSeconds } from '../http/html.ts';
+import { formatSeconds } from '../format.ts';
 
 export interface ReconcilerOptions {
   nodeName: string;

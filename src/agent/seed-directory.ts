@@ -2,7 +2,7 @@
 // was last built from, by VMI UID. The reconciler puts a seed when the image
 // is on disk and drops it when the image is removed, so the datasource serves
 // exactly what the disk holds, and nothing for a VMI without an image.
-import type { VmiObject } from '../cloudinit/kube-types.ts';
+import type { VmiObject } from '../api/types.ts';
 import type { Seed } from '../cloudinit/seed.ts';
 import type { DatasourceFile } from '../http/datasource-files.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../http/datasource.ts';

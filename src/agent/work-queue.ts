@@ -3,7 +3,7 @@
 // while it runs is run again afterwards), at most `concurrency` keys run at
 // once, failures back off per key (capped, reset on success) and a terminal
 // failure is not retried until the object's version changes.
-import { backoffDelay, type BackoffPolicy } from './backoff.ts';
+import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
 // 'terminal' parks the key until its object's version changes. A park with

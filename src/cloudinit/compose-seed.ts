@@ -6,7 +6,7 @@ import { VmseedError } from '../errors.ts';
 import { ANNOTATION } from './annotation/annotation.ts';
 import type { ResolvedExtras } from './annotation/extras-input.ts';
 import { buildDevicesMetadata } from './devices-metadata.ts';
-import type { RefResolver, VmiObject } from './kube-types.ts';
+import type { RefResolver, VmiObject } from '../api/types.ts';
 import { isPassableNetworkError, passThroughWarning } from './kubevirt/network-passthrough.ts';
 import type { ResolvedData } from './kubevirt/sources.ts';
 import { yieldToLoop, type SeedBudget } from './limits.ts';

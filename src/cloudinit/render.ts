@@ -8,7 +8,7 @@ import { ANNOTATION } from './annotation/annotation.ts';
 import { readAnnotationInput } from './annotation/annotation-input.ts';
 import { composeSeed } from './compose-seed.ts';
 import { isImdsEnabled, renderImdsSeed } from './imds/annotations.ts';
-import type { RefResolver, VmiObject } from './kube-types.ts';
+import type { RefResolver, VmiObject } from '../api/types.ts';
 import { firstCloudInitVolume, readVolumeInput, type CloudInitVolume } from './kubevirt/volume-input.ts';
 import { SeedBudget } from './limits.ts';
 import { memoize } from './refs/memo-resolver.ts';

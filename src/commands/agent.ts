@@ -5,7 +5,7 @@ import { basename, dirname } from 'node:path';
 import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../cloudinit/render.ts';
-import { sysfsNumaReader } from '../cloudinit/host-numa.ts';
+import { sysfsNumaReader } from '../libvirt/host-numa.ts';
 import { ConfigError, loadConfig, configSummary, AGENT_USAGE, type Config } from '../config.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { ImageStore } from '../disk/store.ts';
@@ -175,7 +175,7 @@ export async function makeAgent(
     );
     const domainEvents = domainEventsFor(config, injector);
     const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
-    const { LocalDirSource } = await import('../agent/local-source.ts');
+    const { LocalDirSource } = await import('../agent/local/source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
     const agent = new Agent({
       ...common,
@@ -199,10 +199,10 @@ export async function makeAgent(
     { kubevirtUnpause, storeGateRecord },
   ] = await Promise.all([
     import('../agent/events.ts'),
-    import('../agent/kube-api.ts'),
-    import('../agent/kube-connection.ts'),
-    import('../agent/kube-resolver.ts'),
-    import('../agent/kube-source.ts'),
+    import('../kube/api.ts'),
+    import('../kube/connection.ts'),
+    import('../kube/resolver.ts'),
+    import('../kube/source.ts'),
     import('../agent/kubevirt-resume.ts'),
   ]);
   const connection = loadConnection(config.kubeconfig);

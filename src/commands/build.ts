@@ -11,12 +11,12 @@ import { DATASOURCES, type Datasource, type Seed } from '../cloudinit/seed.ts';
 import { parseYaml, where } from '../cloudinit/yaml.ts';
 import { VmseedError } from '../errors.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
-import { mergeManifests, parseManifests } from '../cloudinit/manifests.ts';
+import { mergeManifests, parseManifests } from '../agent/local/manifests.ts';
 import { MemoryResolver } from '../cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
-import { domainDevicesFromXml } from '../cloudinit/domain-devices.ts';
+import { domainDevicesFromXml } from '../libvirt/domain-devices.ts';
 
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso

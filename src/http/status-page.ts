@@ -11,7 +11,8 @@ import type {
   VmiStatusRecord,
   WatchStatus,
 } from '../agent/status-types.ts';
-import { esc, formatAgo, formatBytes, formatSeconds, formatTime } from './html.ts';
+import { formatAgo, formatBytes, formatSeconds, formatTime } from '../format.ts';
+import { esc } from './html.ts';
 import { renderLatencyChart } from './svg-chart.ts';
 
 export const VMI_STATES: readonly VmiState[] = ['error', 'warning', 'pending', 'ready', 'skipped'];

@@ -3,7 +3,7 @@
 // Level-based: every call looks at the domain as it is now (live and
 // next-boot config, one read) and does only what is missing (one attach),
 // so it can be repeated.
-import { domainFactsFromXml, type DomainFacts } from '../cloudinit/domain-devices.ts';
+import { domainFactsFromXml, type DomainFacts } from './domain-devices.ts';
 import { VmseedError } from '../errors.ts';
 import {
   buildSeedDiskXml,

@@ -1,5 +1,5 @@
 // The contract between the agent's reconciler and the libvirt injector.
-import type { DomainFacts } from '../cloudinit/domain-devices.ts';
+import type { DomainFacts } from './domain-devices.ts';
 import type { Datasource } from '../cloudinit/seed.ts';
 
 export interface InjectionTarget {

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from '../../src/agent/agent.ts';
 import { clientDomainEvents, DomainWaits, type DomainEvents } from '../../src/agent/domain-waits.ts';
-import { LocalDirSource } from '../../src/agent/local-source.ts';
+import { LocalDirSource } from '../../src/agent/local/source.ts';
 import { LogEventRecorder } from '../../src/agent/events.ts';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';

@@ -14,7 +14,7 @@ import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-har
 import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
 import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 
 async function freePort(): Promise<number> {
   const s = createServer();

@@ -13,7 +13,7 @@ import { FakeKube } from '../support/fake-kube.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { startAgent, tempDir, waitFor, NODE } from '../support/agent-harness.ts';
 import { EPHEMERAL, POD_1, POD_2, kubevirtInjector, launcherVmi } from '../support/kubevirt-scenario.ts';
-import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 
 test(

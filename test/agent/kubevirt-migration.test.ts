@@ -12,7 +12,7 @@ import { basename, join } from 'node:path';
 import { Reconciler } from '../../src/agent/reconciler.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
-import type { KubeApi, KubeResponse } from '../../src/agent/kube-api.ts';
+import type { KubeApi, KubeResponse } from '../../src/kube/api.ts';
 import type { EventRecorder } from '../../src/agent/events.ts';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
@@ -20,7 +20,7 @@ import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 

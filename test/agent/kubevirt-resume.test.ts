@@ -7,12 +7,12 @@ import { vmi, tempDir, NODE } from '../support/agent-harness.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
-import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause, storeGateRecord, unpausePath } from '../../src/agent/kubevirt-resume.ts';
 import { ImageStore } from '../../src/disk/store.ts';
 import { VirshInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 
 async function setup(t: { after(fn: () => Promise<void>): void }) {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { AgentSeedDirectory, reportedAddresses } from '../../src/agent/seed-directory.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { renderStatusPage, renderVmiPage, statusJson } from '../../src/http/status-page.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 
 const seed = (n: string): Seed => ({

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { load } from 'js-yaml';
 import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
 import { parseYaml } from '../../src/cloudinit/yaml.ts';
-import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
+import { mergeManifests, parseManifests } from '../../src/agent/local/manifests.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 import { secretValue } from '../../src/cloudinit/refs/secret-data.ts';

@@ -5,7 +5,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { VmseedError } from '../../src/errors.ts';
-import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
+import { mergeManifests, parseManifests } from '../../src/agent/local/manifests.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import {
   DEFAULT_RENDER_OPTIONS,

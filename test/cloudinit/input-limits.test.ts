@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { decodeBase64Strict } from '../../src/cloudinit/base64.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { ANNOTATION, DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import { measureExpanded, parseYaml } from '../../src/cloudinit/yaml.ts';
 import { LIMITS } from '../../src/cloudinit/limits.ts';
 

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed, type RenderOptions } from '../../src/cloudinit/render.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import { sha512Crypt } from '../../src/cloudinit/crypt-sha512.ts';
 import { VmseedError } from '../../src/errors.ts';
 

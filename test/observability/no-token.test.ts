@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { NODE, tempDir, waitFor } from '../support/agent-harness.ts';
 import { FakeKube } from '../support/fake-kube.ts';
 import { load as loadYaml } from 'js-yaml';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 import { fetchAll, type FetchedRoute } from '../support/fetch-all.ts';
 import { runCli } from '../support/cli.ts';
 import { datasourceSerialFor } from '../../src/http/datasource-url.ts';

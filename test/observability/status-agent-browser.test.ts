@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { cp, mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { parseManifests } from '../../src/cloudinit/manifests.ts';
+import { parseManifests } from '../../src/agent/local/manifests.ts';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
 import { launchBrowser } from '../support/browser.ts';
 import { parseExposition, promtoolCheck, sampleValue } from '../support/promtool.ts';

@@ -26,8 +26,8 @@ import type { Socket } from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { KubeConnection } from '../../src/agent/kube-connection.ts';
-import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/cloudinit/kube-types.ts';
+import { KubeConnection } from '../../src/kube/connection.ts';
+import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/api/types.ts';
 import { requestAttributes, type RequestAttributes } from './rbac.ts';
 import {
   AGENT_SERVICE_ACCOUNT,

@@ -10,11 +10,11 @@ import { join } from 'node:path';
 import { FakeKube, type RequestRecord } from './fake-kube.ts';
 import { FakeLibvirt } from './fake-libvirt.ts';
 import { startAgent, tempDir, vmi, waitFor, NODE } from './agent-harness.ts';
-import { KubeConnectionApi } from '../../src/agent/kube-api.ts';
+import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import { VirshInjector, type VirshInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
-import type { VmiObject } from '../../src/cloudinit/kube-types.ts';
+import type { VmiObject } from '../../src/api/types.ts';
 
 // The launcher's emptyDir the seed is published into (a `vmseed` directory
 // of ours inside it), as the kubelet lays it out under its pods directory.

@@ -4,7 +4,7 @@
 // accessCredentials and Virtlet's sshKeys, and the Virtlet/oVirt extras
 // (extras-input.ts). vmseed's own API, so the composition is strict.
 import type { SeedInput } from '../compose-seed.ts';
-import type { RefResolver, VmiObject } from '../kube-types.ts';
+import type { RefResolver, VmiObject } from '../../api/types.ts';
 import { resolvePublicKeys } from '../kubevirt/access-credentials.ts';
 import { admitAccessCredentials, admitHostname } from '../kubevirt/admission.ts';
 import { hasAnyData, resolveSourceData, sourceMissing } from '../kubevirt/sources.ts';

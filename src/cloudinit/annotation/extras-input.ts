@@ -3,7 +3,7 @@
 // write_files (virtlet/files.ts), `userDataFrom`'s object read. The other
 // extras (sshKeys, metaData, forceDHCP, vendorData…) are used as they are
 // where the seed takes them.
-import type { RefResolver, VmiObject } from '../kube-types.ts';
+import type { RefResolver, VmiObject } from '../../api/types.ts';
 import { instanceId } from '../kubevirt/instance-id.ts';
 import type { SeedBudget } from '../limits.ts';
 import type { NetModel } from '../network/model.ts';

@@ -29,7 +29,7 @@
 // delivers it, and a second copy on a cidata disk would make cloud-init
 // prefer the disk and ignore the serial.
 import { VmseedError } from '../../errors.ts';
-import type { RefResolver, VmiObject } from '../kube-types.ts';
+import type { RefResolver, VmiObject } from '../../api/types.ts';
 import { readObjectKey } from '../refs/object-refs.ts';
 import type { Seed, SeedWarning } from '../seed.ts';
 import { lintUserData } from '../userdata/lint.ts';

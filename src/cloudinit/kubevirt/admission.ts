@@ -18,7 +18,7 @@
 // instead of refusing.
 import { VmseedError, type ErrorCode } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
-import type { AccessCredential, CloudInitSource, VmiObject, VmiVolume } from '../kube-types.ts';
+import type { AccessCredential, CloudInitSource, VmiObject, VmiVolume } from '../../api/types.ts';
 import type { SeedWarning } from '../seed.ts';
 
 export const CLOUD_INIT_INLINE_MAX = 2048;

@@ -3,7 +3,7 @@
 // converted when it is in the other datasource's format). The first two are
 // generated, so combining either with given network data is a conflict.
 import { VmseedError } from '../../errors.ts';
-import type { VmiObject } from '../kube-types.ts';
+import type { VmiObject } from '../../api/types.ts';
 import { lintNetworkData } from './lint.ts';
 import type { Datasource } from '../seed.ts';
 import { modelToNetworkData, networkDataBytes } from './emit-nwdata.ts';

@@ -4,7 +4,7 @@
 // the mapping later (userdata/compose.ts).
 import { VmseedError } from '../../errors.ts';
 import { sha512Crypt, isValidSalt } from '../crypt-sha512.ts';
-import type { RefResolver } from '../kube-types.ts';
+import type { RefResolver } from '../../api/types.ts';
 import { emptyInterface, type NetModel } from '../network/model.ts';
 import type { SaltProvider } from './password-salt.ts';
 import { fetchSecret } from '../refs/secret-refs.ts';

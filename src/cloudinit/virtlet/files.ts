@@ -9,7 +9,7 @@
 // is made, and the resolver the render passes fetches each object once.
 import { VmseedError } from '../../errors.ts';
 import type { FileSpec } from '../annotation/extras.ts';
-import type { RefResolver } from '../kube-types.ts';
+import type { RefResolver } from '../../api/types.ts';
 import { readObject } from '../refs/object-refs.ts';
 import { base64EncodedLength, type SeedBudget } from '../limits.ts';
 

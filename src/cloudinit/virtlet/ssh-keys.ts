@@ -2,7 +2,7 @@
 // (default key `authorized_keys`, one key per line) then `sshKeys`, appended
 // to the public keys from accessCredentials and numbered on from there, so
 // they land in meta-data `public-keys` / `public_keys` as KubeVirt's do.
-import type { RefResolver } from '../kube-types.ts';
+import type { RefResolver } from '../../api/types.ts';
 import { readObjectKey, type ObjectRef } from '../refs/object-refs.ts';
 import { LIMITS, listTooLong } from '../limits.ts';
 

@@ -6,12 +6,12 @@ import { readdir } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
-import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../cloudinit/kube-types.ts';
-import { parseManifests, type ManifestObjects } from '../cloudinit/manifests.ts';
-import { asVmseedError, VmseedError } from '../errors.ts';
+import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../api/types.ts';
+import { parseManifests, type ManifestObjects } from './manifests.ts';
+import { asVmseedError, VmseedError } from '../../errors.ts';
 import { readManifest } from './manifest-read.ts';
-import type { WatchStatus } from './status-types.ts';
-import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
+import type { WatchStatus } from '../status-types.ts';
+import { keyOf, type KeyHandler, type VmiSource } from '../../kube/vmi-source.ts';
 
 const MANIFEST = /\.(ya?ml|json)$/i;
 
@@ -200,18 +200,18 @@ export class LocalDirSource implements VmiSource, RefResolver {
     };
   }
 
-  async getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
+  getSecret(namespace: string, name: string): Promise<SecretObject | undefined> {
     const s = this.#secrets.get(`${namespace}/${name}`);
-    if (!s || !s.stringData) return s;
+    if (!s || !s.stringData) return Promise.resolve(s);
     // What the API server does on write: stringData folded into data.
     const data = { ...(s.data ?? {}) };
     for (const [k, v] of Object.entries(s.stringData)) data[k] = Buffer.from(v, 'utf8').toString('base64');
     const { stringData: _, ...rest } = s;
-    return { ...rest, data };
+    return Promise.resolve({ ...rest, data });
   }
 
-  async getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
-    return this.#configMaps.get(`${namespace}/${name}`);
+  getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined> {
+    return Promise.resolve(this.#configMaps.get(`${namespace}/${name}`));
   }
 }
 

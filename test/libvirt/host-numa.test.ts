@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseCpuList, sysfsNumaReader, withHostNuma } from '../../src/cloudinit/host-numa.ts';
+import { parseCpuList, sysfsNumaReader, withHostNuma } from '../../src/libvirt/host-numa.ts';
 
 function tree(t: { after(fn: () => void): void }): string {
   const root = mkdtempSync(join(tmpdir(), 'vmseed-sysfs-'));

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { connectionFromKubeconfig, inClusterConnection, KubeConnection } from '../../src/agent/kube-connection.ts';
+import { connectionFromKubeconfig, inClusterConnection, KubeConnection } from '../../src/kube/connection.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { tempDir } from '../support/agent-harness.ts';
 

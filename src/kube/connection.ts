@@ -2,9 +2,7 @@
 // the in-cluster service account. client-node's KubeConfig does this too,
 // but importing it loads every generated API client (~36 MB of RSS, a
 // quarter of the agent's budget); the agent needs one server, a CA, and a
-// bearer token or client certificate. The object is shaped like what
-// client-node's Watch asks of a KubeConfig (getCurrentCluster,
-// applySecurityAuthentication), so the informer runs on it unchanged.
+// bearer token or client certificate.
 import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Agent } from 'undici';
@@ -31,12 +29,6 @@ export interface ConnectionSpec {
   token?: string;
   tokenFile?: string;
   tokenRereadMs?: number;
-}
-
-// The subset of client-node's RequestContext that is used.
-interface RequestContextLike {
-  setHeaderParam(key: string, value: string): void;
-  setDispatcher(dispatcher: unknown): void;
 }
 
 export class KubeConnection {
@@ -76,11 +68,6 @@ export class KubeConnection {
   authHeaders(): Record<string, string> {
     const token = this.#currentToken();
     return token ? { Authorization: `Bearer ${token}` } : {};
-  }
-
-  async applySecurityAuthentication(ctx: RequestContextLike): Promise<void> {
-    for (const [k, v] of Object.entries(this.authHeaders())) ctx.setHeaderParam(k, v);
-    ctx.setDispatcher(this.#dispatcher);
   }
 
   // Lets in-flight calls finish, but not a watch that never ends.

@@ -4,16 +4,14 @@
 // the watch cleanly and the agents of a fleet do not renew in step, and
 // `allowWatchBookmarks`. When the stream runs past that timeout plus a grace
 // (a server or proxy that never ends it), the watch is cut here and reported
-// as a TimeoutError, which client-node's ListWatch answers by watching again
-// from its last resourceVersion (no relist).
+// as a TimeoutError, which ListWatch (list-watch.ts) answers by watching
+// again from its last resourceVersion (no relist).
 //
-// It has the shape of client-node's Watch.watch (the only thing ListWatch
-// calls), so the informer runs on it; client-node's own Watch adds an
-// inactivity timer that is private (`requestTimeoutMs`) and would renew a
-// quiet watch every 30 s.
+// client-node's Watch is not used: its inactivity timer is private
+// (`requestTimeoutMs`) and would renew a quiet watch every 30 s.
 import { fetch } from 'undici';
-import type { KubeConnection } from './kube-connection.ts';
-import { retryAfterMs } from './kube-api.ts';
+import type { KubeConnection } from './connection.ts';
+import { retryAfterMs, statusMessage } from './api.ts';
 
 export type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
 export type DoneCallback = (err: unknown) => void;
@@ -29,8 +27,8 @@ export interface BoundedWatchOptions {
   maxLineBytes?: number;
 }
 
-// Errors a watch request ends with; `statusCode` and `code` as client-node's
-// ListWatch reads them (410 → relist).
+// Errors a watch request ends with; `statusCode` and `code` as ListWatch
+// reads them (410 → relist).
 export interface WatchError extends Error {
   statusCode?: number;
   retryAfterMs?: number;
@@ -60,13 +58,13 @@ export class BoundedWatch {
 
   async watch(
     path: string,
-    query: Record<string, unknown>,
+    query: Record<string, string>,
     callback: WatchCallback,
     done: DoneCallback,
   ): Promise<{ abort(): void }> {
     const timeoutSeconds = this.nextTimeoutSeconds();
     const url = new URL(this.#conn.getCurrentCluster().server + path);
-    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
+    for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
     url.searchParams.set('watch', 'true');
     url.searchParams.set('allowWatchBookmarks', 'true');
     url.searchParams.set('timeoutSeconds', String(timeoutSeconds));
@@ -114,7 +112,7 @@ export class BoundedWatch {
       const text = await res.text().catch(() => '');
       let message = '';
       try {
-        message = String((JSON.parse(text) as { message?: unknown }).message ?? '');
+        message = statusMessage(JSON.parse(text));
       } catch {
         // not a Status
       }

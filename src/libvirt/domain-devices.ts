@@ -1,10 +1,10 @@
 // A libvirt domain's interfaces and host devices, as ConfigDrive `devices`
-// metadata needs them (devices-metadata.ts): alias, guest PCI address, MAC.
+// metadata needs them (cloudinit/devices-metadata.ts): alias, guest PCI address, MAC.
 // The element and attribute names are libvirt's (docs/formatdomain.rst,
 // "Network interfaces", "Host device assignment", "Device Addresses"), the
 // ones KubeVirt's api.Interface / api.HostDevice read.
 import { XMLParser } from 'fast-xml-parser';
-import type { DomainDevice, PciAddress, VcpuPin } from './devices-metadata.ts';
+import type { DomainDevice, PciAddress, VcpuPin } from '../cloudinit/devices-metadata.ts';
 
 // Domain XML from `virsh dumpxml` is small; this bounds a hostile file.
 export const MAX_DOMAIN_XML_BYTES = 1 << 20;

@@ -11,7 +11,7 @@
 // within the budget.
 import { constants as C } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
-import { VmseedError } from '../errors.ts';
+import { VmseedError } from '../../errors.ts';
 
 // Four times the annotation's own limit and of the largest Secret the API
 // server stores: room for a VMI, its Secrets and ConfigMaps in one file.

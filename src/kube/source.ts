@@ -1,4 +1,4 @@
-// The node's VMIs from the Kubernetes API: client-node's ListWatch on
+// The node's VMIs from the Kubernetes API: a ListWatch (list-watch.ts) on
 // /apis/kubevirt.io/v1/virtualmachineinstances, or, in namespaced mode
 // (--namespaces a,b), one per namespace on /apis/kubevirt.io/v1/namespaces/
 // <ns>/virtualmachineinstances, aggregated: synced when every watch is,
@@ -13,27 +13,24 @@
 // never see the VMI and could not stage its image there. A VMI is here when
 // either cache holds it.
 //
-// Watches are bounded as client-go's reflector bounds them (kube-watch.ts):
+// Watches are bounded as client-go's reflector bounds them (watch.ts):
 // the server ends each one cleanly after a randomised timeoutSeconds and
 // ListWatch watches again from its resourceVersion; one that runs past it
-// is cut and renewed the same way. client-node's informer stops for good on
-// any other error and can stall silently, so this class owns its lifecycle:
+// is cut and renewed the same way. ListWatch stops for good on any other
+// error and can stall silently, so this class owns its lifecycle:
 // restart after errors with capped exponential backoff (at least the
 // server's Retry-After on a 429/503), restart from a watchdog when nothing
 // (not even a bookmark) arrived for too long. A restart keeps the
 // resourceVersion: only a 410 Gone relists.
-// Deep imports: the package index loads every generated API client.
-import { ListWatch } from '@kubernetes/client-node/dist/cache.js';
-import type { Watch } from '@kubernetes/client-node/dist/watch.js';
-import type { KubernetesObject, KubernetesListObject } from '@kubernetes/client-node/dist/types.js';
-import type { KubeConnection } from './kube-connection.ts';
+import type { KubeConnection } from './connection.ts';
 import type { Logger } from 'pino';
-import type { VmiObject } from '../cloudinit/kube-types.ts';
+import type { VmiObject } from '../api/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { WatchStatus } from './status-types.ts';
-import { backoffDelay, type BackoffPolicy } from './backoff.ts';
-import { statusError, transportReason, type KubeApi } from './kube-api.ts';
-import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './kube-watch.ts';
+import type { WatchStatus } from '../agent/status-types.ts';
+import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
+import { statusError, transportReason, type KubeApi } from './api.ts';
+import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './watch.ts';
+import { ListWatch, type ObjectList } from './list-watch.ts';
 import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 
@@ -80,7 +77,7 @@ class ScopedInformer {
   readonly role: WatchRole;
   readonly #opts: KubeSourceOptions;
   readonly #log: Logger;
-  readonly #informer: ListWatch<KubernetesObject>;
+  readonly #informer: ListWatch<VmiObject>;
   readonly #selector: string;
   readonly #path: string;
   readonly #restartBackoff: BackoffPolicy;
@@ -118,16 +115,10 @@ class ScopedInformer {
       ...(options.minWatchTimeoutMs !== undefined ? { minWatchTimeoutMs: options.minWatchTimeoutMs } : {}),
       ...(options.watchGraceMs !== undefined ? { graceMs: options.watchGraceMs } : {}),
     });
-    this.#informer = new ListWatch<KubernetesObject>(
-      this.#path,
-      this.#wrapWatch(watch) as unknown as Watch,
-      () => this.#list(),
-      false,
-      this.#selector,
-    );
-    const enqueue = (obj: KubernetesObject) => {
+    this.#informer = new ListWatch<VmiObject>(this.#path, this.#wrapWatch(watch), () => this.#list(), this.#selector);
+    const enqueue = (obj: VmiObject) => {
       try {
-        this.#opts.onKey(keyOf(obj as VmiObject));
+        this.#opts.onKey(keyOf(obj));
       } catch (e) {
         this.#log.error({ err: { message: (e as Error).message } }, 'enqueue failed');
       }
@@ -149,7 +140,7 @@ class ScopedInformer {
   // from its resourceVersion at once.
   #wrapWatch(watch: BoundedWatch) {
     return {
-      watch: async (path: string, query: Record<string, unknown>, callback: WatchCallback, done: DoneCallback) => {
+      watch: async (path: string, query: Record<string, string>, callback: WatchCallback, done: DoneCallback) => {
         const gen = this.#generation;
         let aborted = false;
         let finished = false;
@@ -207,7 +198,7 @@ class ScopedInformer {
     };
   }
 
-  async #list(): Promise<KubernetesListObject<KubernetesObject>> {
+  async #list(): Promise<ObjectList<VmiObject>> {
     const path = `${this.#path}?labelSelector=${encodeURIComponent(this.#selector)}`;
     const res = await this.#opts.api.request('GET', path);
     if (res.status !== 200) {
@@ -217,8 +208,8 @@ class ScopedInformer {
       throw err;
     }
     this.#sawEvent();
-    const list = res.body as KubernetesListObject<KubernetesObject>;
-    // client-node adds the items after this promise resolves, synchronously.
+    const list = res.body as ObjectList<VmiObject>;
+    // ListWatch adds the items after this promise resolves, synchronously.
     setImmediate(() => this.#markSynced());
     return { ...list, items: list.items ?? [] };
   }
@@ -317,11 +308,11 @@ class ScopedInformer {
   }
 
   get(namespace: string, name: string): VmiObject | undefined {
-    return this.#informer.get(name, namespace) as VmiObject | undefined;
+    return this.#informer.get(name, namespace);
   }
 
   keys(): string[] {
-    return this.#informer.list().map((o) => keyOf(o as VmiObject));
+    return this.#informer.list().map((o) => keyOf(o));
   }
 
   whenSynced(): Promise<void> {

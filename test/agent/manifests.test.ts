@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { VmseedError } from '../../src/errors.ts';
-import { mergeManifests, parseManifests } from '../../src/cloudinit/manifests.ts';
+import { mergeManifests, parseManifests } from '../../src/agent/local/manifests.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { kubevirtFirmwareUuid } from '../../src/cloudinit/kubevirt/instance-id.ts';
 

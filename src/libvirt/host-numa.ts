@@ -7,7 +7,7 @@
 // plant); the address is checked before it becomes a path.
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { DomainDevice } from './devices-metadata.ts';
+import type { DomainDevice } from '../cloudinit/devices-metadata.ts';
 
 export interface HostNumaReader {
   // undefined: no such device, unreadable, or no NUMA affinity (-1).

@@ -9,7 +9,7 @@
 // (a rotated service-account token) and the call is tried once more.
 import { fetch } from 'undici';
 import { VmseedError, cancelledError } from '../errors.ts';
-import type { KubeConnection } from './kube-connection.ts';
+import type { KubeConnection } from './connection.ts';
 
 export type KubeMethod = 'GET' | 'POST' | 'PATCH' | 'PUT';
 
@@ -138,6 +138,11 @@ export function retryAfterMs(header: string | null | undefined, now = Date.now()
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
+// A Status's message: any JSON a server put there, shown as String() shows it.
+export function statusMessage(body: unknown): string {
+  return String((body as { message?: unknown } | null | undefined)?.message ?? '');
+}
+
 // The typed error for a status the caller cannot use. The API server's
 // Status message is quoted for 403 only: it names the user, verb, resource
 // and namespace RBAC refused, never object content.
@@ -166,10 +171,7 @@ export function statusError(method: string, path: string, res: number | KubeResp
     );
   }
   if (status === 403) {
-    const message =
-      typeof res === 'number'
-        ? ''
-        : String((res.body as { message?: unknown } | undefined)?.message ?? '').slice(0, 300);
+    const message = typeof res === 'number' ? '' : statusMessage(res.body).slice(0, 300);
     return new VmseedError(
       'KUBE_API_FORBIDDEN',
       `Kubernetes API answered 403 to ${where}${message ? ` (${message})` : ''}; grant it in the agent's ClusterRole, or in the namespace's Role with --namespaces; will retry`,

@@ -1,6 +1,8 @@
 // The parts of Kubernetes and KubeVirt objects vmseed reads, as plain JSON
 // shapes (what the API server sends). Kept minimal and structural so local
-// mode (YAML files) and the informer (JSON) feed the same code.
+// mode (YAML files) and the informer (JSON) feed the same code. Types only,
+// at the bottom of the layers: the pure cloudinit/ renders from them and
+// kube/ fills them, so neither imports the other for them.
 
 export interface ObjectMeta {
   name: string;
@@ -73,7 +75,8 @@ export interface VmiObject {
   spec: {
     hostname?: string;
     subdomain?: string;
-    startStrategy?: 'Paused' | string;
+    // 'Paused' is the one vmseed acts on.
+    startStrategy?: string;
     domain?: {
       firmware?: { uuid?: string; serial?: string };
       devices?: { disks?: Array<{ name: string; [k: string]: unknown }>; interfaces?: Array<Record<string, unknown>> };
@@ -85,7 +88,8 @@ export interface VmiObject {
   };
   status?: {
     nodeName?: string;
-    phase?: 'Pending' | 'Scheduling' | 'Scheduled' | 'Running' | 'Succeeded' | 'Failed' | 'Unknown' | string;
+    // Pending, Scheduling, Scheduled, Running, Succeeded, Failed or Unknown.
+    phase?: string;
     interfaces?: Array<{ name?: string; mac?: string; ipAddress?: string; ipAddresses?: string[] }>;
     [k: string]: unknown;
   };

@@ -1,11 +1,11 @@
 // Multi-document YAML manifests → typed objects, for local mode and
 // `vmseed build --vmi`. Pure: the caller reads the file and passes its text
 // and name (the name only labels errors).
-import { VmseedError } from '../errors.ts';
-import { decodeBase64Strict } from './base64.ts';
-import { kubevirtFirmwareUuid } from './kubevirt/instance-id.ts';
-import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from './kube-types.ts';
-import { isPlainObject, parseYamlAll, where } from './yaml.ts';
+import { VmseedError } from '../../errors.ts';
+import { decodeBase64Strict } from '../../cloudinit/base64.ts';
+import { kubevirtFirmwareUuid } from '../../cloudinit/kubevirt/instance-id.ts';
+import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from '../../api/types.ts';
+import { isPlainObject, parseYamlAll, where } from '../../cloudinit/yaml.ts';
 
 export interface ManifestObjects {
   vmis: VmiObject[];
@@ -101,7 +101,7 @@ function checkCredential(c: unknown, file: string, doc: number, field: string): 
   if (!isPlainObject(c)) throw junk(file, doc, `${field} must be a mapping`, field);
   const ssh = c.sshPublicKey;
   if (ssh === undefined || ssh === null) return;
-  // No source at all is for the admission check (kubevirt-admission.ts), which
+  // No source at all is for the admission check (cloudinit/kubevirt/admission.ts), which
   // answers with KubeVirt's wording; a malformed one is a manifest error.
   if (
     isPlainObject(ssh) &&
