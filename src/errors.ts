@@ -76,7 +76,6 @@ export const ERROR_CODES = [
   'LIBVIRT_UNREACHABLE',
   'LAUNCHER_POD_UNKNOWN',
   'LAUNCHER_POD_INVALID',
-  'STORE_UNSAFE_PATH',
   'SEED_PUBLISH_FAILED',
   // libvirt's RPC protocol spoken directly (src/libvirt/rpc)
   'LIBVIRT_TIMEOUT',

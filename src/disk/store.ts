@@ -49,9 +49,8 @@ export interface StoredImage extends ImageKey {
   datasource: Datasource;
   path: string;
   size: number;
-  // The first 16 hex digits of the image's sha256, from its name; absent
-  // for a `<datasource>.iso` left by a version before content-addressed names.
-  sha16?: string;
+  // The first 16 hex digits of the image's sha256, from its name.
+  sha16: string;
 }
 
 // The few node:fs/promises calls the store makes, so tests can inject faults.
@@ -129,7 +128,7 @@ export const VMI_RECORDS = ['seed-gate-opened'] as const;
 export type VmiRecord = (typeof VMI_RECORDS)[number];
 export const MAX_RECORD_BYTES = 4096;
 // A temporary of write() or writeRecord(): `.<name>.tmp-<store prefix>-<counter>`.
-const TEMP_RE = /^\.(?:(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\.iso|seed-gate-opened)\.tmp-[0-9a-z-]+$/;
+const TEMP_RE = /^\.(?:(?:nocloud|configdrive)-[0-9a-f]{16}\.iso|seed-gate-opened)\.tmp-[0-9a-z-]+$/;
 // Every read of a file under the root: never through a symlink, never
 // blocking on a FIFO or a device (the fstat that follows refuses them).
 const READ_FLAGS = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK;
@@ -146,13 +145,12 @@ const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 // collision between two of them is out of reach, and a path stays short.
 export const SHA_PREFIX_HEX = 16;
 const SHA_RE = /^[0-9a-f]{16,64}$/;
-// `<datasource>-<sha16>.iso`, or the stable name of earlier versions.
-const IMAGE_RE = /^(nocloud|configdrive)(?:-([0-9a-f]{16}))?\.iso$/;
+// `<datasource>-<sha16>.iso`
+const IMAGE_RE = /^(nocloud|configdrive)-([0-9a-f]{16})\.iso$/;
 
-function parseImageName(file: string): { datasource: Datasource; sha16?: string } | undefined {
+function parseImageName(file: string): { datasource: Datasource; sha16: string } | undefined {
   const m = IMAGE_RE.exec(file);
-  if (!m) return undefined;
-  return m[2] ? { datasource: m[1] as Datasource, sha16: m[2] } : { datasource: m[1] as Datasource };
+  return m ? { datasource: m[1] as Datasource, sha16: m[2] } : undefined;
 }
 
 const MAX_REMEMBERED = 16384;
@@ -374,7 +372,7 @@ export class ImageStore {
   }
 
   // Removes the VMI's images other than `keepPath` (older seeds, the other
-  // datasource, a stable-named image of an earlier version). Call it once
+  // datasource). Call it once
   // nothing refers to them any more: after the injector put `keepPath` into
   // the domain, or right after write() when no domain is involved.
   // Temporaries are left to cleanupTemporaries(). Returns the removed paths.

@@ -60,8 +60,8 @@ export interface DirPublisherOptions {
 }
 
 const PREFIX = 'vmseed-';
-// The store's image names (`<datasource>-<sha16>.iso`, or the stable name of
-// earlier versions), published as `vmseed-<name>`; temporaries are
+// Image names (`<datasource>-<sha16>.iso` from the store, `<datasource>.iso`
+// given directly), published as `vmseed-<name>`; temporaries are
 // `.vmseed-<name>.vmseed-tmp-<12 hex>`. KubeVirt's own files never match.
 const IMAGE = '(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\\.iso';
 const OURS_RE = new RegExp(`^${PREFIX}${IMAGE}$`);
