@@ -8,8 +8,6 @@ import type { KubevirtVolumes } from '../config.ts';
 import type { VendorDataRef } from '../cloudinit/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
 
-export type { RenderOutcome };
-
 export interface AgentRenderOptions {
   kubevirtVolumes: KubevirtVolumes;
   maxUserDataBytes: number;
@@ -34,8 +32,6 @@ export interface BuiltImage {
 }
 
 export type BuildSeedImage = (seed: Seed, timestamp: Date) => BuiltImage;
-
-export type { ImageKey };
 
 // What the reconciler needs of a stored image (it also makes these for
 // cleanup, where the size is not known).
