@@ -32,8 +32,6 @@ import { mergeMetaData } from './metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
 import { isImdsEnabled, renderImdsSeed } from './imds-annotations.ts';
 
-export { ANNOTATION } from './annotation.ts';
-
 export interface RenderOptions {
   // 'own': vmseed builds the seed for cloudInitNoCloud/cloudInitConfigDrive
   // volumes (local mode, plain libvirt). 'ignore': virt-launcher builds them.
