@@ -2,7 +2,7 @@
 // the same way: 1-based line and column plus the parser's reason, never the
 // source snippet (it would quote user-data or Secret content into Events).
 //
-// Every parse is bounded (issue 14): js-yaml's maxDepth stops a deep nest
+// Every parse is bounded: js-yaml's maxDepth stops a deep nest
 // while parsing; then, on the parser's event stream and before any object is
 // built, aliases are counted (at most LIMITS.yamlAliases) and the document's
 // size with every alias expanded (what JSON.stringify, dump or a merge would

@@ -8,8 +8,8 @@
 // the disk when the seed changes. A new seed is a new file: write() never
 // deletes an older one (a shut-off domain's config may still name it until
 // the injector replaced it); prune() does, once the caller moved on.
-// One directory per VMI, not <name>/<uid>/: each mkdir costs ~70 µs on ext4,
-// more than building the image, and a new VMI would pay for two. `_` cannot
+// One directory per VMI, not <name>/<uid>/: a mkdir costs more than building
+// the image, and a new VMI would pay for two. `_` cannot
 // occur in a Kubernetes name or UID, so the directory name splits back
 // unambiguously.
 // Writes are atomic (temporary file in the same directory, write, fsync,
@@ -19,7 +19,7 @@
 // Seed-sized images take a path of synchronous calls (see
 // DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 //
-// The state dir cannot be turned against the node (issue 14): before any
+// The state dir cannot be turned against the node: before any
 // operation the VMI's directory and its namespace directory are lstat'ed and
 // must be real directories (a symlink or anything else is STORE_UNSAFE_PATH,
 // terminal, and left alone); files are read only through
@@ -89,7 +89,7 @@ export interface StoreSyncFs {
   readSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number;
   writeSync(fd: number, data: Uint8Array, offset: number, length: number, position: number): number;
   fchmodSync(fd: number, mode: number): void;
-  // fsync stays off the event loop: it takes milliseconds, not microseconds.
+  // fsync stays off the event loop: it takes milliseconds.
   fsync(fd: number, callback: (err: Error | null) => void): void;
   fstatSync(fd: number): StoreStat;
   closeSync(fd: number): void;
@@ -110,14 +110,13 @@ export interface ImageStoreOptions {
 }
 
 // Up to this size an image is written with synchronous calls. A seed write
-// is ~8 syscalls of a few µs each plus a memcpy of the image into the page
-// cache (~10 µs for 64 KiB); through fs/promises each of the 5 round trips
-// costs a thread-pool hop (~20 µs, more on a loaded node), so blocking the
-// event loop for ~30-60 µs is cheaper than the hops and blocks nothing the
-// agent would otherwise do sooner. Larger images (a 1 MiB user-data is
-// ~100 µs of copying, fsync is milliseconds) go through the thread pool.
-// fsync (file and directory), when asked for, still goes to the thread
-// pool: it takes a millisecond or more, which the event loop must not wait.
+// is a few short syscalls and a copy into the page cache; through
+// fs/promises every call is a round trip to the thread pool, which costs more
+// than the call itself. At 16 KiB of user-data the synchronous path is 3.7x
+// faster (bench/iso.ts, the "through fs/promises only" row), and the event
+// loop is blocked for less time than those round trips would take. Larger
+// images, where copying dominates, go through the thread pool, and so does
+// fsync (file and directory) whenever it is asked for: it takes milliseconds.
 export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
@@ -158,7 +157,7 @@ const MAX_KNOWN_DIRS = 16384;
 const ZERO_PREFIX = new Uint8Array(32 * 1024);
 
 // Bytes at the start of `bytes` that are zero: 32 KiB (a whole ISO 9660
-// system area) or nothing. One memcmp, ~1 µs.
+// system area) or nothing. One memcmp.
 function zeroPrefix(bytes: Uint8Array): number {
   if (bytes.length <= ZERO_PREFIX.length) return 0;
   return Buffer.from(bytes.buffer, bytes.byteOffset, ZERO_PREFIX.length).equals(ZERO_PREFIX) ? ZERO_PREFIX.length : 0;
@@ -184,7 +183,7 @@ export class ImageStore {
   readonly #syncMax: number;
   // Directories this store created or found (synchronous path): a new VMI's
   // write then needs no stat of a file that cannot exist and no failing
-  // open (a thrown ENOENT costs ~10 µs).
+  // open (a thrown ENOENT).
   readonly #dirs = new Set<string>();
   // Temporary names: a random prefix per store, a counter per write ('wx'
   // refuses a clash; a leftover from a crash is removed at start).
