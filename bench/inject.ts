@@ -40,7 +40,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LibvirtInjector, VirshInjector } from '../src/libvirt/injector.ts';
+import { LibvirtInjector } from '../src/libvirt/injector.ts';
 import { parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../src/errors.ts';
 import { startAgentProcess, vmiYaml, waitUntil } from '../e2e/support/agent-process.ts';
@@ -349,7 +349,7 @@ async function benchDomain(bus: SeedBus, dir: string, rpc: RpcLibvirtClient): Pr
       await waitForConsole(consoleLog, (r) => r.done, 180_000);
     }
     const target: InjectionTarget = { namespace: 'bench', name, uid: 'bench', datasource: 'nocloud', annotations: {} };
-    const inj = new VirshInjector({ bus, pollIntervalMs: 5 });
+    const inj = new LibvirtInjector({ bus, pollIntervalMs: 5 });
     const rpcInj = new LibvirtInjector({ bus, client: rpc });
     const dev = bus === 'scsi' ? 'sda' : 'vda';
     const xmlFile = join(dir, `${bus}.xml`);

@@ -40,12 +40,12 @@ export const ERROR_CODES = [
   'SECRET_DATA_INVALID',
   'MANIFEST_INVALID',
   'MANIFEST_TOO_LARGE',
-  // beyond KubeVirt: Virtlet/oVirt features, vendor-data, network conversion (issue 7)
+  // beyond KubeVirt: Virtlet/oVirt features, vendor-data, network conversion
   'USERDATA_MERGE_UNSUPPORTED',
   'NETWORK_CONVERSION_UNSUPPORTED',
   'REFERENCE_KEY_INVALID',
   'VENDORDATA_NO_HEADER',
-  // KubeVirt parity (issue 15): admission rules, empty data, pass-through warnings
+  // KubeVirt parity: admission rules, empty data, pass-through warnings
   'VOLUME_SOURCE_CONFLICT',
   'HOSTNAME_INVALID',
   'ACCESS_CREDENTIAL_INVALID',
@@ -55,7 +55,7 @@ export const ERROR_CODES = [
   'DEVICE_METADATA_INCOMPLETE',
   // local mode: a manifest naming another node (kubevirt.io/nodeName)
   'VMI_ON_OTHER_NODE',
-  // input budgets (issue 14): checked before the work they bound
+  // input budgets: checked before the work they bound
   'ANNOTATION_TOO_LARGE',
   'YAML_TOO_COMPLEX',
   'LIST_TOO_LONG',
@@ -76,7 +76,6 @@ export const ERROR_CODES = [
   'LIBVIRT_UNREACHABLE',
   'LAUNCHER_POD_UNKNOWN',
   'LAUNCHER_POD_INVALID',
-  'STORE_UNSAFE_PATH',
   'SEED_PUBLISH_FAILED',
   // libvirt's RPC protocol spoken directly (src/libvirt/rpc)
   'LIBVIRT_TIMEOUT',

@@ -7,8 +7,6 @@ import type { RenderContext, RenderOptions, RenderOutcome } from '../cloudinit/r
 import type { VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
 
-export type { RenderOutcome };
-
 export interface AgentRenderOptions {
   kubevirtVolumes: RenderOptions['kubevirtVolumes'];
   maxUserDataBytes: number;
@@ -33,8 +31,6 @@ export interface BuiltImage {
 }
 
 export type BuildSeedImage = (seed: Seed, timestamp: Date) => BuiltImage;
-
-export type { ImageKey };
 
 // What the reconciler needs of a stored image (it also makes these for
 // cleanup, where the size is not known).

@@ -74,8 +74,7 @@ interface Known {
   injectedSha?: string;
   // The VMI's directory may hold other images (older seeds, what was there
   // at start-up): prune() clears it once path is in use. Set after every
-  // write (one readdir; a new VMI's directory may hold a stable-named image
-  // of an earlier version) and when start-up found several.
+  // write (one readdir) and when start-up found several.
   needsPrune: boolean;
   annotations: Record<string, string>;
   // The launcher pods last seen for it: eject still reaches the domain
@@ -171,16 +170,6 @@ export class Reconciler {
       const live = this.#o.cache.get(key);
       if (live && live.metadata.uid === img.uid && this.isHere(live)) {
         const had = this.#known.get(key);
-        // A stable-named image of an earlier version was replaced in place:
-        // QEMU may hold an older inode than the file, so it never counts as
-        // what the domain has. The first reconcile writes the
-        // content-addressed image, the injector replaces the disk, and the
-        // old file is pruned then (kept until: a domain's config names it).
-        if (img.sha16 === undefined) {
-          if (had) had.needsPrune = true;
-          kept++;
-          continue;
-        }
         const sha = await this.#o.store.hashImage(img.path);
         if (sha !== undefined) {
           // Several images (a crash between write and prune): all stay, the
@@ -714,7 +703,14 @@ export class Reconciler {
     const [namespace, name] = splitKey(key);
     await this.#removeImage(
       key,
-      { namespace, name, uid: known.uid, path: known.path, datasource: known.datasource ?? 'nocloud' },
+      {
+        namespace,
+        name,
+        uid: known.uid,
+        path: known.path,
+        datasource: known.datasource ?? 'nocloud',
+        sha16: known.sha256.slice(0, 16),
+      },
       known.annotations,
       known.launcherPods,
     );

@@ -3,6 +3,13 @@
 // passwd -6 and Python's crypt.crypt implement it. Written here because the
 // seed must carry a hash, never the clear password, and src/cloudinit has no
 // child processes to ask openssl.
+//
+// Not the unixcrypt package (3.0.4): it gives the same hashes (300 random
+// passwords and salts compared), but takes 14.8 ms of CPU for a 28-byte
+// password against 9.8 ms here (25.5 against 23.0 ms at the 1 KiB password
+// limit), since it feeds a Hash object piece by piece; it takes string
+// passwords only; and it truncates a long salt or picks a random one where
+// this refuses the call.
 import { hash } from 'node:crypto';
 
 const ALPHABET = './0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';

@@ -15,7 +15,6 @@ import { memoize } from './refs/memo-resolver.ts';
 import type { RenderContext, RenderOptions } from './render-options.ts';
 import type { Seed, SeedWarning } from './seed.ts';
 
-export { ANNOTATION } from './annotation/annotation.ts';
 export { DEFAULT_RENDER_OPTIONS, type RenderContext, type RenderOptions } from './render-options.ts';
 
 export type RenderOutcome = { kind: 'seed'; seed: Seed } | { kind: 'skip'; reason: string; warning?: SeedWarning };

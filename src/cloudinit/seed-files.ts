@@ -39,6 +39,3 @@ export function serializeMetaData(seed: Seed): SeedFile[] {
   }
   return files;
 }
-
-// Same list under the name the disk layout asked for.
-export const seedFiles = serializeMetaData;

@@ -2,13 +2,21 @@
 // the same way: 1-based line and column plus the parser's reason, never the
 // source snippet (it would quote user-data or Secret content into Events).
 //
-// Every parse is bounded (issue 14): js-yaml's maxDepth stops a deep nest
+// Every parse is bounded: js-yaml's maxDepth stops a deep nest
 // while parsing; then, on the parser's event stream and before any object is
 // built, aliases are counted (at most LIMITS.yamlAliases) and the document's
 // size with every alias expanded (what JSON.stringify, dump or a merge would
 // walk) is computed in one pass from the sizes of the anchored nodes, so an
 // alias bomb costs its own length, not its expansion. Only then are the
 // objects constructed from the same events. A recursive alias is refused.
+//
+// js-yaml, not the `yaml` package (2.9.1, measured in CPU time): `yaml`
+// parses a typical 0.9 KB cloud-config in 0.37 ms against 0.08 ms here and
+// 1 MiB of one-line keys in 1.16 s against 0.23 s; it refuses the alias
+// bombs of test/hostile only after 0.4-0.8 ms of work where the measure
+// above stops at 0.03 ms; its error messages quote the source line; and its
+// stringify quotes differently ("0644" for '0644'), so every merged seed's
+// bytes would change.
 import { constructFromEvents, dump, parseEvents, YAMLException, type Event } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 import { LIMITS } from './limits.ts';

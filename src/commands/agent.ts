@@ -13,7 +13,6 @@ import { asVmseedError, VmseedError } from '../errors.ts';
 import { LibvirtInjector, type ResumeHook } from '../libvirt/injector.ts';
 import { RpcLibvirtClient } from '../libvirt/rpc-client.ts';
 import { DirPublisher } from '../libvirt/publish.ts';
-import { LEGACY_SEED_ALIAS } from '../libvirt/disk-xml.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
@@ -68,10 +67,8 @@ export function makeInjector(
     ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
     // KubeVirt owns the domain's definition; a disk in its persistent
-    // config is what its launcher's sync would detach (and ua-vmseed may be
-    // a VMI disk there, never ours).
+    // config is what its launcher's sync would detach.
     liveOnly: kubevirt,
-    legacyAliases: kubevirt ? [] : [LEGACY_SEED_ALIAS],
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
 }

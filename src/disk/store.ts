@@ -8,8 +8,8 @@
 // the disk when the seed changes. A new seed is a new file: write() never
 // deletes an older one (a shut-off domain's config may still name it until
 // the injector replaced it); prune() does, once the caller moved on.
-// One directory per VMI, not <name>/<uid>/: each mkdir costs ~70 µs on ext4,
-// more than building the image, and a new VMI would pay for two. `_` cannot
+// One directory per VMI, not <name>/<uid>/: a mkdir costs more than building
+// the image, and a new VMI would pay for two. `_` cannot
 // occur in a Kubernetes name or UID, so the directory name splits back
 // unambiguously.
 // Writes are atomic (temporary file in the same directory, write, fsync,
@@ -19,7 +19,7 @@
 // Seed-sized images take a path of synchronous calls (see
 // DEFAULT_SYNC_MAX_BYTES); the steps are the same.
 //
-// The state dir cannot be turned against the node (issue 14): before any
+// The state dir cannot be turned against the node: before any
 // operation the VMI's directory and its namespace directory are lstat'ed and
 // must be real directories (a symlink or anything else is STORE_UNSAFE_PATH,
 // terminal, and left alone); files are read only through
@@ -49,9 +49,8 @@ export interface StoredImage extends ImageKey {
   datasource: Datasource;
   path: string;
   size: number;
-  // The first 16 hex digits of the image's sha256, from its name; absent
-  // for a `<datasource>.iso` left by a version before content-addressed names.
-  sha16?: string;
+  // The first 16 hex digits of the image's sha256, from its name.
+  sha16: string;
 }
 
 // The few node:fs/promises calls the store makes, so tests can inject faults.
@@ -90,7 +89,7 @@ export interface StoreSyncFs {
   readSync(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): number;
   writeSync(fd: number, data: Uint8Array, offset: number, length: number, position: number): number;
   fchmodSync(fd: number, mode: number): void;
-  // fsync stays off the event loop: it takes milliseconds, not microseconds.
+  // fsync stays off the event loop: it takes milliseconds.
   fsync(fd: number, callback: (err: Error | null) => void): void;
   fstatSync(fd: number): StoreStat;
   closeSync(fd: number): void;
@@ -111,14 +110,13 @@ export interface ImageStoreOptions {
 }
 
 // Up to this size an image is written with synchronous calls. A seed write
-// is ~8 syscalls of a few µs each plus a memcpy of the image into the page
-// cache (~10 µs for 64 KiB); through fs/promises each of the 5 round trips
-// costs a thread-pool hop (~20 µs, more on a loaded node), so blocking the
-// event loop for ~30-60 µs is cheaper than the hops and blocks nothing the
-// agent would otherwise do sooner. Larger images (a 1 MiB user-data is
-// ~100 µs of copying, fsync is milliseconds) go through the thread pool.
-// fsync (file and directory), when asked for, still goes to the thread
-// pool: it takes a millisecond or more, which the event loop must not wait.
+// is a few short syscalls and a copy into the page cache; through
+// fs/promises every call is a round trip to the thread pool, which costs more
+// than the call itself. At 16 KiB of user-data the synchronous path is 3.7x
+// faster (bench/iso.ts, the "through fs/promises only" row), and the event
+// loop is blocked for less time than those round trips would take. Larger
+// images, where copying dominates, go through the thread pool, and so does
+// fsync (file and directory) whenever it is asked for: it takes milliseconds.
 export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
@@ -129,7 +127,7 @@ export const VMI_RECORDS = ['seed-gate-opened'] as const;
 export type VmiRecord = (typeof VMI_RECORDS)[number];
 export const MAX_RECORD_BYTES = 4096;
 // A temporary of write() or writeRecord(): `.<name>.tmp-<store prefix>-<counter>`.
-const TEMP_RE = /^\.(?:(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\.iso|seed-gate-opened)\.tmp-[0-9a-z-]+$/;
+const TEMP_RE = /^\.(?:(?:nocloud|configdrive)-[0-9a-f]{16}\.iso|seed-gate-opened)\.tmp-[0-9a-z-]+$/;
 // Every read of a file under the root: never through a symlink, never
 // blocking on a FIFO or a device (the fstat that follows refuses them).
 const READ_FLAGS = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK;
@@ -146,13 +144,12 @@ const UID_RE = /^[A-Za-z0-9][-A-Za-z0-9]{0,63}$/;
 // collision between two of them is out of reach, and a path stays short.
 export const SHA_PREFIX_HEX = 16;
 const SHA_RE = /^[0-9a-f]{16,64}$/;
-// `<datasource>-<sha16>.iso`, or the stable name of earlier versions.
-const IMAGE_RE = /^(nocloud|configdrive)(?:-([0-9a-f]{16}))?\.iso$/;
+// `<datasource>-<sha16>.iso`
+const IMAGE_RE = /^(nocloud|configdrive)-([0-9a-f]{16})\.iso$/;
 
-function parseImageName(file: string): { datasource: Datasource; sha16?: string } | undefined {
+function parseImageName(file: string): { datasource: Datasource; sha16: string } | undefined {
   const m = IMAGE_RE.exec(file);
-  if (!m) return undefined;
-  return m[2] ? { datasource: m[1] as Datasource, sha16: m[2] } : { datasource: m[1] as Datasource };
+  return m ? { datasource: m[1] as Datasource, sha16: m[2] } : undefined;
 }
 
 const MAX_REMEMBERED = 16384;
@@ -160,7 +157,7 @@ const MAX_KNOWN_DIRS = 16384;
 const ZERO_PREFIX = new Uint8Array(32 * 1024);
 
 // Bytes at the start of `bytes` that are zero: 32 KiB (a whole ISO 9660
-// system area) or nothing. One memcmp, ~1 µs.
+// system area) or nothing. One memcmp.
 function zeroPrefix(bytes: Uint8Array): number {
   if (bytes.length <= ZERO_PREFIX.length) return 0;
   return Buffer.from(bytes.buffer, bytes.byteOffset, ZERO_PREFIX.length).equals(ZERO_PREFIX) ? ZERO_PREFIX.length : 0;
@@ -186,7 +183,7 @@ export class ImageStore {
   readonly #syncMax: number;
   // Directories this store created or found (synchronous path): a new VMI's
   // write then needs no stat of a file that cannot exist and no failing
-  // open (a thrown ENOENT costs ~10 µs).
+  // open (a thrown ENOENT).
   readonly #dirs = new Set<string>();
   // Temporary names: a random prefix per store, a counter per write ('wx'
   // refuses a clash; a leftover from a crash is removed at start).
@@ -374,7 +371,7 @@ export class ImageStore {
   }
 
   // Removes the VMI's images other than `keepPath` (older seeds, the other
-  // datasource, a stable-named image of an earlier version). Call it once
+  // datasource). Call it once
   // nothing refers to them any more: after the injector put `keepPath` into
   // the domain, or right after write() when no domain is involved.
   // Temporaries are left to cleanupTemporaries(). Returns the removed paths.

@@ -9,9 +9,6 @@ import { walkXml } from './xml-scan.ts';
 // pkg/virt-launcher/virtwrap/converter), which never hold an underscore:
 // `ua-vmseed_seed` cannot be a KubeVirt disk, where `ua-vmseed` could.
 export const SEED_ALIAS = 'ua-vmseed_seed';
-// What vmseed attached before: recognised (plain libvirt only) so an upgrade
-// detaches its own older disk, never used for a new one.
-export const LEGACY_SEED_ALIAS = 'ua-vmseed';
 export const SEED_SERIAL = 'cidata';
 
 // Fixed targets far from the start. KubeVirt names disks by the lowest free
@@ -69,6 +66,7 @@ const ESCAPES: Record<string, string> = {
   '\r': '&#13;',
 };
 function xmlValue(field: string, value: string): string {
+  // The characters XML 1.0 cannot carry.
   if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/.test(value) || !value.isWellFormed()) {
     throw new VmseedError(
       'CONFIG_INVALID',

@@ -3,44 +3,31 @@
 // The element and attribute names are libvirt's (docs/formatdomain.rst,
 // "Network interfaces", "Host device assignment", "Device Addresses"), the
 // ones KubeVirt's api.Interface / api.HostDevice read.
-import { XMLParser } from 'fast-xml-parser';
+//
+// Read with the injector's strict scanner (libvirt/xml-scan.ts: no DTD, no
+// entity expansion), keeping only the elements below; nothing else of the
+// document is built.
+import { walkXml } from './xml-scan.ts';
 import type { DomainDevice, PciAddress, VcpuPin } from '../cloudinit/devices-metadata.ts';
 
 // Domain XML from `virsh dumpxml` is small; this bounds a hostile file.
 export const MAX_DOMAIN_XML_BYTES = 1 << 20;
 
-const parser = new XMLParser({
-  ignoreAttributes: false,
-  attributeNamePrefix: '@_',
-  isArray: (_name, jpath) =>
-    jpath === 'domain.devices.interface' || jpath === 'domain.devices.hostdev' || jpath === 'domain.cputune.vcpupin',
-  parseAttributeValue: false,
-  parseTagValue: false,
-  processEntities: false,
-});
+// Absent attributes read as undefined.
+type Attrs = Record<string, string | undefined>;
 
-type Node = Record<string, unknown>;
-
-function attr(node: unknown, name: string): string | undefined {
-  if (node === null || typeof node !== 'object') return undefined;
-  const v = (node as Node)[`@_${name}`];
-  return typeof v === 'string' ? v : undefined;
-}
-
-function address(node: unknown): PciAddress | undefined {
-  const type = attr(node, 'type');
-  const domain = attr(node, 'domain');
-  const bus = attr(node, 'bus');
-  const slot = attr(node, 'slot');
-  const fn = attr(node, 'function');
+function address(a: Attrs | undefined): PciAddress | undefined {
+  if (!a) return undefined;
+  const { type, domain, bus, slot, function: fn } = a;
   if (type === undefined || domain === undefined || bus === undefined || slot === undefined || fn === undefined)
     return undefined;
   return { type, domain, bus, slot, function: fn };
 }
 
 // The host-side address of a PCI hostdev: <source><address> has no type.
-function hostAddress(node: unknown): string | undefined {
-  const parts = ['domain', 'bus', 'slot', 'function'].map((n) => attr(node, n));
+function hostAddress(a: Attrs | undefined): string | undefined {
+  if (!a) return undefined;
+  const parts = [a.domain, a.bus, a.slot, a.function];
   if (parts.some((p) => p === undefined)) return undefined;
   const [d, b, s, f] = parts.map((p) => (p!.startsWith('0x') ? p!.slice(2) : p!));
   return `${d}:${b}:${s}.${f}`;
@@ -52,6 +39,57 @@ export interface DomainFacts {
   vcpuPins: VcpuPin[];
 }
 
+// One <interface> or <hostdev>: the attributes of its children that matter.
+// A child that appears twice (never from libvirt) is ambiguous and read as
+// absent.
+class DeviceReader {
+  readonly kind: DomainDevice['kind'];
+  readonly #children = new Map<string, Attrs | null>();
+  #sourceAddress: Attrs | null | undefined;
+
+  constructor(kind: DomainDevice['kind']) {
+    this.kind = kind;
+  }
+
+  child(name: string, a: Attrs): void {
+    this.#children.set(name, this.#children.has(name) ? null : a);
+  }
+
+  // <source><address>, only for the first <source>.
+  sourceAddress(a: Attrs): void {
+    if (this.#children.get('source') === null) return;
+    this.#sourceAddress = this.#sourceAddress === undefined ? a : null;
+  }
+
+  #get(name: string): Attrs | undefined {
+    return this.#children.get(name) ?? undefined;
+  }
+
+  device(): DomainDevice {
+    const alias = this.#get('alias')?.name;
+    const addr = address(this.#get('address'));
+    if (this.kind === 'interface') {
+      const mac = this.#get('mac')?.address;
+      return {
+        kind: 'interface',
+        ...(alias ? { alias } : {}),
+        ...(addr ? { address: addr } : {}),
+        ...(mac ? { mac } : {}),
+      };
+    }
+    // The guest-side address is the hostdev's own <address>; <source><address>
+    // is the host's.
+    const source = this.#children.get('source') === null ? undefined : (this.#sourceAddress ?? undefined);
+    const host = hostAddress(source);
+    return {
+      kind: 'hostdev',
+      ...(alias ? { alias } : {}),
+      ...(addr ? { address: addr } : {}),
+      ...(host ? { hostAddress: host } : {}),
+    };
+  }
+}
+
 // Devices in document order, interfaces and hostdevs each. Returns undefined
 // when the text is not a domain (the caller then renders from the spec).
 export function domainDevicesFromXml(xml: string): DomainDevice[] | undefined {
@@ -60,46 +98,47 @@ export function domainDevicesFromXml(xml: string): DomainDevice[] | undefined {
 
 export function domainFactsFromXml(xml: string): DomainFacts | undefined {
   if (Buffer.byteLength(xml) > MAX_DOMAIN_XML_BYTES) return undefined;
-  let doc: Node;
+  let rootIsDomain = false;
+  // Which of <devices> / <cputune> (depth 1) the walk is in, and how many
+  // of each the domain has: a repeated one is ambiguous and yields nothing.
+  let section: 'devices' | 'cputune' | undefined;
+  const seen = { devices: 0, cputune: 0 };
+  const interfaces: DeviceReader[] = [];
+  const hostdevs: DeviceReader[] = [];
+  const pins: VcpuPin[] = [];
+  let device: DeviceReader | undefined;
+  let inSource = false;
   try {
-    doc = parser.parse(xml) as Node;
+    walkXml(xml, {
+      open(el, depth, a) {
+        if (depth === 0) rootIsDomain = el === 'domain';
+        else if (!rootIsDomain) return;
+        else if (depth === 1) {
+          section = el === 'devices' || el === 'cputune' ? el : undefined;
+          if (section) seen[section]++;
+        } else if (depth === 2 && section === 'devices' && (el === 'interface' || el === 'hostdev')) {
+          device = new DeviceReader(el);
+          (el === 'interface' ? interfaces : hostdevs).push(device);
+        } else if (depth === 2 && section === 'cputune' && el === 'vcpupin') {
+          const vcpu = Number(a.vcpu);
+          if (Number.isInteger(vcpu) && vcpu >= 0 && a.cpuset !== undefined) pins.push({ vcpu, cpuset: a.cpuset });
+        } else if (depth === 3 && device) {
+          device.child(el, a);
+          inSource = el === 'source';
+        } else if (depth === 4 && device && inSource && el === 'address') {
+          device.sourceAddress(a);
+        }
+      },
+      close(_el, depth) {
+        if (depth === 1) section = undefined;
+        else if (depth === 2) device = undefined;
+        else if (depth === 3) inSource = false;
+      },
+    });
   } catch {
     return undefined;
   }
-  const domain = doc.domain as Node | undefined;
-  if (!domain || typeof domain !== 'object') return undefined;
-  const devices = (domain.devices ?? {}) as Node;
-  const out: DomainDevice[] = [];
-  for (const i of (devices.interface ?? []) as Node[]) {
-    const alias = attr(i.alias, 'name');
-    const addr = address(i.address);
-    const mac = attr(i.mac, 'address');
-    out.push({
-      kind: 'interface',
-      ...(alias ? { alias } : {}),
-      ...(addr ? { address: addr } : {}),
-      ...(mac ? { mac } : {}),
-    });
-  }
-  for (const h of (devices.hostdev ?? []) as Node[]) {
-    const alias = attr(h.alias, 'name');
-    // The guest-side address is the hostdev's own <address>; <source><address>
-    // is the host's.
-    const addr = address(h.address);
-    const host = hostAddress((h.source as Node | undefined)?.address);
-    out.push({
-      kind: 'hostdev',
-      ...(alias ? { alias } : {}),
-      ...(addr ? { address: addr } : {}),
-      ...(host ? { hostAddress: host } : {}),
-    });
-  }
-  const vcpuPins: VcpuPin[] = [];
-  const cputune = domain.cputune as Node | undefined;
-  for (const p of (cputune && typeof cputune === 'object' ? (cputune.vcpupin ?? []) : []) as Node[]) {
-    const vcpu = Number(attr(p, 'vcpu'));
-    const cpuset = attr(p, 'cpuset');
-    if (Number.isInteger(vcpu) && vcpu >= 0 && cpuset !== undefined) vcpuPins.push({ vcpu, cpuset });
-  }
-  return { devices: out, vcpuPins };
+  if (!rootIsDomain) return undefined;
+  const devices = seen.devices === 1 ? [...interfaces, ...hostdevs].map((d) => d.device()) : [];
+  return { devices, vcpuPins: seen.cputune === 1 ? pins : [] };
 }

@@ -47,8 +47,6 @@ export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 export const libvirtResume: ResumeHook = async ({ domain, uri, client }) => {
   await client.resume(uri, domain);
 };
-// The name the seed gate's default had when it always was `virsh resume`.
-export const virshResume = libvirtResume;
 
 export interface LibvirtInjectorOptions {
   // How libvirt is reached; default: one virsh process per call (the
@@ -73,8 +71,6 @@ export interface LibvirtInjectorOptions {
   // Change the running domain only, never its persistent config (KubeVirt:
   // a CONFIG change is what its launcher's sync would fight over).
   liveOnly?: boolean;
-  // Aliases of our own older disks, detached when found (never attached).
-  legacyAliases?: string[];
   timeoutMs?: number;
   maxOutputBytes?: number;
   detachTimeoutMs?: number;
@@ -84,10 +80,6 @@ export interface LibvirtInjectorOptions {
   spawner?: ProcessSpawner;
   sleep?: (ms: number) => Promise<void>;
 }
-
-export type VirshInjectorOptions = LibvirtInjectorOptions;
-
-export { renderTemplate };
 
 type Flag = '--live' | '--config';
 
@@ -113,7 +105,6 @@ export class LibvirtInjector implements Injector {
   readonly #imagePathTemplate: string;
   readonly #bus: SeedBus;
   readonly #liveOnly: boolean;
-  readonly #legacy: string[];
   readonly #timeoutMs: number;
   readonly #detachTimeoutMs: number;
   readonly #pollIntervalMs: number;
@@ -140,7 +131,6 @@ export class LibvirtInjector implements Injector {
       );
     }
     this.#liveOnly = options.liveOnly ?? false;
-    this.#legacy = (options.legacyAliases ?? []).filter((a) => a !== SEED_ALIAS);
     this.#timeoutMs = options.timeoutMs ?? 30_000;
     this.#client =
       options.client ??
@@ -370,10 +360,6 @@ export class LibvirtInjector implements Injector {
     return d.alias === SEED_ALIAS;
   }
 
-  #isLegacy(d: DomainDisk): boolean {
-    return d.alias !== undefined && this.#legacy.includes(d.alias);
-  }
-
   async #inject(
     target: InjectionTarget,
     domain: string,
@@ -420,15 +406,13 @@ export class LibvirtInjector implements Injector {
     const missing: Flag[] = [];
     for (const v of views) {
       const ours = v.disks.filter((d) => this.#isOurs(d));
-      for (const d of [...ours.filter((d) => !wanted(d)), ...v.disks.filter((d) => this.#isLegacy(d))])
-        stale.push({ flag: v.flag, disk: d });
+      for (const d of ours) if (!wanted(d)) stale.push({ flag: v.flag, disk: d });
       if (!ours.some(wanted)) missing.push(v.flag);
     }
 
     let action: InjectionResult['action'] = 'none';
     if (stale.length > 0) {
-      // The seed changed (or an older vmseed's disk is there): take the old
-      // disk out where it is, then attach.
+      // The seed changed: take the old disk out where it is, then attach.
       await this.#detach(uri, domain, stale);
       action = 'replaced';
     }
@@ -469,7 +453,7 @@ export class LibvirtInjector implements Injector {
       ['--live', view.live],
       ['--config', view.config],
     ] as const) {
-      for (const d of disks ?? []) if (this.#isOurs(d) || this.#isLegacy(d)) found.push({ flag, disk: d });
+      for (const d of disks ?? []) if (this.#isOurs(d)) found.push({ flag, disk: d });
     }
     if (found.length === 0) return { action: 'none', domain };
     await this.#detach(uri, domain, found);
@@ -591,35 +575,4 @@ class RemovalWait {
     this.#off();
     this.#wake?.('timeout');
   }
-}
-
-// The injector's name from when virsh was its only way to libvirt.
-export const VirshInjector = LibvirtInjector;
-export type VirshInjector = LibvirtInjector;
-
-// `virsh dominfo` (LC_ALL=C): `State:          paused`, `Persistent:     yes`.
-export function parseDominfo(out: string): { state: DomainState; persistent: boolean } {
-  const fields = new Map<string, string>();
-  for (const line of out.split('\n')) {
-    const i = line.indexOf(':');
-    if (i > 0) fields.set(line.slice(0, i).trim(), line.slice(i + 1).trim());
-  }
-  const rawState = fields.get('State');
-  const persistent = fields.get('Persistent');
-  if (rawState === undefined || persistent === undefined) {
-    throw new VmseedError(
-      'VIRSH_FAILED',
-      'virsh dominfo printed no State/Persistent lines; check the libvirt version',
-      { kind: 'retryable' },
-    );
-  }
-  const state: DomainState =
-    rawState === 'running' || rawState === 'idle'
-      ? 'running'
-      : rawState === 'paused'
-        ? 'paused'
-        : rawState === 'shut off'
-          ? 'shutoff'
-          : 'other';
-  return { state, persistent: persistent === 'yes' };
 }

@@ -60,8 +60,8 @@ export interface DirPublisherOptions {
 }
 
 const PREFIX = 'vmseed-';
-// The store's image names (`<datasource>-<sha16>.iso`, or the stable name of
-// earlier versions), published as `vmseed-<name>`; temporaries are
+// Image names (`<datasource>-<sha16>.iso` from the store, `<datasource>.iso`
+// given directly), published as `vmseed-<name>`; temporaries are
 // `.vmseed-<name>.vmseed-tmp-<12 hex>`. KubeVirt's own files never match.
 const IMAGE = '(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\\.iso';
 const OURS_RE = new RegExp(`^${PREFIX}${IMAGE}$`);
@@ -89,13 +89,14 @@ function unsafe(path: string, what: string): VmseedError {
 }
 
 // Publishing is a few small file calls (open the volume and our directory,
-// read the image, create, write, chmod, rename: ~12 syscalls of a few µs and
-// a copy of a ~68 KiB image), made with synchronous calls: through
-// fs/promises each is a thread-pool hop, and on KubeVirt the copy is on the
-// path of every seed (a paused VM waits for it). Nothing here can block: a
-// FIFO is opened O_NONBLOCK and never read, the image is our store's, and a
-// file under our name is read only when it has the image's size. Removing
-// copies lists a directory the launcher can fill, so it stays asynchronous.
+// read the image, create, write, chmod, rename, and a copy of a ~68 KiB
+// image), made with synchronous calls for the reason the store writes small
+// images that way (DEFAULT_SYNC_MAX_BYTES in disk/store.ts): on KubeVirt the
+// copy is on the path of every seed (a paused VM waits for it). Nothing here
+// can block: a FIFO is opened O_NONBLOCK and never read, the image is our
+// store's, and a file under our name is read only when it has the image's
+// size. Removing copies lists a directory the launcher can fill, so it stays
+// asynchronous.
 
 // A directory held open: names below it resolve from this inode, whatever
 // happens to the path it was opened by.

@@ -32,7 +32,7 @@ export function createMetrics(options: MetricsOptions) {
   const live: LiveProbes = {};
   if (options.processMetrics !== false) {
     // Event-loop lag sampled every 100 ms, not prom-client's 10 ms: a 100 Hz
-    // timer was most of the idle agent's CPU (~0.7 of ~0.9 % on a 2-core VM),
+    // timer is most of an idle agent's CPU (~0.7 of ~0.9 % on a 2-core VM),
     // and the lag that matters here (blocks of tens of ms and more) still shows.
     // prom-client's own delay histogram reports the resolution as lag; it is
     // left idle (one tick an hour) and replaced by one that subtracts it.

@@ -197,32 +197,16 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   );
 });
 
-test("makeInjector, libvirt preset: live and config, virtio vdzz, and an older vmseed's ua-vmseed disk replaced", async () => {
+test('makeInjector, libvirt preset: live and config, virtio vdzz', async () => {
   const c = loadConfig(['--platform', 'libvirt', '--libvirt', 'virsh'], { NODE_NAME: 'n1' }, '/')!;
   const lv = new FakeLibvirt();
-  const legacy = {
-    type: 'file',
-    device: 'disk',
-    bus: 'virtio',
-    targetDev: 'vdb',
-    sourceFile: '/old.iso',
-    alias: 'ua-vmseed',
-    serial: 'cidata',
-    readonly: true,
-  };
-  lv.domains.set('ns_vm', {
-    state: 'running',
-    persistent: true,
-    live: [{ ...legacy }],
-    config: [{ ...legacy }],
-    unplugs: true,
-  });
+  lv.domains.set('ns_vm', { state: 'running', persistent: true, live: [], config: [], unplugs: true });
   const inj = makeInjector(c, undefined, lv)!;
   const r = await inj.inject(
     { namespace: 'ns', name: 'vm', uid: 'u', datasource: 'nocloud', annotations: {} },
     '/var/lib/vmseed/seeds/nocloud.iso',
   );
-  assert.deepEqual([r.action, r.flags, r.targetDev], ['replaced', ['--live', '--config'], 'vdzz']);
+  assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--live', '--config'], 'vdzz']);
   for (const view of [lv.domains.get('ns_vm')!.live, lv.domains.get('ns_vm')!.config]) {
     assert.deepEqual(
       view.map((d) => [d.alias, d.targetDev, d.sourceFile]),

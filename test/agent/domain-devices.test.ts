@@ -18,7 +18,7 @@ import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import { VirshInjector } from '../../src/libvirt/injector.ts';
+import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 
@@ -82,7 +82,7 @@ async function setup(
     render: renderSeed,
     build: buildSeedImage,
     store: new ImageStore({ root: dir }),
-    injector: new VirshInjector({ spawner: lv }),
+    injector: new LibvirtInjector({ spawner: lv }),
     events: new LogEventRecorder(logger),
     status,
     logger,
@@ -288,7 +288,7 @@ test('per launcher pod (KubeVirt): the devices come from the pod whose libvirt h
   // Pod A's libvirt has no domain (yet); pod B's has it.
   lv.daemons.set(POD_A, new Map());
   lv.daemons.set(POD_B, new Map([[DOMAIN, domain(INTERFACE_XML)]]));
-  const injector = new VirshInjector({
+  const injector = new LibvirtInjector({
     spawner: lv,
     uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/virtqemud-sock',
   });

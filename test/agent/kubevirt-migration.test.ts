@@ -1,4 +1,4 @@
-// The reconciler with the KubeVirt-mode injector (VirshInjector over a fake
+// The reconciler with the KubeVirt-mode injector (LibvirtInjector over a fake
 // libvirt daemon per launcher pod, DirPublisher into a temp pods tree):
 // migration staging (cross-node and same-node, from status.migrationState and
 // status.activePods), the source side cleaned up when it completes, the seed
@@ -17,7 +17,7 @@ import type { EventRecorder } from '../../src/agent/events.ts';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import { VirshInjector } from '../../src/libvirt/injector.ts';
+import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import type { VmiObject } from '../../src/api/types.ts';
@@ -80,14 +80,13 @@ async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi)
   const pods = join(root, 'pods');
   for (const p of [SRC, TGT]) await mkdir(join(pods, p, EPHEMERAL), { recursive: true });
   const lv = new FakeLibvirt();
-  const injector = new VirshInjector({
+  const injector = new LibvirtInjector({
     spawner: lv,
     uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/sock`,
     imagePathTemplate: `${IN_DOMAIN}{basename}`,
     publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed' }),
     bus: 'scsi',
     liveOnly: true,
-    legacyAliases: [],
     ...(api ? { resume: kubevirtUnpause(api) } : {}),
     sleep: async () => {},
   });

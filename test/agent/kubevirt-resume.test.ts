@@ -10,7 +10,7 @@ import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause, storeGateRecord, unpausePath } from '../../src/agent/kubevirt-resume.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import { VirshInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
+import { LibvirtInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
@@ -100,7 +100,7 @@ test('behind the injector: a paused domain gets its seed, then KubeVirt (not vir
   fake.applyVmi(paused('gated'));
   const lv = new FakeLibvirt();
   lv.domains.set('default_gated', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
-  const inj = new VirshInjector({ spawner: lv, resume: kubevirtUnpause(api) });
+  const inj = new LibvirtInjector({ spawner: lv, resume: kubevirtUnpause(api) });
   const r = await inj.inject(target('gated'), '/seeds/nocloud.iso');
   assert.deepEqual([r.action, r.flags, r.resumed], ['attached', ['--live'], true]);
   assert.deepEqual(fake.unpaused, ['default/gated']);

@@ -57,6 +57,24 @@ test('domain XML from libvirt gives each interface and hostdev its alias, guest 
   assert.equal(domainDevicesFromXml('<domain'), undefined);
 });
 
+test('domain XML that is not well-formed, has a DOCTYPE or is over 1 MiB gives no devices; references are decoded; a repeated child is absent', () => {
+  const iface = (inner: string) => `<domain><devices><interface>${inner}</interface></devices></domain>`;
+  for (const bad of [
+    `<!DOCTYPE d [<!ENTITY x "y">]>${iface("<alias name='&x;'/>")}`,
+    iface("<alias name='&x;'/>"),
+    "<domain><devices><interface><alias name='a'/></interface></devices>",
+    `${iface('')}<domain/>`,
+    iface(`<alias name='${'a'.repeat(1 << 20)}'/>`),
+  ])
+    assert.equal(domainFactsFromXml(bad), undefined, bad.slice(0, 80));
+  assert.deepEqual(domainDevicesFromXml(iface("<alias name='ua-a&amp;b&#x2d;c'/>")), [
+    { kind: 'interface', alias: 'ua-a&b-c' },
+  ]);
+  assert.deepEqual(domainDevicesFromXml(iface("<alias name='a'/><alias name='b'/><mac address='m'/>")), [
+    { kind: 'interface', mac: 'm' },
+  ]);
+});
+
 test('with the domain, devices are listed as buildDevicesMetadata does: interfaces, then hostdevs in domain order', () => {
   const { devices, warnings } = buildDevicesMetadata(tagged, domainDevicesFromXml(DOMAIN_XML));
   // Written from manager.go addToDeviceMetadata / formatPCIAddressStr; the

@@ -7,7 +7,8 @@ import fc from 'fast-check';
 import { VmseedError } from '../../src/errors.ts';
 import type { RefResolver, SecretObject, VmiObject } from '../../src/api/types.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
-import { ANNOTATION, DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
+import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
+import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 import { decodeBase64Strict } from '../../src/cloudinit/base64.ts';
 

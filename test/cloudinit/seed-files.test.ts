@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { metaDataBytes, seedFiles, serializeMetaData } from '../../src/cloudinit/seed-files.ts';
+import { metaDataBytes, serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 
 const b = (s: string) => new Uint8Array(Buffer.from(s));
@@ -36,7 +36,7 @@ test('ConfigDrive: the openstack/latest tree', () => {
     vendorData: b('{}'),
   };
   assert.deepEqual(
-    seedFiles(cd).map((f) => f.path),
+    serializeMetaData(cd).map((f) => f.path),
     [
       'openstack/latest/meta_data.json',
       'openstack/latest/user_data',

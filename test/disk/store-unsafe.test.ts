@@ -23,7 +23,7 @@ function precious(dir: string): { dir: string; snapshot(): string } {
   writeFileSync(join(p, 'precious.conf'), 'keep me');
   writeFileSync(join(p, 'id_rsa'), 'secret key');
   writeFileSync(join(p, 'nocloud-0123456789abcdef.iso'), 'named like ours, not ours');
-  writeFileSync(join(p, '.nocloud.iso.tmp-abc'), 'named like a temporary');
+  writeFileSync(join(p, '.nocloud-0123456789abcdef.iso.tmp-abc'), 'named like a temporary');
   const snapshot = () =>
     readdirSync(p)
       .sort()

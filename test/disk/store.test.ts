@@ -120,7 +120,7 @@ test('an identical image is not rewritten (same inode, written: false)', async (
   assert.throws(() => store.pathFor(key, 'nocloud', 'XYZ'), { code: 'STORE_KEY_INVALID' });
 });
 
-test('switching datasource: both images until prune; list (with sha16, also stable-named images of earlier versions) and remove', async (t) => {
+test('switching datasource: both images until prune; list (with sha16) and remove', async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
   const store = new ImageStore({ root: tmp.dir });
@@ -129,15 +129,13 @@ test('switching datasource: both images until prune; list (with sha16, also stab
   const cd = await store.write(key, 'configdrive', image(2, 20));
   const o = await store.write(other, 'nocloud', image(3, 30));
   assert.ok(existsSync(nc.path), 'write() never deletes');
-  writeFileSync(join(vmiDir(tmp.dir), 'nocloud.iso'), 'legacy');
   writeFileSync(join(vmiDir(tmp.dir), 'notes.txt'), 'not ours');
   assert.deepEqual(await store.list(), [
     { ...key, datasource: 'configdrive', sha16: sha(image(2, 20)).slice(0, 16), path: cd.path, size: 20 },
     { ...key, datasource: 'nocloud', sha16: sha(image(1, 10)).slice(0, 16), path: nc.path, size: 10 },
-    { ...key, datasource: 'nocloud', path: join(vmiDir(tmp.dir), 'nocloud.iso'), size: 6 },
     { ...other, datasource: 'nocloud', sha16: sha(image(3, 30)).slice(0, 16), path: o.path, size: 30 },
   ]);
-  assert.equal((await store.prune(key, cd.path)).length, 2);
+  assert.equal((await store.prune(key, cd.path)).length, 1);
   assert.deepEqual(readdirSync(vmiDir(tmp.dir)).sort(), [basename(cd.path), 'notes.txt']);
   await store.remove(key);
   // Only vmseed's own names are deleted: a file someone else put there

@@ -7,7 +7,6 @@ import {
   parseDomainXml,
   findSeedDisk,
   seedBusFor,
-  LEGACY_SEED_ALIAS,
   SEED_ALIAS,
   SEED_TARGETS,
 } from '../../src/libvirt/disk-xml.ts';
@@ -53,11 +52,7 @@ test("our alias cannot be a KubeVirt disk's (ua-<DNS-1123 name>); the fixed targ
   assert.equal(SEED_ALIAS, 'ua-vmseed_seed');
   const dns1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
   assert.equal(dns1123.test(SEED_ALIAS.slice('ua-'.length)), false);
-  assert.equal(
-    dns1123.test(LEGACY_SEED_ALIAS.slice('ua-'.length)),
-    true,
-    'the old alias could be a VMI disk named vmseed',
-  );
+  assert.equal(dns1123.test('vmseed'), true, 'ua-vmseed could be a VMI disk named vmseed');
   assert.deepEqual(SEED_TARGETS, { scsi: 'sdzz', virtio: 'vdzz' });
 });
 
@@ -113,14 +108,14 @@ test('real virsh dumpxml (live, paused domain): both disks, aliases, virtio-scsi
     },
   ]);
   assert.deepEqual(info.scsiControllers, [{ index: '0', model: 'virtio-scsi' }]);
-  assert.equal(findSeedDisk(info.disks, LEGACY_SEED_ALIAS)?.targetDev, 'vdb');
+  assert.equal(findSeedDisk(info.disks, 'ua-vmseed')?.targetDev, 'vdb');
   assert.equal(findSeedDisk(info.disks), undefined);
 });
 
 test('real virsh dumpxml --inactive: only the --config disk, alias kept', () => {
   const info = parseDomainXml(fixture('dumpxml-paused-inactive.xml'));
   assert.equal(info.disks.length, 1);
-  assert.equal(findSeedDisk(info.disks, LEGACY_SEED_ALIAS)?.sourceFile, '/tmp/seedA.img');
+  assert.equal(findSeedDisk(info.disks, 'ua-vmseed')?.sourceFile, '/tmp/seedA.img');
 });
 
 test('a domain without devices has no disks', () => {

@@ -3,7 +3,8 @@
 // the real error messages virsh 9.0 printed, see test/libvirt/virsh.test.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { VirshInjector, parseDominfo, renderTemplate } from '../../src/libvirt/injector.ts';
+import { LibvirtInjector } from '../../src/libvirt/injector.ts';
+import { renderTemplate } from '../../src/libvirt/template.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { changeCalls as mutating, EventingFakeClient, FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
@@ -51,7 +52,7 @@ const noSleep = async () => {};
 
 test('shut-off persistent: --config only, on the fixed far target vdzz', async () => {
   const lv = setup({ state: 'shut off' });
-  const r = await new VirshInjector({ spawner: lv }).inject(T, '/seeds/a.iso');
+  const r = await new LibvirtInjector({ spawner: lv }).inject(T, '/seeds/a.iso');
   assert.deepEqual(
     [r.action, r.flags, r.targetDev, r.domainState, r.seededAfterBoot, r.resumed],
     ['attached', ['--config'], 'vdzz', 'shutoff', false, false],
@@ -65,7 +66,7 @@ test('shut-off persistent: --config only, on the fixed far target vdzz', async (
 
 test('running persistent: --live --config and seeded after boot', async () => {
   const lv = setup({});
-  const r = await new VirshInjector({ spawner: lv }).inject(GATED, '/seeds/a.iso');
+  const r = await new LibvirtInjector({ spawner: lv }).inject(GATED, '/seeds/a.iso');
   assert.deepEqual(
     [r.action, r.flags, r.domainState, r.persistent, r.seededAfterBoot, r.resumed],
     ['attached', ['--live', '--config'], 'running', true, true, false],
@@ -75,7 +76,7 @@ test('running persistent: --live --config and seeded after boot', async () => {
 test('paused transient with the gate annotation: --live only, then the resume hook', async () => {
   const lv = setup({ state: 'paused', persistent: false, config: [] });
   const resumed: string[] = [];
-  const inj = new VirshInjector({
+  const inj = new LibvirtInjector({
     spawner: lv,
     resume: async (ctx) => {
       resumed.push(`${ctx.domain}@${ctx.uri}:${ctx.target.uid}`);
@@ -93,14 +94,14 @@ test('paused transient with the gate annotation: --live only, then the resume ho
 
 test('paused without the annotation (or not "true") stays paused; default hook is virsh resume', async () => {
   const lv = setup({ state: 'paused' });
-  const r = await new VirshInjector({ spawner: lv }).inject(
+  const r = await new LibvirtInjector({ spawner: lv }).inject(
     { ...T, annotations: { 'vmseed.io/resume-after-seed': 'yes' } },
     '/s.iso',
   );
   assert.equal(r.resumed, false);
   assert.equal(lv.domains.get('ns1_vm1')!.state, 'paused');
   const lv2 = setup({ state: 'paused' });
-  await new VirshInjector({ spawner: lv2 }).inject(GATED, '/s.iso');
+  await new LibvirtInjector({ spawner: lv2 }).inject(GATED, '/s.iso');
   assert.deepEqual(
     mutating(lv2).map((c) => c[0]),
     ['attach-device', 'resume'],
@@ -114,7 +115,7 @@ test('same source already in live and config: nothing to do (a paused gated doma
     live: [other('vda'), ours('vdzz', '/s.iso')],
     config: [other('vda'), ours('vdzz', '/s.iso')],
   });
-  const r = await new VirshInjector({ spawner: lv }).inject(GATED, '/s.iso');
+  const r = await new LibvirtInjector({ spawner: lv }).inject(GATED, '/s.iso');
   assert.deepEqual([r.action, r.targetDev, r.flags, r.resumed], ['none', 'vdzz', [], true]);
   assert.deepEqual(
     mutating(lv).map((c) => c[0]),
@@ -124,7 +125,7 @@ test('same source already in live and config: nothing to do (a paused gated doma
 
 test('run twice: one disk, not two', async () => {
   const lv = setup({});
-  const inj = new VirshInjector({ spawner: lv });
+  const inj = new LibvirtInjector({ spawner: lv });
   await inj.inject(T, '/s.iso');
   const r = await inj.inject(T, '/s.iso');
   assert.equal(r.action, 'none');
@@ -138,7 +139,7 @@ test('seed changed: detach the old disk where it is, wait until gone, attach on 
     live: [other('vda'), ours('vdzz', '/old.iso')],
     config: [other('vda'), ours('vdzz', '/old.iso')],
   });
-  const r = await new VirshInjector({ spawner: lv, sleep: noSleep }).inject(T, '/new.iso');
+  const r = await new LibvirtInjector({ spawner: lv, sleep: noSleep }).inject(T, '/new.iso');
   assert.deepEqual([r.action, r.targetDev, r.flags], ['replaced', 'vdzz', ['--live', '--config']]);
   assert.deepEqual(
     mutating(lv).map((c) => [c[0], c.at(-1)]),
@@ -156,23 +157,23 @@ test('seed changed: detach the old disk where it is, wait until gone, attach on 
 
 test('live has it, config lost it: attach --config only, same target', async () => {
   const lv = setup({ live: [other('vda'), ours('vdzz', '/s.iso')] });
-  const r = await new VirshInjector({ spawner: lv }).inject(T, '/s.iso');
+  const r = await new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso');
   assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--config'], 'vdzz']);
 });
 
 test('the first free targets stay free: with vda..vdc and sda used the seed still goes to vdzz / sdzz', async () => {
   const used = [other('vda'), other('vdb'), { ...other('sda'), bus: 'scsi' }];
   const lv = setup({ live: [...used], config: [...used, other('vdc')], scsi: true });
-  assert.equal((await new VirshInjector({ spawner: lv }).inject(T, '/s.iso')).targetDev, 'vdzz');
+  assert.equal((await new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso')).targetDev, 'vdzz');
   const lv2 = setup({ live: [...used], config: [...used], scsi: true });
-  assert.equal((await new VirshInjector({ spawner: lv2, bus: 'scsi' }).inject(T, '/s.iso')).targetDev, 'sdzz');
+  assert.equal((await new LibvirtInjector({ spawner: lv2, bus: 'scsi' }).inject(T, '/s.iso')).targetDev, 'sdzz');
 });
 
 test('our target held by a disk that is not ours: TARGET_IN_USE, terminal; that disk untouched, no other name taken', async () => {
   const foreign = { ...other('vdzz'), alias: 'ua-data' };
   const lv = setup({ live: [other('vda'), foreign], config: [other('vda'), foreign] });
   await assert.rejects(
-    new VirshInjector({ spawner: lv }).inject(T, '/s.iso'),
+    new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso'),
     (e: unknown) =>
       e instanceof VmseedError &&
       e.code === 'TARGET_IN_USE' &&
@@ -181,26 +182,26 @@ test('our target held by a disk that is not ours: TARGET_IN_USE, terminal; that 
   );
   assert.deepEqual(mutating(lv), []);
   // Eject finds nothing of ours either.
-  assert.equal((await new VirshInjector({ spawner: lv }).eject(T)).action, 'none');
+  assert.equal((await new LibvirtInjector({ spawner: lv }).eject(T)).action, 'none');
   assert.deepEqual(mutating(lv), []);
 });
 
 test('scsi bus: a read-only disk on sdzz at drive address target 7; virtio vdzz when the domain has no SCSI controller', async () => {
   const lv = setup({ state: 'shut off', scsi: true });
-  const r = await new VirshInjector({ spawner: lv, bus: 'scsi' }).inject(T, '/s.iso');
+  const r = await new LibvirtInjector({ spawner: lv, bus: 'scsi' }).inject(T, '/s.iso');
   assert.deepEqual([r.bus, r.targetDev], ['scsi', 'sdzz']);
   assert.deepEqual(
     [lv.domains.get('ns1_vm1')!.config[1].device, lv.domains.get('ns1_vm1')!.config[1].alias],
     ['disk', 'ua-vmseed_seed'],
   );
   const lv2 = setup({ state: 'shut off' });
-  const r2 = await new VirshInjector({ spawner: lv2, bus: 'scsi' }).inject(T, '/s.iso');
+  const r2 = await new LibvirtInjector({ spawner: lv2, bus: 'scsi' }).inject(T, '/s.iso');
   assert.deepEqual([r2.bus, r2.targetDev], ['virtio', 'vdzz']);
 });
 
 test('live only (KubeVirt): --live on a persistent running domain, its config never read or changed; not running → retried', async () => {
   const lv = setup({ scsi: true });
-  const inj = new VirshInjector({ spawner: lv, bus: 'scsi', liveOnly: true, sleep: noSleep });
+  const inj = new LibvirtInjector({ spawner: lv, bus: 'scsi', liveOnly: true, sleep: noSleep });
   const r = await inj.inject(T, '/s.iso');
   assert.deepEqual([r.action, r.flags, r.targetDev], ['attached', ['--live'], 'sdzz']);
   assert.deepEqual(
@@ -220,24 +221,16 @@ test('live only (KubeVirt): --live on a persistent running domain, its config ne
   );
   const off = setup({ state: 'shut off', scsi: true });
   await assert.rejects(
-    new VirshInjector({ spawner: off, liveOnly: true }).inject(T, '/s.iso'),
+    new LibvirtInjector({ spawner: off, liveOnly: true }).inject(T, '/s.iso'),
     (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_STATE_UNSUPPORTED' && e.retryable,
   );
   assert.deepEqual(mutating(off), []);
 });
 
-test('legacy alias: plain libvirt replaces its own older ua-vmseed disk; without legacy aliases (KubeVirt) a ua-vmseed disk is a VMI disk and stays', async () => {
-  const old = ours('vdb', '/old.iso', 'ua-vmseed');
-  const lv = setup({ live: [other('vda'), old], config: [other('vda'), old] });
-  const r = await new VirshInjector({ spawner: lv, legacyAliases: ['ua-vmseed'], sleep: noSleep }).inject(T, '/s.iso');
-  assert.deepEqual([r.action, r.targetDev], ['replaced', 'vdzz']);
-  assert.deepEqual(
-    lv.domains.get('ns1_vm1')!.live.map((d) => d.alias),
-    ['virtio-disk0', 'ua-vmseed_seed'],
-  );
+test('a ua-vmseed disk (a VMI disk named vmseed on KubeVirt) is not ours and stays', async () => {
   const vmiDisk = ours('sda', '/var/run/kubevirt-private/vmi-disks/vmseed/disk.img', 'ua-vmseed');
   const kv = setup({ state: 'paused', live: [other('vda'), vmiDisk], config: [], scsi: true });
-  const inj = new VirshInjector({ spawner: kv, bus: 'scsi', liveOnly: true, sleep: noSleep });
+  const inj = new LibvirtInjector({ spawner: kv, bus: 'scsi', liveOnly: true, sleep: noSleep });
   assert.equal((await inj.inject(T, '/s.iso')).action, 'attached');
   await inj.eject(T);
   assert.deepEqual(
@@ -249,7 +242,7 @@ test('legacy alias: plain libvirt replaces its own older ua-vmseed disk; without
 test('domain missing: DOMAIN_NOT_FOUND, retryable; nothing attached', async () => {
   const lv = setup({}, 'other_vm');
   await assert.rejects(
-    new VirshInjector({ spawner: lv }).inject(T, '/s.iso'),
+    new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso'),
     (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND' && e.retryable,
   );
   assert.deepEqual(mutating(lv), []);
@@ -273,7 +266,7 @@ test('libvirt answering for another domain (a handle remembered across a rename)
     },
   });
   await assert.rejects(
-    new VirshInjector({ client: renamed }).inject(T, '/s.iso'),
+    new LibvirtInjector({ client: renamed }).inject(T, '/s.iso'),
     (e: unknown) =>
       e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND' && e.retryable && /ns1_vm1_old/.test(e.message),
   );
@@ -283,7 +276,7 @@ test('libvirt answering for another domain (a handle remembered across a rename)
 test('a domain shutting down is retried later', async () => {
   const lv = setup({ state: 'in shutdown' });
   await assert.rejects(
-    new VirshInjector({ spawner: lv }).inject(T, '/s.iso'),
+    new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso'),
     (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_STATE_UNSUPPORTED' && e.retryable,
   );
 });
@@ -295,7 +288,7 @@ test('real libvirt errors surface with their codes', async () => {
     "error: Failed to attach device from /tmp/x\nerror: Cannot access storage file '/s.iso': No such file or directory\n",
   );
   await assert.rejects(
-    new VirshInjector({ spawner: lv }).inject(T, '/s.iso'),
+    new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso'),
     (e: unknown) => e instanceof VmseedError && e.code === 'SEED_FILE_NOT_ACCESSIBLE',
   );
   lv.failNext.set(
@@ -303,14 +296,14 @@ test('real libvirt errors surface with their codes', async () => {
     'error: Failed to attach device from /tmp/x\nerror: unsupported configuration: non unique alias detected: ua-vmseed_seed\n',
   );
   await assert.rejects(
-    new VirshInjector({ spawner: lv }).inject(T, '/s.iso'),
+    new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso'),
     (e: unknown) => e instanceof VmseedError && e.code === 'ALIAS_IN_USE',
   );
 });
 
 test('eject: detach with the same flags, poll until gone; absent disk or domain → none', async () => {
   const lv = setup({ live: [other('vda'), ours('vdzz', '/s.iso')], config: [other('vda'), ours('vdzz', '/s.iso')] });
-  const inj = new VirshInjector({ spawner: lv, sleep: noSleep });
+  const inj = new LibvirtInjector({ spawner: lv, sleep: noSleep });
   assert.deepEqual(await inj.eject(T), { action: 'detached', domain: 'ns1_vm1' });
   assert.deepEqual(
     lv.domains.get('ns1_vm1')!.live.map((d) => d.targetDev),
@@ -321,7 +314,7 @@ test('eject: detach with the same flags, poll until gone; absent disk or domain 
     ['vda'],
   );
   assert.deepEqual(await inj.eject(T), { action: 'none', domain: 'ns1_vm1' });
-  assert.deepEqual(await new VirshInjector({ spawner: setup({}, 'x_y') }).eject(T), {
+  assert.deepEqual(await new LibvirtInjector({ spawner: setup({}, 'x_y') }).eject(T), {
     action: 'none',
     domain: 'ns1_vm1',
   });
@@ -330,7 +323,7 @@ test('eject: detach with the same flags, poll until gone; absent disk or domain 
 test('eject: a guest that never releases the disk → DETACH_TIMEOUT after polling', async () => {
   const lv = setup({ unplugs: false, live: [ours('vdzz', '/s.iso')], config: [] });
   let polls = 0;
-  const inj = new VirshInjector({
+  const inj = new LibvirtInjector({
     spawner: lv,
     detachTimeoutMs: 30,
     pollIntervalMs: 5,
@@ -348,7 +341,7 @@ test('eject: a guest that never releases the disk → DETACH_TIMEOUT after polli
 
 test('eject of a shut-off domain: --config only, no polling of the live domain', async () => {
   const lv = setup({ state: 'shut off', config: [ours('vdzz', '/s.iso')] });
-  await new VirshInjector({ spawner: lv }).eject(T);
+  await new LibvirtInjector({ spawner: lv }).eject(T);
   assert.deepEqual(
     mutating(lv).map((c) => c.at(-1)),
     ['--config'],
@@ -358,7 +351,7 @@ test('eject of a shut-off domain: --config only, no polling of the live domain',
 
 test('templates: domain name, per-VMI socket URI, image path as the domain sees it', async () => {
   const lv = setup({ state: 'shut off' }, 'vm-u-7');
-  const inj = new VirshInjector({
+  const inj = new LibvirtInjector({
     spawner: lv,
     domainTemplate: 'vm-{uid}',
     uriTemplate: 'qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock',
@@ -369,7 +362,7 @@ test('templates: domain name, per-VMI socket URI, image path as the domain sees 
   assert.ok(lv.uris.every((u) => u === 'qemu+unix:///system?socket=/var/run/kubevirt/u-7/libvirt-sock'));
   assert.equal(lv.domains.get('vm-u-7')!.config[1].sourceFile, '/var/run/kubevirt-private/vmseed/ns1/vm1/nocloud.iso');
   assert.throws(
-    () => new VirshInjector({ domainTemplate: '{namespace}-{pod}' }),
+    () => new LibvirtInjector({ domainTemplate: '{namespace}-{pod}' }),
     (e: unknown) => e instanceof VmseedError && e.code === 'CONFIG_INVALID' && e.field === 'domainTemplate',
   );
   assert.equal(renderTemplate('{namespace}_{name}', { namespace: 'a', name: 'b' }), 'a_b');
@@ -378,7 +371,7 @@ test('templates: domain name, per-VMI socket URI, image path as the domain sees 
 test('calls for one domain are serialised; different domains run concurrently', async () => {
   const lv = setup({ state: 'shut off' });
   lv.domains.set('ns1_vm2', { state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
-  const inj = new VirshInjector({ spawner: lv });
+  const inj = new LibvirtInjector({ spawner: lv });
   const [a, b, c] = await Promise.all([
     inj.inject(T, '/s.iso'),
     inj.inject(T, '/s.iso'),
@@ -387,25 +380,10 @@ test('calls for one domain are serialised; different domains run concurrently', 
   assert.deepEqual([a.action, b.action, c.action], ['attached', 'none', 'attached']);
 });
 
-test('dominfo parsing', () => {
-  assert.deepEqual(parseDominfo('State:          shut off\nPersistent:     no\n'), {
-    state: 'shutoff',
-    persistent: false,
-  });
-  assert.deepEqual(parseDominfo('State:          pmsuspended\nPersistent:     yes\n'), {
-    state: 'other',
-    persistent: true,
-  });
-  assert.throws(
-    () => parseDominfo('garbage'),
-    (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED',
-  );
-});
-
 test('with events (the RPC client): eject waits on device-removed, no polling; a guest that never releases → DETACH_TIMEOUT on a re-read', async () => {
   const lv = setup({ live: [other('vda'), ours('vdzz', '/s.iso')], config: [other('vda'), ours('vdzz', '/s.iso')] });
   let slept = 0;
-  const inj = new VirshInjector({ client: new EventingFakeClient(lv), sleep: async () => void slept++ });
+  const inj = new LibvirtInjector({ client: new EventingFakeClient(lv), sleep: async () => void slept++ });
   assert.deepEqual(await inj.eject(T), { action: 'detached', domain: 'ns1_vm1' });
   assert.deepEqual(
     lv.domains.get('ns1_vm1')!.live.map((d) => d.targetDev),
@@ -419,7 +397,7 @@ test('with events (the RPC client): eject waits on device-removed, no polling; a
   assert.equal(slept, 0);
 
   const stuck = setup({ unplugs: false, live: [ours('vdzz', '/s.iso')], config: [] });
-  const slow = new VirshInjector({ client: new EventingFakeClient(stuck), detachTimeoutMs: 30 });
+  const slow = new LibvirtInjector({ client: new EventingFakeClient(stuck), detachTimeoutMs: 30 });
   await assert.rejects(
     slow.eject(T),
     (e: unknown) => e instanceof VmseedError && e.code === 'DETACH_TIMEOUT' && e.retryable,
@@ -433,7 +411,7 @@ test('with events (the RPC client): eject waits on device-removed, no polling; a
 test('with events: a reconnect while waiting re-reads the domain (an event sent while it was down is lost)', async () => {
   const lv = setup({ unplugs: false, live: [ours('vdzz', '/s.iso')], config: [] });
   const client = new EventingFakeClient(lv);
-  const inj = new VirshInjector({ client, detachTimeoutMs: 60_000 });
+  const inj = new LibvirtInjector({ client, detachTimeoutMs: 60_000 });
   const ejected = inj.eject(T);
   // The guest lets go while the connection is down; libvirt's event is lost.
   while (!lv.calls.some((c) => c[0] === 'detach-device')) await new Promise((r) => setImmediate(r));
@@ -444,7 +422,7 @@ test('with events: a reconnect while waiting re-reads the domain (an event sent 
 
 test('one read, one write: a running persistent domain is dominfo + live + inactive XML, then one attach-device with both flags', async () => {
   const lv = setup({});
-  await new VirshInjector({ spawner: lv }).inject(T, '/s.iso');
+  await new LibvirtInjector({ spawner: lv }).inject(T, '/s.iso');
   assert.deepEqual(
     lv.calls.map((c) => [c[0], ...c.filter((a) => a.startsWith('--'))]),
     [['dominfo'], ['dumpxml'], ['dumpxml', '--inactive'], ['attach-device', '--live', '--config']],
@@ -478,7 +456,7 @@ test("publish runs beside the read; older copies are pruned after inject() answe
   };
   // Each virsh call as it starts, in the same log as the copy's steps.
   const logged: ProcessSpawner = { run: (file, argv, o) => (steps.push(String(argv[3])), lv.run(file, argv, o)) };
-  const inj = new VirshInjector({ spawner: logged, publisher, liveOnly: true });
+  const inj = new LibvirtInjector({ spawner: logged, publisher, liveOnly: true });
   const injecting = inj.inject(T, '/seeds/nocloud.iso');
   // The read went out first, and was answered while the copy was still
   // being made.
@@ -528,7 +506,7 @@ test('a failed copy is the answer at once, without waiting for a read that does 
     prune: async () => void (pruned = true),
     unpublish: async () => {},
   };
-  const inj = new VirshInjector({ spawner: held, publisher, liveOnly: true });
+  const inj = new LibvirtInjector({ spawner: held, publisher, liveOnly: true });
   await assert.rejects(
     inj.inject(T, '/seeds/nocloud.iso'),
     (e: unknown) => e instanceof VmseedError && e.code === 'SEED_PUBLISH_FAILED',

@@ -9,7 +9,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile, lstat,
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { ImageStore } from '../../src/disk/store.ts';
-import { VirshInjector } from '../../src/libvirt/injector.ts';
+import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { checkLauncherPods, launcherPodsOnNode } from '../../src/libvirt/launcher-pod.ts';
 import { DirPublisher, identityPublisher, isPublishedName } from '../../src/libvirt/publish.ts';
 import { encodeUriValue } from '../../src/libvirt/template.ts';
@@ -36,7 +36,7 @@ async function setup(t: { after(fn: () => Promise<void>): void }) {
   t.after(() => rm(root, { recursive: true, force: true }));
   const lv = new FakeLibvirt();
   lv.domains.set('ns1_vm1', { state: 'paused', persistent: false, live: [], config: [], unplugs: true, scsi: true });
-  const inj = new VirshInjector({
+  const inj = new LibvirtInjector({
     spawner: lv,
     uriTemplate: URI.replace('{root}', root),
     imagePathTemplate: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}',
@@ -213,7 +213,7 @@ test('values in the socket URI are percent-encoded: a pods directory with spaces
   const { lv } = await setup(t);
   assert.equal(encodeUriValue('/pods dir/a&b=c?d#e%f/~x_y.z-1'), '/pods%20dir/a%26b%3Dc%3Fd%23e%25f/~x_y.z-1');
   assert.equal(encodeUriValue('/é'), '/%C3%A9');
-  const inj = new VirshInjector({
+  const inj = new LibvirtInjector({
     spawner: lv,
     uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/{namespace}/sock',
   });
@@ -331,7 +331,7 @@ test('eject when the launcher is gone: no launcher pod, or its socket no longer 
   assert.equal((await inj.eject(T)).action, 'none');
   await assert.rejects(stat(published), { code: 'ENOENT' });
   // Without {podUID} in the URI an unreachable libvirt stays an error.
-  const host = new VirshInjector({ spawner: lv });
+  const host = new LibvirtInjector({ spawner: lv });
   lv.failNext.set('dominfo', 'error: failed to connect to the hypervisor\n');
   await assert.rejects(host.eject(T), code('LIBVIRT_UNREACHABLE'));
 });
@@ -358,7 +358,7 @@ test('plain libvirt: identity publishing, the image used where it is', async () 
   assert.equal(await identityPublisher.publish(T, '/var/lib/vmseed/seeds/a.iso'), '/var/lib/vmseed/seeds/a.iso');
   const lv = new FakeLibvirt();
   lv.domains.set('ns1_vm1', { state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
-  await new VirshInjector({ spawner: lv }).inject({ ...T, launcherPods: undefined }, '/var/lib/vmseed/seeds/a.iso');
+  await new LibvirtInjector({ spawner: lv }).inject({ ...T, launcherPods: undefined }, '/var/lib/vmseed/seeds/a.iso');
   assert.equal(lv.domains.get('ns1_vm1')!.config[0].sourceFile, '/var/lib/vmseed/seeds/a.iso');
   assert.throws(() => new DirPublisher({ dirTemplate: '/pods/{pod}/x' }), code('CONFIG_INVALID'));
   assert.throws(() => new DirPublisher({ dirTemplate: '/pods/{podUID}/x', subdir: '../y' }), code('CONFIG_INVALID'));

@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { VirshLibvirtClient, parseVirshDominfo } from '../../src/libvirt/virsh-client.ts';
+import { VmseedError } from '../../src/errors.ts';
 import type { ProcessSpawner, SpawnResult } from '../../src/libvirt/virsh.ts';
 
 function recorder(stdout = '') {
@@ -53,6 +54,20 @@ test('dominfo: virsh state words to libvirt state names', () => {
   assert.deepEqual(info('shut off'), { state: 'shutoff', rawState: 'shutoff', persistent: true });
   assert.deepEqual(info('in shutdown'), { state: 'other', rawState: 'shutdown', persistent: true });
   assert.throws(() => parseVirshDominfo('nothing'), /no State\/Persistent/);
+  assert.deepEqual(parseVirshDominfo('State:          shut off\nPersistent:     no\n'), {
+    state: 'shutoff',
+    rawState: 'shutoff',
+    persistent: false,
+  });
+  assert.deepEqual(parseVirshDominfo('State:          pmsuspended\nPersistent:     yes\n'), {
+    state: 'other',
+    rawState: 'pmsuspended',
+    persistent: true,
+  });
+  assert.throws(
+    () => parseVirshDominfo('garbage'),
+    (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED',
+  );
 });
 
 test('version: the daemon line wins over the library line', async () => {

@@ -7,8 +7,7 @@ import { walkXml } from '../../src/libvirt/xml-scan.ts';
 import { parseDomainXml, type DomainXmlInfo } from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
 
-// The reader parseDomainXml had before it walked the XML itself (a whole
-// fast-xml-parser tree): the oracle the new one must agree with.
+// A whole fast-xml-parser tree: the oracle the walker must agree with.
 const oracleParser = new XMLParser({
   ignoreAttributes: false,
   attributeNamePrefix: '@_',

@@ -2,7 +2,7 @@
 // API call the agent has: the informer (list, watch), a Secret and a
 // ConfigMap read for cloud-init sources, Events created and (on repeats)
 // patched, and the seed gate's unpause. libvirt is FakeLibvirt behind the
-// real VirshInjector with {podUID} templates; images are published into
+// real LibvirtInjector with {podUID} templates; images are published into
 // launcher "pods" under a temp directory. The fake API server's recorded
 // requests are what the RBAC test checks the ClusterRole against.
 import { mkdir } from 'node:fs/promises';
@@ -12,7 +12,7 @@ import { FakeLibvirt } from './fake-libvirt.ts';
 import { startAgent, tempDir, vmi, waitFor, NODE } from './agent-harness.ts';
 import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
-import { VirshInjector, type VirshInjectorOptions } from '../../src/libvirt/injector.ts';
+import { LibvirtInjector, type LibvirtInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 
@@ -49,15 +49,18 @@ export function launcherVmi(
 }
 
 // The kubevirt preset's injector, with the pods tree under `pods`.
-export function kubevirtInjector(pods: string, lv: FakeLibvirt, resume: VirshInjectorOptions['resume']): VirshInjector {
-  return new VirshInjector({
+export function kubevirtInjector(
+  pods: string,
+  lv: FakeLibvirt,
+  resume: LibvirtInjectorOptions['resume'],
+): LibvirtInjector {
+  return new LibvirtInjector({
     spawner: lv,
     uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`,
     imagePathTemplate: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}',
     publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed' }),
     bus: 'scsi',
     liveOnly: true,
-    legacyAliases: [],
     resume,
     sleep: async () => {},
   });

@@ -1,4 +1,4 @@
-// Building user-data from Virtlet's and oVirt's pieces. Order (issue 7):
+// Building user-data from Virtlet's and oVirt's pieces. Order:
 //   generated (init, files) ← user-data from userDataFrom ← inline user-data
 // each later part merged over the earlier with Virtlet's merge (mappings
 // recursive, lists appended, scalars replaced) or, with
