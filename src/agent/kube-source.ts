@@ -30,7 +30,7 @@ import type { KubeConnection } from './kube-connection.ts';
 import type { Logger } from 'pino';
 import type { VmiObject } from '../cloudinit/kube-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { WatchStatus } from './status-types.ts';
+import type { WatchStatus } from '../http/status-types.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
 import { statusError, transportReason, type KubeApi } from './kube-api.ts';
 import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './kube-watch.ts';

@@ -12,7 +12,7 @@ import type {
   VmiState,
   VmiStatusRecord,
   WatchStatus,
-} from './status-types.ts';
+} from '../http/status-types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 
 export const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];

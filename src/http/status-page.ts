@@ -10,7 +10,7 @@ import type {
   VmiState,
   VmiStatusRecord,
   WatchStatus,
-} from '../agent/status-types.ts';
+} from './status-types.ts';
 import { esc, formatAgo, formatBytes, formatSeconds, formatTime } from './html.ts';
 import { renderLatencyChart } from './svg-chart.ts';
 
