@@ -16,8 +16,8 @@ import type { RefResolver, VmiObject } from '../cloudinit/kube-types.ts';
 import type { Datasource, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
-import { asVmseedError, VmseedError } from '../errors.ts';
-import type { InjectionTarget, Injector } from '../libvirt/types.ts';
+import { asVmseedError, VmseedError, type ErrorCode } from '../errors.ts';
+import type { InjectionResult, InjectionTarget, Injector } from '../libvirt/types.ts';
 import {
   launcherPodOf,
   launcherPodsOnNode,
@@ -27,12 +27,22 @@ import {
   type LauncherPlan,
 } from '../libvirt/launcher-pod.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore, StoredImage } from './deps.ts';
+import type { VmiStatusRecord } from '../http/status-types.ts';
+import { formatSeconds } from '../http/html.ts';
+import type {
+  AgentRenderOptions,
+  BuildSeedImage,
+  BuiltImage,
+  RenderOutcome,
+  RenderSeed,
+  SeedImageStore,
+  StoredImage,
+} from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import type { StatusStore } from './status-store.ts';
+import { resetObjectFacts, type ImageFacts, type VmiRecords } from './vmi-records.ts';
+import { splitKey, type Problem, type StatusReport } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
-import { splitKey } from './status-store.ts';
-import { formatSeconds } from '../http/html.ts';
 
 export interface ReconcilerOptions {
   nodeName: string;
@@ -44,6 +54,9 @@ export interface ReconcilerOptions {
   injector?: Injector;
   events: EventRecorder;
   status: StatusStore;
+  // Where the facts about each VMI are kept between reconciles (the status
+  // store's records).
+  records: VmiRecords;
   metrics?: Metrics;
   logger: Logger;
   renderOptions: AgentRenderOptions;
@@ -65,27 +78,7 @@ export interface ReconcilerOptions {
   hostNuma?: HostNumaReader;
 }
 
-// What is on disk (and in the domain) for a key.
-interface Known {
-  uid: string;
-  datasource: Datasource | undefined;
-  path: string;
-  sha256: string;
-  injectedSha?: string;
-  // The VMI's directory may hold other images (older seeds, what was there
-  // at start-up): prune() clears it once path is in use. Set after every
-  // write (one readdir; a new VMI's directory may hold a stable-named image
-  // of an earlier version) and when start-up found several.
-  needsPrune: boolean;
-  annotations: Record<string, string>;
-  // The launcher pods last seen for it: eject still reaches the domain
-  // after the VMI object is gone.
-  launcherPods: string[];
-  // KubeVirt: the launcher pod whose domain got the disk, and migration
-  // targets that got the image only.
-  attachedPod?: string;
-  stagedPods?: string[];
-}
+type Injection = NonNullable<VmiStatusRecord['injection']>;
 
 // An INTERNAL error is a bug or an input nothing else caught: retried this
 // many times in all (the backoff spaces them), then reported terminal, so a
@@ -116,24 +109,42 @@ export function sha256Hex(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
+// What a reconcile found, for the handler around it: the status to show, the
+// Events, the metrics and the log line follow from it.
+type Outcome =
+  // Not here any more: everything about it is forgotten.
+  | { kind: 'gone' }
+  // Local mode: labelled for another node, shown as skipped.
+  | { kind: 'other-node'; node: string; warning: Problem }
+  | { kind: 'skipped'; warning: Problem | undefined; event: boolean }
+  | { kind: 'served'; datasource: Datasource; warnings: Problem[] }
+  | {
+      kind: 'ready';
+      status: Extract<StatusReport, { kind: 'ready' }>;
+      written: boolean;
+      injected: boolean;
+      // Placement: attached to the domain, or only staged in these launcher pods.
+      attached: boolean;
+      staged: string[];
+      seconds: number;
+    };
+
+// What happened to the seed so far: a failure after the image was written
+// (injection) is not a failed generation.
+interface Progress {
+  generated: boolean;
+  written?: { datasource: Datasource; seconds: number };
+}
+
 export class Reconciler {
   readonly #o: ReconcilerOptions;
   readonly #log: Logger;
-  readonly #known = new Map<string, Known>();
-  // key -> uid and when this agent first saw it (seed-ready latency).
-  readonly #firstSeen = new Map<string, { uid: string; at: number; reported: boolean }>();
-  // key -> the other node it was last logged for (log once per change).
-  readonly #otherNodeLogged = new Map<string, string>();
-  // key -> the domain facts read for its tagged devices, per VMI uid: read
-  // once, so a device hot-plugged later never changes the seed under the
-  // running guest (KubeVirt builds its drive once, at start).
-  readonly #domainFactsRead = new Map<string, { uid: string; facts: DomainFacts }>();
-  // key -> RENDER_TIMEOUTs of the VMI's current version.
-  readonly #renderTimeouts = new Map<string, { version: string | undefined; count: number }>();
+  readonly #records: VmiRecords;
 
   constructor(options: ReconcilerOptions) {
     this.#o = options;
     this.#log = options.logger;
+    this.#records = options.records;
   }
 
   #now(): number {
@@ -170,7 +181,7 @@ export class Reconciler {
       const key = `${img.namespace}/${img.name}`;
       const live = this.#o.cache.get(key);
       if (live && live.metadata.uid === img.uid && this.isHere(live)) {
-        const had = this.#known.get(key);
+        const had = this.#records.get(key)?.image;
         // A stable-named image of an earlier version was replaced in place:
         // QEMU may hold an older inode than the file, so it never counts as
         // what the domain has. The first reconcile writes the
@@ -193,7 +204,7 @@ export class Reconciler {
               continue;
             }
           }
-          this.#known.set(key, {
+          this.#records.of(key).image = {
             uid: img.uid,
             datasource: img.datasource,
             path: img.path,
@@ -201,7 +212,7 @@ export class Reconciler {
             needsPrune: had !== undefined,
             annotations: live.metadata.annotations ?? {},
             launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
-          });
+          };
           kept++;
           continue;
         }
@@ -229,169 +240,202 @@ export class Reconciler {
     return { kept, removed };
   }
 
+  // The handler around one reconcile (controller-runtime's reconcileHandler):
+  // the reconcile says what it found or throws; the status, metrics, Events
+  // and log lines for it are all recorded here.
   async reconcile(key: string): Promise<WorkResult> {
     const started = performance.now();
     const vmi = this.#o.cache.get(key);
-    // A failure after the image was written (injection) is not a failed
-    // generation: the histogram has its success observation already.
-    const progress = { generated: false };
+    const progress: Progress = { generated: false };
+    let outcome: Outcome;
     try {
-      if (!vmi || !this.isHere(vmi)) {
-        await this.#cleanup(key);
-        const other = vmi && this.#o.reportOtherNodes ? nodeOf(vmi) : undefined;
-        if (vmi && other !== undefined && other !== this.#o.nodeName) this.#skipOtherNode(key, vmi, other);
-        else {
-          this.#o.status.remove(key);
-          this.#otherNodeLogged.delete(key);
-        }
-        this.#firstSeen.delete(key);
-        this.#domainFactsRead.delete(key);
-        this.#renderTimeouts.delete(key);
-        this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
-        return 'success';
-      }
-      const result = await this.#ensure(key, vmi, started, progress);
-      this.#renderTimeouts.delete(key);
-      return result;
+      outcome = await this.#sync(key, vmi, started, progress);
     } catch (e) {
+      this.#recordGeneration(progress);
       return this.#failed(key, vmi, e, started, progress);
     }
+    this.#recordGeneration(progress);
+    this.#succeeded(key, vmi, outcome);
+    this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
+    return 'success';
   }
 
-  #skipOtherNode(key: string, vmi: VmiObject, node: string): void {
-    const message =
-      `the VMI names node "${node}" (${vmi.status?.nodeName ? 'status.nodeName' : 'label kubevirt.io/nodeName'}) and this agent is ` +
-      `--node-name "${this.#o.nodeName}"; remove the label from the manifest or start the agent with --node-name ${node}`;
-    this.#o.status.update(key, vmi.metadata.uid ?? key, {
-      state: 'skipped',
-      warnings: [
-        this.#o.status.problem('VMI_ON_OTHER_NODE', message, {
-          field: vmi.status?.nodeName ? 'status.nodeName' : 'metadata.labels.kubevirt.io/nodeName',
-        }),
-      ],
-      lastError: undefined,
-      retries: 0,
-      datasource: undefined,
-      imagePath: undefined,
-    });
-    if (this.#otherNodeLogged.get(key) !== node) {
-      this.#otherNodeLogged.set(key, node);
-      const [namespace, name] = key.split('/');
-      this.#log.warn({ namespace, name, node, agentNode: this.#o.nodeName }, `skipped: ${message}`);
+  async #sync(key: string, vmi: VmiObject | undefined, started: number, progress: Progress): Promise<Outcome> {
+    if (!vmi || !this.isHere(vmi)) {
+      await this.#cleanup(key);
+      const other = vmi && this.#o.reportOtherNodes ? nodeOf(vmi) : undefined;
+      return vmi && other !== undefined && other !== this.#o.nodeName ? this.#otherNode(vmi, other) : { kind: 'gone' };
     }
-  }
-
-  async #ensure(key: string, vmi: VmiObject, started: number, progress: { generated: boolean }): Promise<WorkResult> {
-    this.#otherNodeLogged.delete(key);
     const uid = vmi.metadata.uid ?? key;
-    const seen = this.#firstSeen.get(key);
-    if (!seen || seen.uid !== uid) this.#firstSeen.set(key, { uid, at: this.#now(), reported: false });
-    const known = this.#known.get(key);
-    if (known && known.uid !== uid) await this.#cleanup(key); // same name, new object
-
-    let outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
-    if (outcome.kind === 'seed' && outcome.seed.datasource === 'configdrive') {
-      const facts = await this.#domainFacts(key, uid, vmi);
-      if (facts) {
-        const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
-        outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, {
-          domainDevices,
-          vcpuPins: facts.vcpuPins,
-        });
-      }
-    }
+    const r = this.#records.of(key);
+    delete r.otherNode;
+    if (r.firstSeen?.uid !== uid) r.firstSeen = { uid, at: this.#now(), reported: false };
+    if (r.image && r.image.uid !== uid) await this.#cleanup(key); // same name, new object
+    const outcome = await this.#render(key, uid, vmi);
     if (outcome.kind === 'skip') {
       await this.#cleanup(key);
-      const warnings = outcome.warning
-        ? [this.#o.status.problem(outcome.warning.code, outcome.warning.message, { field: outcome.warning.field })]
-        : [];
-      this.#o.status.update(key, uid, {
-        state: 'skipped',
-        warnings,
-        lastError: undefined,
-        retries: 0,
-        datasource: undefined,
-        imagePath: undefined,
-      });
-      if (outcome.warning)
-        this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${outcome.warning.code}: ${outcome.warning.message}`);
-      this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
-      return 'success';
+      return { kind: 'skipped', warning: outcome.warning && problemOf(outcome.warning), event: true };
     }
     const seed = outcome.seed;
-    if (seed.delivery === 'http') return this.#ensureHttpOnly(key, vmi, uid, seed);
+    if (seed.delivery === 'http') return this.#serveOnly(key, vmi, seed);
+    return this.#seed(key, uid, vmi, seed, started, progress);
+  }
+
+  #otherNode(vmi: VmiObject, node: string): Outcome {
+    const via = vmi.status?.nodeName ? 'status.nodeName' : 'label kubevirt.io/nodeName';
+    const message =
+      `the VMI names node "${node}" (${via}) and this agent is ` +
+      `--node-name "${this.#o.nodeName}"; remove the label from the manifest or start the agent with --node-name ${node}`;
+    const field = vmi.status?.nodeName ? 'status.nodeName' : 'metadata.labels.kubevirt.io/nodeName';
+    return { kind: 'other-node', node, warning: { code: 'VMI_ON_OTHER_NODE', message, field } };
+  }
+
+  // Render, then again with the domain's facts when a ConfigDrive lists
+  // tagged devices the spec does not pin.
+  async #render(key: string, uid: string, vmi: VmiObject): Promise<RenderOutcome> {
+    const outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+    if (outcome.kind !== 'seed' || outcome.seed.datasource !== 'configdrive') return outcome;
+    const facts = await this.#domainFacts(key, uid, vmi);
+    if (!facts) return outcome;
+    const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
+    return this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices, vcpuPins: facts.vcpuPins });
+  }
+
+  // The seed as an image in place: image → placement (inject or stage) →
+  // prune → what to report.
+  async #seed(
+    key: string,
+    uid: string,
+    vmi: VmiObject,
+    seed: Seed,
+    started: number,
+    progress: Progress,
+  ): Promise<Outcome> {
+    const shown = this.#o.status.get(key);
     // Rendering and building are each one synchronous stretch: let the
     // event loop run between them.
     await new Promise<void>((resolve) => setImmediate(resolve));
-    const buildStart = performance.now();
-    const image = this.#o.build(seed, seedTimestamp(vmi));
-    this.#o.metrics?.imageBuildDuration.observe(
-      { datasource: seed.datasource },
-      (performance.now() - buildStart) / 1000,
-    );
-    const sha = image.sha256;
-    const size = image.bytes.length;
+    const image = this.#build(seed, vmi);
     const target = injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName);
-    let entry = this.#known.get(key);
-    let written = false;
-    // Level-based down to the file: an image deleted behind our back is written again.
-    const onDisk =
-      entry !== undefined && entry.sha256 === sha && (await this.#o.store.imageStat(entry.path))?.size === size;
-    if (!entry || !onDisk || entry.datasource !== seed.datasource) {
-      if (entry && entry.datasource !== undefined && entry.datasource !== seed.datasource) await this.#cleanup(key);
-      const res = await this.#o.store.write(
-        { namespace: target.namespace, name: target.name, uid },
-        seed.datasource,
-        image.bytes,
-        { fsync: this.#o.fsync ?? true, sha256: sha },
-      );
-      written = res.written;
-      // Where the previous image went stays known (a new seed for the same
-      // launcher pods).
-      const placed =
-        entry?.uid === uid
-          ? {
-              launcherPods: entry.launcherPods,
-              ...(entry.attachedPod ? { attachedPod: entry.attachedPod } : {}),
-              stagedPods: entry.stagedPods ?? [],
-            }
-          : { launcherPods: target.launcherPods ?? [] };
-      entry = {
-        uid,
-        datasource: seed.datasource,
-        path: res.path,
-        sha256: sha,
-        needsPrune: true,
-        annotations: target.annotations,
-        ...placed,
-      };
-      this.#known.set(key, entry);
-      this.#o.metrics?.imageBytes.observe({ datasource: seed.datasource }, size);
-    }
+    const size = image.bytes.length;
+    const { entry, written } = await this.#image(key, uid, target, seed.datasource, image);
     releaseImageBytes(image.bytes);
     this.#o.seeds?.put(key, vmi, seed);
-    const generationSeconds = (performance.now() - started) / 1000;
-    if (written) {
-      this.#o.metrics?.seedGenerationDuration.observe(
-        { datasource: seed.datasource, result: 'success' },
-        generationSeconds,
-      );
-      this.#o.status.recordGeneration(generationSeconds);
-    }
+    const seconds = (performance.now() - started) / 1000;
+    if (written) progress.written = { datasource: seed.datasource, seconds };
     progress.generated = true;
+    const placed = await this.#place(target, vmi, entry, image.sha256, shown?.injection);
+    // The domain uses entry.path now (or there is no domain): older images
+    // are no one's any more. A failed prune is retried by the next reconcile.
+    await this.#prune(target, entry);
+    const warnings = seed.warnings.map(problemOf);
+    // Kept for as long as the VMI lives, not only on the reconcile that
+    // attached: the guest booted without its seed, and that stays true.
+    if (placed.injection?.seededAfterBoot)
+      warnings.push({
+        code: 'SEEDED_AFTER_BOOT',
+        message: `the seed was attached to running domain ${placed.injection.domain}; the guest may have booted without it`,
+      });
+    const generatedAt = written
+      ? new Date(this.#now()).toISOString()
+      : (shown?.generatedAt ?? (await this.#mtimeIso(entry.path)));
+    return {
+      kind: 'ready',
+      status: {
+        kind: 'ready',
+        datasource: seed.datasource,
+        imagePath: entry.path,
+        imageBytes: size,
+        contentHash: image.sha256,
+        generatedAt,
+        generationSeconds: written ? seconds : (shown?.generationSeconds ?? seconds),
+        files: image.files,
+        injection: placed.injection,
+        warnings,
+      },
+      written,
+      injected: placed.injected,
+      attached: placed.attached,
+      staged: placed.staged,
+      seconds,
+    };
+  }
 
-    const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
-    let injection = this.#o.status.get(key)?.injection;
-    let injected = false;
-    let staged: string[] = [];
+  #build(seed: Seed, vmi: VmiObject): BuiltImage {
+    const t0 = performance.now();
+    const image = this.#o.build(seed, seedTimestamp(vmi));
+    this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - t0) / 1000);
+    return image;
+  }
+
+  // The image on disk: written unless the one on record has this content
+  // and is still there (level-based down to the file: an image deleted
+  // behind our back is written again).
+  async #image(
+    key: string,
+    uid: string,
+    target: InjectionTarget,
+    datasource: Datasource,
+    image: BuiltImage,
+  ): Promise<{ entry: ImageFacts; written: boolean }> {
+    const r = this.#records.of(key);
+    const had = r.image;
+    const sha = image.sha256;
+    const size = image.bytes.length;
+    const onDisk = had !== undefined && had.sha256 === sha && (await this.#o.store.imageStat(had.path))?.size === size;
+    if (had && onDisk && had.datasource === datasource) return { entry: had, written: false };
+    if (had && had.datasource !== undefined && had.datasource !== datasource) await this.#cleanup(key);
+    const res = await this.#o.store.write(
+      { namespace: target.namespace, name: target.name, uid },
+      datasource,
+      image.bytes,
+      {
+        fsync: this.#o.fsync ?? true,
+        sha256: sha,
+      },
+    );
+    // Where the previous image went stays known (a new seed for the same
+    // launcher pods).
+    const placed =
+      had?.uid === uid
+        ? {
+            launcherPods: had.launcherPods,
+            ...(had.attachedPod ? { attachedPod: had.attachedPod } : {}),
+            stagedPods: had.stagedPods ?? [],
+          }
+        : { launcherPods: target.launcherPods ?? [] };
+    const entry: ImageFacts = {
+      uid,
+      datasource,
+      path: res.path,
+      sha256: sha,
+      needsPrune: true,
+      annotations: target.annotations,
+      ...placed,
+    };
+    r.image = entry;
+    this.#o.metrics?.imageBytes.observe({ datasource }, size);
+    return { entry, written: res.written };
+  }
+
+  // The image where the VM is: attached to its domain, or (KubeVirt, during
+  // a migration) staged in the launcher pods that will run it.
+  async #place(
+    target: InjectionTarget,
+    vmi: VmiObject,
+    entry: ImageFacts,
+    sha: string,
+    shownInjection: Injection | undefined,
+  ): Promise<{ injection: Injection | undefined; injected: boolean; attached: boolean; staged: string[] }> {
     const injector = this.#o.injector;
-    let attach = injector !== undefined;
+    let attached = injector !== undefined;
+    let staged: string[] = [];
     if (injector?.perPod) {
       // Which of this node's launcher pods gets the disk, which (migration
       // targets) the image only, and which no longer run the VM.
       const plan = await this.#plan(target, vmi, entry);
       staged = await this.#applyPlan(target, entry, plan);
-      attach = plan.attachTo !== undefined;
+      attached = plan.attachTo !== undefined;
       if (plan.attachTo !== undefined) target.launcherPods = [plan.attachTo];
       else if (!plan.receiving) launcherPodOf({ ...target, launcherPods: [] }); // LAUNCHER_POD_UNKNOWN, retried
     } else if (!sameList(entry.launcherPods, target.launcherPods ?? [])) {
@@ -399,99 +443,45 @@ export class Reconciler {
       entry.launcherPods = target.launcherPods ?? [];
       entry.injectedSha = undefined;
     }
-    if (injector && attach && entry.injectedSha !== sha) {
-      const t0 = performance.now();
-      let result;
-      try {
-        result = await injector.inject(target, entry.path);
-      } catch (e) {
-        // The domain had one of our images already: this was a replace.
-        const operation = this.#o.status.get(key)?.injection ? 'replace' : 'attach';
-        this.#o.metrics?.injectionDuration.observe({ operation, result: 'error' }, (performance.now() - t0) / 1000);
-        throw e;
-      }
-      if (result.action !== 'none') {
-        this.#o.metrics?.injectionDuration.observe(
-          { operation: result.action === 'attached' ? 'attach' : 'replace', result: 'success' },
-          (performance.now() - t0) / 1000,
-        );
-        injected = true;
-      }
-      entry.injectedSha = sha;
-      injection = {
-        domain: result.domain,
-        targetDev: result.targetDev,
-        bus: result.bus,
-        flags: result.flags,
-        domainState: result.domainState,
-        seededAfterBoot: result.seededAfterBoot,
-        resumed: result.resumed,
-        at: new Date(this.#now()).toISOString(),
-      };
-    }
-    // The domain uses entry.path now (or there is no domain): older images
-    // are no one's any more. A failed prune is retried by the next reconcile.
-    await this.#prune(target, entry);
-    // Kept for as long as the VMI lives, not only on the reconcile that
-    // attached: the guest booted without its seed, and that stays true.
-    if (injection?.seededAfterBoot) {
-      warnings.push(
-        this.#o.status.problem(
-          'SEEDED_AFTER_BOOT',
-          `the seed was attached to running domain ${injection.domain}; the guest may have booted without it`,
-        ),
-      );
-    }
+    if (!injector || !attached || entry.injectedSha === sha)
+      return { injection: shownInjection, injected: false, attached, staged };
+    const result = await this.#inject(injector, target, entry.path, shownInjection !== undefined);
+    entry.injectedSha = sha;
+    const injection: Injection = {
+      domain: result.domain,
+      targetDev: result.targetDev,
+      bus: result.bus,
+      flags: result.flags,
+      domainState: result.domainState,
+      seededAfterBoot: result.seededAfterBoot,
+      resumed: result.resumed,
+      at: new Date(this.#now()).toISOString(),
+    };
+    return { injection, injected: result.action !== 'none', attached, staged };
+  }
 
-    const prev = this.#o.status.get(key);
-    const changed =
-      written || injected || !prev || prev.state === 'pending' || prev.state === 'error' || prev.contentHash !== sha;
-    const fileTime = written
-      ? new Date(this.#now()).toISOString()
-      : (prev?.generatedAt ?? (await this.#mtimeIso(entry.path)));
-    this.#o.status.update(key, uid, {
-      state: warnings.length > 0 ? 'warning' : 'ready',
-      datasource: seed.datasource,
-      imagePath: entry.path,
-      imageBytes: size,
-      contentHash: sha,
-      generatedAt: fileTime,
-      generationSeconds: written ? generationSeconds : (prev?.generationSeconds ?? generationSeconds),
-      files: image.files,
-      injection,
-      lastError: undefined,
-      warnings,
-      retries: 0,
-    });
-    const first = this.#firstSeen.get(key)!;
-    if (!first.reported) {
-      first.reported = true;
-      const created = Date.parse(vmi.metadata.creationTimestamp ?? '');
-      const from = Number.isFinite(created) ? Math.max(created, first.at) : first.at;
-      this.#o.metrics?.seedReadyLatency.observe(Math.max(0, this.#now() - from) / 1000);
+  // `replacing`: the domain had one of our images already.
+  async #inject(
+    injector: Injector,
+    target: InjectionTarget,
+    path: string,
+    replacing: boolean,
+  ): Promise<InjectionResult> {
+    const t0 = performance.now();
+    let result: InjectionResult;
+    try {
+      result = await injector.inject(target, path);
+    } catch (e) {
+      const operation = replacing ? 'replace' : 'attach';
+      this.#o.metrics?.injectionDuration.observe({ operation, result: 'error' }, (performance.now() - t0) / 1000);
+      throw e;
     }
-    if (changed) {
-      const what = !this.#o.injector
-        ? `seed image ${seed.datasource} ready at ${entry.path}`
-        : attach
-          ? `seed image ${seed.datasource} ready and attached to ${injection?.domain ?? 'the domain'}`
-          : `seed image ${seed.datasource} staged for the incoming migration in launcher pod ${staged.join(', ')}`;
-      this.#o.events.record(vmi, 'Normal', 'SeedReady', `${what} (sha256 ${sha.slice(0, 12)})`);
-      for (const w of warnings) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
-      this.#log.info(
-        {
-          namespace: target.namespace,
-          name: target.name,
-          datasource: seed.datasource,
-          written,
-          injected,
-          seconds: generationSeconds,
-        },
-        'seed ready',
+    if (result.action !== 'none')
+      this.#o.metrics?.injectionDuration.observe(
+        { operation: result.action === 'attached' ? 'attach' : 'replace', result: 'success' },
+        (performance.now() - t0) / 1000,
       );
-    }
-    this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
-    return 'success';
+    return result;
   }
 
   // ConfigDrive `devices` for tagged devices the spec does not pin: KubeVirt
@@ -504,8 +494,8 @@ export class Reconciler {
     const injector = this.#o.injector;
     const fields = devicesNeedingDomain(vmi);
     if (!injector?.domainDevices || fields.length === 0) return undefined;
-    const read = this.#domainFactsRead.get(key);
-    if (read?.uid === uid) return read.facts;
+    const r = this.#records.of(key);
+    if (r.domainFacts?.uid === uid) return r.domainFacts.facts;
     const target = injectionTarget(key, uid, 'configdrive', vmi, this.#o.nodeName);
     // Per-pod (KubeVirt): any of this node's launcher pods whose libvirt has
     // the domain (a migration's target holds the same devices).
@@ -516,7 +506,7 @@ export class Reconciler {
     for (const t of targets) {
       try {
         const facts = await injector.domainDevices(t);
-        this.#domainFactsRead.set(key, { uid, facts });
+        r.domainFacts = { uid, facts };
         return facts;
       } catch (e) {
         if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) throw e;
@@ -531,7 +521,7 @@ export class Reconciler {
     );
   }
 
-  async #plan(target: InjectionTarget, vmi: VmiObject, entry: Known): Promise<LauncherPlan> {
+  async #plan(target: InjectionTarget, vmi: VmiObject, entry: ImageFacts): Promise<LauncherPlan> {
     const injector = this.#o.injector!;
     const probe = injector.activeDomainPods ? (pods: string[]) => injector.activeDomainPods!(target, pods) : undefined;
     return planLaunchers(
@@ -545,7 +535,7 @@ export class Reconciler {
   }
 
   // Stages and releases what the plan says; returns the pods staged into.
-  async #applyPlan(target: InjectionTarget, entry: Known, plan: LauncherPlan): Promise<string[]> {
+  async #applyPlan(target: InjectionTarget, entry: ImageFacts, plan: LauncherPlan): Promise<string[]> {
     const injector = this.#o.injector!;
     const remember = () => {
       entry.launcherPods = [
@@ -582,90 +572,104 @@ export class Reconciler {
 
   // A seed served over HTTP only (KubeVirt IMDS annotations): no image, no
   // disk; any image an earlier render made for this VMI is removed.
-  async #ensureHttpOnly(key: string, vmi: VmiObject, uid: string, seed: Seed): Promise<WorkResult> {
+  async #serveOnly(key: string, vmi: VmiObject, seed: Seed): Promise<Outcome> {
     await this.#cleanup(key);
     if (!this.#o.seeds) {
-      const warning = this.#o.status.problem(
-        'DATASOURCE_OFF',
-        'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen',
-      );
-      this.#o.status.update(key, uid, {
-        state: 'skipped',
-        warnings: [warning],
-        lastError: undefined,
-        retries: 0,
-        datasource: undefined,
-        imagePath: undefined,
-      });
-      this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
-      return 'success';
+      const message =
+        'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen';
+      return { kind: 'skipped', warning: { code: 'DATASOURCE_OFF', message }, event: false };
     }
-    const prev = this.#o.status.get(key);
-    const fresh = prev?.state !== 'ready' && prev?.state !== 'warning';
     this.#o.seeds.put(key, vmi, seed);
-    const warnings = seed.warnings.map((w) => this.#o.status.problem(w.code, w.message, { field: w.field }));
-    // No image: nothing of an earlier image's record may linger.
-    this.#o.status.update(key, uid, {
-      state: warnings.length > 0 ? 'warning' : 'ready',
-      datasource: seed.datasource,
-      imagePath: undefined,
-      imageBytes: undefined,
-      contentHash: undefined,
-      generatedAt: undefined,
-      generationSeconds: undefined,
-      files: undefined,
-      injection: undefined,
-      lastError: undefined,
-      warnings,
-      retries: 0,
-    });
-    if (fresh)
-      this.#o.events.record(vmi, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
-    this.#o.metrics?.reconcileTotal.inc({ result: 'success' });
-    return 'success';
+    return { kind: 'served', datasource: seed.datasource, warnings: seed.warnings.map(problemOf) };
   }
 
-  #failed(
-    key: string,
-    vmi: VmiObject | undefined,
-    e: unknown,
-    started: number,
-    progress: { generated: boolean },
-  ): WorkResult {
-    let err = asVmseedError(e);
-    const attempts = (this.#o.failures?.(key) ?? 0) + 1;
-    if (err.code === 'INTERNAL' && err.kind === 'retryable' && attempts >= MAX_INTERNAL_ATTEMPTS) {
-      err = new VmseedError(
-        'INTERNAL',
-        `internal error, ${attempts} attempts in a row; vmseed stops retrying until the VMI changes (see the agent log)`,
-        {
-          kind: 'terminal',
-          cause: err.cause,
-        },
-      );
+  // A generation that wrote an image counts as one, whatever came after it.
+  #recordGeneration(progress: Progress): void {
+    if (!progress.written) return;
+    const { datasource, seconds } = progress.written;
+    this.#o.metrics?.seedGenerationDuration.observe({ datasource, result: 'success' }, seconds);
+    this.#o.status.recordGeneration(seconds);
+  }
+
+  #succeeded(key: string, vmi: VmiObject | undefined, outcome: Outcome): void {
+    if (outcome.kind === 'gone') {
+      this.#records.forget(key);
+      return;
     }
-    let parkMs: number | undefined;
-    if (err.code === 'RENDER_TIMEOUT' && err.kind === 'retryable') {
-      const version = vmi?.metadata.resourceVersion;
-      const prev = this.#renderTimeouts.get(key);
-      const count = prev && prev.version === version ? prev.count + 1 : 1;
-      this.#renderTimeouts.set(key, { version, count });
-      if (count >= MAX_RENDER_TIMEOUTS) {
-        parkMs = Math.min(
-          (this.#o.renderTimeoutParkMs ?? RENDER_TIMEOUT_PARK_MS) * 2 ** (count - MAX_RENDER_TIMEOUTS),
-          MAX_RENDER_TIMEOUT_PARK_MS,
-        );
-        err = new VmseedError(
-          err.code,
-          `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${formatSeconds(parkMs / 1000)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`,
-          { kind: 'terminal', cause: err.cause, ...(err.field ? { field: err.field } : {}) },
+    const r = this.#records.of(key);
+    delete r.renderTimeouts;
+    const uid = vmi?.metadata.uid ?? key;
+    if (outcome.kind === 'other-node') {
+      resetObjectFacts(r);
+      this.#o.status.write(key, uid, { kind: 'skipped', warnings: [outcome.warning] });
+      if (r.otherNode !== outcome.node) {
+        r.otherNode = outcome.node;
+        const [namespace, name] = splitKey(key);
+        this.#log.warn(
+          { namespace, name, node: outcome.node, agentNode: this.#o.nodeName },
+          `skipped: ${outcome.warning.message}`,
         );
       }
+    } else if (outcome.kind === 'skipped') {
+      const w = outcome.warning;
+      this.#o.status.write(key, uid, { kind: 'skipped', warnings: w ? [w] : [] });
+      if (w && outcome.event) this.#o.events.record(vmi!, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
+    } else if (outcome.kind === 'served') {
+      const prev = this.#o.status.get(key);
+      this.#o.status.write(key, uid, outcome);
+      if (prev?.state !== 'ready' && prev?.state !== 'warning')
+        this.#o.events.record(vmi!, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
+    } else {
+      this.#ready(key, vmi!, outcome);
     }
+  }
+
+  #ready(key: string, vmi: VmiObject, outcome: Extract<Outcome, { kind: 'ready' }>): void {
+    const { status } = outcome;
+    const prev = this.#o.status.get(key);
+    const changed =
+      outcome.written ||
+      outcome.injected ||
+      !prev ||
+      prev.state === 'pending' ||
+      prev.state === 'error' ||
+      prev.contentHash !== status.contentHash;
+    this.#o.status.write(key, vmi.metadata.uid ?? key, status);
+    const first = this.#records.of(key).firstSeen!;
+    if (!first.reported) {
+      first.reported = true;
+      const created = Date.parse(vmi.metadata.creationTimestamp ?? '');
+      const from = Number.isFinite(created) ? Math.max(created, first.at) : first.at;
+      this.#o.metrics?.seedReadyLatency.observe(Math.max(0, this.#now() - from) / 1000);
+    }
+    if (!changed) return;
+    const what = !this.#o.injector
+      ? `seed image ${status.datasource} ready at ${status.imagePath}`
+      : outcome.attached
+        ? `seed image ${status.datasource} ready and attached to ${status.injection?.domain ?? 'the domain'}`
+        : `seed image ${status.datasource} staged for the incoming migration in launcher pod ${outcome.staged.join(', ')}`;
+    this.#o.events.record(vmi, 'Normal', 'SeedReady', `${what} (sha256 ${status.contentHash.slice(0, 12)})`);
+    for (const w of status.warnings) this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
+    const [namespace, name] = splitKey(key);
+    this.#log.info(
+      {
+        namespace,
+        name,
+        datasource: status.datasource,
+        written: outcome.written,
+        injected: outcome.injected,
+        seconds: outcome.seconds,
+      },
+      'seed ready',
+    );
+  }
+
+  #failed(key: string, vmi: VmiObject | undefined, e: unknown, started: number, progress: Progress): WorkResult {
+    const { err, parkMs } = this.#classify(key, vmi, asVmseedError(e));
+    const [namespace, name] = splitKey(key);
     if (err.code === 'CANCELLED') {
       // The agent is stopping: nothing is wrong with the VMI, so no error
       // on its status and no Event; the next start reconciles it again.
-      const [namespace, name] = splitKey(key);
       this.#log.info({ namespace, name, code: err.code }, err.message);
       return 'retry';
     }
@@ -677,7 +681,6 @@ export class Reconciler {
         { datasource: datasourceHint(vmi), result: 'error' },
         (performance.now() - started) / 1000,
       );
-    const [namespace, name] = splitKey(key);
     const fields = { namespace, name, code: err.code, kind, ...(err.field ? { field: err.field } : {}) };
     if (err.code === 'INTERNAL')
       this.#log.error(
@@ -686,10 +689,9 @@ export class Reconciler {
       );
     else this.#log.warn(fields, err.message);
     if (vmi) {
-      const uid = vmi.metadata.uid ?? key;
-      this.#o.status.update(key, uid, {
-        state: 'error',
-        lastError: this.#o.status.problem(err.code, err.message, { kind, ...(err.field ? { field: err.field } : {}) }),
+      this.#o.status.write(key, vmi.metadata.uid ?? key, {
+        kind: 'error',
+        problem: { code: err.code, message: err.message, kind, ...(err.field ? { field: err.field } : {}) },
         retries: (this.#o.failures?.(key) ?? 0) + (kind === 'retryable' ? 1 : 0),
       });
       this.#o.events.record(vmi, 'Warning', 'SeedFailed', `${err.code}: ${err.message}`);
@@ -698,7 +700,38 @@ export class Reconciler {
     return parkMs === undefined ? 'terminal' : { terminal: true, retryAfterMs: parkMs };
   }
 
-  async #prune(target: InjectionTarget, entry: Known): Promise<void> {
+  // Retrying for ever is not always right: an INTERNAL error and a render
+  // that keeps running out of its deadline become terminal (the latter
+  // parked for a while).
+  #classify(key: string, vmi: VmiObject | undefined, err: VmseedError): { err: VmseedError; parkMs?: number } {
+    const attempts = (this.#o.failures?.(key) ?? 0) + 1;
+    if (err.code === 'INTERNAL' && err.kind === 'retryable' && attempts >= MAX_INTERNAL_ATTEMPTS) {
+      const message = `internal error, ${attempts} attempts in a row; vmseed stops retrying until the VMI changes (see the agent log)`;
+      return { err: new VmseedError('INTERNAL', message, { kind: 'terminal', cause: err.cause }) };
+    }
+    if (err.code !== 'RENDER_TIMEOUT' || err.kind !== 'retryable') return { err };
+    const r = this.#records.of(key);
+    const version = vmi?.metadata.resourceVersion;
+    const prev = r.renderTimeouts;
+    const count = prev && prev.version === version ? prev.count + 1 : 1;
+    r.renderTimeouts = { version, count };
+    if (count < MAX_RENDER_TIMEOUTS) return { err };
+    const parkMs = Math.min(
+      (this.#o.renderTimeoutParkMs ?? RENDER_TIMEOUT_PARK_MS) * 2 ** (count - MAX_RENDER_TIMEOUTS),
+      MAX_RENDER_TIMEOUT_PARK_MS,
+    );
+    const message = `rendering ran past the render worker's deadline ${count} times for this version of the VMI; vmseed tries again in ${formatSeconds(parkMs / 1000)} or when the VMI changes: make its cloud-init user-data and network-data smaller or simpler, or give the agent more CPU`;
+    return {
+      err: new VmseedError(err.code, message, {
+        kind: 'terminal',
+        cause: err.cause,
+        ...(err.field ? { field: err.field } : {}),
+      }),
+      parkMs,
+    };
+  }
+
+  async #prune(target: InjectionTarget, entry: ImageFacts): Promise<void> {
     if (!entry.needsPrune) return;
     await this.#o.store.prune({ namespace: target.namespace, name: target.name, uid: entry.uid }, entry.path);
     entry.needsPrune = false;
@@ -708,7 +741,7 @@ export class Reconciler {
     // Served no longer from this moment: the VMI is gone (or replaced), even
     // if taking its disk and image out takes a while or fails and retries.
     this.#o.seeds?.drop(key);
-    const known = this.#known.get(key);
+    const known = this.#records.get(key)?.image;
     // An HTTP-only seed has no image to remove.
     if (!known) return;
     const [namespace, name] = splitKey(key);
@@ -735,24 +768,7 @@ export class Reconciler {
         annotations,
         launcherPods,
       };
-      const t0 = performance.now();
-      try {
-        const res = await this.#o.injector.eject(target);
-        if (res.action === 'detached')
-          this.#o.metrics?.injectionDuration.observe(
-            { operation: 'detach', result: 'success' },
-            (performance.now() - t0) / 1000,
-          );
-      } catch (e) {
-        // The domain went away with its VMI: nothing left to detach.
-        if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) {
-          this.#o.metrics?.injectionDuration.observe(
-            { operation: 'detach', result: 'error' },
-            (performance.now() - t0) / 1000,
-          );
-          throw e;
-        }
-      }
+      await this.#eject(this.#o.injector, target);
     }
     try {
       await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
@@ -767,12 +783,39 @@ export class Reconciler {
         e.message,
       );
     }
-    if (this.#known.get(key)?.uid === img.uid) {
-      this.#known.delete(key);
+    const r = this.#records.get(key);
+    if (r?.image?.uid === img.uid) {
+      delete r.image;
       this.#o.seeds?.drop(key);
     }
     this.#log.info({ namespace: img.namespace, name: img.name }, 'seed image removed');
   }
+
+  async #eject(injector: Injector, target: InjectionTarget): Promise<void> {
+    const t0 = performance.now();
+    try {
+      const res = await injector.eject(target);
+      if (res.action === 'detached')
+        this.#o.metrics?.injectionDuration.observe(
+          { operation: 'detach', result: 'success' },
+          (performance.now() - t0) / 1000,
+        );
+    } catch (e) {
+      // The domain went away with its VMI: nothing left to detach.
+      if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) {
+        this.#o.metrics?.injectionDuration.observe(
+          { operation: 'detach', result: 'error' },
+          (performance.now() - t0) / 1000,
+        );
+        throw e;
+      }
+    }
+  }
+}
+
+// A warning or error as the status shows it (field kept when the source had one).
+function problemOf(w: { code: ErrorCode; message: string; field?: string }): Problem {
+  return { code: w.code, message: w.message, field: w.field };
 }
 
 function injectionTarget(

@@ -47,7 +47,7 @@ test('vmseed_vmis{state} equals a recount of the records after any updates and r
           store.update(key, `uid-${o.uid}`, o.state ? { state: o.state } : { retries: 1 });
           keys.add(key);
         } else {
-          store.remove(key);
+          store.records.forget(key);
           keys.delete(key);
         }
       }
