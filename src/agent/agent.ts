@@ -126,7 +126,12 @@ export class Agent {
       this.seeds?.drop(key);
       this.#waits?.forget(key);
     });
-    this.reconciler = new Reconciler({
+    this.reconciler = this.#makeReconciler(injector, refs);
+  }
+
+  #makeReconciler(injector: Injector | undefined, refs: RefResolver): Reconciler {
+    const options = this.#o;
+    return new Reconciler({
       nodeName: options.nodeName,
       cache: this.source,
       refs,
