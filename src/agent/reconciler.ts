@@ -79,6 +79,15 @@ export interface ReconcilerOptions {
 
 type Injection = NonNullable<VmiStatusRecord['injection']>;
 
+// Where the image went: attached to the domain (injection, and whether this
+// reconcile changed the domain), or only staged in these launcher pods.
+interface Placement {
+  injection: Injection | undefined;
+  injected: boolean;
+  attached: boolean;
+  staged: string[];
+}
+
 export function nodeOf(vmi: VmiObject): string | undefined {
   return vmi.status?.nodeName || vmi.metadata.labels?.['kubevirt.io/nodeName'] || undefined;
 }
@@ -250,7 +259,7 @@ export class Reconciler {
   }
 
   // The seed as an image in place: image → placement (inject or stage) →
-  // prune → what to report.
+  // prune → report.
   async #seed(
     key: string,
     uid: string,
@@ -276,6 +285,25 @@ export class Reconciler {
     // The domain uses entry.path now (or there is no domain): older images
     // are no one's any more. A failed prune is retried by the next reconcile.
     await this.#prune(target, entry);
+    return this.#report(
+      seed,
+      { path: entry.path, size, sha256: image.sha256, files: image.files },
+      written,
+      seconds,
+      placed,
+      shown,
+    );
+  }
+
+  // What the status and the Events say about the image in place.
+  async #report(
+    seed: Seed,
+    image: { path: string; size: number; sha256: string; files: BuiltImage['files'] },
+    written: boolean,
+    seconds: number,
+    placed: Placement,
+    shown: VmiStatusRecord | undefined,
+  ): Promise<Outcome> {
     const warnings = seed.warnings.map(problemOf);
     // Kept for as long as the VMI lives, not only on the reconcile that
     // attached: the guest booted without its seed, and that stays true.
@@ -286,14 +314,14 @@ export class Reconciler {
       });
     const generatedAt = written
       ? new Date(this.#now()).toISOString()
-      : (shown?.generatedAt ?? (await this.#mtimeIso(entry.path)));
+      : (shown?.generatedAt ?? (await this.#mtimeIso(image.path)));
     return {
       kind: 'ready',
       status: {
         kind: 'ready',
         datasource: seed.datasource,
-        imagePath: entry.path,
-        imageBytes: size,
+        imagePath: image.path,
+        imageBytes: image.size,
         contentHash: image.sha256,
         generatedAt,
         generationSeconds: written ? seconds : (shown?.generationSeconds ?? seconds),
@@ -374,7 +402,7 @@ export class Reconciler {
     entry: ImageFacts,
     sha: string,
     shownInjection: Injection | undefined,
-  ): Promise<{ injection: Injection | undefined; injected: boolean; attached: boolean; staged: string[] }> {
+  ): Promise<Placement> {
     const injector = this.#o.injector;
     let attached = injector !== undefined;
     let staged: string[] = [];
