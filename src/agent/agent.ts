@@ -12,6 +12,7 @@ import { Reconciler } from './reconciler.ts';
 import { DomainWaits, type DomainEvents } from './domain-waits.ts';
 import { AgentSeedDirectory } from './seed-directory.ts';
 import { StatusStore } from './status-store.ts';
+import { VmiRecords } from './vmi-records.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
 import type { HostNumaReader } from '../libvirt/host-numa.ts';
@@ -64,6 +65,8 @@ export class Agent {
   readonly queue: WorkQueue;
   readonly reconciler: Reconciler;
   readonly status: StatusStore;
+  // Everything held about each VMI; forget(key) drops all of it.
+  readonly records = new VmiRecords();
   readonly events: EventRecorder;
   // The datasource server's SeedDirectory (undefined when it is off).
   readonly seeds: AgentSeedDirectory | undefined;
@@ -113,11 +116,22 @@ export class Agent {
       watch: () => this.source.status(),
       queue: () => ({ depth: this.queue.depth, inFlight: this.queue.inFlight }),
       ...(options.nocloudHttp ? { servedOverHttp: true } : {}),
+      records: this.records,
     });
     this.seeds = options.nocloudHttp
       ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })
       : undefined;
-    this.reconciler = new Reconciler({
+    // Kept by UID and by domain, for the datasource and libvirt's events.
+    this.records.onForget((key) => {
+      this.seeds?.drop(key);
+      this.#waits?.forget(key);
+    });
+    this.reconciler = this.#makeReconciler(injector, refs);
+  }
+
+  #makeReconciler(injector: Injector | undefined, refs: RefResolver): Reconciler {
+    const options = this.#o;
+    return new Reconciler({
       nodeName: options.nodeName,
       cache: this.source,
       refs,
@@ -127,6 +141,7 @@ export class Agent {
       ...(injector ? { injector } : {}),
       events: options.events,
       status: this.status,
+      records: this.records,
       ...(options.metrics ? { metrics: options.metrics } : {}),
       logger: options.logger.child({ component: 'reconciler' }),
       renderOptions: options.renderOptions,
@@ -144,7 +159,8 @@ export class Agent {
     if (this.#stopping) return;
     const vmi = this.source.get(key);
     // New on the status page as pending until its first reconcile.
-    if (vmi && this.status.get(key)?.uid !== vmi.metadata.uid) this.status.update(key, vmi.metadata.uid ?? key, {});
+    if (vmi && this.status.get(key)?.uid !== vmi.metadata.uid)
+      this.status.write(key, vmi.metadata.uid ?? key, { kind: 'seen' });
     if (this.#held) {
       this.#held.add(key);
       return;
@@ -160,7 +176,7 @@ export class Agent {
     if (this.#stopping) return;
     for (const key of this.source.keys()) {
       const vmi = this.source.get(key);
-      if (vmi) this.status.update(key, vmi.metadata.uid ?? key, {});
+      if (vmi) this.status.write(key, vmi.metadata.uid ?? key, { kind: 'seen' });
     }
     try {
       await this.reconciler.collectGarbage();

@@ -70,6 +70,11 @@ export class DomainWaits {
     for (const key of [...this.#byKey.keys()]) this.#release(key);
   }
 
+  // The VMI is gone: its domain is not awaited any more.
+  forget(key: string): void {
+    this.#release(key);
+  }
+
   // Keys whose domain is awaited (tests, status).
   get waiting(): string[] {
     return [...this.#byKey].filter(([, t]) => t.unwatch !== undefined).map(([k]) => k);

@@ -4,7 +4,7 @@
 // whether guests can reach the datasource at all. Not part of the agent's
 // own /readyz: the sidecar's readiness already says so, and an agent that
 // goes unready with it would also stop serving seeds that do not need it.
-import type { RedirectStatus } from './status-types.ts';
+import type { RedirectStatus } from '../status/types.ts';
 
 // The sidecar's JSON is under 1.2 KiB; anything past this is not its answer.
 export const RESPONSE_MAX = 4096;

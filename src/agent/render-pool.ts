@@ -105,11 +105,8 @@ export class RenderPool implements Offload {
   run<K extends PureOpName>(op: K, args: PureArgs<K>, bytes: number, signal?: AbortSignal): Promise<PureResult<K>> {
     if (signal?.aborted) return Promise.reject(cancelledError());
     if (bytes < this.#minBytes) {
-      try {
-        return Promise.resolve(runPure(op, args));
-      } catch (e) {
-        return Promise.reject(e);
-      }
+      // Runs now; a throw rejects the promise.
+      return new Promise((resolve) => resolve(runPure(op, args)));
     }
     if (this.#closed) return Promise.reject(cancelledError());
     if (this.#queue.length >= this.#maxQueue) {
@@ -195,31 +192,7 @@ export class RenderPool implements Offload {
         ),
       );
     }, this.#startMs);
-    worker.on('message', (reply: ReplyMessage | typeof READY) => {
-      if (reply === READY) {
-        clearTimeout(slot.timer);
-        slot.ready = true;
-        if (slot.job) this.#send(slot);
-        else this.#idleLater(slot);
-        return;
-      }
-      const job = slot.job;
-      if (!job || job.id !== reply.id) return;
-      clearTimeout(slot.timer);
-      slot.job = undefined;
-      if (reply.ok) this.#settle(job, undefined, reply.value);
-      else if (reply.error.vmseed)
-        this.#settle(
-          job,
-          new VmseedError(reply.error.code, reply.error.message, {
-            kind: reply.error.kind,
-            ...(reply.error.field !== undefined ? { field: reply.error.field } : {}),
-          }),
-        );
-      else this.#settle(job, new Error(`${reply.error.name} in the render worker: ${reply.error.message}`));
-      this.#idleLater(slot);
-      this.#dispatch();
-    });
+    worker.on('message', (reply: ReplyMessage | typeof READY) => this.#onMessage(slot, reply));
     // A crash (out of memory under resourceLimits, a bug) fails the running
     // step; the next step gets a new worker.
     const died = (why: string) => {
@@ -236,6 +209,32 @@ export class RenderPool implements Offload {
     );
     worker.on('exit', (code) => died(`exited (code ${code})`));
     return slot;
+  }
+
+  #onMessage(slot: Slot, reply: ReplyMessage | typeof READY): void {
+    if (reply === READY) {
+      clearTimeout(slot.timer);
+      slot.ready = true;
+      if (slot.job) this.#send(slot);
+      else this.#idleLater(slot);
+      return;
+    }
+    const job = slot.job;
+    if (!job || job.id !== reply.id) return;
+    clearTimeout(slot.timer);
+    slot.job = undefined;
+    if (reply.ok) this.#settle(job, undefined, reply.value);
+    else if (reply.error.vmseed)
+      this.#settle(
+        job,
+        new VmseedError(reply.error.code, reply.error.message, {
+          kind: reply.error.kind,
+          ...(reply.error.field !== undefined ? { field: reply.error.field } : {}),
+        }),
+      );
+    else this.#settle(job, new Error(`${reply.error.name} in the render worker: ${reply.error.message}`));
+    this.#idleLater(slot);
+    this.#dispatch();
   }
 
   #idleLater(slot: Slot): void {

@@ -3,17 +3,19 @@
 import { constants } from 'node:fs';
 import { open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 import type {
   AgentStatusSnapshot,
   ReadinessStatus,
   RedirectStatus,
-  StatusProblem,
   StatusSource,
   VmiState,
   VmiStatusRecord,
   WatchStatus,
-} from './status-types.ts';
+} from '../status/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
+import { VmiRecords } from './vmi-records.ts';
+import { mergeStatus, nextStatus, type StatusReport } from './vmi-status.ts';
 
 export const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
 // Created and removed by each readiness check: writing is the only honest
@@ -33,11 +35,13 @@ export interface StatusStoreOptions {
   // NoCloud HTTP datasource on: NoCloud seeds on disk are marked as served.
   servedOverHttp?: boolean;
   now?: () => Date;
+  // Where each VMI's status is kept (default: records of its own).
+  records?: VmiRecords;
 }
 
 export class StatusStore implements StatusSource {
+  readonly records: VmiRecords;
   readonly #opts: StatusStoreOptions;
-  readonly #vmis = new Map<string, VmiStatusRecord>();
   // VMIs per state, kept with every change: the gauge is set from it
   // without walking every record at each update (a cold start of 1,000
   // VMIs makes several thousand updates).
@@ -53,6 +57,10 @@ export class StatusStore implements StatusSource {
     this.#opts = options;
     this.#config = { ...options.config };
     this.#startedAt = this.#now().toISOString();
+    this.records = options.records ?? new VmiRecords();
+    this.records.onForget((_key, r) => {
+      if (r.status) this.#count(r.status.state, -1);
+    });
     for (const state of STATES) this.#gauge(state);
   }
 
@@ -78,45 +86,41 @@ export class StatusStore implements StatusSource {
   }
 
   get(key: string): VmiStatusRecord | undefined {
-    return this.#vmis.get(key);
+    return this.records.get(key)?.status;
   }
 
-  // Merge `patch` into the VMI's record (created as pending when new).
+  // What a reconcile concluded, shown: the status computed from it and the
+  // one shown before, written when it differs.
+  write(key: string, uid: string, report: StatusReport): void {
+    const r = this.records.of(key);
+    const next = nextStatus(r.status, key, uid, report, this.#now().toISOString());
+    if (!isDeepStrictEqual(r.status, next)) this.#set(r, next);
+  }
+
+  // Merge `patch` into the VMI's status (created as pending when new).
   update(key: string, uid: string, patch: Partial<VmiStatusRecord>): VmiStatusRecord {
-    const [namespace, name] = splitKey(key);
-    const prev = this.#vmis.get(key);
-    const base: VmiStatusRecord =
-      prev && prev.uid === uid ? prev : { namespace, name, uid, state: 'pending', warnings: [], retries: 0 };
-    const next: VmiStatusRecord = { ...base, ...patch };
-    for (const [k, v] of Object.entries(patch))
-      if (v === undefined) delete (next as unknown as Record<string, unknown>)[k];
-    this.#vmis.set(key, next);
+    const r = this.records.of(key);
+    const next = mergeStatus(r.status, key, uid, patch);
+    this.#set(r, next);
+    return next;
+  }
+
+  #set(r: { status?: VmiStatusRecord }, next: VmiStatusRecord): void {
+    const prev = r.status;
+    r.status = next;
     if (prev?.state !== next.state) {
       if (prev) this.#count(prev.state, -1);
       this.#count(next.state, 1);
     }
-    return next;
-  }
-
-  remove(key: string): void {
-    const prev = this.#vmis.get(key);
-    if (prev && this.#vmis.delete(key)) this.#count(prev.state, -1);
   }
 
   // The guest fetched a file from the NoCloud HTTP datasource. Ignored
   // when the record is gone or belongs to another object of the same name.
   recordFetch(key: string, uid: string, file: string, at: Date): void {
-    const prev = this.#vmis.get(key);
-    if (!prev || prev.uid !== uid) return;
-    this.#vmis.set(key, { ...prev, lastFetch: { ...prev.lastFetch, [file]: at.toISOString() } });
-  }
-
-  problem(
-    code: StatusProblem['code'],
-    message: string,
-    extra: { kind?: StatusProblem['kind']; field?: string } = {},
-  ): StatusProblem {
-    return { code, message, ...extra, at: this.#now().toISOString() };
+    const r = this.records.get(key);
+    const prev = r?.status;
+    if (!r || !prev || prev.uid !== uid) return;
+    r.status = { ...prev, lastFetch: { ...prev.lastFetch, [file]: at.toISOString() } };
   }
 
   recordGeneration(seconds: number): void {
@@ -133,7 +137,8 @@ export class StatusStore implements StatusSource {
       config: { ...this.#config },
       watch: this.#opts.watch(),
       queue: this.#opts.queue(),
-      vmis: [...this.#vmis.values()]
+      vmis: [...this.records.values()]
+        .flatMap((r) => (r.status ? [r.status] : []))
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
         .map((r) => this.#withHttp(structuredClone(r))),
       recentGenerations: this.#recent.slice(),
@@ -202,9 +207,4 @@ async function probeWrite(path: string): Promise<void> {
     await fh.close();
   }
   await unlink(path);
-}
-
-export function splitKey(key: string): [string, string] {
-  const i = key.indexOf('/');
-  return i < 0 ? ['', key] : [key.slice(0, i), key.slice(i + 1)];
 }

@@ -102,3 +102,9 @@ export interface RefResolver {
   getSecret(namespace: string, name: string): Promise<SecretObject | undefined>;
   getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined>;
 }
+
+// The seed's two formats (cloud-init's NoCloud and ConfigDrive datasources).
+export type Datasource = 'nocloud' | 'configdrive';
+
+// A libvirt domain's state as vmseed tells them apart.
+export type DomainState = 'running' | 'paused' | 'shutoff' | 'other';

@@ -1,7 +1,9 @@
 // The rendered seed: what src/cloudinit produces and src/disk lays out.
 // Plain data, so it can be hashed, compared, served over HTTP and written.
 
-export type Datasource = 'nocloud' | 'configdrive';
+import type { Datasource } from '../api/types.ts';
+
+export type { Datasource };
 
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 

@@ -8,7 +8,7 @@
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
-import type { StatusSource } from '../agent/status-types.ts';
+import type { StatusSource } from '../status/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { VmseedError } from '../errors.ts';
 import { createEventLoopMonitor, type EventLoopMonitor, type HealthOptions } from './health.ts';

@@ -1,5 +1,5 @@
 // The node status page: AgentStatusSnapshot in, HTML out. Pure (the render
-// time is passed in). Only fields declared in status-types.ts are read: a
+// time is passed in). Only fields declared in status/types.ts are read: a
 // snapshot object that carries anything more (a careless agent, a future
 // field) never leaks it, because projectSnapshot() copies field by field.
 import { createHash } from 'node:crypto';
@@ -10,7 +10,7 @@ import type {
   VmiState,
   VmiStatusRecord,
   WatchStatus,
-} from '../agent/status-types.ts';
+} from '../status/types.ts';
 import { formatAgo, formatBytes, formatSeconds, formatTime } from '../format.ts';
 import { esc } from './html.ts';
 import { renderLatencyChart } from './svg-chart.ts';
@@ -70,7 +70,7 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
-    // A flag, never the serial: its token is a capability (status-types.ts).
+    // A flag, never the serial: its token is a capability (status/types.ts).
     servedOverHttp: v.servedOverHttp === true ? true : undefined,
   });
 }

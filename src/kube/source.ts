@@ -26,7 +26,7 @@ import type { KubeConnection } from './connection.ts';
 import type { Logger } from 'pino';
 import type { VmiObject } from '../api/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { WatchStatus } from '../agent/status-types.ts';
+import type { WatchStatus } from '../status/types.ts';
 import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
 import { statusError, transportReason, type KubeApi } from './api.ts';
 import { BoundedWatch, type DoneCallback, type WatchCallback, type WatchError } from './watch.ts';

@@ -2,7 +2,7 @@
 // keep a cache the reconciler reads by key and call `onKey` for every key
 // that may have changed. `onKey` only enqueues.
 import type { VmiObject } from '../api/types.ts';
-import type { WatchStatus } from '../agent/status-types.ts';
+import type { WatchStatus } from '../status/types.ts';
 
 export interface VmiSource {
   start(): Promise<void>;

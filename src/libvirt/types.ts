@@ -23,7 +23,9 @@ export interface InjectionTarget {
   };
 }
 
-export type DomainState = 'running' | 'paused' | 'shutoff' | 'other';
+import type { DomainState } from '../api/types.ts';
+
+export type { DomainState };
 
 export interface InjectionResult {
   // none: our disk was already there with this source.

@@ -17,7 +17,7 @@ import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixt
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
 import { startHttpServer } from '../../src/http/server.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
-import type { VmiStatusRecord } from '../../src/agent/status-types.ts';
+import type { VmiStatusRecord } from '../../src/status/types.ts';
 import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import type { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 

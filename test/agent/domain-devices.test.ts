@@ -5,7 +5,7 @@
 // without such devices never reads the domain.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Reconciler } from '../../src/agent/reconciler.ts';
@@ -85,6 +85,7 @@ async function setup(
     injector: new LibvirtInjector({ spawner: lv }),
     events: new LogEventRecorder(logger),
     status,
+    records: status.records,
     logger,
     renderOptions: DEFAULT_RENDER_OPTIONS,
     fsync: false,
@@ -131,6 +132,7 @@ test('a tagged interface without pciAddress: the seed waits for the domain, then
     { type: 'nic', bus: 'pci', address: '0000:01:00.0', mac: '02:00:00:84:e9:58', tags: ['mynic'] },
   ]);
   assert.equal(lv.domains.get(DOMAIN)!.live.length, 1, 'the seed is attached');
+  assert.equal(rec.imageBytes, (await stat(rec.imagePath!)).size, 'the size of the image on disk');
 
   // Level-based: the same domain gives the same seed, nothing is replaced.
   const sha = rec.contentHash;
@@ -199,6 +201,7 @@ test('without libvirt the seed is rendered at once from the spec, with the DEVIC
     store: new ImageStore({ root: dir }),
     events: new LogEventRecorder(logger),
     status,
+    records: status.records,
     logger,
     renderOptions: DEFAULT_RENDER_OPTIONS,
     fsync: false,
@@ -303,6 +306,7 @@ test('per launcher pod (KubeVirt): the devices come from the pod whose libvirt h
     injector,
     events: new LogEventRecorder(logger),
     status,
+    records: status.records,
     logger,
     renderOptions: DEFAULT_RENDER_OPTIONS,
     fsync: false,

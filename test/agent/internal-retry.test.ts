@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import { MAX_INTERNAL_ATTEMPTS, MAX_RENDER_TIMEOUTS } from '../../src/agent/reconciler.ts';
+import { MAX_INTERNAL_ATTEMPTS, MAX_RENDER_TIMEOUTS } from '../../src/agent/reconcile-recorder.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { RenderSeed } from '../../src/agent/deps.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';

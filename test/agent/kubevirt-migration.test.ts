@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { Reconciler } from '../../src/agent/reconciler.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
+import { VmiRecords } from '../../src/agent/vmi-records.ts';
 import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import type { KubeApi, KubeResponse } from '../../src/kube/api.ts';
 import type { EventRecorder } from '../../src/agent/events.ts';
@@ -117,6 +118,8 @@ async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi)
       injector,
       events: recorder,
       status,
+      // A new reconciler is a restarted agent: it remembers no image.
+      records: new VmiRecords(),
       logger,
       renderOptions: { kubevirtVolumes: 'ignore', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
       fsync: false,

@@ -52,6 +52,7 @@ function setup(reportOtherNodes: boolean, objects: Map<string, VmiObject>) {
     store: store as never,
     events: new LogEventRecorder(logger),
     status,
+    records: status.records,
     logger,
     renderOptions: DEFAULT_RENDER_OPTIONS,
     ...(reportOtherNodes ? { reportOtherNodes: true } : {}),

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { STATES, StatusStore } from '../../src/agent/status-store.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import type { VmiState } from '../../src/agent/status-types.ts';
+import type { VmiState } from '../../src/status/types.ts';
 
 type Op = { kind: 'update'; key: number; uid: number; state?: VmiState } | { kind: 'remove'; key: number };
 
@@ -47,7 +47,7 @@ test('vmseed_vmis{state} equals a recount of the records after any updates and r
           store.update(key, `uid-${o.uid}`, o.state ? { state: o.state } : { retries: 1 });
           keys.add(key);
         } else {
-          store.remove(key);
+          store.records.forget(key);
           keys.delete(key);
         }
       }

@@ -28,7 +28,7 @@ import { mkdtempSync } from 'node:fs';
 import * as yaml from 'js-yaml';
 import { HOSTILE_CASES, NAMESPACE, caseManifest, normalVmi, vmiObject } from './corpus.ts';
 import { put, startLocalAgent, treeDigest, waitUntil, type LocalAgent } from './agent-run.ts';
-import type { VmiStatusRecord } from '../../src/agent/status-types.ts';
+import type { VmiStatusRecord } from '../../src/status/types.ts';
 
 // The agent container's memory limit in the shipped DaemonSet (an alias bomb
 // once took the agent past it: OOM-kill, crash loop, a node unseeded), with

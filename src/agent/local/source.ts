@@ -10,7 +10,7 @@ import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../.
 import { parseManifests, type ManifestObjects } from './manifests.ts';
 import { asVmseedError, VmseedError } from '../../errors.ts';
 import { readManifest } from './manifest-read.ts';
-import type { WatchStatus } from '../status-types.ts';
+import type { WatchStatus } from '../../status/types.ts';
 import { keyOf, type KeyHandler, type VmiSource } from '../../kube/vmi-source.ts';
 
 const MANIFEST = /\.(ya?ml|json)$/i;

@@ -2,9 +2,8 @@
 // keeps it up to date; src/http renders it (/status, /status.json) and
 // /readyz reads it. Nothing here may hold user-data, Secret content or
 // passwords: only names, sizes, hashes, codes and messages we wrote.
-import type { Datasource } from '../cloudinit/seed.ts';
+import type { Datasource, DomainState } from '../api/types.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
-import type { DomainState } from '../libvirt/types.ts';
 
 export type VmiState =
   | 'pending' // seen, not reconciled yet (or waiting in backoff)
