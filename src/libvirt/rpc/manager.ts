@@ -266,6 +266,8 @@ export class ConnectionManager {
     if (reason) {
       e.cuts[reason] = (e.cuts[reason] ?? 0) + 1;
       e.lastCut = { reason, message: error?.message ?? reason };
+    }
+    if (hostile(reason)) {
       e.cutStreak++;
       e.backoffMs = Math.min(this.#cutBackoffMaxMs, e.backoffMs * 2);
     } else {
@@ -317,7 +319,8 @@ export class ConnectionManager {
         try {
           session = await this.#open(e, o.deadline);
         } catch (err) {
-          if (!connectionFailure(err) || now() + backoff >= o.deadline) throw unanswered(lost, err, now() - started);
+          if (!connectionFailure(err) || now() + backoff >= o.deadline)
+            throw unanswered(lost, err, o.deadline - started);
           await this.#sleep(backoff);
           backoff = Math.min(this.#backoffMaxMs, backoff * 2);
           continue;
@@ -326,10 +329,10 @@ export class ConnectionManager {
           return await fn(session);
         } catch (err) {
           if (this.#closed || !o.idempotent || !connectionFailure(err) || now() >= o.deadline)
-            throw unanswered(lost, err, now() - started);
+            throw unanswered(lost, err, o.deadline - started);
           // A daemon we cut is not asked again within this call: the
           // reconnect waits for its backoff.
-          if (session.conn.cutReason) throw err;
+          if (hostile(session.conn.cutReason)) throw err;
           if (err instanceof LostCallError) lost ??= err;
           if (!session.conn.closed) session.conn.destroy(err as VmseedError);
         }
@@ -409,14 +412,19 @@ export class ConnectionManager {
 }
 
 // The call that lost its connection, when the retry on a new one timed out.
-function unanswered(lost: LostCallError | undefined, err: unknown, elapsedMs: number): unknown {
-  if (!lost || !isVmseedError(err) || err.code !== 'LIBVIRT_TIMEOUT') return err;
+function unanswered(lost: LostCallError | undefined, err: unknown, timeoutMs: number): unknown {
+  if (!lost || !isVmseedError(err) || !(err.code === 'LIBVIRT_TIMEOUT' || connectionFailure(err))) return err;
   const why = lost.reason.message.split(';')[0];
   return new VmseedError(
     'LIBVIRT_TIMEOUT',
-    `libvirt ${lost.operation} got no answer within ${Math.round(elapsedMs)} ms: ${why}, and the new connection timed out too (${err.message.split(';')[0]}); libvirtd may be stuck; will retry`,
+    `libvirt ${lost.operation} got no answer within ${Math.round(timeoutMs)} ms: ${why}, and reconnecting got none in time either (${err.message.split(';')[0]}); libvirtd may be stuck; will retry`,
     { kind: 'retryable', cause: err },
   );
+}
+
+// Cuts that say the daemon misbehaved (a hung one is only slow).
+function hostile(reason: CutReason | undefined): boolean {
+  return reason !== undefined && reason !== 'keepalive';
 }
 
 function closedError(): VmseedError {

@@ -1,0 +1,78 @@
+// Building blocks for a hostile libvirt daemon on the scripted fake
+// (fake-rpc-daemon.ts): event frames of any size, a frame written one byte
+// at a time, and a measure of what a run allocated.
+import type { Socket } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { MessageType, REMOTE_PROGRAM, RemoteProc, encodePacket, writeDomain } from '../../src/libvirt/rpc/protocol.ts';
+import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
+
+// A lifecycle event (callback 1) for `name`; `event` is virDomainEventType.
+export function lifecycleFrame(name: string, uuid: Buffer, event = 0): Buffer {
+  return encodePacket(
+    {
+      prog: REMOTE_PROGRAM,
+      vers: 1,
+      proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE,
+      type: MessageType.MESSAGE,
+      serial: 0,
+      status: 0,
+    },
+    writeDomain(new XdrWriter().i32(1), { name, uuid, id: -1 }).i32(event).i32(0).toBuffer(),
+  );
+}
+
+// Writes `bytes` one byte per write, each after the previous one left,
+// until they run out or the socket goes.
+export async function drip(sock: Socket, bytes: Buffer, gapMs = 0): Promise<number> {
+  let sent = 0;
+  for (; sent < bytes.length && !sock.destroyed; sent++) {
+    const ok = await new Promise<boolean>((r) => sock.write(bytes.subarray(sent, sent + 1), (e) => r(!e)));
+    if (!ok) break;
+    await new Promise((r) => (gapMs > 0 ? setTimeout(r, gapMs) : setImmediate(r)));
+  }
+  return sent;
+}
+
+// The frame header of a reply to `serial` announcing `total` bytes, for a
+// daemon that never sends the rest.
+export function replyHead(serial: number, total: number): Buffer {
+  const full = encodePacket({ prog: REMOTE_PROGRAM, vers: 1, proc: 1, type: MessageType.REPLY, serial, status: 0 });
+  full.writeUInt32BE(total, 0);
+  return full;
+}
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+// Heap plus ArrayBuffer bytes after a full collection: what is retained.
+export function retainedBytes(): number {
+  gc();
+  const m = process.memoryUsage();
+  return m.heapUsed + m.arrayBuffers;
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// Writes, and waits for the socket to drain (or to go).
+export async function send(sock: Socket, bytes: Buffer): Promise<void> {
+  if (sock.write(bytes) || sock.destroyed) return;
+  await new Promise<void>((r) => {
+    const done = () => {
+      sock.off('drain', done);
+      sock.off('close', done);
+      r();
+    };
+    sock.on('drain', done);
+    sock.on('close', done);
+  });
+}
+
+export async function until(what: () => boolean, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (!what()) {
+    if (Date.now() > end) return false;
+    await sleep(10);
+  }
+  return true;
+}
