@@ -12,6 +12,7 @@ import { DOMAIN_CACHE_BYTES, DOMAIN_NAME_MAX_BYTES, RemoteSession } from '../../
 import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
 import { VmseedError } from '../../src/errors.ts';
+import { parseDomainXml } from '../../src/libvirt/disk-xml.ts';
 import { fakeDaemon, handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
 import { drip, lifecycleFrame, replyHead, retainedBytes, send, sleep, until } from '../support/hostile-rpc-daemon.ts';
 import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
@@ -325,6 +326,37 @@ test(
       const e = await rejection(client.domainXml('qemu:///system', 'ns_vm'));
       assert.equal(e.code, 'LIBVIRT_TIMEOUT');
       assert.match(e.message, /^libvirt dumpxml 'ns_vm' got no answer within 1[45]\d\d ms: .*daemon hung/);
+    } finally {
+      await client.close();
+      await fake.close();
+    }
+  },
+);
+
+test(
+  "domain XML with a DOCTYPE read over RPC: refused with the XML reader's code, not a virsh one",
+  { timeout: 30_000 },
+  async () => {
+    const doctype = '<!DOCTYPE d [<!ENTITY x "y">]><domain><name>&x;</name></domain>';
+    const fake = await handshakeDaemon([0], (p, sock) => {
+      if (p.header.proc !== RemoteProc.DOMAIN_GET_XML_DESC) return false;
+      reply(sock, p, new XdrWriter().string(doctype, 1024).toBuffer());
+      return true;
+    });
+    const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
+    try {
+      const xml = await client.domainXml('qemu:///system', 'ns_vm');
+      const e = (() => {
+        try {
+          parseDomainXml(xml);
+        } catch (err) {
+          return err;
+        }
+      })();
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'DOMAIN_XML_REFUSED');
+      assert.doesNotMatch(e.message, /virsh/);
+      assert.match(e.message, /DOCTYPE/);
     } finally {
       await client.close();
       await fake.close();
