@@ -13,8 +13,8 @@ import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { parseDomainXml } from '../../src/libvirt/disk-xml.ts';
-import { fakeDaemon, handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
-import { drip, lifecycleFrame, replyHead, retainedBytes, send, sleep, until } from '../support/hostile-rpc-daemon.ts';
+import { fakeDaemon, handshakeDaemon, lifecycleFrame, reply } from '../support/fake-rpc-daemon.ts';
+import { drip, replyHead, retainedBytes, send, sleep, until } from '../support/hostile-rpc-daemon.ts';
 import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
 
 const MiB = 1024 * 1024;

@@ -1,26 +1,10 @@
 // Building blocks for a hostile libvirt daemon on the scripted fake
-// (fake-rpc-daemon.ts): event frames of any size, a frame written one byte
-// at a time, and a measure of what a run allocated.
+// (fake-rpc-daemon.ts): a frame written one byte at a time, a reply that
+// announces more than it sends, and a measure of what a run retained.
 import type { Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { MessageType, REMOTE_PROGRAM, RemoteProc, encodePacket, writeDomain } from '../../src/libvirt/rpc/protocol.ts';
-import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
-
-// A lifecycle event (callback 1) for `name`; `event` is virDomainEventType.
-export function lifecycleFrame(name: string, uuid: Buffer, event = 0): Buffer {
-  return encodePacket(
-    {
-      prog: REMOTE_PROGRAM,
-      vers: 1,
-      proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE,
-      type: MessageType.MESSAGE,
-      serial: 0,
-      status: 0,
-    },
-    writeDomain(new XdrWriter().i32(1), { name, uuid, id: -1 }).i32(event).i32(0).toBuffer(),
-  );
-}
+import { MessageType, REMOTE_PROGRAM, encodePacket } from '../../src/libvirt/rpc/protocol.ts';
 
 // Writes `bytes` one byte per write, each after the previous one left,
 // until they run out or the socket goes.
