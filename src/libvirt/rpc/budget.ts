@@ -6,9 +6,10 @@
 // 32 MiB. The DaemonSet's memory limit is 256 MiB against a measured peak
 // of ~150 MB for 1,000 VMIs; the rest is headroom for GC and virsh
 // children, and a third of it is what libvirt traffic may take. Real
-// frames are a few KiB of domain XML that arrive whole; this is reached
-// only by daemons trickling frames near the 4 MiB frame limit on eight or
-// more sockets at once, and the connection that asks for more is closed.
+// frames are a few KiB of domain XML that arrive whole. One connection
+// holds at most a partial frame (4 MiB, the frame limit) and 1 MiB of
+// handles, so it takes six or more misbehaving launchers at once to reach
+// the budget; then the connection that asks for more is closed.
 export const LIBVIRT_MEMORY_BUDGET_BYTES = 32 * 1024 * 1024;
 
 export class MemoryBudget {

@@ -228,7 +228,9 @@ export class RemoteSession {
   // XDR length word before the string is decoded.
   #received(proc: number, payload: Buffer): void {
     const counters = this.conn.counters;
-    if (payload.length >= 8 && payload.readUInt32BE(4) > DOMAIN_NAME_MAX_BYTES) {
+    const named =
+      proc === RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE || proc === RemoteProc.DOMAIN_EVENT_CALLBACK_DEVICE_REMOVED;
+    if (named && payload.length >= 8 && payload.readUInt32BE(4) > DOMAIN_NAME_MAX_BYTES) {
       counters.eventsDropped++;
       counters.eventNamesTooLong++;
       return;
