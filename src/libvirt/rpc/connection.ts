@@ -12,6 +12,8 @@
 // PINGs, stray replies) are rate-limited, with a flood cutting the
 // connection. Each of these closes the connection with a LIBVIRT_PROTOCOL
 // error naming why; the manager backs off before it reconnects.
+import { MemoryBudget } from './budget.ts';
+import { protocolError } from './xdr.ts';
 import { createConnection, type Socket } from 'node:net';
 import { lstat } from 'node:fs/promises';
 import { VmseedError } from '../../errors.ts';
@@ -31,34 +33,6 @@ import {
   type Packet,
 } from './protocol.ts';
 import { mapRemoteError } from './errors.ts';
-import { MemoryBudget } from './budget.ts';
-import { protocolError } from './xdr.ts';
-
-// A real daemon writes a frame in one go (a 4 MiB one is milliseconds over
-// a unix socket); 10 s from its first byte only a dripping daemon misses.
-export const DEFAULT_FRAME_DEADLINE_MS = 10_000;
-// Unsolicited packets per window. libvirtd sends a handful of lifecycle
-// events per domain state change and a PING every 5 s: 1,000 in 2 s is
-// far beyond a node's worth of VMs booting at once, so more are dropped;
-// 10,000 in 2 s (5,000/s) is a daemon flooding, and the connection is cut.
-export const DEFAULT_EVENT_WINDOW_MS = 2_000;
-export const DEFAULT_EVENTS_PER_WINDOW = 1_000;
-export const DEFAULT_FLOOD_PER_WINDOW = 10_000;
-
-// Why vmseed closed a connection on its own (its daemon misbehaved).
-export type CutReason = 'flood' | 'slow-frame' | 'memory-budget' | 'protocol' | 'keepalive';
-
-// Per connection; the session adds the event counts it decides on.
-export interface ConnectionCounters {
-  // Unsolicited packets: events, the daemon's PINGs, replies nobody waits for.
-  eventsReceived: number;
-  // Over the window's rate, or unusable (a domain name no real domain has).
-  eventsDropped: number;
-  // Delivered as one with an identical event still queued.
-  eventsCoalesced: number;
-  // Of the dropped: naming a domain longer than any real one.
-  eventNamesTooLong: number;
-}
 
 export interface RpcConnectionOptions {
   socketPath: string;
@@ -91,6 +65,32 @@ interface Pending {
   resolve: (payload: Buffer) => void;
   reject: (e: VmseedError) => void;
   timer: NodeJS.Timeout;
+}
+
+// A real daemon writes a frame in one go (a 4 MiB one is milliseconds over
+// a unix socket); 10 s from its first byte only a dripping daemon misses.
+export const DEFAULT_FRAME_DEADLINE_MS = 10_000;
+// Unsolicited packets per window. libvirtd sends a handful of lifecycle
+// events per domain state change and a PING every 5 s: 1,000 in 2 s is
+// far beyond a node's worth of VMs booting at once, so more are dropped;
+// 10,000 in 2 s (5,000/s) is a daemon flooding, and the connection is cut.
+export const DEFAULT_EVENT_WINDOW_MS = 2_000;
+export const DEFAULT_EVENTS_PER_WINDOW = 1_000;
+export const DEFAULT_FLOOD_PER_WINDOW = 10_000;
+
+// Why vmseed closed a connection on its own (its daemon misbehaved).
+export type CutReason = 'flood' | 'slow-frame' | 'memory-budget' | 'protocol' | 'keepalive';
+
+// Per connection; the session adds the event counts it decides on.
+export interface ConnectionCounters {
+  // Unsolicited packets: events, the daemon's PINGs, replies nobody waits for.
+  eventsReceived: number;
+  // Over the window's rate, or unusable (a domain name no real domain has).
+  eventsDropped: number;
+  // Delivered as one with an identical event still queued.
+  eventsCoalesced: number;
+  // Of the dropped: naming a domain longer than any real one.
+  eventNamesTooLong: number;
 }
 
 export function now(): number {
@@ -191,11 +191,13 @@ export class RpcConnection {
     await checkSocket(o.socketPath);
     const socket = await new Promise<Socket>((resolve, reject) => {
       const s = createConnection({ path: o.socketPath });
-      const wait = Math.max(0, o.deadline - now());
-      const timer = setTimeout(() => {
-        s.destroy();
-        reject(timeoutError('connect', wait, o.socketPath));
-      }, wait);
+      const timer = setTimeout(
+        () => {
+          s.destroy();
+          reject(timeoutError('connect', o.deadline - now(), o.socketPath));
+        },
+        Math.max(0, o.deadline - now()),
+      );
       s.once('connect', () => {
         clearTimeout(timer);
         s.removeAllListeners('error');
