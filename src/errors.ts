@@ -83,6 +83,8 @@ export const ERROR_CODES = [
   'LIBVIRT_PROTOCOL',
   'LIBVIRT_CONNECTION_LOST',
   'LIBVIRT_ACCESS_DENIED',
+  // domain XML from libvirt (virsh or RPC) that the XML reader refuses
+  'DOMAIN_XML_REFUSED',
   // Kubernetes API (src/agent)
   'KUBE_API_UNAVAILABLE',
   'KUBE_API_THROTTLED',

@@ -195,13 +195,17 @@ export function parseDomainXml(xml: string): DomainXmlInfo {
     });
   } catch (e) {
     if (e instanceof VmseedError) throw e;
-    throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned XML that does not parse; check the libvirt version', {
-      kind: 'retryable',
-      cause: e,
-    });
+    throw new VmseedError(
+      'DOMAIN_XML_REFUSED',
+      'libvirt returned domain XML that does not parse; check the libvirt version',
+      {
+        kind: 'retryable',
+        cause: e,
+      },
+    );
   }
   if (!rootIsDomain) {
-    throw new VmseedError('VIRSH_FAILED', 'virsh dumpxml returned no <domain> element', { kind: 'retryable' });
+    throw new VmseedError('DOMAIN_XML_REFUSED', 'libvirt returned XML with no <domain> element', { kind: 'retryable' });
   }
   return { name: name ?? '', disks, scsiControllers };
 }

@@ -14,7 +14,7 @@ import {
   type LibvirtEvent,
 } from './client.ts';
 import { now } from './rpc/connection.ts';
-import { ConnectionManager, type ConnectionManagerOptions } from './rpc/manager.ts';
+import { ConnectionManager, type ConnectionManagerOptions, type ManagerStats } from './rpc/manager.ts';
 import { AFFECT_CONFIG, AFFECT_LIVE, XML_INACTIVE } from './rpc/protocol.ts';
 import type { RemoteSession } from './rpc/remote.ts';
 
@@ -65,6 +65,11 @@ export class RpcLibvirtClient implements LibvirtClient {
 
   get manager(): ConnectionManager {
     return this.#manager;
+  }
+
+  // Per-URI event counts, cuts and memory, for the status page.
+  stats(): ManagerStats {
+    return this.#manager.stats();
   }
 
   #deadline(o?: CallOptions): number {

@@ -27,7 +27,7 @@ const WS = /\s*/y;
 
 function fail(what: string, at: number): never {
   throw new VmseedError(
-    'VIRSH_FAILED',
+    'DOMAIN_XML_REFUSED',
     `libvirt returned domain XML that is not well-formed (${what} at offset ${at}); check the libvirt version`,
     { kind: 'retryable' },
   );
@@ -99,7 +99,7 @@ function tagEnd(xml: string, from: number): number {
   return fail(quote !== 0 ? 'an unterminated attribute value' : 'an unterminated tag', from);
 }
 
-// Walks the document once, calling the visitor; throws VIRSH_FAILED on
+// Walks the document once, calling the visitor; throws DOMAIN_XML_REFUSED on
 // anything that is not well-formed (mismatched tags, text outside the root,
 // a DOCTYPE, an unknown entity, a repeated attribute).
 export function walkXml(xml: string, v: XmlVisitor): void {

@@ -122,10 +122,10 @@ test('a domain without devices has no disks', () => {
   assert.deepEqual(parseDomainXml('<domain><name>x</name></domain>').disks, []);
 });
 
-test('not a domain: VIRSH_FAILED', () => {
+test('not a domain: DOMAIN_XML_REFUSED', () => {
   assert.throws(
     () => parseDomainXml('<network/>'),
-    (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED',
+    (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_XML_REFUSED',
   );
 });
 

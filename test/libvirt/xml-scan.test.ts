@@ -111,7 +111,7 @@ test('an attribute value may hold ">" and "/>": the tag ends after it', () => {
   assert.equal(got.disks[0].targetDev, 'vdzz');
 });
 
-test('not well-formed XML is VIRSH_FAILED (retryable), never a partial answer', () => {
+test('not well-formed XML is DOMAIN_XML_REFUSED (retryable), never a partial answer', () => {
   const bad = [
     '',
     'plain text',
@@ -137,7 +137,7 @@ test('not well-formed XML is VIRSH_FAILED (retryable), never a partial answer', 
   for (const xml of bad) {
     assert.throws(
       () => parseDomainXml(xml),
-      (e: unknown) => e instanceof VmseedError && e.code === 'VIRSH_FAILED' && e.kind === 'retryable',
+      (e: unknown) => e instanceof VmseedError && e.code === 'DOMAIN_XML_REFUSED' && e.kind === 'retryable',
       JSON.stringify(xml),
     );
   }

@@ -77,6 +77,21 @@ export function remoteError(code: number, message: string): Buffer {
     .toBuffer();
 }
 
+// A lifecycle event (callback 1) for `name`; `event` is virDomainEventType.
+export function lifecycleFrame(name: string, uuid: Buffer, event = 0): Buffer {
+  return encodePacket(
+    {
+      prog: REMOTE_PROGRAM,
+      vers: 1,
+      proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE,
+      type: MessageType.MESSAGE,
+      serial: 0,
+      status: 0,
+    },
+    writeDomain(new XdrWriter().i32(1), { name, uuid, id: -1 }).i32(event).i32(0).toBuffer(),
+  );
+}
+
 export function u64(v: bigint): Buffer {
   return new XdrWriter().u64(v).toBuffer();
 }
@@ -99,22 +114,7 @@ export function handshakeDaemon(auth: number[], extra?: (p: Packet, sock: Socket
         return;
       case RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY:
         reply(sock, p, new XdrWriter().i32(p.header.serial).toBuffer());
-        sock.write(
-          encodePacket(
-            {
-              prog: REMOTE_PROGRAM,
-              vers: 1,
-              proc: RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE,
-              type: MessageType.MESSAGE,
-              serial: 0,
-              status: 0,
-            },
-            writeDomain(new XdrWriter().i32(1), { name: 'ns_vm', uuid: Buffer.alloc(16, 1), id: -1 })
-              .i32(0)
-              .i32(0)
-              .toBuffer(),
-          ),
-        );
+        sock.write(lifecycleFrame('ns_vm', Buffer.alloc(16, 1)));
         return;
       case RemoteProc.CONNECT_GET_LIB_VERSION:
         reply(sock, p, u64(9_000_000n));

@@ -4,6 +4,16 @@
 // connection is then probed with a keepalive PING and torn down if the daemon
 // does not answer, so a hung daemon costs its callers one deadline, never a
 // stuck promise.
+//
+// The daemon is not trusted (a launcher's socket belongs to whoever owns the
+// guest's launcher pod): a frame must complete within a deadline from its
+// first byte, only whole packets count as signs of life, what a frame holds
+// is reserved from a memory budget, and packets nobody asked for (events,
+// PINGs, stray replies) are rate-limited, with a flood cutting the
+// connection. Each of these closes the connection with a LIBVIRT_PROTOCOL
+// error naming why; the manager backs off before it reconnects.
+import { MemoryBudget } from './budget.ts';
+import { protocolError } from './xdr.ts';
 import { createConnection, type Socket } from 'node:net';
 import { lstat } from 'node:fs/promises';
 import { VmseedError } from '../../errors.ts';
@@ -40,6 +50,13 @@ export interface RpcConnectionOptions {
   // keepalive PING it cannot read would look like a hung daemon, so this
   // stays below that.
   maxInFlight?: number;
+  // A frame must be whole this long after its first byte.
+  frameDeadlineMs?: number;
+  // Shared by all connections of a manager; a connection alone gets its own.
+  memoryBudget?: MemoryBudget;
+  eventWindowMs?: number;
+  eventsPerWindow?: number;
+  floodPerWindow?: number;
 }
 
 interface Pending {
@@ -48,6 +65,32 @@ interface Pending {
   resolve: (payload: Buffer) => void;
   reject: (e: VmseedError) => void;
   timer: NodeJS.Timeout;
+}
+
+// A real daemon writes a frame in one go (a 4 MiB one is milliseconds over
+// a unix socket); 10 s from its first byte only a dripping daemon misses.
+export const DEFAULT_FRAME_DEADLINE_MS = 10_000;
+// Unsolicited packets per window. libvirtd sends a handful of lifecycle
+// events per domain state change and a PING every 5 s: 1,000 in 2 s is
+// far beyond a node's worth of VMs booting at once, so more are dropped;
+// 10,000 in 2 s (5,000/s) is a daemon flooding, and the connection is cut.
+export const DEFAULT_EVENT_WINDOW_MS = 2_000;
+export const DEFAULT_EVENTS_PER_WINDOW = 1_000;
+export const DEFAULT_FLOOD_PER_WINDOW = 10_000;
+
+// Why vmseed closed a connection on its own (its daemon misbehaved).
+export type CutReason = 'flood' | 'slow-frame' | 'memory-budget' | 'protocol' | 'keepalive';
+
+// Per connection; the session adds the event counts it decides on.
+export interface ConnectionCounters {
+  // Unsolicited packets: events, the daemon's PINGs, replies nobody waits for.
+  eventsReceived: number;
+  // Over the window's rate, or unusable (a domain name no real domain has).
+  eventsDropped: number;
+  // Delivered as one with an identical event still queued.
+  eventsCoalesced: number;
+  // Of the dropped: naming a domain longer than any real one.
+  eventNamesTooLong: number;
 }
 
 export function now(): number {
@@ -109,12 +152,30 @@ export class RpcConnection {
   #lastReceived = now();
   #pingSentAt: number | undefined;
   #keepaliveTimer: NodeJS.Timeout | undefined;
+  readonly #frameDeadlineMs: number;
+  #frameTimer: NodeJS.Timeout | undefined;
+  readonly #eventWindowMs: number;
+  readonly #eventsPerWindow: number;
+  readonly #floodPerWindow: number;
+  #windowStart = now();
+  #windowCount = 0;
+  #cutReason: CutReason | undefined;
+  readonly counters: ConnectionCounters = {
+    eventsReceived: 0,
+    eventsDropped: 0,
+    eventsCoalesced: 0,
+    eventNamesTooLong: 0,
+  };
 
   private constructor(socket: Socket, o: RpcConnectionOptions) {
     this.socketPath = o.socketPath;
     this.#socket = socket;
     this.#maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    this.#decoder = new FrameDecoder(this.#maxFrameBytes);
+    this.#decoder = new FrameDecoder(this.#maxFrameBytes, o.memoryBudget ?? new MemoryBudget());
+    this.#frameDeadlineMs = o.frameDeadlineMs ?? DEFAULT_FRAME_DEADLINE_MS;
+    this.#eventWindowMs = o.eventWindowMs ?? DEFAULT_EVENT_WINDOW_MS;
+    this.#eventsPerWindow = o.eventsPerWindow ?? DEFAULT_EVENTS_PER_WINDOW;
+    this.#floodPerWindow = o.floodPerWindow ?? DEFAULT_FLOOD_PER_WINDOW;
     this.#onEvent = o.onEvent;
     this.#onClose = o.onClose;
     this.#keepaliveIntervalMs = o.keepaliveIntervalMs ?? 5_000;
@@ -168,6 +229,23 @@ export class RpcConnection {
   // Calls sent or queued whose callers still wait.
   get inFlight(): number {
     return this.#pending.size;
+  }
+
+  // Set when vmseed closed the connection because of what the daemon sent.
+  get cutReason(): CutReason | undefined {
+    return this.#cutReason;
+  }
+
+  // Bytes of a partial frame held for this connection.
+  get bufferedBytes(): number {
+    return this.#decoder.retainedBytes;
+  }
+
+  // Closes the connection because of the daemon's behaviour.
+  cut(reason: CutReason, error: VmseedError): void {
+    if (this.#closed) return;
+    this.#cutReason = reason;
+    this.destroy(error);
   }
 
   #lost(why: string): VmseedError {
@@ -243,7 +321,7 @@ export class RpcConnection {
         () => {
           this.#pongWaiters.delete(done);
           const e = timeoutError('keepalive', this.#keepaliveTimeoutMs, this.socketPath);
-          this.destroy(this.#lost('no keepalive answer: daemon hung'));
+          this.cut('keepalive', this.#lost('no keepalive answer: daemon hung'));
           reject(e);
         },
         Math.max(0, deadline - now()),
@@ -275,7 +353,10 @@ export class RpcConnection {
       () => {
         const t = now();
         if (this.#pingSentAt !== undefined && t - this.#pingSentAt > this.#keepaliveTimeoutMs) {
-          this.destroy(this.#lost(`no answer to a keepalive within ${this.#keepaliveTimeoutMs} ms: daemon hung`));
+          this.cut(
+            'keepalive',
+            this.#lost(`no answer to a keepalive within ${this.#keepaliveTimeoutMs} ms: daemon hung`),
+          );
         } else if (this.#pingSentAt === undefined && t - this.#lastReceived >= this.#keepaliveIntervalMs) {
           this.#sendKeepalive(KeepaliveProc.PING);
         }
@@ -287,27 +368,86 @@ export class RpcConnection {
 
   #receive(chunk: Buffer): void {
     if (this.#closed) return;
-    this.#lastReceived = now();
-    this.#pingSentAt = undefined;
     let packets: Packet[];
     try {
       packets = this.#decoder.push(chunk);
     } catch (e) {
-      this.destroy(e as VmseedError);
+      this.cut(this.#decoder.overBudget ? 'memory-budget' : 'protocol', e as VmseedError);
       return;
     }
-    for (const p of packets) this.#dispatch(p);
+    // A byte of a frame is no sign of life: a daemon dripping one would
+    // otherwise keep the keepalive quiet for ever.
+    if (packets.length > 0) {
+      this.#lastReceived = now();
+      this.#pingSentAt = undefined;
+    }
+    this.#watchFrame(packets.length > 0);
+    for (const p of packets) {
+      if (this.#closed) return;
+      this.#dispatch(p);
+    }
+  }
+
+  // Runs the frame deadline while a frame is partial, from the read that
+  // began it.
+  #watchFrame(completedOne: boolean): void {
+    if (!this.#decoder.partial) {
+      clearTimeout(this.#frameTimer);
+      this.#frameTimer = undefined;
+      return;
+    }
+    if (this.#frameTimer && !completedOne) return;
+    clearTimeout(this.#frameTimer);
+    this.#frameTimer = setTimeout(() => {
+      const len = this.#decoder.pendingFrameBytes;
+      const what = len === undefined ? 'frame length word' : `frame of ${len} bytes`;
+      this.cut(
+        'slow-frame',
+        protocolError(`${what} not complete after ${this.#frameDeadlineMs / 1000} s: daemon too slow`),
+      );
+    }, this.#frameDeadlineMs);
+    this.#frameTimer.unref();
+  }
+
+  // Whether an unsolicited packet is handled: false when it is over the
+  // window's rate (dropped) or the connection was cut for flooding.
+  #admit(): boolean {
+    const t = now();
+    if (t - this.#windowStart >= this.#eventWindowMs) {
+      this.#windowStart = t;
+      this.#windowCount = 0;
+    }
+    this.#windowCount++;
+    this.counters.eventsReceived++;
+    if (this.#windowCount > this.#floodPerWindow) {
+      this.cut(
+        'flood',
+        protocolError(
+          `more than ${this.#floodPerWindow} unsolicited packets within ${this.#eventWindowMs} ms: daemon flooding`,
+        ),
+      );
+      return false;
+    }
+    if (this.#windowCount > this.#eventsPerWindow) {
+      this.counters.eventsDropped++;
+      return false;
+    }
+    return true;
   }
 
   #dispatch(p: Packet): void {
     const h = p.header;
+    if (h.prog === KEEPALIVE_PROGRAM && h.proc === KeepaliveProc.PONG && this.#pongWaiters.size > 0) {
+      for (const w of [...this.#pongWaiters]) {
+        this.#pongWaiters.delete(w);
+        w();
+      }
+      return;
+    }
+    const solicited = h.prog === REMOTE_PROGRAM && h.type === MessageType.REPLY && this.#outstanding.has(h.serial);
+    if (!solicited && !this.#admit()) return;
     if (h.prog === KEEPALIVE_PROGRAM) {
       if (h.proc === KeepaliveProc.PING) this.#sendKeepalive(KeepaliveProc.PONG);
-      else if (h.proc === KeepaliveProc.PONG)
-        for (const w of [...this.#pongWaiters]) {
-          this.#pongWaiters.delete(w);
-          w();
-        }
       return;
     }
     if (h.prog !== REMOTE_PROGRAM) return;
@@ -341,16 +481,35 @@ export class RpcConnection {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#keepaliveTimer) clearInterval(this.#keepaliveTimer);
+    clearTimeout(this.#frameTimer);
+    this.#decoder.dispose();
     const reason = error ?? this.#lost('closed by vmseed');
     for (const [serial, p] of this.#pending) {
       clearTimeout(p.timer);
       this.#pending.delete(serial);
-      p.reject(reason);
+      p.reject(forCall(reason, p.operation));
     }
     this.#queue.length = 0;
     this.#outstanding.clear();
     this.#pongWaiters.clear();
     this.#socket.destroy();
     this.#onClose?.(error);
+  }
+}
+
+// The error a call in flight gets when its connection goes: names the call,
+// so the caller (and the status page) sees which one never got its answer.
+function forCall(e: VmseedError, operation: string): VmseedError {
+  return new LostCallError(operation, e);
+}
+
+export class LostCallError extends VmseedError {
+  readonly operation: string;
+  readonly reason: VmseedError;
+
+  constructor(operation: string, reason: VmseedError) {
+    super(reason.code, `libvirt ${operation}: ${reason.message}`, { kind: reason.kind, cause: reason });
+    this.operation = operation;
+    this.reason = reason;
   }
 }

@@ -3,9 +3,14 @@
 // per VMI), reopened with backoff when the daemon goes away. A watched URI
 // stays open and is reconnected on its own, with its domain events
 // re-registered; listeners then get a `connection: up` event, since events
-// sent while it was down are lost and the state must be re-read.
+// sent while it was down are lost and the state must be re-read. A
+// connection vmseed cut because its daemon misbehaved (a flood, a dripped
+// frame, the memory budget) is reconnected with a backoff that keeps
+// growing until a connection ends on its own, so one hostile launcher
+// costs little and the other URIs never wait for it.
 import { VmseedError, isVmseedError } from '../../errors.ts';
-import { now } from './connection.ts';
+import { LostCallError, now, type ConnectionCounters, type CutReason } from './connection.ts';
+import { MemoryBudget, LIBVIRT_MEMORY_BUDGET_BYTES } from './budget.ts';
 import { uuidString, type DomainEventMessage } from './protocol.ts';
 import { RemoteSession } from './remote.ts';
 import { resolveUri, type SocketTarget } from './uri.ts';
@@ -25,6 +30,32 @@ export interface ConnectionManagerOptions {
   // Limits how many URIs are open at once (one socket each).
   maxConnections?: number;
   resolve?: (uri: string) => SocketTarget;
+  // Backoff ceiling after cuts (see the module comment).
+  cutBackoffMaxMs?: number;
+  // Bytes of partial frames and cached handles across all connections.
+  memoryBudgetBytes?: number;
+  frameDeadlineMs?: number;
+  eventWindowMs?: number;
+  eventsPerWindow?: number;
+  floodPerWindow?: number;
+}
+
+// What the status page can show per URI; counts include closed connections.
+export interface ConnectionStats extends ConnectionCounters {
+  uri: string;
+  connected: boolean;
+  watched: boolean;
+  cachedDomains: number;
+  cacheBytes: number;
+  bufferedBytes: number;
+  cuts: Partial<Record<CutReason, number>>;
+  lastCut: { reason: CutReason; message: string } | undefined;
+  backoffMs: number;
+}
+
+export interface ManagerStats {
+  memoryBudget: { limit: number; used: number };
+  connections: ConnectionStats[];
 }
 
 interface Entry {
@@ -39,6 +70,24 @@ interface Entry {
   backoffMs: number;
   // Reconnect attempts that failed since the last success.
   failures: number;
+  // Connections cut in a row; the backoff is kept while this is above 0.
+  cutStreak: number;
+  cuts: Partial<Record<CutReason, number>>;
+  lastCut: { reason: CutReason; message: string } | undefined;
+  // Counters of the connections already closed.
+  past: ConnectionCounters;
+}
+
+function zeroCounters(): ConnectionCounters {
+  return { eventsReceived: 0, eventsDropped: 0, eventsCoalesced: 0, eventNamesTooLong: 0 };
+}
+
+function addCounters(to: ConnectionCounters, from: ConnectionCounters): ConnectionCounters {
+  to.eventsReceived += from.eventsReceived;
+  to.eventsDropped += from.eventsDropped;
+  to.eventsCoalesced += from.eventsCoalesced;
+  to.eventNamesTooLong += from.eventNamesTooLong;
+  return to;
 }
 
 // Errors after which the same call may be tried on a fresh connection.
@@ -67,6 +116,12 @@ export class ConnectionManager {
   readonly #backoffMaxMs: number;
   readonly #maxConnections: number;
   readonly #resolve: (uri: string) => SocketTarget;
+  readonly #cutBackoffMaxMs: number;
+  readonly #budget: MemoryBudget;
+  readonly #limits: Pick<
+    ConnectionManagerOptions,
+    'frameDeadlineMs' | 'eventWindowMs' | 'eventsPerWindow' | 'floodPerWindow'
+  >;
   readonly #idleTimer: NodeJS.Timeout;
   #closed = false;
   // Calls backing off until libvirtd is back; close() wakes them to fail.
@@ -81,6 +136,14 @@ export class ConnectionManager {
     this.#backoffMaxMs = o.backoffMaxMs ?? 5_000;
     this.#maxConnections = o.maxConnections ?? 512;
     this.#resolve = o.resolve ?? ((uri) => resolveUri(uri));
+    this.#cutBackoffMaxMs = o.cutBackoffMaxMs ?? 60_000;
+    this.#budget = new MemoryBudget(o.memoryBudgetBytes ?? LIBVIRT_MEMORY_BUDGET_BYTES);
+    this.#limits = {
+      frameDeadlineMs: o.frameDeadlineMs,
+      eventWindowMs: o.eventWindowMs,
+      eventsPerWindow: o.eventsPerWindow,
+      floodPerWindow: o.floodPerWindow,
+    };
     this.#idleTimer = setInterval(() => this.#closeIdle(), Math.max(10, Math.min(this.#idleMs / 2, 10_000)));
     this.#idleTimer.unref();
   }
@@ -121,6 +184,10 @@ export class ConnectionManager {
         reconnectTimer: undefined,
         backoffMs: this.#backoffInitialMs,
         failures: 0,
+        cutStreak: 0,
+        cuts: {},
+        lastCut: undefined,
+        past: zeroCounters(),
       };
       this.#entries.set(uri, e);
     }
@@ -160,8 +227,10 @@ export class ConnectionManager {
           maxFrameBytes: this.#maxFrameBytes,
           keepaliveIntervalMs: this.#keepaliveIntervalMs,
           keepaliveTimeoutMs: this.#keepaliveTimeoutMs,
+          ...this.#limits,
+          memoryBudget: this.#budget,
           onDomainEvent: (m) => this.#emit(toEvent(e.uri, m)),
-          onClose: () => this.#lost(e, session),
+          onClose: (err) => this.#lost(e, session, err),
         });
         try {
           await session.registerDomainEvents(deadline);
@@ -178,7 +247,7 @@ export class ConnectionManager {
         e.session = session;
         e.everUp = true;
         e.failures = 0;
-        e.backoffMs = this.#backoffInitialMs;
+        if (e.cutStreak === 0) e.backoffMs = this.#backoffInitialMs;
         this.#emit({ type: 'connection', uri: e.uri, state: 'up', reconnected });
         return session;
       } finally {
@@ -188,10 +257,22 @@ export class ConnectionManager {
     return e.opening;
   }
 
-  #lost(e: Entry, session: RemoteSession | undefined): void {
+  #lost(e: Entry, session: RemoteSession | undefined, error: VmseedError | undefined): void {
     // `session` is undefined when the socket died during open.
     if (session === undefined || e.session !== session) return;
     e.session = undefined;
+    addCounters(e.past, session.conn.counters);
+    const reason = session.conn.cutReason;
+    if (reason) {
+      e.cuts[reason] = (e.cuts[reason] ?? 0) + 1;
+      e.lastCut = { reason, message: error?.message ?? reason };
+    }
+    if (hostile(reason)) {
+      e.cutStreak++;
+      e.backoffMs = Math.min(this.#cutBackoffMaxMs, e.backoffMs * 2);
+    } else {
+      e.cutStreak = 0;
+    }
     this.#emit({ type: 'connection', uri: e.uri, state: 'down', reconnected: false });
     if (e.watchers > 0 && !this.#closed) this.#reconnect(e);
   }
@@ -224,7 +305,11 @@ export class ConnectionManager {
     const e = this.#entry(uri);
     e.inFlight++;
     e.lastUsed = now();
+    const started = now();
     let backoff = this.#backoffInitialMs;
+    // A call whose connection broke under it: if the retry runs out of
+    // time, that call is what did not answer, not the retry's handshake.
+    let lost: LostCallError | undefined;
     try {
       for (;;) {
         // Closed while this call waited or retried: no more attempts (a
@@ -234,7 +319,8 @@ export class ConnectionManager {
         try {
           session = await this.#open(e, o.deadline);
         } catch (err) {
-          if (!connectionFailure(err) || now() + backoff >= o.deadline) throw err;
+          if (!connectionFailure(err) || now() + backoff >= o.deadline)
+            throw unanswered(lost, err, o.deadline - started);
           await this.#sleep(backoff);
           backoff = Math.min(this.#backoffMaxMs, backoff * 2);
           continue;
@@ -242,7 +328,12 @@ export class ConnectionManager {
         try {
           return await fn(session);
         } catch (err) {
-          if (this.#closed || !o.idempotent || !connectionFailure(err) || now() >= o.deadline) throw err;
+          if (this.#closed || !o.idempotent || !connectionFailure(err) || now() >= o.deadline)
+            throw unanswered(lost, err, o.deadline - started);
+          // A daemon we cut is not asked again within this call: the
+          // reconnect waits for its backoff.
+          if (hostile(session.conn.cutReason)) throw err;
+          if (err instanceof LostCallError) lost ??= err;
           if (!session.conn.closed) session.conn.destroy(err as VmseedError);
         }
       }
@@ -276,6 +367,28 @@ export class ConnectionManager {
     }
   }
 
+  // Counters per URI and the shared memory budget, for the status page.
+  stats(): ManagerStats {
+    const connections: ConnectionStats[] = [];
+    for (const e of this.#entries.values()) {
+      const s = e.session && !e.session.conn.closed ? e.session : undefined;
+      const counters = addCounters({ ...e.past }, s?.conn.counters ?? zeroCounters());
+      connections.push({
+        uri: e.uri,
+        connected: s !== undefined,
+        watched: e.watchers > 0,
+        ...counters,
+        cachedDomains: s?.knownDomains ?? 0,
+        cacheBytes: s?.cacheBytes ?? 0,
+        bufferedBytes: s?.conn.bufferedBytes ?? 0,
+        cuts: { ...e.cuts },
+        lastCut: e.lastCut,
+        backoffMs: e.backoffMs,
+      });
+    }
+    return { memoryBudget: { limit: this.#budget.limit, used: this.#budget.used }, connections };
+  }
+
   get openCount(): number {
     let n = 0;
     for (const e of this.#entries.values()) if (e.session && !e.session.conn.closed) n++;
@@ -296,6 +409,22 @@ export class ConnectionManager {
     this.#entries.clear();
     await Promise.all(closing);
   }
+}
+
+// The call that lost its connection, when the retry on a new one timed out.
+function unanswered(lost: LostCallError | undefined, err: unknown, timeoutMs: number): unknown {
+  if (!lost || !isVmseedError(err) || !(err.code === 'LIBVIRT_TIMEOUT' || connectionFailure(err))) return err;
+  const why = lost.reason.message.split(';')[0];
+  return new VmseedError(
+    'LIBVIRT_TIMEOUT',
+    `libvirt ${lost.operation} got no answer within ${Math.round(timeoutMs)} ms: ${why}, and reconnecting got none in time either (${err.message.split(';')[0]}); libvirtd may be stuck; will retry`,
+    { kind: 'retryable', cause: err },
+  );
+}
+
+// Cuts that say the daemon misbehaved (a hung one is only slow).
+function hostile(reason: CutReason | undefined): boolean {
+  return reason !== undefined && reason !== 'keepalive';
 }
 
 function closedError(): VmseedError {

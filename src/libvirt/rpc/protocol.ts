@@ -3,6 +3,7 @@
 // src/rpc/virkeepaliveprotocol.x and src/remote/remote_protocol.x
 // (procedures, argument and reply structs); procedure numbers are part of
 // libvirt's ABI and never change.
+import type { MemoryBudget } from './budget.ts';
 import { XdrReader, XdrWriter, protocolError } from './xdr.ts';
 
 export const REMOTE_PROGRAM = 0x20008086;
@@ -112,57 +113,121 @@ export function encodePacket(header: Header, payload: Buffer = Buffer.alloc(0)):
 }
 
 // Splits a byte stream into packets. The length word is checked before any
-// of the frame is buffered, so an absurd length fails at once.
+// of the frame is buffered, so an absurd length fails at once. A frame that
+// arrives whole is decoded in place; one cut across reads is copied into a
+// single buffer of its announced length, reserved from the budget first, so
+// what a daemon makes us hold is the frame's size however it is dripped
+// (one Buffer per read would cost ~190 bytes per one-byte read).
 export class FrameDecoder {
   readonly #max: number;
-  #chunks: Buffer[] = [];
-  #buffered = 0;
+  readonly #budget: MemoryBudget | undefined;
+  readonly #lenWord = Buffer.alloc(LEN_BYTES);
+  #lenFill = 0;
+  #frame: Buffer | undefined;
+  #fill = 0;
+  // Set when push() failed because the budget could not hold a frame.
+  overBudget = false;
 
-  constructor(maxFrameBytes: number = DEFAULT_MAX_FRAME_BYTES) {
+  constructor(maxFrameBytes: number = DEFAULT_MAX_FRAME_BYTES, budget?: MemoryBudget) {
     this.#max = maxFrameBytes;
+    this.#budget = budget;
+  }
+
+  // A frame (or its length word) has begun and not ended.
+  get partial(): boolean {
+    return this.#lenFill > 0 || this.#frame !== undefined;
+  }
+
+  // Bytes this decoder holds between reads.
+  get retainedBytes(): number {
+    return this.#frame?.length ?? 0;
+  }
+
+  // The length of the frame being received, when known.
+  get pendingFrameBytes(): number | undefined {
+    return this.#frame?.length;
   }
 
   push(chunk: Buffer): Packet[] {
-    this.#chunks.push(chunk);
-    this.#buffered += chunk.length;
     const out: Packet[] = [];
-    for (;;) {
-      if (this.#buffered < LEN_BYTES) break;
-      const head = this.#peek(LEN_BYTES);
-      const len = head.readUInt32BE(0);
-      if (len < LEN_BYTES + HEADER_BYTES) throw protocolError(`frame length ${len} is shorter than a header`);
-      if (len > this.#max) throw protocolError(`frame of ${len} bytes exceeds the limit of ${this.#max}`);
-      if (this.#buffered < len) break;
-      const frame = this.#take(len);
-      const r = new XdrReader(frame, LEN_BYTES);
-      const header: Header = {
-        prog: r.u32(),
-        vers: r.u32(),
-        proc: r.i32(),
-        type: r.u32(),
-        serial: r.u32(),
-        status: r.u32(),
-      };
-      out.push({ header, payload: frame.subarray(LEN_BYTES + HEADER_BYTES) });
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.#frame === undefined) {
+        if (this.#lenFill === 0 && chunk.length - at >= LEN_BYTES) {
+          const len = this.#checkLength(chunk.readUInt32BE(at));
+          if (chunk.length - at >= len) {
+            out.push(decodeFrame(chunk.subarray(at, at + len)));
+            at += len;
+            continue;
+          }
+          this.#begin(len);
+        } else {
+          const n = Math.min(LEN_BYTES - this.#lenFill, chunk.length - at);
+          chunk.copy(this.#lenWord, this.#lenFill, at, at + n);
+          this.#lenFill += n;
+          at += n;
+          if (this.#lenFill < LEN_BYTES) break;
+          this.#lenFill = 0;
+          this.#begin(this.#checkLength(this.#lenWord.readUInt32BE(0)));
+          this.#lenWord.copy(this.#frame!, 0);
+          this.#fill = LEN_BYTES;
+          continue;
+        }
+      }
+      const frame = this.#frame!;
+      const n = Math.min(frame.length - this.#fill, chunk.length - at);
+      chunk.copy(frame, this.#fill, at, at + n);
+      this.#fill += n;
+      at += n;
+      if (this.#fill === frame.length) {
+        this.#release();
+        out.push(decodeFrame(frame));
+      }
     }
     return out;
   }
 
-  #peek(n: number): Buffer {
-    if (this.#chunks[0].length >= n) return this.#chunks[0];
-    const all = Buffer.concat(this.#chunks);
-    this.#chunks = [all];
-    return all;
+  // Gives back what a partial frame holds (the connection is going).
+  dispose(): void {
+    this.#release();
+    this.#lenFill = 0;
   }
 
-  #take(n: number): Buffer {
-    const all = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-    const frame = all.subarray(0, n);
-    const rest = all.subarray(n);
-    this.#chunks = rest.length ? [rest] : [];
-    this.#buffered = rest.length;
-    return frame;
+  #checkLength(len: number): number {
+    if (len < LEN_BYTES + HEADER_BYTES) throw protocolError(`frame length ${len} is shorter than a header`);
+    if (len > this.#max) throw protocolError(`frame of ${len} bytes exceeds the limit of ${this.#max}`);
+    return len;
   }
+
+  #begin(len: number): void {
+    if (this.#budget && !this.#budget.take(len)) {
+      this.overBudget = true;
+      throw protocolError(
+        `frame of ${len} bytes does not fit the libvirt memory budget (${this.#budget.used} of ${this.#budget.limit} bytes in use)`,
+      );
+    }
+    this.#frame = Buffer.allocUnsafe(len);
+    this.#fill = 0;
+  }
+
+  #release(): void {
+    if (this.#frame !== undefined) this.#budget?.give(this.#frame.length);
+    this.#frame = undefined;
+    this.#fill = 0;
+  }
+}
+
+function decodeFrame(frame: Buffer): Packet {
+  const r = new XdrReader(frame, LEN_BYTES);
+  const header: Header = {
+    prog: r.u32(),
+    vers: r.u32(),
+    proc: r.i32(),
+    type: r.u32(),
+    serial: r.u32(),
+    status: r.u32(),
+  };
+  return { header, payload: frame.subarray(LEN_BYTES + HEADER_BYTES) };
 }
 
 // remote_nonnull_domain

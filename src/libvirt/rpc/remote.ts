@@ -3,12 +3,14 @@
 // bytes are an error). Layouts: libvirt's src/remote/remote_protocol.x.
 import { VmseedError, isVmseedError } from '../../errors.ts';
 import { RpcConnection, now, type RpcConnectionOptions } from './connection.ts';
+import { MemoryBudget } from './budget.ts';
 import {
   AuthType,
   DOMAIN_STATES,
   DomainEventId,
   RemoteProc,
   STRING_MAX,
+  UUID_BYTES,
   readAuthList,
   readDomain,
   readDomainEvent,
@@ -36,8 +38,25 @@ function domainArgs(dom: DomainRef): XdrWriter {
   return writeDomain(new XdrWriter(), dom);
 }
 
-// Domain handles kept per session (see RemoteSession.domain).
+// Domain handles kept per session (see RemoteSession.withDomain), by count
+// and by bytes: names come from the daemon's events, and a hostile one
+// would otherwise park 4,096 names of 1 MiB each.
 export const DOMAIN_CACHE_MAX = 4096;
+export const DOMAIN_CACHE_BYTES = 1024 * 1024;
+// What a cached handle costs beyond its name: the UUID and the Map entry.
+const HANDLE_OVERHEAD_BYTES = UUID_BYTES + 64;
+// libvirt keeps every QEMU domain's state in `<dir>/<name>.xml`
+// (virDomainConfigFile, src/conf/domain_conf.c), so a name over NAME_MAX
+// (255) minus `.xml` cannot be a running domain; the wire would carry up
+// to REMOTE_STRING_MAX (4 MiB in remote_protocol.x). KubeVirt's
+// `<namespace>_<name>` stays far below. A longer name is never cached and
+// its events are dropped.
+export const DOMAIN_NAME_MAX_BYTES = 251;
+// vmseed waits only for its own disk's alias (ua-vmseed_seed); an event
+// naming a longer one is dropped rather than queued.
+const DEVICE_ALIAS_MAX_BYTES = 255;
+// Distinct events waiting for delivery; beyond that they are dropped.
+const EVENT_QUEUE_MAX = 1024;
 
 export class RemoteSession {
   readonly conn: RpcConnection;
@@ -46,27 +65,41 @@ export class RemoteSession {
   // domain by the handle's UUID (remote.c get_nonnull_domain, then the
   // driver's FindByUUID), so a known handle saves the lookup round trip.
   readonly #domains = new Map<string, DomainRef>();
+  #cacheBytes = 0;
+  readonly #budget: MemoryBudget;
+  // Events waiting for the next turn; identical ones are delivered once.
+  readonly #events = new Map<string, DomainEventMessage>();
+  readonly #onEvent: ((e: DomainEventMessage) => void) | undefined;
 
-  private constructor(conn: RpcConnection, name: string) {
+  private constructor(
+    conn: RpcConnection,
+    name: string,
+    budget: MemoryBudget,
+    onEvent: ((e: DomainEventMessage) => void) | undefined,
+  ) {
     this.conn = conn;
     this.name = name;
+    this.#budget = budget;
+    this.#onEvent = onEvent;
   }
 
   // Connects, authenticates and opens `name`. The socket is dropped if any
   // step fails, so a half-open session never escapes.
   static async open(o: RemoteSessionOptions & { deadline: number }): Promise<RemoteSession> {
-    const onEvent = o.onDomainEvent;
+    const budget = o.memoryBudget ?? new MemoryBudget();
     let s: RemoteSession | undefined;
     const conn = await RpcConnection.open({
       ...o,
+      memoryBudget: budget,
       onEvent: (p) => {
-        const ev = readDomainEvent(p.header.proc, p.payload);
-        if (!ev) return;
-        if (ev.kind === 'lifecycle' && s) s.#learn(ev.domain, ev.event);
-        onEvent?.(ev);
+        if (s) s.#received(p.header.proc, p.payload);
+      },
+      onClose: (e) => {
+        if (s) s.#forgetAll();
+        o.onClose?.(e);
       },
     });
-    s = new RemoteSession(conn, o.name);
+    s = new RemoteSession(conn, o.name, budget, o.onDomainEvent);
     try {
       await s.#authenticate(o.deadline);
       const w = new XdrWriter().optionalString(o.name, STRING_MAX).u32(0);
@@ -134,7 +167,7 @@ export class RemoteSession {
         return await fn(known);
       } catch (e) {
         if (!(isVmseedError(e) && e.code === 'DOMAIN_NOT_FOUND')) throw e;
-        if (this.#domains.get(name) === known) this.#domains.delete(name);
+        if (this.#domains.get(name) === known) this.#forget(name);
       }
     }
     return fn(await this.lookupByName(name, deadline));
@@ -147,20 +180,92 @@ export class RemoteSession {
     if (event === 'undefined' || event === 'stopped') {
       // stopped: a transient domain is gone; a new one of the same name
       // may get a new UUID.
-      this.#domains.delete(dom.name);
+      this.#forget(dom.name);
     } else {
       this.#remember(dom);
     }
   }
 
   #remember(dom: DomainRef): void {
-    this.#domains.delete(dom.name);
-    if (this.#domains.size >= DOMAIN_CACHE_MAX) this.#domains.delete(this.#domains.keys().next().value!);
+    this.#forget(dom.name);
+    const cost = handleCost(dom.name);
+    if (cost === undefined) return;
+    while (
+      this.#domains.size > 0 &&
+      (this.#domains.size >= DOMAIN_CACHE_MAX || this.#cacheBytes + cost > DOMAIN_CACHE_BYTES)
+    )
+      this.#forget(this.#domains.keys().next().value!);
+    // Over the manager's budget the handle is simply not kept: the next
+    // call looks the domain up.
+    if (!this.#budget.take(cost)) return;
+    this.#cacheBytes += cost;
     this.#domains.set(dom.name, dom);
+  }
+
+  #forget(name: string): void {
+    if (!this.#domains.delete(name)) return;
+    const cost = handleCost(name)!;
+    this.#cacheBytes -= cost;
+    this.#budget.give(cost);
+  }
+
+  #forgetAll(): void {
+    this.#budget.give(this.#cacheBytes);
+    this.#cacheBytes = 0;
+    this.#domains.clear();
   }
 
   get knownDomains(): number {
     return this.#domains.size;
+  }
+
+  // Bytes the handle cache holds (names, UUIDs, entries).
+  get cacheBytes(): number {
+    return this.#cacheBytes;
+  }
+
+  // A MESSAGE of the remote program. The name's length is read from its
+  // XDR length word before the string is decoded.
+  #received(proc: number, payload: Buffer): void {
+    const counters = this.conn.counters;
+    const named =
+      proc === RemoteProc.DOMAIN_EVENT_CALLBACK_LIFECYCLE || proc === RemoteProc.DOMAIN_EVENT_CALLBACK_DEVICE_REMOVED;
+    if (named && payload.length >= 8 && payload.readUInt32BE(4) > DOMAIN_NAME_MAX_BYTES) {
+      counters.eventsDropped++;
+      counters.eventNamesTooLong++;
+      return;
+    }
+    const ev = readDomainEvent(proc, payload);
+    if (!ev) return;
+    if (ev.kind === 'lifecycle') this.#learn(ev.domain, ev.event);
+    else if (Buffer.byteLength(ev.alias) > DEVICE_ALIAS_MAX_BYTES) {
+      counters.eventsDropped++;
+      return;
+    }
+    if (!this.#onEvent) return;
+    const key = eventKey(ev);
+    if (this.#events.has(key)) {
+      counters.eventsCoalesced++;
+      return;
+    }
+    if (this.#events.size >= EVENT_QUEUE_MAX) {
+      counters.eventsDropped++;
+      return;
+    }
+    if (this.#events.size === 0) setImmediate(() => this.#deliver());
+    this.#events.set(key, ev);
+  }
+
+  #deliver(): void {
+    const batch = [...this.#events.values()];
+    this.#events.clear();
+    for (const ev of batch) {
+      try {
+        this.#onEvent?.(ev);
+      } catch {
+        // A listener's bug must not take the connection down.
+      }
+    }
   }
 
   async getState(dom: DomainRef, deadline: number): Promise<{ state: RawDomainState; reason: number }> {
@@ -261,4 +366,15 @@ export class RemoteSession {
       this.conn.destroy();
     }
   }
+}
+
+// undefined: a name no real domain has, never cached.
+function handleCost(name: string): number | undefined {
+  const bytes = Buffer.byteLength(name);
+  return bytes > DOMAIN_NAME_MAX_BYTES ? undefined : bytes + HANDLE_OVERHEAD_BYTES;
+}
+
+function eventKey(ev: DomainEventMessage): string {
+  const what = ev.kind === 'lifecycle' ? `${ev.event}\0${ev.detail}` : ev.alias;
+  return `${ev.kind}\0${ev.domain.name}\0${ev.domain.uuid.toString('hex')}\0${ev.domain.id}\0${what}`;
 }

@@ -1,0 +1,365 @@
+// A hostile libvirt daemon (a guest that escaped owns its launcher's
+// socket) against the RPC client: frames dripped a byte at a time, event
+// names of a megabyte, event floods, frames past the memory budget, hung
+// replies. The agent's memory and CPU stay bounded, the misbehaving
+// connection is cut with a named error and backed off, others go on.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Socket } from 'node:net';
+import { RpcConnection, now } from '../../src/libvirt/rpc/connection.ts';
+import { FrameDecoder, KEEPALIVE_PROGRAM, RemoteProc, type Packet } from '../../src/libvirt/rpc/protocol.ts';
+import { DOMAIN_CACHE_BYTES, DOMAIN_NAME_MAX_BYTES, RemoteSession } from '../../src/libvirt/rpc/remote.ts';
+import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { VmseedError } from '../../src/errors.ts';
+import { parseDomainXml } from '../../src/libvirt/disk-xml.ts';
+import { fakeDaemon, handshakeDaemon, lifecycleFrame, reply } from '../support/fake-rpc-daemon.ts';
+import { drip, replyHead, retainedBytes, send, sleep, until } from '../support/hostile-rpc-daemon.ts';
+import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
+
+const MiB = 1024 * 1024;
+
+async function rejection(p: Promise<unknown>): Promise<VmseedError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  assert.ok(e instanceof VmseedError, `expected a VmseedError, got ${String(e)}`);
+  return e;
+}
+
+test(
+  'a 4 MiB reply dripped one byte per read: the decoder holds the frame, not a Buffer per byte',
+  { timeout: 60_000 },
+  () => {
+    const d = new FrameDecoder(4 * MiB);
+    // Each read of a socket is a Buffer of its own, as here.
+    const head = replyHead(1, 4 * MiB);
+    const before = retainedBytes();
+    for (const b of head) d.push(Buffer.from([b]));
+    for (let i = 0; i < 250_000; i++) d.push(Buffer.from([i & 0xff]));
+    const held = retainedBytes() - before;
+    console.log(`decoder: ${(held / MiB).toFixed(1)} MiB retained after 250,028 one-byte reads of a 4 MiB frame`);
+    assert.ok(held < 5 * MiB, `${held} bytes retained for a 4 MiB frame`);
+    assert.equal(d.partial, true);
+  },
+);
+
+test(
+  'a reply dripped byte by byte: the call fails when the frame deadline passes, named, and the connection is closed',
+  { timeout: 30_000 },
+  async () => {
+    let dripping: Promise<number> | undefined;
+    const fake = await fakeDaemon((p, sock) => {
+      if (p.header.prog === KEEPALIVE_PROGRAM) return;
+      dripping ??= drip(sock, Buffer.concat([replyHead(p.header.serial, 4 * MiB), Buffer.alloc(4096)]), 5);
+    });
+    const conn = await RpcConnection.open({ socketPath: fake.path, deadline: now() + 5_000, frameDeadlineMs: 300 });
+    try {
+      const t0 = Date.now();
+      const e = await rejection(conn.call(RemoteProc.DOMAIN_GET_XML_DESC, Buffer.alloc(0), now() + 20_000, 'dumpxml'));
+      assert.equal(e.code, 'LIBVIRT_PROTOCOL');
+      assert.match(e.message, /dumpxml: .*frame of 4194304 bytes not complete after 0\.3 s: daemon too slow/);
+      assert.ok(Date.now() - t0 < 5_000, 'at the frame deadline, not the call deadline');
+      assert.equal(conn.closed, true);
+      assert.equal(conn.cutReason, 'slow-frame');
+      assert.equal(conn.bufferedBytes, 0, 'the partial frame is let go');
+    } finally {
+      conn.destroy();
+      await fake.close();
+    }
+  },
+);
+
+test(
+  'an event dripped after the handshake on a watched URI: cut by the frame deadline, backed off, counted; another URI is served',
+  { timeout: 30_000 },
+  async () => {
+    const drips: Array<Promise<number>> = [];
+    const fake = await handshakeDaemon([0], (p, sock) => {
+      if (p.header.proc !== RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY || p.header.serial !== 4)
+        return false;
+      reply(sock, p, new XdrWriter().i32(2).toBuffer());
+      drips.push(drip(sock, lifecycleFrame('ns_vm', Buffer.alloc(16, 7)), 10));
+      return true;
+    });
+    const good = await handshakeDaemon([0]);
+    const m = new ConnectionManager({
+      frameDeadlineMs: 300,
+      keepaliveIntervalMs: 60_000,
+      backoffInitialMs: 100,
+      resolve: (uri) => ({ socketPath: uri === 'hostile' ? fake.path : good.path, name: 'qemu:///session' }),
+    });
+    try {
+      const unwatch = m.watch('hostile');
+      assert.ok(
+        await until(
+          () => (m.stats().connections.find((c) => c.uri === 'hostile')?.cuts['slow-frame'] ?? 0) >= 2,
+          10_000,
+        ),
+        'cut by the frame deadline, twice (reconnected after its backoff)',
+      );
+      const st = m.stats().connections.find((c) => c.uri === 'hostile')!;
+      assert.match(st.lastCut!.message, /frame of \d+ bytes not complete after 0\.3 s: daemon too slow/);
+      assert.ok(st.backoffMs >= 400, `backoff grows while cuts repeat (${st.backoffMs} ms)`);
+      const v = await m.withSession('good', { deadline: now() + 5_000, idempotent: true }, (s) =>
+        s.getLibVersion(now() + 5_000),
+      );
+      assert.equal(v, 9_000_000n);
+      unwatch();
+    } finally {
+      await m.close();
+      await fake.close();
+      await good.close();
+      await Promise.all(drips);
+    }
+  },
+);
+
+test(
+  'a frame dripped with no call in flight is no sign of life: the keepalive still probes and closes',
+  { timeout: 30_000 },
+  async () => {
+    let dripping: Promise<number> | undefined;
+    const fake = await fakeDaemon(() => {});
+    fake.server.on('connection', (sock: Socket) => {
+      dripping = drip(sock, Buffer.concat([replyHead(0, 4 * MiB), Buffer.alloc(4096)]), 20);
+    });
+    let closed: VmseedError | undefined;
+    const conn = await RpcConnection.open({
+      socketPath: fake.path,
+      deadline: now() + 5_000,
+      keepaliveIntervalMs: 150,
+      keepaliveTimeoutMs: 150,
+      frameDeadlineMs: 60_000,
+      onClose: (e) => (closed = e),
+    });
+    try {
+      assert.ok(await until(() => conn.closed, 1_500), 'closed by the keepalive while the drip goes on');
+      assert.equal(closed?.code, 'LIBVIRT_CONNECTION_LOST');
+      assert.equal(conn.cutReason, 'keepalive');
+    } finally {
+      conn.destroy();
+      await fake.close();
+      await dripping;
+    }
+  },
+);
+
+test(
+  '400 defined events with 1 MiB domain names: none cached, all dropped and counted; the cache stays in its byte budget',
+  { timeout: 60_000 },
+  async () => {
+    const big = (i: number) => `${String(i).padStart(4, '0')}${'x'.repeat(MiB - 64)}`;
+    let sent: Promise<void> | undefined;
+    const fake = await handshakeDaemon([0], (p, sock) => {
+      if (p.header.proc === RemoteProc.CONNECT_GET_VERSION) {
+        sent = (async () => {
+          for (let i = 0; i < 400 && !sock.destroyed; i++) {
+            await send(sock, lifecycleFrame(big(i), Buffer.alloc(16, i & 0xff)));
+          }
+          // 5,000 names of the longest real length, to fill the byte budget.
+          for (let i = 0; i < 5_000 && !sock.destroyed; i++) {
+            const name = `${String(i).padStart(5, '0')}${'n'.repeat(DOMAIN_NAME_MAX_BYTES - 5)}`;
+            await send(sock, lifecycleFrame(name, Buffer.alloc(16, 1)));
+          }
+        })();
+      }
+      return false;
+    });
+    let delivered = 0;
+    const s = await RemoteSession.open({
+      socketPath: fake.path,
+      name: 'qemu:///session',
+      deadline: now() + 5_000,
+      eventsPerWindow: 100_000,
+      floodPerWindow: 100_000,
+      onDomainEvent: () => delivered++,
+    });
+    try {
+      const before = retainedBytes();
+      const cpu0 = process.cpuUsage();
+      await s.getVersion(now() + 5_000).catch(() => undefined);
+      assert.ok(await until(() => s.conn.counters.eventsReceived >= 5_400, 30_000), 'all events read');
+      await sent;
+      await sleep(20);
+      const cpu = process.cpuUsage(cpu0);
+      console.log(
+        `400 x 1 MiB names: cache ${s.knownDomains} handles, ${s.cacheBytes} bytes; retained ${((retainedBytes() - before) / MiB).toFixed(1)} MiB; cpu ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms`,
+      );
+      assert.equal(s.conn.counters.eventNamesTooLong, 400);
+      assert.ok(s.cacheBytes <= DOMAIN_CACHE_BYTES, `${s.cacheBytes} bytes of handles`);
+      assert.ok(s.knownDomains > 1_000 && s.knownDomains < 5_000, `${s.knownDomains} handles kept`);
+      assert.ok(retainedBytes() - before < 8 * MiB, 'no megabyte names held');
+      assert.ok(delivered <= 5_000);
+    } finally {
+      s.conn.destroy();
+      await fake.close();
+    }
+  },
+);
+
+test(
+  'an event flood: over the rate the events are dropped, past the flood limit the connection is cut and counted, then backed off',
+  { timeout: 60_000 },
+  async () => {
+    let flooding = true;
+    const floods: Array<Promise<void>> = [];
+    const fake = await handshakeDaemon([0], (p, sock) => {
+      if (p.header.proc !== RemoteProc.CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY || p.header.serial !== 4)
+        return false;
+      reply(sock, p, new XdrWriter().i32(2).toBuffer());
+      {
+        const burst = Buffer.concat(
+          Array.from({ length: 2_000 }, (_, i) => lifecycleFrame(`d${i % 50}`, Buffer.alloc(16, 1), i % 9)),
+        );
+        floods.push(
+          (async () => {
+            while (flooding && !sock.destroyed) {
+              await send(sock, burst);
+              await new Promise((r) => setImmediate(r));
+            }
+          })(),
+        );
+      }
+      return true;
+    });
+    const m = new ConnectionManager({
+      backoffInitialMs: 100,
+      cutBackoffMaxMs: 60_000,
+      resolve: (uri) => ({ socketPath: fake.path, name: uri }),
+    });
+    let delivered = 0;
+    m.onEvent((e) => {
+      if (e.type === 'lifecycle') delivered++;
+    });
+    const cpu0 = process.cpuUsage();
+    const t0 = Date.now();
+    try {
+      const unwatch = m.watch('qemu:///session');
+      assert.ok(await until(() => (m.stats().connections[0]?.cuts.flood ?? 0) >= 3, 20_000), 'cut three times');
+      const st = m.stats().connections[0];
+      assert.match(st.lastCut!.message, /more than 10000 unsolicited packets within 2000 ms: daemon flooding/);
+      assert.ok(st.eventsReceived >= 30_000);
+      assert.ok(st.eventsDropped > 0);
+      assert.ok(delivered <= 3 * 1_000 + 100, `${delivered} delivered (at most 1,000 per window and connection)`);
+      assert.ok(st.backoffMs >= 800, `backoff ${st.backoffMs} ms grows with each cut`);
+      const cpu = process.cpuUsage(cpu0);
+      console.log(
+        `flood: ${st.eventsReceived} received, ${st.eventsDropped} dropped, ${delivered} delivered, ${st.cuts.flood} cuts in ${Date.now() - t0} ms; cpu ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms (daemon included)`,
+      );
+      unwatch();
+    } finally {
+      flooding = false;
+      await m.close();
+      await fake.close();
+      await Promise.all(floods);
+    }
+  },
+);
+
+test(
+  "frames past the memory budget: the connection asking for more is closed, named; the other's frame completes",
+  { timeout: 30_000 },
+  async () => {
+    const frame = (serial: number) => {
+      const f = Buffer.alloc(700 * 1024);
+      replyHead(serial, f.length).copy(f);
+      return f;
+    };
+    const held: Array<[Packet, Socket]> = [];
+    const fake = await handshakeDaemon([0], (p, sock) => {
+      if (p.header.proc === RemoteProc.DOMAIN_GET_XML_DESC) {
+        held.push([p, sock]);
+        // First 100 bytes of a 700 KiB reply: the rest later.
+        sock.write(frame(p.header.serial).subarray(0, 100));
+        return true;
+      }
+      return false;
+    });
+    const m = new ConnectionManager({
+      memoryBudgetBytes: MiB,
+      resolve: (uri) => ({ socketPath: fake.path, name: uri }),
+    });
+    const xml = (uri: string) =>
+      m.withSession(uri, { deadline: now() + 10_000, idempotent: false }, (s) =>
+        s.conn.call(RemoteProc.DOMAIN_GET_XML_DESC, Buffer.alloc(0), now() + 10_000, `dumpxml on ${uri}`),
+      );
+    try {
+      const a = xml('a');
+      a.catch(() => {});
+      assert.ok(await until(() => held.length === 1 && m.stats().memoryBudget.used >= 700 * 1024, 5_000));
+      const e = await rejection(xml('b'));
+      assert.equal(e.code, 'LIBVIRT_PROTOCOL');
+      assert.match(e.message, /frame of 716800 bytes does not fit the libvirt memory budget/);
+      assert.equal(m.stats().connections.find((c) => c.uri === 'b')?.cuts['memory-budget'], 1);
+      const [p, sock] = held[0];
+      sock.write(frame(p.header.serial).subarray(100));
+      assert.equal((await a).length, 700 * 1024 - 28);
+      const cached = m.stats().connections.reduce((n, c) => n + c.cacheBytes, 0);
+      assert.equal(m.stats().memoryBudget.used, cached, 'the frame is given back; cached handles stay');
+    } finally {
+      await m.close();
+      await fake.close();
+    }
+  },
+);
+
+test(
+  'a reply that hangs until the connection dies: the error names that call and its real timeout, not the reconnect',
+  { timeout: 30_000 },
+  async () => {
+    let opened = 0;
+    const fake = await handshakeDaemon([0], (p) => {
+      if (p.header.proc === RemoteProc.AUTH_LIST) opened++;
+      // The second connection hangs from its first call, the first from the XML.
+      if (opened > 1) return true;
+      return p.header.proc === RemoteProc.DOMAIN_GET_XML_DESC || p.header.prog === KEEPALIVE_PROGRAM;
+    });
+    const client = new RpcLibvirtClient({
+      timeoutMs: 1_500,
+      keepaliveIntervalMs: 100,
+      keepaliveTimeoutMs: 200,
+      resolve: (uri) => ({ socketPath: fake.path, name: uri }),
+    });
+    try {
+      const e = await rejection(client.domainXml('qemu:///system', 'ns_vm'));
+      assert.equal(e.code, 'LIBVIRT_TIMEOUT');
+      assert.match(e.message, /^libvirt dumpxml 'ns_vm' got no answer within 1[45]\d\d ms: .*daemon hung/);
+    } finally {
+      await client.close();
+      await fake.close();
+    }
+  },
+);
+
+test(
+  "domain XML with a DOCTYPE read over RPC: refused with the XML reader's code, not a virsh one",
+  { timeout: 30_000 },
+  async () => {
+    const doctype = '<!DOCTYPE d [<!ENTITY x "y">]><domain><name>&x;</name></domain>';
+    const fake = await handshakeDaemon([0], (p, sock) => {
+      if (p.header.proc !== RemoteProc.DOMAIN_GET_XML_DESC) return false;
+      reply(sock, p, new XdrWriter().string(doctype, 1024).toBuffer());
+      return true;
+    });
+    const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
+    try {
+      const xml = await client.domainXml('qemu:///system', 'ns_vm');
+      const e = (() => {
+        try {
+          parseDomainXml(xml);
+        } catch (err) {
+          return err;
+        }
+      })();
+      assert.ok(e instanceof VmseedError);
+      assert.equal(e.code, 'DOMAIN_XML_REFUSED');
+      assert.doesNotMatch(e.message, /virsh/);
+      assert.match(e.message, /DOCTYPE/);
+    } finally {
+      await client.close();
+      await fake.close();
+    }
+  },
+);
