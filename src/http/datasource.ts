@@ -19,6 +19,7 @@ import { endpointLabel, normalisePrefix, parseDatasourcePath, type DatasourceRou
 import type { DatasourceKeyring } from './datasource-tokens.ts';
 import { RateLimiter } from './rate-limit.ts';
 import { capConnectionsPerSource, unwrapMapped } from './connection-cap.ts';
+import { challengeNonce } from '../datasource-challenge.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -261,6 +262,12 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
       return { status: 400, route: undefined };
     }
 
+    // The redirect sidecar asking whether its DNAT target is this listener.
+    const nonce = challengeNonce(target);
+    if (nonce !== undefined) {
+      send(res, 200, Buffer.from(`${keyring.challengeAnswers(nonce).join('\n')}\n`), head);
+      return { status: 200, route: undefined };
+    }
     const route = parseDatasourcePath(target, prefix);
     if (route === undefined) {
       index.resolve(DECOY_TOKEN);
