@@ -96,7 +96,8 @@ async function observe(
   if (res.status === 200 && (body === undefined || body.inPlace !== false)) return { state: 'in-place' };
   if (res.status === 503 || body?.inPlace === false) {
     const parts = body ? [body.reason, body.message].filter((x) => typeof x === 'string') : [text.trim()];
-    return { state: 'missing', reason: clip(parts.join(': ') || `HTTP ${res.status}`) };
+    const state = body?.reason === 'wrong-target' ? 'elsewhere' : 'missing';
+    return { state, reason: clip(parts.join(': ') || `HTTP ${res.status}`) };
   }
   // A 404 or 500: something answers there, but not the sidecar's /readyz.
   return { state: 'unreachable', reason: `HTTP ${res.status} from ${url}` };

@@ -8,6 +8,8 @@ import { parseListen, ConfigError } from '../config/values.ts';
 import { isVmseedError } from '../errors.ts';
 import { startRedirectHealth } from '../redirect/health-server.ts';
 import { execNft, RedirectKeeper } from '../redirect/keeper.ts';
+import { targetChecker } from '../redirect/target-check.ts';
+import { fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
 import { createRedirectMetrics } from '../redirect/metrics.ts';
 import {
   DEFAULT_POD_INTERFACES,
@@ -30,6 +32,10 @@ options:
   --pod-interface PATTERN interface pods' traffic arrives on, trailing * allowed; repeatable
                           (default ${DEFAULT_POD_INTERFACES.join(' ')})
   --listen HOST:PORT      /healthz, /readyz (200 while the rule is in place), /metrics (default 0.0.0.0:8082)
+  --datasource-key-file FILE
+                          the agent's datasource key file (the same Secret): /readyz is 200 only
+                          once the --to target answers the datasource's challenge with these keys,
+                          so a rule pointing at another service is not "in place"
   --interval SECONDS      how often the rule is checked and re-applied when gone (default 5)
   --table NAME            the nftables table, family ip (default ${DEFAULT_TABLE})
   --metadata-address IP   default 169.254.169.254
@@ -67,6 +73,7 @@ export const redirect: Command = async (ctx) => {
         to: { type: 'string' },
         'pod-interface': { type: 'string', multiple: true },
         listen: { type: 'string', default: '0.0.0.0:8082' },
+        'datasource-key-file': { type: 'string' },
         interval: { type: 'string', default: '5' },
         table: { type: 'string' },
         'metadata-address': { type: 'string' },
@@ -112,7 +119,25 @@ export const redirect: Command = async (ctx) => {
   }
   const logger = pino({ level: values['log-level'] }, ctx.stderr);
   const metrics = createRedirectMetrics();
-  const keeper = new RedirectKeeper({ spec, runner: execNft(), logger, metrics, intervalMs: interval * 1000 });
+  const keyFile = values['datasource-key-file'];
+  const keeper = new RedirectKeeper({
+    spec,
+    runner: execNft(),
+    logger,
+    metrics,
+    intervalMs: interval * 1000,
+    ...(keyFile !== undefined
+      ? {
+          verifyTarget: targetChecker({
+            to: spec.to,
+            keys: async () => {
+              const source = fileKeySource(keyFile);
+              return parseKeyFile(await source.read(), source.description);
+            },
+          }),
+        }
+      : {}),
+  });
   if (values.remove) {
     await keeper.stop();
     return 0;

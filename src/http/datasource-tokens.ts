@@ -12,6 +12,7 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { VmseedError } from '../errors.ts';
+import { challengeAnswer, MAX_ANSWERS } from '../datasource-challenge.ts';
 
 export const TOKEN_LENGTH = 43;
 export const MIN_KEY_BYTES = 32;
@@ -163,6 +164,11 @@ export class DatasourceKeyring {
       if (timingSafeEqual(given, want)) ok = true;
     }
     return ok;
+  }
+
+  // The redirect challenge's answers (datasource-challenge.ts), one per key.
+  challengeAnswers(nonce: string): string[] {
+    return this.#keys.slice(0, MAX_ANSWERS).map((k) => challengeAnswer(k, nonce));
   }
 
   // Short, non-reversible identifiers of the keys, for the status page and

@@ -21,6 +21,7 @@ import { SeedFileBytes } from './datasource-bytes.ts';
 import { RequestScreen } from './datasource-screen.ts';
 import { createDatasourceListener } from './datasource-listener.ts';
 import { listen } from './listen.ts';
+import { challengeNonce } from '../datasource-challenge.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -178,6 +179,7 @@ class SeedRequestHandler {
   readonly #prefix: string;
   readonly #screen: RequestScreen;
   readonly #identity: SeedIdentity;
+  readonly #keyring: DatasourceKeyring;
   readonly #bytes: SeedFileBytes;
   readonly #directory: SeedDirectory;
   readonly #clock: Clock;
@@ -194,6 +196,7 @@ class SeedRequestHandler {
       now: clock.monotonicMs,
     });
     this.#identity = new SeedIdentity(options.directory, options.keyring, !!options.compatSourceAddress);
+    this.#keyring = options.keyring;
     this.#bytes = new SeedFileBytes({
       serveEmptyVendorData: options.serveEmptyVendorData ?? true,
       serveEmptyNetworkConfig: options.serveEmptyNetworkConfig ?? true,
@@ -211,6 +214,12 @@ class SeedRequestHandler {
     if (refusal !== undefined) {
       send(res, refusal.status, refusal.body, head, refusal.headers);
       return { status: refusal.status, route: undefined };
+    }
+    // The redirect sidecar asking whether its DNAT target is this listener.
+    const nonce = challengeNonce(target);
+    if (nonce !== undefined) {
+      send(res, 200, Buffer.from(`${this.#keyring.challengeAnswers(nonce).join('\n')}\n`), head);
+      return { status: 200, route: undefined };
     }
     const route = parseDatasourcePath(target, this.#prefix);
     if (route === undefined) this.#identity.unrouted();

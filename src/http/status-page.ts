@@ -114,7 +114,7 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
   };
 }
 
-const REDIRECT_STATES: ReadonlyArray<RedirectStatus['state']> = ['in-place', 'missing', 'unreachable'];
+const REDIRECT_STATES: ReadonlyArray<RedirectStatus['state']> = ['in-place', 'missing', 'elsewhere', 'unreachable'];
 
 function projectRedirect(r: RedirectStatus): RedirectStatus {
   return defined({
@@ -287,7 +287,9 @@ function redirectPanel(r: RedirectStatus | undefined, now: Date): string {
       ? '<span class="badge b-ok">in place</span>'
       : r.state === 'missing'
         ? '<span class="badge b-bad">missing</span>'
-        : '<span class="badge b-bad">unreachable</span>';
+        : r.state === 'elsewhere'
+          ? '<span class="badge b-bad">redirect reaches something else</span>'
+          : '<span class="badge b-bad">unreachable</span>';
   return `<section class="panel" id="redirect" data-redirect="${esc(r.state)}"><h2>169.254.169.254 redirect ${badge}</h2>
 <table class="kv">
 <tr><th>since</th><td>${esc(formatTime(r.since))} <span class="muted">${esc(formatAgo(r.since, now))}</span></td></tr>

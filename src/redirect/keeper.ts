@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import { VmseedError } from '../errors.ts';
 import { renderRemoval, renderRuleset, ruleInPlace, type RedirectSpec } from './nft-ruleset.ts';
 import type { RedirectMetrics } from './metrics.ts';
+import type { TargetVerdict } from './target-check.ts';
 
 export interface NftResult {
   code: number;
@@ -53,8 +54,16 @@ export type ApplyReason = 'start' | 'missing';
 
 // not-checked: before the first check; missing: found gone and not yet
 // re-applied; apply-failed: nft refused it; not-listed: loaded but not
-// found after; stopped: removed on a clean stop.
-export type RedirectMissingReason = 'not-checked' | 'missing' | 'apply-failed' | 'not-listed' | 'stopped';
+// found after; stopped: removed on a clean stop. The rule in place but its
+// target not this node's datasource: wrong-target, target-unreachable,
+// target-unverified (target-check.ts).
+export type RedirectMissingReason =
+  | 'not-checked'
+  | 'missing'
+  | 'apply-failed'
+  | 'not-listed'
+  | 'stopped'
+  | Exclude<TargetVerdict, { ok: true }>['reason'];
 
 export interface RedirectKeeperOptions {
   spec: RedirectSpec;
@@ -63,12 +72,18 @@ export interface RedirectKeeperOptions {
   metrics?: RedirectMetrics;
   // How often the rule is checked (and re-applied when gone). Default 5 s.
   intervalMs?: number;
+  // Whether the rule's target is this node's datasource, asked after every
+  // check that found the rule; without it, the rule alone counts.
+  verifyTarget?: () => Promise<TargetVerdict>;
 }
 
 export class RedirectKeeper {
   readonly #o: RedirectKeeperOptions;
   readonly #log: Logger;
+  // The rule as last listed, and the last verdict on its target (undefined:
+  // not asked yet).
   #inPlace = false;
+  #target: TargetVerdict | undefined;
   #lastError: string | undefined;
   #reason: RedirectMissingReason = 'not-checked';
   #timer: NodeJS.Timeout | undefined;
@@ -80,18 +95,25 @@ export class RedirectKeeper {
     this.#log = options.logger.child({ component: 'redirect' });
   }
 
-  // Whether the last check found our rule. What /readyz answers.
+  // Whether the last check found our rule (and its target verified). What
+  // /readyz answers.
   get inPlace(): boolean {
-    return this.#inPlace;
+    return this.#inPlace && this.#targetOk();
   }
 
   get lastError(): string | undefined {
-    return this.#lastError;
+    if (!this.#inPlace || this.#targetOk()) return this.#lastError;
+    return this.#target?.ok === false ? this.#target.message : 'its DNAT target has not been checked yet';
   }
 
   // Why the rule is not in place, as a stable code for /readyz's JSON.
   get reason(): RedirectMissingReason {
-    return this.#reason;
+    if (!this.#inPlace || this.#targetOk()) return this.#reason;
+    return this.#target?.ok === false ? this.#target.reason : 'not-checked';
+  }
+
+  #targetOk(): boolean {
+    return this.#o.verifyTarget === undefined || this.#target?.ok === true;
   }
 
   async apply(reason: ApplyReason): Promise<void> {
@@ -125,16 +147,18 @@ export class RedirectKeeper {
   async tick(reason: ApplyReason = 'missing'): Promise<void> {
     if (this.#stopped) return;
     try {
-      if (await this.check()) {
-        this.#lastError = undefined;
-        return;
+      if (!(await this.check())) {
+        if (reason === 'missing')
+          this.#log.warn({ table: this.#o.spec.table }, 'redirect not in place (flushed or replaced); re-applying');
+        await this.apply(reason);
+        if (!(await this.check())) {
+          this.#lastError = 'the redirect rule was loaded but is not listed';
+          this.#reason = 'not-listed';
+          return;
+        }
       }
-      if (reason === 'missing')
-        this.#log.warn({ table: this.#o.spec.table }, 'redirect not in place (flushed or replaced); re-applying');
-      await this.apply(reason);
-      await this.check();
-      this.#lastError = this.#inPlace ? undefined : 'the redirect rule was loaded but is not listed';
-      if (!this.#inPlace) this.#reason = 'not-listed';
+      this.#lastError = undefined;
+      await this.#verifyTarget();
     } catch (e) {
       this.#setInPlace(false);
       this.#reason = 'apply-failed';
@@ -181,8 +205,18 @@ export class RedirectKeeper {
     this.#log.info({ table: this.#o.spec.table }, 'redirect removed');
   }
 
+  async #verifyTarget(): Promise<void> {
+    if (!this.#o.verifyTarget) return;
+    const v = await this.#o.verifyTarget();
+    const prev = this.#target;
+    this.#target = v;
+    if (!v.ok && (prev?.ok !== false || prev.reason !== v.reason)) this.#log.error({ reason: v.reason }, v.message);
+    if (v.ok && prev?.ok === false) this.#log.info({}, 'redirect target verified: it is the datasource');
+    this.#setInPlace(this.#inPlace);
+  }
+
   #setInPlace(v: boolean): void {
     this.#inPlace = v;
-    this.#o.metrics?.inPlace.set(v ? 1 : 0);
+    this.#o.metrics?.inPlace.set(this.inPlace ? 1 : 0);
   }
 }

@@ -8,7 +8,7 @@ export function createRedirectMetrics() {
     registry,
     inPlace: new Gauge({
       name: 'vmseed_redirect_in_place',
-      help: "1 when the last check found the 169.254.169.254 DNAT rule in vmseed's nftables table, else 0",
+      help: "1 when the last check found the 169.254.169.254 DNAT rule in vmseed's nftables table (and, with --datasource-key-file, its target answering as this node's datasource), else 0",
       registers: [registry],
     }),
     applies: new Counter({

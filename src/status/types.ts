@@ -89,9 +89,11 @@ export interface AgentStatusSnapshot {
 }
 
 // in-place: its /readyz said 200; missing: it answered that the rule is not
-// in place (reason: its code and message); unreachable: no usable answer.
+// in place (reason: its code and message); elsewhere: the rule is there but
+// its target did not answer as this node's datasource (another service gets
+// guests' requests); unreachable: no usable answer.
 export interface RedirectStatus {
-  state: 'in-place' | 'missing' | 'unreachable';
+  state: 'in-place' | 'missing' | 'elsewhere' | 'unreachable';
   reason?: string;
   since: string; // ISO 8601, when this state began
   checkedAt: string; // ISO 8601, the last poll

@@ -29,7 +29,7 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['kube', 'libvirt', 'http', 'disk', 'redirect'],
   ['cloudinit'],
   ['status'],
-  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api'],
+  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api', 'datasource-challenge.ts'],
 ];
 
 // What cloudinit/ must not reach: it renders from its input alone.

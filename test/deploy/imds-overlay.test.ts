@@ -84,7 +84,12 @@ test('the redirect container: root with NET_ADMIN only, read-only, ready only wh
   });
   assert.equal(r.readinessProbe.httpGet.path, '/readyz');
   assert.equal(r.env.find((e: Any) => e.name === 'HOST_IP').valueFrom.fieldRef.fieldPath, 'status.hostIP');
-  assert.equal(r.volumeMounts, undefined, 'no host path, no Secret');
+  // No host path; only the agent's datasource key Secret, read-only, which
+  // its readiness checks the DNAT target's challenge answer with.
+  assert.deepEqual(r.volumeMounts, [{ name: 'datasource-key', mountPath: '/etc/vmseed/datasource', readOnly: true }]);
+  const keyVolume = pod.volumes.find((v: Any) => v.name === 'datasource-key');
+  assert.equal(keyVolume.secret.secretName, 'vmseed-datasource-key');
+  assert.ok(r.args.includes('--datasource-key-file=/etc/vmseed/datasource/keys'));
 });
 
 test("the redirect's args (with the node address substituted) load in vmseed redirect and DNAT to the agent's datasource port", async () => {

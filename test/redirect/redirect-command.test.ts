@@ -5,6 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { signToken } from '../../src/http/datasource-tokens.ts';
 import { getFrom, makePodNode, sh, startNodeDatasource } from '../support/netns.ts';
 import { runCli } from '../support/cli.ts';
@@ -54,6 +57,50 @@ test(
     assert.equal(await exited, 0, stderr);
     assert.doesNotMatch((await sh(env.inNode(['nft', 'list', 'tables']))).stdout, /vmseed/);
     assert.match(stderr, /redirect removed/);
+  },
+);
+
+test(
+  'vmseed redirect --datasource-key-file: ready only while --to answers the challenge; a target without the datasource is 503',
+  { timeout: 60_000 },
+  async (t) => {
+    const env = await makePodNode();
+    t.after(() => env.remove());
+    const key = randomBytes(32);
+    const ds = await startNodeDatasource(env, key, 'uid-1');
+    t.after(() => void ds.kill('SIGTERM'));
+    const dir = mkdtempSync(join(tmpdir(), 'vmseed-redirect-key-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, 'keys'), `${key.toString('base64')}\n`);
+    const sidecar = async (port: number, listen: number) => {
+      const child = spawn(
+        'ip',
+        [
+          ...env.inNode(['./node_modules/.bin/node', 'src/main.ts', 'redirect']),
+          `--to=${env.nodeAddress}:${port}`,
+          '--pod-interface=veth*',
+          `--listen=127.0.0.1:${listen}`,
+          '--interval=0.2',
+          `--datasource-key-file=${join(dir, 'keys')}`,
+        ].slice(1),
+        { stdio: 'ignore' },
+      );
+      const exited = new Promise((r) => child.once('exit', r));
+      const url = `http://127.0.0.1:${listen}/readyz`;
+      let last = { status: 0, body: '' };
+      for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+        last = await getFrom(env.node, url, 1);
+        if (last.status === 200 || /DNAT target .*:/.test(last.body)) break;
+      }
+      child.kill('SIGTERM');
+      await exited;
+      return last;
+    };
+    const wrong = await sidecar(8091, 18083);
+    assert.equal(wrong.status, 503);
+    assert.match(wrong.body, /nothing answers at the DNAT target 192\.0\.2\.1:8091/);
+    const right = await sidecar(8081, 18084);
+    assert.deepEqual(right, { status: 200, body: 'redirect in place\n' });
   },
 );
 

@@ -15,7 +15,6 @@
 import { MemoryBudget } from './budget.ts';
 import { protocolError } from './xdr.ts';
 import { createConnection, type Socket } from 'node:net';
-import { lstat } from 'node:fs/promises';
 import { VmseedError } from '../../errors.ts';
 import {
   DEFAULT_MAX_FRAME_BYTES,
@@ -33,6 +32,7 @@ import {
   type Packet,
 } from './protocol.ts';
 import { mapRemoteError } from './errors.ts';
+import { holdSocket, type HeldSocket } from './socket-hold.ts';
 
 export interface RpcConnectionOptions {
   socketPath: string;
@@ -113,21 +113,14 @@ export function unreachable(socketPath: string, why: string): VmseedError {
   );
 }
 
-// A socket must be a socket: a symlink planted in a launcher pod's volume
-// must not point the agent at another daemon.
-async function checkSocket(socketPath: string): Promise<void> {
-  let st;
+// Dialled through a descriptor of the socket's own inode (socket-hold.ts),
+// so the path cannot be swapped between the check and the connect.
+function hold(socketPath: string): HeldSocket {
   try {
-    st = await lstat(socketPath);
+    return holdSocket(socketPath);
   } catch (e) {
-    throw unreachable(socketPath, (e as NodeJS.ErrnoException).code ?? 'lstat failed');
-  }
-  if (!st.isSocket()) {
-    throw new VmseedError(
-      'LIBVIRT_ACCESS_DENIED',
-      `${socketPath} is not a unix socket (a symlink or a regular file); refusing to connect; check the libvirt URI`,
-      { kind: 'terminal', field: 'uri' },
-    );
+    if (e instanceof VmseedError) throw e;
+    throw unreachable(socketPath, (e as NodeJS.ErrnoException).code ?? 'open failed');
   }
 }
 
@@ -188,9 +181,9 @@ export class RpcConnection {
   }
 
   static async open(o: RpcConnectionOptions & { deadline: number }): Promise<RpcConnection> {
-    await checkSocket(o.socketPath);
+    const held = hold(o.socketPath);
     const socket = await new Promise<Socket>((resolve, reject) => {
-      const s = createConnection({ path: o.socketPath });
+      const s = createConnection({ path: held.path });
       const timer = setTimeout(
         () => {
           s.destroy();
@@ -218,7 +211,7 @@ export class RpcConnection {
           reject(unreachable(o.socketPath, e.code ?? e.message));
         }
       });
-    });
+    }).finally(() => held.close());
     return new RpcConnection(socket, o);
   }
 

@@ -1,0 +1,105 @@
+// Which paths the libvirt socket walk follows: a symlink only where root
+// alone could have put it, never as the socket itself, never in a directory
+// a launcher (or anyone but root) can write.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { holdSocket } from '../../src/libvirt/rpc/socket-hold.ts';
+import { VmseedError } from '../../src/errors.ts';
+
+function code(f: () => unknown): string | undefined {
+  try {
+    f();
+  } catch (e) {
+    return e instanceof VmseedError ? `vmseed:${e.code}` : (e as { code?: string }).code;
+  }
+  return undefined;
+}
+
+test('the held socket is the inode that was checked, whatever its name points to later', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'vs-hold-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const sock = join(dir, 's');
+  const server = createServer((c) => c.end('mine'));
+  await new Promise<void>((r) => server.listen(sock, r));
+  t.after(() => server.close());
+  const held = holdSocket(sock);
+  try {
+    rmSync(sock);
+    symlinkSync('/nonexistent', sock);
+    const got = await new Promise<string>((resolve, reject) => {
+      const c = createConnection({ path: held.path });
+      let text = '';
+      c.on('data', (b) => (text += String(b)));
+      c.on('end', () => resolve(text));
+      c.on('error', reject);
+    });
+    assert.equal(got, 'mine');
+  } finally {
+    held.close();
+  }
+});
+
+test('refused: the socket as a symlink, a file, a symlinked directory others can write; followed: a link in a root-only directory', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'vs-hold-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  chmodSync(dir, 0o755);
+  const real = join(dir, 'real');
+  mkdirSync(real);
+  const sock = join(real, 's');
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(sock, r));
+  t.after(() => server.close());
+  symlinkSync(sock, join(dir, 'socklink'));
+  writeFileSync(join(dir, 'file'), '');
+  symlinkSync(real, join(dir, 'dirlink'));
+  assert.equal(
+    code(() => holdSocket(join(dir, 'socklink'))),
+    'vmseed:LIBVIRT_ACCESS_DENIED',
+  );
+  assert.equal(
+    code(() => holdSocket(join(dir, 'file'))),
+    'vmseed:LIBVIRT_ACCESS_DENIED',
+  );
+  assert.equal(
+    code(() => holdSocket(join(dir, 'missing'))),
+    'ENOENT',
+  );
+  assert.equal(
+    code(() => holdSocket(join(dir, 'file', 's'))),
+    'ENOTDIR',
+  );
+  if (process.getuid?.() === 0) {
+    // Root's 0755 directory: only root could have made the link.
+    const held = holdSocket(join(dir, 'dirlink', 's'));
+    held.close();
+  }
+  // The launcher's emptyDir is 2777: a link there is the launcher's.
+  chmodSync(dir, 0o2777);
+  assert.equal(
+    code(() => holdSocket(join(dir, 'dirlink', 's'))),
+    'vmseed:LIBVIRT_ACCESS_DENIED',
+  );
+  // `..` out of a directory others can write (it may have been moved).
+  chmodSync(real, 0o777);
+  assert.equal(
+    code(() => holdSocket(`${real}/../real/s`)),
+    'vmseed:LIBVIRT_ACCESS_DENIED',
+  );
+  holdSocket(sock).close();
+  // A link in a root-only directory whose target passes through one others
+  // can write: the walk continues with the target's components.
+  if (process.getuid?.() === 0) {
+    const outer = mkdtempSync(join(tmpdir(), 'vs-hold-'));
+    t.after(() => rmSync(outer, { recursive: true, force: true }));
+    chmodSync(outer, 0o755);
+    symlinkSync(join(dir, 'dirlink'), join(outer, 'via'));
+    assert.equal(
+      code(() => holdSocket(join(outer, 'via', 's'))),
+      'vmseed:LIBVIRT_ACCESS_DENIED',
+    );
+  }
+});
