@@ -69,6 +69,9 @@ test(
 
     fake.deleteVmi('default', 'a');
     await waitFor('image of a removed', () => !existsSync(changed));
+    // The file goes first, then its directory and the VMI's record: the
+    // reconcile that removes them is over once the queue is idle.
+    await h.agent.queue.idle();
     assert.equal(injector.actions('eject', 'detached').length, 1);
     assert.equal(h.agent.status.get('default/a'), undefined);
 
