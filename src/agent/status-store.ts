@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type {
   AgentStatusSnapshot,
+  LibvirtStatus,
   ReadinessStatus,
   RedirectStatus,
   StatusSource,
@@ -52,6 +53,7 @@ export class StatusStore implements StatusSource {
   #config: Record<string, string | number | boolean>;
   #readiness: ReadinessStatus | undefined;
   #redirect: (() => RedirectStatus | undefined) | undefined;
+  #libvirt: (() => LibvirtStatus) | undefined;
 
   constructor(options: StatusStoreOptions) {
     this.#opts = options;
@@ -83,6 +85,11 @@ export class StatusStore implements StatusSource {
   // Where the redirect sidecar's state comes from (a RedirectStatusPoller).
   setRedirectSource(source: () => RedirectStatus | undefined): void {
     this.#redirect = source;
+  }
+
+  // Where the libvirt RPC client's per-connection counters come from.
+  setLibvirtSource(source: () => LibvirtStatus): void {
+    this.#libvirt = source;
   }
 
   get(key: string): VmiStatusRecord | undefined {
@@ -130,6 +137,7 @@ export class StatusStore implements StatusSource {
 
   snapshot(): AgentStatusSnapshot {
     const redirect = this.#redirect?.();
+    const libvirt = this.#libvirt?.();
     return {
       version: this.#opts.version,
       nodeName: this.#opts.nodeName,
@@ -144,6 +152,7 @@ export class StatusStore implements StatusSource {
       recentGenerations: this.#recent.slice(),
       ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
       ...(redirect ? { redirect: structuredClone(redirect) } : {}),
+      ...(libvirt ? { libvirt: structuredClone(libvirt) } : {}),
     };
   }
 

@@ -41,6 +41,12 @@ const INJECTOR_IDLE_MS = 1000;
 // the command returns regardless.
 const CLOSE_GRACE_MS = CANCEL_GRACE_MS + INJECTOR_IDLE_MS + 3000;
 
+// The RPC client's connections on the status page (a virsh client keeps none).
+function showLibvirt(agent: Agent, injector: LibvirtInjector | undefined): void {
+  const client = injector?.client;
+  if (client?.stats) agent.status.setLibvirtSource(() => client.stats!());
+}
+
 // `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
 // undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
 // The caller closes `injector.client` (the RPC client's sockets).
@@ -182,6 +188,7 @@ export async function makeAgent(
         new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
       refs: (source) => source as InstanceType<typeof LocalDirSource>,
     });
+    showLibvirt(agent, injector);
     return withDatasource(agent, async () => {
       await injector?.idle(INJECTOR_IDLE_MS);
       await injector?.client.close();
@@ -236,6 +243,7 @@ export async function makeAgent(
       }),
     refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
   });
+  showLibvirt(agent, injector);
   return withDatasource(agent, async () => {
     await injector?.idle(INJECTOR_IDLE_MS);
     await injector?.client.close();

@@ -5,6 +5,8 @@
 import { createHash } from 'node:crypto';
 import type {
   AgentStatusSnapshot,
+  LibvirtConnectionStatus,
+  LibvirtStatus,
   RedirectStatus,
   StatusProblem,
   VmiState,
@@ -111,6 +113,29 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
         }
       : {}),
     ...(s.redirect ? { redirect: projectRedirect(s.redirect) } : {}),
+    ...(s.libvirt ? { libvirt: projectLibvirt(s.libvirt) } : {}),
+  };
+}
+
+function projectLibvirt(l: LibvirtStatus): LibvirtStatus {
+  const count = (v: unknown) => num(v) ?? 0;
+  return {
+    memoryBudget: { limit: count(l.memoryBudget?.limit), used: count(l.memoryBudget?.used) },
+    connections: (l.connections ?? []).map((c): LibvirtConnectionStatus => ({
+      uri: String(c.uri),
+      connected: Boolean(c.connected),
+      watched: Boolean(c.watched),
+      eventsReceived: count(c.eventsReceived),
+      eventsDropped: count(c.eventsDropped),
+      eventsCoalesced: count(c.eventsCoalesced),
+      eventNamesTooLong: count(c.eventNamesTooLong),
+      cachedDomains: count(c.cachedDomains),
+      cacheBytes: count(c.cacheBytes),
+      bufferedBytes: count(c.bufferedBytes),
+      cuts: Object.fromEntries(Object.entries(c.cuts ?? {}).map(([k, v]) => [String(k), count(v)])),
+      lastCut: c.lastCut ? { reason: String(c.lastCut.reason), message: String(c.lastCut.message) } : undefined,
+      backoffMs: count(c.backoffMs),
+    })),
   };
 }
 
@@ -278,6 +303,22 @@ ${w.lastError ? `<tr><th>last error</th><td class="err">${esc(w.lastError)}</td>
 </table></section>`;
 }
 
+// The libvirt daemons the agent talks to over RPC: a launcher that floods,
+// drips or overfills is cut and backed off, and shows here.
+function libvirtPanel(l: LibvirtStatus | undefined): string {
+  if (!l) return '';
+  const cut = l.connections.some((c) => Object.keys(c.cuts).length > 0);
+  const rows = l.connections.map((c) => {
+    const cuts = Object.entries(c.cuts)
+      .map(([reason, n]) => `${reason} ×${n ?? 0}`)
+      .join(', ');
+    return `<tr data-uri="${esc(c.uri)}"><td class="mono">${esc(c.uri)}</td><td>${c.connected ? 'connected' : 'closed'}${c.watched ? ' · watched' : ''}</td><td>${esc(c.eventsReceived)} / ${esc(c.eventsDropped)}</td><td${cuts ? ' class="err"' : ''}>${cuts ? esc(cuts) : '—'}${c.lastCut ? `<br><span class="muted">${esc(c.lastCut.message)}</span>` : ''}</td><td>${c.backoffMs > 0 ? esc(formatSeconds(c.backoffMs / 1000)) : '—'}</td></tr>`;
+  });
+  return `<section class="panel" id="libvirt" data-cut="${cut}"><h2>libvirt connections ${cut ? '<span class="badge b-bad">cut</span>' : ''}</h2>
+<p class="muted">memory budget ${esc(formatBytes(l.memoryBudget.used))} of ${esc(formatBytes(l.memoryBudget.limit))}</p>
+${rows.length ? `<table class="kv"><tr><th>URI</th><th>state</th><th>events / dropped</th><th>cuts</th><th>backoff</th></tr>${rows.join('')}</table>` : '<p class="muted">no connection yet</p>'}</section>`;
+}
+
 // Whether guests' 169.254.169.254 reaches the datasource (the sidecar's
 // view, polled): shown only when --redirect-status-url is set.
 function redirectPanel(r: RedirectStatus | undefined, now: Date): string {
@@ -403,7 +444,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
-<div class="panels">${watchPanel(s.watch, s.queue, now)}${redirectPanel(s.redirect, now)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${(options.probeLinks ?? true) ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({

@@ -4,6 +4,7 @@
 // (one `virsh` process per call, works wherever virsh does). Errors are
 // VmseedErrors with the same codes on both paths.
 import type { DomainState } from './types.ts';
+import type { LibvirtStatus } from '../status/types.ts';
 
 export interface DomainInfo {
   state: DomainState;
@@ -60,6 +61,8 @@ export interface LibvirtClient {
   // Keep a connection to `uri` (and its events) until the returned
   // function is called.
   watch(uri: string): () => void;
+  // Per-URI connection counters, where the client keeps connections (rpc).
+  stats?(): LibvirtStatus;
   close(): Promise<void>;
 }
 

@@ -86,6 +86,34 @@ export interface AgentStatusSnapshot {
   // The 169.254.169.254 redirect sidecar, when --redirect-status-url is set
   // and it has been polled once (src/agent/redirect-status.ts).
   redirect?: RedirectStatus;
+  // The RPC client's connections to libvirt (--libvirt rpc): what each
+  // daemon sent and whether the agent cut it.
+  libvirt?: LibvirtStatus;
+}
+
+// One libvirt URI. Counts include the connections already closed; a cut is
+// the agent closing a daemon that broke a bound (flood, slow frame, memory
+// budget, malformed data), backed off by backoffMs before the next try.
+export interface LibvirtConnectionStatus {
+  uri: string;
+  connected: boolean;
+  watched: boolean;
+  eventsReceived: number;
+  eventsDropped: number;
+  eventsCoalesced: number;
+  eventNamesTooLong: number;
+  cachedDomains: number;
+  cacheBytes: number;
+  bufferedBytes: number;
+  cuts: Partial<Record<string, number>>;
+  lastCut: { reason: string; message: string } | undefined;
+  backoffMs: number;
+}
+
+export interface LibvirtStatus {
+  // Bytes of partial frames and cached domain handles across connections.
+  memoryBudget: { limit: number; used: number };
+  connections: LibvirtConnectionStatus[];
 }
 
 // in-place: its /readyz said 200; missing: it answered that the rule is not

@@ -175,3 +175,36 @@ test('statusJson narrows VMIs to the filter but counts all', () => {
   assert.equal(j.counts.ready, 1);
   assert.equal(j.filter, 'error');
 });
+
+test('libvirt connections: projected field by field, escaped, cut connections flagged', () => {
+  const s = sampleSnapshot();
+  const connection = {
+    uri: 'qemu+unix:///session?socket=/pods/<b>x</b>/sock',
+    connected: false,
+    watched: true,
+    eventsReceived: 12,
+    eventsDropped: 3,
+    eventsCoalesced: 0,
+    eventNamesTooLong: 1,
+    cachedDomains: 1,
+    cacheBytes: 10,
+    bufferedBytes: 0,
+    cuts: { 'slow-frame': 2 },
+    lastCut: { reason: 'slow-frame', message: 'frame of 4194304 bytes not complete after 10 s: daemon too slow' },
+    backoffMs: 4000,
+    secret: 'never shown',
+  };
+  s.libvirt = { memoryBudget: { limit: 32 << 20, used: 1024 }, connections: [connection] };
+  const html = renderStatusPage(s, { now: new Date() });
+  assert.match(html, /id="libvirt" data-cut="true"/);
+  assert.match(html, /slow-frame ×2/);
+  assert.match(html, /daemon too slow/);
+  assert.ok(html.includes('&lt;b&gt;x&lt;/b&gt;') && !html.includes('<b>x</b>'));
+  assert.ok(!html.includes('never shown'));
+  const json = statusJson(s, undefined, new Date());
+  assert.equal(json.libvirt?.connections[0].eventsDropped, 3);
+  assert.ok(!JSON.stringify(json).includes('never shown'));
+  // No connection cut: no badge.
+  s.libvirt = { memoryBudget: { limit: 1, used: 0 }, connections: [{ ...connection, cuts: {}, lastCut: undefined }] };
+  assert.match(renderStatusPage(s, { now: new Date() }), /id="libvirt" data-cut="false"/);
+});

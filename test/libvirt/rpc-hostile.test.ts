@@ -16,6 +16,8 @@ import { parseDomainXml } from '../../src/libvirt/disk-xml.ts';
 import { fakeDaemon, handshakeDaemon, lifecycleFrame, reply } from '../support/fake-rpc-daemon.ts';
 import { drip, replyHead, retainedBytes, send, sleep, until } from '../support/hostile-rpc-daemon.ts';
 import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
+import { renderStatusPage, statusJson } from '../../src/http/status-page.ts';
+import { sampleSnapshot } from '../support/fake-status.ts';
 
 const MiB = 1024 * 1024;
 
@@ -245,6 +247,14 @@ test(
       assert.ok(delivered <= 3 * 1_000 + 100, `${delivered} delivered (at most 1,000 per window and connection)`);
       assert.ok(st.backoffMs >= 800, `backoff ${st.backoffMs} ms grows with each cut`);
       const cpu = process.cpuUsage(cpu0);
+      // What the operator sees: the cut, its reason and message, on the page and in status.json.
+      const snapshot = { ...sampleSnapshot(), libvirt: m.stats() };
+      const html = renderStatusPage(snapshot, { now: new Date() });
+      assert.match(html, /<section class="panel" id="libvirt" data-cut="true">/);
+      assert.match(html, /flood ×\d+/);
+      assert.match(html, /daemon flooding/);
+      const json = statusJson(snapshot, undefined, new Date());
+      assert.ok((json.libvirt?.connections[0].cuts.flood ?? 0) >= 3);
       console.log(
         `flood: ${st.eventsReceived} received, ${st.eventsDropped} dropped, ${delivered} delivered, ${st.cuts.flood} cuts in ${Date.now() - t0} ms; cpu ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms (daemon included)`,
       );
