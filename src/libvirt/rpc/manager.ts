@@ -10,6 +10,7 @@
 // costs little and the other URIs never wait for it.
 import { VmseedError, isVmseedError } from '../../errors.ts';
 import { LostCallError, now, type ConnectionCounters, type CutReason } from './connection.ts';
+import type { LibvirtConnectionStatus, LibvirtStatus } from '../../status/types.ts';
 import { MemoryBudget, LIBVIRT_MEMORY_BUDGET_BYTES } from './budget.ts';
 import { uuidString, type DomainEventMessage } from './protocol.ts';
 import { RemoteSession } from './remote.ts';
@@ -40,21 +41,14 @@ export interface ConnectionManagerOptions {
   floodPerWindow?: number;
 }
 
-// What the status page can show per URI; counts include closed connections.
-export interface ConnectionStats extends ConnectionCounters {
-  uri: string;
-  connected: boolean;
-  watched: boolean;
-  cachedDomains: number;
-  cacheBytes: number;
-  bufferedBytes: number;
+// What the status page shows per URI (status/types.ts), with the cut
+// reasons this client knows.
+export interface ConnectionStats extends LibvirtConnectionStatus {
   cuts: Partial<Record<CutReason, number>>;
   lastCut: { reason: CutReason; message: string } | undefined;
-  backoffMs: number;
 }
 
-export interface ManagerStats {
-  memoryBudget: { limit: number; used: number };
+export interface ManagerStats extends LibvirtStatus {
   connections: ConnectionStats[];
 }
 
