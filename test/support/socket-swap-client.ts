@@ -2,15 +2,17 @@
 // for the socket-swap test to run as the DaemonSet's user: opens `count`
 // connections to `socketPath` one after another, asks each daemon its
 // library version (every fake daemon answers its own) and prints a tally as
-// one JSON line. Usage: node socket-swap-client.ts SOCKET COUNT
+// one JSON line. It stops early after SECONDS, so a starved run ends.
+// Usage: node socket-swap-client.ts SOCKET COUNT SECONDS
 import { RpcConnection, now } from '../../src/libvirt/rpc/connection.ts';
 import { RemoteProc } from '../../src/libvirt/rpc/protocol.ts';
 import { XdrReader } from '../../src/libvirt/rpc/xdr.ts';
 
-const [socketPath, countArg] = process.argv.slice(2);
+const [socketPath, countArg, secondsArg] = process.argv.slice(2);
+const end = Date.now() + Number(secondsArg) * 1000;
 const tally: Record<string, number> = {};
 const bump = (k: string) => (tally[k] = (tally[k] ?? 0) + 1);
-for (let i = 0; i < Number(countArg); i++) {
+for (let i = 0; i < Number(countArg) && Date.now() < end; i++) {
   let conn: RpcConnection | undefined;
   try {
     conn = await RpcConnection.open({ socketPath, deadline: now() + 5_000 });
