@@ -246,6 +246,7 @@ test('every manifest file parses', () => {
     'manifests/daemonset.yaml',
     'manifests/monitoring/servicemonitor.yaml',
     'manifests/monitoring/prometheusrule.yaml',
+    'manifests/monitoring/runbooks.yaml',
   ]) {
     const docs: KubeObject[] = loadYamlDocuments(file);
     assert.ok(docs.length > 0, file);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import * as yaml from 'js-yaml';
 import { ROOT, loadYamlDocuments } from '../support/manifests.ts';
@@ -12,14 +12,35 @@ import {
   exportedMetricNames,
   metricNamesInExpr,
   promtoolCheckRules,
+  redirectMetricNames,
   type RuleGroupFile,
 } from '../support/promql.ts';
 
 const run = promisify(execFile);
 
-// Prometheus writes `up` for every target itself; it is the only other name
-// the rules may use.
+// Prometheus writes `up` for every target itself.
 const PROMETHEUS_SYNTHETIC = new Set(['up']);
+
+// What VmseedAgentDown reads from kube-state-metrics (kube-prometheus-stack
+// installs it), with the labels of each as kube-state-metrics documents them
+// (docs/metrics/workload/{pod,daemonset}-metrics.md, all STABLE): a node whose
+// agent never started has no vmseed series at all.
+const KUBE_STATE_METRICS = new Map<string, string[]>([
+  ['kube_pod_status_ready', ['namespace', 'pod', 'uid', 'condition']],
+  ['kube_pod_info', ['namespace', 'pod', 'uid', 'node', 'created_by_kind', 'created_by_name', 'host_ip', 'pod_ip']],
+  ['kube_daemonset_status_desired_number_scheduled', ['namespace', 'daemonset']],
+  ['kube_daemonset_status_current_number_scheduled', ['namespace', 'daemonset']],
+]);
+
+// Every name a rule may read, with its labels: the agent's registry, the
+// redirect container's, Prometheus' `up` and the kube-state-metrics above.
+async function readableMetrics(): Promise<Map<string, { labels: string[] }>> {
+  const names = new Map<string, { labels: string[] }>(await exportedMetricNames({ processMetrics: true }));
+  for (const [name, info] of await redirectMetricNames()) names.set(name, info);
+  for (const [name, labels] of KUBE_STATE_METRICS) names.set(name, { labels });
+  for (const name of PROMETHEUS_SYNTHETIC) names.set(name, { labels: [] });
+  return names;
+}
 
 interface Rule {
   alert?: string;
@@ -74,22 +95,16 @@ test('the metric-name extractor sees through functions, matchers, label lists an
   assert.deepEqual(metricNamesInExpr('max by (node) (d{x="rate(e)"}) offset 5m'), ['d']);
 });
 
-test('alert expressions read only metrics the agent exports', async () => {
-  const exported = await exportedMetricNames({ processMetrics: true });
+test('alert expressions read only metrics the agent, the redirect container, Prometheus or kube-state-metrics export', async () => {
+  const readable = await readableMetrics();
   for (const rule of alerts) {
     const names = metricNamesInExpr(rule.expr);
     assert.ok(names.length > 0, `${rule.alert}: reads no metric`);
-    for (const name of names) {
-      assert.ok(
-        exported.has(name) || PROMETHEUS_SYNTHETIC.has(name),
-        `${rule.alert}: ${name} is not exported by src/metrics/metrics.ts`,
-      );
-    }
+    for (const name of names) assert.ok(readable.has(name), `${rule.alert}: nothing exports ${name}`);
   }
 });
 
-test('the alerts cover seed failures, the informer, seed-ready latency and injection errors', async () => {
-  const exported = await exportedMetricNames({ processMetrics: false });
+test('the alerts cover seed failures, the informer, seed-ready latency, injection errors and the redirect', async () => {
   const reads = (metric: string) =>
     alerts.filter((a) => metricNamesInExpr(a.expr).some((n) => n.startsWith(metric))).map((a) => a.alert);
   assert.ok(reads('vmseed_reconcile_total').length > 0);
@@ -97,14 +112,21 @@ test('the alerts cover seed failures, the informer, seed-ready latency and injec
   assert.ok(reads('vmseed_informer_last_event_age_seconds').length > 0);
   assert.ok(reads('vmseed_seed_ready_latency_seconds').length > 0);
   assert.ok(reads('vmseed_injection_duration_seconds').length > 0);
-  // Grouping labels an alert uses exist on the metric (plus the target labels).
+  assert.ok(reads('vmseed_redirect_in_place').length > 0);
+  assert.ok(reads('kube_pod_status_ready').length > 0, 'a pod that never started is seen');
+  // Grouping and matching labels an alert uses exist on the metric (plus the
+  // target labels the ServiceMonitor adds).
+  const readable = await readableMetrics();
   for (const rule of alerts) {
-    for (const m of rule.expr.matchAll(/by \(([^)]*)\)/g)) {
-      for (const label of m[1].split(',').map((s) => s.trim())) {
+    for (const m of rule.expr.matchAll(/\b(?:by|on|group_left) \(([^)]*)\)/g)) {
+      for (const label of m[1]
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)) {
         if (['node', 'le', 'job', 'instance'].includes(label)) continue;
-        const metrics = metricNamesInExpr(rule.expr).filter((n) => exported.has(n));
+        const metrics = metricNamesInExpr(rule.expr).filter((n) => readable.has(n));
         assert.ok(
-          metrics.some((n) => exported.get(n)!.labels.includes(label)),
+          metrics.some((n) => readable.get(n)!.labels.includes(label)),
           `${rule.alert}: no metric has label ${label}`,
         );
       }
@@ -112,10 +134,11 @@ test('the alerts cover seed failures, the informer, seed-ready latency and injec
   }
 });
 
-test('every alert has a severity, summary, description and a runbook section in docs/operations.md', () => {
-  const docs = readFileSync(ROOT + 'docs/operations.md', 'utf8');
-  const anchors = new Set(
-    [...docs.matchAll(/^#{1,6} (.+)$/gm)].map((m) =>
+// GitHub's heading anchors: lower case, punctuation dropped, spaces to '-'.
+function markdownAnchors(file: string): Set<string> {
+  const text = readFileSync(ROOT + file, 'utf8');
+  return new Set(
+    [...text.matchAll(/^#{1,6} (.+)$/gm)].map((m) =>
       m[1]
         .trim()
         .toLowerCase()
@@ -123,18 +146,74 @@ test('every alert has a severity, summary, description and a runbook section in 
         .replace(/ /g, '-'),
     ),
   );
+}
+
+async function kustomize(dir: string): Promise<Any[]> {
+  const { stdout, stderr } = await run('kubectl', ['kustomize', dir]);
+  assert.equal(stderr, '', `kubectl kustomize ${dir} warns`);
+  return yaml.loadAll(stdout) as Any[];
+}
+
+type Any = any;
+
+function runbookUrls(objects: Any[]): Map<string, string> {
+  const rule = objects.find((o) => o.kind === 'PrometheusRule');
+  const urls = new Map<string, string>();
+  for (const g of rule.spec.groups) for (const r of g.rules) urls.set(r.alert, r.annotations.runbook_url);
+  return urls;
+}
+
+test('every alert has a severity, a summary and a description', () => {
   assert.ok(alerts.length >= 5);
   for (const rule of alerts) {
     assert.ok(rule.alert, 'alerting rules only');
     assert.match(rule.labels?.severity ?? '', /^(critical|warning|info)$/, rule.alert);
     assert.ok(rule.annotations?.summary, `${rule.alert}: summary`);
     assert.ok((rule.annotations?.description ?? '').length > 40, `${rule.alert}: description`);
-    const url = rule.annotations?.runbook_url ?? '';
-    const [file, anchor] = url.split('#');
-    assert.equal(file, 'docs/operations.md', rule.alert);
-    assert.equal(anchor, `alert-${rule.alert.toLowerCase()}`);
-    assert.ok(anchors.has(anchor), `${rule.alert}: docs/operations.md has no section #${anchor}`);
   }
+});
+
+test('as installed (kubectl apply -k manifests/monitoring), every runbook_url is absolute and its link leads to the alert section in docs/', async () => {
+  const objects = await kustomize(ROOT + 'manifests/monitoring');
+  assert.deepEqual(
+    objects.map((o) => o.kind).sort(),
+    ['PrometheusRule', 'ServiceMonitor'],
+    'the base is build input only',
+  );
+  const [runbooks] = loadYamlDocuments('manifests/monitoring/runbooks.yaml') as Any[];
+  const base = new URL(runbooks.data.base as string);
+  assert.equal(base.protocol, 'https:');
+  // The base names a page of this repository: <repo>/blob/<ref>/<path>.
+  const page = /^\/[^/]+\/[^/]+\/blob\/[^/]+\/(.+)$/.exec(base.pathname)?.[1];
+  assert.ok(page, `runbook base ${base.href} is not a file of a repository`);
+  const anchors = markdownAnchors(page);
+  const urls = runbookUrls(objects);
+  assert.equal(urls.size, alerts.length);
+  for (const [alert, url] of urls) {
+    const link = new URL(url);
+    assert.equal(link.href.split('#')[0], base.href, alert);
+    assert.equal(link.hash, `#alert-${alert.toLowerCase()}`);
+    assert.ok(anchors.has(link.hash.slice(1)), `${alert}: ${page} has no section ${link.hash}`);
+  }
+});
+
+test("a cluster's own overlay moves every runbook link in one place, as docs/operations.md shows", async (t) => {
+  const docs = readFileSync(ROOT + 'docs/operations.md', 'utf8');
+  const start = docs.indexOf('#### Runbook links');
+  const section = docs.slice(start, docs.indexOf('\n#### ', start + 1));
+  const blocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]);
+  assert.equal(blocks.length, 2, 'the section shows kustomization.yaml and runbooks.yaml');
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-runbooks-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // The docs' overlay sits next to a checkout: point it at this one
+  // (kustomize takes relative roots only).
+  const monitoring = relative(dir, ROOT + 'manifests/monitoring');
+  writeFileSync(join(dir, 'kustomization.yaml'), blocks[0].replace(/\S*manifests\/monitoring\S*/, monitoring));
+  writeFileSync(join(dir, 'runbooks.yaml'), blocks[1]);
+  const base = (yaml.load(blocks[1]) as Any).data.base as string;
+  const urls = runbookUrls(await kustomize(dir));
+  assert.equal(urls.size, alerts.length);
+  for (const [alert, url] of urls) assert.equal(url, `${base}#alert-${alert.toLowerCase()}`);
 });
 
 test('promtool check rules accepts the PrometheusRule groups', async () => {
@@ -184,6 +263,114 @@ test('dashboard queries parse (promtool, as recording rules) and the layout is s
 // `for`: promtool's rule unit tests on synthetic series. Annotations are
 // stripped here (their templates render $value; their presence and syntax
 // are checked above), the expressions, `for` and labels are the shipped ones.
+// A node with no running agent, as kube-state-metrics and Prometheus see
+// each way it happens; node n1's agent is healthy throughout.
+const ksmPod = (pod: string, node: string) => [
+  {
+    series: `kube_pod_info{namespace="vmseed", pod="${pod}", node="${node}", created_by_kind="DaemonSet", created_by_name="vmseed"}`,
+    values: '1x30',
+  },
+];
+const ready = (pod: string, values: string) => [
+  { series: `kube_pod_status_ready{namespace="vmseed", pod="${pod}", condition="true"}`, values },
+];
+const healthyN1 = [
+  ...ksmPod('vmseed-n1', 'n1'),
+  ...ready('vmseed-n1', '1x30'),
+  { series: 'up{job="vmseed", node="n1", instance="10.0.0.1:8080"}', values: '1x30' },
+];
+const daemonSet = (desired: number, current: number) => [
+  {
+    series: 'kube_daemonset_status_desired_number_scheduled{namespace="vmseed", daemonset="vmseed"}',
+    values: `${desired}x30`,
+  },
+  {
+    series: 'kube_daemonset_status_current_number_scheduled{namespace="vmseed", daemonset="vmseed"}',
+    values: `${current}x30`,
+  },
+];
+const notRunningOnN2 = [{ exp_labels: { severity: 'critical', namespace: 'vmseed', pod: 'vmseed-n2', node: 'n2' } }];
+const agentDownCases = [
+  {
+    name: 'pending: scheduled on n2, never Ready, never scraped',
+    interval: '1m',
+    input_series: [...healthyN1, ...daemonSet(2, 2), ...ksmPod('vmseed-n2', 'n2'), ...ready('vmseed-n2', '0x30')],
+    alert_rule_test: [
+      { eval_time: '9m', alertname: 'VmseedAgentDown', exp_alerts: [] },
+      { eval_time: '11m', alertname: 'VmseedAgentDown', exp_alerts: notRunningOnN2 },
+    ],
+  },
+  {
+    name: 'crash-looping on n2: Ready for a moment after each restart, its target mostly down',
+    interval: '1m',
+    input_series: [
+      ...healthyN1,
+      ...daemonSet(2, 2),
+      ...ksmPod('vmseed-n2', 'n2'),
+      ...ready('vmseed-n2', '1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0'),
+      { series: 'up{job="vmseed", node="n2", instance="10.0.0.2:8080"}', values: '1 0x29' },
+    ],
+    alert_rule_test: [
+      { eval_time: '10m', alertname: 'VmseedAgentDown', exp_alerts: [] },
+      // One alert per node, named by the pod: the failing scrape adds none.
+      { eval_time: '12m', alertname: 'VmseedAgentDown', exp_alerts: notRunningOnN2 },
+    ],
+  },
+  {
+    name: 'never scheduled: the DaemonSet wants 3 nodes and has pods on 2',
+    interval: '1m',
+    input_series: [...healthyN1, ...daemonSet(3, 2), ...ksmPod('vmseed-n2', 'n2'), ...ready('vmseed-n2', '1x30')],
+    alert_rule_test: [
+      { eval_time: '9m', alertname: 'VmseedAgentDown', exp_alerts: [] },
+      { eval_time: '11m', alertname: 'VmseedAgentDown', exp_alerts: [{ exp_labels: { severity: 'critical' } }] },
+    ],
+  },
+  {
+    name: 'no target at all: every agent pod gone, or the ServiceMonitor selects nothing',
+    interval: '1m',
+    input_series: [{ series: 'vmseed_unrelated_series', values: '1x30' }],
+    alert_rule_test: [
+      { eval_time: '9m', alertname: 'VmseedAgentDown', exp_alerts: [] },
+      {
+        eval_time: '11m',
+        alertname: 'VmseedAgentDown',
+        exp_alerts: [{ exp_labels: { severity: 'critical', job: 'vmseed' } }],
+      },
+    ],
+  },
+  {
+    name: 'healthy: every node has a Ready, scraped agent',
+    interval: '1m',
+    input_series: [
+      ...healthyN1,
+      ...daemonSet(2, 2),
+      ...ksmPod('vmseed-n2', 'n2'),
+      ...ready('vmseed-n2', '1x30'),
+      { series: 'up{job="vmseed", node="n2", instance="10.0.0.2:8080"}', values: '1x30' },
+    ],
+    alert_rule_test: [{ eval_time: '25m', alertname: 'VmseedAgentDown', exp_alerts: [] }],
+  },
+];
+const redirectCase = {
+  name: 'the redirect container finds its DNAT missing or reaching something else from minute 4',
+  interval: '1m',
+  input_series: [
+    {
+      series: 'vmseed_redirect_in_place{job="vmseed-redirect", node="n1", instance="10.0.0.1:8082"}',
+      values: '1x3 0x20',
+    },
+    { series: 'vmseed_redirect_in_place{job="vmseed-redirect", node="n2", instance="10.0.0.2:8082"}', values: '1x24' },
+  ],
+  alert_rule_test: [
+    { eval_time: '8m', alertname: 'VmseedRedirectNotInPlace', exp_alerts: [] },
+    {
+      eval_time: '10m',
+      alertname: 'VmseedRedirectNotInPlace',
+      exp_alerts: [{ exp_labels: { severity: 'warning', node: 'n1' } }],
+    },
+  ],
+};
+
 test('promtool test rules: the alerts fire when they should and not before', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-alerts-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
@@ -248,19 +435,16 @@ test('promtool test rules: the alerts fire when they should and not before', asy
           },
           { eval_time: '9m', alertname: 'VmseedWorkqueueStuck', exp_alerts: [] },
           { eval_time: '12m', alertname: 'VmseedWorkqueueStuck', exp_alerts: firing('warning') },
+          // The scrape fails from minute 6.
           { eval_time: '14m', alertname: 'VmseedAgentDown', exp_alerts: [] },
-          {
-            eval_time: '16m',
-            alertname: 'VmseedAgentDown',
-            exp_alerts: [
-              { exp_labels: { severity: 'critical', node: 'n1', job: 'vmseed', instance: '10.0.0.1:8080' } },
-            ],
-          },
+          { eval_time: '16m', alertname: 'VmseedAgentDown', exp_alerts: firing('critical') },
         ],
       },
+      ...agentDownCases,
+      redirectCase,
     ],
   };
-  const tested = new Set(unitTests.tests[0].alert_rule_test.map((t) => t.alertname));
+  const tested = new Set(unitTests.tests.flatMap((g) => g.alert_rule_test.map((t) => t.alertname)));
   assert.deepEqual([...tested].sort(), alerts.map((a) => a.alert!).sort(), 'every alert has a firing test');
   writeFileSync(join(dir, 'tests.yaml'), yaml.dump(unitTests));
   const result = await run('promtool', ['test', 'rules', join(dir, 'tests.yaml')]).then(

@@ -6,7 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import * as yaml from 'js-yaml';
+import type { Registry } from 'prom-client';
 import { createMetrics } from '../../src/metrics/metrics.ts';
+import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
 
 const run = promisify(execFile);
 
@@ -50,13 +52,21 @@ export function metricNamesInExpr(expr: string): string[] {
 export async function exportedMetricNames(options: {
   processMetrics: boolean;
 }): Promise<Map<string, { type: string; help: string; labels: string[] }>> {
-  const metrics = createMetrics({ version: 'test', processMetrics: options.processMetrics });
+  return registryMetricNames(createMetrics({ version: 'test', processMetrics: options.processMetrics }).registry);
+}
+
+// The redirect container's /metrics: a process and registry of its own.
+export async function redirectMetricNames(): Promise<Map<string, { type: string; help: string; labels: string[] }>> {
+  return registryMetricNames(createRedirectMetrics().registry);
+}
+
+async function registryMetricNames(registry: Registry) {
   const labelNames = new Map<string, string[]>();
-  for (const m of metrics.registry.getMetricsAsArray()) {
+  for (const m of registry.getMetricsAsArray()) {
     labelNames.set(m.name, [...((m as unknown as { labelNames?: readonly string[] }).labelNames ?? [])]);
   }
   const out = new Map<string, { type: string; help: string; labels: string[] }>();
-  for (const m of await metrics.registry.getMetricsAsJSON()) {
+  for (const m of await registry.getMetricsAsJSON()) {
     const info = { type: String(m.type), help: m.help, labels: labelNames.get(m.name) ?? [] };
     out.set(m.name, info);
     if (info.type === 'histogram') for (const suffix of ['_bucket', '_sum', '_count']) out.set(m.name + suffix, info);
