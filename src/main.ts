@@ -33,11 +33,15 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
 
 function usage(): string {
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return `usage: vmseed <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun 'vmseed <command> --help' for a command's options.\n`;
+  return `usage: vmseed <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun 'vmseed <command> --help' for a command's options, 'vmseed --version' for the version.\n`;
 }
 
 export async function main(argv: string[], base: Omit<CliContext, 'argv'>): Promise<ExitCode> {
   const [name, ...rest] = argv;
+  if (name === '--version' || name === '-V' || name === 'version') {
+    base.stdout.write((await import('./version.ts')).versionLine());
+    return 0;
+  }
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
     base.stdout.write(usage());
     return name === undefined ? 2 : 0;

@@ -2,7 +2,6 @@
 // default on a directory of manifests (`--local DIR`).
 import { mkdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
-import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../cloudinit/render.ts';
 import { sysfsNumaReader } from '../libvirt/host-numa.ts';
@@ -28,8 +27,7 @@ import { NodeProcessSpawner } from '../libvirt/virsh.ts';
 import type { RenderSeed } from '../agent/deps.ts';
 import { RedirectStatusPoller } from '../agent/redirect-status.ts';
 import type { Command } from './cli.ts';
-
-const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
+import { VERSION } from '../version.ts';
 
 // What closing waits for the injector's last file work (an older seed's copy
 // removed after an attach); a copy left behind goes with the next seed's

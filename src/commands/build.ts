@@ -13,6 +13,7 @@ import { VmseedError } from '../errors.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { mergeManifests, parseManifests } from '../agent/local/manifests.ts';
 import { MemoryResolver } from '../cloudinit/refs/memory-resolver.ts';
+import type { RefResolver } from '../api/types.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
@@ -125,7 +126,15 @@ function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
     );
   }
   const v = parsed.value;
-  if (v === null || v === undefined) return {};
+  // An empty file (or only comments) is no mapping either: without an
+  // instance-id cloud-init cannot tell one boot's seed from the next.
+  if (v === null || v === undefined) {
+    throw new VmseedError(
+      'METADATA_INVALID',
+      '--meta-data: the file holds no mapping (empty or only comments); give one such as {"instance-id": "iid-local01"}, or leave out --meta-data for that default',
+      { field: 'meta-data' },
+    );
+  }
   if (typeof v !== 'object' || Array.isArray(v)) {
     throw new VmseedError(
       'METADATA_INVALID',
@@ -177,7 +186,10 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
     );
   }
   const vmi = objects.vmis[0];
-  const refs = new MemoryResolver({ secrets: objects.secrets, configMaps: objects.configMaps });
+  const refs = new OneShotResolver(
+    new MemoryResolver({ secrets: objects.secrets, configMaps: objects.configMaps }),
+    vmiFile,
+  );
   let defaultVendorData;
   if (values['vendor-data-from'] !== undefined) {
     try {
@@ -199,12 +211,50 @@ export async function seedFromVmi(values: BuildValues, input: InputReader): Prom
     refs,
     { ...DEFAULT_RENDER_OPTIONS, kubevirtVolumes: 'own', ...(defaultVendorData ? { defaultVendorData } : {}) },
     domainDevices ? { domainDevices } : {},
-  );
+  ).catch((e: unknown) => {
+    throw refs.explain(e);
+  });
   if (outcome.kind === 'skip') {
     const code = outcome.warning ? `${outcome.warning.code}: ` : '';
     throw new UsageError(`--vmi ${vmiFile}: ${code}${outcome.reason}`);
   }
   return { seed: outcome.seed, timestamp: seedTimestamp(vmi) };
+}
+
+// The agent's fix for a missing Secret or ConfigMap is to create it in the
+// cluster and wait; a one-shot build reads no cluster, so its fix is a file.
+class OneShotResolver implements RefResolver {
+  readonly #inner: RefResolver;
+  readonly #vmiFile: string;
+  readonly #missing: string[] = [];
+
+  constructor(inner: RefResolver, vmiFile: string) {
+    this.#inner = inner;
+    this.#vmiFile = vmiFile;
+  }
+
+  async getSecret(namespace: string, name: string) {
+    const s = await this.#inner.getSecret(namespace, name);
+    if (s === undefined) this.#missing.push(`Secret ${namespace}/${name}`);
+    return s;
+  }
+
+  async getConfigMap(namespace: string, name: string) {
+    const c = await this.#inner.getConfigMap(namespace, name);
+    if (c === undefined) this.#missing.push(`ConfigMap ${namespace}/${name}`);
+    return c;
+  }
+
+  explain(e: unknown): unknown {
+    if (!(e instanceof VmseedError) || (e.code !== 'SECRET_NOT_FOUND' && e.code !== 'CONFIGMAP_NOT_FOUND')) return e;
+    const what = this.#missing.at(-1) ?? 'a referenced object';
+    return new VmseedError(
+      e.code,
+      `${what} (${e.field ?? 'referenced by the VMI'}) is in neither ${this.#vmiFile} nor an --objects file; ` +
+        `a build reads no cluster: export it (kubectl get -o yaml) and pass the file with --objects FILE`,
+      { kind: 'terminal', ...(e.field !== undefined ? { field: e.field } : {}) },
+    );
+  }
 }
 
 function timestampFrom(env: NodeJS.ProcessEnv): Date {

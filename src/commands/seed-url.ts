@@ -24,6 +24,8 @@ options:
   --url-only         print only the seed URL
 `;
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 interface VmiIdentity {
   namespace?: string;
   name?: string;
@@ -100,6 +102,12 @@ export const seedUrl: Command = async (ctx) => {
     }
     if (uid === undefined || uid.trim() === '')
       throw new UsageError('--uid UID (or --vmi FILE) is required: the token is bound to the VMI uid');
+    // Kubernetes sets metadata.uid to an RFC 4122 UUID; anything else cannot
+    // be the VMI's, and a token bound to it would never be served.
+    if (!UUID.test(uid))
+      throw new UsageError(
+        `--uid '${uid}' is not a UUID; give the VMI's metadata.uid (kubectl get vmi <name> -o jsonpath='{.metadata.uid}')`,
+      );
     if (values['key-file'] === undefined) throw new UsageError('--key-file FILE is required');
     if (values.ds !== 'nocloud' && values.ds !== 'nocloud-net')
       throw new UsageError(`--ds must be nocloud or nocloud-net, got '${values.ds}'`);

@@ -168,11 +168,11 @@ export function createMetrics(options: MetricsOptions) {
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',
-      labelNames: ['version', 'node_version'] as const,
+      labelNames: ['version', 'nodejs_version'] as const,
       registers,
     }),
   };
-  m.buildInfo.set({ version: options.version, node_version: process.version }, 1);
+  m.buildInfo.set({ version: options.version, nodejs_version: process.version }, 1);
   // Bounded label sets start at 0, so rate() and alerts see a series from
   // the first scrape instead of nothing until the first occurrence.
   for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);

@@ -29,7 +29,7 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['kube', 'libvirt', 'http', 'disk', 'redirect'],
   ['cloudinit'],
   ['status'],
-  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api', 'datasource-challenge.ts'],
+  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api', 'datasource-challenge.ts', 'version.ts'],
 ];
 
 // What cloudinit/ must not reach: it renders from its input alone.

@@ -55,6 +55,23 @@ test('the file is still checked: a list or broken YAML is refused', async (t) =>
   assert.match(r.err, /METADATA_INVALID/);
 });
 
+test('an empty or comment-only --meta-data is refused as no mapping, naming the default', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  writeFileSync(join(tmp.dir, 'ud'), '#cloud-config\n');
+  for (const [file, text] of [
+    ['empty.yaml', ''],
+    ['comments.yaml', '# nothing yet\n'],
+    ['null.yaml', 'null\n'],
+  ]) {
+    writeFileSync(join(tmp.dir, file), text);
+    const r = await runCli(['build', '--user-data', 'ud', '--meta-data', file, '-o', 'x.iso'], tmp.dir);
+    assert.equal(r.code, 2, file);
+    assert.match(r.err, /METADATA_INVALID: --meta-data: the file holds no mapping/, file);
+    assert.match(r.err, /leave out --meta-data/, file);
+  }
+});
+
 test('an alias bomb or a deep nest in --meta-data is refused by the budgeted loader before anything is built', async (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);

@@ -5,7 +5,7 @@
 // case must exit 2 with its code.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, mkdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runCli } from '../support/cli.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
@@ -98,4 +98,35 @@ test('build --vmi refuses file-mode options and a file with no VMI', async (t) =
     assert.equal(s.code, 2);
     assert.match(s.err, /expected exactly one VirtualMachineInstance/);
   }
+});
+
+test('build --vmi with a Secret in no file: the error names the Secret, the field and --objects as the fix', async (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const vmi = [
+    'apiVersion: kubevirt.io/v1',
+    'kind: VirtualMachineInstance',
+    'metadata: {name: web, namespace: apps}',
+    'spec:',
+    '  domain: {devices: {}}',
+    '  volumes:',
+    '    - name: cloudinitdisk',
+    '      cloudInitNoCloud: {secretRef: {name: web-userdata}}',
+    '',
+  ].join('\n');
+  writeFileSync(join(tmp.dir, 'vmi.yaml'), vmi);
+  const r = await vmseed(['build', '--vmi', 'vmi.yaml', '-o', 'seed.iso'], tmp.dir);
+  assert.equal(r.code, 2);
+  assert.match(r.err, /^vmseed build: SECRET_NOT_FOUND: Secret apps\/web-userdata \(spec\.volumes\[0\]/);
+  assert.match(r.err, /in neither vmi\.yaml nor an --objects file/);
+  assert.match(r.err, /--objects FILE/);
+  assert.doesNotMatch(r.err, /retries/, 'a one-shot build does not retry');
+  assert.equal(existsSync(join(tmp.dir, 'seed.iso')), false);
+  // With the Secret given, the same VMI builds.
+  writeFileSync(
+    join(tmp.dir, 'secret.yaml'),
+    'apiVersion: v1\nkind: Secret\nmetadata: {name: web-userdata, namespace: apps}\nstringData: {userdata: "#cloud-config\\n"}\n',
+  );
+  const ok = await vmseed(['build', '--vmi', 'vmi.yaml', '--objects', 'secret.yaml', '-o', 'seed.iso'], tmp.dir);
+  assert.equal(ok.code, 0, ok.err);
 });

@@ -136,6 +136,12 @@ describe('vmseed seed-url', () => {
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--base', 'ftp://x/v1'], 2, /DATASOURCE_URL_INVALID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--base', 'http://x/v1?a=b'], 2, /DATASOURCE_URL_INVALID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--ds', 'ec2'], 2, /--ds/],
+      [
+        ['ns1/vm-a', '--uid', 'vm-a', '--key-file', 'keys'],
+        2,
+        /--uid 'vm-a' is not a UUID; give the VMI's metadata\.uid/,
+      ],
+      [['ns1/vm-a', '--uid', uid + '0', '--key-file', 'keys'], 2, /not a UUID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--bogus'], 2, /bogus/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'missing'], 1, /DATASOURCE_KEY_FILE_UNREADABLE/],
     ];

@@ -77,7 +77,7 @@ test('promtool check metrics passes on a live /metrics scrape that holds the obs
     assert.equal(sampleValue(s, 'vmseed_vmis', { state: 'error' }), 1);
     assert.equal(sampleValue(s, 'vmseed_informer_restarts_total', { reason: 'stale' }), 1);
     assert.equal(histogramBuckets(s, 'vmseed_image_bytes', { datasource: 'nocloud' }).get(65536), 1);
-    assert.equal(sampleValue(s, 'vmseed_build_info', { version: '0.1.0-test', node_version: process.version }), 1);
+    assert.equal(sampleValue(s, 'vmseed_build_info', { version: '0.1.0-test', nodejs_version: process.version }), 1);
     assert.ok(sampleValue(s, 'vmseed_process_resident_memory_bytes')! > 0, 'default process metrics are there');
   } finally {
     await srv.close();

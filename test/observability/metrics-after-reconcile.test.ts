@@ -181,7 +181,7 @@ test(
     assert.equal(sampleValue(s, 'vmseed_workqueue_longest_running_seconds'), 0);
     assert.equal(sampleValue(s, 'vmseed_workqueue_retries_total'), n);
     assert.equal(count(s, 'vmseed_workqueue_work_duration_seconds'), 4 + 1 + n);
-    assert.equal(sampleValue(s, 'vmseed_build_info', { version: 'test', node_version: process.version }), 1);
+    assert.equal(sampleValue(s, 'vmseed_build_info', { version: 'test', nodejs_version: process.version }), 1);
     // No per-VMI labels anywhere.
     for (const x of s) assert.ok(!('namespace' in x.labels) && !('name' in x.labels), `${x.name} has a per-VMI label`);
 
