@@ -3,7 +3,7 @@
 // with the defaults and environment variable the table gives it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { AGENT_USAGE } from '../../src/config.ts';
 import { AGENT_FLAGS, docOf, envName, type FlagName, type FlagSpec } from '../../src/config/flags.ts';
 
@@ -88,4 +88,48 @@ test("the README's --platform table gives each preset's defaults", () => {
     assert.ok(kubevirt.includes(docOf(spec.byPlatform!.kubevirt)), `${name}, kubevirt: ${kubevirt}`);
     assert.ok(libvirt.includes(docOf(spec.byPlatform!.libvirt)), `${name}, libvirt: ${libvirt}`);
   }
+});
+
+// Prose elsewhere quotes defaults too ("`--max-network-data-bytes`, default
+// 1 MiB", "`--image-path-in-domain` (default `{path}`"): each must be one of
+// the flag's defaults as --help gives them.
+test('every default that README.md and docs/ quote in prose for a flag is the flag table’s', () => {
+  const docs = ['README.md', ...readdirSync(new URL('../../docs/', import.meta.url)).map((f) => `docs/${f}`)].filter(
+    (f) => f.endsWith('.md'),
+  );
+  const value = String.raw`(\x60[^\x60]+\x60|[0-9][0-9.]* ?(?:[KMG]iB|ms|s|m|min)\b|[a-z][a-z0-9-]*)`;
+  const quoted = new RegExp(
+    String.raw`\x60--([a-z][a-z-]*)\x60(?:,| \(| is)? ?default(?:s to|:)? ${value}|\x60--([a-z][a-z-]*)\x60 \(${value} by default`,
+    'g',
+  );
+  const allDefaults = (spec: FlagSpec<unknown>) =>
+    [
+      spec.default,
+      spec.byMode?.cluster,
+      spec.byMode?.local,
+      spec.byPlatform?.kubevirt,
+      spec.byPlatform?.libvirt,
+    ].flatMap((d) => (d === undefined ? [] : [docOf(d), typeof d === 'string' ? d : undefined]));
+  const said: string[] = [];
+  for (const file of docs) {
+    const text = readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8').replace(/\s+/g, ' ');
+    for (const m of text.matchAll(quoted)) {
+      const name = (m[1] ?? m[3]) as FlagName;
+      const quotedValue = (m[2] ?? m[4]).replaceAll('`', '');
+      const spec = AGENT_FLAGS[name] as FlagSpec<unknown> | undefined;
+      if (spec === undefined) continue; // another command's flag (build, redirect)
+      said.push(`${file}: --${name} ${quotedValue}`);
+      const defaults = allDefaults(spec).filter((d) => d !== undefined);
+      assert.ok(
+        defaults.some(
+          (d) => d.replaceAll('`', '') === quotedValue || d.replace(/^the (.*) address$/, '$1') === quotedValue,
+        ),
+        `${file} says --${name} defaults to ${quotedValue}; the flag table says ${defaults.join(' / ')}`,
+      );
+    }
+  }
+  // The scan finds the ones there are (a regex that matches nothing passes
+  // every document).
+  assert.ok(said.length >= 6, said.join('\n'));
+  assert.ok(said.includes('docs/kubevirt-differences.md: --max-network-data-bytes 1 MiB'), said.join('\n'));
 });
