@@ -22,7 +22,7 @@ before(async () => {
   objects = await kustomize(join(ROOT, 'deploy', 'imds'));
 });
 
-test('only the DaemonSet differs; host network; the agent container is the base one plus --datasource-imds-compat and the redirect status URL', () => {
+test('only the DaemonSet and the Service differ; host network; the agent container is the base one plus --datasource-imds-compat and the redirect status URL', () => {
   const differs = objects
     .filter(
       (o) =>
@@ -32,7 +32,19 @@ test('only the DaemonSet differs; host network; the agent container is the base 
         ),
     )
     .map(objectId);
-  assert.deepEqual(differs, ['DaemonSet/vmseed/vmseed']);
+  assert.deepEqual(differs.sort(), ['DaemonSet/vmseed/vmseed', 'Service/vmseed/vmseed']);
+  // The Service only gains the redirect container's metrics port, which the
+  // ServiceMonitor's second endpoint scrapes.
+  const service = objects.find((o) => objectId(o) === 'Service/vmseed/vmseed') as Any;
+  const baseService = base.find((o) => objectId(o) === 'Service/vmseed/vmseed') as Any;
+  assert.deepEqual(service.spec.ports, [
+    ...baseService.spec.ports,
+    { name: 'redirect-metrics', port: 8082, targetPort: 'redirect-http', protocol: 'TCP' },
+  ]);
+  const redirectPort = podOf(objects)
+    .containers.find((c: Any) => c.name === 'redirect')
+    .ports.find((p: Any) => p.name === 'redirect-http');
+  assert.equal(redirectPort.containerPort, 8082);
   const pod = podOf(objects);
   const basePod = podOf(base);
   assert.equal(pod.hostNetwork, true);
