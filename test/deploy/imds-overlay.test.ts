@@ -52,11 +52,25 @@ test('only the DaemonSet and the Service differ; host network; the agent contain
   assert.deepEqual(pod.securityContext, basePod.securityContext, 'the pod still runs as 107/107');
   const agent = pod.containers.find((c: Any) => c.name === 'agent');
   const baseAgent = basePod.containers.find((c: Any) => c.name === 'agent');
+  // On the host network, the listeners bind the node's own address, not
+  // every address of the node.
+  const hostBound = (baseAgent.args as string[]).map((a) =>
+    a === '--listen=0.0.0.0:8080'
+      ? '--listen=$(HOST_IP):8080'
+      : a === '--datasource-listen=0.0.0.0:8081'
+        ? '--datasource-listen=$(HOST_IP):8081'
+        : a,
+  );
+  assert.equal(hostBound.filter((a, i) => a !== baseAgent.args[i]).length, 2, 'both listeners found in the base');
   assert.deepEqual(agent.args, [
-    ...baseAgent.args,
+    ...hostBound,
     '--datasource-imds-compat',
     '--redirect-status-url=http://$(HOST_IP):8082/readyz',
   ]);
+  assert.ok(
+    !(agent.args as string[]).some((a) => /^--(listen|datasource-listen)=(0\.0\.0\.0|\[::\]|:)/.test(a)),
+    'no wildcard listener on the host network',
+  );
   assert.deepEqual(agent.env, [
     ...baseAgent.env,
     { name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } },

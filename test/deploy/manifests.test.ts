@@ -20,19 +20,20 @@ const daemonSet = findObject(objects, 'DaemonSet', 'vmseed') as Any;
 const podSpec = daemonSet.spec.template.spec;
 const agent = podSpec.containers.find((c: Any) => c.name === 'agent');
 
-test('daemonset.yaml holds the namespace, RBAC, DaemonSet, Service and NetworkPolicy, each valid against the Kubernetes schema', async () => {
+test('daemonset.yaml holds the namespace, RBAC, PriorityClass, DaemonSet, Service and NetworkPolicy, each valid against the Kubernetes schema', async () => {
   assert.deepEqual(objects.map((o) => o.kind).sort(), [
     'ClusterRole',
     'ClusterRoleBinding',
     'DaemonSet',
     'Namespace',
     'NetworkPolicy',
+    'PriorityClass',
     'Service',
     'ServiceAccount',
   ]);
   for (const o of objects) {
     await assert.doesNotReject(validateBuiltin(o), `${o.kind} ${o.metadata.name}`);
-    if (!['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind))
+    if (!['Namespace', 'ClusterRole', 'ClusterRoleBinding', 'PriorityClass'].includes(o.kind))
       assert.equal(o.metadata.namespace, 'vmseed', o.kind);
   }
 });
@@ -313,4 +314,16 @@ test('the NetworkPolicy: in, only the probe/metrics and datasource ports; out, o
   assert.deepEqual(egress.sort(), ['TCP/443', 'TCP/6443']);
   // The in-cluster config addresses the API server by IP: no DNS.
   assert.ok(!egress.some((p: string) => p.endsWith('/53')));
+});
+
+// A paused VM waits for its node's agent: the agent must not wait behind
+// ordinary pods. KubeVirt's virt-handler runs at kubevirt-cluster-critical,
+// 1,000,000,000 (virt-operator's install strategy), the highest value a
+// class outside system-* may have.
+test("the agent's pods run at virt-handler's priority, from a class of vmseed's own", () => {
+  const cls = findObject(objects, 'PriorityClass') as Any;
+  assert.equal(daemonSet.spec.template.spec.priorityClassName, cls.metadata.name);
+  assert.equal(cls.value, 1_000_000_000);
+  assert.equal(cls.globalDefault, false, 'never the default of other pods');
+  assert.doesNotMatch(cls.metadata.name, /^system-/, 'system-* classes are for kube-system only');
 });

@@ -1,15 +1,21 @@
-// The deployment variants in deploy/, rendered by the real `kubectl
-// kustomize` (whatever kubectl scripts/setup-host.sh left on PATH: Debian's
-// kubernetes-client 1.20 with kustomize 2.0.3, or a current one). Each test
-// reads the rendered objects, as `kubectl apply -k deploy/<variant>` would
-// send them.
+// The deployment variants in deploy/ and the components they combine,
+// rendered by the real `kubectl kustomize`. Each test reads the rendered
+// objects, as `kubectl apply -k deploy/<variant>` would send them.
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
-import { OVERLAYS, kubectlVersion, kustomize, objectId, type Overlay } from '../support/kustomize.ts';
+import {
+  COMPONENTS,
+  OVERLAYS,
+  kubectlVersion,
+  kustomize,
+  kustomizeText,
+  objectId,
+  type Overlay,
+} from '../support/kustomize.ts';
 
 type Any = any;
 
@@ -172,7 +178,11 @@ test('namespaced: --namespaces and one RoleBinding per listed namespace; the Clu
     assert.deepEqual(b.subjects, [subject]);
     assert.deepEqual(b.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'vmseed-agent' });
   }
-  assert.deepEqual((findObject(objects, 'ClusterRoleBinding', 'vmseed-agent') as Any).subjects, []);
+  assert.equal(
+    objects.filter((o) => o.kind === 'ClusterRoleBinding').length,
+    0,
+    'no cluster-wide binding: the base one is deleted',
+  );
   assert.deepEqual(
     findObject(objects, 'ClusterRole', 'vmseed-agent'),
     findObject(base, 'ClusterRole', 'vmseed-agent'),
@@ -180,11 +190,7 @@ test('namespaced: --namespaces and one RoleBinding per listed namespace; the Clu
   );
   assert.deepEqual(
     changed(objects, base),
-    [
-      'ClusterRoleBinding//vmseed-agent',
-      'DaemonSet/vmseed/vmseed',
-      ...namespaces.map((ns) => `RoleBinding/${ns}/vmseed-agent`),
-    ].sort(),
+    ['DaemonSet/vmseed/vmseed', ...namespaces.map((ns) => `RoleBinding/${ns}/vmseed-agent`)].sort(),
   );
 });
 
@@ -254,12 +260,83 @@ test('every directory in deploy/ is a variant tested here and documented in docs
   const dirs = (await readdir(join(ROOT, 'deploy'), { withFileTypes: true }))
     .filter((d) => d.isDirectory())
     .map((d) => d.name);
-  assert.deepEqual(dirs.sort(), [...OVERLAYS].sort());
+  assert.deepEqual(dirs.sort(), [...OVERLAYS, 'components'].sort());
+  const components = (await readdir(join(ROOT, 'deploy', 'components'), { withFileTypes: true }))
+    .filter((d) => d.isDirectory())
+    .map((d) => d.name);
+  assert.deepEqual(components.sort(), [...COMPONENTS].sort());
   const docs = await read(join(ROOT, 'docs', 'operations.md'), 'utf8');
   const section = docs.slice(
     docs.indexOf('\n## Deployment variants\n'),
     docs.indexOf('\n### ', docs.indexOf('\n## Deployment variants\n')),
   );
   const rows = [...section.matchAll(/^\| `deploy\/([a-z-]+)` \|/gm)].map((m) => m[1]);
-  assert.deepEqual(rows.sort(), dirs.sort());
+  assert.deepEqual(rows.sort(), [...OVERLAYS].sort());
+  for (const c of components) assert.match(section, new RegExp(`\`deploy/components/${c}\``), `component ${c}`);
+});
+
+// kustomize prints deprecation warnings on stderr (and kubectl apply -k
+// shows them): none for any variant, nor for the components combined.
+test('kubectl kustomize prints no warning for any variant or for all components combined', async (t) => {
+  for (const o of OVERLAYS) {
+    const { stderr } = await kustomizeText(join(ROOT, 'deploy', o));
+    assert.equal(stderr, '', o);
+  }
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-components-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  await writeFile(
+    join(dir, 'kustomization.yaml'),
+    [
+      'apiVersion: kustomize.config.k8s.io/v1beta1',
+      'kind: Kustomization',
+      'resources:',
+      `  - ${relative(dir, join(ROOT, 'deploy', 'kubevirt'))}`,
+      'components:',
+      ...COMPONENTS.map((c) => `  - ${relative(dir, join(ROOT, 'deploy', 'components', c))}`),
+      '',
+    ].join('\n'),
+  );
+  const { stdout, stderr } = await kustomizeText(dir);
+  assert.equal(stderr, '');
+  const objects = (await import('js-yaml')).loadAll(stdout) as KubeObject[];
+  const pod = daemonSetOf(objects).spec.template.spec;
+  // Each component's change is there: host network and the redirect
+  // container (imds), no cluster-wide binding (namespaced).
+  assert.equal(pod.hostNetwork, true);
+  assert.ok(pod.containers.some((c: Any) => c.name === 'redirect'));
+  assert.equal(objects.filter((o) => o.kind === 'ClusterRoleBinding').length, 0);
+  for (const o of objects) await assert.doesNotReject(validateBuiltin(o), objectId(o));
+});
+
+// docs/operations.md shows the overlay an operator writes for their own
+// namespaces; rendered as written, with nothing in the repository edited.
+test("namespaced RBAC for the operator's own namespaces: the overlay in the docs renders and agrees with itself", async (t) => {
+  const docs = await readFile(join(ROOT, 'docs', 'operations.md'), 'utf8');
+  const start = docs.indexOf('### Namespaced RBAC');
+  const section = docs.slice(start, docs.indexOf('\n## ', start));
+  const files = new Map(
+    [...section.matchAll(/```yaml\n# (\S+)\n([\s\S]*?)```/g)].map((m) => [m[1], `${m[2]}`] as const),
+  );
+  assert.deepEqual([...files.keys()].sort(), ['kustomization.yaml', 'rolebindings.yaml']);
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-namespaced-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const here = (p: string) => relative(dir, join(ROOT, p));
+  await writeFile(
+    join(dir, 'kustomization.yaml'),
+    files
+      .get('kustomization.yaml')!
+      .replace(/\S*deploy\/kubevirt\S*/, here('deploy/kubevirt'))
+      .replace(/\S*deploy\/components\/namespaced\S*/, here('deploy/components/namespaced')),
+  );
+  await writeFile(join(dir, 'rolebindings.yaml'), files.get('rolebindings.yaml')!);
+  const { stdout, stderr } = await kustomizeText(dir);
+  assert.equal(stderr, '');
+  const objects = (await import('js-yaml')).loadAll(stdout) as KubeObject[];
+  const { loadConfig } = await import('../../src/config.ts');
+  const agent = agentOf(objects);
+  const config = loadConfig(agent.args, { NODE_NAME: 'node-a' }, '/')!;
+  const bound = objects.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
+  assert.ok(bound.length >= 1);
+  assert.deepEqual([...config.namespaces!].sort(), bound.sort());
+  assert.equal(objects.filter((o) => o.kind === 'ClusterRoleBinding').length, 0);
 });
