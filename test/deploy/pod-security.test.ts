@@ -91,7 +91,8 @@ test('every variant: the pods meet each Pod Security level the shipped Namespace
   for (const variant of OVERLAYS) {
     const objects = await kustomize(join(ROOT, 'deploy', variant));
     const labels: Record<string, string> = findObject(objects, 'Namespace', 'vmseed').metadata.labels ?? {};
-    const pod = findObject(objects, 'DaemonSet', 'vmseed').spec.template.spec;
+    const daemonSet: Any = findObject(objects, 'DaemonSet', 'vmseed');
+    const pod = daemonSet.spec.template.spec;
     for (const mode of ['enforce', 'warn', 'audit']) {
       const level = labels[`pod-security.kubernetes.io/${mode}`] as Level | undefined;
       assert.ok(level === undefined || LEVELS.includes(level), `${variant}: ${mode}=${level}`);
