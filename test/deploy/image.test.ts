@@ -291,7 +291,8 @@ describe('the agent in local mode, as the DaemonSet runs it', () => {
       const deadline = Date.now() + 30_000;
       for (;;) {
         const { stdout, stderr } = await podman(env, ['logs', agent]);
-        const m = /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*http server listening/.exec(stdout + stderr);
+        // The listener of --listen (probes); a status listener logs its own.
+        const m = /"url":"(http:\/\/127\.0\.0\.1:\d+)","listen":"127\.0\.0\.1:0"/.exec(stdout + stderr);
         if (m) {
           url = m[1];
           break;
