@@ -3,7 +3,8 @@
 # Pin by digest in release builds (FROM node:24.21-bookworm-slim@sha256:…): a
 # tag can be re-pushed, a digest cannot. CI here has no registry access to
 # resolve the digest, so the tag is pinned to a minor release.
-# test/deploy/dockerfile.test.ts runs these steps on the host and lints them.
+# test/deploy/image.test.ts builds it with buildah and runs the image under
+# the DaemonSet's security context; test/deploy/dockerfile.test.ts lints it.
 
 FROM node:24.21-bookworm-slim AS deps
 WORKDIR /opt/vmseed

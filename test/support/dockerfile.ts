@@ -1,6 +1,7 @@
 // A Dockerfile parser (instructions, continuations, stages) and a linter with
-// the hadolint rules that matter for this image. No docker engine runs here,
-// so the tests follow the parsed steps instead of a build.
+// the hadolint rules that matter for this image: hadolint itself is not in
+// Debian 12, and the npm package named after it ships no binary (it
+// downloads one at run time, from outside the package registries).
 
 export interface Instruction {
   keyword: string; // upper case: FROM, RUN, COPY, ...

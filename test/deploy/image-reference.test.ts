@@ -1,0 +1,58 @@
+// The image reference is set in one place per variant: the `images:` entry
+// of its kustomization, which `kustomize edit set image` rewrites. Every
+// container of the rendered variant (init container, agent, redirect
+// sidecar) must take it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as yaml from 'js-yaml';
+import { ROOT, findObject, type KubeObject } from '../support/manifests.ts';
+import { OVERLAYS, kustomize } from '../support/kustomize.ts';
+
+const IMAGE = 'ghcr.io/vmseed/vmseed';
+
+interface Kustomization {
+  images?: { name: string; newName?: string; newTag?: string }[];
+}
+
+function imagesOf(objects: KubeObject[]): string[] {
+  const spec = (
+    findObject(objects, 'DaemonSet') as unknown as {
+      spec: { template: { spec: { containers: { image: string }[]; initContainers?: { image: string }[] } } };
+    }
+  ).spec.template.spec;
+  return [...(spec.initContainers ?? []), ...spec.containers].map((c) => c.image);
+}
+
+test('every variant names the image once, in images:, at the package version', { timeout: 120_000 }, async () => {
+  const version = (JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+  for (const o of OVERLAYS) {
+    const k = yaml.load(await readFile(join(ROOT, 'deploy', o, 'kustomization.yaml'), 'utf8')) as Kustomization;
+    assert.deepEqual(k.images, [{ name: IMAGE, newName: IMAGE, newTag: version }], o);
+    const images = imagesOf(await kustomize(join(ROOT, 'deploy', o)));
+    assert.ok(images.length >= 2, o);
+    for (const image of images) assert.equal(image, `${IMAGE}:${version}`, o);
+  }
+});
+
+// What `kustomize edit set image ghcr.io/vmseed/vmseed=<ref>` writes: the
+// entry's newName and newTag (kubectl carries no `kustomize edit`).
+test('a reference set in images: reaches every container of every variant', { timeout: 120_000 }, async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-images-'));
+  try {
+    await cp(join(ROOT, 'manifests'), join(dir, 'manifests'), { recursive: true });
+    await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
+    for (const o of OVERLAYS) {
+      const file = join(dir, 'deploy', o, 'kustomization.yaml');
+      const k = yaml.load(await readFile(file, 'utf8')) as Kustomization;
+      k.images = [{ name: IMAGE, newName: 'registry.example:5000/ops/vmseed', newTag: `test-${o}` }];
+      await writeFile(file, yaml.dump(k));
+      const images = imagesOf(await kustomize(join(dir, 'deploy', o)));
+      for (const image of images) assert.equal(image, `registry.example:5000/ops/vmseed:test-${o}`, o);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
