@@ -42,9 +42,12 @@ test('every variant names the image once, in images:, at the package version', {
 test('a reference set in images: reaches every container of every variant', { timeout: 120_000 }, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-images-'));
   try {
-    await cp(join(ROOT, 'manifests'), join(dir, 'manifests'), { recursive: true });
-    await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
+    // One untouched tree per variant: a variant built on another (imds and
+    // namespaced on kubevirt) must take its own entry, whatever its base's.
     for (const o of OVERLAYS) {
+      await rm(join(dir, 'deploy'), { recursive: true, force: true });
+      await cp(join(ROOT, 'manifests'), join(dir, 'manifests'), { recursive: true });
+      await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
       const file = join(dir, 'deploy', o, 'kustomization.yaml');
       const k = yaml.load(await readFile(file, 'utf8')) as Kustomization;
       k.images = [{ name: IMAGE, newName: 'registry.example:5000/ops/vmseed', newTag: `test-${o}` }];
