@@ -182,15 +182,14 @@ export class RpcConnection {
 
   static async open(o: RpcConnectionOptions & { deadline: number }): Promise<RpcConnection> {
     const held = hold(o.socketPath);
+    // The message names this bound: by the time the timer fires, no time is left.
+    const wait = Math.max(0, o.deadline - now());
     const socket = await new Promise<Socket>((resolve, reject) => {
       const s = createConnection({ path: held.path });
-      const timer = setTimeout(
-        () => {
-          s.destroy();
-          reject(timeoutError('connect', o.deadline - now(), o.socketPath));
-        },
-        Math.max(0, o.deadline - now()),
-      );
+      const timer = setTimeout(() => {
+        s.destroy();
+        reject(timeoutError('connect', wait, o.socketPath));
+      }, wait);
       s.once('connect', () => {
         clearTimeout(timer);
         s.removeAllListeners('error');
