@@ -43,8 +43,10 @@ export interface RpcConnectionOptions {
   keepaliveTimeoutMs?: number;
   // MESSAGE packets of the remote program (domain events).
   onEvent?: (packet: Packet) => void;
-  // Called once, when the socket is gone (error undefined: closed by us).
-  onClose?: (error: VmseedError | undefined) => void;
+  // Called once, when the socket is gone (error undefined: closed by us),
+  // with the connection (its counters and cut reason), which the caller may
+  // not hold yet when the socket dies during a handshake.
+  onClose?: (error: VmseedError | undefined, conn: RpcConnection) => void;
   // Calls on the wire at once; more wait here. libvirtd stops reading a
   // client with max_client_requests (default 5) calls outstanding, and a
   // keepalive PING it cannot read would look like a hung daemon, so this
@@ -137,7 +139,7 @@ export class RpcConnection {
   readonly #maxInFlight: number;
   readonly #pongWaiters = new Set<() => void>();
   readonly #onEvent: ((p: Packet) => void) | undefined;
-  readonly #onClose: ((e: VmseedError | undefined) => void) | undefined;
+  readonly #onClose: ((e: VmseedError | undefined, conn: RpcConnection) => void) | undefined;
   readonly #keepaliveIntervalMs: number;
   readonly #keepaliveTimeoutMs: number;
   #serial = 0;
@@ -485,7 +487,7 @@ export class RpcConnection {
     this.#outstanding.clear();
     this.#pongWaiters.clear();
     this.#socket.destroy();
-    this.#onClose?.(error);
+    this.#onClose?.(error, this);
   }
 }
 
