@@ -116,10 +116,12 @@ export function unreachable(socketPath: string, why: string): VmseedError {
 }
 
 // Dialled through a descriptor of the socket's own inode (socket-hold.ts),
-// so the path cannot be swapped between the check and the connect.
-function hold(socketPath: string): HeldSocket {
+// so the path cannot be swapped between the check and the connect. A path
+// that does not resolve is LIBVIRT_UNREACHABLE (retried), a refused one
+// LIBVIRT_ACCESS_DENIED.
+export function holdForDial(socketPath: string, holder: (path: string) => HeldSocket = holdSocket): HeldSocket {
   try {
-    return holdSocket(socketPath);
+    return holder(socketPath);
   } catch (e) {
     if (e instanceof VmseedError) throw e;
     throw unreachable(socketPath, (e as NodeJS.ErrnoException).code ?? 'open failed');
@@ -183,7 +185,7 @@ export class RpcConnection {
   }
 
   static async open(o: RpcConnectionOptions & { deadline: number }): Promise<RpcConnection> {
-    const held = hold(o.socketPath);
+    const held = holdForDial(o.socketPath);
     // The message names this bound: by the time the timer fires, no time is left.
     const wait = Math.max(0, o.deadline - now());
     const socket = await new Promise<Socket>((resolve, reject) => {
