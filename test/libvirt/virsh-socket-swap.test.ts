@@ -22,6 +22,7 @@ import {
 import { startLauncher, type Launcher } from '../../e2e/support/session-libvirtd.ts';
 import { AGENT_PODS_DIR, agentUri, agentViewArgv, ensurePodsMountPoint } from '../../e2e/support/agent-view.ts';
 import { AGENT } from '../../e2e/support/replica-seed.ts';
+import { swapLoopScript } from './swap-loop.ts';
 
 const run = promisify(execFile);
 const CLIENT = new URL('./virsh-swap-client.ts', import.meta.url).pathname;
@@ -53,16 +54,7 @@ test(
     await link(join(runtime, 'libvirt-sock'), join(runtime, '.real-sock'));
     // The target as the agent sees the node (/pods), where virsh resolves it.
     const target = `${AGENT_PODS_DIR}/${other.pod.uid}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`;
-    const swapScript = `
-      const fs = require('node:fs');
-      const [real, sock, target] = ['.real-sock', 'virtqemud-sock', ${JSON.stringify(target)}];
-      const end = Date.now() + ${LOOP_SECONDS * 1000};
-      while (Date.now() < end) {
-        try {
-          fs.linkSync(real, sock + '.a'); fs.renameSync(sock + '.a', sock);
-          fs.symlinkSync(target, sock + '.b'); fs.renameSync(sock + '.b', sock);
-        } catch { try { fs.unlinkSync(sock + '.a'); } catch {} try { fs.unlinkSync(sock + '.b'); } catch {} }
-      }`;
+    const swapScript = swapLoopScript(target, LOOP_SECONDS);
     // The launcher: uid 107, its own group only, in its volume.
     const [setpriv, ...asLauncher] = setprivArgs({ uid: QEMU_UID, gid: QEMU_GID, groups: [QEMU_GID] });
     const swapper = spawn(setpriv, [...asLauncher, process.execPath, '-e', swapScript], {
