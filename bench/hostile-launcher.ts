@@ -53,6 +53,8 @@ interface Row {
   healthzFailed: number;
   seeds: string;
   cuts: string;
+  // One message per cut reason, as the status page shows it.
+  lastCuts: string[];
   budget: string;
   alive: boolean;
 }
@@ -109,9 +111,14 @@ async function phase(attack: Attack | undefined): Promise<Row> {
     const status = await node.status().catch(() => undefined);
     const lv = status?.libvirt;
     const cuts: Record<string, number> = {};
-    for (const c of lv?.connections ?? [])
-      for (const [k, v] of Object.entries((c as { cuts?: Record<string, number> }).cuts ?? {}))
-        cuts[k] = (cuts[k] ?? 0) + v;
+    const lastCuts = new Map<string, string>();
+    for (const c of (lv?.connections ?? []) as Array<{
+      cuts?: Record<string, number>;
+      lastCut?: { reason: string; message: string };
+    }>) {
+      for (const [k, v] of Object.entries(c.cuts ?? {})) cuts[k] = (cuts[k] ?? 0) + v;
+      if (c.lastCut) lastCuts.set(c.lastCut.reason, c.lastCut.message);
+    }
     const okMs = probes.filter((p) => p.ok).map((p) => p.ms);
     return {
       attack: attack ?? 'none (baseline)',
@@ -126,6 +133,7 @@ async function phase(attack: Attack | undefined): Promise<Row> {
         Object.entries(cuts)
           .map(([k, v]) => `${k} ${v}`)
           .join(', ') || '-',
+      lastCuts: [...lastCuts].map(([k, m]) => `${k}: ${m}`),
       budget: lv ? `${(lv.memoryBudget.used / MiB).toFixed(1)}/${(lv.memoryBudget.limit / MiB).toFixed(0)} MiB` : '-',
       alive,
     };
@@ -174,3 +182,4 @@ const table = rows.map((r) => [
 console.log(`| ${head.join(' | ')} |`);
 console.log(`|${head.map(() => '---').join('|')}|`);
 for (const r of table) console.log(`| ${r.join(' | ')} |`);
+for (const r of rows) for (const m of r.lastCuts) console.log(`${r.attack}, last cut: ${m}`);
