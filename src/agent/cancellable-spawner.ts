@@ -7,6 +7,7 @@ import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../libvirt/virsh
 
 export function cancellableSpawner(inner: ProcessSpawner, signal: AbortSignal): ProcessSpawner {
   return {
+    holdSocket: (socketPath) => inner.holdSocket(socketPath),
     async run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
       if (signal.aborted) throw cancelledError();
       const result = await inner.run(file, args, { ...options, signal });

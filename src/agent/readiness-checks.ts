@@ -2,7 +2,7 @@
 // right now? Each returns a reason (our own words, paths the operator set)
 // or undefined. They run on every probe, so each is one or two syscalls.
 import { constants } from 'node:fs';
-import { access, stat, statfs } from 'node:fs/promises';
+import { access, lstat, stat, statfs } from 'node:fs/promises';
 import { delimiter, dirname, join } from 'node:path';
 import { formatBytes } from '../format.ts';
 import { localUriSocket, resolveUri } from '../libvirt/rpc/uri.ts';
@@ -91,7 +91,12 @@ export function libvirtSocketCheck(uriTemplate: string): ReadinessCheck | undefi
       return (e as Error).message;
     }
     try {
-      if (!(await stat(socket)).isSocket()) return `libvirt socket ${socket} (for ${uriTemplate}) is not a socket`;
+      // Not followed: the agent dials the socket itself, never a symlink
+      // (src/libvirt/rpc/socket-hold.ts), so one here would fail every call.
+      const st = await lstat(socket);
+      if (st.isSymbolicLink())
+        return `libvirt socket ${socket} (for ${uriTemplate}) is a symlink, which vmseed does not follow; point --libvirt-uri at the socket itself`;
+      if (!st.isSocket()) return `libvirt socket ${socket} (for ${uriTemplate}) is not a socket`;
       await access(socket, constants.W_OK);
       return undefined;
     } catch (e) {

@@ -6,6 +6,8 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VmseedError, type ErrorCode, type ErrorKind } from '../errors.ts';
+import { holdSocket, type HeldSocket } from './rpc/socket-hold.ts';
+import { CHILD_SOCKET_PATH, dialForVirsh } from './virsh-dial.ts';
 
 export interface SpawnOptions {
   timeoutMs: number;
@@ -13,6 +15,8 @@ export interface SpawnOptions {
   env?: Record<string, string | undefined>;
   // The agent is stopping: the whole group is killed, as on a timeout.
   signal?: AbortSignal;
+  // Descriptors the child inherits as 3, 4, ... (a held libvirt socket).
+  fds?: readonly number[];
 }
 
 export interface SpawnResult {
@@ -28,12 +32,19 @@ export interface SpawnResult {
   spawnError?: 'not-found' | 'not-executable';
 }
 
-// The only place a process is started; tests pass a fake.
+// The only place a process is started, and where the libvirt socket it is
+// to dial is held (virsh-dial.ts); tests pass a fake.
 export interface ProcessSpawner {
   run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult>;
+  // Throws as holdSocket does (rpc/socket-hold.ts).
+  holdSocket(socketPath: string): HeldSocket;
 }
 
 export class NodeProcessSpawner implements ProcessSpawner {
+  holdSocket(socketPath: string): HeldSocket {
+    return holdSocket(socketPath);
+  }
+
   run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
     return new Promise((resolve) => {
       // detached: the child leads its own process group, so the timeout can
@@ -41,7 +52,7 @@ export class NodeProcessSpawner implements ProcessSpawner {
       const child = spawn(file, args, {
         shell: false,
         detached: true,
-        stdio: ['ignore', 'pipe', 'pipe'],
+        stdio: ['ignore', 'pipe', 'pipe', ...(options.fds ?? [])],
         env: options.env,
       });
       const out: Buffer[] = [];
@@ -68,8 +79,9 @@ export class NodeProcessSpawner implements ProcessSpawner {
         }
         bucket.push(chunk);
       };
-      child.stdout.on('data', collect(out));
-      child.stderr.on('data', collect(err));
+      // Piped above, whatever descriptors follow.
+      child.stdout!.on('data', collect(out));
+      child.stderr!.on('data', collect(err));
       const timer = setTimeout(() => {
         timedOut = true;
         killGroup();
@@ -243,12 +255,21 @@ export class Virsh {
 
   async #run(args: readonly string[]): Promise<string> {
     const command = args[0] ?? '';
-    const r = await this.#spawner.run(this.virshPath, ['-q', '-c', this.uri, ...args], {
-      timeoutMs: this.timeoutMs,
-      maxOutputBytes: this.maxOutputBytes,
-      // English messages, so classification works whatever the host locale.
-      env: { ...process.env, LC_ALL: 'C', LANG: 'C' },
-    });
+    const dial = dialForVirsh(this.uri, (p) => this.#spawner.holdSocket(p));
+    let r: SpawnResult;
+    try {
+      r = await this.#spawner.run(this.virshPath, ['-q', '-c', dial.uri, ...args], {
+        timeoutMs: this.timeoutMs,
+        maxOutputBytes: this.maxOutputBytes,
+        // English messages, so classification works whatever the host locale.
+        env: { ...process.env, LC_ALL: 'C', LANG: 'C' },
+        fds: dial.fds,
+      });
+    } finally {
+      dial.close();
+    }
+    // libvirt's messages name the socket virsh dialled: the configured one.
+    if (dial.socketPath !== undefined) r = { ...r, stderr: r.stderr.replaceAll(CHILD_SOCKET_PATH, dial.socketPath) };
     if (r.spawnError) {
       throw new VmseedError(
         'VIRSH_NOT_FOUND',

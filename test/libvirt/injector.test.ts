@@ -455,7 +455,10 @@ test("publish runs beside the read; older copies are pruned after inject() answe
     unpublish: async () => void steps.push('unpublish'),
   };
   // Each virsh call as it starts, in the same log as the copy's steps.
-  const logged: ProcessSpawner = { run: (file, argv, o) => (steps.push(String(argv[3])), lv.run(file, argv, o)) };
+  const logged: ProcessSpawner = {
+    run: (file, argv, o) => (steps.push(String(argv[3])), lv.run(file, argv, o)),
+    holdSocket: (path) => lv.holdSocket(path),
+  };
   const inj = new LibvirtInjector({ spawner: logged, publisher, liveOnly: true });
   const injecting = inj.inject(T, '/seeds/nocloud.iso');
   // The read went out first, and was answered while the copy was still
@@ -493,6 +496,7 @@ test('a failed copy is the answer at once, without waiting for a read that does 
   const lv = setup({ state: 'running', persistent: false, config: [], live: [] });
   const reading = gate();
   const held: ProcessSpawner = {
+    holdSocket: (path) => lv.holdSocket(path),
     run: async (file, argv, o) => {
       await reading.wait;
       return lv.run(file, argv, o);

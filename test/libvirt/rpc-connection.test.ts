@@ -214,6 +214,26 @@ test('a frame over the limit drops the connection with LIBVIRT_PROTOCOL', async 
   }
 });
 
+test('a connect that does not complete in time names the bound it was given, not the time left', async () => {
+  const fake = await fakeDaemon(() => {});
+  try {
+    const opening = rejection(RpcConnection.open({ socketPath: fake.path, deadline: now() + 200 }));
+    // The loop is held past the bound before it can see the connect
+    // complete; timers run before I/O in a loop turn, so the bound fires
+    // first, whatever the machine's load.
+    const until = now() + 400;
+    while (now() < until);
+    const e = await opening;
+    assert.equal(e.code, 'LIBVIRT_TIMEOUT');
+    const ms = Number(/^libvirt connect did not answer within (-?\d+) ms on /.exec(e.message)?.[1]);
+    // What was left of the 200 ms when the connect began (opening the
+    // socket's path took a little of it).
+    assert.ok(ms > 100 && ms <= 200, e.message);
+  } finally {
+    await fake.close();
+  }
+});
+
 test('only a real socket is dialled: a missing path is LIBVIRT_UNREACHABLE, a symlink or a file LIBVIRT_ACCESS_DENIED', async () => {
   const fake = await fakeDaemon(() => {});
   try {

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
-import { RpcConnection, now } from '../../src/libvirt/rpc/connection.ts';
+import { RpcConnection, now, type CutReason } from '../../src/libvirt/rpc/connection.ts';
 import { FrameDecoder, KEEPALIVE_PROGRAM, RemoteProc, type Packet } from '../../src/libvirt/rpc/protocol.ts';
 import { DOMAIN_CACHE_BYTES, DOMAIN_NAME_MAX_BYTES, RemoteSession } from '../../src/libvirt/rpc/remote.ts';
 import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
@@ -373,3 +373,89 @@ test(
     }
   },
 );
+
+// What a daemon does to its first call (AUTH_LIST), before any session is up.
+const HANDSHAKE_ATTACKS: Array<{
+  reason: CutReason;
+  what: string;
+  message: RegExp;
+  attack: (p: Packet, sock: Socket) => void;
+}> = [
+  {
+    reason: 'flood',
+    what: 'a flood of events instead of the answer',
+    message: /more than 500 unsolicited packets within 2000 ms: daemon flooding/,
+    attack: (_p, sock) => sock.write(Buffer.concat(Array.from({ length: 600 }, () => lifecycleFrame('ns_vm', UUID)))),
+  },
+  {
+    reason: 'slow-frame',
+    what: 'the answer dripped',
+    message: /frame of \d+ bytes not complete after 0\.2 s: daemon too slow/,
+    attack: (p, sock) => void drip(sock, replyHead(p.header.serial, 4096), 20),
+  },
+  {
+    reason: 'memory-budget',
+    what: 'an answer announcing more than the memory budget',
+    message: /frame of 2097152 bytes does not fit the libvirt memory budget/,
+    attack: (p, sock) => sock.write(replyHead(p.header.serial, 2 * MiB)),
+  },
+  {
+    reason: 'protocol',
+    what: 'an answer announcing more than the frame limit',
+    message: /frame of 8388608 bytes exceeds the limit of 4194304/,
+    attack: (p, sock) => sock.write(replyHead(p.header.serial, 8 * MiB)),
+  },
+];
+const UUID = Buffer.alloc(16, 3);
+
+for (const h of HANDSHAKE_ATTACKS) {
+  test(
+    `cut during the handshake (${h.what}): counted as a ${h.reason} cut on the status page, backed off, and a call does not retry it`,
+    { timeout: 30_000 },
+    async () => {
+      let opens = 0;
+      const fake = await fakeDaemon((p, sock) => {
+        if (p.header.proc !== RemoteProc.AUTH_LIST) return;
+        opens++;
+        h.attack(p, sock);
+      });
+      const m = new ConnectionManager({
+        frameDeadlineMs: 200,
+        eventsPerWindow: 100,
+        floodPerWindow: 500,
+        memoryBudgetBytes: MiB,
+        backoffInitialMs: 100,
+        resolve: (uri) => ({ socketPath: fake.path, name: uri }),
+      });
+      try {
+        const unwatch = m.watch('watched');
+        const cuts = () => m.stats().connections.find((c) => c.uri === 'watched')?.cuts[h.reason] ?? 0;
+        assert.ok(await until(() => cuts() >= 2, 10_000), `cut twice while opening (${cuts()})`);
+        const st = m.stats().connections.find((c) => c.uri === 'watched')!;
+        assert.equal(st.connected, false);
+        assert.match(st.lastCut!.message, h.message);
+        assert.ok(st.backoffMs >= 400, `backoff grows with each cut (${st.backoffMs} ms)`);
+        if (h.reason === 'flood') assert.ok(st.eventsReceived >= 1_000, `${st.eventsReceived} events counted`);
+        unwatch();
+        const html = renderStatusPage({ ...sampleSnapshot(), libvirt: m.stats() }, { now: new Date() });
+        assert.match(html, new RegExp(`${h.reason} ×\\d+`));
+
+        // A call on another URI of the same daemon: one connection, cut,
+        // and the call fails with it rather than dialling again until its
+        // deadline.
+        const before = opens;
+        const e = await rejection(
+          m.withSession('called', { deadline: now() + 20_000, idempotent: true }, (s) =>
+            s.getLibVersion(now() + 20_000),
+          ),
+        );
+        assert.match(e.message, h.message);
+        assert.equal(opens - before, 1, 'connections the call opened');
+        assert.equal(m.stats().connections.find((c) => c.uri === 'called')?.cuts[h.reason], 1);
+      } finally {
+        await m.close();
+        await fake.close();
+      }
+    },
+  );
+}

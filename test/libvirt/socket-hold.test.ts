@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { holdSocket } from '../../src/libvirt/rpc/socket-hold.ts';
 import { VmseedError } from '../../src/errors.ts';
+import { libvirtSocketCheck } from '../../src/agent/readiness-checks.ts';
 
 function code(f: () => unknown): string | undefined {
   try {
@@ -102,4 +103,17 @@ test('refused: the socket as a symlink, a file, a symlinked directory others can
       'vmseed:LIBVIRT_ACCESS_DENIED',
     );
   }
+});
+
+test("the readiness check agrees with the walk: a symlink as the URI's socket is not ready, the socket itself is", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'vs-hold-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const sock = join(dir, 's');
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(sock, r));
+  t.after(() => server.close());
+  symlinkSync(sock, join(dir, 'link'));
+  const check = (path: string) => libvirtSocketCheck(`qemu+unix:///session?socket=${path}`)!();
+  assert.equal(await check(sock), undefined);
+  assert.match((await check(join(dir, 'link'))) ?? '', /is a symlink, which vmseed does not follow/);
 });

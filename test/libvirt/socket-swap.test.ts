@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { FrameDecoder, RemoteProc } from '../../src/libvirt/rpc/protocol.ts';
 import { reply, u64 } from '../support/fake-rpc-daemon.ts';
+import { swapLoopScript } from './swap-loop.ts';
 
 const run = promisify(execFile);
 const CLIENT = new URL('../support/socket-swap-client.ts', import.meta.url).pathname;
@@ -85,16 +86,7 @@ test(
     linkSync(sock, real);
     if (asRoot) chownSync(real, 107, 107);
 
-    const swapScript = `
-      const fs = require('node:fs');
-      const [real, sock, target] = ['.real-sock', 'virtqemud-sock', ${JSON.stringify(otherSock)}];
-      const end = Date.now() + ${LOOP_SECONDS * 1000};
-      while (Date.now() < end) {
-        try {
-          fs.linkSync(real, sock + '.a'); fs.renameSync(sock + '.a', sock);
-          fs.symlinkSync(target, sock + '.b'); fs.renameSync(sock + '.b', sock);
-        } catch { try { fs.unlinkSync(sock + '.a'); } catch {} try { fs.unlinkSync(sock + '.b'); } catch {} }
-      }`;
+    const swapScript = swapLoopScript(otherSock, LOOP_SECONDS);
     const swapArgv = [process.execPath, '-e', swapScript];
     const swapper = asRoot
       ? spawn('setpriv', [...AS_LAUNCHER, ...swapArgv], { stdio: 'ignore', cwd: hostile })

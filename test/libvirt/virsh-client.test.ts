@@ -10,6 +10,7 @@ import type { ProcessSpawner, SpawnResult } from '../../src/libvirt/virsh.ts';
 function recorder(stdout = '') {
   const calls: Array<{ args: string[]; xml?: string }> = [];
   const spawner: ProcessSpawner = {
+    holdSocket: () => assert.fail('qemu:///system names no socket to hold'),
     async run(_file, args): Promise<SpawnResult> {
       const a = [...args];
       const i = a.indexOf('--file');

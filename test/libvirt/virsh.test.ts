@@ -10,7 +10,11 @@ import {
   type SpawnOptions,
   type SpawnResult,
 } from '../../src/libvirt/virsh.ts';
-import { readFileSync } from 'node:fs';
+import { fstatSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { holdSocket, type HeldSocket } from '../../src/libvirt/rpc/socket-hold.ts';
 
 // stderr exactly as virsh 9.0 printed it here (libvirt src/qemu/qemu_hotplug.c).
 const REAL: Array<[string, string, boolean]> = [
@@ -74,6 +78,9 @@ class FakeSpawner implements ProcessSpawner {
   constructor(result: Partial<SpawnResult>) {
     this.result = result;
   }
+  holdSocket(socketPath: string): HeldSocket {
+    return holdSocket(socketPath);
+  }
   async run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult> {
     const xmlArg = args.find((a) => a.endsWith('device.xml'));
     this.calls.push({ file, args: [...args], options, fileContent: xmlArg ? readFileSync(xmlArg, 'utf8') : undefined });
@@ -123,6 +130,51 @@ test('timeout, missing binary, output overflow and failures are typed', async ()
       (e: unknown) => (e as { code: string }).code === code,
     );
   }
+});
+
+test("a URI's socket= path: virsh gets the socket's inode as descriptor 3, never the name; a symlink is refused, a missing socket retried", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'vmseed-virsh-dial-'));
+  const sock = join(dir, 'virtqemud sock');
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(sock, r));
+  t.after(() => {
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  symlinkSync(sock, join(dir, 'link'));
+  const uri = (path: string) => `qemu+unix:///session?no_tty=1&socket=${encodeURIComponent(path)}`;
+  const inode = statSync(sock).ino;
+  let seen: number | undefined;
+  const f = new FakeSpawner({
+    exitCode: 1,
+    stderr: "error: Failed to connect socket to '/proc/self/fd/3': Connection refused\n",
+  });
+  const run = f.run.bind(f);
+  f.run = (file, args, o) => {
+    // The descriptor is open while virsh runs, and is the socket's.
+    seen = fstatSync(o.fds![0]).ino;
+    return run(file, args, o);
+  };
+  const e = await new Virsh({ ...opts, uri: uri(sock), spawner: f }).run(['version']).then(
+    () => assert.fail('virsh failed'),
+    (err: Error & { code: string }) => err,
+  );
+  assert.deepEqual(f.calls[0].args.slice(0, 3), ['-q', '-c', 'qemu+unix:///session?no_tty=1&socket=/proc/self/fd/3']);
+  assert.equal(f.calls[0].options.fds?.length, 1);
+  assert.equal(seen, inode);
+  assert.throws(() => fstatSync(f.calls[0].options.fds![0]), /EBADF/, 'closed after the call');
+  assert.equal(e.code, 'LIBVIRT_UNREACHABLE');
+  assert.ok(e.message.includes(`Failed to connect socket to '${sock}'`), `the configured path is named: ${e.message}`);
+
+  const refused = (path: string) =>
+    new Virsh({ ...opts, uri: uri(path), spawner: f }).run(['version']).then(
+      () => assert.fail(`${path} dialled`),
+      (err: Error & { code: string }) => err.code,
+    );
+  const before = f.calls.length;
+  assert.equal(await refused(join(dir, 'link')), 'LIBVIRT_ACCESS_DENIED');
+  assert.equal(await refused(join(dir, 'missing')), 'LIBVIRT_UNREACHABLE');
+  assert.equal(f.calls.length, before, 'no virsh started');
 });
 
 function alive(pattern: string): boolean {

@@ -4,6 +4,8 @@
 import { readFileSync } from 'node:fs';
 import { parseDomainXml, type DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';
+import type { HeldSocket } from '../../src/libvirt/rpc/socket-hold.ts';
+import { encodeUriValue } from '../../src/libvirt/template.ts';
 import type { DeviceFlags, LibvirtEvent } from '../../src/libvirt/client.ts';
 import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
 
@@ -38,7 +40,27 @@ export class FakeLibvirt implements ProcessSpawner {
   uris: string[] = [];
   failNext: Map<string, string> = new Map();
 
-  async run(_file: string, argv: readonly string[], _o: SpawnOptions): Promise<SpawnResult> {
+  // Sockets held for a call: a descriptor number per path. A URI dialling
+  // /proc/self/fd/3 is recorded (and routed) as the socket held for it.
+  readonly #held = new Map<number, string>();
+  #nextFd = 1000;
+
+  holdSocket(socketPath: string): HeldSocket {
+    const fd = this.#nextFd++;
+    this.#held.set(fd, socketPath);
+    return { fd, path: `/proc/self/fd/${fd}`, close: () => this.#held.delete(fd) };
+  }
+
+  #dialled(uri: string, fds: readonly number[] | undefined): string {
+    if (!uri.includes('socket=/proc/self/fd/3')) return uri;
+    const path = fds?.[0] === undefined ? undefined : this.#held.get(fds[0]);
+    if (path === undefined) throw new Error(`virsh given ${uri} without a held socket as descriptor 3`);
+    return uri.replace('socket=/proc/self/fd/3', `socket=${encodeUriValue(path)}`);
+  }
+
+  async run(_file: string, rawArgv: readonly string[], o: SpawnOptions): Promise<SpawnResult> {
+    const argv = [...rawArgv];
+    argv[2] = this.#dialled(argv[2], o.fds);
     // -q -c URI; `--domain X` and `--file F` (how the virsh client names
     // them) are recorded as the positional X and F.
     const args = argv.slice(3).filter((a) => a !== '--domain' && a !== '--file');

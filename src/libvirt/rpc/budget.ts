@@ -4,8 +4,10 @@
 // what it can make the agent keep is reserved here before it is allocated.
 
 // 32 MiB. The DaemonSet's memory limit is 256 MiB against a measured peak
-// of ~150 MB for 1,000 VMIs; the rest is headroom for GC and virsh
-// children, and a third of it is what libvirt traffic may take. Real
+// of ~150 MB for 1,000 VMIs (165 MiB with eight launchers serving 1 MiB of
+// domain XML beside them: bench/hostile-launcher.ts); the rest is headroom
+// for GC and virsh children, and a third of it is what libvirt traffic may
+// take. Real
 // frames are a few KiB of domain XML that arrive whole. One connection
 // holds at most a partial frame (4 MiB, the frame limit) and 1 MiB of
 // handles, so it takes six or more misbehaving launchers at once to reach

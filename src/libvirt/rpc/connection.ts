@@ -43,8 +43,10 @@ export interface RpcConnectionOptions {
   keepaliveTimeoutMs?: number;
   // MESSAGE packets of the remote program (domain events).
   onEvent?: (packet: Packet) => void;
-  // Called once, when the socket is gone (error undefined: closed by us).
-  onClose?: (error: VmseedError | undefined) => void;
+  // Called once, when the socket is gone (error undefined: closed by us),
+  // with the connection (its counters and cut reason), which the caller may
+  // not hold yet when the socket dies during a handshake.
+  onClose?: (error: VmseedError | undefined, conn: RpcConnection) => void;
   // Calls on the wire at once; more wait here. libvirtd stops reading a
   // client with max_client_requests (default 5) calls outstanding, and a
   // keepalive PING it cannot read would look like a hung daemon, so this
@@ -114,10 +116,12 @@ export function unreachable(socketPath: string, why: string): VmseedError {
 }
 
 // Dialled through a descriptor of the socket's own inode (socket-hold.ts),
-// so the path cannot be swapped between the check and the connect.
-function hold(socketPath: string): HeldSocket {
+// so the path cannot be swapped between the check and the connect. A path
+// that does not resolve is LIBVIRT_UNREACHABLE (retried), a refused one
+// LIBVIRT_ACCESS_DENIED.
+export function holdForDial(socketPath: string, holder: (path: string) => HeldSocket = holdSocket): HeldSocket {
   try {
-    return holdSocket(socketPath);
+    return holder(socketPath);
   } catch (e) {
     if (e instanceof VmseedError) throw e;
     throw unreachable(socketPath, (e as NodeJS.ErrnoException).code ?? 'open failed');
@@ -137,7 +141,7 @@ export class RpcConnection {
   readonly #maxInFlight: number;
   readonly #pongWaiters = new Set<() => void>();
   readonly #onEvent: ((p: Packet) => void) | undefined;
-  readonly #onClose: ((e: VmseedError | undefined) => void) | undefined;
+  readonly #onClose: ((e: VmseedError | undefined, conn: RpcConnection) => void) | undefined;
   readonly #keepaliveIntervalMs: number;
   readonly #keepaliveTimeoutMs: number;
   #serial = 0;
@@ -181,16 +185,15 @@ export class RpcConnection {
   }
 
   static async open(o: RpcConnectionOptions & { deadline: number }): Promise<RpcConnection> {
-    const held = hold(o.socketPath);
+    const held = holdForDial(o.socketPath);
+    // The message names this bound: by the time the timer fires, no time is left.
+    const wait = Math.max(0, o.deadline - now());
     const socket = await new Promise<Socket>((resolve, reject) => {
       const s = createConnection({ path: held.path });
-      const timer = setTimeout(
-        () => {
-          s.destroy();
-          reject(timeoutError('connect', o.deadline - now(), o.socketPath));
-        },
-        Math.max(0, o.deadline - now()),
-      );
+      const timer = setTimeout(() => {
+        s.destroy();
+        reject(timeoutError('connect', wait, o.socketPath));
+      }, wait);
       s.once('connect', () => {
         clearTimeout(timer);
         s.removeAllListeners('error');
@@ -486,7 +489,7 @@ export class RpcConnection {
     this.#outstanding.clear();
     this.#pongWaiters.clear();
     this.#socket.destroy();
-    this.#onClose?.(error);
+    this.#onClose?.(error, this);
   }
 }
 

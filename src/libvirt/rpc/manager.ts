@@ -9,7 +9,7 @@
 // growing until a connection ends on its own, so one hostile launcher
 // costs little and the other URIs never wait for it.
 import { VmseedError, isVmseedError } from '../../errors.ts';
-import { LostCallError, now, type ConnectionCounters, type CutReason } from './connection.ts';
+import { LostCallError, now, type ConnectionCounters, type CutReason, type RpcConnection } from './connection.ts';
 import type { LibvirtConnectionStatus, LibvirtStatus } from '../../status/types.ts';
 import { MemoryBudget, LIBVIRT_MEMORY_BUDGET_BYTES } from './budget.ts';
 import { uuidString, type DomainEventMessage } from './protocol.ts';
@@ -212,10 +212,10 @@ export class ConnectionManager {
     e.opening ??= (async () => {
       try {
         const target = this.#resolve(e.uri);
-        // Stays undefined while opening: a socket dying then is the open's
-        // failure, not a lost session.
-        let session: RemoteSession | undefined;
-        session = await RemoteSession.open({
+        // Unset until the session is up: a socket dying before is the
+        // open's failure, not a lost session (its cut still counts).
+        let up: RemoteSession | undefined;
+        const session = await RemoteSession.open({
           ...target,
           deadline,
           maxFrameBytes: this.#maxFrameBytes,
@@ -224,13 +224,12 @@ export class ConnectionManager {
           ...this.#limits,
           memoryBudget: this.#budget,
           onDomainEvent: (m) => this.#emit(toEvent(e.uri, m)),
-          onClose: (err) => this.#lost(e, session, err),
+          onClose: (err, conn) => this.#closedConnection(e, up, conn, err),
         });
         try {
           await session.registerDomainEvents(deadline);
         } catch (err) {
           session.conn.destroy();
-          session = undefined;
           throw err;
         }
         if (this.#closed) {
@@ -238,6 +237,7 @@ export class ConnectionManager {
           throw closedError();
         }
         const reconnected = e.everUp;
+        up = session;
         e.session = session;
         e.everUp = true;
         e.failures = 0;
@@ -251,12 +251,17 @@ export class ConnectionManager {
     return e.opening;
   }
 
-  #lost(e: Entry, session: RemoteSession | undefined, error: VmseedError | undefined): void {
-    // `session` is undefined when the socket died during open.
-    if (session === undefined || e.session !== session) return;
-    e.session = undefined;
-    addCounters(e.past, session.conn.counters);
-    const reason = session.conn.cutReason;
+  // `session` is undefined when the socket died during the handshake: the
+  // open fails with it, but what the daemon sent and a cut still count.
+  #closedConnection(
+    e: Entry,
+    session: RemoteSession | undefined,
+    conn: RpcConnection,
+    error: VmseedError | undefined,
+  ): void {
+    if (session !== undefined && e.session !== session) return;
+    addCounters(e.past, conn.counters);
+    const reason = conn.cutReason;
     if (reason) {
       e.cuts[reason] = (e.cuts[reason] ?? 0) + 1;
       e.lastCut = { reason, message: error?.message ?? reason };
@@ -264,9 +269,11 @@ export class ConnectionManager {
     if (hostile(reason)) {
       e.cutStreak++;
       e.backoffMs = Math.min(this.#cutBackoffMaxMs, e.backoffMs * 2);
-    } else {
+    } else if (session !== undefined) {
       e.cutStreak = 0;
     }
+    if (session === undefined) return;
+    e.session = undefined;
     this.#emit({ type: 'connection', uri: e.uri, state: 'down', reconnected: false });
     if (e.watchers > 0 && !this.#closed) this.#reconnect(e);
   }
@@ -280,9 +287,13 @@ export class ConnectionManager {
       () => {
         e.reconnectTimer = undefined;
         if (e.watchers <= 0 || this.#closed || e.session) return;
+        const streak = e.cutStreak;
         this.#open(e, now() + 10_000).catch(() => {
           e.failures++;
-          e.backoffMs = Math.min(this.#backoffMaxMs, e.backoffMs * 2);
+          // A cut during the handshake has grown the backoff already, and
+          // a plain failure never shortens what cuts made it.
+          if (e.cutStreak === streak)
+            e.backoffMs = Math.max(e.backoffMs, Math.min(this.#backoffMaxMs, e.backoffMs * 2));
           this.#reconnect(e);
         });
       },
@@ -310,10 +321,12 @@ export class ConnectionManager {
         // retry loop would otherwise hold the process until its deadline).
         if (this.#closed) throw closedError();
         let session: RemoteSession;
+        const streak = e.cutStreak;
         try {
           session = await this.#open(e, o.deadline);
         } catch (err) {
-          if (!connectionFailure(err) || now() + backoff >= o.deadline)
+          // Cut during the handshake: not asked again within this call either.
+          if (!connectionFailure(err) || e.cutStreak !== streak || now() + backoff >= o.deadline)
             throw unanswered(lost, err, o.deadline - started);
           await this.#sleep(backoff);
           backoff = Math.min(this.#backoffMaxMs, backoff * 2);

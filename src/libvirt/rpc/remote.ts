@@ -94,9 +94,9 @@ export class RemoteSession {
       onEvent: (p) => {
         if (s) s.#received(p.header.proc, p.payload);
       },
-      onClose: (e) => {
+      onClose: (e, c) => {
         if (s) s.#forgetAll();
-        o.onClose?.(e);
+        o.onClose?.(e, c);
       },
     });
     s = new RemoteSession(conn, o.name, budget, o.onDomainEvent);

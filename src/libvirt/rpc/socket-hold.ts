@@ -22,6 +22,8 @@ const MAX_LINKS = 40;
 export interface HeldSocket {
   // What to connect() to: the held inode, through /proc.
   readonly path: string;
+  // The O_PATH descriptor itself, for a child process to inherit.
+  readonly fd: number;
   close(): void;
 }
 
@@ -100,7 +102,7 @@ export function holdSocket(socketPath: string): HeldSocket {
           closeQuietly(fd);
           throw refused(socketPath, 'is not a unix socket');
         }
-        return { path: `/proc/self/fd/${fd}`, close: () => closeQuietly(fd) };
+        return { path: `/proc/self/fd/${fd}`, fd, close: () => closeQuietly(fd) };
       }
       if (!st.isDirectory()) {
         closeQuietly(fd);
