@@ -136,6 +136,7 @@ export class Agent {
       this.dependencies?.forget(key);
     });
     this.reconciler = this.#makeReconciler(injector, refs);
+    if (deps) this.status.setDependencySource((key) => deps.dependencies(key));
   }
 
   #makeDependencies(): RefDependencies | undefined {

@@ -58,6 +58,20 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
   assert.equal(h.agent.dependencies?.dependencies('default/edited')[0]?.state, 'exists');
   const gauge = await h.metrics.registry.getSingleMetricAsString('vmseed_object_watches');
   assert.match(gauge, /^vmseed_object_watches 1$/m);
+
+  // The status page names what the seed depends on and when it last changed.
+  const snapshot = h.agent.status.snapshot();
+  const record = snapshot.vmis.find((r) => r.name === 'edited')!;
+  assert.deepEqual(
+    record.dependencies?.map((d) => [d.kind, d.namespace, d.name, d.state, d.immutable]),
+    [['Secret', 'default', 'ud', 'exists', false]],
+  );
+  assert.ok(Date.parse(record.dependencies?.[0].changedAt ?? '') > 0);
+  const { renderVmiPage } = await import('../../src/http/status-page.ts');
+  const html = renderVmiPage(snapshot, record, { now: new Date() });
+  assert.match(html, /Depends on/);
+  assert.match(html, /default\/ud/);
+  assert.doesNotMatch(html, /hostname: two/, 'names only, never content');
 });
 
 test('at rest, resyncs re-render from the cache: no reads', { timeout: 30_000 }, async (t) => {
