@@ -267,3 +267,18 @@ test('a VMI reading more objects than its budget fails with REFERENCES_TOO_MANY'
   assert.equal(w.cachedObjects, 0);
   await w.stop();
 });
+
+test('the documented budgets are the code’s', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { MAX_OBJECTS_PER_VMI, DEFAULT_WATCH_BACKOFF } = await import('../../src/kube/object-watches.ts');
+  const { CHANGE_MIN_INTERVAL_MS } = await import('../../src/agent/ref-dependencies.ts');
+  const { CHANGE_POLICY_ANNOTATION } = await import('../../src/cloudinit/change-policy.ts');
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const ops = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+  assert.ok(readme.includes(`| ${MAX_OBJECTS_PER_VMI} | \`REFERENCES_TOO_MANY\` |`));
+  assert.ok(readme.includes(`at most one re-render per ${CHANGE_MIN_INTERVAL_MS} ms`));
+  assert.ok(readme.includes(`\`${CHANGE_POLICY_ANNOTATION}\``));
+  assert.ok(
+    ops.includes(`backoff from ${DEFAULT_WATCH_BACKOFF.baseMs / 1000} s to ${DEFAULT_WATCH_BACKOFF.maxMs / 1000} s`),
+  );
+});
