@@ -6,7 +6,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import type { SecretObject } from '../../src/api/types.ts';
-import { imageOf, fakeKubeAndDir, startAgent, vmi, waitFor, type Harness } from '../support/agent-harness.ts';
+import {
+  imageOf,
+  fakeKubeAndDir,
+  RecordingInjector,
+  startAgent,
+  vmi,
+  waitFor,
+  type Harness,
+} from '../support/agent-harness.ts';
 import type { FakeKube } from '../support/fake-kube.ts';
 
 const secret = (name: string, hostname: string, extra: Partial<SecretObject> = {}): SecretObject => ({
@@ -38,7 +46,8 @@ async function reseeded(h: Harness, fake: FakeKube, name: string, before: string
 test('a Secret edit reaches the seed without a resync; nothing is read again', { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   // A resync an hour away: only the watch can bring the edit.
-  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  const injector = new RecordingInjector();
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000, injector, nocloudHttp: {} });
   t.after(h.stop);
   fake.setSecret(secret('ud', 'one'));
   fake.applyVmi(vmi('edited', { cloudInit: 'secretRef: {name: ud}\n' }));
@@ -55,6 +64,11 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
   const second = await reseeded(h, fake, 'edited', first);
   assert.notEqual(second, first);
   assert.equal(secretGets(fake), 1, 'the edit came from the watch, not a read');
+  // The domain's disk replaced, the HTTP datasource serving the new seed.
+  await waitFor('disk replaced', () => injector.actions('inject', 'replaced').some((c) => c.path === second));
+  const uid = fake.getVmi('default', 'edited')!.metadata.uid!;
+  const served = Buffer.from(h.agent.seeds!.get(uid)!.seed.userData).toString();
+  assert.match(served, /hostname: two/);
   assert.equal(h.agent.dependencies?.dependencies('default/edited')[0]?.state, 'exists');
   const gauge = await h.metrics.registry.getSingleMetricAsString('vmseed_object_watches');
   assert.match(gauge, /^vmseed_object_watches 1$/m);

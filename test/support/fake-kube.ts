@@ -572,20 +572,25 @@ export class FakeKube {
     } else {
       for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
     }
+    this.#open(w, url, { kind: resource === 'secrets' ? 'Secret' : 'ConfigMap', apiVersion: 'v1' });
+  }
+
+  // An open watch: timeoutSeconds ends it cleanly, after the bookmark the
+  // API server's watch cache sends as a watch nears its deadline (so the
+  // client resumes from a current resourceVersion).
+  #open(w: Watcher, url: URL, kind: { kind: string; apiVersion: string }, afterTimeout = () => {}): void {
     this.#watchers.add(w);
     const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
     if (this.#honourWatchTimeout && timeoutSeconds > 0) {
       w.timer = setTimeout(() => {
         if (w.bookmarks)
-          this.#send(w, {
-            type: 'BOOKMARK',
-            object: { kind: 'Secret', metadata: { resourceVersion: String(this.#rv) } },
-          });
+          this.#send(w, { type: 'BOOKMARK', object: { ...kind, metadata: { resourceVersion: String(this.#rv) } } });
         this.#watchers.delete(w);
-        res.end();
+        w.res.end();
+        afterTimeout();
       }, timeoutSeconds * 1000);
     }
-    res.on('close', () => {
+    w.res.on('close', () => {
       if (w.timer) clearTimeout(w.timer);
       this.#watchers.delete(w);
     });
@@ -731,31 +736,9 @@ export class FakeKube {
       } else {
         for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
       }
-      this.#watchers.add(w);
-      // timeoutSeconds: the API server ends the watch cleanly when it runs out.
-      const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
-      if (this.#honourWatchTimeout && timeoutSeconds > 0) {
-        w.timer = setTimeout(() => {
-          // The API server's watch cache sends a bookmark as a watch nears its
-          // deadline, so the client resumes from a current resourceVersion.
-          if (w.bookmarks)
-            this.#send(w, {
-              type: 'BOOKMARK',
-              object: {
-                kind: 'VirtualMachineInstance',
-                apiVersion: 'kubevirt.io/v1',
-                metadata: { resourceVersion: String(this.#rv) },
-              },
-            });
-          this.#watchers.delete(w);
-          res.end();
-          // Changes made here reach no open watch: the client must resume from its resourceVersion.
-          for (const fn of this.#afterWatchTimeout) fn(url.searchParams.get('labelSelector') ?? '');
-        }, timeoutSeconds * 1000);
-      }
-      res.on('close', () => {
-        if (w.timer) clearTimeout(w.timer);
-        this.#watchers.delete(w);
+      // Changes made after its timeout reach no open watch: the client must resume from its resourceVersion.
+      this.#open(w, url, { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1' }, () => {
+        for (const fn of this.#afterWatchTimeout) fn(url.searchParams.get('labelSelector') ?? '');
       });
       return;
     }
