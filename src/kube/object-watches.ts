@@ -77,6 +77,8 @@ export interface ObjectWatchesOptions {
   maxPerVmi?: number;
   // Renewal after a failed watch.
   backoff?: BackoffPolicy;
+  // The fresh read after 410 Gone waits a random moment up to this.
+  goneReadSpreadMs?: number;
   random?: () => number;
   now?: () => number;
   // Open watches changed (vmseed_object_watches).
@@ -87,6 +89,10 @@ export interface ObjectWatchesOptions {
 // files); 64 covers any sane spec while bounding one tenant's watches.
 export const MAX_OBJECTS_PER_VMI = 64;
 export const DEFAULT_WATCH_BACKOFF: BackoffPolicy = { baseMs: 1000, maxMs: 60_000 };
+// After 410 Gone the fresh read waits a random moment up to this: an API
+// server that restarts hands every watch of every node a 410 at once, and
+// the reads that answer it are spread instead of arriving together.
+export const GONE_READ_SPREAD_MS = 2000;
 
 type RefObject = SecretObject | ConfigMapObject;
 
@@ -391,12 +397,12 @@ export class ObjectWatches implements ObjectCache {
         return;
       }
       // An ERROR 410 event cleared the resourceVersion: read afresh.
-      this.#retry(e, 0);
+      this.#retry(e, this.#goneSpread());
       return;
     }
     if (w.statusCode === 410) {
       e.resourceVersion = '';
-      this.#retry(e, 0);
+      this.#retry(e, this.#goneSpread());
       return;
     }
     e.failures++;
@@ -468,6 +474,10 @@ export class ObjectWatches implements ObjectCache {
       }, wait);
       e.timer.unref();
     }
+  }
+
+  #goneSpread(): number {
+    return Math.round((this.#o.random ?? Math.random)() * (this.#o.goneReadSpreadMs ?? GONE_READ_SPREAD_MS));
   }
 
   // Full jitter on the upper half: renewals of many objects spread out.

@@ -190,6 +190,25 @@ test('watches renewed at their timeout and after 410 Gone keep the seed current'
   await reseeded(h, fake, 'renewing', third);
 });
 
+test(
+  'a dropped watch connection is renewed after a backoff, from its resourceVersion',
+  { timeout: 30_000 },
+  async (t) => {
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+    t.after(h.stop);
+    fake.setSecret(secret('dropped', 'one'));
+    fake.applyVmi(vmi('cut', { cloudInit: 'secretRef: {name: dropped}\n' }));
+    const first = await seeded(h, fake, 'cut');
+    await waitFor('watching', () => fake.objectWatchCount() === 1);
+    fake.dropWatches();
+    // Changed while no watch is open: the renewed watch replays it.
+    fake.setSecret(secret('dropped', 'two'));
+    await reseeded(h, fake, 'cut', first);
+    assert.equal(secretGets(fake), 1, 'resumed, not read again');
+  },
+);
+
 test('an immutable Secret is read once and not watched', { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 100 });
@@ -284,7 +303,8 @@ test('a VMI reading more objects than its budget fails with REFERENCES_TOO_MANY'
 
 test('the documented budgets are the code’s', async () => {
   const { readFileSync } = await import('node:fs');
-  const { MAX_OBJECTS_PER_VMI, DEFAULT_WATCH_BACKOFF } = await import('../../src/kube/object-watches.ts');
+  const { MAX_OBJECTS_PER_VMI, DEFAULT_WATCH_BACKOFF, GONE_READ_SPREAD_MS } =
+    await import('../../src/kube/object-watches.ts');
   const { CHANGE_MIN_INTERVAL_MS } = await import('../../src/agent/ref-dependencies.ts');
   const { CHANGE_POLICY_ANNOTATION } = await import('../../src/cloudinit/change-policy.ts');
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
@@ -292,6 +312,7 @@ test('the documented budgets are the code’s', async () => {
   assert.ok(readme.includes(`| ${MAX_OBJECTS_PER_VMI} | \`REFERENCES_TOO_MANY\` |`));
   assert.ok(readme.includes(`at most one re-render per ${CHANGE_MIN_INTERVAL_MS} ms`));
   assert.ok(readme.includes(`\`${CHANGE_POLICY_ANNOTATION}\``));
+  assert.ok(ops.includes(`random moment of up to ${GONE_READ_SPREAD_MS / 1000} s`));
   assert.ok(
     ops.includes(`backoff from ${DEFAULT_WATCH_BACKOFF.baseMs / 1000} s to ${DEFAULT_WATCH_BACKOFF.maxMs / 1000} s`),
   );

@@ -159,6 +159,7 @@ export async function startAgent(
           }),
           logger: logger.child({ component: 'object-watches' }),
           backoff: { baseMs: 50, maxMs: 400 },
+          goneReadSpreadMs: 200,
           ...(options.namespaces ? { namespaces: options.namespaces } : {}),
           onWatchCount: (n) => metrics.objectWatches.set(n),
           ...watchOptions,
