@@ -60,6 +60,7 @@ export const ERROR_CODES = [
   'YAML_TOO_COMPLEX',
   'LIST_TOO_LONG',
   'SEED_TOO_LARGE',
+  'REFERENCES_TOO_MANY',
   // libvirt (src/libvirt)
   'DOMAIN_NOT_FOUND',
   'VIRSH_TIMEOUT',

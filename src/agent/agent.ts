@@ -16,6 +16,8 @@ import { VmiRecords } from './vmi-records.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
 import type { HostNumaReader } from '../libvirt/host-numa.ts';
+import type { ObjectCache } from '../kube/object-watches.ts';
+import { RefDependencies } from './ref-dependencies.ts';
 
 export interface AgentOptions {
   version: string;
@@ -55,6 +57,9 @@ export interface AgentOptions {
   // (virsh children, render workers) ends, and its reconcile fails with
   // CANCELLED.
   cancel?: AbortController;
+  // Cluster mode: referenced Secrets and ConfigMaps read through a watched
+  // cache; a change re-reconciles the VMIs that read them.
+  objectCache?: ObjectCache;
 }
 
 // After the cancel, how long stop() waits for the cancelled work to settle.
@@ -73,6 +78,7 @@ export class Agent {
   readonly #o: AgentOptions;
   readonly #log: Logger;
   readonly #waits: DomainWaits | undefined;
+  readonly dependencies: RefDependencies | undefined;
   // Keys seen before garbage collection ran; the queue opens after it.
   #held: Set<string> | undefined = new Set();
   #resync: NodeJS.Timeout | undefined;
@@ -96,11 +102,13 @@ export class Agent {
         : undefined;
     const injector = options.injector && this.#waits ? this.#waits.wrap(options.injector) : options.injector;
     const refs = typeof options.refs === 'function' ? options.refs(this.source) : options.refs;
+    const deps = (this.dependencies = this.#makeDependencies());
     this.queue = new WorkQueue({
       concurrency: options.concurrency,
       backoff: options.retryBackoff ?? { baseMs: 500, maxMs: 5 * 60_000 },
-      handler: (key) => this.reconciler.reconcile(key),
-      versionOf: (key) => this.source.get(key)?.metadata.resourceVersion,
+      handler: (key) =>
+        deps ? deps.around(key, () => this.reconciler.reconcile(key)) : this.reconciler.reconcile(key),
+      versionOf: (key) => versionWithDependencies(this.source.get(key)?.metadata.resourceVersion, deps?.versionOf(key)),
       ...(options.metrics ? { metrics: options.metrics } : {}),
     });
     options.metrics?.setLiveProbes({
@@ -125,8 +133,24 @@ export class Agent {
     this.records.onForget((key) => {
       this.seeds?.drop(key);
       this.#waits?.forget(key);
+      this.dependencies?.forget(key);
     });
     this.reconciler = this.#makeReconciler(injector, refs);
+    if (deps) this.status.setDependencySource((key) => deps.dependencies(key));
+  }
+
+  #makeDependencies(): RefDependencies | undefined {
+    const cache = this.#o.objectCache;
+    if (!cache) return undefined;
+    const deps = new RefDependencies({
+      cache,
+      enqueue: (key) => this.#enqueue(key),
+      isHere: (key) => {
+        const vmi = this.source.get(key);
+        return vmi !== undefined && this.reconciler.isHere(vmi);
+      },
+    });
+    return deps;
   }
 
   #makeReconciler(injector: Injector | undefined, refs: RefResolver): Reconciler {
@@ -135,7 +159,7 @@ export class Agent {
       nodeName: options.nodeName,
       cache: this.source,
       refs,
-      render: options.render,
+      render: this.dependencies ? this.dependencies.wrapRender(options.render) : options.render,
       build: options.build,
       store: options.store,
       ...(injector ? { injector } : {}),
@@ -207,6 +231,7 @@ export class Agent {
     this.#waits?.stop();
     await this.source.stop();
     const finished = await this.queue.shutdown(deadlineMs);
+    await this.dependencies?.stop();
     this.stopOutcome = 'finished';
     if (!finished) {
       const inFlight = this.queue.inFlight;
@@ -223,4 +248,9 @@ export class Agent {
     await Promise.race([this.#o.events.flush(), new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref())]);
     return finished;
   }
+}
+
+// A terminal failure waits for the VMI or one of its Secrets/ConfigMaps to change.
+function versionWithDependencies(vmi: string | undefined, deps: string | undefined): string | undefined {
+  return deps === undefined ? vmi : `${vmi ?? ''}+${deps}`;
 }

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type {
   AgentStatusSnapshot,
+  DependencyRecord,
   LibvirtStatus,
   ReadinessStatus,
   RedirectStatus,
@@ -54,6 +55,7 @@ export class StatusStore implements StatusSource {
   #readiness: ReadinessStatus | undefined;
   #redirect: (() => RedirectStatus | undefined) | undefined;
   #libvirt: (() => LibvirtStatus) | undefined;
+  #dependencies: ((key: string) => DependencyRecord[]) | undefined;
 
   constructor(options: StatusStoreOptions) {
     this.#opts = options;
@@ -85,6 +87,11 @@ export class StatusStore implements StatusSource {
   // Where the redirect sidecar's state comes from (a RedirectStatusPoller).
   setRedirectSource(source: () => RedirectStatus | undefined): void {
     this.#redirect = source;
+  }
+
+  // What each VMI's seed depends on (cluster mode's watched Secrets and ConfigMaps).
+  setDependencySource(source: (key: string) => DependencyRecord[]): void {
+    this.#dependencies = source;
   }
 
   // Where the libvirt RPC client's per-connection counters come from.
@@ -148,12 +155,18 @@ export class StatusStore implements StatusSource {
       vmis: [...this.records.values()]
         .flatMap((r) => (r.status ? [r.status] : []))
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
-        .map((r) => this.#withHttp(structuredClone(r))),
+        .map((r) => this.#withDependencies(this.#withHttp(structuredClone(r)))),
       recentGenerations: this.#recent.slice(),
       ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
       ...(redirect ? { redirect: structuredClone(redirect) } : {}),
       ...(libvirt ? { libvirt: structuredClone(libvirt) } : {}),
     };
+  }
+
+  #withDependencies(r: VmiStatusRecord): VmiStatusRecord {
+    const deps = this.#dependencies?.(`${r.namespace}/${r.name}`);
+    if (deps && deps.length > 0) r.dependencies = deps;
+    return r;
   }
 
   #withHttp(r: VmiStatusRecord): VmiStatusRecord {

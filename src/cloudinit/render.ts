@@ -5,6 +5,7 @@
 // annotations have their own small seed (imds/annotations.ts).
 import { VmseedError } from '../errors.ts';
 import { ANNOTATION } from './annotation/annotation.ts';
+import { applyChangePolicy } from './change-policy.ts';
 import { readAnnotationInput } from './annotation/annotation-input.ts';
 import { composeSeed } from './compose-seed.ts';
 import { isImdsEnabled, renderImdsSeed } from './imds/annotations.ts';
@@ -41,7 +42,8 @@ export async function renderSeed(
     route.kind === 'annotation'
       ? await readAnnotationInput(vmi, route.text, refs, budget, options)
       : await readVolumeInput(vmi, route.volume, refs);
-  return { kind: 'seed', seed: await composeSeed(vmi, input, refs, budget, options, context) };
+  const seed = await composeSeed(vmi, input, refs, budget, options, context);
+  return { kind: 'seed', seed: applyChangePolicy(vmi, seed) };
 }
 
 // Which input API builds this VMI's seed here, or why none does.

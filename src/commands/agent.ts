@@ -199,6 +199,8 @@ export async function makeAgent(
     { KubeRefResolver },
     { KubeVmiSource },
     { kubevirtUnpause, storeGateRecord },
+    { ObjectWatches },
+    { BoundedWatch },
   ] = await Promise.all([
     import('../agent/events.ts'),
     import('../kube/api.ts'),
@@ -206,6 +208,8 @@ export async function makeAgent(
     import('../kube/resolver.ts'),
     import('../kube/source.ts'),
     import('../agent/kubevirt-resume.ts'),
+    import('../kube/object-watches.ts'),
+    import('../kube/watch.ts'),
   ]);
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
@@ -240,6 +244,13 @@ export async function makeAgent(
         ...(config.namespaces ? { namespaces: config.namespaces } : {}),
       }),
     refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
+    objectCache: new ObjectWatches({
+      api: reconcileApi,
+      watcher: new BoundedWatch({ connection }),
+      logger: logger.child({ component: 'object-watches' }),
+      ...(config.namespaces ? { namespaces: config.namespaces } : {}),
+      onWatchCount: (n) => metrics.objectWatches.set(n),
+    }),
   });
   showLibvirt(agent, injector);
   return withDatasource(agent, async () => {

@@ -74,6 +74,16 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
       : undefined,
     // A flag, never the serial: its token is a capability (status/types.ts).
     servedOverHttp: v.servedOverHttp === true ? true : undefined,
+    dependencies: v.dependencies?.map((d) =>
+      defined({
+        kind: d.kind === 'ConfigMap' ? 'ConfigMap' : 'Secret',
+        namespace: String(d.namespace),
+        name: String(d.name),
+        state: d.state === 'exists' || d.state === 'absent' ? d.state : 'unknown',
+        immutable: d.immutable === true,
+        changedAt: str(d.changedAt),
+      }),
+    ),
   });
 }
 
@@ -519,6 +529,7 @@ ${row('retries', esc(v.retries))}
 ${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', `<span class="muted">${s.config.libvirt === 'off' ? 'off (--libvirt off): the image is only written to disk' : 'not injected'}</span>`)}
 </table></section>
 ${fetches}
+${dependenciesHtml(v, now)}
 </div>
 <h3>Seed files</h3>
 ${files}`;
@@ -528,6 +539,24 @@ ${files}`;
     header: headerFor(s, now),
     body,
   });
+}
+
+// The Secrets and ConfigMaps the seed was rendered from: names only, never content.
+function dependenciesHtml(v: VmiStatusRecord, now: Date): string {
+  const deps = v.dependencies ?? [];
+  if (deps.length === 0) return '';
+  const rows = deps
+    .map((d) => {
+      const state =
+        d.state === 'absent' ? '<span class="err">does not exist</span>' : d.state === 'unknown' ? 'not read yet' : '';
+      const watched = d.immutable ? 'immutable, not watched' : 'watched';
+      const changed = d.changedAt
+        ? `changed ${esc(formatTime(d.changedAt))} <span class="muted">${esc(formatAgo(d.changedAt, now))}</span>`
+        : '';
+      return `<tr><th>${esc(d.kind)}</th><td><span class="mono">${esc(`${d.namespace}/${d.name}`)}</span> ${state} <span class="muted">${watched}</span><br>${changed}</td></tr>`;
+    })
+    .join('');
+  return `<section class="panel" id="dependencies"><h2>Depends on</h2><table class="kv">${rows}</table></section>`;
 }
 
 export function renderNotFoundPage(what: string): string {

@@ -1,6 +1,7 @@
-// RefResolver backed by the Kubernetes API: Secrets and ConfigMaps are read
-// when a reconcile needs them (no Secret watch: the agent's RBAC stays
-// `get` on Secrets). 404 means "does not exist"; transport trouble is a
+// RefResolver backed by the Kubernetes API: Secrets and ConfigMaps read
+// when asked, without a cache (the agent's reconciles read through
+// object-watches.ts, which reads each object once and then watches it; this
+// serves a reconcile that runs outside one). 404 means "does not exist"; transport trouble is a
 // retryable KUBE_API_UNAVAILABLE. In namespaced mode (--namespaces) only
 // those namespaces are asked: a VMI can only reference objects in its own
 // namespace, and the agent holds no Role anywhere else.

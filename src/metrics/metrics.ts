@@ -165,6 +165,11 @@ export function createMetrics(options: MetricsOptions) {
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    objectWatches: new Gauge({
+      name: 'vmseed_object_watches',
+      help: 'Open watches on referenced Secrets and ConfigMaps: one per mutable object a seed on this node reads.',
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',

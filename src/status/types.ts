@@ -52,6 +52,18 @@ export interface VmiStatusRecord {
   // seed, passwords included) and every page here is readable by more
   // people than the VMI's owner. `vmseed seed-url` prints it, offline.
   servedOverHttp?: boolean;
+  // The Secrets and ConfigMaps its seed was rendered from (watched: an
+  // edit re-renders it) and when the agent last saw each change.
+  dependencies?: DependencyRecord[];
+}
+
+export interface DependencyRecord {
+  kind: 'Secret' | 'ConfigMap';
+  namespace: string;
+  name: string;
+  state: 'exists' | 'absent' | 'unknown';
+  immutable: boolean;
+  changedAt?: string;
 }
 
 export interface WatchStatus {

@@ -89,7 +89,7 @@ test(
       20_000,
     );
     const after = fake.requests.slice(before);
-    const secretGets = after.filter((r) => r.resource === 'secrets');
+    const secretGets = after.filter((r) => r.resource === 'secrets' && r.verb === 'get');
     // The first call with the old token got 401; the agent re-read the file at once and retried.
     assert.deepEqual(
       secretGets.map((r) => r.status),

@@ -294,6 +294,7 @@ test('the agent makes exactly the API calls its ClusterRole grants', { timeout: 
     '/events:create',
     '/events:patch',
     '/secrets:get',
+    '/secrets:watch',
     'kubevirt.io/virtualmachineinstances:list',
     'kubevirt.io/virtualmachineinstances:watch',
   ]);

@@ -56,9 +56,11 @@ test('the scenario made every kind of call the agent has', () => {
   );
   assert.deepEqual([...kinds].sort(), [
     '/configmaps:get',
+    '/configmaps:watch',
     '/events:create',
     '/events:patch',
     '/secrets:get',
+    '/secrets:watch',
     'kubevirt.io/virtualmachineinstances:list',
     'kubevirt.io/virtualmachineinstances:watch',
     'subresources.kubevirt.io/virtualmachineinstances/unpause:update',
@@ -133,7 +135,35 @@ test('a granted rule that no call uses is reported as unused', () => {
   const withoutWatch = AGENT_CALLS.filter((c) => requestAttributes(c).verb !== 'watch');
   assert.deepEqual(checkRbac(role.rules, withoutWatch).unused, [
     { apiGroup: 'kubevirt.io', resource: 'virtualmachineinstances', verb: 'watch' },
+    { apiGroup: '', resource: 'secrets', verb: 'watch' },
+    { apiGroup: '', resource: 'configmaps', verb: 'watch' },
   ]);
+});
+
+test('a referenced object is watched by name, which a rule with resourceNames can allow', () => {
+  const watches = AGENT_CALLS.map((c) => requestAttributes(c)).filter(
+    (a) => a.verb === 'watch' && (a.resource === 'secrets' || a.resource === 'configmaps'),
+  );
+  assert.ok(watches.length >= 2);
+  for (const a of watches) {
+    assert.notEqual(a.name, '', 'fieldSelector=metadata.name=<name>: a request on that name');
+    assert.equal(
+      ruleAllows({ apiGroups: [''], resources: [a.resource], verbs: ['watch'], resourceNames: [a.name] }, a),
+      true,
+    );
+    assert.equal(
+      ruleAllows({ apiGroups: [''], resources: [a.resource], verbs: ['watch'], resourceNames: ['other'] }, a),
+      false,
+    );
+  }
+  assert.equal(
+    requestAttributes({
+      method: 'GET',
+      path: '/api/v1/namespaces/a/secrets?watch=true&fieldSelector=metadata.name%3Ds',
+    }).name,
+    's',
+  );
+  assert.equal(requestAttributes({ method: 'GET', path: '/api/v1/namespaces/a/secrets?watch=true' }).name, '');
 });
 
 test('rule matching follows Kubernetes: wildcards, subresource forms, resourceNames', () => {

@@ -14,6 +14,8 @@ import { KubeEventRecorder } from '../../src/agent/events.ts';
 import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { KubeRefResolver } from '../../src/kube/resolver.ts';
 import { KubeVmiSource } from '../../src/kube/source.ts';
+import { ObjectWatches, type ObjectWatchesOptions } from '../../src/kube/object-watches.ts';
+import { BoundedWatch } from '../../src/kube/watch.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
 import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
 import type { VmiObject } from '../../src/api/types.ts';
@@ -109,6 +111,8 @@ export interface Harness {
   agent: Agent;
   store: ImageStore;
   metrics: Metrics;
+  // The watched cache of referenced Secrets and ConfigMaps (as the command wires it).
+  watches: ObjectWatches | undefined;
   lines: string[];
   logger: pino.Logger;
   stop(): Promise<void>;
@@ -132,6 +136,8 @@ export async function startAgent(
     // Instead of the real renderer.
     render?: RenderSeed;
     renderTimeoutParkMs?: number;
+    // false: Secrets and ConfigMaps read at each reconcile (no watches).
+    watchRefs?: boolean | (Partial<ObjectWatchesOptions> & { minWatchTimeoutMs?: number });
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -139,6 +145,25 @@ export async function startAgent(
   const connection = fake.connection();
   const api = new KubeConnectionApi(connection, { timeoutMs: 2000 });
   const store = new ImageStore({ root: options.stateDir });
+  const watchOptions = typeof options.watchRefs === 'object' ? options.watchRefs : {};
+  const watches =
+    options.watchRefs === false
+      ? undefined
+      : new ObjectWatches({
+          api,
+          watcher: new BoundedWatch({
+            connection,
+            ...(watchOptions.minWatchTimeoutMs !== undefined
+              ? { minWatchTimeoutMs: watchOptions.minWatchTimeoutMs }
+              : {}),
+          }),
+          logger: logger.child({ component: 'object-watches' }),
+          backoff: { baseMs: 50, maxMs: 400 },
+          goneReadSpreadMs: 200,
+          ...(options.namespaces ? { namespaces: options.namespaces } : {}),
+          onWatchCount: (n) => metrics.objectWatches.set(n),
+          ...watchOptions,
+        });
   const agent = new Agent({
     version: 'test',
     nodeName: NODE,
@@ -175,6 +200,7 @@ export async function startAgent(
     fsync: false,
     ...(options.nocloudHttp ? { nocloudHttp: options.nocloudHttp } : {}),
     ...(options.renderTimeoutParkMs !== undefined ? { renderTimeoutParkMs: options.renderTimeoutParkMs } : {}),
+    ...(watches ? { objectCache: watches } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();
@@ -184,6 +210,7 @@ export async function startAgent(
     agent,
     store,
     metrics,
+    watches,
     lines,
     logger,
     stop: async () => {

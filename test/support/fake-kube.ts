@@ -75,10 +75,18 @@ interface HistoryEntry {
   type: 'ADDED' | 'MODIFIED' | 'DELETED';
   obj: VmiObject;
   prev?: VmiObject;
+  // Secrets and ConfigMaps share the history (one resourceVersion sequence, as etcd's).
+  resource?: ObjectResource;
 }
+
+type ObjectResource = 'secrets' | 'configmaps';
 
 interface Watcher {
   res: ServerResponse;
+  // A Secret or ConfigMap watch (absent: VMIs), of one name with
+  // fieldSelector=metadata.name=<name>.
+  resource?: ObjectResource;
+  name?: string;
   selector: Selector;
   // Namespaced watch: only that namespace's VMIs.
   namespace?: string;
@@ -341,6 +349,13 @@ export class FakeKube {
   }
 
   setSecret(secret: SecretObject): void {
+    const s = this.#storeSecret(secret);
+    this.#publishObject('secrets', s, this.#lastPrev);
+  }
+
+  #lastPrev: SecretObject | ConfigMapObject | undefined;
+
+  #storeSecret(secret: SecretObject): SecretObject {
     const s = structuredClone(secret);
     s.metadata.namespace ??= 'default';
     if (s.stringData) {
@@ -349,18 +364,63 @@ export class FakeKube {
       delete s.stringData;
     }
     s.metadata.resourceVersion = String(++this.#rv);
-    this.#secrets.set(`${s.metadata.namespace}/${s.metadata.name}`, s);
+    const key = `${s.metadata.namespace}/${s.metadata.name}`;
+    this.#lastPrev = this.#secrets.get(key);
+    this.#secrets.set(key, s);
+    return s;
   }
 
   deleteSecret(namespace: string, name: string): void {
-    this.#secrets.delete(`${namespace}/${name}`);
+    this.#deleteObject('secrets', namespace, name);
   }
 
   setConfigMap(cm: ConfigMapObject): void {
     const c = structuredClone(cm);
     c.metadata.namespace ??= 'default';
     c.metadata.resourceVersion = String(++this.#rv);
-    this.#configMaps.set(`${c.metadata.namespace}/${c.metadata.name}`, c);
+    const key = `${c.metadata.namespace}/${c.metadata.name}`;
+    const prev = this.#configMaps.get(key);
+    this.#configMaps.set(key, c);
+    this.#publishObject('configmaps', c, prev);
+  }
+
+  deleteConfigMap(namespace: string, name: string): void {
+    this.#deleteObject('configmaps', namespace, name);
+  }
+
+  // Change a Secret without telling any watch (what a watch misses while it
+  // is down, before a 410).
+  setSecretSilently(secret: SecretObject): void {
+    this.#storeSecret(secret);
+  }
+
+  #deleteObject(resource: ObjectResource, namespace: string, name: string): void {
+    const store = resource === 'secrets' ? this.#secrets : this.#configMaps;
+    const prev = store.get(`${namespace}/${name}`);
+    if (!prev) return;
+    store.delete(`${namespace}/${name}`);
+    const obj = structuredClone(prev);
+    obj.metadata.resourceVersion = String(++this.#rv);
+    this.#publishEntry({ rv: this.#rv, type: 'DELETED', obj: obj as unknown as VmiObject, resource });
+  }
+
+  #publishObject(resource: ObjectResource, obj: SecretObject | ConfigMapObject, prev: unknown): void {
+    this.#publishEntry({
+      rv: Number(obj.metadata.resourceVersion),
+      type: prev ? 'MODIFIED' : 'ADDED',
+      obj: structuredClone(obj) as unknown as VmiObject,
+      resource,
+    });
+  }
+
+  #publishEntry(entry: HistoryEntry): void {
+    this.#history.push(entry);
+    for (const w of this.#watchers) this.#deliver(w, entry);
+  }
+
+  // Open watches of one name on Secrets or ConfigMaps.
+  objectWatchCount(): number {
+    return [...this.#watchers].filter((w) => w.resource !== undefined).length;
   }
 
   events(): StoredEvent[] {
@@ -436,19 +496,24 @@ export class FakeKube {
     if (!this.#refusing) await new Promise<void>((r) => this.#server.close(() => r()));
   }
 
+  // Open VMI watches.
   watchCount(): number {
-    return this.#watchers.size;
+    return [...this.#watchers].filter((w) => w.resource === undefined).length;
   }
 
   // ---- protocol ----
 
   #publish(entry: HistoryEntry): void {
-    this.#history.push(entry);
-    for (const w of this.#watchers) this.#deliver(w, entry);
+    this.#publishEntry(entry);
   }
 
   #deliver(w: Watcher, e: HistoryEntry): void {
+    if (w.resource !== e.resource) return;
     if (w.namespace !== undefined && e.obj.metadata.namespace !== w.namespace) return;
+    if (w.resource !== undefined) {
+      if (w.name === undefined || e.obj.metadata.name === w.name) this.#send(w, { type: e.type, object: e.obj });
+      return;
+    }
     const now = e.type !== 'DELETED' && w.selector(e.obj.metadata.labels);
     const before = e.prev !== undefined && w.selector(e.prev.metadata.labels);
     let type: string | undefined;
@@ -461,6 +526,74 @@ export class FakeKube {
   #send(w: Watcher, event: unknown): void {
     if (w.stalled || w.res.writableEnded || w.res.destroyed) return;
     w.res.write(JSON.stringify(event) + '\n');
+  }
+
+  // A watch of Secrets or ConfigMaps in one namespace, usually of one name
+  // (fieldSelector=metadata.name=<name>): the same stream rules as the VMI
+  // watch (resourceVersion, 410, timeoutSeconds, bookmarks).
+  #watchObjects(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    resource: ObjectResource,
+    namespace: string,
+    reply: (code: number, body: unknown) => void,
+    verb: Verb,
+    p: ReturnType<typeof parsePath>,
+  ): void {
+    const name = nameSelector(url.searchParams.get('fieldSelector'));
+    if (name === null) return reply(400, status(400, 'BadRequest', 'unsupported fieldSelector'));
+    const from = url.searchParams.get('resourceVersion') ?? '';
+    const fromRv = from === '' || from === '0' ? undefined : Number(from);
+    if (fromRv !== undefined && fromRv < this.#compactedRv && this.#goneMode === 'status')
+      return reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`));
+    this.#record(req, url, 200, verb, p);
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    res.flushHeaders();
+    const w: Watcher = {
+      res,
+      resource,
+      ...(name !== undefined ? { name } : {}),
+      namespace,
+      selector: () => true,
+      bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
+      stalled: this.#stallNew,
+    };
+    if (fromRv !== undefined && fromRv < this.#compactedRv) {
+      this.#send(w, { type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from}`) });
+      res.end();
+      return;
+    }
+    if (fromRv === undefined) {
+      const store = resource === 'secrets' ? this.#secrets : this.#configMaps;
+      for (const o of store.values())
+        if (o.metadata.namespace === namespace && (name === undefined || o.metadata.name === name))
+          this.#send(w, { type: 'ADDED', object: o });
+    } else {
+      for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
+    }
+    this.#open(w, url, { kind: resource === 'secrets' ? 'Secret' : 'ConfigMap', apiVersion: 'v1' });
+  }
+
+  // An open watch: timeoutSeconds ends it cleanly, after the bookmark the
+  // API server's watch cache sends as a watch nears its deadline (so the
+  // client resumes from a current resourceVersion).
+  #open(w: Watcher, url: URL, kind: { kind: string; apiVersion: string }, afterTimeout = () => {}): void {
+    this.#watchers.add(w);
+    const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
+    if (this.#honourWatchTimeout && timeoutSeconds > 0) {
+      w.timer = setTimeout(() => {
+        if (w.bookmarks)
+          this.#send(w, { type: 'BOOKMARK', object: { ...kind, metadata: { resourceVersion: String(this.#rv) } } });
+        this.#watchers.delete(w);
+        w.res.end();
+        afterTimeout();
+      }, timeoutSeconds * 1000);
+    }
+    w.res.on('close', () => {
+      if (w.timer) clearTimeout(w.timer);
+      this.#watchers.delete(w);
+    });
   }
 
   #authenticate(req: IncomingMessage): boolean {
@@ -603,33 +736,22 @@ export class FakeKube {
       } else {
         for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
       }
-      this.#watchers.add(w);
-      // timeoutSeconds: the API server ends the watch cleanly when it runs out.
-      const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
-      if (this.#honourWatchTimeout && timeoutSeconds > 0) {
-        w.timer = setTimeout(() => {
-          // The API server's watch cache sends a bookmark as a watch nears its
-          // deadline, so the client resumes from a current resourceVersion.
-          if (w.bookmarks)
-            this.#send(w, {
-              type: 'BOOKMARK',
-              object: {
-                kind: 'VirtualMachineInstance',
-                apiVersion: 'kubevirt.io/v1',
-                metadata: { resourceVersion: String(this.#rv) },
-              },
-            });
-          this.#watchers.delete(w);
-          res.end();
-          // Changes made here reach no open watch: the client must resume from its resourceVersion.
-          for (const fn of this.#afterWatchTimeout) fn(url.searchParams.get('labelSelector') ?? '');
-        }, timeoutSeconds * 1000);
-      }
-      res.on('close', () => {
-        if (w.timer) clearTimeout(w.timer);
-        this.#watchers.delete(w);
+      // Changes made after its timeout reach no open watch: the client must resume from its resourceVersion.
+      this.#open(w, url, { kind: 'VirtualMachineInstance', apiVersion: 'kubevirt.io/v1' }, () => {
+        for (const fn of this.#afterWatchTimeout) fn(url.searchParams.get('labelSelector') ?? '');
       });
       return;
+    }
+
+    if (
+      p.group === '' &&
+      (p.resource === 'secrets' || p.resource === 'configmaps') &&
+      req.method === 'GET' &&
+      p.namespace &&
+      !p.name &&
+      watch
+    ) {
+      return this.#watchObjects(req, res, url, p.resource, p.namespace, reply, verb, p);
     }
 
     if (
@@ -734,6 +856,13 @@ export class FakeKube {
     }
     return reply(404, status(404, 'NotFound', 'the server could not find the requested resource'));
   }
+}
+
+// metadata.name=<name> (or ==), the one field selector the agent sends.
+function nameSelector(text: string | null): string | undefined | null {
+  if (text === null || text === '') return undefined;
+  const m = /^metadata\.name==?(.*)$/.exec(text);
+  return m ? m[1] : null;
 }
 
 function parsePath(path: string): {

@@ -96,7 +96,12 @@ export function requestAttributes(call: RecordedCall): RequestAttributes {
     if (mapped === undefined) throw new Error(`unknown HTTP method: ${call.method}`);
     verb = mapped;
   }
-  return { apiGroup, version, resource, subresource, verb, namespace, name };
+  // A list or watch of one name (fieldSelector=metadata.name=<name>) is
+  // authorized as a request on that name (k8s.io/apiserver requestinfo.go),
+  // so rules with resourceNames can allow it.
+  const field = /^metadata\.name==?([^,]+)$/.exec(url.searchParams.get('fieldSelector') ?? '');
+  const named = name === '' && (verb === 'list' || verb === 'watch') && field !== null ? field[1] : name;
+  return { apiGroup, version, resource, subresource, verb, namespace, name: named };
 }
 
 function qualifiedResource(a: { resource: string; subresource: string }): string {

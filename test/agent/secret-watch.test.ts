@@ -1,0 +1,319 @@
+// Referenced Secrets and ConfigMaps are watched one by one (as kubelet
+// watches the ones its pods mount): an edit reaches the seed without a
+// resync, nothing is read again at rest, watches are shared and released,
+// and a watch the server ends (timeout, 410) is renewed.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import type { SecretObject } from '../../src/api/types.ts';
+import {
+  imageOf,
+  fakeKubeAndDir,
+  RecordingInjector,
+  startAgent,
+  vmi,
+  waitFor,
+  type Harness,
+} from '../support/agent-harness.ts';
+import type { FakeKube } from '../support/fake-kube.ts';
+
+const secret = (name: string, hostname: string, extra: Partial<SecretObject> = {}): SecretObject => ({
+  metadata: { name, namespace: 'default' },
+  stringData: { userdata: `#cloud-config\nhostname: ${hostname}\n` },
+  ...extra,
+});
+
+const secretGets = (fake: FakeKube) => fake.requests.filter((r) => r.resource === 'secrets' && r.verb === 'get').length;
+
+async function seeded(h: Harness, fake: FakeKube, name: string): Promise<string> {
+  const v = fake.getVmi('default', name)!;
+  await waitFor(`${name} ready`, () => h.agent.status.get(`default/${name}`)?.state === 'ready', 10_000);
+  return imageOf(h.store, v);
+}
+
+async function reseeded(h: Harness, fake: FakeKube, name: string, before: string): Promise<string> {
+  const v = fake.getVmi('default', name)!;
+  return waitFor(
+    `${name} reseeded`,
+    () => {
+      const now = imageOf(h.store, v);
+      return now !== before && existsSync(now) && h.agent.status.get(`default/${name}`)?.imagePath === now && now;
+    },
+    10_000,
+  );
+}
+
+test('a Secret edit reaches the seed without a resync; nothing is read again', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  // A resync an hour away: only the watch can bring the edit.
+  const injector = new RecordingInjector();
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000, injector, nocloudHttp: {} });
+  t.after(h.stop);
+  fake.setSecret(secret('ud', 'one'));
+  fake.applyVmi(vmi('edited', { cloudInit: 'secretRef: {name: ud}\n' }));
+  const first = await seeded(h, fake, 'edited');
+  assert.equal(secretGets(fake), 1, 'read once');
+  const watch = await waitFor('a watch of that one Secret', () =>
+    fake.requests.find((r) => r.resource === 'secrets' && r.verb === 'watch'),
+  );
+  assert.equal(watch.path, '/api/v1/namespaces/default/secrets');
+  assert.equal(watch.query.fieldSelector, 'metadata.name=ud');
+  await waitFor('watch open', () => fake.objectWatchCount() === 1);
+
+  fake.setSecret(secret('ud', 'two'));
+  const second = await reseeded(h, fake, 'edited', first);
+  assert.notEqual(second, first);
+  assert.equal(secretGets(fake), 1, 'the edit came from the watch, not a read');
+  // The domain's disk replaced, the HTTP datasource serving the new seed.
+  await waitFor('disk replaced', () => injector.actions('inject', 'replaced').some((c) => c.path === second));
+  const uid = fake.getVmi('default', 'edited')!.metadata.uid!;
+  const served = Buffer.from(h.agent.seeds!.get(uid)!.seed.userData).toString();
+  assert.match(served, /hostname: two/);
+  assert.equal(h.agent.dependencies?.dependencies('default/edited')[0]?.state, 'exists');
+  const gauge = await h.metrics.registry.getSingleMetricAsString('vmseed_object_watches');
+  assert.match(gauge, /^vmseed_object_watches 1$/m);
+
+  // The status page names what the seed depends on and when it last changed.
+  const snapshot = h.agent.status.snapshot();
+  const record = snapshot.vmis.find((r) => r.name === 'edited')!;
+  assert.deepEqual(
+    record.dependencies?.map((d) => [d.kind, d.namespace, d.name, d.state, d.immutable]),
+    [['Secret', 'default', 'ud', 'exists', false]],
+  );
+  assert.ok(Date.parse(record.dependencies?.[0].changedAt ?? '') > 0);
+  const { renderVmiPage } = await import('../../src/http/status-page.ts');
+  const html = renderVmiPage(snapshot, record, { now: new Date() });
+  assert.match(html, /Depends on/);
+  assert.match(html, /default\/ud/);
+  assert.doesNotMatch(html, /hostname: two/, 'names only, never content');
+});
+
+test('at rest, resyncs re-render from the cache: no reads', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 100 });
+  t.after(h.stop);
+  for (let i = 0; i < 5; i++) {
+    fake.setSecret(secret(`s${i}`, `h${i}`));
+    fake.applyVmi(vmi(`rest-${i}`, { cloudInit: `secretRef: {name: s${i}}\n` }));
+  }
+  for (let i = 0; i < 5; i++) await seeded(h, fake, `rest-${i}`);
+  const reads = secretGets(fake);
+  assert.equal(reads, 5);
+  const reconciles = () => h.metrics.registry.getSingleMetricAsString('vmseed_reconcile_total');
+  const before = await reconciles();
+  await new Promise((r) => setTimeout(r, 1000)); // ~10 resyncs
+  assert.notEqual(await reconciles(), before, 'resyncs ran');
+  assert.equal(secretGets(fake), reads, 'no Secret read at rest');
+  assert.equal(fake.objectWatchCount(), 5, 'one watch per referenced object');
+});
+
+test('one watch per object, shared by its VMIs, stopped with the last one', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path });
+  t.after(h.stop);
+  fake.setSecret(secret('shared', 'x'));
+  fake.applyVmi(vmi('a', { cloudInit: 'secretRef: {name: shared}\n' }));
+  fake.applyVmi(vmi('b', { cloudInit: 'secretRef: {name: shared}\n' }));
+  const [ia, ib] = [await seeded(h, fake, 'a'), await seeded(h, fake, 'b')];
+  await waitFor('one watch', () => fake.objectWatchCount() === 1);
+  assert.equal(h.watches?.openWatches, 1);
+  fake.setSecret(secret('shared', 'y'));
+  await reseeded(h, fake, 'a', ia);
+  await reseeded(h, fake, 'b', ib);
+  fake.deleteVmi('default', 'a');
+  await waitFor('a gone', () => h.agent.status.get('default/a') === undefined);
+  assert.equal(h.watches?.openWatches, 1, 'b still reads it');
+  fake.deleteVmi('default', 'b');
+  await waitFor('watch stopped', () => h.watches?.openWatches === 0 && fake.objectWatchCount() === 0);
+  assert.equal(h.watches?.cachedObjects, 0, 'nothing cached for no one');
+});
+
+test('a deleted Secret gives SECRET_NOT_FOUND; re-created, the VMI heals', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  t.after(h.stop);
+  fake.setSecret(secret('gone', 'one'));
+  fake.applyVmi(vmi('orphan', { cloudInit: 'secretRef: {name: gone}\n' }));
+  const first = await seeded(h, fake, 'orphan');
+  await waitFor('watch open', () => fake.objectWatchCount() === 1);
+  fake.deleteSecret('default', 'gone');
+  await waitFor('SECRET_NOT_FOUND', () => h.agent.status.get('default/orphan')?.lastError?.code === 'SECRET_NOT_FOUND');
+  assert.equal(h.agent.dependencies?.dependencies('default/orphan')[0]?.state, 'absent');
+  fake.setSecret(secret('gone', 'two'));
+  await reseeded(h, fake, 'orphan', first);
+  assert.equal(secretGets(fake), 1, 'deletion and re-creation came from the watch');
+});
+
+test('a bad ConfigMap parks its VMI until the ConfigMap is fixed', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  t.after(h.stop);
+  fake.setConfigMap({ metadata: { name: 'cm', namespace: 'default' }, binaryData: { userdata: '%%%' } });
+  fake.applyVmi(vmi('parked', { cloudInit: 'userDataFrom: {kind: configmap, name: cm, key: userdata}\n' }));
+  await waitFor('terminal error', () => h.agent.status.get('default/parked')?.state === 'error', 10_000);
+  fake.setConfigMap({
+    metadata: { name: 'cm', namespace: 'default' },
+    data: { userdata: '#cloud-config\nhostname: fixed\n' },
+  });
+  await seeded(h, fake, 'parked');
+});
+
+test('watches renewed at their timeout and after 410 Gone keep the seed current', { timeout: 40_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, {
+    stateDir: dir.path,
+    resyncPeriodMs: 3_600_000,
+    watchRefs: { minWatchTimeoutMs: 1000 },
+  });
+  t.after(h.stop);
+  fake.setSecret(secret('renewed', 'one'));
+  fake.applyVmi(vmi('renewing', { cloudInit: 'secretRef: {name: renewed}\n' }));
+  const first = await seeded(h, fake, 'renewing');
+  const watches = () => fake.requests.filter((r) => r.resource === 'secrets' && r.verb === 'watch');
+  await waitFor('renewed twice', () => watches().length >= 3, 10_000);
+  assert.equal(secretGets(fake), 1, 'a renewal resumes from the resourceVersion, no read');
+  assert.ok(
+    watches()
+      .slice(1)
+      .every((w) => Number(w.query.resourceVersion) > 0),
+  );
+  fake.setSecret(secret('renewed', 'two'));
+  const second = await reseeded(h, fake, 'renewing', first);
+
+  // What the watch missed before its history expired comes with the fresh read.
+  fake.setSecretSilently(secret('renewed', 'three'));
+  fake.expire('status');
+  const third = await reseeded(h, fake, 'renewing', second);
+  assert.equal(secretGets(fake), 2, '410: one fresh read');
+  await waitFor('watching again', () => fake.objectWatchCount() === 1);
+  fake.setSecret(secret('renewed', 'four'));
+  await reseeded(h, fake, 'renewing', third);
+});
+
+test(
+  'a dropped watch connection is renewed after a backoff, from its resourceVersion',
+  { timeout: 30_000 },
+  async (t) => {
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+    t.after(h.stop);
+    fake.setSecret(secret('dropped', 'one'));
+    fake.applyVmi(vmi('cut', { cloudInit: 'secretRef: {name: dropped}\n' }));
+    const first = await seeded(h, fake, 'cut');
+    await waitFor('watching', () => fake.objectWatchCount() === 1);
+    fake.dropWatches();
+    // Changed while no watch is open: the renewed watch replays it.
+    fake.setSecret(secret('dropped', 'two'));
+    await reseeded(h, fake, 'cut', first);
+    assert.equal(secretGets(fake), 1, 'resumed, not read again');
+  },
+);
+
+test('an immutable Secret is read once and not watched', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 100 });
+  t.after(h.stop);
+  fake.setSecret(secret('frozen', 'ice', { immutable: true } as Partial<SecretObject>));
+  fake.applyVmi(vmi('cold', { cloudInit: 'secretRef: {name: frozen}\n' }));
+  await seeded(h, fake, 'cold');
+  await new Promise((r) => setTimeout(r, 500)); // resyncs
+  assert.equal(fake.requests.filter((r) => r.resource === 'secrets' && r.verb === 'watch').length, 0);
+  assert.equal(secretGets(fake), 1);
+  assert.equal(h.watches?.openWatches, 0);
+  assert.equal(h.agent.dependencies?.dependencies('default/cold')[0]?.immutable, true);
+});
+
+test('a Secret rewritten every 20 ms: re-renders coalesced, the last content wins', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  let renders = 0;
+  const { renderSeed } = await import('../../src/cloudinit/render.ts');
+  const h = await startAgent(fake, {
+    stateDir: dir.path,
+    resyncPeriodMs: 3_600_000,
+    render: (v, refs, o, c) => {
+      if (v.metadata.name === 'busy') renders++;
+      return renderSeed(v, refs, o, c);
+    },
+  });
+  t.after(h.stop);
+  fake.setSecret(secret('hot', 'h0'));
+  fake.applyVmi(vmi('busy', { cloudInit: 'secretRef: {name: hot}\n' }));
+  await seeded(h, fake, 'busy');
+  await waitFor('watch open', () => fake.objectWatchCount() === 1);
+  const before = renders;
+  const edits = 50;
+  for (let i = 1; i <= edits; i++) {
+    fake.setSecret(secret('hot', `h${i}`));
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await waitFor('last edit seeded', async () => {
+    const files = h.agent.status.get('default/busy');
+    return files?.state === 'ready' && h.agent.queue.depth === 0 && h.agent.queue.inFlight === 0;
+  });
+  await new Promise((r) => setTimeout(r, 600)); // a trailing coalesced change
+  await h.agent.queue.idle();
+  assert.ok(renders - before < edits / 2, `${renders - before} renders for ${edits} edits`);
+  const { readFileSync } = await import('node:fs');
+  const iso = readFileSync(imageOf(h.store, fake.getVmi('default', 'busy')!));
+  assert.ok(iso.includes(Buffer.from(`hostname: h${edits}\n`)), 'the image holds the last edit');
+});
+
+test('a Secret unchanged for longer than the server keeps history is still watched', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  t.after(h.stop);
+  fake.setSecret(secret('old', 'one'));
+  fake.expire('event'); // its resourceVersion is no longer served
+  fake.applyVmi(vmi('ancient', { cloudInit: 'secretRef: {name: old}\n' }));
+  const first = await seeded(h, fake, 'ancient');
+  await waitFor('watching', () => fake.objectWatchCount() === 1);
+  fake.setSecret(secret('old', 'two'));
+  await reseeded(h, fake, 'ancient', first);
+});
+
+test('a VMI reading more objects than its budget fails with REFERENCES_TOO_MANY', async () => {
+  const { ObjectWatches } = await import('../../src/kube/object-watches.ts');
+  const { pino } = await import('pino');
+  let gets = 0;
+  const w = new ObjectWatches({
+    api: {
+      request: async () => {
+        gets++;
+        return { status: 404, body: undefined };
+      },
+    },
+    watcher: { watch: async () => ({ abort: () => {} }) },
+    logger: pino({ level: 'silent' }),
+    maxPerVmi: 2,
+  });
+  const r = w.reader('ns/vm');
+  assert.equal(await r.getSecret('ns', 'a'), undefined);
+  assert.equal(await r.getConfigMap('ns', 'b'), undefined);
+  assert.equal(await r.getSecret('ns', 'a'), undefined, 'a second read of the same object is free');
+  await assert.rejects(r.getSecret('ns', 'c'), (e: Error & { code?: string }) => e.code === 'REFERENCES_TOO_MANY');
+  assert.equal(gets, 2, 'refused before any call');
+  w.use('ns/vm', r.read());
+  r.done();
+  assert.equal(w.openWatches, 2);
+  w.release('ns/vm');
+  assert.equal(w.openWatches, 0);
+  assert.equal(w.cachedObjects, 0);
+  await w.stop();
+});
+
+test('the documented budgets are the code’s', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { MAX_OBJECTS_PER_VMI, DEFAULT_WATCH_BACKOFF, GONE_READ_SPREAD_MS } =
+    await import('../../src/kube/object-watches.ts');
+  const { CHANGE_MIN_INTERVAL_MS } = await import('../../src/agent/ref-dependencies.ts');
+  const { CHANGE_POLICY_ANNOTATION } = await import('../../src/cloudinit/change-policy.ts');
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const ops = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+  assert.ok(readme.includes(`| ${MAX_OBJECTS_PER_VMI} | \`REFERENCES_TOO_MANY\` |`));
+  assert.ok(readme.includes(`at most one re-render per ${CHANGE_MIN_INTERVAL_MS} ms`));
+  assert.ok(readme.includes(`\`${CHANGE_POLICY_ANNOTATION}\``));
+  assert.ok(ops.includes(`random moment of up to ${GONE_READ_SPREAD_MS / 1000} s`));
+  assert.ok(
+    ops.includes(`backoff from ${DEFAULT_WATCH_BACKOFF.baseMs / 1000} s to ${DEFAULT_WATCH_BACKOFF.maxMs / 1000} s`),
+  );
+});
