@@ -16,6 +16,7 @@ import { VmiRecords } from './vmi-records.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
 import type { HostNumaReader } from '../libvirt/host-numa.ts';
+import { SeedReadWatch, type SeedReadClient, type SeedReadPolicy } from './seed-read.ts';
 
 export interface AgentOptions {
   version: string;
@@ -55,6 +56,10 @@ export interface AgentOptions {
   // (virsh children, render workers) ends, and its reconcile fails with
   // CANCELLED.
   cancel?: AbortController;
+  // Libvirt's start events and block statistics: when each domain started,
+  // and when its guest first read our disk (seed-read.ts).
+  seedReads?: SeedReadClient;
+  seedReadPolicy?: SeedReadPolicy;
 }
 
 // After the cancel, how long stop() waits for the cancelled work to settle.
@@ -73,6 +78,7 @@ export class Agent {
   readonly #o: AgentOptions;
   readonly #log: Logger;
   readonly #waits: DomainWaits | undefined;
+  readonly #seedReads: SeedReadWatch | undefined;
   // Keys seen before garbage collection ran; the queue opens after it.
   #held: Set<string> | undefined = new Set();
   #resync: NodeJS.Timeout | undefined;
@@ -121,10 +127,21 @@ export class Agent {
     this.seeds = options.nocloudHttp
       ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })
       : undefined;
+    this.#seedReads =
+      options.seedReads && options.injector
+        ? new SeedReadWatch({
+            client: options.seedReads,
+            records: this.records,
+            onChange: (key, facts) => this.reconciler.seedRead(key, facts),
+            logger: options.logger.child({ component: 'seed-read' }),
+            ...(options.seedReadPolicy ? { policy: options.seedReadPolicy } : {}),
+          })
+        : undefined;
     // Kept by UID and by domain, for the datasource and libvirt's events.
     this.records.onForget((key) => {
       this.seeds?.drop(key);
       this.#waits?.forget(key);
+      this.#seedReads?.forget(key);
     });
     this.reconciler = this.#makeReconciler(injector, refs);
   }
@@ -151,6 +168,7 @@ export class Agent {
       ...(options.reportOtherNodes ? { reportOtherNodes: true } : {}),
       ...(options.hostNuma ? { hostNuma: options.hostNuma } : {}),
       ...(this.seeds ? { seeds: this.seeds } : {}),
+      ...(this.#seedReads ? { seedReads: this.#seedReads } : {}),
     });
   }
 
@@ -170,6 +188,8 @@ export class Agent {
 
   // Resolves once the first list is in and garbage collection ran.
   async start(): Promise<void> {
+    // Before any watch: a start event is never missed for want of a listener.
+    this.#seedReads?.start();
     this.#waits?.start();
     await this.source.start();
     await this.source.synced();
@@ -205,6 +225,7 @@ export class Agent {
     this.#stopping = true;
     if (this.#resync) clearInterval(this.#resync);
     this.#waits?.stop();
+    this.#seedReads?.stop();
     await this.source.stop();
     const finished = await this.queue.shutdown(deadlineMs);
     this.stopOutcome = 'finished';

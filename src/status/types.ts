@@ -45,6 +45,20 @@ export interface VmiStatusRecord {
   lastError?: StatusProblem;
   warnings: StatusProblem[];
   retries: number;
+  // Libvirt on: the domain's start (libvirt's event, as this agent received
+  // it), our disk's attach and the guest's first read of it (libvirt's
+  // block statistics). A field this agent did not observe is absent.
+  firstBoot?: {
+    domainStartedAt?: string; // ISO 8601
+    attachedAt: string;
+    attachAfterStartSeconds?: number;
+    seedReadAt?: string;
+    readAfterStartSeconds?: number;
+    readAfterAttachSeconds?: number;
+    // polling: between attach and read; not-read: polling ended without a
+    // read; domain-gone: the domain went first; not-polled: too many polls.
+    watch: 'polling' | 'read' | 'not-read' | 'domain-gone' | 'not-polled';
+  };
   // NoCloud-over-HTTP: the last time the guest fetched each file.
   lastFetch?: Record<string, string>;
   // NoCloud-over-HTTP: the datasource serves this VMI's seed. Never the DMI

@@ -132,6 +132,8 @@ export async function startAgent(
     // Instead of the real renderer.
     render?: RenderSeed;
     renderTimeoutParkMs?: number;
+    seedReads?: AgentOptions['seedReads'];
+    seedReadPolicy?: AgentOptions['seedReadPolicy'];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -175,6 +177,8 @@ export async function startAgent(
     fsync: false,
     ...(options.nocloudHttp ? { nocloudHttp: options.nocloudHttp } : {}),
     ...(options.renderTimeoutParkMs !== undefined ? { renderTimeoutParkMs: options.renderTimeoutParkMs } : {}),
+    ...(options.seedReads ? { seedReads: options.seedReads } : {}),
+    ...(options.seedReadPolicy ? { seedReadPolicy: options.seedReadPolicy } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();
