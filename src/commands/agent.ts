@@ -45,7 +45,7 @@ const CLOSE_GRACE_MS = CANCEL_GRACE_MS + INJECTOR_IDLE_MS + 3000;
 // defined and started soon after that: the agent waiting for it must be
 // connected and subscribed before the start, so a missing socket is tried
 // again at least this often (a refused unix connect costs microseconds).
-const CONNECT_BACKOFF_MAX_MS = 500;
+export const CONNECT_BACKOFF_MAX_MS = 500;
 
 // The RPC client's connections on the status page (a virsh client keeps none).
 function showLibvirt(agent: Agent, injector: LibvirtInjector | undefined): void {

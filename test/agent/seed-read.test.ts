@@ -246,6 +246,24 @@ test(
     assert.equal(sampleValue(s, 'vmseed_seed_attach_after_start_seconds_count'), 1);
     assert.equal(sampleValue(s, 'vmseed_seed_read_after_start_seconds_count'), 1);
     assert.equal(sampleValue(s, 'vmseed_seeded_after_boot_total', { datasource: 'disk' }), 1);
-    assert.equal(sampleValue(s, 'vmseed_seeded_after_boot_total', { datasource: 'http' }), 0);
   },
 );
+
+test("the README's numbers for the seed-read polls and the launcher reconnect are the code's", async () => {
+  const { readFileSync } = await import('node:fs');
+  const { SEED_READ_POLICY, POLLING_MAX } = await import('../../src/agent/seed-read.ts');
+  const { CONNECT_BACKOFF_MAX_MS } = await import('../../src/commands/agent.ts');
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const at = readme.indexOf("### Without the gate: the seed at the domain's start");
+  assert.ok(at >= 0, 'the section is there');
+  const section = readme.slice(at, readme.indexOf('\n## ', at)).replace(/\s+/g, ' ');
+  assert.equal(CONNECT_BACKOFF_MAX_MS, 500);
+  assert.match(section, /tried again at least every 0\.5 s/);
+  assert.equal(SEED_READ_POLICY.firstMs, 100);
+  assert.equal(SEED_READ_POLICY.maxMs, 5_000);
+  assert.equal(SEED_READ_POLICY.boundMs, 15 * 60_000);
+  assert.match(section, /from 100 ms after the attach, the interval doubling up to 5 s/);
+  assert.match(section, /or 15 minutes after the attach/);
+  assert.equal(POLLING_MAX, 1024);
+  assert.match(section, /at most 1,024 at once/);
+});
