@@ -75,6 +75,9 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
+    firstFetch: v.firstFetch
+      ? Object.fromEntries(Object.entries(v.firstFetch).map(([k, t]) => [String(k), String(t)]))
+      : undefined,
     // A flag, never the serial: its token is a capability (status/types.ts).
     servedOverHttp: v.servedOverHttp === true ? true : undefined,
   });
@@ -400,6 +403,13 @@ function seededAfterBootCell(v: VmiStatusRecord): string {
     : 'no';
 }
 
+// When the guest first fetched the file, if not the last time shown.
+function firstFetchNote(v: VmiStatusRecord, file: string): string {
+  const first = v.firstFetch?.[file];
+  if (first === undefined || first === v.lastFetch?.[file]) return '';
+  return `<br><span class="muted">first at ${esc(formatTime(first))}</span>`;
+}
+
 // The list's short form: the attach margin and the guest's read.
 function firstBootLine(v: VmiStatusRecord): string {
   const f = v.firstBoot;
@@ -539,7 +549,7 @@ export function renderVmiPage(
     .map((k) =>
       row(
         k,
-        `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`,
+        `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>${firstFetchNote(v, k)}`,
       ),
     );
   // The serial holds the seed's token: the page says how to get it, with

@@ -61,6 +61,8 @@ export interface VmiStatusRecord {
   };
   // NoCloud-over-HTTP: the last time the guest fetched each file.
   lastFetch?: Record<string, string>;
+  // NoCloud-over-HTTP: the first time it did (meta-data first: the seed read).
+  firstFetch?: Record<string, string>;
   // NoCloud-over-HTTP: the datasource serves this VMI's seed. Never the DMI
   // serial itself: its token is a capability (whoever holds it reads the
   // seed, passwords included) and every page here is readable by more

@@ -51,3 +51,29 @@ test('start not seen, still watching: said so, no margin invented; unknown field
     watch: 'polling',
   });
 });
+
+test('NoCloud over HTTP: the first fetch of each file is kept, the last one follows', async () => {
+  const { StatusStore } = await import('../../src/agent/status-store.ts');
+  const s = new StatusStore({
+    version: 't',
+    nodeName: 'n',
+    stateDir: '/tmp',
+    config: {},
+    watch: () => ({ mode: 'local', synced: true, connected: true, stale: false, restarts: 0 }),
+    queue: () => ({ depth: 0, inFlight: 0 }),
+    servedOverHttp: true,
+    now: () => now,
+  });
+  s.update('ns/a', 'ua', { state: 'ready', datasource: 'nocloud' });
+  s.recordFetch('ns/a', 'ua', 'meta-data', new Date('2026-11-22T02:59:01.000Z'));
+  s.recordFetch('ns/a', 'ua', 'meta-data', new Date('2026-11-22T02:59:30.000Z'));
+  s.recordFetch('ns/a', 'other', 'user-data', new Date('2026-11-22T02:59:31.000Z'));
+  const json = statusJson(s.snapshot(), undefined, now) as { vmis: VmiStatusRecord[] };
+  assert.deepEqual(json.vmis[0].firstFetch, { 'meta-data': '2026-11-22T02:59:01.000Z' });
+  assert.deepEqual(json.vmis[0].lastFetch, { 'meta-data': '2026-11-22T02:59:30.000Z' });
+  const page = renderVmiPage(s.snapshot(), s.snapshot().vmis[0], { now });
+  assert.match(
+    page,
+    /the guest fetched meta-data at [^<]*<span class="muted">[^<]*<\/span><br><span class="muted">first at /,
+  );
+});
