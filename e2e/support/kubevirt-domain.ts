@@ -203,6 +203,16 @@ export async function startKubevirtVm(
   launcher: Launcher,
   o: { namespace: string; name: string; uuid: string; cmdline: string; guest?: GuestKind },
 ): Promise<KubevirtVm> {
+  const vm = await defineKubevirtVm(launcher, o);
+  await launcher.virsh(['start', '--paused', vm.domain]);
+  return vm;
+}
+
+/** The domain defined as KubeVirt's launcher defines it, not started. */
+export async function defineKubevirtVm(
+  launcher: Launcher,
+  o: { namespace: string; name: string; uuid: string; cmdline: string; guest?: GuestKind },
+): Promise<KubevirtVm> {
   const guest = o.guest ?? 'busybox';
   const vmiDisks = vmiDisksFor(o.namespace, o.name);
   const spec = convertVmiDisks(vmiDisks);
@@ -212,7 +222,6 @@ export async function startKubevirtVm(
   const xml = await kubevirtDomainXml({ ...o, spec, consoleLog, guest });
   const domain = `${o.namespace}_${o.name}`;
   await launcher.virsh(['define', '/dev/stdin'], xml);
-  await launcher.virsh(['start', '--paused', domain]);
   return { namespace: o.namespace, name: o.name, domain, uuid: o.uuid, vmiDisks, spec, consoleLog, xml };
 }
 

@@ -18,6 +18,7 @@ import { WorkQueue } from './work-queue.ts';
 import type { HostNumaReader } from '../libvirt/host-numa.ts';
 import type { ObjectCache } from '../kube/object-watches.ts';
 import { RefDependencies } from './ref-dependencies.ts';
+import { SeedReadWatch, type SeedReadClient, type SeedReadPolicy } from './seed-read.ts';
 
 export interface AgentOptions {
   version: string;
@@ -60,6 +61,10 @@ export interface AgentOptions {
   // Cluster mode: referenced Secrets and ConfigMaps read through a watched
   // cache; a change re-reconciles the VMIs that read them.
   objectCache?: ObjectCache;
+  // Libvirt's start events and block statistics: when each domain started,
+  // and when its guest first read our disk (seed-read.ts).
+  seedReads?: SeedReadClient;
+  seedReadPolicy?: SeedReadPolicy;
 }
 
 // After the cancel, how long stop() waits for the cancelled work to settle.
@@ -79,6 +84,7 @@ export class Agent {
   readonly #log: Logger;
   readonly #waits: DomainWaits | undefined;
   readonly dependencies: RefDependencies | undefined;
+  readonly #seedReads: SeedReadWatch | undefined;
   // Keys seen before garbage collection ran; the queue opens after it.
   #held: Set<string> | undefined = new Set();
   #resync: NodeJS.Timeout | undefined;
@@ -129,11 +135,22 @@ export class Agent {
     this.seeds = options.nocloudHttp
       ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })
       : undefined;
+    this.#seedReads =
+      options.seedReads && options.injector
+        ? new SeedReadWatch({
+            client: options.seedReads,
+            records: this.records,
+            onChange: (key, facts) => this.reconciler.seedRead(key, facts),
+            logger: options.logger.child({ component: 'seed-read' }),
+            ...(options.seedReadPolicy ? { policy: options.seedReadPolicy } : {}),
+          })
+        : undefined;
     // Kept by UID and by domain, for the datasource and libvirt's events.
     this.records.onForget((key) => {
       this.seeds?.drop(key);
       this.#waits?.forget(key);
       this.dependencies?.forget(key);
+      this.#seedReads?.forget(key);
     });
     this.reconciler = this.#makeReconciler(injector, refs);
     if (deps) this.status.setDependencySource((key) => deps.dependencies(key));
@@ -175,6 +192,7 @@ export class Agent {
       ...(options.reportOtherNodes ? { reportOtherNodes: true } : {}),
       ...(options.hostNuma ? { hostNuma: options.hostNuma } : {}),
       ...(this.seeds ? { seeds: this.seeds } : {}),
+      ...(this.#seedReads ? { seedReads: this.#seedReads } : {}),
     });
   }
 
@@ -194,6 +212,8 @@ export class Agent {
 
   // Resolves once the first list is in and garbage collection ran.
   async start(): Promise<void> {
+    // Before any watch: a start event is never missed for want of a listener.
+    this.#seedReads?.start();
     this.#waits?.start();
     await this.source.start();
     await this.source.synced();
@@ -229,6 +249,7 @@ export class Agent {
     this.#stopping = true;
     if (this.#resync) clearInterval(this.#resync);
     this.#waits?.stop();
+    this.#seedReads?.stop();
     await this.source.stop();
     const finished = await this.queue.shutdown(deadlineMs);
     await this.dependencies?.stop();

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { VmiObject } from '../api/types.ts';
 import type { KubeApi } from '../kube/api.ts';
 
-export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning';
+export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning' | 'SeedRead';
 export type EventType = 'Normal' | 'Warning';
 
 export interface EventRecorder {

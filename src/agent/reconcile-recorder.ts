@@ -13,6 +13,7 @@ import type { StatusStore } from './status-store.ts';
 import { resetObjectFacts, type VmiRecords } from './vmi-records.ts';
 import { splitKey, type Problem, type StatusReport } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
+import { firstBootStatus, type Attach, type FirstBootFacts, type SeedReadWatch } from './seed-read.ts';
 
 // An INTERNAL error is a bug or an input nothing else caught: retried this
 // many times in all (the backoff spaces them), then reported terminal, so a
@@ -53,6 +54,8 @@ export type Outcome =
       attached: boolean;
       staged: string[];
       seconds: number;
+      // This reconcile attached our disk: where and when.
+      attach?: Attach;
     };
 
 // What happened to the seed so far: a failure after the image was written
@@ -75,6 +78,7 @@ export interface ReconcileRecorderOptions {
   failures?: (key: string) => number;
   renderTimeoutParkMs?: number;
   now: () => number;
+  seedReads?: SeedReadWatch;
 }
 
 export class ReconcileRecorder {
@@ -145,6 +149,7 @@ export class ReconcileRecorder {
       prev.state === 'error' ||
       prev.contentHash !== status.contentHash;
     this.#o.status.write(key, vmi.metadata.uid ?? key, status);
+    if (outcome.attach) this.#attached(key, vmi.metadata.uid ?? key, outcome.attach, status);
     const first = this.#o.records.of(key).firstSeen!;
     if (!first.reported) {
       first.reported = true;
@@ -171,6 +176,42 @@ export class ReconcileRecorder {
         seconds: outcome.seconds,
       },
       'seed ready',
+    );
+  }
+
+  // Our disk went into the domain: how long after the domain started (when
+  // this agent saw the start), and the polls for the guest's first read.
+  #attached(key: string, uid: string, attach: Attach, status: Extract<StatusReport, { kind: 'ready' }>): void {
+    if (status.injection?.seededAfterBoot) this.#o.metrics?.seededAfterBoot.inc({ datasource: 'disk' });
+    const facts = this.#o.seedReads?.attached(key, uid, attach);
+    if (!facts) return;
+    this.#o.status.update(key, uid, { firstBoot: firstBootStatus(facts) });
+    if (facts.startedAt !== undefined)
+      this.#o.metrics?.seedAttachAfterStart.observe(Math.max(0, facts.attachedAt - facts.startedAt) / 1000);
+  }
+
+  // The guest read its seed disk (or the wait for it ended).
+  seedRead(key: string, vmi: VmiObject | undefined, facts: FirstBootFacts): void {
+    if (!vmi || (vmi.metadata.uid ?? key) !== facts.uid) return;
+    this.#o.status.update(key, facts.uid, { firstBoot: firstBootStatus(facts) });
+    if (facts.watch !== 'read' || facts.readAt === undefined) return;
+    const afterAttach = Math.max(0, facts.readAt - facts.attachedAt) / 1000;
+    const afterStart = facts.startedAt === undefined ? undefined : Math.max(0, facts.readAt - facts.startedAt) / 1000;
+    if (afterStart !== undefined) this.#o.metrics?.seedReadAfterStart.observe(afterStart);
+    const since =
+      afterStart === undefined
+        ? `${formatSeconds(afterAttach)} after it was attached (the domain's start was not seen by this agent)`
+        : `${formatSeconds(afterStart)} after the domain started, ${formatSeconds(afterAttach)} after it was attached`;
+    this.#o.events.record(
+      vmi,
+      'Normal',
+      'SeedRead',
+      `seed read by guest: first read of disk ${facts.targetDev} in ${facts.domain} at ${new Date(facts.readAt).toISOString()}, ${since}`,
+    );
+    const [namespace, name] = splitKey(key);
+    this.#log.info(
+      { namespace, name, domain: facts.domain, afterStartSeconds: afterStart, afterAttachSeconds: afterAttach },
+      'seed read by guest',
     );
   }
 

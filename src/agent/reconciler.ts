@@ -42,6 +42,7 @@ import type { StatusStore } from './status-store.ts';
 import type { ImageFacts, VmiRecords } from './vmi-records.ts';
 import { splitKey, type Problem } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
+import type { Attach, FirstBootFacts, SeedReadWatch } from './seed-read.ts';
 
 export interface ReconcilerOptions {
   nodeName: string;
@@ -75,6 +76,8 @@ export interface ReconcilerOptions {
   // Host devices' NUMA node and CPUs (ConfigDrive `devices`), read when a
   // VMI's domain is read for its tagged devices.
   hostNuma?: HostNumaReader;
+  // Libvirt's start events and the guest's first read of our disk.
+  seedReads?: SeedReadWatch;
 }
 
 type Injection = NonNullable<VmiStatusRecord['injection']>;
@@ -86,6 +89,8 @@ interface Placement {
   injected: boolean;
   attached: boolean;
   staged: string[];
+  // This reconcile attached our disk (not replaced it): where and when.
+  attach?: Attach;
 }
 
 export function nodeOf(vmi: VmiObject): string | undefined {
@@ -111,6 +116,12 @@ export class Reconciler {
 
   #now(): number {
     return this.#o.now ? this.#o.now() : Date.now();
+  }
+
+  // The guest's first read of its seed disk, or the end of the wait for it,
+  // recorded by the same handler as everything else about the VMI.
+  seedRead(key: string, facts: FirstBootFacts): void {
+    this.#recorder.seedRead(key, this.#o.cache.get(key), facts);
   }
 
   // Is this VMI one this agent should have a seed for (if vmseed's)?
@@ -324,6 +335,7 @@ export class Reconciler {
       attached: placed.attached,
       staged: placed.staged,
       seconds,
+      ...(placed.attach ? { attach: placed.attach } : {}),
     };
   }
 
@@ -423,7 +435,11 @@ export class Reconciler {
       resumed: result.resumed,
       at: new Date(this.#now()).toISOString(),
     };
-    return { injection, injected: result.action !== 'none', attached, staged };
+    const attach =
+      result.action === 'attached' && result.uri !== undefined && result.attachedAt !== undefined
+        ? { uri: result.uri, domain: result.domain, targetDev: result.targetDev, attachedAt: result.attachedAt }
+        : undefined;
+    return { injection, injected: result.action !== 'none', attached, staged, ...(attach ? { attach } : {}) };
   }
 
   // `replacing`: the domain had one of our images already.

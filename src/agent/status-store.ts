@@ -134,7 +134,9 @@ export class StatusStore implements StatusSource {
     const r = this.records.get(key);
     const prev = r?.status;
     if (!r || !prev || prev.uid !== uid) return;
-    r.status = { ...prev, lastFetch: { ...prev.lastFetch, [file]: at.toISOString() } };
+    const iso = at.toISOString();
+    const first = prev.firstFetch?.[file] === undefined ? { firstFetch: { ...prev.firstFetch, [file]: iso } } : {};
+    r.status = { ...prev, lastFetch: { ...prev.lastFetch, [file]: iso }, ...first };
   }
 
   recordGeneration(seconds: number): void {

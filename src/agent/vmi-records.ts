@@ -6,6 +6,7 @@
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import type { Datasource } from '../cloudinit/seed.ts';
 import type { VmiStatusRecord } from '../status/types.ts';
+import type { FirstBootFacts } from './seed-read.ts';
 
 // What is on disk (and in the domain) for a key, for the object `uid`.
 export interface ImageFacts {
@@ -45,6 +46,8 @@ export interface VmiRecord {
   domainFacts?: { uid: string; facts: DomainFacts };
   // RENDER_TIMEOUTs of the VMI's current version.
   renderTimeouts?: { version: string | undefined; count: number };
+  // The domain's start, our disk's attach and the guest's first read of it.
+  firstBoot?: FirstBootFacts;
 }
 
 export class VmiRecords {

@@ -39,6 +39,12 @@ const INJECTOR_IDLE_MS = 1000;
 // the command returns regardless.
 const CLOSE_GRACE_MS = CANCEL_GRACE_MS + INJECTOR_IDLE_MS + 3000;
 
+// A launcher's socket appears some time after its pod, and its domain is
+// defined and started soon after that: the agent waiting for it must be
+// connected and subscribed before the start, so a missing socket is tried
+// again at least this often (a refused unix connect costs microseconds).
+export const CONNECT_BACKOFF_MAX_MS = 500;
+
 // The RPC client's connections on the status page (a virsh client keeps none).
 function showLibvirt(agent: Agent, injector: LibvirtInjector | undefined): void {
   const client = injector?.client;
@@ -60,7 +66,13 @@ export function makeInjector(
   const kubevirt = config.libvirt.platform === 'kubevirt';
   return new LibvirtInjector({
     ...(config.libvirt.mode === 'rpc'
-      ? { client: new RpcLibvirtClient({ timeoutMs: config.libvirt.virshTimeoutMs, ...(cancel ? { cancel } : {}) }) }
+      ? {
+          client: new RpcLibvirtClient({
+            timeoutMs: config.libvirt.virshTimeoutMs,
+            backoffMaxMs: CONNECT_BACKOFF_MAX_MS,
+            ...(cancel ? { cancel } : {}),
+          }),
+        }
       : {}),
     virshPath: config.libvirt.virshPath,
     uriTemplate: config.libvirt.uri,
@@ -175,7 +187,10 @@ export async function makeAgent(
       cancel.signal,
     );
     const domainEvents = domainEventsFor(config, injector);
-    const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
+    const withInjector = {
+      ...(injector ? { injector, seedReads: injector.client } : {}),
+      ...(domainEvents ? { domainEvents } : {}),
+    };
     const { LocalDirSource } = await import('../agent/local/source.ts');
     const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
     const agent = new Agent({
@@ -228,7 +243,10 @@ export async function makeAgent(
     cancel.signal,
   );
   const domainEvents = domainEventsFor(config, injector);
-  const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
+  const withInjector = {
+    ...(injector ? { injector, seedReads: injector.client } : {}),
+    ...(domainEvents ? { domainEvents } : {}),
+  };
   const agent = new Agent({
     ...common,
     ...withInjector,

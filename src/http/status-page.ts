@@ -15,6 +15,8 @@ import type {
 } from '../status/types.ts';
 import { formatAgo, formatBytes, formatSeconds, formatTime } from '../format.ts';
 import { esc } from './html.ts';
+
+type FirstBoot = NonNullable<VmiStatusRecord['firstBoot']>;
 import { renderLatencyChart } from './svg-chart.ts';
 
 export const VMI_STATES: readonly VmiState[] = ['error', 'warning', 'pending', 'ready', 'skipped'];
@@ -66,11 +68,15 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
           at: String(inj.at),
         }
       : undefined,
+    firstBoot: v.firstBoot ? projectFirstBoot(v.firstBoot) : undefined,
     lastError: v.lastError ? projectProblem(v.lastError) : undefined,
     warnings: (v.warnings ?? []).map(projectProblem),
     retries: Number(v.retries ?? 0),
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
+      : undefined,
+    firstFetch: v.firstFetch
+      ? Object.fromEntries(Object.entries(v.firstFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
     // A flag, never the serial: its token is a capability (status/types.ts).
     servedOverHttp: v.servedOverHttp === true ? true : undefined,
@@ -84,6 +90,20 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
         changedAt: str(d.changedAt),
       }),
     ),
+  });
+}
+
+const FIRST_BOOT_WATCH = new Set(['polling', 'read', 'not-read', 'domain-gone', 'not-polled']);
+
+function projectFirstBoot(f: FirstBoot): FirstBoot {
+  return defined({
+    domainStartedAt: str(f.domainStartedAt),
+    attachedAt: String(f.attachedAt),
+    attachAfterStartSeconds: num(f.attachAfterStartSeconds),
+    seedReadAt: str(f.seedReadAt),
+    readAfterStartSeconds: num(f.readAfterStartSeconds),
+    readAfterAttachSeconds: num(f.readAfterAttachSeconds),
+    watch: FIRST_BOOT_WATCH.has(f.watch) ? f.watch : 'polling',
   });
 }
 
@@ -393,6 +413,57 @@ function seededAfterBootCell(v: VmiStatusRecord): string {
     : 'no';
 }
 
+// When the guest first fetched the file, if not the last time shown.
+function firstFetchNote(v: VmiStatusRecord, file: string): string {
+  const first = v.firstFetch?.[file];
+  if (first === undefined || first === v.lastFetch?.[file]) return '';
+  return `<br><span class="muted">first at ${esc(formatTime(first))}</span>`;
+}
+
+// The list's short form: the attach margin and the guest's read.
+function firstBootLine(v: VmiStatusRecord): string {
+  const f = v.firstBoot;
+  if (!f) return '';
+  const margin =
+    f.attachAfterStartSeconds === undefined
+      ? 'start not seen'
+      : `attached ${formatSeconds(f.attachAfterStartSeconds)} after start`;
+  return `<br><span class="muted">${esc(margin)} · ${esc(readText(f))}</span>`;
+}
+
+function readText(f: FirstBoot): string {
+  if (f.watch === 'read')
+    return f.readAfterStartSeconds !== undefined
+      ? `read by guest ${formatSeconds(f.readAfterStartSeconds)} after start`
+      : `read by guest ${formatSeconds(f.readAfterAttachSeconds)} after attach`;
+  return FIRST_BOOT_WATCH_TEXT[f.watch];
+}
+
+const FIRST_BOOT_WATCH_TEXT: Record<FirstBoot['watch'], string> = {
+  polling: 'not read yet (watching)',
+  read: 'read by guest',
+  'not-read': 'not read while watched',
+  'domain-gone': 'the domain went before a read',
+  'not-polled': 'not watched (too many at once)',
+};
+
+function firstBootRows(f: FirstBoot, row: (k: string, val: string) => string): string {
+  const at = (iso: string | undefined, after: string) =>
+    iso === undefined ? '<span class="muted">not seen by this agent</span>' : `${esc(formatTime(iso))}${after}`;
+  const since = (s: number | undefined, what: string) =>
+    s === undefined ? '' : ` <span class="muted">(${esc(formatSeconds(s))} after ${what})</span>`;
+  return [
+    row('domain started', at(f.domainStartedAt, '')),
+    row('seed attached', at(f.attachedAt, since(f.attachAfterStartSeconds, 'the start'))),
+    row(
+      'seed read by guest',
+      f.seedReadAt === undefined
+        ? `<span class="muted">${esc(FIRST_BOOT_WATCH_TEXT[f.watch])}</span>`
+        : at(f.seedReadAt, since(f.readAfterStartSeconds, 'the start') + since(f.readAfterAttachSeconds, 'the attach')),
+    ),
+  ].join('');
+}
+
 // Errors first: the row someone is looking for at 3 a.m. is at the top.
 function sortVmis(vmis: VmiStatusRecord[]): VmiStatusRecord[] {
   const rank = (s: VmiState) => VMI_STATES.indexOf(s);
@@ -424,7 +495,7 @@ function vmiRow(v: VmiStatusRecord, now: Date): string {
 <td class="nowrap">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
 <td class="num">${esc(formatSeconds(v.generationSeconds))}</td>
 <td>${injectionCell(v)}</td>
-<td>${seededAfterBootCell(v)}</td>
+<td>${seededAfterBootCell(v)}${firstBootLine(v)}</td>
 <td class="problems">${problems || '<span class="muted">—</span>'}</td>
 </tr>`;
 }
@@ -488,7 +559,7 @@ export function renderVmiPage(
     .map((k) =>
       row(
         k,
-        `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>`,
+        `the guest fetched ${esc(k)} at ${esc(formatTime(v.lastFetch![k]))} <span class="muted">${esc(formatAgo(v.lastFetch![k], now))}</span>${firstFetchNote(v, k)}`,
       ),
     );
   // The serial holds the seed's token: the page says how to get it, with
@@ -528,6 +599,7 @@ ${row('retries', esc(v.retries))}
 <section class="panel"><h2>Injection</h2><table class="kv">
 ${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', `<span class="muted">${s.config.libvirt === 'off' ? 'off (--libvirt off): the image is only written to disk' : 'not injected'}</span>`)}
 </table></section>
+${v.firstBoot ? `<section class="panel" id="first-boot"><h2>First boot</h2><table class="kv">${firstBootRows(v.firstBoot, row)}</table></section>` : ''}
 ${fetches}
 ${dependenciesHtml(v, now)}
 </div>

@@ -43,6 +43,16 @@ export type LibvirtEvent =
   // up with reconnected: events may have been missed; re-read the domains.
   | { type: 'connection'; uri: string; state: 'up' | 'down'; reconnected: boolean };
 
+// One disk's I/O counters since the domain started (virDomainBlockStats);
+// -1 where the driver keeps none.
+export interface BlockStats {
+  rdReq: number;
+  rdBytes: number;
+  wrReq: number;
+  wrBytes: number;
+  errs: number;
+}
+
 export interface LibvirtClient {
   readonly kind: 'rpc' | 'virsh';
   // false: onEvent never fires, poll instead.
@@ -57,6 +67,8 @@ export interface LibvirtClient {
   attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   detachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void>;
   resume(uri: string, domain: string, o?: CallOptions): Promise<void>;
+  // `target`: the disk's target dev, e.g. `sdzz`.
+  blockStats(uri: string, domain: string, target: string, o?: CallOptions): Promise<BlockStats>;
   onEvent(listener: (e: LibvirtEvent) => void): () => void;
   // Keep a connection to `uri` (and its events) until the returned
   // function is called.

@@ -411,6 +411,7 @@ export class LibvirtInjector implements Injector {
     }
 
     let action: InjectionResult['action'] = 'none';
+    let attachedAt: number | undefined;
     if (stale.length > 0) {
       // The seed changed: take the old disk out where it is, then attach.
       await this.#detach(uri, domain, stale);
@@ -420,6 +421,7 @@ export class LibvirtInjector implements Injector {
       if (action === 'none') action = 'attached';
       const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
       await this.#client.attachDevice(uri, domain, xml, deviceFlags(missing, this.#timeoutMs));
+      attachedAt = Date.now();
     }
 
     let resumed = false;
@@ -436,6 +438,8 @@ export class LibvirtInjector implements Injector {
       persistent: view.persistent,
       seededAfterBoot: view.state === 'running' && action !== 'none',
       resumed,
+      uri,
+      ...(attachedAt !== undefined ? { attachedAt } : {}),
     };
   }
 

@@ -12,6 +12,7 @@ import {
   type LibvirtClient,
   type ViewOptions,
   type LibvirtEvent,
+  type BlockStats,
 } from './client.ts';
 import { now } from './rpc/connection.ts';
 import { ConnectionManager, type ConnectionManagerOptions, type ManagerStats } from './rpc/manager.ts';
@@ -170,6 +171,11 @@ export class RpcLibvirtClient implements LibvirtClient {
   async resume(uri: string, domain: string, o?: CallOptions): Promise<void> {
     checkName(domain);
     return this.#mutate(uri, domain, o, (s, d) => s.withDomain(domain, d, (dom) => s.resume(dom, d)));
+  }
+
+  async blockStats(uri: string, domain: string, target: string, o?: CallOptions): Promise<BlockStats> {
+    checkName(domain);
+    return this.#read(uri, o, (s, d) => s.withDomain(domain, d, (dom) => s.blockStats(dom, target, d)));
   }
 
   onEvent(listener: (e: LibvirtEvent) => void): () => void {

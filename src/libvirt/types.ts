@@ -43,6 +43,10 @@ export interface InjectionResult {
   seededAfterBoot: boolean;
   // The seed gate resumed a paused domain.
   resumed: boolean;
+  // Where the domain lives, and when (epoch ms) libvirt confirmed this
+  // attach (set only when this call attached or replaced the disk).
+  uri?: string;
+  attachedAt?: number;
 }
 
 export interface EjectionResult {

@@ -10,6 +10,9 @@ const LATENCY_BUCKETS = [
 ];
 // virsh round trips and the time a VM owner waits: 1 ms to 5 min.
 const SLOW_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+// A domain's start to our disk in it: 1 ms to 5 min, finest where the
+// guest's firmware is still running.
+const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 // 4 KiB (minimum image) to 64 MiB.
 const SIZE_BUCKETS = [4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
 
@@ -170,6 +173,24 @@ export function createMetrics(options: MetricsOptions) {
       help: 'Open watches on referenced Secrets and ConfigMaps: one per mutable object a seed on this node reads.',
       registers,
     }),
+    seedAttachAfterStart: new Histogram({
+      name: 'vmseed_seed_attach_after_start_seconds',
+      help: "From libvirt's start event of a domain, as this agent received it, to the seed disk attached to it (domains whose start this agent saw).",
+      buckets: MARGIN_BUCKETS,
+      registers,
+    }),
+    seedReadAfterStart: new Histogram({
+      name: 'vmseed_seed_read_after_start_seconds',
+      help: "From libvirt's start event of a domain to the guest's first read of the seed disk seen in libvirt's block statistics (polled with backoff).",
+      buckets: SLOW_BUCKETS,
+      registers,
+    }),
+    seededAfterBoot: new Counter({
+      name: 'vmseed_seeded_after_boot_total',
+      help: 'Seeds that came after the guest could have looked, by datasource: disk, the seed disk attached to a domain already running (not paused).',
+      labelNames: ['datasource'] as const,
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',
@@ -182,6 +203,7 @@ export function createMetrics(options: MetricsOptions) {
   // the first scrape instead of nothing until the first occurrence.
   for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
   for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
+  m.seededAfterBoot.inc({ datasource: 'disk' }, 0);
   return {
     ...m,
     // The agent hands in its probes once it has a queue and a source.

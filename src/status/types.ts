@@ -45,8 +45,24 @@ export interface VmiStatusRecord {
   lastError?: StatusProblem;
   warnings: StatusProblem[];
   retries: number;
+  // Libvirt on: the domain's start (libvirt's event, as this agent received
+  // it), our disk's attach and the guest's first read of it (libvirt's
+  // block statistics). A field this agent did not observe is absent.
+  firstBoot?: {
+    domainStartedAt?: string; // ISO 8601
+    attachedAt: string;
+    attachAfterStartSeconds?: number;
+    seedReadAt?: string;
+    readAfterStartSeconds?: number;
+    readAfterAttachSeconds?: number;
+    // polling: between attach and read; not-read: polling ended without a
+    // read; domain-gone: the domain went first; not-polled: too many polls.
+    watch: 'polling' | 'read' | 'not-read' | 'domain-gone' | 'not-polled';
+  };
   // NoCloud-over-HTTP: the last time the guest fetched each file.
   lastFetch?: Record<string, string>;
+  // NoCloud-over-HTTP: the first time it did (meta-data first: the seed read).
+  firstFetch?: Record<string, string>;
   // NoCloud-over-HTTP: the datasource serves this VMI's seed. Never the DMI
   // serial itself: its token is a capability (whoever holds it reads the
   // seed, passwords included) and every page here is readable by more

@@ -138,6 +138,8 @@ export async function startAgent(
     renderTimeoutParkMs?: number;
     // false: Secrets and ConfigMaps read at each reconcile (no watches).
     watchRefs?: boolean | (Partial<ObjectWatchesOptions> & { minWatchTimeoutMs?: number });
+    seedReads?: AgentOptions['seedReads'];
+    seedReadPolicy?: AgentOptions['seedReadPolicy'];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -201,6 +203,8 @@ export async function startAgent(
     ...(options.nocloudHttp ? { nocloudHttp: options.nocloudHttp } : {}),
     ...(options.renderTimeoutParkMs !== undefined ? { renderTimeoutParkMs: options.renderTimeoutParkMs } : {}),
     ...(watches ? { objectCache: watches } : {}),
+    ...(options.seedReads ? { seedReads: options.seedReads } : {}),
+    ...(options.seedReadPolicy ? { seedReadPolicy: options.seedReadPolicy } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();

@@ -1,0 +1,210 @@
+// A VMI's first boot on the replica node without the seed gate, with the
+// agent as shipped (DaemonSet security context, manifest args, in-cluster
+// config to the fake API server): the VMI first seen without activePods,
+// then, in the order a run asks and with its delays, the launcher pod named
+// in the VMI's status, the launcher's libvirt socket appearing, and the
+// domain defined; the domain is started last, not paused. The busybox guest
+// looks for its seed once at boot. Used by e2e/kubevirt-first-boot.test.ts
+// and bench/first-boot.ts.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createKubeletTree, runCommand, QEMU_GID, QEMU_UID, type KubeletTree } from './kubelet-tree.ts';
+import { startLauncher, type Launcher } from './session-libvirtd.ts';
+import { defineKubevirtVm, type KubevirtVm } from './kubevirt-domain.ts';
+import { consoleOf } from './replica-seed.ts';
+import { freePort, startDaemonSetAgent, waitHealthy, type DaemonSetAgentProcess } from './daemonset-agent.ts';
+import { busyboxCmdline } from './guest/busybox.ts';
+import { parseConsole } from './guest/console.ts';
+import { waitUntil } from './agent-process.ts';
+import { FakeKube } from '../../test/support/fake-kube.ts';
+import { serviceAccountVolume } from '../../test/support/in-cluster.ts';
+import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiStatusRecord } from '../../src/status/types.ts';
+
+export const NODE = 'replica-node';
+export const NS = 'first-boot';
+
+export type Step = 'pod' | 'socket' | 'define';
+
+export interface FirstBootNode {
+  tree: KubeletTree;
+  fake: FakeKube;
+  agent: DaemonSetAgentProcess;
+  statusUrl: string;
+  detail(): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export interface FirstBootRun {
+  name: string;
+  // Epoch ms on this host: `virsh start` issued and returned.
+  startIssuedAt: number;
+  startReturnedAt: number;
+  // The agent's record of it (status.json).
+  firstBoot: NonNullable<VmiStatusRecord['firstBoot']>;
+  // The guest's one look at boot found the seed's files.
+  guestFound: boolean;
+  console: string;
+}
+
+// One kubelet pod tree with `pods` launcher pod directories (no launcher
+// running yet), the fake API server and the agent.
+export async function startFirstBootNode(pods: number): Promise<FirstBootNode> {
+  const tree = await createKubeletTree(pods);
+  const fake = await FakeKube.start();
+  const work = await mkdtemp(join(tmpdir(), 'vmseed-first-boot-'));
+  const cleanup = async () => {
+    await fake.close();
+    await rm(work, { recursive: true, force: true });
+    await tree.remove();
+  };
+  try {
+    const stateDir = join(work, 'seeds');
+    await runCommand(['install', '-d', '-o', String(QEMU_UID), '-g', String(QEMU_GID), '-m', '0755', stateDir]);
+    const keyDir = join(work, 'datasource-key');
+    await runCommand(['install', '-d', '-m', '0755', keyDir]);
+    await writeFile(join(keyDir, 'keys'), `${randomBytes(32).toString('base64')}\n`, { mode: 0o444 });
+    await chmod(work, 0o755);
+    const [listen, statusListen, datasourceListen] = [await freePort(), await freePort(), await freePort()];
+    const agent = await startDaemonSetAgent({
+      hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
+      secrets: { 'vmseed-datasource-key': keyDir },
+      nodeName: NODE,
+      kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
+      overrides: {
+        listen: `127.0.0.1:${listen}`,
+        'status-listen': `127.0.0.1:${statusListen}`,
+        'datasource-listen': `127.0.0.1:${datasourceListen}`,
+      },
+    });
+    const statusUrl = `http://127.0.0.1:${statusListen}/status.json`;
+    const detail = async () => {
+      const status = await fetch(statusUrl)
+        .then((r) => r.text())
+        .catch((e: unknown) => String(e));
+      return `agent log tail:\n${agent.log().split('\n').slice(-20).join('\n')}\nstatus: ${status.slice(0, 3000)}`;
+    };
+    try {
+      await waitHealthy(agent, `http://127.0.0.1:${listen}/healthz`, 60_000);
+      await waitUntil(
+        'the VMI list',
+        () => fake.requests.some((r) => r.resource === 'virtualmachineinstances' && r.verb === 'list'),
+        30_000,
+        detail,
+      );
+    } catch (e) {
+      await agent.stop();
+      throw e;
+    }
+    return {
+      tree,
+      fake,
+      agent,
+      statusUrl,
+      detail,
+      stop: async () => {
+        await agent.stop();
+        await cleanup();
+      },
+    };
+  } catch (e) {
+    await cleanup();
+    throw e;
+  }
+}
+
+function vmiObject(name: string, uid: string, activePods: Record<string, string> | undefined): VmiObject {
+  return {
+    apiVersion: 'kubevirt.io/v1',
+    kind: 'VirtualMachineInstance',
+    metadata: {
+      name,
+      namespace: NS,
+      uid,
+      labels: { 'kubevirt.io/nodeName': NODE },
+      annotations: { 'vmseed.io/cloud-init': JSON.stringify({ userData: `#cloud-config\n# ${uid}\n` }) },
+    },
+    spec: { domain: { firmware: { uuid: uid } } },
+    // Scheduled, its pod not created yet; then Running with the pod.
+    status: activePods
+      ? { nodeName: NODE, phase: 'Running', activePods }
+      : { nodeName: NODE, phase: 'Scheduled', activePods: {} },
+  };
+}
+
+async function vmiStatus(node: FirstBootNode, name: string): Promise<VmiStatusRecord | undefined> {
+  const s = (await fetch(node.statusUrl).then((r) => r.json())) as { vmis: VmiStatusRecord[] };
+  return s.vmis.find((v) => v.namespace === NS && v.name === name);
+}
+
+// One VM's first boot on the node's pod `podIndex` (a fresh launcher each
+// time): steps in `order` with `delayMs` before each, then the start.
+export async function firstBootRun(
+  node: FirstBootNode,
+  podIndex: number,
+  o: { order: Step[]; delayMs: number[]; startDelayMs: number; readTimeoutMs?: number },
+): Promise<FirstBootRun> {
+  const pod = node.tree.pods[podIndex];
+  const name = `vm${podIndex}`;
+  const uid = randomUUID();
+  let launcher: Launcher | undefined;
+  let vm: KubevirtVm | undefined;
+  node.fake.applyVmi(vmiObject(name, uid, undefined));
+  try {
+    await waitUntil('the VMI seen', async () => (await vmiStatus(node, name)) !== undefined, 30_000, node.detail);
+    for (const [i, step] of o.order.entries()) {
+      await sleep(o.delayMs[i] ?? 0);
+      if (step === 'pod') node.fake.applyVmi(vmiObject(name, uid, { [pod.uid]: NODE }));
+      else if (step === 'socket') launcher = await startLauncher(pod);
+      else {
+        if (!launcher) throw new Error('define before the socket');
+        vm = await defineKubevirtVm(launcher, {
+          namespace: NS,
+          name,
+          uuid: uid,
+          cmdline: busyboxCmdline({ files: ['user-data', 'meta-data'], waitSeconds: 0, after: 'stay' }),
+        });
+      }
+    }
+    if (!launcher || !vm) throw new Error('the order must hold socket and define');
+    await sleep(o.startDelayMs);
+    const startIssuedAt = Date.now();
+    await launcher.virsh(['start', vm.domain]);
+    const startReturnedAt = Date.now();
+    const l = launcher;
+    const v = vm;
+    const firstBoot = await waitUntil(
+      `${name}: the seed read by the guest, in the agent's status`,
+      async () => {
+        const f = (await vmiStatus(node, name))?.firstBoot;
+        return f && f.watch !== 'polling' ? f : undefined;
+      },
+      o.readTimeoutMs ?? 90_000,
+      async () => `${await node.detail()}\nconsole: ${consoleOf(l, v).slice(-1500)}`,
+    );
+    // The guest's one look is over once it printed its result.
+    const console = await waitUntil(
+      `${name}: the guest's look at boot`,
+      () => {
+        const text = consoleOf(l, v);
+        const c = parseConsole(text);
+        return c.done || c.labelTimeout || c.missing.length > 0 ? text : undefined;
+      },
+      60_000,
+      async () => consoleOf(l, v).slice(-1500),
+    );
+    const c = parseConsole(console);
+    const guestFound = c.files.has('user-data') && c.files.has('meta-data') && !c.labelTimeout;
+    return { name, startIssuedAt, startReturnedAt, firstBoot, guestFound, console };
+  } finally {
+    node.fake.deleteVmi(NS, name);
+    if (vm && launcher) {
+      await launcher.virsh(['destroy', vm.domain]).catch(() => {});
+      await launcher.virsh(['undefine', vm.domain]).catch(() => {});
+    }
+    await launcher?.stop();
+  }
+}
