@@ -16,13 +16,15 @@ import { DirPublisher } from '../libvirt/publish.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
-import { Agent, CANCEL_GRACE_MS } from '../agent/agent.ts';
+import { Agent } from '../agent/agent.ts';
+import { aborted, CANCEL_GRACE_MS, ShutdownDeadline } from '../agent/shutdown.ts';
 import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from '../agent/readiness-checks.ts';
 import { RenderPool } from '../agent/render-pool.ts';
+import { seedGateHook, storeGateRecord } from '../agent/seed-gate.ts';
 import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../libvirt/virsh.ts';
 import type { RenderSeed } from '../agent/deps.ts';
@@ -69,7 +71,7 @@ export function makeInjector(
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
     ...(config.libvirt.publishDir !== undefined ? { publisher: dirPublisher(config.libvirt.publishDir) } : {}),
-    ...(resume ? { resume } : kubevirt ? { resume: noVirshResume } : {}),
+    resume: seedGateHook(config.libvirt.platform, resume),
     ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
     // KubeVirt owns the domain's definition; a disk in its persistent
@@ -78,16 +80,6 @@ export function makeInjector(
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
 }
-
-// KubeVirt resumes any pause it did not order and keeps its own record of
-// the one it made: the kubevirt platform never falls back to `virsh resume`.
-const noVirshResume: ResumeHook = async () => {
-  throw new VmseedError(
-    'CONFIG_INVALID',
-    "the seed gate on --platform kubevirt resumes through KubeVirt's unpause API only, and none is configured",
-    { kind: 'terminal', field: 'resumeVia' },
-  );
-};
 
 // With the RPC client: plain libvirt's one URI is watched all the time;
 // KubeVirt's launcher sockets while a VMI waits for its domain.
@@ -116,19 +108,22 @@ export async function makeAgent(
   const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
   // Large documents are parsed, merged and serialised on a worker thread.
   const pool = new RenderPool();
-  // Aborted by agent.stop() at the --shutdown-timeout deadline: render
-  // steps on the worker and virsh children end, their reconciles fail with
-  // CANCELLED.
-  const cancel = new AbortController();
-  const spawner = cancellableSpawner(new NodeProcessSpawner(), cancel.signal);
+  // Armed by agent.stop() with the --shutdown-timeout deadline: each
+  // reconcile's steps get a signal that follows it (render steps on the
+  // worker end); the clients made here for reconciles listen to it too
+  // (virsh children, libvirt RPC and API calls end), and their reconciles
+  // fail with CANCELLED.
+  const shutdown = new ShutdownDeadline();
+  const cancel = shutdown.reconciles;
+  const spawner = cancellableSpawner(new NodeProcessSpawner(), cancel);
   const common = {
     version: VERSION,
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
     render: ((vmi, refs, options, context) =>
-      renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal }, context)) satisfies RenderSeed,
-    cancel,
+      renderSeed(vmi, refs, { ...options, offload: pool }, context)) satisfies RenderSeed,
+    shutdown,
     build: buildSeedImage,
     store,
     metrics,
@@ -170,12 +165,7 @@ export async function makeAgent(
   };
   if (config.mode === 'local') {
     // virsh children die with the stop deadline (the RPC client's calls have their own).
-    const injector = makeInjector(
-      config,
-      undefined,
-      config.libvirt.mode === 'virsh' ? spawner : undefined,
-      cancel.signal,
-    );
+    const injector = makeInjector(config, undefined, config.libvirt.mode === 'virsh' ? spawner : undefined, cancel);
     const domainEvents = domainEventsFor(config, injector);
     const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
     const { LocalDirSource } = await import('../agent/local/source.ts');
@@ -200,7 +190,7 @@ export async function makeAgent(
     { loadConnection },
     { KubeRefResolver },
     { KubeVmiSource },
-    { kubevirtUnpause, storeGateRecord },
+    { kubevirtUnpause },
   ] = await Promise.all([
     import('../agent/events.ts'),
     import('../kube/api.ts'),
@@ -216,14 +206,14 @@ export async function makeAgent(
   // Reconciles' reads (Secrets, ConfigMaps) and unpause end at the stop
   // deadline; Events and the informer keep their own client (the agent
   // flushes Events after the deadline).
-  const reconcileApi = new KubeConnectionApi(connection, { cancel: cancel.signal });
+  const reconcileApi = new KubeConnectionApi(connection, { cancel });
   const injector = makeInjector(
     config,
     config.libvirt.resumeVia === 'kubevirt'
       ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync }))
       : undefined,
     config.libvirt.mode === 'virsh' ? spawner : undefined,
-    cancel.signal,
+    cancel,
   );
   const domainEvents = domainEventsFor(config, injector);
   const withInjector = { ...(injector ? { injector } : {}), ...(domainEvents ? { domainEvents } : {}) };
@@ -372,9 +362,11 @@ export const agent: Command = async (ctx) => {
   if (!failed) await stopped;
   const deadlineMs = config.shutdownTimeoutMs;
   log.info({ deadlineMs }, 'stopping: no new work, finishing what is in flight');
-  // Every step is bounded: a reconcile stuck in a file read or a virsh call
-  // must not keep the pod past its grace period. main() then ends the
-  // process even if that work still holds the event loop.
+  // Every step is bounded by the one deadline: a reconcile stuck in a file
+  // read or a virsh call must not keep the pod past its grace period.
+  // main() then ends the process even if that work still holds the event
+  // loop.
+  agentInstance.shutdown.arm(deadlineMs, CLOSE_GRACE_MS);
   const shutdown = (async () => {
     const finished = await agentInstance.stop(deadlineMs);
     await redirectPoller?.stop();
@@ -382,12 +374,8 @@ export const agent: Command = async (ctx) => {
     await closeConnection();
     return finished;
   })();
-  let timer: NodeJS.Timeout | undefined;
-  const outcome = await Promise.race([
-    shutdown,
-    new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), deadlineMs + CLOSE_GRACE_MS))),
-  ]);
-  clearTimeout(timer);
+  const outcome = await Promise.race([shutdown, aborted(agentInstance.shutdown.closed).then(() => 'timeout' as const)]);
+  agentInstance.shutdown.dispose();
   if (outcome === true) {
     log.info({ finished: true }, 'vmseed agent stopped');
     return failed ? 1 : 0;

@@ -4,7 +4,7 @@
 // next-boot config, one read) and does only what is missing (one attach),
 // so it can be repeated.
 import { domainFactsFromXml, type DomainFacts } from './domain-devices.ts';
-import { VmseedError } from '../errors.ts';
+import { cancelledError, VmseedError } from '../errors.ts';
 import {
   buildSeedDiskXml,
   parseDomainXml,
@@ -40,7 +40,9 @@ export interface ResumeContext {
   client: LibvirtClient;
 }
 
-// In KubeVirt the agent calls the VMI's `unpause` subresource instead.
+// The seed gate's hook (the agent's src/agent/seed-gate.ts makes it): called
+// for a paused domain, once the seed is in place, whose VMI opts in with
+// RESUME_ANNOTATION. In KubeVirt it calls the VMI's `unpause` subresource.
 // `false`: the hook decided this pause is not the seed gate's to end.
 export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
@@ -204,7 +206,7 @@ export class LibvirtInjector implements Injector {
     }
   }
 
-  async inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult> {
+  async inject(target: InjectionTarget, imagePath: string, signal?: AbortSignal): Promise<InjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
     let published = '';
@@ -224,7 +226,8 @@ export class LibvirtInjector implements Injector {
         viewing.catch(() => {});
         if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
         published = await this.#publisher.publish(target, imagePath);
-        return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
+        const source = this.imagePathForDomain(target, published);
+        return this.#inject(target, domain, uri, source, await viewing, signal);
       },
       async () => {
         // Both views of the domain name `published` now: older copies (an
@@ -366,6 +369,7 @@ export class LibvirtInjector implements Injector {
     uri: string,
     source: string,
     view: DomainView,
+    signal: AbortSignal | undefined,
   ): Promise<InjectionResult> {
     if (view.state === 'other') {
       throw new VmseedError(
@@ -424,6 +428,8 @@ export class LibvirtInjector implements Injector {
 
     let resumed = false;
     if (view.state === 'paused' && target.annotations[RESUME_ANNOTATION] === 'true') {
+      // Past the stop deadline the guest stays paused: the next start resumes it.
+      if (signal?.aborted) throw cancelledError("the seed gate's resume");
       resumed = (await this.#resume({ domain, uri, target, client: this.#client })) !== false;
     }
     return {

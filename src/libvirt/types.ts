@@ -53,7 +53,9 @@ export interface EjectionResult {
 // Errors are VmseedErrors: DOMAIN_NOT_FOUND is retryable (the launcher may
 // not have defined the domain yet), VIRSH_TIMEOUT retryable, etc.
 export interface Injector {
-  inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult>;
+  // `signal`: the reconcile's; a step that cannot be undone half way (the
+  // seed gate's resume) does not start once it has aborted.
+  inject(target: InjectionTarget, imagePath: string, signal?: AbortSignal): Promise<InjectionResult>;
   eject(target: InjectionTarget): Promise<EjectionResult>;
   // Per-launcher-pod injectors (KubeVirt) also place the image in a
   // migration target's pod without attaching it (returns the path the
