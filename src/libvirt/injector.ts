@@ -21,15 +21,7 @@ import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { isPodUid } from './launcher-pod.ts';
-import {
-  checkTemplate,
-  encodeUriValue,
-  IMAGE_PLACEHOLDERS,
-  renderForTarget,
-  renderTemplate,
-  TARGET_PLACEHOLDERS,
-  usesPodUID,
-} from './template.ts';
+import { encodeUriValue, renderForTarget, renderTemplate, usesPodUID } from './template.ts';
 
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 
@@ -56,7 +48,8 @@ export interface LibvirtInjectorOptions {
   client?: LibvirtClient;
   virshPath?: string;
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
-  // VMI's launcher pod on this node, see launcher-pod.ts).
+  // VMI's launcher pod on this node, see launcher-pod.ts). The templates
+  // come checked (see template.ts).
   domainTemplate?: string;
   // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`;
   // placeholder values are percent-encoded.
@@ -120,9 +113,6 @@ export class LibvirtInjector implements Injector {
     this.#domainTemplate = options.domainTemplate ?? '{namespace}_{name}';
     this.#uriTemplate = options.uriTemplate ?? 'qemu:///system';
     this.#imagePathTemplate = options.imagePathTemplate ?? '{path}';
-    checkTemplate('domainTemplate', this.#domainTemplate, TARGET_PLACEHOLDERS);
-    checkTemplate('uriTemplate', this.#uriTemplate, TARGET_PLACEHOLDERS);
-    checkTemplate('imagePathTemplate', this.#imagePathTemplate, IMAGE_PLACEHOLDERS);
     this.#publisher = options.publisher ?? identityPublisher;
     this.#bus = options.bus ?? 'virtio';
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {
