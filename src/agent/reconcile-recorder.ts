@@ -3,8 +3,7 @@
 // is recorded here: the status (written once), the reconcile and error
 // counts, the generation histogram, the Events and the log lines.
 import type { Logger } from 'pino';
-import type { VmiObject } from '../api/types.ts';
-import type { Datasource } from '../cloudinit/seed.ts';
+import type { VmiObject, Datasource } from '../api/types.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import { formatSeconds } from '../format.ts';
 import type { Metrics } from '../metrics/metrics.ts';

@@ -3,6 +3,7 @@
 // Level-based: every call looks at the domain as it is now (live and
 // next-boot config, one read) and does only what is missing (one attach),
 // so it can be repeated.
+import type { DomainState } from '../api/types.ts';
 import { domainFactsFromXml, type DomainFacts } from './domain-devices.ts';
 import { cancelledError, VmseedError } from '../errors.ts';
 import {
@@ -15,7 +16,7 @@ import {
   type DomainXmlInfo,
   type SeedBus,
 } from './disk-xml.ts';
-import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
+import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
 import type { ProcessSpawner } from './virsh.ts';
 import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';

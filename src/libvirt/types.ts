@@ -1,6 +1,6 @@
 // The contract between the agent's reconciler and the libvirt injector.
+import type { Datasource, DomainState } from '../api/types.ts';
 import type { DomainFacts } from './domain-devices.ts';
-import type { Datasource } from '../cloudinit/seed.ts';
 
 export interface InjectionTarget {
   namespace: string;
@@ -22,10 +22,6 @@ export interface InjectionTarget {
     pausedCondition: boolean;
   };
 }
-
-import type { DomainState } from '../api/types.ts';
-
-export type { DomainState };
 
 export interface InjectionResult {
   // none: our disk was already there with this source.
