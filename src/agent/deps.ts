@@ -12,6 +12,8 @@ export interface AgentRenderOptions {
   maxUserDataBytes: number;
   maxNetworkDataBytes: number;
   defaultVendorData?: VendorDataRef;
+  // The reconcile's signal (the stop deadline), set by the reconciler.
+  signal?: AbortSignal;
 }
 
 // context: facts from the domain (the reconciler passes them only for the

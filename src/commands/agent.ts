@@ -194,10 +194,7 @@ async function localAgent(config: Config, logger: Logger, parts: AgentParts): Pr
   return {
     agent,
     injector,
-    close: async () => {
-      await injector?.idle(INJECTOR_IDLE_MS);
-      await injector?.client.close();
-    },
+    close: () => closeInjector(injector),
   };
 }
 
@@ -239,11 +236,16 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     agent,
     injector,
     close: async () => {
-      await injector?.idle(INJECTOR_IDLE_MS);
-      await injector?.client.close();
+      await closeInjector(injector);
       await connection.close();
     },
   };
+}
+
+// Its last file work (bounded), then the RPC client's sockets.
+async function closeInjector(injector: LibvirtInjector | undefined): Promise<void> {
+  await injector?.idle(INJECTOR_IDLE_MS);
+  await injector?.client.close();
 }
 
 // --resume-via kubevirt: the seed gate's "unpaused" is kept next to the

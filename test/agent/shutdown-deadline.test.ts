@@ -48,7 +48,7 @@ test('a render waiting past the stop deadline gets its reconcile signal aborted:
   const signals: AbortSignal[] = [];
   const render: RenderSeed = (_vmi, _refs, options) =>
     new Promise((_, reject) => {
-      const signal = (options as { signal?: AbortSignal }).signal!;
+      const signal = options.signal!;
       signals.push(signal);
       signal.addEventListener('abort', () => reject(cancelledError('the render')), { once: true });
     });
