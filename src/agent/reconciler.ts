@@ -158,32 +158,9 @@ export class Reconciler {
     for (const img of images) {
       const key = `${img.namespace}/${img.name}`;
       const live = this.#o.cache.get(key);
-      if (live && live.metadata.uid === img.uid && this.isHere(live)) {
-        const had = this.#records.get(key)?.image;
-        const sha = await this.#o.store.hashImage(img.path);
-        if (sha !== undefined) {
-          // Several images (a crash between write and prune): all stay, the
-          // first reconcile decides. An image whose content matches its name
-          // is preferred as the one on record.
-          if (had) {
-            had.needsPrune = true;
-            if (!sha.startsWith(img.sha16)) {
-              kept++;
-              continue;
-            }
-          }
-          this.#records.of(key).image = {
-            uid: img.uid,
-            datasource: img.datasource,
-            path: img.path,
-            sha256: sha,
-            needsPrune: had !== undefined,
-            annotations: live.metadata.annotations ?? {},
-            launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
-          };
-          kept++;
-          continue;
-        }
+      if (live && live.metadata.uid === img.uid && this.isHere(live) && (await this.#adopt(key, img, live))) {
+        kept++;
+        continue;
       }
       // remove() takes all of the VMI's images at once.
       if (removedVmis.has(`${key}\0${img.uid}`)) continue;
@@ -208,6 +185,31 @@ export class Reconciler {
     this.#recorder.observeSteps(steps);
     this.#log.info({ kept, removed }, 'garbage collection of seed images done');
     return { kept, removed };
+  }
+
+  // An image of a VMI that is here, remembered with the hash of what is on
+  // disk; false when it cannot be read (then it is removed).
+  async #adopt(key: string, img: StoredImage, live: VmiObject): Promise<boolean> {
+    const had = this.#records.get(key)?.image;
+    const sha = await this.#o.store.hashImage(img.path);
+    if (sha === undefined) return false;
+    // Several images (a crash between write and prune): all stay, the
+    // first reconcile decides. An image whose content matches its name
+    // is preferred as the one on record.
+    if (had) {
+      had.needsPrune = true;
+      if (!sha.startsWith(img.sha16)) return true;
+    }
+    this.#records.of(key).image = {
+      uid: img.uid,
+      datasource: img.datasource,
+      path: img.path,
+      sha256: sha,
+      needsPrune: had !== undefined,
+      annotations: live.metadata.annotations ?? {},
+      launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
+    };
+    return true;
   }
 
   // The reconcile finds what is and makes it so (#sync); what it found, or
