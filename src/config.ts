@@ -5,6 +5,7 @@ import type { DatasourceConfig } from './agent/nocloud-http.ts';
 import type { RenderOptions } from './cloudinit/render.ts';
 import type { VendorDataRef } from './cloudinit/userdata/vendor-data.ts';
 import { readFlags, type FlagReader } from './config/flag-reader.ts';
+import { resumeViaProblem } from './agent/seed-gate.ts';
 import { LAUNCHER_SOCKET, rpcDialable, type LibvirtMode, type LogLevel, type Platform } from './config/flags.ts';
 import { ConfigError } from './config/values.ts';
 
@@ -152,16 +153,8 @@ function checkCombinations(config: Config, flags: FlagReader): void {
       "--platform kubevirt needs a cluster (KubeVirt's VMI status and unpause API); local mode uses --platform libvirt",
     );
   }
-  if (config.mode === 'local' && resumeVia === 'kubevirt') {
-    throw new ConfigError(
-      "--resume-via kubevirt needs a cluster (KubeVirt's unpause API); local mode resumes with virsh",
-    );
-  }
-  if (platform === 'kubevirt' && resumeVia === 'virsh') {
-    throw new ConfigError(
-      '--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt',
-    );
-  }
+  const gate = resumeViaProblem(config.mode, platform, resumeVia);
+  if (gate) throw new ConfigError(gate);
   if (mode === 'rpc' && !rpcDialable(uri)) {
     throw new ConfigError(
       `--libvirt rpc: '${uri}' is not a local qemu URI (qemu:///system, qemu:///session, qemu+unix:///…?socket=PATH) the RPC client can dial; use --libvirt virsh for other transports`,

@@ -11,6 +11,7 @@ import type { EventRecorder } from './events.ts';
 import { Reconciler } from './reconciler.ts';
 import { DomainWaits, type DomainEvents } from './domain-waits.ts';
 import { AgentSeedDirectory } from './seed-directory.ts';
+import { ShutdownDeadline } from './shutdown.ts';
 import { StatusStore } from './status-store.ts';
 import { VmiRecords } from './vmi-records.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
@@ -54,10 +55,6 @@ export interface AgentOptions {
   reportOtherNodes?: boolean;
   // ConfigDrive `devices`: host devices' NUMA facts (host-numa.ts).
   hostNuma?: HostNumaReader;
-  // Aborted by stop() at its deadline: the work that listens to its signal
-  // (virsh children, render workers) ends, and its reconcile fails with
-  // CANCELLED.
-  cancel?: AbortController;
   // Cluster mode: referenced Secrets and ConfigMaps read through a watched
   // cache; a change re-reconciles the VMIs that read them.
   objectCache?: ObjectCache;
@@ -65,10 +62,12 @@ export interface AgentOptions {
   // and when its guest first read our disk (seed-read.ts).
   seedReads?: SeedReadClient;
   seedReadPolicy?: SeedReadPolicy;
+  // The stop deadline (armed by stop()): each reconcile's steps get a
+  // signal that follows it, and the clients made for reconciles (virsh
+  // children, libvirt and API calls) listen to it too. Default: the
+  // agent's own.
+  shutdown?: ShutdownDeadline;
 }
-
-// After the cancel, how long stop() waits for the cancelled work to settle.
-export const CANCEL_GRACE_MS = 1000;
 
 export class Agent {
   readonly source: VmiSource;
@@ -78,6 +77,7 @@ export class Agent {
   // Everything held about each VMI; forget(key) drops all of it.
   readonly records = new VmiRecords();
   readonly events: EventRecorder;
+  readonly shutdown: ShutdownDeadline;
   // The datasource server's SeedDirectory (undefined when it is off).
   readonly seeds: AgentSeedDirectory | undefined;
   readonly #o: AgentOptions;
@@ -97,6 +97,7 @@ export class Agent {
     this.#o = options;
     this.#log = options.logger;
     this.events = options.events;
+    this.shutdown = options.shutdown ?? new ShutdownDeadline();
     this.source = options.makeSource((key) => this.#enqueue(key));
     this.#waits =
       options.domainEvents && options.injector
@@ -193,6 +194,7 @@ export class Agent {
       ...(options.hostNuma ? { hostNuma: options.hostNuma } : {}),
       ...(this.seeds ? { seeds: this.seeds } : {}),
       ...(this.#seedReads ? { seedReads: this.#seedReads } : {}),
+      shutdown: this.shutdown,
     });
   }
 
@@ -244,20 +246,22 @@ export class Agent {
     for (const key of keys) this.queue.add(key);
   }
 
-  // Stop taking work, let in-flight reconciles finish within the deadline.
+  // Stop taking work, let in-flight reconciles finish within the deadline;
+  // past it they are cancelled and have CANCEL_GRACE_MS to settle.
   async stop(deadlineMs = 10_000): Promise<boolean> {
     this.#stopping = true;
+    this.shutdown.arm(deadlineMs);
     if (this.#resync) clearInterval(this.#resync);
     this.#waits?.stop();
     this.#seedReads?.stop();
     await this.source.stop();
-    const finished = await this.queue.shutdown(deadlineMs);
+    const finished = await this.queue.shutdown(this.shutdown.reconciles);
     await this.dependencies?.stop();
     this.stopOutcome = 'finished';
-    if (!finished) {
+    if (finished) this.shutdown.drained();
+    else {
       const inFlight = this.queue.inFlight;
-      this.#o.cancel?.abort();
-      const settled = this.#o.cancel ? await this.queue.shutdown(CANCEL_GRACE_MS) : false;
+      const settled = await this.queue.shutdown(this.shutdown.settled);
       this.stopOutcome = settled ? 'cancelled' : 'abandoned';
       this.#log.warn(
         { deadlineMs, inFlight, cancelled: settled },
@@ -266,6 +270,8 @@ export class Agent {
           : 'stopped with reconciles still in flight',
       );
     }
+    // Its own bound, counted from here: an API server that does not answer
+    // must not hold the stop, whether or not the reconciles used their time.
     await Promise.race([this.#o.events.flush(), new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref())]);
     return finished;
   }

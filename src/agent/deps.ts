@@ -1,8 +1,8 @@
 // What the agent consumes from src/cloudinit and src/disk, as narrow
 // interfaces: the reconciler is wired to the real modules in the command
 // and can be driven by anything with these shapes.
-import type { Datasource, Seed } from '../cloudinit/seed.ts';
-import type { RefResolver, VmiObject } from '../api/types.ts';
+import type { Seed } from '../cloudinit/seed.ts';
+import type { RefResolver, VmiObject, Datasource } from '../api/types.ts';
 import type { RenderContext, RenderOptions, RenderOutcome } from '../cloudinit/render.ts';
 import type { VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
@@ -12,6 +12,8 @@ export interface AgentRenderOptions {
   maxUserDataBytes: number;
   maxNetworkDataBytes: number;
   defaultVendorData?: VendorDataRef;
+  // The reconcile's signal (the stop deadline), set by the reconciler.
+  signal?: AbortSignal;
 }
 
 // context: facts from the domain (the reconciler passes them only for the

@@ -129,7 +129,7 @@ export class DomainWaits {
       ...(inner.stage ? { stage: inner.stage.bind(inner) } : {}),
       ...(inner.unstage ? { unstage: inner.unstage.bind(inner) } : {}),
       ...(inner.activeDomainPods ? { activeDomainPods: inner.activeDomainPods.bind(inner) } : {}),
-      inject: async (target, imagePath) => {
+      inject: async (target, imagePath, signal) => {
         const key = `${target.namespace}/${target.name}`;
         let where: { uri: string; domain: string } | undefined;
         try {
@@ -140,7 +140,7 @@ export class DomainWaits {
         }
         const t = where ? this.#track(key, where.uri, where.domain) : undefined;
         try {
-          const r = await inner.inject(target, imagePath);
+          const r = await inner.inject(target, imagePath, signal);
           this.#release(key);
           return r;
         } catch (e) {

@@ -3,8 +3,7 @@
 // is recorded here: the status (written once), the reconcile and error
 // counts, the generation histogram, the Events and the log lines.
 import type { Logger } from 'pino';
-import type { VmiObject } from '../api/types.ts';
-import type { Datasource } from '../cloudinit/seed.ts';
+import type { VmiObject, Datasource } from '../api/types.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
 import { formatSeconds } from '../format.ts';
 import type { Metrics } from '../metrics/metrics.ts';
@@ -63,6 +62,22 @@ export type Outcome =
 export interface Progress {
   generated: boolean;
   written?: { datasource: Datasource; seconds: number };
+  steps: StepFacts;
+}
+
+// What the steps of a reconcile (or of the start-up garbage collection)
+// measured, one entry per operation: observed by the handler once the
+// reconcile is over, also when it failed half way.
+export interface StepFacts {
+  builds: Array<{ datasource: Datasource; seconds: number }>;
+  images: Array<{ datasource: Datasource; bytes: number }>;
+  injections: Array<{ operation: 'attach' | 'replace' | 'detach'; result: 'success' | 'error'; seconds: number }>;
+  // Directories vmseed did not make (STORE_UNSAFE_PATH), reported and left alone.
+  unsafePaths: number;
+}
+
+export function newProgress(): Progress {
+  return { generated: false, steps: { builds: [], images: [], injections: [], unsafePaths: 0 } };
 }
 
 export interface ReconcileRecorderOptions {
@@ -90,8 +105,20 @@ export class ReconcileRecorder {
     this.#log = options.logger;
   }
 
+  // The single operations' timings and sizes, whatever the outcome.
+  observeSteps(steps: StepFacts): void {
+    const m = this.#o.metrics;
+    if (!m) return;
+    for (const b of steps.builds) m.imageBuildDuration.observe({ datasource: b.datasource }, b.seconds);
+    for (const i of steps.images) m.imageBytes.observe({ datasource: i.datasource }, i.bytes);
+    for (const i of steps.injections)
+      m.injectionDuration.observe({ operation: i.operation, result: i.result }, i.seconds);
+    if (steps.unsafePaths > 0) m.reconcileErrors.inc({ code: 'STORE_UNSAFE_PATH' }, steps.unsafePaths);
+  }
+
   // A generation that wrote an image counts as one, whatever came after it.
   #generation(progress: Progress): void {
+    this.observeSteps(progress.steps);
     if (!progress.written) return;
     const { datasource, seconds } = progress.written;
     this.#o.metrics?.seedGenerationDuration.observe({ datasource, result: 'success' }, seconds);

@@ -11,8 +11,8 @@ import type { Logger } from 'pino';
 import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import { withHostNuma, type HostNumaReader } from '../libvirt/host-numa.ts';
-import type { RefResolver, VmiObject } from '../api/types.ts';
-import type { Datasource, Seed } from '../cloudinit/seed.ts';
+import type { RefResolver, VmiObject, Datasource } from '../api/types.ts';
+import type { Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError, type ErrorCode } from '../errors.ts';
@@ -37,7 +37,9 @@ import type {
   StoredImage,
 } from './deps.ts';
 import type { EventRecorder } from './events.ts';
-import { ReconcileRecorder, type Outcome, type Progress } from './reconcile-recorder.ts';
+import { newProgress, ReconcileRecorder, type Outcome, type Progress, type StepFacts } from './reconcile-recorder.ts';
+import { seedGateFacts } from './seed-gate.ts';
+import { throwIfCancelled, type ShutdownDeadline } from './shutdown.ts';
 import type { StatusStore } from './status-store.ts';
 import type { ImageFacts, VmiRecords } from './vmi-records.ts';
 import { splitKey, type Problem } from './vmi-status.ts';
@@ -78,7 +80,20 @@ export interface ReconcilerOptions {
   hostNuma?: HostNumaReader;
   // Libvirt's start events and the guest's first read of our disk.
   seedReads?: SeedReadWatch;
+  // The stop deadline: each reconcile's steps get a signal that follows it.
+  shutdown?: ShutdownDeadline;
 }
+
+// One reconcile as its steps see it: when it began, the signal that ends it
+// at the stop deadline, and what it did so far.
+interface Run {
+  started: number;
+  signal: AbortSignal;
+  progress: Progress;
+}
+
+// A reconciler without a stop deadline (tests) never cancels.
+const NEVER = new AbortController().signal;
 
 type Injection = NonNullable<VmiStatusRecord['injection']>;
 
@@ -150,35 +165,13 @@ export class Reconciler {
     let kept = 0;
     let removed = 0;
     const removedVmis = new Set<string>();
+    const { steps } = newProgress();
     for (const img of images) {
       const key = `${img.namespace}/${img.name}`;
       const live = this.#o.cache.get(key);
-      if (live && live.metadata.uid === img.uid && this.isHere(live)) {
-        const had = this.#records.get(key)?.image;
-        const sha = await this.#o.store.hashImage(img.path);
-        if (sha !== undefined) {
-          // Several images (a crash between write and prune): all stay, the
-          // first reconcile decides. An image whose content matches its name
-          // is preferred as the one on record.
-          if (had) {
-            had.needsPrune = true;
-            if (!sha.startsWith(img.sha16)) {
-              kept++;
-              continue;
-            }
-          }
-          this.#records.of(key).image = {
-            uid: img.uid,
-            datasource: img.datasource,
-            path: img.path,
-            sha256: sha,
-            needsPrune: had !== undefined,
-            annotations: live.metadata.annotations ?? {},
-            launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
-          };
-          kept++;
-          continue;
-        }
+      if (live && live.metadata.uid === img.uid && this.isHere(live) && (await this.#adopt(key, img, live))) {
+        kept++;
+        continue;
       }
       // remove() takes all of the VMI's images at once.
       if (removedVmis.has(`${key}\0${img.uid}`)) continue;
@@ -189,6 +182,7 @@ export class Reconciler {
           img,
           live?.metadata.annotations ?? {},
           live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : [],
+          steps,
         );
         removed++;
       } catch (e) {
@@ -199,28 +193,58 @@ export class Reconciler {
         );
       }
     }
+    this.#recorder.observeSteps(steps);
     this.#log.info({ kept, removed }, 'garbage collection of seed images done');
     return { kept, removed };
+  }
+
+  // An image of a VMI that is here, remembered with the hash of what is on
+  // disk; false when it cannot be read (then it is removed).
+  async #adopt(key: string, img: StoredImage, live: VmiObject): Promise<boolean> {
+    const had = this.#records.get(key)?.image;
+    const sha = await this.#o.store.hashImage(img.path);
+    if (sha === undefined) return false;
+    // Several images (a crash between write and prune): all stay, the
+    // first reconcile decides. An image whose content matches its name
+    // is preferred as the one on record.
+    if (had) {
+      had.needsPrune = true;
+      if (!sha.startsWith(img.sha16)) return true;
+    }
+    this.#records.of(key).image = {
+      uid: img.uid,
+      datasource: img.datasource,
+      path: img.path,
+      sha256: sha,
+      needsPrune: had !== undefined,
+      annotations: live.metadata.annotations ?? {},
+      launcherPods: launcherPodsOnNode(live.status?.activePods, this.#o.nodeName),
+    };
+    return true;
   }
 
   // The reconcile finds what is and makes it so (#sync); what it found, or
   // the error, is recorded by the handler around it.
   async reconcile(key: string): Promise<WorkResult> {
-    const started = performance.now();
+    const run: Run = {
+      started: performance.now(),
+      signal: this.#o.shutdown?.forReconcile() ?? NEVER,
+      progress: newProgress(),
+    };
     const vmi = this.#o.cache.get(key);
-    const progress: Progress = { generated: false };
     let outcome: Outcome;
     try {
-      outcome = await this.#sync(key, vmi, started, progress);
+      outcome = await this.#sync(key, vmi, run);
     } catch (e) {
-      return this.#recorder.failed(key, vmi, e, started, progress);
+      return this.#recorder.failed(key, vmi, e, run.started, run.progress);
     }
-    return this.#recorder.succeeded(key, vmi, outcome, progress);
+    return this.#recorder.succeeded(key, vmi, outcome, run.progress);
   }
 
-  async #sync(key: string, vmi: VmiObject | undefined, started: number, progress: Progress): Promise<Outcome> {
+  async #sync(key: string, vmi: VmiObject | undefined, run: Run): Promise<Outcome> {
+    const steps = run.progress.steps;
     if (!vmi || !this.isHere(vmi)) {
-      await this.#cleanup(key);
+      await this.#cleanup(key, steps);
       const other = vmi && this.#o.reportOtherNodes ? nodeOf(vmi) : undefined;
       return vmi && other !== undefined && other !== this.#o.nodeName ? this.#otherNode(vmi, other) : { kind: 'gone' };
     }
@@ -228,15 +252,15 @@ export class Reconciler {
     const r = this.#records.of(key);
     delete r.otherNode;
     if (r.firstSeen?.uid !== uid) r.firstSeen = { uid, at: this.#now(), reported: false };
-    if (r.image && r.image.uid !== uid) await this.#cleanup(key); // same name, new object
-    const outcome = await this.#render(key, uid, vmi);
+    if (r.image && r.image.uid !== uid) await this.#cleanup(key, steps); // same name, new object
+    const outcome = await this.#render(key, uid, vmi, run.signal);
     if (outcome.kind === 'skip') {
-      await this.#cleanup(key);
+      await this.#cleanup(key, steps);
       return { kind: 'skipped', warning: outcome.warning && problemOf(outcome.warning), event: true };
     }
     const seed = outcome.seed;
-    if (seed.delivery === 'http') return this.#serveOnly(key, vmi, seed);
-    return this.#seed(key, uid, vmi, seed, started, progress);
+    if (seed.delivery === 'http') return this.#serveOnly(key, vmi, seed, steps);
+    return this.#seed(key, uid, vmi, seed, run);
   }
 
   #otherNode(vmi: VmiObject, node: string): Outcome {
@@ -250,39 +274,33 @@ export class Reconciler {
 
   // Render, then again with the domain's facts when a ConfigDrive lists
   // tagged devices the spec does not pin.
-  async #render(key: string, uid: string, vmi: VmiObject): Promise<RenderOutcome> {
-    const outcome = await this.#o.render(vmi, this.#o.refs, this.#o.renderOptions);
+  async #render(key: string, uid: string, vmi: VmiObject, signal: AbortSignal): Promise<RenderOutcome> {
+    const options = { ...this.#o.renderOptions, signal };
+    const outcome = await this.#o.render(vmi, this.#o.refs, options);
     if (outcome.kind !== 'seed' || outcome.seed.datasource !== 'configdrive') return outcome;
     const facts = await this.#domainFacts(key, uid, vmi);
     if (!facts) return outcome;
     const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
-    return this.#o.render(vmi, this.#o.refs, this.#o.renderOptions, { domainDevices, vcpuPins: facts.vcpuPins });
+    return this.#o.render(vmi, this.#o.refs, options, { domainDevices, vcpuPins: facts.vcpuPins });
   }
 
   // The seed as an image in place: image → placement (inject or stage) →
   // prune → report.
-  async #seed(
-    key: string,
-    uid: string,
-    vmi: VmiObject,
-    seed: Seed,
-    started: number,
-    progress: Progress,
-  ): Promise<Outcome> {
+  async #seed(key: string, uid: string, vmi: VmiObject, seed: Seed, run: Run): Promise<Outcome> {
     const shown = this.#o.status.get(key);
     // Rendering and building are each one synchronous stretch: let the
     // event loop run between them.
     await new Promise<void>((resolve) => setImmediate(resolve));
-    const image = this.#build(seed, vmi);
+    const image = this.#build(seed, vmi, run);
     const target = injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName);
     const size = image.bytes.length;
-    const { entry, written } = await this.#image(key, uid, target, seed.datasource, image);
+    const { entry, written } = await this.#image(key, uid, target, seed.datasource, image, run);
     releaseImageBytes(image.bytes);
     this.#o.seeds?.put(key, vmi, seed);
-    const seconds = (performance.now() - started) / 1000;
-    if (written) progress.written = { datasource: seed.datasource, seconds };
-    progress.generated = true;
-    const placed = await this.#place(target, vmi, entry, image.sha256, shown?.injection);
+    const seconds = (performance.now() - run.started) / 1000;
+    if (written) run.progress.written = { datasource: seed.datasource, seconds };
+    run.progress.generated = true;
+    const placed = await this.#place(target, vmi, entry, image.sha256, shown?.injection, run);
     // The domain uses entry.path now (or there is no domain): older images
     // are no one's any more. A failed prune is retried by the next reconcile.
     await this.#prune(target, entry);
@@ -339,10 +357,11 @@ export class Reconciler {
     };
   }
 
-  #build(seed: Seed, vmi: VmiObject): BuiltImage {
+  #build(seed: Seed, vmi: VmiObject, run: Run): BuiltImage {
+    throwIfCancelled(run.signal, 'building the seed image');
     const t0 = performance.now();
     const image = this.#o.build(seed, seedTimestamp(vmi));
-    this.#o.metrics?.imageBuildDuration.observe({ datasource: seed.datasource }, (performance.now() - t0) / 1000);
+    run.progress.steps.builds.push({ datasource: seed.datasource, seconds: (performance.now() - t0) / 1000 });
     return image;
   }
 
@@ -355,6 +374,7 @@ export class Reconciler {
     target: InjectionTarget,
     datasource: Datasource,
     image: BuiltImage,
+    run: Run,
   ): Promise<{ entry: ImageFacts; written: boolean }> {
     const r = this.#records.of(key);
     const had = r.image;
@@ -362,7 +382,9 @@ export class Reconciler {
     const size = image.bytes.length;
     const onDisk = had !== undefined && had.sha256 === sha && (await this.#o.store.imageStat(had.path))?.size === size;
     if (had && onDisk && had.datasource === datasource) return { entry: had, written: false };
-    if (had && had.datasource !== undefined && had.datasource !== datasource) await this.#cleanup(key);
+    if (had && had.datasource !== undefined && had.datasource !== datasource)
+      await this.#cleanup(key, run.progress.steps);
+    throwIfCancelled(run.signal, 'writing the seed image');
     const res = await this.#o.store.write(
       { namespace: target.namespace, name: target.name, uid },
       datasource,
@@ -392,7 +414,7 @@ export class Reconciler {
       ...placed,
     };
     r.image = entry;
-    this.#o.metrics?.imageBytes.observe({ datasource }, size);
+    run.progress.steps.images.push({ datasource, bytes: size });
     return { entry, written: res.written };
   }
 
@@ -404,6 +426,7 @@ export class Reconciler {
     entry: ImageFacts,
     sha: string,
     shownInjection: Injection | undefined,
+    run: Run,
   ): Promise<Placement> {
     const injector = this.#o.injector;
     let attached = injector !== undefined;
@@ -423,7 +446,7 @@ export class Reconciler {
     }
     if (!injector || !attached || entry.injectedSha === sha)
       return { injection: shownInjection, injected: false, attached, staged };
-    const result = await this.#inject(injector, target, entry.path, shownInjection !== undefined);
+    const result = await this.#inject(injector, target, entry.path, shownInjection !== undefined, run);
     entry.injectedSha = sha;
     const injection: Injection = {
       domain: result.domain,
@@ -448,21 +471,22 @@ export class Reconciler {
     target: InjectionTarget,
     path: string,
     replacing: boolean,
+    run: Run,
   ): Promise<InjectionResult> {
     const t0 = performance.now();
+    const seconds = () => (performance.now() - t0) / 1000;
     let result: InjectionResult;
     try {
-      result = await injector.inject(target, path);
+      result = await injector.inject(target, path, run.signal);
     } catch (e) {
       const operation = replacing ? 'replace' : 'attach';
-      this.#o.metrics?.injectionDuration.observe({ operation, result: 'error' }, (performance.now() - t0) / 1000);
+      run.progress.steps.injections.push({ operation, result: 'error', seconds: seconds() });
       throw e;
     }
-    if (result.action !== 'none')
-      this.#o.metrics?.injectionDuration.observe(
-        { operation: result.action === 'attached' ? 'attach' : 'replace', result: 'success' },
-        (performance.now() - t0) / 1000,
-      );
+    if (result.action !== 'none') {
+      const operation = result.action === 'attached' ? 'attach' : 'replace';
+      run.progress.steps.injections.push({ operation, result: 'success', seconds: seconds() });
+    }
     return result;
   }
 
@@ -554,8 +578,8 @@ export class Reconciler {
 
   // A seed served over HTTP only (KubeVirt IMDS annotations): no image, no
   // disk; any image an earlier render made for this VMI is removed.
-  async #serveOnly(key: string, vmi: VmiObject, seed: Seed): Promise<Outcome> {
-    await this.#cleanup(key);
+  async #serveOnly(key: string, vmi: VmiObject, seed: Seed, steps: StepFacts): Promise<Outcome> {
+    await this.#cleanup(key, steps);
     if (!this.#o.seeds) {
       const message =
         'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen';
@@ -571,7 +595,7 @@ export class Reconciler {
     entry.needsPrune = false;
   }
 
-  async #cleanup(key: string): Promise<void> {
+  async #cleanup(key: string, steps: StepFacts): Promise<void> {
     // Served no longer from this moment: the VMI is gone (or replaced), even
     // if taking its disk and image out takes a while or fails and retries.
     this.#o.seeds?.drop(key);
@@ -591,6 +615,7 @@ export class Reconciler {
       },
       known.annotations,
       known.launcherPods,
+      steps,
     );
   }
 
@@ -599,6 +624,7 @@ export class Reconciler {
     img: StoredImage,
     annotations: Record<string, string>,
     launcherPods: string[],
+    steps: StepFacts,
   ): Promise<void> {
     if (this.#o.injector) {
       const target: InjectionTarget = {
@@ -609,7 +635,7 @@ export class Reconciler {
         annotations,
         launcherPods,
       };
-      await this.#eject(this.#o.injector, target);
+      await this.#eject(this.#o.injector, target, steps);
     }
     try {
       await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
@@ -618,7 +644,7 @@ export class Reconciler {
       // left alone. Nothing of ours is left to remove, so the VMI is
       // forgotten rather than retried.
       if (!(e instanceof VmseedError && e.code === 'STORE_UNSAFE_PATH')) throw e;
-      this.#o.metrics?.reconcileErrors.inc({ code: e.code });
+      steps.unsafePaths++;
       this.#log.warn(
         { namespace: img.namespace, name: img.name, code: e.code, kind: e.kind, field: e.field },
         e.message,
@@ -632,22 +658,17 @@ export class Reconciler {
     this.#log.info({ namespace: img.namespace, name: img.name }, 'seed image removed');
   }
 
-  async #eject(injector: Injector, target: InjectionTarget): Promise<void> {
+  async #eject(injector: Injector, target: InjectionTarget, steps: StepFacts): Promise<void> {
     const t0 = performance.now();
+    const seconds = () => (performance.now() - t0) / 1000;
     try {
       const res = await injector.eject(target);
       if (res.action === 'detached')
-        this.#o.metrics?.injectionDuration.observe(
-          { operation: 'detach', result: 'success' },
-          (performance.now() - t0) / 1000,
-        );
+        steps.injections.push({ operation: 'detach', result: 'success', seconds: seconds() });
     } catch (e) {
       // The domain went away with its VMI: nothing left to detach.
       if (!(e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND')) {
-        this.#o.metrics?.injectionDuration.observe(
-          { operation: 'detach', result: 'error' },
-          (performance.now() - t0) / 1000,
-        );
+        steps.injections.push({ operation: 'detach', result: 'error', seconds: seconds() });
         throw e;
       }
     }
@@ -667,9 +688,6 @@ function injectionTarget(
   nodeName: string,
 ): InjectionTarget {
   const [namespace, name] = splitKey(key);
-  const conditions = Array.isArray(vmi.status?.conditions)
-    ? (vmi.status.conditions as Array<{ type?: unknown; status?: unknown }>)
-    : [];
   return {
     namespace,
     name,
@@ -677,11 +695,7 @@ function injectionTarget(
     datasource,
     annotations: vmi.metadata.annotations ?? {},
     launcherPods: launcherPodsOnNode(vmi.status?.activePods, nodeName),
-    vmi: {
-      ...(typeof vmi.status?.phase === 'string' ? { phase: vmi.status.phase } : {}),
-      startPaused: vmi.spec.startStrategy === 'Paused',
-      pausedCondition: conditions.some((c) => c?.type === 'Paused' && c?.status === 'True'),
-    },
+    vmi: seedGateFacts(vmi),
   };
 }
 

@@ -3,8 +3,8 @@
 // reconciler keeps between reconciles. Deleting a VMI is one forget(key);
 // the parts that index VMIs another way (served seeds by UID, domain waits
 // by domain) register to be told.
+import type { Datasource } from '../api/types.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
-import type { Datasource } from '../cloudinit/seed.ts';
 import type { VmiStatusRecord } from '../status/types.ts';
 import type { FirstBootFacts } from './seed-read.ts';
 

@@ -1,7 +1,7 @@
 // The status shown for a VMI, computed from what a reconcile concluded and
 // the status shown before: a pure function, so the store writes it once per
 // reconcile (copy, compute, compare, write).
-import type { Datasource } from '../cloudinit/seed.ts';
+import type { Datasource } from '../api/types.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 import type { StatusProblem, VmiStatusRecord } from '../status/types.ts';
 

@@ -5,6 +5,7 @@
 // failure is not retried until the object's version changes.
 import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
 import type { Metrics } from '../metrics/metrics.ts';
+import { aborted } from './shutdown.ts';
 
 // 'terminal' parks the key until its object's version changes. A park with
 // `retryAfterMs` also ends after that long, and the key runs again then.
@@ -103,9 +104,10 @@ export class WorkQueue {
     return new Promise((r) => this.#idleWaiters.push(r));
   }
 
-  // Stop taking work; wait for what is in flight, at most `deadlineMs`.
-  // Returns whether everything in flight finished.
-  async shutdown(deadlineMs: number): Promise<boolean> {
+  // Stop taking work; wait for what is in flight until `deadline` aborts.
+  // Returns whether everything in flight finished. Called again after a
+  // cancel, it waits for the cancelled work to settle.
+  async shutdown(deadline: AbortSignal): Promise<boolean> {
     this.#stopped = true;
     for (const t of [...this.#timers.values(), ...this.#parkTimers.values()]) clearTimeout(t);
     this.#timers.clear();
@@ -114,15 +116,10 @@ export class WorkQueue {
     this.#queued.clear();
     this.#gauge();
     if (this.#running.size === 0) return true;
-    let timer: NodeJS.Timeout | undefined;
-    const finished = await Promise.race([
+    return Promise.race([
       new Promise<boolean>((r) => this.#idleWaiters.push(() => r(true))),
-      new Promise<boolean>((r) => {
-        timer = setTimeout(() => r(false), deadlineMs);
-      }),
+      aborted(deadline).then(() => false),
     ]);
-    clearTimeout(timer);
-    return finished;
   }
 
   #pump(): void {

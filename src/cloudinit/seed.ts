@@ -3,8 +3,6 @@
 
 import type { Datasource } from '../api/types.ts';
 
-export type { Datasource };
-
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 
 export interface SeedWarning {

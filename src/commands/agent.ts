@@ -15,18 +15,21 @@ import { DirPublisher } from '../libvirt/publish.ts';
 import type { ProcessSpawner } from '../libvirt/virsh.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { startHttpServer } from '../http/server.ts';
-import { Agent, CANCEL_GRACE_MS } from '../agent/agent.ts';
+import { Agent, type AgentOptions } from '../agent/agent.ts';
+import { aborted, CANCEL_GRACE_MS, ShutdownDeadline } from '../agent/shutdown.ts';
 import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from '../agent/readiness-checks.ts';
 import { RenderPool } from '../agent/render-pool.ts';
+import { seedGateHook, storeGateRecord } from '../agent/seed-gate.ts';
 import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../libvirt/virsh.ts';
 import type { RenderSeed } from '../agent/deps.ts';
 import { RedirectStatusPoller } from '../agent/redirect-status.ts';
-import type { Command } from './cli.ts';
+import type { KubeApi } from '../kube/api.ts';
+import type { CliContext, Command, ExitCode } from './cli.ts';
 import { VERSION } from '../version.ts';
 
 // What closing waits for the injector's last file work (an older seed's copy
@@ -79,7 +82,7 @@ export function makeInjector(
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
     ...(config.libvirt.publishDir !== undefined ? { publisher: dirPublisher(config.libvirt.publishDir) } : {}),
-    ...(resume ? { resume } : kubevirt ? { resume: noVirshResume } : {}),
+    resume: seedGateHook(config.libvirt.platform, resume),
     ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
     // KubeVirt owns the domain's definition; a disk in its persistent
@@ -88,16 +91,6 @@ export function makeInjector(
     timeoutMs: config.libvirt.virshTimeoutMs,
   });
 }
-
-// KubeVirt resumes any pause it did not order and keeps its own record of
-// the one it made: the kubevirt platform never falls back to `virsh resume`.
-const noVirshResume: ResumeHook = async () => {
-  throw new VmseedError(
-    'CONFIG_INVALID',
-    "the seed gate on --platform kubevirt resumes through KubeVirt's unpause API only, and none is configured",
-    { kind: 'terminal', field: 'resumeVia' },
-  );
-};
 
 // With the RPC client: plain libvirt's one URI is watched all the time;
 // KubeVirt's launcher sockets while a VMI waits for its domain.
@@ -116,29 +109,56 @@ function dirPublisher(template: string): DirPublisher {
   return new DirPublisher({ dirTemplate: dirname(template), subdir: last });
 }
 
+// What the agent of either mode is made of: the options from the flags,
+// the render pool, the stop deadline and the virsh spawner that follows it.
+interface AgentParts {
+  options: Omit<AgentOptions, 'events' | 'makeSource' | 'refs'>;
+  store: ImageStore;
+  pool: RenderPool;
+  shutdown: ShutdownDeadline;
+  spawner: ProcessSpawner;
+  nocloudHttp: Awaited<ReturnType<typeof prepareNocloudHttp>> | undefined;
+}
+
+// A mode's agent and what closing it takes (besides the pool and the datasource).
+interface ModeAgent {
+  agent: Agent;
+  injector: LibvirtInjector | undefined;
+  close(): Promise<void>;
+}
+
 // Each mode loads only its own modules (the Kubernetes client is heavy).
 export async function makeAgent(
   config: Config,
   logger: Logger,
   metrics: Metrics,
 ): Promise<{ agent: Agent; close(): Promise<void> }> {
+  const parts = await agentParts(config, logger, metrics);
+  const made = config.mode === 'local' ? await localAgent(config, logger, parts) : await clusterAgent(config, parts);
+  showLibvirt(made.agent, made.injector);
+  return withDatasource(made, parts);
+}
+
+async function agentParts(config: Config, logger: Logger, metrics: Metrics): Promise<AgentParts> {
   const store = new ImageStore({ root: config.stateDir });
   const nocloudHttp = config.datasource ? await prepareNocloudHttp(config.datasource, logger, metrics) : undefined;
   // Large documents are parsed, merged and serialised on a worker thread.
   const pool = new RenderPool();
-  // Aborted by agent.stop() at the --shutdown-timeout deadline: render
-  // steps on the worker and virsh children end, their reconciles fail with
-  // CANCELLED.
-  const cancel = new AbortController();
-  const spawner = cancellableSpawner(new NodeProcessSpawner(), cancel.signal);
-  const common = {
+  // Armed by agent.stop() with the --shutdown-timeout deadline: each
+  // reconcile's steps get a signal that follows it (render steps on the
+  // worker end); the clients made for reconciles listen to it too (virsh
+  // children, libvirt RPC and API calls end), and their reconciles fail
+  // with CANCELLED.
+  const shutdown = new ShutdownDeadline();
+  const spawner = cancellableSpawner(new NodeProcessSpawner(), shutdown.reconciles);
+  const options = {
     version: VERSION,
     nodeName: config.nodeName,
     stateDir: config.stateDir,
     config: configSummary(config),
     render: ((vmi, refs, options, context) =>
-      renderSeed(vmi, refs, { ...options, offload: pool, signal: cancel.signal }, context)) satisfies RenderSeed,
-    cancel,
+      renderSeed(vmi, refs, { ...options, offload: pool }, context)) satisfies RenderSeed,
+    shutdown,
     build: buildSeedImage,
     store,
     metrics,
@@ -157,63 +177,50 @@ export async function makeAgent(
     // The container's /sys is the host's (read-only): numa_node and cpulist as KubeVirt reads them.
     hostNuma: sysfsNumaReader(),
   };
-  // The datasource listener serves the agent's seeds; stopped after the agent.
-  const withDatasource = async (agent: Agent, closeMode: () => Promise<void>) => {
-    const close = async () => {
-      await pool.close();
-      await closeMode();
-    };
-    let ds;
-    try {
-      ds = nocloudHttp ? await nocloudHttp.start(agent) : undefined;
-    } catch (e) {
-      await close();
-      throw e;
-    }
-    return {
-      agent,
-      close: async () => {
-        await ds?.close();
-        await close();
-      },
-    };
-  };
-  if (config.mode === 'local') {
-    // virsh children die with the stop deadline (the RPC client's calls have their own).
-    const injector = makeInjector(
-      config,
-      undefined,
-      config.libvirt.mode === 'virsh' ? spawner : undefined,
-      cancel.signal,
-    );
-    const domainEvents = domainEventsFor(config, injector);
-    const withInjector = {
+  return { options, store, pool, shutdown, spawner, nocloudHttp };
+}
+
+// The injector and libvirt's domain events, as the agent's options.
+function libvirtParts(config: Config, parts: AgentParts, resume?: ResumeHook) {
+  // virsh children die with the stop deadline (the RPC client's calls too).
+  const virsh = config.libvirt.mode === 'virsh' ? parts.spawner : undefined;
+  const injector = makeInjector(config, resume, virsh, parts.shutdown.reconciles);
+  const domainEvents = domainEventsFor(config, injector);
+  return {
+    injector,
+    options: {
       ...(injector ? { injector, seedReads: injector.client } : {}),
       ...(domainEvents ? { domainEvents } : {}),
-    };
-    const { LocalDirSource } = await import('../agent/local/source.ts');
-    const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
-    const agent = new Agent({
-      ...common,
-      ...withInjector,
-      events,
-      makeSource: (onKey) =>
-        new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
-      refs: (source) => source as InstanceType<typeof LocalDirSource>,
-    });
-    showLibvirt(agent, injector);
-    return withDatasource(agent, async () => {
-      await injector?.idle(INJECTOR_IDLE_MS);
-      await injector?.client.close();
-    });
-  }
+    },
+  };
+}
+
+async function localAgent(config: Config, logger: Logger, parts: AgentParts): Promise<ModeAgent> {
+  const { injector, options } = libvirtParts(config, parts);
+  const { LocalDirSource } = await import('../agent/local/source.ts');
+  const events: EventRecorder = new LogEventRecorder(logger.child({ component: 'events' }));
+  const agent = new Agent({
+    ...parts.options,
+    ...options,
+    events,
+    makeSource: (onKey) =>
+      new LocalDirSource({ dir: config.localDir!, logger: logger.child({ component: 'local-source' }), onKey }),
+    refs: (source) => source as InstanceType<typeof LocalDirSource>,
+  });
+  return {
+    agent,
+    injector,
+    close: () => closeInjector(injector),
+  };
+}
+
+async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgent> {
   const [
     { KubeEventRecorder },
     { KubeConnectionApi },
     { loadConnection },
     { KubeRefResolver },
     { KubeVmiSource },
-    { kubevirtUnpause, storeGateRecord },
     { ObjectWatches },
     { BoundedWatch },
   ] = await Promise.all([
@@ -222,34 +229,21 @@ export async function makeAgent(
     import('../kube/connection.ts'),
     import('../kube/resolver.ts'),
     import('../kube/source.ts'),
-    import('../agent/kubevirt-resume.ts'),
     import('../kube/object-watches.ts'),
     import('../kube/watch.ts'),
   ]);
+  const { logger, metrics } = parts.options;
   const connection = loadConnection(config.kubeconfig);
   const api = new KubeConnectionApi(connection);
-  // The seed gate's "unpaused" is kept next to the VMI's images: a restart
-  // must not unpause a VMI its owner paused since.
   // Reconciles' reads (Secrets, ConfigMaps) and unpause end at the stop
   // deadline; Events and the informer keep their own client (the agent
   // flushes Events after the deadline).
-  const reconcileApi = new KubeConnectionApi(connection, { cancel: cancel.signal });
-  const injector = makeInjector(
-    config,
-    config.libvirt.resumeVia === 'kubevirt'
-      ? kubevirtUnpause(reconcileApi, storeGateRecord(store, { fsync: config.fsync }))
-      : undefined,
-    config.libvirt.mode === 'virsh' ? spawner : undefined,
-    cancel.signal,
-  );
-  const domainEvents = domainEventsFor(config, injector);
-  const withInjector = {
-    ...(injector ? { injector, seedReads: injector.client } : {}),
-    ...(domainEvents ? { domainEvents } : {}),
-  };
+  const reconcileApi = new KubeConnectionApi(connection, { cancel: parts.shutdown.reconciles });
+  const { injector, options } = libvirtParts(config, parts, await kubevirtResume(config, parts, reconcileApi));
+  const namespaces = config.namespaces ? { namespaces: config.namespaces } : {};
   const agent = new Agent({
-    ...common,
-    ...withInjector,
+    ...parts.options,
+    ...options,
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({
@@ -257,28 +251,92 @@ export async function makeAgent(
         api,
         nodeName: config.nodeName,
         logger: logger.child({ component: 'informer' }),
-        metrics,
+        ...(metrics ? { metrics } : {}),
         onKey,
-        ...(config.namespaces ? { namespaces: config.namespaces } : {}),
+        ...namespaces,
       }),
-    refs: new KubeRefResolver(reconcileApi, config.namespaces ? { namespaces: config.namespaces } : {}),
+    refs: new KubeRefResolver(reconcileApi, namespaces),
     objectCache: new ObjectWatches({
       api: reconcileApi,
       watcher: new BoundedWatch({ connection }),
       logger: logger.child({ component: 'object-watches' }),
-      ...(config.namespaces ? { namespaces: config.namespaces } : {}),
-      onWatchCount: (n) => metrics.objectWatches.set(n),
+      ...namespaces,
+      ...(metrics ? { onWatchCount: (n: number) => metrics.objectWatches.set(n) } : {}),
     }),
   });
-  showLibvirt(agent, injector);
-  return withDatasource(agent, async () => {
-    await injector?.idle(INJECTOR_IDLE_MS);
-    await injector?.client.close();
-    await connection.close();
-  });
+  return {
+    agent,
+    injector,
+    close: async () => {
+      await closeInjector(injector);
+      await connection.close();
+    },
+  };
+}
+
+// Its last file work (bounded), then the RPC client's sockets.
+async function closeInjector(injector: LibvirtInjector | undefined): Promise<void> {
+  await injector?.idle(INJECTOR_IDLE_MS);
+  await injector?.client.close();
+}
+
+// --resume-via kubevirt: the seed gate's "unpaused" is kept next to the
+// VMI's images, so a restart does not unpause a VMI its owner paused since.
+async function kubevirtResume(config: Config, parts: AgentParts, api: KubeApi): Promise<ResumeHook | undefined> {
+  if (config.libvirt.resumeVia !== 'kubevirt') return undefined;
+  const { kubevirtUnpause } = await import('../agent/kubevirt-resume.ts');
+  return kubevirtUnpause(api, storeGateRecord(parts.store, { fsync: config.fsync }));
+}
+
+// The datasource listener serves the agent's seeds; stopped after the agent.
+async function withDatasource(made: ModeAgent, parts: AgentParts): Promise<{ agent: Agent; close(): Promise<void> }> {
+  const close = async () => {
+    await parts.pool.close();
+    await made.close();
+  };
+  let ds;
+  try {
+    ds = parts.nocloudHttp ? await parts.nocloudHttp.start(made.agent) : undefined;
+  } catch (e) {
+    await close();
+    throw e;
+  }
+  return {
+    agent: made.agent,
+    close: async () => {
+      await ds?.close();
+      await close();
+    },
+  };
 }
 
 export const agent: Command = async (ctx) => {
+  const config = readConfig(ctx);
+  if (typeof config === 'number') return config;
+  const logger = pino({ level: config.logLevel, base: { node: config.nodeName } }, ctx.stderr);
+  const metrics = createMetrics({ version: VERSION });
+  const made = await startAgent(ctx, config, logger, metrics);
+  if (typeof made === 'number') return made;
+  addReadinessChecks(made.agent, config, ctx.env);
+  const redirectPoller = config.redirectStatusUrl
+    ? new RedirectStatusPoller({ url: config.redirectStatusUrl })
+    : undefined;
+  if (redirectPoller) made.agent.status.setRedirectSource(() => redirectPoller.status);
+  let http: Listeners;
+  try {
+    http = await listen(config, made.agent, metrics, logger);
+  } catch (e) {
+    ctx.stderr.write(`vmseed agent: ${(e as Error).message}\n`);
+    await made.close();
+    return 1;
+  }
+  const log = logger.child({ component: 'agent' });
+  const failed = await runUntilStopped(ctx, config, made.agent, redirectPoller, http, log);
+  return stop(config, made, redirectPoller, http, log, failed);
+};
+
+// The configuration, or the exit code (usage, or a flag error).
+function readConfig(ctx: CliContext): Config | ExitCode {
   let config: Config | undefined;
   try {
     config = loadConfig(ctx.argv, ctx.env, ctx.cwd);
@@ -293,49 +351,65 @@ export const agent: Command = async (ctx) => {
     ctx.stdout.write(AGENT_USAGE);
     return 0;
   }
-  const logger = pino({ level: config.logLevel, base: { node: config.nodeName } }, ctx.stderr);
-  const log = logger.child({ component: 'agent' });
-  const metrics = createMetrics({ version: VERSION });
-  let agentInstance: Agent;
-  let closeAgent: () => Promise<void>;
+  return config;
+}
+
+// The agent with its state directory locked, or the exit code. close()
+// releases the lock last: nothing of this agent touches the directory after.
+async function startAgent(
+  ctx: CliContext,
+  config: Config,
+  logger: Logger,
+  metrics: Metrics,
+): Promise<{ agent: Agent; close(): Promise<void> } | ExitCode> {
   let lock: StateLock | undefined;
   try {
     await mkdir(config.stateDir, { recursive: true, mode: 0o750 });
     // Before anything reads or deletes in the state directory (GC).
     lock = await lockStateDir(config.stateDir);
     const made = await makeAgent(config, logger, metrics);
-    agentInstance = made.agent;
-    closeAgent = () => made.close();
+    const held = lock;
+    return {
+      agent: made.agent,
+      close: async () => {
+        await made.close();
+        await held.release();
+      },
+    };
   } catch (e) {
     await lock?.release();
     const err = asVmseedError(e);
     ctx.stderr.write(`vmseed agent: ${err.code === 'INTERNAL' ? (e as Error).message : err.message}\n`);
     return err.code === 'CONFIG_INVALID' || err.code === 'DATASOURCE_KEY_INVALID' ? 2 : 1;
   }
-  if (config.libvirt.mode === 'virsh')
-    agentInstance.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, ctx.env.PATH));
+}
+
+function addReadinessChecks(agent: Agent, config: Config, env: NodeJS.ProcessEnv): void {
+  if (config.libvirt.mode === 'virsh') agent.status.addReadinessCheck(virshCheck(config.libvirt.virshPath, env.PATH));
   const socketCheck = config.libvirt.mode === 'off' ? undefined : libvirtSocketCheck(config.libvirt.uri);
-  if (socketCheck) agentInstance.status.addReadinessCheck(socketCheck);
+  if (socketCheck) agent.status.addReadinessCheck(socketCheck);
   // Room for the largest seed the limits allow (user-data and vendor-data,
   // network-config, and the ISO's own structures).
-  agentInstance.status.addReadinessCheck(
+  agent.status.addReadinessCheck(
     freeSpaceCheck(config.stateDir, 2 * config.maxUserDataBytes + config.maxNetworkDataBytes + 1024 * 1024),
   );
-  // The lock goes last: nothing of this agent touches the directory after.
-  const closeConnection = async () => {
-    await closeAgent();
-    await lock.release();
-  };
-  const redirectPoller = config.redirectStatusUrl
-    ? new RedirectStatusPoller({ url: config.redirectStatusUrl })
-    : undefined;
-  if (redirectPoller) agentInstance.status.setRedirectSource(() => redirectPoller.status);
-  const hostPort = (a: { host: string; port: number }) =>
-    a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
+}
+
+interface Listeners {
+  url: string;
+  statusUrl: string;
+  close(): Promise<void>;
+}
+
+const hostPort = (a: { host: string; port: number }) =>
+  a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
+
+// Two listeners unless both flags name one address: probes and /metrics
+// for the pod network, the per-VMI detail for whoever reaches statusListen.
+// Throws (with the flag named) after closing what it opened.
+async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Logger): Promise<Listeners> {
   const listen = hostPort(config.listen);
   const statusListen = hostPort(config.statusListen);
-  // Two listeners unless both flags name one address: probes and /metrics
-  // for the pod network, the per-VMI detail for whoever reaches statusListen.
   const split = listen !== statusListen;
   const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
   try {
@@ -346,30 +420,37 @@ export const agent: Command = async (ctx) => {
         ] as const)
       : ([[listen, 'all']] as const)) {
       servers.push(
-        await startHttpServer({ listen: addr, serve, metrics, status: agentInstance.status, logger }).catch(
-          (e: Error) => {
-            throw new Error(
-              `cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`,
-            );
-          },
-        ),
+        await startHttpServer({ listen: addr, serve, metrics, status: agent.status, logger }).catch((e: Error) => {
+          throw new Error(
+            `cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`,
+          );
+        }),
       );
     }
   } catch (e) {
-    ctx.stderr.write(`vmseed agent: ${(e as Error).message}\n`);
     await Promise.all(servers.map((s) => s.close()));
-    await closeConnection();
-    return 1;
+    throw e;
   }
-  const http = {
+  agent.status.setConfig({
+    listen: hostPort(servers[0].address),
+    statusListen: hostPort(servers.at(-1)!.address),
+  });
+  return {
     url: servers[0].url,
     statusUrl: servers.at(-1)!.url,
     close: async () => void (await Promise.all(servers.map((s) => s.close()))),
   };
-  agentInstance.status.setConfig({
-    listen: hostPort(servers[0].address),
-    statusListen: hostPort(servers.at(-1)!.address),
-  });
+}
+
+// Runs the agent until the stop signal; true when it failed to start.
+async function runUntilStopped(
+  ctx: CliContext,
+  config: Config,
+  agent: Agent,
+  redirectPoller: RedirectStatusPoller | undefined,
+  http: Listeners,
+  log: Logger,
+): Promise<boolean> {
   log.info(
     {
       mode: config.mode,
@@ -381,14 +462,13 @@ export const agent: Command = async (ctx) => {
     },
     'vmseed agent starting',
   );
-
   const stopped = new Promise<void>((resolve) => {
     if (ctx.stopSignal.aborted) resolve();
     ctx.stopSignal.addEventListener('abort', () => resolve(), { once: true });
   });
   redirectPoller?.start();
-  const started = agentInstance.start().then(
-    () => log.info({ vmis: agentInstance.source.keys().length }, 'agent running'),
+  const started = agent.start().then(
+    () => log.info({ vmis: agent.source.keys().length }, 'agent running'),
     (e: unknown) => {
       log.error({ err: { message: (e as Error).message } }, 'agent failed to start');
       throw e;
@@ -397,29 +477,40 @@ export const agent: Command = async (ctx) => {
   let failed = false;
   await Promise.race([stopped, started.catch(() => (failed = true))]);
   if (!failed) await stopped;
+  return failed;
+}
+
+// Stops within the deadline and says how it went; the exit code.
+async function stop(
+  config: Config,
+  made: { agent: Agent; close(): Promise<void> },
+  redirectPoller: RedirectStatusPoller | undefined,
+  http: Listeners,
+  log: Logger,
+  failed: boolean,
+): Promise<ExitCode> {
+  const { agent } = made;
   const deadlineMs = config.shutdownTimeoutMs;
   log.info({ deadlineMs }, 'stopping: no new work, finishing what is in flight');
-  // Every step is bounded: a reconcile stuck in a file read or a virsh call
-  // must not keep the pod past its grace period. main() then ends the
-  // process even if that work still holds the event loop.
+  // Every step is bounded by the one deadline: a reconcile stuck in a file
+  // read or a virsh call must not keep the pod past its grace period.
+  // main() then ends the process even if that work still holds the event
+  // loop.
+  agent.shutdown.arm(deadlineMs, CLOSE_GRACE_MS);
   const shutdown = (async () => {
-    const finished = await agentInstance.stop(deadlineMs);
+    const finished = await agent.stop(deadlineMs);
     await redirectPoller?.stop();
     await http.close();
-    await closeConnection();
+    await made.close();
     return finished;
   })();
-  let timer: NodeJS.Timeout | undefined;
-  const outcome = await Promise.race([
-    shutdown,
-    new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), deadlineMs + CLOSE_GRACE_MS))),
-  ]);
-  clearTimeout(timer);
+  const outcome = await Promise.race([shutdown, aborted(agent.shutdown.closed).then(() => 'timeout' as const)]);
+  agent.shutdown.dispose();
   if (outcome === true) {
     log.info({ finished: true }, 'vmseed agent stopped');
     return failed ? 1 : 0;
   }
-  if (outcome === false && agentInstance.stopOutcome === 'cancelled') {
+  if (outcome === false && agent.stopOutcome === 'cancelled') {
     log.warn(
       { finished: false, deadlineMs, reason: 'reconciles still in flight at the stop deadline were cancelled' },
       'vmseed agent stopped; cancelled work runs again at the next start',
@@ -430,7 +521,7 @@ export const agent: Command = async (ctx) => {
     {
       finished: false,
       deadlineMs,
-      inFlight: agentInstance.queue.inFlight,
+      inFlight: agent.queue.inFlight,
       reason:
         outcome === 'timeout'
           ? 'shutdown steps did not finish in time'
@@ -439,4 +530,4 @@ export const agent: Command = async (ctx) => {
     'vmseed agent stopped with work abandoned; exiting anyway',
   );
   return 1;
-};
+}

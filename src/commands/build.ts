@@ -2,12 +2,13 @@
 // external tool. Options are parsed once with one table; each seed source
 // (today the files; later `--vmi vmi.yaml [--secret s.yaml ...]`) reads the
 // parsed values and returns a Seed, and the rest (image, output) is shared.
+import type { Datasource } from '../api/types.ts';
 import { readFile, writeFile, rename, unlink } from 'node:fs/promises';
 import { resolve, dirname, basename, join } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Command, CliContext, ExitCode } from './cli.ts';
 import { UsageError } from './cli.ts';
-import { DATASOURCES, type Datasource, type Seed } from '../cloudinit/seed.ts';
+import { DATASOURCES, type Seed } from '../cloudinit/seed.ts';
 import { parseYaml, where } from '../cloudinit/yaml.ts';
 import { VmseedError } from '../errors.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';

@@ -1,7 +1,8 @@
 // Seed → image bytes, with what callers log and compare: label, file list
 // and a content hash (same seed and timestamp → same hash → no rewrite).
+import type { Datasource } from '../api/types.ts';
 import { createHash } from 'node:crypto';
-import type { Datasource, Seed } from '../cloudinit/seed.ts';
+import type { Seed } from '../cloudinit/seed.ts';
 import { buildIso, SYSTEM_AREA_BYTES, type IsoFile } from './iso9660.ts';
 import { CONFIGDRIVE_LABEL, configdriveFiles } from './configdrive.ts';
 import { NOCLOUD_LABEL, nocloudFiles } from './nocloud.ts';

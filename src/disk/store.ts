@@ -30,12 +30,12 @@
 // never on what a symlink points to. Node has no openat(), so a directory
 // swapped between the lstat and the use is not caught; the state dir is the
 // agent's own (0750), which such a swap already needs write access to.
+import type { Datasource } from '../api/types.ts';
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
 import { constants as fsConstants } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { basename, dirname, join, relative } from 'node:path';
-import type { Datasource } from '../cloudinit/seed.ts';
 import { DATASOURCES } from '../cloudinit/seed.ts';
 import { VmseedError } from '../errors.ts';
 

@@ -3,7 +3,7 @@
 // long-lived socket per URI, with domain events) and VirshLibvirtClient
 // (one `virsh` process per call, works wherever virsh does). Errors are
 // VmseedErrors with the same codes on both paths.
-import type { DomainState } from './types.ts';
+import type { DomainState } from '../api/types.ts';
 import type { LibvirtStatus } from '../status/types.ts';
 
 export interface DomainInfo {

@@ -3,8 +3,9 @@
 // Level-based: every call looks at the domain as it is now (live and
 // next-boot config, one read) and does only what is missing (one attach),
 // so it can be repeated.
+import type { DomainState } from '../api/types.ts';
 import { domainFactsFromXml, type DomainFacts } from './domain-devices.ts';
-import { VmseedError } from '../errors.ts';
+import { cancelledError, VmseedError } from '../errors.ts';
 import {
   buildSeedDiskXml,
   parseDomainXml,
@@ -15,21 +16,13 @@ import {
   type DomainXmlInfo,
   type SeedBus,
 } from './disk-xml.ts';
-import type { DomainState, EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
+import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
 import type { ProcessSpawner } from './virsh.ts';
 import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { isPodUid } from './launcher-pod.ts';
-import {
-  checkTemplate,
-  encodeUriValue,
-  IMAGE_PLACEHOLDERS,
-  renderForTarget,
-  renderTemplate,
-  TARGET_PLACEHOLDERS,
-  usesPodUID,
-} from './template.ts';
+import { encodeUriValue, renderForTarget, renderTemplate, usesPodUID } from './template.ts';
 
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 
@@ -40,7 +33,9 @@ export interface ResumeContext {
   client: LibvirtClient;
 }
 
-// In KubeVirt the agent calls the VMI's `unpause` subresource instead.
+// The seed gate's hook (the agent's src/agent/seed-gate.ts makes it): called
+// for a paused domain, once the seed is in place, whose VMI opts in with
+// RESUME_ANNOTATION. In KubeVirt it calls the VMI's `unpause` subresource.
 // `false`: the hook decided this pause is not the seed gate's to end.
 export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
@@ -54,7 +49,8 @@ export interface LibvirtInjectorOptions {
   client?: LibvirtClient;
   virshPath?: string;
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
-  // VMI's launcher pod on this node, see launcher-pod.ts).
+  // VMI's launcher pod on this node, see launcher-pod.ts). The templates
+  // come checked (see template.ts).
   domainTemplate?: string;
   // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`;
   // placeholder values are percent-encoded.
@@ -118,9 +114,6 @@ export class LibvirtInjector implements Injector {
     this.#domainTemplate = options.domainTemplate ?? '{namespace}_{name}';
     this.#uriTemplate = options.uriTemplate ?? 'qemu:///system';
     this.#imagePathTemplate = options.imagePathTemplate ?? '{path}';
-    checkTemplate('domainTemplate', this.#domainTemplate, TARGET_PLACEHOLDERS);
-    checkTemplate('uriTemplate', this.#uriTemplate, TARGET_PLACEHOLDERS);
-    checkTemplate('imagePathTemplate', this.#imagePathTemplate, IMAGE_PLACEHOLDERS);
     this.#publisher = options.publisher ?? identityPublisher;
     this.#bus = options.bus ?? 'virtio';
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {
@@ -204,7 +197,7 @@ export class LibvirtInjector implements Injector {
     }
   }
 
-  async inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult> {
+  async inject(target: InjectionTarget, imagePath: string, signal?: AbortSignal): Promise<InjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
     let published = '';
@@ -224,7 +217,8 @@ export class LibvirtInjector implements Injector {
         viewing.catch(() => {});
         if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
         published = await this.#publisher.publish(target, imagePath);
-        return this.#inject(target, domain, uri, this.imagePathForDomain(target, published), await viewing);
+        const source = this.imagePathForDomain(target, published);
+        return this.#inject(target, domain, uri, source, await viewing, signal);
       },
       async () => {
         // Both views of the domain name `published` now: older copies (an
@@ -366,6 +360,7 @@ export class LibvirtInjector implements Injector {
     uri: string,
     source: string,
     view: DomainView,
+    signal: AbortSignal | undefined,
   ): Promise<InjectionResult> {
     if (view.state === 'other') {
       throw new VmseedError(
@@ -426,6 +421,8 @@ export class LibvirtInjector implements Injector {
 
     let resumed = false;
     if (view.state === 'paused' && target.annotations[RESUME_ANNOTATION] === 'true') {
+      // Past the stop deadline the guest stays paused: the next start resumes it.
+      if (signal?.aborted) throw cancelledError("the seed gate's resume");
       resumed = (await this.#resume({ domain, uri, target, client: this.#client })) !== false;
     }
     return {

@@ -19,7 +19,7 @@ import * as fs from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, join } from 'node:path';
 import { VmseedError } from '../errors.ts';
-import { checkTemplate, renderForTarget, TARGET_PLACEHOLDERS, usesPodUID } from './template.ts';
+import { renderForTarget, usesPodUID } from './template.ts';
 import type { InjectionTarget } from './types.ts';
 
 export interface ImagePublisher {
@@ -46,7 +46,8 @@ export const identityPublisher: ImagePublisher = {
 
 export interface DirPublisherOptions {
   // An existing directory, never created here (the launcher's volume), e.g.
-  // `/pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks`.
+  // `/pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks`; its
+  // placeholders come checked (see template.ts).
   dirTemplate: string;
   // A directory of ours inside it, created when missing (e.g. `vmseed`).
   subdir?: string;
@@ -60,10 +61,10 @@ export interface DirPublisherOptions {
 }
 
 const PREFIX = 'vmseed-';
-// Image names (`<datasource>-<sha16>.iso` from the store, `<datasource>.iso`
-// given directly), published as `vmseed-<name>`; temporaries are
+// Image names as the store makes them (`<datasource>-<sha16>.iso`),
+// published as `vmseed-<name>`; temporaries are
 // `.vmseed-<name>.vmseed-tmp-<12 hex>`. KubeVirt's own files never match.
-const IMAGE = '(?:nocloud|configdrive)(?:-[0-9a-f]{16})?\\.iso';
+const IMAGE = '(?:nocloud|configdrive)-[0-9a-f]{16}\\.iso';
 const OURS_RE = new RegExp(`^${PREFIX}${IMAGE}$`);
 const TMP_RE = new RegExp(`^\\.${PREFIX}${IMAGE}\\.vmseed-tmp-[0-9a-f]{12}$`);
 const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
@@ -226,7 +227,6 @@ export class DirPublisher implements ImagePublisher {
   readonly perPod: boolean;
 
   constructor(options: DirPublisherOptions) {
-    checkTemplate('publishDir', options.dirTemplate, TARGET_PLACEHOLDERS);
     if (options.subdir !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(options.subdir)) {
       throw new VmseedError('CONFIG_INVALID', `publish subdirectory '${options.subdir}' must be one plain name`, {
         field: 'publishDir',

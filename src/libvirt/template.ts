@@ -1,7 +1,9 @@
 // The per-VMI templates of the libvirt side (connection URI, domain name,
 // image path in the domain, publish directory): {namespace} {name} {uid}
-// {datasource} {podUID}, and for image paths {path} {basename}.
-import { VmseedError } from '../errors.ts';
+// {datasource} {podUID}, and for image paths {path} {basename}. Their
+// placeholders are checked once, where the flags are read
+// (config/values.ts checkTemplate); the injector and the publisher take
+// them as they are.
 import { launcherPodOf } from './launcher-pod.ts';
 import type { InjectionTarget } from './types.ts';
 
@@ -9,18 +11,6 @@ export const TARGET_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'p
 export const IMAGE_PLACEHOLDERS = [...TARGET_PLACEHOLDERS, 'path', 'basename'] as const;
 
 export type TemplateVars = Partial<Record<(typeof IMAGE_PLACEHOLDERS)[number], string>>;
-
-export function checkTemplate(field: string, template: string, allowed: readonly string[]): void {
-  for (const m of template.matchAll(/\{([^}]*)\}/g)) {
-    if (!allowed.includes(m[1])) {
-      throw new VmseedError(
-        'CONFIG_INVALID',
-        `${field} '${template}' uses unknown placeholder {${m[1]}}; allowed: ${allowed.map((a) => `{${a}}`).join(' ')}`,
-        { field },
-      );
-    }
-  }
-}
 
 export function usesPodUID(template: string): boolean {
   return template.includes('{podUID}');

@@ -1,6 +1,6 @@
 // The contract between the agent's reconciler and the libvirt injector.
+import type { Datasource, DomainState } from '../api/types.ts';
 import type { DomainFacts } from './domain-devices.ts';
-import type { Datasource } from '../cloudinit/seed.ts';
 
 export interface InjectionTarget {
   namespace: string;
@@ -22,10 +22,6 @@ export interface InjectionTarget {
     pausedCondition: boolean;
   };
 }
-
-import type { DomainState } from '../api/types.ts';
-
-export type { DomainState };
 
 export interface InjectionResult {
   // none: our disk was already there with this source.
@@ -57,7 +53,9 @@ export interface EjectionResult {
 // Errors are VmseedErrors: DOMAIN_NOT_FOUND is retryable (the launcher may
 // not have defined the domain yet), VIRSH_TIMEOUT retryable, etc.
 export interface Injector {
-  inject(target: InjectionTarget, imagePath: string): Promise<InjectionResult>;
+  // `signal`: the reconcile's; a step that cannot be undone half way (the
+  // seed gate's resume) does not start once it has aborted.
+  inject(target: InjectionTarget, imagePath: string, signal?: AbortSignal): Promise<InjectionResult>;
   eject(target: InjectionTarget): Promise<EjectionResult>;
   // Per-launcher-pod injectors (KubeVirt) also place the image in a
   // migration target's pod without attaching it (returns the path the

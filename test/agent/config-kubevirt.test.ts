@@ -154,7 +154,7 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   const inj = makeInjector(c, async ({ target }) => void resumed.push(target.name), lv)!;
   const ephemeral = join(root, POD, 'volumes/kubernetes.io~empty-dir/ephemeral-disks');
   await mkdir(ephemeral, { recursive: true });
-  const image = join(root, 'nocloud.iso');
+  const image = join(root, 'nocloud-0123456789abcdef.iso');
   await writeFile(image, 'seed');
   const target = {
     namespace: 'ns',
@@ -177,9 +177,9 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   const disk = lv.domains.get('ns_vm')!.live[0];
   assert.deepEqual(
     [disk.sourceFile, disk.alias],
-    ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud.iso', 'ua-vmseed_seed'],
+    ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud-0123456789abcdef.iso', 'ua-vmseed_seed'],
   );
-  assert.equal(await readFile(join(ephemeral, 'vmseed', 'vmseed-nocloud.iso'), 'utf8'), 'seed');
+  assert.equal(await readFile(join(ephemeral, 'vmseed', 'vmseed-nocloud-0123456789abcdef.iso'), 'utf8'), 'seed');
   assert.equal(
     lv.calls.some((c) => c[0] === 'resume'),
     false,

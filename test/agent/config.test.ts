@@ -46,6 +46,10 @@ test('bad values are one clear ConfigError each', () => {
     [['--local', 'd', '--resync-period', 'soon'], {}, /--resync-period: 'soon' is not a duration/],
     [['--local', 'd', '--listen', '127.0.0.1'], {}, /--listen/],
     [['--local', 'd', '--domain-name', '{vm}'], {}, /unknown placeholder \{vm\}/],
+    // Checked here only: the injector and the publisher take the templates as given.
+    [['--local', 'd', '--domain-name', '{namespace}-{pod}'], {}, /--domain-name: unknown placeholder \{pod\}/],
+    [['--local', 'd', '--image-path-in-domain', '/x/{pod}'], {}, /--image-path-in-domain: unknown placeholder \{pod\}/],
+    [['--local', 'd', '--publish-dir', '/pods/{pod}/x'], {}, /--publish-dir: unknown placeholder \{pod\}/],
     [['--local', 'd', '--disk-bus', 'sata'], {}, /--disk-bus: 'sata'/],
     [['--local', 'd'], { VMSEED_LOG_LEVEL: 'loud' }, /--log-level: 'loud'/],
     [['--what'], {}, /Unknown option '--what'/],

@@ -4,6 +4,13 @@ import { WorkQueue, type WorkResult } from '../../src/agent/work-queue.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 
 const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
+// A stop deadline `ms` from now (a ref'd timer: the hung handler below
+// holds nothing that keeps the test alive).
+const deadline = (ms: number) => {
+  const c = new AbortController();
+  setTimeout(() => c.abort(), ms);
+  return c.signal;
+};
 
 test('de-duplicates waiting keys and never runs one key twice at once', async () => {
   let running = 0;
@@ -136,7 +143,7 @@ test('a timed park: adds do not end it, it ends by itself after retryAfterMs, a 
   q.forget('k');
   await tick(250);
   assert.equal(runs.length, 3, 'forgotten: its park timer went with it');
-  await q.shutdown(100);
+  await q.shutdown(deadline(100));
 });
 
 test('shutdown stops taking work and waits for in-flight work within the deadline', async () => {
@@ -153,7 +160,7 @@ test('shutdown stops taking work and waits for in-flight work within the deadlin
   });
   for (const k of ['a', 'b', 'c', 'd']) q.add(k);
   await tick();
-  assert.equal(await q.shutdown(1000), true);
+  assert.equal(await q.shutdown(deadline(1000)), true);
   assert.equal(finished, 2, 'in-flight finished, queued dropped');
   q.add('e');
   await tick(80);
@@ -166,5 +173,5 @@ test('shutdown stops taking work and waits for in-flight work within the deadlin
   });
   slow.add('x');
   await tick();
-  assert.equal(await slow.shutdown(30), false);
+  assert.equal(await slow.shutdown(deadline(30)), false);
 });

@@ -45,10 +45,17 @@ async function setup(t: { after(fn: () => Promise<void>): void }) {
     liveOnly: true,
     sleep: async () => {},
   });
-  const image = join(root, 'nocloud.iso');
+  const image = join(root, 'nocloud-0123456789abcdef.iso');
   await writeFile(image, 'seed one');
   const ephemeral = join(root, POD_B, EPHEMERAL);
-  return { root, lv, inj, image, ephemeral, published: join(ephemeral, 'vmseed', 'vmseed-nocloud.iso') };
+  return {
+    root,
+    lv,
+    inj,
+    image,
+    ephemeral,
+    published: join(ephemeral, 'vmseed', 'vmseed-nocloud-0123456789abcdef.iso'),
+  };
 }
 
 const code = (c: string, kind?: string) => (e: unknown) =>
@@ -80,7 +87,7 @@ test('the attempt before the domain exists leaves the copy in the pod: when the 
   assert.deepEqual([after.ino, after.mtimeMs], [ino, mtimeMs], 'not written again');
   assert.deepEqual(
     domain.live.map((d) => d.sourceFile),
-    ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud.iso'],
+    ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud-0123456789abcdef.iso'],
   );
 });
 
@@ -101,7 +108,7 @@ test("{podUID}: the launcher's socket; the image copied into ephemeral-disks/vms
   const disk = lv.domains.get('ns1_vm1')!.live[0];
   assert.deepEqual(
     [disk.sourceFile, disk.alias],
-    ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud.iso', 'ua-vmseed_seed'],
+    ['/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud-0123456789abcdef.iso', 'ua-vmseed_seed'],
   );
   assert.equal(await readFile(published, 'utf8'), 'seed one');
   assert.equal((await stat(published)).mode & 0o777, 0o640);
@@ -123,7 +130,7 @@ test("{podUID}: the launcher's socket; the image copied into ephemeral-disks/vms
   await inj.inject(T, image);
   assert.equal(await readFile(published, 'utf8'), 'seed two');
   assert.notEqual((await stat(published)).ino, ino);
-  assert.deepEqual(await readdir(join(ephemeral, 'vmseed')), ['vmseed-nocloud.iso']);
+  assert.deepEqual(await readdir(join(ephemeral, 'vmseed')), ['vmseed-nocloud-0123456789abcdef.iso']);
 
   // Eject: the disk is detached, then the copy removed (the directory stays).
   assert.equal((await inj.eject(T)).action, 'detached');
@@ -206,7 +213,7 @@ test('a launcher pod UID that is not a UUID: LAUNCHER_POD_INVALID, terminal, nam
   // Eject (the VMI gone): such a UID was never used, so there is nothing to clean behind it.
   assert.deepEqual(await inj.eject({ ...T, launcherPods: ['../../etc'] }), { action: 'none', domain: 'ns1_vm1' });
   assert.deepEqual(lv.calls, []);
-  assert.deepEqual(await readdir(root), ['nocloud.iso']);
+  assert.deepEqual(await readdir(root), ['nocloud-0123456789abcdef.iso']);
 });
 
 test('values in the socket URI are percent-encoded: a pods directory with spaces or & cannot add URI parameters', async (t) => {
@@ -229,7 +236,7 @@ test("the launcher's ephemeral-disks directory missing: SEED_PUBLISH_FAILED, ret
       code('SEED_PUBLISH_FAILED', 'retryable')(e) && (e as Error).message.includes(join(root, POD_B, EPHEMERAL)),
   );
   assert.deepEqual(changeCalls(lv), []);
-  assert.deepEqual(await readdir(root), ['nocloud.iso']);
+  assert.deepEqual(await readdir(root), ['nocloud-0123456789abcdef.iso']);
 });
 
 test('publish never follows a symlink: vmseed/ a symlink or a file → STORE_UNSAFE_PATH, nothing written through it; eject leaves it alone', async (t) => {
@@ -237,17 +244,17 @@ test('publish never follows a symlink: vmseed/ a symlink or a file → STORE_UNS
   await mkdir(ephemeral, { recursive: true });
   const elsewhere = join(root, 'elsewhere');
   await mkdir(elsewhere);
-  await writeFile(join(elsewhere, 'vmseed-nocloud.iso'), 'victim');
+  await writeFile(join(elsewhere, 'vmseed-nocloud-0123456789abcdef.iso'), 'victim');
   await symlink(elsewhere, join(ephemeral, 'vmseed'));
   await assert.rejects(
     inj.inject(T, image),
     (e: unknown) => code('STORE_UNSAFE_PATH', 'terminal')(e) && /symlink/.test((e as Error).message),
   );
-  assert.deepEqual(await readdir(elsewhere), ['vmseed-nocloud.iso']);
+  assert.deepEqual(await readdir(elsewhere), ['vmseed-nocloud-0123456789abcdef.iso']);
   assert.deepEqual(changeCalls(lv), []);
   await inj.eject(T);
   assert.equal(
-    await readFile(join(elsewhere, 'vmseed-nocloud.iso'), 'utf8'),
+    await readFile(join(elsewhere, 'vmseed-nocloud-0123456789abcdef.iso'), 'utf8'),
     'victim',
     'unpublish did not delete through the link',
   );
@@ -268,53 +275,66 @@ test('inside vmseed/: a symlink or FIFO under our file name is replaced, never f
   const ours = join(ephemeral, 'vmseed');
   await mkdir(ours, { recursive: true });
   await writeFile(join(root, 'victim'), 'victim');
-  await symlink(join(root, 'victim'), join(ours, 'vmseed-nocloud.iso'));
+  await symlink(join(root, 'victim'), join(ours, 'vmseed-nocloud-0123456789abcdef.iso'));
   await inj.inject(T, image);
   assert.equal(await readFile(join(root, 'victim'), 'utf8'), 'victim');
-  assert.ok((await lstat(join(ours, 'vmseed-nocloud.iso'))).isFile());
+  assert.ok((await lstat(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'))).isFile());
   await inj.eject(T);
 
   // A FIFO where our copy goes: opening it for reading would block forever.
-  execFileSync('mkfifo', [join(ours, 'vmseed-nocloud.iso')]);
+  execFileSync('mkfifo', [join(ours, 'vmseed-nocloud-0123456789abcdef.iso')]);
   await inj.inject(T, image);
-  assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
+  assert.equal(await readFile(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'), 'utf8'), 'seed one');
 
   // A file of another size under our name (the launcher can write there):
   // not read, replaced; so is one of the same size with other bytes.
   await inj.eject(T);
-  await writeFile(join(ours, 'vmseed-nocloud.iso'), Buffer.alloc(64 * 1024 * 1024, 1));
+  await writeFile(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'), Buffer.alloc(64 * 1024 * 1024, 1));
   await inj.inject(T, image);
-  assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
+  assert.equal(await readFile(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'), 'utf8'), 'seed one');
   await inj.eject(T);
-  await writeFile(join(ours, 'vmseed-nocloud.iso'), 'seed 0ne');
+  await writeFile(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'), 'seed 0ne');
   await inj.inject(T, image);
-  assert.equal(await readFile(join(ours, 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
+  assert.equal(await readFile(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'), 'utf8'), 'seed one');
 
   // A directory under our file name: refused, not retried forever.
   await inj.eject(T);
-  await mkdir(join(ours, 'vmseed-nocloud.iso', 'x'), { recursive: true });
+  await mkdir(join(ours, 'vmseed-nocloud-0123456789abcdef.iso', 'x'), { recursive: true });
   await assert.rejects(inj.inject(T, image), code('STORE_UNSAFE_PATH', 'terminal'));
-  await rm(join(ours, 'vmseed-nocloud.iso'), { recursive: true });
+  await rm(join(ours, 'vmseed-nocloud-0123456789abcdef.iso'), { recursive: true });
   await inj.inject(T, image);
 
   // Names like ours but not ours: kept.
-  for (const n of ['vmseed-nocloud.iso.bak', 'vmseed-other.iso', 'xvmseed-nocloud.iso'])
+  for (const n of [
+    'vmseed-nocloud-0123456789abcdef.iso.bak',
+    'vmseed-other.iso',
+    'xvmseed-nocloud-0123456789abcdef.iso',
+  ])
     await writeFile(join(ours, n), 'x');
   await inj.eject(T);
-  assert.deepEqual((await readdir(ours)).sort(), ['vmseed-nocloud.iso.bak', 'vmseed-other.iso', 'xvmseed-nocloud.iso']);
+  assert.deepEqual((await readdir(ours)).sort(), [
+    'vmseed-nocloud-0123456789abcdef.iso.bak',
+    'vmseed-other.iso',
+    'xvmseed-nocloud-0123456789abcdef.iso',
+  ]);
   assert.equal(isPublishedName('vmseed-configdrive-0123456789abcdef.iso'), true);
   assert.equal(isPublishedName('.vmseed-nocloud-0123456789abcdef.iso.vmseed-tmp-0123456789ab'), true);
   assert.equal(isPublishedName('vmseed-nocloud-0123456789abcdef.iso/..'), false);
+  // Only the store's content-addressed names are ours.
+  assert.equal(isPublishedName('vmseed-nocloud.iso'), false);
 });
 
 test('the source image: a FIFO or an oversized file is never read whole', async (t) => {
   const { root, ephemeral } = await setup(t);
   await mkdir(ephemeral, { recursive: true });
   const pub = new DirPublisher({ dirTemplate: `${root}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed', maxBytes: 4 });
-  await writeFile(join(root, 'configdrive.iso'), 'too large');
-  await assert.rejects(pub.publish(T, join(root, 'configdrive.iso')), code('SEED_PUBLISH_FAILED', 'terminal'));
-  execFileSync('mkfifo', [join(root, 'nocloud-0123456789abcdef.iso')]);
-  await assert.rejects(pub.publish(T, join(root, 'nocloud-0123456789abcdef.iso')), code('SEED_PUBLISH_FAILED'));
+  await writeFile(join(root, 'configdrive-0123456789abcdef.iso'), 'too large');
+  await assert.rejects(
+    pub.publish(T, join(root, 'configdrive-0123456789abcdef.iso')),
+    code('SEED_PUBLISH_FAILED', 'terminal'),
+  );
+  execFileSync('mkfifo', [join(root, 'nocloud-fedcba9876543210.iso')]);
+  await assert.rejects(pub.publish(T, join(root, 'nocloud-fedcba9876543210.iso')), code('SEED_PUBLISH_FAILED'));
   await assert.rejects(pub.publish(T, join(root, 'other.iso')), code('INTERNAL'));
 });
 
@@ -343,10 +363,13 @@ test("stage and unstage: a migration target's pod gets the file at the same name
   const calls = lv.calls.length;
   assert.equal(
     await inj.stage({ ...T, launcherPods: [POD_A] }, image),
-    '/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud.iso',
+    '/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-nocloud-0123456789abcdef.iso',
   );
   assert.equal(lv.calls.length, calls);
-  assert.equal(await readFile(join(root, POD_A, EPHEMERAL, 'vmseed', 'vmseed-nocloud.iso'), 'utf8'), 'seed one');
+  assert.equal(
+    await readFile(join(root, POD_A, EPHEMERAL, 'vmseed', 'vmseed-nocloud-0123456789abcdef.iso'), 'utf8'),
+    'seed one',
+  );
   await inj.eject({ ...T, launcherPods: [POD_A, POD_B] });
   for (const p of [POD_A, POD_B]) assert.deepEqual(await readdir(join(root, p, EPHEMERAL, 'vmseed')), []);
   await inj.stage({ ...T, launcherPods: [POD_A] }, image);
@@ -360,6 +383,5 @@ test('plain libvirt: identity publishing, the image used where it is', async () 
   lv.domains.set('ns1_vm1', { state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
   await new LibvirtInjector({ spawner: lv }).inject({ ...T, launcherPods: undefined }, '/var/lib/vmseed/seeds/a.iso');
   assert.equal(lv.domains.get('ns1_vm1')!.config[0].sourceFile, '/var/lib/vmseed/seeds/a.iso');
-  assert.throws(() => new DirPublisher({ dirTemplate: '/pods/{pod}/x' }), code('CONFIG_INVALID'));
   assert.throws(() => new DirPublisher({ dirTemplate: '/pods/{podUID}/x', subdir: '../y' }), code('CONFIG_INVALID'));
 });

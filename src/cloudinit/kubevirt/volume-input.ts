@@ -3,8 +3,7 @@
 // "required" rule, and accessCredentials for the SSH keys. Written as KubeVirt
 // writes it, so the composition is lenient where KubeVirt is (strict: false).
 import type { SeedInput } from '../compose-seed.ts';
-import type { CloudInitSource, RefResolver, VmiObject } from '../../api/types.ts';
-import type { Datasource } from '../seed.ts';
+import type { CloudInitSource, RefResolver, VmiObject, Datasource } from '../../api/types.ts';
 import { resolvePublicKeys } from './access-credentials.ts';
 import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './admission.ts';
 import { requireSomeData } from './empty-data.ts';

@@ -2,8 +2,8 @@
 // YAML, bare or under "network:" (bare is what older guests read). ConfigDrive
 // takes OpenStack network_data.json. Each is converted to the other's format
 // when given for the wrong datasource (src/cloudinit/network/).
+import type { Datasource } from '../../api/types.ts';
 import { VmseedError } from '../../errors.ts';
-import type { Datasource } from '../seed.ts';
 import { isPlainObject, parseYaml, where } from '../yaml.ts';
 import { convertNetworkConfigToNetworkData } from './convert-v1v2-to-nwdata.ts';
 import { convertNetworkDataToV2 } from './convert-nwdata-to-v2.ts';

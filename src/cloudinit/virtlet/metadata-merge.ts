@@ -2,8 +2,8 @@
 // generated meta-data (Virtlet's merge, so nested mappings merge and custom
 // keys are added; KubeVirt #15836). It may replace instance-id; what
 // cloud-init needs to find the instance must survive the merge.
+import type { Datasource } from '../../api/types.ts';
 import { VmseedError } from '../../errors.ts';
-import type { Datasource } from '../seed.ts';
 import { virtletMerge } from '../userdata/merge.ts';
 
 export function mergeMetaData(

@@ -1,0 +1,147 @@
+// The seed gate: a VM started paused (spec.startStrategy: Paused, or a
+// libvirt domain defined paused) whose VMI carries
+// `vmseed.io/resume-after-seed: "true"` is resumed once its seed is
+// attached, so the guest never boots without it. What the agent decides
+// about the gate is here: what it reads of a VMI, whether a pause is the
+// gate's to end and whether now, how it ends on each platform, and the
+// record that it opened. The injector attaches the disk and, for a paused
+// domain whose VMI opts in (RESUME_ANNOTATION, read there because the
+// libvirt layer cannot call up into this one), calls the hook made here.
+import type { VmiObject } from '../api/types.ts';
+import type { ImageStore } from '../disk/store.ts';
+import { VmseedError } from '../errors.ts';
+import { libvirtResume, type ResumeHook } from '../libvirt/injector.ts';
+import type { InjectionTarget } from '../libvirt/types.ts';
+
+type GateFacts = NonNullable<InjectionTarget['vmi']>;
+
+// What the gate reads of a VMI's status and spec (KubeVirt's view of it).
+export function seedGateFacts(vmi: VmiObject): GateFacts {
+  const conditions = Array.isArray(vmi.status?.conditions)
+    ? (vmi.status.conditions as Array<{ type?: unknown; status?: unknown }>)
+    : [];
+  return {
+    ...(typeof vmi.status?.phase === 'string' ? { phase: vmi.status.phase } : {}),
+    startPaused: vmi.spec.startStrategy === 'Paused',
+    pausedCondition: conditions.some((c) => c?.type === 'Paused' && c?.status === 'True'),
+  };
+}
+
+// How the gate ends a pause, by --platform and --resume-via: `unpause`
+// (KubeVirt's API, cluster mode), else libvirt's resume where the agent
+// owns the domain. Which combinations are allowed is resumeViaProblem's.
+export function seedGateHook(platform: 'libvirt' | 'kubevirt', unpause?: ResumeHook): ResumeHook {
+  if (unpause) return unpause;
+  return platform === 'kubevirt' ? noKubevirtUnpause : libvirtResume;
+}
+
+// What a configuration cannot do with the gate, as the flag error says it.
+export function resumeViaProblem(
+  mode: 'local' | 'kubernetes',
+  platform: 'libvirt' | 'kubevirt',
+  resumeVia: 'virsh' | 'kubevirt',
+): string | undefined {
+  if (mode === 'local' && resumeVia === 'kubevirt')
+    return "--resume-via kubevirt needs a cluster (KubeVirt's unpause API); local mode resumes with virsh";
+  if (platform === 'kubevirt' && resumeVia === 'virsh')
+    return '--resume-via virsh cannot be used with --platform kubevirt: KubeVirt resumes any pause it did not order and keeps its own pause record; the seed gate unpauses through KubeVirt';
+  return undefined;
+}
+
+// KubeVirt resumes any pause it did not order and keeps its own record of
+// the one it made: the kubevirt platform never falls back to `virsh resume`.
+const noKubevirtUnpause: ResumeHook = async () => {
+  throw new VmseedError(
+    'CONFIG_INVALID',
+    "the seed gate on --platform kubevirt resumes through KubeVirt's unpause API only, and none is configured",
+    { kind: 'terminal', field: 'resumeVia' },
+  );
+};
+
+// Whether the seed gate already opened for a VMI: then a later pause is its
+// owner's (virtctl pause) and stays. KubeVirt does not tell the two apart:
+// a start-paused domain and a user's pause both get condition Paused=True
+// with reason PausedByUser (virt-handler calculatePausedCondition, libvirt
+// reports VIR_DOMAIN_PAUSED_USER for both), and the launcher's own record
+// (`l.paused`) is not in the API. So the agent keeps its own, once per VMI
+// (uid): startStrategy Paused is the pause of the VMI's start, and a
+// migrated VMI's new launcher pod did not start paused.
+export interface SeedGateRecord {
+  opened(target: InjectionTarget): Promise<boolean>;
+  markOpened(target: InjectionTarget): Promise<void>;
+}
+
+// In this process only (tests, and anything without a state directory).
+const MAX_REMEMBERED = 10_000;
+export function memoryGateRecord(): SeedGateRecord {
+  const done = new Set<string>();
+  return {
+    opened: (t) => Promise.resolve(done.has(t.uid)),
+    markOpened: (t) => {
+      if (done.size >= MAX_REMEMBERED) done.delete(done.values().next().value!);
+      done.add(t.uid);
+      return Promise.resolve();
+    },
+  };
+}
+
+// In the state directory, next to the VMI's images (the image store's
+// `seed-gate-opened` record): an agent restart does not forget it, and it
+// goes with the images when the VMI goes.
+export function storeGateRecord(
+  store: Pick<ImageStore, 'readRecord' | 'writeRecord'>,
+  options: { fsync?: boolean; now?: () => Date } = {},
+): SeedGateRecord {
+  const key = (t: InjectionTarget) => ({ namespace: t.namespace, name: t.name, uid: t.uid });
+  return {
+    opened: async (t) => (await store.readRecord(key(t), 'seed-gate-opened')) !== undefined,
+    markOpened: async (t) => {
+      const at = (options.now ?? (() => new Date()))().toISOString();
+      await store.writeRecord(
+        key(t),
+        'seed-gate-opened',
+        `${JSON.stringify({ unpausedAt: at, launcherPods: t.launcherPods ?? [] })}\n`,
+        { fsync: options.fsync ?? true },
+      );
+    },
+  };
+}
+
+// The gate in a KubeVirt cluster: only the pause KubeVirt made at start is
+// the gate's, once per VMI, and only once KubeVirt can take the unpause.
+// `unpause` resolves once the VMI runs (also when it already did).
+export function kubevirtSeedGate(
+  record: SeedGateRecord,
+  unpause: (target: InjectionTarget) => Promise<void>,
+): ResumeHook {
+  // Answers read from the record in this process (it only ever goes from
+  // closed to open for a uid): a paused VMI is not re-read on every retry.
+  const known = memoryGateRecord();
+  return async ({ target }) => {
+    if (target.vmi) {
+      // Only the pause KubeVirt made at start (spec.startStrategy: Paused)
+      // is the seed gate's; any other pause is the VM owner's.
+      if (!target.vmi.startPaused || (await known.opened(target))) return false;
+      if (await record.opened(target)) {
+        await known.markOpened(target);
+        return false;
+      }
+      // virt-api answers 409 until both exist (KubeVirt's unpause
+      // validation): wait for them instead of calling.
+      if (target.vmi.phase !== 'Running' || !target.vmi.pausedCondition) {
+        throw new VmseedError(
+          'SEED_GATE_WAITING',
+          `VMI ${target.namespace}/${target.name}: seed attached; waiting for KubeVirt to report phase Running (now ${target.vmi.phase ?? 'none'}) and condition Paused=True before calling unpause; will retry`,
+          { kind: 'retryable', field: 'status.conditions' },
+        );
+      }
+    }
+    await unpause(target);
+    // A failed write fails this reconcile; the retry, while KubeVirt still
+    // reports the pause, meets 409 "not paused" and writes it. Written
+    // after the call, not before: a crash in between must not leave a
+    // start-paused VMI paused for good.
+    await record.markOpened(target);
+    await known.markOpened(target);
+  };
+}
