@@ -58,9 +58,13 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   assert.equal(existsSync(join(state, 'default', 'elsewhere')), false);
   const url = await waitFor('url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
   await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200);
-  const metrics = await (await fetch(`${url}/metrics`)).text();
+  // The image is on disk before its reconcile is recorded (the handler
+  // counts it when the reconcile returns): wait for the count.
+  const metrics = await waitFor('reconcile counted', async () => {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    return /vmseed_reconcile_total\{result="success"\} [1-9]/.test(text) ? text : undefined;
+  });
   assert.match(metrics, /vmseed_informer_synced 1/);
-  assert.match(metrics, /vmseed_reconcile_total\{result="success"\} [1-9]/);
   await waitFor('SeedReady Event', () =>
     fake.events().find((e) => e.reason === 'SeedReady' && e.involvedObject.uid === v.metadata.uid),
   );
