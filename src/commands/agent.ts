@@ -27,6 +27,7 @@ import { cancellableSpawner } from '../agent/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../libvirt/virsh.ts';
 import type { RenderSeed } from '../agent/deps.ts';
 import { RedirectStatusPoller } from '../agent/redirect-status.ts';
+import { startAdmission, type Admission } from '../agent/admission.ts';
 import type { Command } from './cli.ts';
 
 const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
@@ -311,6 +312,7 @@ export const agent: Command = async (ctx) => {
   // for the pod network, the per-VMI detail for whoever reaches statusListen.
   const split = listen !== statusListen;
   const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
+  let admission: Admission | undefined;
   try {
     for (const [addr, serve] of split
       ? ([
@@ -328,12 +330,14 @@ export const agent: Command = async (ctx) => {
         ),
       );
     }
+    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger);
   } catch (e) {
     ctx.stderr.write(`vmseed agent: ${(e as Error).message}\n`);
     await Promise.all(servers.map((s) => s.close()));
     await closeConnection();
     return 1;
   }
+  if (admission) agentInstance.status.addReadinessCheck(admission.readiness);
   const http = {
     url: servers[0].url,
     statusUrl: servers.at(-1)!.url,
@@ -378,6 +382,7 @@ export const agent: Command = async (ctx) => {
   const shutdown = (async () => {
     const finished = await agentInstance.stop(deadlineMs);
     await redirectPoller?.stop();
+    await admission?.close();
     await http.close();
     await closeConnection();
     return finished;
