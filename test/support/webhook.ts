@@ -28,7 +28,7 @@ export async function certDir(pki: TestPki, dir?: string): Promise<string> {
   return d;
 }
 
-export { testPki };
+export { testPki, type TestPki };
 
 export interface Answer {
   status: number;
