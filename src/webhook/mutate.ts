@@ -2,12 +2,12 @@
 // operations (RFC 6902) against the object the API server sent. Pure: the
 // nonce and the serial come from the caller.
 //
-//  - The seed gate: `spec.startStrategy: Paused` and
-//    `vmseed.io/resume-after-seed: "true"`, so the domain waits for its
-//    seed disk and the agent unpauses it. Not when the VMI opts out
-//    (`vmseed.io/gate: "false"`), sets a start strategy of its own, or
-//    sets the resume annotation to anything but "true" (nobody would
-//    unpause it).
+//  - The seed gate, for VMIs with the vmseed annotation (a seed disk):
+//    `spec.startStrategy: Paused` and `vmseed.io/resume-after-seed: "true"`,
+//    so the domain waits for its seed disk and the agent unpauses it. Not
+//    when the VMI opts out (`vmseed.io/gate: "false"`), sets a start
+//    strategy of its own, or sets the resume annotation to anything but
+//    "true" (nobody would unpause it).
 //  - The datasource serial (`spec.domain.firmware.serial`), unless the
 //    owner set a serial that is not one of ours; with a fresh nonce
 //    annotation when no owning VirtualMachine binds the token
@@ -68,6 +68,10 @@ export function inScope(annotations: Record<string, string>): boolean {
 }
 
 function wantsGate(spec: Json, annotations: Record<string, string>): boolean {
+  // A VMI served over HTTP only (KubeVirt IMDS's annotations alone) gets no
+  // seed disk, and the agent's gate resumes a domain only after attaching
+  // one: paused, it would stay paused.
+  if (!(ANNOTATION in annotations)) return false;
   if (annotations[GATE_ANNOTATION] === 'false') return false;
   if (spec.startStrategy !== undefined && spec.startStrategy !== null) return false;
   const resume = annotations[RESUME_ANNOTATION];

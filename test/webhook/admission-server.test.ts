@@ -12,6 +12,8 @@ import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 import { bindingMessage, NONCE_ANNOTATION } from '../../src/datasource-binding.ts';
 import { serialMinter } from '../../src/agent/admission.ts';
 import { startWebhookServer, type WebhookServer } from '../../src/webhook/server.ts';
+import { RESUME_ANNOTATION } from '../../src/webhook/mutate.ts';
+import { RESUME_ANNOTATION as INJECTOR_RESUME_ANNOTATION } from '../../src/libvirt/injector.ts';
 import { applyPatch, certDir, fixtureReview, patchOf, post, testPki, type Json } from '../support/webhook.ts';
 import { randomKey } from '../http/datasource-fixtures.ts';
 
@@ -52,6 +54,10 @@ function withObject(r: Json, edit: (o: Json) => void): Json {
   edit(copy.request.object);
   return copy;
 }
+
+test('the resume annotation written is the one the seed gate reads', () => {
+  assert.equal(RESUME_ANNOTATION, INJECTOR_RESUME_ANNOTATION);
+});
 
 test('a VM-made VMI: paused, resumed after its seed, and a serial bound to the VM; nothing else changes', async () => {
   const r = await fixtureReview('vmi-from-vm');
@@ -121,10 +127,14 @@ test("the owner's own choices stand: a start strategy, a serial, the gate's opt-
   );
 });
 
-test("KubeVirt IMDS's opt-in is in scope; a VMI without an opt-in, an update, another resource are never patched", async () => {
+test("KubeVirt IMDS's opt-in is in scope (the serial only); a VMI without an opt-in, an update, another resource are never patched", async () => {
   const r = await fixtureReview('vmi-direct');
+  // Served over HTTP only (no seed disk for the gate to wait for): the serial, not the gate.
   const imds = withObject(r, (o) => (o.metadata.annotations = { 'imds.kubevirt.io/enabled': 'true' }));
-  assert.ok((await review(imds)).patch?.some((o) => o.path === '/spec/startStrategy'));
+  assert.deepEqual(
+    (await review(imds)).patch?.map((o) => o.path),
+    ['/metadata/annotations/vmseed.io~1datasource-nonce', '/spec/domain/firmware'],
+  );
   const cases: Json[] = [
     withObject(r, (o) => delete o.metadata.annotations),
     withObject(r, (o) => (o.metadata.annotations = { 'imds.kubevirt.io/enabled': 'false', other: 'x' })),
