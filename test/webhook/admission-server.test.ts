@@ -224,3 +224,12 @@ test('a client that sends a body slowly and stops is cut by the request timeout,
   });
   assert.equal(closed, true);
 });
+
+test('many JSON bombs at once, each just under the budget: all refused, the server keeps serving', async () => {
+  const bomb = Buffer.from(`[${'[],'.repeat(650_000)}[]]`);
+  assert.ok(bomb.length < 2 * 1024 * 1024);
+  const answers = await Promise.all(Array.from({ length: 16 }, () => post(server.address.port, ca, bomb)));
+  for (const a of answers) assert.equal(a.status, 400);
+  const r = await fixtureReview('vmi-direct');
+  assert.equal((await post(server.address.port, ca, JSON.stringify(r))).status, 200);
+});
