@@ -76,9 +76,11 @@ function readBody(req: IncomingMessage, res: ServerResponse, max: number): Promi
       if (done) return;
       size += chunk.length;
       if (size > max) {
-        refuse(res, 413, `the AdmissionReview is larger than ${max} bytes`, true);
+        // The refusal is sent in full, then the connection goes with the
+        // rest of the body unread.
         chunks.length = 0;
-        req.destroy();
+        res.once('finish', () => req.destroy());
+        refuse(res, 413, `the AdmissionReview is larger than ${max} bytes`, true);
         finish(undefined);
         return;
       }

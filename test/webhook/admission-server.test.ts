@@ -233,3 +233,38 @@ test('many JSON bombs at once, each just under the budget: all refused, the serv
   const r = await fixtureReview('vmi-direct');
   assert.equal((await post(server.address.port, ca, JSON.stringify(r))).status, 200);
 });
+
+test('a chunked body (no Content-Length) over the budget is refused as it arrives, with a 413', async () => {
+  const { request } = await import('node:https');
+  const status = await new Promise<number>((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port: server.address.port,
+        path: '/mutate-virtualmachineinstance',
+        method: 'POST',
+        ca,
+        agent: false,
+        headers: { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' },
+      },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    req.on('error', reject);
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    // Up to 4 MiB, stopping once an answer came.
+    let sent = 0;
+    const more = () => {
+      while (sent < 64 && !req.destroyed) {
+        sent++;
+        if (!req.write(chunk)) return void req.once('drain', more);
+      }
+      req.end();
+    };
+    more();
+  });
+  assert.equal(status, 413);
+  assert.equal((await post(server.address.port, ca, JSON.stringify(await fixtureReview('vmi-direct')))).status, 200);
+});
