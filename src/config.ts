@@ -67,6 +67,15 @@ export interface Config {
   namespaces?: string[];
   // The redirect sidecar's /readyz, polled for the status page only.
   redirectStatusUrl?: string;
+  // The mutating admission webhook (absent: off).
+  webhook?: WebhookConfig;
+}
+
+export interface WebhookConfig {
+  listen: { host: string; port: number };
+  certDir: string;
+  // The serial's ds= id; off: the serial is not written.
+  serial: 'off' | 'nocloud' | 'nocloud-net';
 }
 
 // sun_path holds 108 bytes with the terminating NUL.
@@ -137,6 +146,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   }
   const redirectStatusUrl = flags.get('redirect-status-url');
   if (redirectStatusUrl !== undefined) config.redirectStatusUrl = redirectStatusUrl;
+  const webhook = webhookConfig(flags, config);
+  if (webhook) config.webhook = webhook;
   checkCombinations(config, flags);
   return deepFreeze(config);
 }
@@ -201,6 +212,22 @@ function datasourceConfig(flags: FlagReader): DatasourceConfig | undefined {
   };
 }
 
+function webhookConfig(flags: FlagReader, config: Config): WebhookConfig | undefined {
+  if (flags.given('webhook-listen') === undefined) {
+    for (const flag of ['webhook-cert-dir', 'webhook-serial'] as const) {
+      if (flags.given(flag) !== undefined)
+        throw new ConfigError(`--${flag} needs --webhook-listen HOST:PORT (the webhook is off without it)`);
+    }
+    return undefined;
+  }
+  const serial = flags.get('webhook-serial');
+  if (serial !== 'off' && !config.datasource)
+    throw new ConfigError(
+      `--webhook-serial ${serial} needs --datasource-listen HOST:PORT and its key file (the serial points at the datasource); or --webhook-serial off`,
+    );
+  return { listen: flags.get('webhook-listen')!, certDir: flags.get('webhook-cert-dir'), serial };
+}
+
 // What the status page shows: no credentials (the kubeconfig path only).
 export function configSummary(c: Config): Record<string, string | number | boolean> {
   return {
@@ -231,6 +258,13 @@ export function configSummary(c: Config): Record<string, string | number | boole
     logLevel: c.logLevel,
     fsync: c.fsync,
     ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
+    ...(c.webhook
+      ? {
+          webhookListen: `${c.webhook.listen.host}:${c.webhook.listen.port}`,
+          webhookCertDir: c.webhook.certDir,
+          webhookSerial: c.webhook.serial,
+        }
+      : {}),
     ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),
     ...(c.vendorDataFrom
       ? {

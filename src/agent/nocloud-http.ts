@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { startDatasourceServer, type DatasourceServer } from '../http/datasource.ts';
 import { imdsOnlySourceAddress } from '../http/datasource-imds.ts';
 import { watchKeyFile } from '../http/datasource-key-watch.ts';
-import { DatasourceKeyring, fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
+import { DatasourceKeyring, fileKeySource, parseKeyFile, type KeySource } from '../http/datasource-tokens.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { Agent } from './agent.ts';
 
@@ -32,6 +32,32 @@ export interface NocloudHttp {
   start(agent: Agent): Promise<{ server: DatasourceServer; close(): Promise<void> }>;
 }
 
+// The keyring from the key file. A file that is not there yet (its Secret
+// is optional, and not created) gives an empty keyring: the datasource
+// answers nothing until the file appears and the watch loads it, and the
+// agent still seeds disks. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE
+// / DATASOURCE_KEY_INVALID when the file is there but cannot be used.
+export async function loadDatasourceKeys(
+  keyFile: string,
+  log: Logger,
+): Promise<{ source: KeySource; text: string | undefined; keyring: DatasourceKeyring }> {
+  const source = fileKeySource(keyFile);
+  let text: string;
+  try {
+    text = await source.read();
+  } catch (e) {
+    if (((e as Error).cause as NodeJS.ErrnoException | undefined)?.code !== 'ENOENT') throw e;
+    log.warn(
+      { keyFile },
+      'datasource key file missing; no token is answered until it appears (create the vmseed-datasource-key Secret)',
+    );
+    return { source, text: undefined, keyring: DatasourceKeyring.empty() };
+  }
+  const keyring = new DatasourceKeyring(parseKeyFile(text, source.description));
+  log.info({ keys: keyring.size, signing: keyring.fingerprints()[0] }, 'datasource keys loaded');
+  return { source, text, keyring };
+}
+
 // Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE / DATASOURCE_KEY_INVALID
 // when the key file cannot be used at start-up (no old keys to fall back on).
 export async function prepareNocloudHttp(
@@ -40,10 +66,7 @@ export async function prepareNocloudHttp(
   metrics?: Metrics,
 ): Promise<NocloudHttp> {
   const log = logger.child({ component: 'datasource' });
-  const source = fileKeySource(config.keyFile);
-  const text = await source.read();
-  const keyring = new DatasourceKeyring(parseKeyFile(text, source.description));
-  log.info({ keys: keyring.size, signing: keyring.fingerprints()[0] }, 'datasource keys loaded');
+  const { source, text, keyring } = await loadDatasourceKeys(config.keyFile, log);
   return {
     keyring,
     agentOptions: {},
@@ -63,7 +86,13 @@ export async function prepareNocloudHttp(
           `cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`,
         );
       });
-      const watcher = watchKeyFile({ path: config.keyFile, source, keyring, logger: log, initialText: text });
+      const watcher = watchKeyFile({
+        path: config.keyFile,
+        source,
+        keyring,
+        logger: log,
+        ...(text !== undefined ? { initialText: text } : {}),
+      });
       return {
         server,
         close: async () => {

@@ -4,6 +4,7 @@
 // exactly what the disk holds, and nothing for a VMI without an image.
 import type { VmiObject } from '../api/types.ts';
 import type { Seed } from '../cloudinit/seed.ts';
+import { bindingMessage } from '../datasource-binding.ts';
 import type { DatasourceFile } from '../http/datasource-files.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../http/datasource.ts';
 
@@ -32,15 +33,20 @@ export class AgentSeedDirectory implements SeedDirectory {
     const uid = vmi.metadata.uid ?? key;
     const prevUid = this.#uidByKey.get(key);
     if (prevUid !== undefined && prevUid !== uid) this.drop(key);
-    if (!this.#byUid.has(uid)) this.#revision++;
     const slash = key.indexOf('/');
+    const namespace = key.slice(0, slash);
+    const name = key.slice(slash + 1);
+    const binding = bindingMessage(namespace, name, vmi.metadata);
+    const had = this.#byUid.get(uid);
+    if (had === undefined || had.binding !== binding) this.#revision++;
     this.#byUid.set(uid, {
       key,
-      namespace: key.slice(0, slash),
-      name: key.slice(slash + 1),
+      namespace,
+      name,
       uid,
       seed,
       addresses: reportedAddresses(vmi),
+      ...(binding !== undefined ? { binding } : {}),
     });
     this.#uidByKey.set(key, uid);
   }
@@ -59,7 +65,15 @@ export class AgentSeedDirectory implements SeedDirectory {
 
   get(uid: string): SeedDirectoryEntry | undefined {
     const h = this.#byUid.get(uid);
-    return h && { namespace: h.namespace, name: h.name, uid: h.uid, seed: h.seed };
+    return (
+      h && {
+        namespace: h.namespace,
+        name: h.name,
+        uid: h.uid,
+        seed: h.seed,
+        ...(h.binding !== undefined ? { binding: h.binding } : {}),
+      }
+    );
   }
 
   listUids(): Iterable<string> {

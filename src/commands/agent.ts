@@ -31,6 +31,7 @@ import { RedirectStatusPoller } from '../agent/redirect-status.ts';
 import type { KubeApi } from '../kube/api.ts';
 import type { CliContext, Command, ExitCode } from './cli.ts';
 import { VERSION } from '../version.ts';
+import { startAdmission, type Admission } from '../agent/admission.ts';
 
 // What closing waits for the injector's last file work (an older seed's copy
 // removed after an attach); a copy left behind goes with the next seed's
@@ -412,6 +413,7 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
   const statusListen = hostPort(config.statusListen);
   const split = listen !== statusListen;
   const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
+  let admission: Admission | undefined;
   try {
     for (const [addr, serve] of split
       ? ([
@@ -427,10 +429,12 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
         }),
       );
     }
+    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger);
   } catch (e) {
     await Promise.all(servers.map((s) => s.close()));
     throw e;
   }
+  if (admission) agent.status.addReadinessCheck(admission.readiness);
   agent.status.setConfig({
     listen: hostPort(servers[0].address),
     statusListen: hostPort(servers.at(-1)!.address),
@@ -438,7 +442,10 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
   return {
     url: servers[0].url,
     statusUrl: servers.at(-1)!.url,
-    close: async () => void (await Promise.all(servers.map((s) => s.close()))),
+    close: async () => {
+      await admission?.close();
+      await Promise.all(servers.map((s) => s.close()));
+    },
   };
 }
 

@@ -332,6 +332,27 @@ export const AGENT_FLAGS = {
     default: 'false',
     parse: switched,
   }),
+  'webhook-listen': optionalFlag({
+    arg: 'HOST:PORT',
+    help: 'serve the mutating admission webhook (HTTPS) on this address: seed gate and datasource serial for VMIs that opt into vmseed',
+    default: { doc: 'off' },
+    parse: parseListen,
+  }),
+  'webhook-cert-dir': flag({
+    arg: 'DIR',
+    help: "the webhook's tls.crt and tls.key (a kubernetes.io/tls Secret); reloaded when they change",
+    default: '/etc/vmseed/webhook-tls',
+    parse: path,
+  }),
+  'webhook-serial': flag({
+    arg: 'off|nocloud|nocloud-net',
+    help: 'write the datasource serial (spec.domain.firmware.serial) into VMIs without one, with this ds= id; nocloud needs cloud-init 23.2 or later, nocloud-net works with older ones too',
+    default: {
+      text: (c) => (c.text('datasource-listen') === undefined ? 'off' : 'nocloud-net'),
+      doc: 'nocloud-net with --datasource-listen, else off',
+    },
+    parse: choice(['off', 'nocloud', 'nocloud-net'] as const),
+  }),
 };
 
 export type FlagName = keyof typeof AGENT_FLAGS;

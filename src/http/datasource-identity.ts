@@ -1,6 +1,6 @@
 // Which VMI's seed a datasource request may read: the VMI its capability
-// token was signed for, or (compat mode only) the VMI reporting the
-// caller's source address. Every miss costs the same work as a hit, so
+// token was signed for (its UID, or its binding: src/datasource-binding.ts),
+// or (compat mode only) the VMI reporting the caller's source address. Every miss costs the same work as a hit, so
 // response time does not tell a known token from an unknown one.
 import { createHash } from 'node:crypto';
 import type { DatasourceRoute } from './datasource-path.ts';
@@ -17,6 +17,10 @@ function indexKey(token: string): string {
   return createHash('sha256').update(token).digest('base64');
 }
 
+// Two VMIs answering to one token (a copied nonce annotation): neither is
+// served, so no VMI can be handed another's seed.
+const AMBIGUOUS = '';
+
 class TokenIndex {
   #byToken = new Map<string, string>();
   #revision: number | undefined;
@@ -31,17 +35,28 @@ class TokenIndex {
 
   resolve(token: string): string | undefined {
     if (this.#revision !== this.#directory.revision || this.#generation !== this.#keyring.generation) this.#rebuild();
-    return this.#byToken.get(indexKey(token));
+    const uid = this.#byToken.get(indexKey(token));
+    return uid === AMBIGUOUS ? undefined : uid;
   }
 
   #rebuild(): void {
     const next = new Map<string, string>();
-    this.#revision = this.#directory.revision;
-    this.#generation = this.#keyring.generation;
+    const revision = this.#directory.revision;
+    const generation = this.#keyring.generation;
+    const add = (token: string, uid: string) => {
+      const k = indexKey(token);
+      const had = next.get(k);
+      next.set(k, had === undefined || had === uid ? uid : AMBIGUOUS);
+    };
     for (const uid of this.#directory.listUids()) {
-      for (const t of this.#keyring.acceptedTokens(uid)) next.set(indexKey(t), uid);
+      for (const t of this.#keyring.acceptedTokens(uid)) add(t, uid);
+      const binding = this.#directory.get(uid)?.binding;
+      if (binding !== undefined) for (const t of this.#keyring.acceptedTokens(binding)) add(t, uid);
     }
+    // Only a whole index counts as built: a directory that threw is asked again.
     this.#byToken = next;
+    this.#revision = revision;
+    this.#generation = generation;
   }
 }
 
@@ -69,9 +84,12 @@ export class SeedIdentity {
       return undefined;
     }
     // The index may be stale by one VMI deletion; get() is the truth, and
-    // verify() re-checks the token against the keys in force now.
+    // verify() re-checks the token against the keys in force now. Both
+    // forms are checked every time, so the work does not tell them apart.
     const entry = this.#directory.get(uid);
-    if (entry === undefined || entry.uid !== uid || !this.#keyring.verify(route.token, uid)) return undefined;
+    const byUid = this.#keyring.verify(route.token, uid);
+    const byBinding = this.#keyring.verify(route.token, entry?.binding ?? DECOY_UID);
+    if (entry === undefined || entry.uid !== uid || !(byUid || byBinding)) return undefined;
     return entry;
   }
 
@@ -83,6 +101,7 @@ export class SeedIdentity {
 
   // The HMAC work a found token costs, done for misses too.
   #equalise(token: string): void {
+    this.#keyring.verify(token, DECOY_UID);
     this.#keyring.verify(token, DECOY_UID);
   }
 }

@@ -109,6 +109,15 @@ export class DatasourceKeyring {
     this.replace(keys);
   }
 
+  // No key yet: the key file was missing at start-up (its optional Secret
+  // not created yet). Nothing verifies and nothing is signed until a
+  // reload() brings keys.
+  static empty(): DatasourceKeyring {
+    const ring = new DatasourceKeyring([new Uint8Array(MIN_KEY_BYTES)]);
+    ring.#keys = [];
+    return ring;
+  }
+
   static async load(source: KeySource): Promise<DatasourceKeyring> {
     return new DatasourceKeyring(parseKeyFile(await source.read(), source.description));
   }
@@ -143,8 +152,11 @@ export class DatasourceKeyring {
     this.#generation++;
   }
 
-  // The token a VMI should be given now (signing key).
+  // The token a VMI should be given now (signing key). `uid` is a VMI's UID
+  // or a binding message (src/datasource-binding.ts).
   sign(uid: string): string {
+    if (this.#keys.length === 0)
+      throw new VmseedError('DATASOURCE_KEY_FILE_UNREADABLE', 'no datasource key is loaded yet; nothing can be signed');
     return signToken(this.#keys[0], uid);
   }
 

@@ -28,6 +28,9 @@ export interface SeedDirectoryEntry {
   name: string;
   uid: string;
   seed: Seed;
+  // What a token written at admission binds (src/datasource-binding.ts),
+  // when the VMI has one; a token of its UID is accepted as well.
+  binding?: string;
 }
 
 // What the server needs from the agent. The agent implements it over its
@@ -39,7 +42,8 @@ export interface SeedDirectory {
   // UIDs of every VMI that has a seed now. Read only when `revision` has
   // moved, to rebuild the token -> UID index.
   listUids(): Iterable<string>;
-  // Bumped (any change of value) whenever the set of UIDs may have changed.
+  // Bumped (any change of value) whenever the set of UIDs, or the binding
+  // of one, may have changed.
   // Changing seeds of existing UIDs need not bump it: get() is read on
   // every request.
   readonly revision: number;

@@ -26,10 +26,10 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['config.ts'],
   ['config'],
   ['agent'],
-  ['kube', 'libvirt', 'http', 'disk', 'redirect'],
+  ['kube', 'libvirt', 'http', 'disk', 'redirect', 'webhook'],
   ['cloudinit'],
   ['status'],
-  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api', 'datasource-challenge.ts', 'version.ts'],
+  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api', 'datasource-challenge.ts', 'datasource-binding.ts', 'version.ts'],
 ];
 
 // What cloudinit/ must not reach: it renders from its input alone.

@@ -13,7 +13,7 @@ export const OVERLAYS = ['kubevirt', 'libvirt', 'namespaced', 'imds'] as const;
 export type Overlay = (typeof OVERLAYS)[number];
 // deploy/components/<name>: kustomize Components an operator's overlay
 // combines.
-export const COMPONENTS = ['imds', 'namespaced'] as const;
+export const COMPONENTS = ['imds', 'namespaced', 'webhook'] as const;
 
 // `dir` absolute, or relative to the current directory.
 export async function kustomize(dir: string): Promise<KubeObject[]> {

@@ -1,0 +1,187 @@
+// deploy/webhook rendered by the real `kubectl kustomize`, without a warning:
+// the base plus the webhook's Service, MutatingWebhookConfiguration and
+// cert-manager objects, whose names, ports and paths all meet: the flags
+// load into the agent's config, the Service reaches the container port the
+// agent listens on, the configuration calls the path the agent serves, the
+// Secret cert-manager writes is the one mounted where the agent reads it.
+// The component also combines with another variant (deploy/imds).
+import { before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { isDeepStrictEqual } from 'node:util';
+import * as yaml from 'js-yaml';
+import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
+import { objectId } from '../support/kustomize.ts';
+import { loadConfig } from '../../src/config.ts';
+import { WEBHOOK_PATH } from '../../src/webhook/server.ts';
+import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
+import { IMDS_ENABLED } from '../../src/cloudinit/imds/annotations.ts';
+import { testPki } from '../support/test-pki.ts';
+
+type Any = any;
+const run = promisify(execFile);
+
+async function render(dir: string): Promise<{ objects: KubeObject[]; stderr: string }> {
+  const { stdout, stderr } = await run('kubectl', ['kustomize', dir], { maxBuffer: 16 * 1024 * 1024, timeout: 60_000 });
+  return { objects: yaml.loadAll(stdout).filter((d) => d != null) as KubeObject[], stderr };
+}
+
+let objects: KubeObject[];
+let stderr: string;
+const base = loadYamlDocuments('manifests/daemonset.yaml');
+const podOf = (o: KubeObject[]): Any => (findObject(o, 'DaemonSet', 'vmseed') as Any).spec.template.spec;
+const agentOf = (o: KubeObject[]): Any => podOf(o).containers.find((c: Any) => c.name === 'agent');
+
+before(async () => {
+  ({ objects, stderr } = await render(join(ROOT, 'deploy', 'webhook')));
+});
+
+test('renders without a warning; the base objects are unchanged but the DaemonSet and the NetworkPolicy', async () => {
+  assert.equal(stderr.trim(), '', 'kubectl kustomize printed nothing on stderr (no deprecated field)');
+  const ids = objects.map(objectId).sort();
+  const added = ids.filter((id) => !base.some((b) => objectId(b) === id));
+  assert.deepEqual(added, [
+    'Certificate/vmseed/vmseed-webhook',
+    'Issuer/vmseed/vmseed-webhook-selfsigned',
+    'MutatingWebhookConfiguration//vmseed',
+    'Service/vmseed/vmseed-webhook',
+  ]);
+  const changed = objects
+    .filter((o) => base.some((b) => objectId(b) === objectId(o)))
+    .filter(
+      (o) =>
+        !isDeepStrictEqual(
+          o,
+          base.find((b) => objectId(b) === objectId(o)),
+        ),
+    )
+    .map(objectId)
+    .sort();
+  assert.deepEqual(changed, ['DaemonSet/vmseed/vmseed', 'NetworkPolicy/vmseed/vmseed-agent']);
+  for (const o of objects.filter((x) => !x.apiVersion.startsWith('cert-manager.io/'))) await validateBuiltin(o);
+});
+
+test('the agent flags load; the listener, Service, configuration, Secret and mount all meet', () => {
+  const agent = agentOf(objects);
+  const config = loadConfig(agent.args as string[], { NODE_NAME: 'node-a' }, '/')!;
+  assert.deepEqual(config.webhook, {
+    listen: { host: '0.0.0.0', port: 8443 },
+    certDir: '/etc/vmseed/webhook-tls',
+    serial: 'nocloud-net',
+  });
+  const port = agent.ports.find((p: Any) => p.name === 'webhook');
+  assert.equal(port.containerPort, config.webhook.listen.port);
+  const mount = agent.volumeMounts.find((m: Any) => m.mountPath === config.webhook!.certDir);
+  assert.equal(mount.readOnly, true);
+  const volume = podOf(objects).volumes.find((v: Any) => v.name === mount.name);
+  const certificate = findObject(objects, 'Certificate', 'vmseed-webhook') as Any;
+  assert.equal(volume.secret.secretName, certificate.spec.secretName);
+  assert.equal(volume.secret.optional, true, 'the pod starts before the certificate is issued');
+  assert.deepEqual(
+    volume.secret.items.map((i: Any) => i.path),
+    ['tls.crt', 'tls.key'],
+  );
+
+  const service = findObject(objects, 'Service', 'vmseed-webhook') as Any;
+  assert.equal(service.spec.ports[0].targetPort, 'webhook');
+  assert.deepEqual(
+    service.spec.selector,
+    (findObject(objects, 'DaemonSet', 'vmseed') as Any).spec.selector.matchLabels,
+  );
+  const mwc = findObject(objects, 'MutatingWebhookConfiguration', 'vmseed') as Any;
+  assert.equal(mwc.metadata.annotations['cert-manager.io/inject-ca-from'], `vmseed/${certificate.metadata.name}`);
+  assert.ok(certificate.spec.dnsNames.includes(`${service.metadata.name}.${service.metadata.namespace}.svc`));
+  const [hook] = mwc.webhooks;
+  assert.deepEqual(hook.clientConfig.service, {
+    namespace: service.metadata.namespace,
+    name: service.metadata.name,
+    path: WEBHOOK_PATH,
+    port: service.spec.ports[0].port,
+  });
+  const policy = findObject(objects, 'NetworkPolicy', 'vmseed-agent') as Any;
+  assert.ok(policy.spec.ingress[0].ports.some((p: Any) => p.port === port.containerPort));
+});
+
+test('the configuration: CREATE of VMIs only, opted-in VMIs only, no side effects, short timeout, reinvoked, Fail', () => {
+  const [hook] = (findObject(objects, 'MutatingWebhookConfiguration', 'vmseed') as Any).webhooks;
+  assert.deepEqual(hook.admissionReviewVersions, ['v1']);
+  assert.deepEqual(hook.rules, [
+    {
+      apiGroups: ['kubevirt.io'],
+      apiVersions: ['v1'],
+      operations: ['CREATE'],
+      resources: ['virtualmachineinstances'],
+      scope: 'Namespaced',
+    },
+  ]);
+  assert.equal(hook.sideEffects, 'None');
+  assert.equal(hook.reinvocationPolicy, 'IfNeeded');
+  assert.ok(hook.timeoutSeconds >= 1 && hook.timeoutSeconds <= 10);
+  assert.equal(hook.failurePolicy, 'Fail');
+  const [condition] = hook.matchConditions;
+  // The same two opt-ins the agent's own check (src/webhook/mutate.ts inScope) reads.
+  assert.ok(condition.expression.includes(`'${ANNOTATION}' in object.metadata.annotations`));
+  assert.ok(condition.expression.includes(`object.metadata.annotations['${IMDS_ENABLED}'] == 'true'`));
+});
+
+test('a fresh install: the base mounts the datasource key Secret as optional, so the pod starts without it', () => {
+  const pod = podOf(base);
+  const key = pod.volumes.find((v: Any) => v.name === 'datasource-key');
+  assert.equal(key.secret.secretName, 'vmseed-datasource-key');
+  assert.equal(key.secret.optional, true);
+});
+
+test('the component on top of deploy/imds: both variants in one agent', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-kustomize-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  await cp(join(ROOT, 'manifests'), join(dir, 'manifests'), { recursive: true });
+  await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
+  await writeFile(
+    join(dir, 'deploy', 'kustomization.yaml'),
+    'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [imds]\ncomponents: [components/webhook]\n',
+  );
+  const { objects: both } = await render(join(dir, 'deploy'));
+  const pod = podOf(both);
+  assert.equal(pod.hostNetwork, true);
+  const config = loadConfig(
+    (agentOf(both).args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10')),
+    { NODE_NAME: 'node-a' },
+    '/',
+  )!;
+  assert.equal(config.datasource?.imdsCompat, true);
+  assert.equal(config.webhook?.listen.port, 8443);
+  assert.ok(pod.containers.some((c: Any) => c.name === 'redirect'));
+});
+
+test("docs/webhook.md's certificates by hand: its kustomization renders without cert-manager's objects, with the caBundle", async (t) => {
+  const doc = await readFile(join(ROOT, 'docs', 'webhook.md'), 'utf8');
+  const from = doc.indexOf('and apply this kustomization');
+  const block = /```yaml\n([\s\S]*?)```/.exec(doc.slice(from))![1];
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-kustomize-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  await cp(join(ROOT, 'manifests'), join(dir, 'manifests'), { recursive: true });
+  await cp(join(ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
+  await mkdir(join(dir, 'deploy', 'by-hand'));
+  await writeFile(join(dir, 'deploy', 'by-hand', 'kustomization.yaml'), block);
+  const caBundle = Buffer.from((await testPki('webhook')).caCert).toString('base64');
+  // What the documented printf writes.
+  await writeFile(
+    join(dir, 'deploy', 'by-hand', 'ca-bundle-patch.yaml'),
+    `- op: add\n  path: /webhooks/0/clientConfig/caBundle\n  value: ${caBundle}\n`,
+  );
+  const { objects: manual, stderr: warnings } = await render(join(dir, 'deploy', 'by-hand'));
+  assert.equal(warnings.trim(), '');
+  assert.ok(!manual.some((o) => o.apiVersion.startsWith('cert-manager.io/')));
+  const mwc = findObject(manual, 'MutatingWebhookConfiguration', 'vmseed') as Any;
+  assert.equal(mwc.webhooks[0].clientConfig.caBundle, caBundle);
+  assert.equal(mwc.metadata.annotations?.['cert-manager.io/inject-ca-from'], undefined);
+  await validateBuiltin(mwc);
+  assert.equal(
+    podOf(manual).volumes.find((v: Any) => v.name === 'webhook-tls').secret.secretName,
+    'vmseed-webhook-tls',
+  );
+});
