@@ -25,6 +25,8 @@ interface Entry {
   first: number;
   last: number;
   touches: number;
+  // A recheck asked for while reading: read once more afterwards.
+  again: boolean;
   timer: NodeJS.Timeout | undefined;
   running: Promise<void> | undefined;
 }
@@ -45,6 +47,16 @@ export class PathSettler {
     e.touches++;
     e.last = Date.now();
     if (!e.running) this.#schedule(path, e);
+  }
+
+  // The path may have changed without an event naming it (a directory
+  // listed again, chokidar's own late events, a resync): a read follows,
+  // without voiding one in progress or postponing one that waits.
+  recheck(path: string): void {
+    if (this.#closed) return;
+    const known = this.#entries.get(path);
+    if (known?.running) known.again = true;
+    else if (!known) this.#schedule(path, this.#entry(path));
   }
 
   // Read `path` now, without waiting for it to settle (the initial load),
@@ -78,7 +90,7 @@ export class PathSettler {
     let e = this.#entries.get(path);
     if (!e) {
       const now = Date.now();
-      e = { first: now, last: now, touches: 0, timer: undefined, running: undefined };
+      e = { first: now, last: now, touches: 0, again: false, timer: undefined, running: undefined };
       this.#entries.set(path, e);
     }
     return e;
@@ -92,6 +104,7 @@ export class PathSettler {
 
   #start(path: string, e: Entry): Promise<void> {
     e.timer = undefined;
+    e.again = false;
     const seen = e.touches;
     const run = async () => {
       let result: SettleResult = 'done';
@@ -103,7 +116,7 @@ export class PathSettler {
       e.running = undefined;
       if (this.#closed) return;
       const now = Date.now();
-      if (e.touches !== seen) {
+      if (e.touches !== seen || e.again) {
         e.first = now;
         this.#schedule(path, e);
       } else if (result === 'confirm') {

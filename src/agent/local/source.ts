@@ -27,6 +27,8 @@ const MANIFEST = /\.(ya?ml|json)$/i;
 export const SETTLE_MS = 250;
 // A file rewritten without pause is still read this often.
 const MAX_WAIT_SETTLES = 10;
+// Listings of a new directory after the first (see #relist).
+const NEW_DIR_LISTINGS = 3;
 
 export interface LocalSourceOptions {
   dir: string;
@@ -63,8 +65,12 @@ export class LocalDirSource implements VmiSource, RefResolver {
   readonly #files = new Map<string, Applied>();
   readonly #pendingRemoval = new Map<string, string>();
   readonly #fileErrors = new Map<string, FileProblem>();
-  // Directories seen in the tree: an event naming one rescans it.
+  // Directories seen in the tree: an event naming one lists it again, once
+  // it has settled too.
   readonly #dirs = new Set<string>();
+  readonly #dirSettler: PathSettler;
+  // A new directory's extra listings left (see #relist).
+  readonly #newDirs = new Map<string, number>();
   #vmis = new Map<string, VmiObject>();
   #secrets = new Map<string, SecretObject>();
   #configMaps = new Map<string, ConfigMapObject>();
@@ -85,6 +91,13 @@ export class LocalDirSource implements VmiSource, RefResolver {
       read: (path, current) => this.#read(path, current),
       onError: (path, e) =>
         this.#log.error({ file: this.#name(path), err: { message: (e as Error).message } }, 'local source failed'),
+    });
+    this.#dirSettler = new PathSettler({
+      settleMs,
+      maxWaitMs: settleMs * MAX_WAIT_SETTLES,
+      read: (dir) => this.#relist(dir),
+      onError: (dir, e) =>
+        this.#log.error({ dir: this.#name(dir), err: { message: (e as Error).message } }, 'listing a directory failed'),
     });
   }
 
@@ -112,7 +125,7 @@ export class LocalDirSource implements VmiSource, RefResolver {
     // chokidar can miss a file renamed into the directory while its initial
     // scan runs: the listing after 'ready' finds it, and from here on an
     // event follows every change.
-    const { files, dirs } = await this.#list(this.#root);
+    const { files, dirs } = (await this.#list(this.#root)) ?? { files: [], dirs: [] };
     for (const d of dirs) this.#dirs.add(d);
     await Promise.all(files.map((p) => this.#settler.readNow(p)));
     this.#synced = true;
@@ -126,19 +139,15 @@ export class LocalDirSource implements VmiSource, RefResolver {
   // Every file read again (the agent's periodic resync): a change no event
   // reported is applied.
   resync(): void {
-    if (this.#synced) void this.#rescan(this.#root);
+    if (this.#synced) this.#dirSettler.touch(this.#root);
   }
 
   #onEvent(event: string, path: string): void {
     const p = resolve(path);
-    if (event === 'addDir') this.#dirs.add(p);
-    if (event === 'addDir' || event === 'unlinkDir') {
-      this.#lastEventAt = Date.now();
-      void this.#rescan(p);
-      if (event === 'unlinkDir') this.#dirs.delete(p);
-      return;
-    }
-    this.#hint(p);
+    if (event === 'addDir' && !this.#dirs.has(p)) this.#newDir(p);
+    else if (event === 'unlinkDir') this.#dirSettler.touch(p);
+    // Late copies of the raw events: a read follows, none is voided.
+    else if (MANIFEST.test(p) && !this.#internal(p)) this.#settler.recheck(p);
   }
 
   // fs.watch reports a name relative to the watched directory, or a file's
@@ -160,9 +169,17 @@ export class LocalDirSource implements VmiSource, RefResolver {
     this.#lastEventAt = Date.now();
     const parts = rel.split(sep);
     const hidden = parts.findIndex((c) => c.startsWith('..'));
-    if (hidden >= 0) void this.#rescan(join(this.#root, ...parts.slice(0, hidden)));
-    else if (this.#dirs.has(path)) void this.#rescan(path);
+    if (hidden >= 0) this.#dirSettler.touch(join(this.#root, ...parts.slice(0, hidden)));
+    else if (this.#dirs.has(path)) this.#dirSettler.touch(path);
     else if (MANIFEST.test(path)) this.#settler.touch(path);
+    // Maybe a new directory (chokidar's addDir may come late, its own
+    // listing being throttled), maybe an editor's temporary file.
+    else this.#newDir(path);
+  }
+
+  #newDir(path: string): void {
+    if (!this.#newDirs.has(path)) this.#newDirs.set(path, NEW_DIR_LISTINGS);
+    this.#dirSettler.touch(path);
   }
 
   #internal(path: string): boolean {
@@ -171,20 +188,33 @@ export class LocalDirSource implements VmiSource, RefResolver {
   }
 
   // Every manifest under `dir`, on disk or known, is read once it settles.
-  async #rescan(dir: string): Promise<void> {
-    const { files, dirs } = await this.#list(dir);
-    for (const d of dirs) this.#dirs.add(d);
-    const under = (p: string) => p === dir || p.startsWith(dir + sep);
+  // chokidar lists a new directory before it watches it: what is created
+  // in between has no event, so a new directory is listed a few times.
+  async #relist(dir: string): Promise<SettleResult> {
+    const listed = await this.#list(dir);
+    if (listed) {
+      this.#dirs.add(dir);
+      for (const d of listed.dirs) this.#dirs.add(d);
+    } else if (dir !== this.#root) this.#dirs.delete(dir);
+    const under = (p: string) => p.startsWith(dir + sep);
     const known = [...this.#files.keys(), ...this.#fileErrors.keys()].filter(under);
-    for (const p of new Set([...files, ...known])) this.#settler.touch(p);
+    for (const p of new Set([...(listed?.files ?? []), ...known])) this.#settler.recheck(p);
+    const left = this.#newDirs.get(dir) ?? 0;
+    if (left <= 0 || !listed) {
+      this.#newDirs.delete(dir);
+      return 'done';
+    }
+    this.#newDirs.set(dir, left - 1);
+    return 'confirm';
   }
 
-  async #list(dir: string): Promise<{ files: string[]; dirs: string[] }> {
+  // Undefined when `dir` is not a directory (any more).
+  async #list(dir: string): Promise<{ files: string[]; dirs: string[] } | undefined> {
     let entries: Dirent[];
     try {
       entries = await readdir(dir, { recursive: true, withFileTypes: true });
     } catch {
-      return { files: [], dirs: [] };
+      return undefined;
     }
     const files: string[] = [];
     const dirs: string[] = [];
@@ -351,6 +381,7 @@ export class LocalDirSource implements VmiSource, RefResolver {
   async stop(): Promise<void> {
     await this.#watcher?.close();
     this.#watcher = undefined;
+    await this.#dirSettler.close();
     await this.#settler.close();
   }
 
