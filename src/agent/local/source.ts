@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import type { Dirent } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
-import { watch, type FSWatcher } from 'chokidar';
+import { watch, type ChokidarOptions, type FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
 import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../api/types.ts';
 import { parseManifests, type ManifestObjects } from './manifests.ts';
@@ -38,6 +38,8 @@ export interface LocalSourceOptions {
   usePolling?: boolean;
   // Default SETTLE_MS; tests shorten it.
   settleMs?: number;
+  // Default chokidar's; tests hand in one that misses events.
+  watch?: (dir: string, options: ChokidarOptions) => FSWatcher;
 }
 
 interface Applied {
@@ -102,7 +104,7 @@ export class LocalDirSource implements VmiSource, RefResolver {
   }
 
   async start(): Promise<void> {
-    const w = watch(this.#root, {
+    const w = (this.#opts.watch ?? watch)(this.#root, {
       // Entries under a `..` name are a ConfigMap or Secret volume's
       // internals (`..data`, `..<timestamp>`): their files are read through
       // the visible symlinks, and a swap shows as an event on the directory.
