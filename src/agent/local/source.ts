@@ -29,6 +29,7 @@ export const SETTLE_MS = 250;
 const MAX_WAIT_SETTLES = 10;
 // Listings of a new directory after the first (see #relist).
 const NEW_DIR_LISTINGS = 3;
+const INITIAL_READS = 16;
 
 export interface LocalSourceOptions {
   dir: string;
@@ -129,7 +130,10 @@ export class LocalDirSource implements VmiSource, RefResolver {
     // event follows every change.
     const { files, dirs } = (await this.#list(this.#root)) ?? { files: [], dirs: [] };
     for (const d of dirs) this.#dirs.add(d);
-    await Promise.all(files.map((p) => this.#settler.readNow(p)));
+    // A few at a time: each read holds a file descriptor.
+    for (let i = 0; i < files.length; i += INITIAL_READS) {
+      await Promise.all(files.slice(i, i + INITIAL_READS).map((p) => this.#settler.readNow(p)));
+    }
     this.#synced = true;
     this.#lastEventAt = Date.now();
     const waiters = this.#syncedWaiters;
@@ -160,9 +164,10 @@ export class LocalDirSource implements VmiSource, RefResolver {
       if (path) this.#hint(resolve(path));
       return;
     }
-    if (!path) return this.#hint(resolve(watched));
-    this.#hint(resolve(watched, path));
-    if (basename(watched) === path) this.#hint(resolve(watched));
+    const at = resolve(watched);
+    if (!path) this.#hint(at);
+    else if (!this.#dirs.has(at) && basename(at) === path) this.#hint(at);
+    else this.#hint(join(at, path));
   }
 
   #hint(path: string): void {
