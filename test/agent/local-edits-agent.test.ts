@@ -10,25 +10,13 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { vmiManifest } from '../support/local-agent.ts';
 
 const run = promisify(execFile);
 const ROOT = new URL('../../', import.meta.url).pathname;
 
-const manifest = (queue: string) => `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: worker
-  namespace: default
-  annotations:
-    vmseed.io/cloud-init: |
-      userData: |
-        #cloud-config
-        write_files:
-          - path: /etc/worker.conf
-            content: queue=${queue}
-spec:
-  domain: {}
-`;
+const manifest = (queue: string) =>
+  vmiManifest('worker', `write_files:\n  - path: /etc/worker.conf\n    content: queue=${queue}`);
 
 function images(root: string): string[] {
   if (!existsSync(root)) return [];

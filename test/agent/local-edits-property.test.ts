@@ -11,36 +11,17 @@ import { readFileSync } from 'node:fs';
 import { mkdir, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { Agent } from '../../src/agent/agent.ts';
-import { LogEventRecorder } from '../../src/agent/events.ts';
-import { LocalDirSource } from '../../src/agent/local/source.ts';
-import { renderSeed } from '../../src/cloudinit/render.ts';
-import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
-import { ImageStore } from '../../src/disk/store.ts';
-import { captureLogger } from '../support/capture-logger.ts';
-import { RecordingInjector, tempDir } from '../support/agent-harness.ts';
+import { RecordingInjector } from '../support/agent-harness.ts';
+import { startLocalAgent, vmiManifest } from '../support/local-agent.ts';
 
 // Short, so that hundreds of sequences run in seconds; the default is
 // SETTLE_MS. A delete and create is far quicker than this.
 const SETTLE_MS = 25;
 const RUNS = 200;
 
-const manifest = (name: string, queue: number) => `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: ${name}
-  namespace: default
-  annotations:
-    vmseed.io/cloud-init: |
-      userData: |
-        #cloud-config
-        write_files:
-          - path: /etc/worker.conf
-            content: queue=${queue}
-spec:
-  domain: {}
-`;
+const manifest = (name: string, queue: number) =>
+  vmiManifest(name, `write_files:\n  - path: /etc/worker.conf\n    content: queue=${queue}`);
 
 type Editor = 'in-place' | 'rename-over' | 'delete-create' | 'data-swap';
 
@@ -140,36 +121,8 @@ const sequence = fc.oneof(
 );
 
 test(`${RUNS} random edit sequences: the image follows the last edit, no detach`, { timeout: 180_000 }, async (t) => {
-  const dir = await tempDir('vmseed-local-prop-');
-  const manifests = join(dir.path, 'manifests');
-  await mkdir(manifests);
-  const { logger, lines } = captureLogger('info');
   const injector = new RecordingInjector();
-  const agent = new Agent({
-    version: 'test',
-    nodeName: 'node-a',
-    stateDir: join(dir.path, 'seeds'),
-    config: {},
-    makeSource: (onKey) => new LocalDirSource({ dir: manifests, logger, onKey, settleMs: SETTLE_MS }),
-    refs: (source) => source as LocalDirSource,
-    render: renderSeed,
-    build: buildSeedImage,
-    store: new ImageStore({ root: join(dir.path, 'seeds') }),
-    injector,
-    events: new LogEventRecorder(logger),
-    logger,
-    concurrency: 4,
-    renderOptions: { kubevirtVolumes: 'own', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
-    resyncPeriodMs: 600_000,
-    retryBackoff: { baseMs: 20, maxMs: 200 },
-    fsync: false,
-  });
-  // The agent (and its watcher) stops before the directory goes.
-  t.after(async () => {
-    await agent.stop(2000);
-    await dir.remove();
-  });
-  await agent.start();
+  const { agent, manifests, lines } = await startLocalAgent(t, { settleMs: SETTLE_MS, injector });
 
   let run = 0;
   await fc.assert(

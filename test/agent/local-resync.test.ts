@@ -4,30 +4,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
-import { mkdir, unlink, writeFile } from 'node:fs/promises';
+import { unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FSWatcher } from 'chokidar';
-import { Agent } from '../../src/agent/agent.ts';
-import { LogEventRecorder } from '../../src/agent/events.ts';
-import { LocalDirSource } from '../../src/agent/local/source.ts';
-import { renderSeed } from '../../src/cloudinit/render.ts';
-import { buildSeedImage } from '../../src/disk/seed-image.ts';
-import { ImageStore } from '../../src/disk/store.ts';
-import { captureLogger } from '../support/capture-logger.ts';
-import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { waitFor } from '../support/agent-harness.ts';
+import { startLocalAgent, vmiManifest } from '../support/local-agent.ts';
 
-const vmi = (name: string, host: string) => `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: ${name}
-  namespace: default
-  annotations:
-    vmseed.io/cloud-init: |
-      userData: |
-        #cloud-config
-        hostname: ${host}
-spec: {domain: {}}
-`;
+const vmi = (name: string, host: string) => vmiManifest(name, `hostname: ${host}`);
 
 // Ready at once, then deaf.
 function deafWatcher(): FSWatcher {
@@ -40,35 +23,11 @@ test(
   'resync reads every manifest again: changes and removals no event reported are applied',
   { timeout: 30_000 },
   async (t) => {
-    const dir = await tempDir('vmseed-local-resync-');
-    const manifests = join(dir.path, 'manifests');
-    const state = join(dir.path, 'seeds');
-    await mkdir(manifests);
-    await writeFile(join(manifests, 'a.yaml'), vmi('a', 'first'));
-    await writeFile(join(manifests, 'b.yaml'), vmi('b', 'bee'));
-    const { logger } = captureLogger('info');
-    const agent = new Agent({
-      version: 'test',
-      nodeName: 'node-a',
-      stateDir: state,
-      config: {},
-      makeSource: (onKey) => new LocalDirSource({ dir: manifests, logger, onKey, settleMs: 20, watch: deafWatcher }),
-      refs: (source) => source as LocalDirSource,
-      render: renderSeed,
-      build: buildSeedImage,
-      store: new ImageStore({ root: state }),
-      events: new LogEventRecorder(logger),
-      logger,
-      concurrency: 2,
-      renderOptions: { kubevirtVolumes: 'own', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
-      resyncPeriodMs: 600_000,
-      fsync: false,
+    const { agent, manifests } = await startLocalAgent(t, {
+      settleMs: 20,
+      watch: deafWatcher,
+      files: { 'a.yaml': vmi('a', 'first'), 'b.yaml': vmi('b', 'bee') },
     });
-    t.after(async () => {
-      await agent.stop(2000);
-      await dir.remove();
-    });
-    await agent.start();
     const annotation = () => agent.source.get('default/a')?.metadata.annotations?.['vmseed.io/cloud-init'] ?? '';
     const hashOf = (name: string) => agent.status.get(`default/${name}`)?.contentHash;
     await waitFor('both seeded', () => hashOf('a') !== undefined && hashOf('b') !== undefined);

@@ -4,31 +4,14 @@
 // counts it; fixing the file clears all of it and applies the fix.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Agent } from '../../src/agent/agent.ts';
-import { LogEventRecorder } from '../../src/agent/events.ts';
-import { LocalDirSource } from '../../src/agent/local/source.ts';
-import { renderSeed } from '../../src/cloudinit/render.ts';
-import { buildSeedImage } from '../../src/disk/seed-image.ts';
-import { ImageStore } from '../../src/disk/store.ts';
 import { renderStatusPage, statusJson } from '../../src/http/status-page.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { captureLogger } from '../support/capture-logger.ts';
-import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { waitFor } from '../support/agent-harness.ts';
+import { startLocalAgent, vmiManifest } from '../support/local-agent.ts';
 
-const vmi = (name: string, host: string) => `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: ${name}
-  namespace: default
-  annotations:
-    vmseed.io/cloud-init: |
-      userData: |
-        #cloud-config
-        hostname: ${host}
-spec: {domain: {}}
-`;
+const vmi = (name: string, host: string) => vmiManifest(name, `hostname: ${host}`);
 const secretVmi = `apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
@@ -57,39 +40,17 @@ test(
   'a broken manifest marks its VMIs stale, degrades the watch and counts in vmseed_source_errors',
   { timeout: 60_000 },
   async (t) => {
-    const dir = await tempDir('vmseed-local-status-');
-    const manifests = join(dir.path, 'manifests');
-    const state = join(dir.path, 'seeds');
-    await mkdir(manifests);
-    await put(join(manifests, 'a.yaml'), vmi('a', 'first'));
-    await put(join(manifests, 'b.yaml'), vmi('b', 'bee'));
-    await put(join(manifests, 'c.yaml'), secretVmi);
-    await put(join(manifests, 'c-secret.yaml'), secret('sea'));
-    const { logger } = captureLogger('info');
     const metrics = createMetrics({ version: 'test', processMetrics: false });
-    const agent = new Agent({
-      version: 'test',
-      nodeName: 'node-a',
-      stateDir: state,
-      config: {},
-      makeSource: (onKey) => new LocalDirSource({ dir: manifests, logger, onKey, settleMs: 25 }),
-      refs: (source) => source as LocalDirSource,
-      render: renderSeed,
-      build: buildSeedImage,
-      store: new ImageStore({ root: state }),
-      events: new LogEventRecorder(logger),
+    const { agent, manifests } = await startLocalAgent(t, {
+      settleMs: 25,
       metrics,
-      logger,
-      concurrency: 2,
-      renderOptions: { kubevirtVolumes: 'own', maxUserDataBytes: 1 << 20, maxNetworkDataBytes: 1 << 16 },
-      resyncPeriodMs: 600_000,
-      fsync: false,
+      files: {
+        'a.yaml': vmi('a', 'first'),
+        'b.yaml': vmi('b', 'bee'),
+        'c.yaml': secretVmi,
+        'c-secret.yaml': secret('sea'),
+      },
     });
-    t.after(async () => {
-      await agent.stop(2000);
-      await dir.remove();
-    });
-    await agent.start();
     const now = new Date();
     const json = () => statusJson(agent.status.snapshot(), undefined, now);
     const vmiOf = (name: string) => json().vmis.find((v) => v.name === name);
