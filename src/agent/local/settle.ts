@@ -28,6 +28,8 @@ interface Entry {
   // A recheck asked for while reading: read once more afterwards.
   again: boolean;
   timer: NodeJS.Timeout | undefined;
+  // Set before the reader is called (it may touch the path at once).
+  busy: boolean;
   running: Promise<void> | undefined;
 }
 
@@ -46,7 +48,7 @@ export class PathSettler {
     const e = this.#entry(path);
     e.touches++;
     e.last = Date.now();
-    if (!e.running) this.#schedule(path, e);
+    if (!e.busy) this.#schedule(path, e);
   }
 
   // The path may have changed without an event naming it (a directory
@@ -55,7 +57,7 @@ export class PathSettler {
   recheck(path: string): void {
     if (this.#closed) return;
     const known = this.#entries.get(path);
-    if (known?.running) known.again = true;
+    if (known?.busy) known.again = true;
     else if (!known) this.#schedule(path, this.#entry(path));
   }
 
@@ -90,7 +92,7 @@ export class PathSettler {
     let e = this.#entries.get(path);
     if (!e) {
       const now = Date.now();
-      e = { first: now, last: now, touches: 0, again: false, timer: undefined, running: undefined };
+      e = { first: now, last: now, touches: 0, again: false, timer: undefined, busy: false, running: undefined };
       this.#entries.set(path, e);
     }
     return e;
@@ -105,6 +107,7 @@ export class PathSettler {
   #start(path: string, e: Entry): Promise<void> {
     e.timer = undefined;
     e.again = false;
+    e.busy = true;
     const seen = e.touches;
     const run = async () => {
       let result: SettleResult = 'done';
@@ -114,6 +117,7 @@ export class PathSettler {
         this.#o.onError(path, err);
       }
       e.running = undefined;
+      e.busy = false;
       if (this.#closed) return;
       const now = Date.now();
       if (e.touches !== seen || e.again) {
