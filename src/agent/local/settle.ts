@@ -17,7 +17,9 @@ export interface PathSettlerOptions {
   maxWaitMs: number;
   // `current()` is false once the path was touched after this read began:
   // what it read may be older than the file, and another read follows.
-  read: (path: string, current: () => boolean) => Promise<SettleResult>;
+  // `quiet`: no touch since the previous read of the path began, so the
+  // two saw the file with nothing in between.
+  read: (path: string, current: () => boolean, quiet: boolean) => Promise<SettleResult>;
   onError: (path: string, error: unknown) => void;
 }
 
@@ -25,6 +27,8 @@ interface Entry {
   first: number;
   last: number;
   touches: number;
+  // `touches` when the previous read began.
+  previous: number | undefined;
   // A recheck asked for while reading: read once more afterwards.
   again: boolean;
   timer: NodeJS.Timeout | undefined;
@@ -92,7 +96,16 @@ export class PathSettler {
     let e = this.#entries.get(path);
     if (!e) {
       const now = Date.now();
-      e = { first: now, last: now, touches: 0, again: false, timer: undefined, busy: false, running: undefined };
+      e = {
+        first: now,
+        last: now,
+        touches: 0,
+        previous: undefined,
+        again: false,
+        timer: undefined,
+        busy: false,
+        running: undefined,
+      };
       this.#entries.set(path, e);
     }
     return e;
@@ -109,10 +122,12 @@ export class PathSettler {
     e.again = false;
     e.busy = true;
     const seen = e.touches;
+    const quiet = e.previous === seen;
+    e.previous = seen;
     const run = async () => {
       let result: SettleResult = 'done';
       try {
-        result = await this.#o.read(path, () => e.touches === seen);
+        result = await this.#o.read(path, () => e.touches === seen, quiet);
       } catch (err) {
         this.#o.onError(path, err);
       }

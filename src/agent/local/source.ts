@@ -91,7 +91,7 @@ export class LocalDirSource implements VmiSource, RefResolver {
     this.#settler = new PathSettler({
       settleMs,
       maxWaitMs: settleMs * MAX_WAIT_SETTLES,
-      read: (path, current) => this.#read(path, current),
+      read: (path, current, quiet) => this.#read(path, current, quiet),
       onError: (path, e) =>
         this.#log.error({ file: this.#name(path), err: { message: (e as Error).message } }, 'local source failed'),
     });
@@ -259,7 +259,10 @@ export class LocalDirSource implements VmiSource, RefResolver {
 
   // One settled read of one file: applied, shown as an error, or (a
   // removal) held until a second read agrees.
-  async #read(path: string, current: () => boolean): Promise<SettleResult> {
+  async #read(path: string, current: () => boolean, quiet: boolean): Promise<SettleResult> {
+    // A removal is confirmed by two reads with no change seen in between:
+    // two short absences in a row are not one long one.
+    if (!quiet) this.#pendingRemoval.delete(path);
     const got = await this.#readFile(path);
     // Touched while reading: what was read may be older than the file.
     if (!current()) return 'done';
