@@ -113,6 +113,8 @@ export const ERROR_CODES = [
   // configuration
   'CONFIG_INVALID',
   'INTERNAL',
+  // local mode: a VMI's manifest does not parse now, its seed is from before
+  'SOURCE_STALE',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -241,6 +241,7 @@ export class Agent {
   // nothing changed, and it heals anything an event was lost for.
   resync(): void {
     if (this.#held) return;
+    this.source.resync?.();
     const keys = this.source.keys();
     this.#log.debug({ keys: keys.length }, 'resync');
     for (const key of keys) this.queue.add(key);

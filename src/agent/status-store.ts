@@ -10,6 +10,7 @@ import type {
   LibvirtStatus,
   ReadinessStatus,
   RedirectStatus,
+  SourceError,
   StatusSource,
   VmiState,
   VmiStatusRecord,
@@ -147,17 +148,19 @@ export class StatusStore implements StatusSource {
   snapshot(): AgentStatusSnapshot {
     const redirect = this.#redirect?.();
     const libvirt = this.#libvirt?.();
+    const watch = this.#opts.watch();
+    const stale = staleByKey(watch.sourceErrors ?? []);
     return {
       version: this.#opts.version,
       nodeName: this.#opts.nodeName,
       startedAt: this.#startedAt,
       config: { ...this.#config },
-      watch: this.#opts.watch(),
+      watch,
       queue: this.#opts.queue(),
       vmis: [...this.records.values()]
         .flatMap((r) => (r.status ? [r.status] : []))
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
-        .map((r) => this.#withDependencies(this.#withHttp(structuredClone(r)))),
+        .map((r) => withStale(this.#withDependencies(this.#withHttp(structuredClone(r))), stale)),
       recentGenerations: this.#recent.slice(),
       ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
       ...(redirect ? { redirect: structuredClone(redirect) } : {}),
@@ -214,6 +217,27 @@ export class StatusStore implements StatusSource {
   #gauge(state: VmiState): void {
     this.#opts.metrics?.vmis.set({ state }, this.#counts[state]);
   }
+}
+
+// The first broken manifest (by file name) each VMI depends on.
+function staleByKey(errors: readonly SourceError[]): Map<string, SourceError> {
+  const byKey = new Map<string, SourceError>();
+  for (const e of errors) for (const key of e.vmis) if (!byKey.has(key)) byKey.set(key, e);
+  return byKey;
+}
+
+// Whatever state the last reconcile left, the seed may lag the file now.
+function withStale(r: VmiStatusRecord, stale: Map<string, SourceError>): VmiStatusRecord {
+  const e = stale.get(`${r.namespace}/${r.name}`);
+  if (!e) return r;
+  r.stale = {
+    code: 'SOURCE_STALE',
+    message: `manifest ${e.file} does not read or parse (${e.code}); the seed is from the last version of it that did`,
+    kind: 'terminal',
+    field: e.file,
+    at: e.at,
+  };
+  return r;
 }
 
 // O_NOFOLLOW: a symlink planted under the probe's name is refused, never

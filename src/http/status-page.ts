@@ -8,6 +8,7 @@ import type {
   LibvirtConnectionStatus,
   LibvirtStatus,
   RedirectStatus,
+  SourceError,
   StatusProblem,
   VmiState,
   VmiStatusRecord,
@@ -90,6 +91,7 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
         changedAt: str(d.changedAt),
       }),
     ),
+    stale: v.stale ? projectProblem(v.stale) : undefined,
   });
 }
 
@@ -107,6 +109,16 @@ function projectFirstBoot(f: FirstBoot): FirstBoot {
   });
 }
 
+function projectSourceError(e: SourceError): SourceError {
+  return {
+    file: String(e.file),
+    code: e.code,
+    message: String(e.message),
+    at: String(e.at),
+    vmis: (e.vmis ?? []).map(String),
+  };
+}
+
 function projectWatch(w: WatchStatus): WatchStatus {
   return defined({
     mode: w.mode,
@@ -116,6 +128,7 @@ function projectWatch(w: WatchStatus): WatchStatus {
     restarts: Number(w.restarts),
     lastEventAt: str(w.lastEventAt),
     lastError: str(w.lastError),
+    sourceErrors: Array.isArray(w.sourceErrors) ? w.sourceErrors.map(projectSourceError) : undefined,
   });
 }
 
@@ -318,9 +331,19 @@ function yesNo(ok: boolean, good: string, bad: string): string {
   return ok ? `<span class="badge b-ok">${esc(good)}</span>` : `<span class="badge b-bad">${esc(bad)}</span>`;
 }
 
+// Degraded: the watch works, but a manifest does not read or parse, so
+// what the page shows for its VMIs may lag the file.
+function watchHealth(w: WatchStatus): 'healthy' | 'degraded' | 'unhealthy' {
+  if (!(w.synced && w.connected && !w.stale)) return 'unhealthy';
+  return w.sourceErrors?.length ? 'degraded' : 'healthy';
+}
+
+const HEALTH_BADGE = { healthy: 'b-ok', degraded: 'b-warn', unhealthy: 'b-bad' } as const;
+
 function watchPanel(w: WatchStatus, queue: AgentStatusSnapshot['queue'], now: Date): string {
-  const healthy = w.synced && w.connected && !w.stale;
-  return `<section class="panel" id="watch"><h2>Watch ${healthy ? '<span class="badge b-ok">healthy</span>' : '<span class="badge b-bad">unhealthy</span>'}</h2>
+  const broken = w.sourceErrors?.length ?? 0;
+  const health = watchHealth(w);
+  return `<section class="panel" id="watch" data-health="${health}"><h2>Watch <span class="badge ${HEALTH_BADGE[health]}">${health}</span></h2>
 <table class="kv">
 <tr><th>mode</th><td>${esc(w.mode)}</td></tr>
 <tr><th>synced</th><td>${yesNo(w.synced, 'synced', 'not synced')}</td></tr>
@@ -329,8 +352,30 @@ function watchPanel(w: WatchStatus, queue: AgentStatusSnapshot['queue'], now: Da
 <tr><th>restarts</th><td>${esc(w.restarts)}</td></tr>
 <tr><th>last event</th><td>${esc(formatTime(w.lastEventAt))} <span class="muted">${esc(formatAgo(w.lastEventAt, now))}</span></td></tr>
 ${w.lastError ? `<tr><th>last error</th><td class="err">${esc(w.lastError)}</td></tr>` : ''}
+${w.sourceErrors ? `<tr><th>manifests</th><td${broken ? ' class="err"' : ''}>${broken ? `${esc(broken)} broken (<a href="#source-errors">below</a>)` : 'all parse'}</td></tr>` : ''}
 <tr><th>queue</th><td>${esc(queue.depth)} waiting · ${esc(queue.inFlight)} in flight</td></tr>
 </table></section>`;
+}
+
+// Local mode: each manifest that does not read or parse, and the VMIs
+// whose seed is from its last good version.
+function sourceErrorsPanel(errors: SourceError[] | undefined, now: Date): string {
+  if (!errors?.length) return '';
+  const rows = errors.map(
+    (e) =>
+      `<tr data-file="${esc(e.file)}"><td class="mono path">${pathHtml(e.file)}</td><td class="err"><code>${esc(e.code)}</code>: ${esc(e.message)}</td><td class="nowrap"><span class="muted">${esc(formatAgo(e.at, now))}</span></td><td>${
+        e.vmis.length
+          ? e.vmis
+              .map(
+                (k) =>
+                  `<a href="${esc(vmiHref({ namespace: k.slice(0, k.indexOf('/')), name: k.slice(k.indexOf('/') + 1) }))}">${esc(k)}</a>`,
+              )
+              .join('<br>')
+          : '<span class="muted">none</span>'
+      }</td></tr>`,
+  );
+  return `<section class="panel" id="source-errors"><h2>Manifest errors <span class="badge b-bad">${esc(errors.length)}</span></h2>
+<table class="kv"><tr><th>file</th><th>error</th><th>since</th><th>stale VMIs</th></tr>${rows.join('')}</table></section>`;
 }
 
 // The libvirt daemons the agent talks to over RPC: a launcher that floods,
@@ -479,14 +524,19 @@ function fetchedCell(v: VmiStatusRecord, now: Date): string {
   return `<br><span class="muted" title="${esc(formatTime(at))}">the guest fetched user-data ${esc(formatAgo(at, now))}</span>`;
 }
 
+function staleBadge(v: VmiStatusRecord): string {
+  return v.stale ? `<br><span class="badge b-warn" title="${esc(v.stale.message)}">stale</span>` : '';
+}
+
 function vmiRow(v: VmiStatusRecord, now: Date): string {
   const problems = [
+    v.stale ? problemHtml(v.stale, 'warn') : '',
     v.lastError ? problemHtml(v.lastError, 'err') : '',
     ...v.warnings.map((w) => problemHtml(w, 'warn')),
     v.retries > 0 ? `<div class="muted">${esc(v.retries)} retr${v.retries === 1 ? 'y' : 'ies'}</div>` : '',
   ].join('');
-  return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}">
-<td>${stateLabel(v.state)}</td>
+  return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}"${v.stale ? ' data-stale="true"' : ''}>
+<td>${stateLabel(v.state)}${staleBadge(v)}</td>
 <td class="vmi-name"><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
 <td>${esc(v.datasource ?? '—')}${fetchedCell(v, now)}</td>
 <td class="mono path">${pathHtml(v.imagePath)}</td>
@@ -525,7 +575,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
-<div class="panels">${watchPanel(s.watch, s.queue, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${(options.probeLinks ?? true) ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({
@@ -576,6 +626,7 @@ export function renderVmiPage(
         }${fetchRows.join('') || row('fetches', '<span class="muted">the guest has not fetched anything yet</span>')}</table></section>`
       : '';
   const problems = [
+    v.stale ? problemHtml(v.stale, 'warn') : '',
     v.lastError
       ? problemHtml(v.lastError, 'err') +
         `<div class="muted">at ${esc(formatTime(v.lastError.at))}${v.lastError.kind ? ` · ${esc(v.lastError.kind)}` : ''}</div>`
@@ -583,7 +634,7 @@ export function renderVmiPage(
     ...v.warnings.map((w) => problemHtml(w, 'warn')),
   ].join('');
   const body = `<p><a href="/status">← all VMIs</a></p>
-<h2><span class="ns">${esc(v.namespace)}/</span><span class="name">${esc(v.name)}</span> ${stateLabel(v.state)}</h2>
+<h2><span class="ns">${esc(v.namespace)}/</span><span class="name">${esc(v.name)}</span> ${stateLabel(v.state)}${v.stale ? ' <span class="badge b-warn">stale</span>' : ''}</h2>
 ${problems ? `<section class="panel" id="problems"><h2>Problems</h2>${problems}</section><br>` : ''}
 <div class="panels">
 <section class="panel"><h2>Seed</h2><table class="kv">

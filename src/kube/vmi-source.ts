@@ -12,6 +12,9 @@ export interface VmiSource {
   // Resolves after the first full list (or directory scan) is in the cache.
   synced(): Promise<void>;
   status(): WatchStatus;
+  // The periodic resync: read the source again where events may be lost
+  // (local mode's files); what changed is reported through `onKey`.
+  resync?(): void;
 }
 
 export type KeyHandler = (key: string) => void;

@@ -27,7 +27,13 @@ export interface MetricsOptions {
 // scrape time so the gauges are exact when scraped, not as old as a timer.
 export interface LiveProbes {
   longestRunningSeconds?: () => number;
-  watch?: () => { synced: boolean; connected: boolean; stale: boolean; lastEventAt?: string };
+  watch?: () => {
+    synced: boolean;
+    connected: boolean;
+    stale: boolean;
+    lastEventAt?: string;
+    sourceErrors?: readonly unknown[];
+  };
 }
 
 export function createMetrics(options: MetricsOptions) {
@@ -133,6 +139,14 @@ export function createMetrics(options: MetricsOptions) {
       collect() {
         const w = live.watch?.();
         if (w) this.set(w.synced && w.connected && !w.stale ? 1 : 0);
+      },
+    }),
+    sourceErrors: new Gauge({
+      name: 'vmseed_source_errors',
+      help: 'Local mode: manifests that do not read or parse now (their VMIs keep the seed of the last version that did).',
+      registers,
+      collect() {
+        this.set(live.watch?.().sourceErrors?.length ?? 0);
       },
     }),
     vmis: new Gauge({

@@ -68,6 +68,10 @@ export interface VmiStatusRecord {
   // seed, passwords included) and every page here is readable by more
   // people than the VMI's owner. `vmseed seed-url` prints it, offline.
   servedOverHttp?: boolean;
+  // Local mode: the manifest this VMI comes from (or one holding its
+  // namespace's Secrets or ConfigMaps) does not read or parse now; the seed
+  // is from the last version that did (code SOURCE_STALE, the file named).
+  stale?: StatusProblem;
   // The Secrets and ConfigMaps its seed was rendered from (watched: an
   // edit re-renders it) and when the agent last saw each change.
   dependencies?: DependencyRecord[];
@@ -90,6 +94,17 @@ export interface WatchStatus {
   restarts: number;
   lastEventAt?: string;
   lastError?: string;
+  // Local mode: each manifest that does not read or parse now.
+  sourceErrors?: SourceError[];
+}
+
+export interface SourceError {
+  file: string; // relative to the --local directory
+  code: ErrorCode;
+  message: string;
+  at: string; // ISO 8601, when it was found
+  // namespace/name of the VMIs whose seed may lag the file
+  vmis: string[];
 }
 
 export interface ReadinessStatus {
