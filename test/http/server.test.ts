@@ -75,7 +75,7 @@ test('port 0 picks a port; url and address agree; close() ends keep-alive connec
   await srv.close();
   await srv.close();
   assert.ok(performance.now() - t0 < 5000);
-  await assert.rejects(fetch(`${srv.url}/healthz`));
+  await assert.rejects(fetch(`${srv.url}/healthz`), (e: any) => e.cause?.code === 'ECONNREFUSED');
 });
 
 test('listening on a busy port fails with CONFIG_INVALID', async () => {
