@@ -30,19 +30,19 @@ import { HOSTILE_CASES, NAMESPACE, caseManifest, normalVmi, vmiObject } from './
 import { put, startLocalAgent, treeDigest, waitUntil, type LocalAgent } from './agent-run.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
 
-// The agent container's memory limit in the shipped DaemonSet (an alias bomb
-// once took the agent past it: OOM-kill, crash loop, a node unseeded), with
-// an eighth kept free. 200 MB (190.7 MiB) is the figure reported for this
-// corpus; with bin/vmseed's 1 MB semi-spaces and fixed malloc mmap
-// threshold peaks of 160-189 MiB (median 166) were measured on their own and
-// 178-188 MiB inside the whole suite (with 2 MB semi-spaces 166-191 on their
-// own and 183-205 in the suite; before the threshold 172-196 and up to 209):
-// Node's own ~80 MiB at start (code, ICU data,
-// threads), the main thread's heap up to ~39 MiB plus ~25 MiB external, and
-// the render worker's isolate with its heap of up to 60 MiB (a 1 MiB merge
-// needs ~40). Not kept in every run, so that figure is reported here.
+// Peak RSS (VmHWM) of this run, with bin/vmseed's NODE_OPTIONS: Node's own
+// ~80 MiB at start (code, ICU data, threads), the main thread's heap up to
+// ~39 MiB plus ~25 MiB external, and the render worker's isolate with its
+// heap of up to 60 MiB (a 1 MiB merge needs ~40). Measured on a loaded
+// 2-core machine, this file alone run after run: 156-180 MiB; inside the
+// whole suite up to 189 MiB. The bound is that highest peak plus a tenth, so
+// a regression shows long before the container's limit is reached, and never
+// more than 7/8 of the agent container's memory limit in the shipped
+// DaemonSet (an alias bomb once took the agent past it: OOM-kill, crash
+// loop, a node unseeded).
+const HIGHEST_MEASURED_PEAK = 189 * 2 ** 20;
 const LIMIT = daemonSetMemoryLimit();
-const PEAK_RSS_BOUND = Math.floor((LIMIT * 7) / 8);
+const PEAK_RSS_BOUND = Math.min(Math.floor((LIMIT * 7) / 8), Math.ceil(HIGHEST_MEASURED_PEAK * 1.1));
 
 function daemonSetMemoryLimit(): number {
   const docs = yaml.loadAll(readFileSync(new URL('../../manifests/daemonset.yaml', import.meta.url), 'utf8')) as Array<{
@@ -175,7 +175,7 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
   );
   assert.ok(
     peak <= PEAK_RSS_BOUND,
-    `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB over ${PEAK_RSS_BOUND / 2 ** 20} MiB (7/8 of the container's ${LIMIT / 2 ** 20} MiB limit)`,
+    `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB over ${(PEAK_RSS_BOUND / 2 ** 20).toFixed(1)} MiB (the highest measured peak plus a tenth; the container's limit is ${LIMIT / 2 ** 20} MiB)`,
   );
   assert.equal(await a.stop(), 0);
 
