@@ -32,7 +32,8 @@ before(async () => {
 
 after(async () => {
   for (const d of domains) await destroyDomain(d);
-  rmSync(dir, { recursive: true, force: true });
+  // Unset when before() failed: nothing was made.
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 async function processesMatching(pattern: string): Promise<string[]> {
