@@ -67,13 +67,15 @@ export async function ensureLibvirtd(): Promise<void> {
     if (await answers()) return;
     if (!(await isRunning('virtlogd'))) startDetached('/usr/sbin/virtlogd', []);
     if (!(await isRunning('libvirtd'))) startDetached('/usr/sbin/libvirtd', []);
-    const deadline = Date.now() + 30_000;
+    // A cold start (capabilities probed, dmidecode, QEMU queried) on a loaded
+    // 2-core machine took over 30 s.
+    const deadline = Date.now() + 120_000;
     while (Date.now() < deadline) {
       if (existsSync(SOCKET) && (await answers())) return;
       await sleep(100);
     }
     throw new Error(
-      'ensureLibvirtd: libvirtd did not answer on qemu:///system within 30 s; see /tmp/vmseed-libvirtd.log',
+      'ensureLibvirtd: libvirtd did not answer on qemu:///system within 120 s; see /tmp/vmseed-libvirtd.log',
     );
   });
 }

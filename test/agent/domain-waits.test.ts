@@ -170,7 +170,8 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
   };
 
   // No launcher pod yet: nothing to watch (the VMI's update brings the pod).
-  await assert.rejects(inj.inject({ ...target, launcherPods: [] }, '/i.iso'));
+  // The injector's own error passes through; locate's is not the VMI's error.
+  await assert.rejects(inj.inject({ ...target, launcherPods: [] }, '/i.iso'), { code: 'DOMAIN_NOT_FOUND' });
   assert.equal(watching.size, 0);
   await assert.rejects(
     inj.inject(target, '/i.iso'),
@@ -179,7 +180,7 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
   assert.deepEqual([...watching], [['sock:pod-a', 1]]);
   assert.deepEqual(waits.waiting, ['ns/web']);
   // Retried while still missing: still one watch.
-  await assert.rejects(inj.inject(target, '/i.iso'));
+  await assert.rejects(inj.inject(target, '/i.iso'), { code: 'DOMAIN_NOT_FOUND' });
   assert.deepEqual([...watching], [['sock:pod-a', 1]]);
 
   listener!('sock:pod-a', 'ns_web', 'stopped');
@@ -201,7 +202,7 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
   inner.inject = async () => {
     throw new VmseedError('TARGET_IN_USE', 'x', { kind: 'terminal' });
   };
-  await assert.rejects(inj.inject(target, '/i.iso'));
+  await assert.rejects(inj.inject(target, '/i.iso'), { code: 'TARGET_IN_USE' });
   assert.deepEqual(waits.waiting, []);
   waits.stop();
   assert.equal(listener, undefined);

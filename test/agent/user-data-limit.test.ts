@@ -35,5 +35,9 @@ test('--max-user-data-bytes: code, --help and README agree on the default', () =
 
 test('--max-user-data-bytes is honoured and bounded', () => {
   assert.equal(loadConfig(['--local', 'x', '--max-user-data-bytes', '4096'], {}, '/')!.maxUserDataBytes, 4096);
-  assert.throws(() => loadConfig(['--local', 'x', '--max-user-data-bytes', '0'], {}, '/'));
+  assert.throws(() => loadConfig(['--local', 'x', '--max-user-data-bytes', '0'], {}, '/'), {
+    name: 'ConfigError',
+    // Names the flag and the range that fixes it.
+    message: /^--max-user-data-bytes: 0 is out of range; use 1\.\.\d+$/,
+  });
 });

@@ -63,8 +63,11 @@ test('concurrency limit', async () => {
   assert.equal(peak, 3);
 });
 
-test('retryable failures back off exponentially (capped) and reset on success', async () => {
-  const times: number[] = [];
+test('retryable failures back off exponentially (capped) and reset on success', async (t) => {
+  // A mocked setTimeout is the clock: each delay is checked to the
+  // millisecond, whatever the machine's load.
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const settle = () => new Promise((r) => setImmediate(r));
   let n = 0;
   const metrics = createMetrics({ version: 't', processMetrics: false });
   const q = new WorkQueue({
@@ -72,17 +75,22 @@ test('retryable failures back off exponentially (capped) and reset on success', 
     backoff: { baseMs: 20, maxMs: 80 },
     versionOf: () => '1',
     metrics,
-    handler: async (): Promise<WorkResult> => {
-      times.push(performance.now());
-      return ++n < 6 ? 'retry' : 'success';
-    },
+    handler: async (): Promise<WorkResult> => (++n < 6 ? 'retry' : 'success'),
   });
   q.add('k');
-  while (n < 6) await tick(10);
-  const gaps = times.slice(1).map((t, i) => t - times[i]);
-  // 20, 40, 80, 80, 80 (capped)
-  assert.ok(gaps[0] >= 18 && gaps[1] >= 38 && gaps[2] >= 78 && gaps[3] >= 78, gaps.join(','));
-  assert.ok(gaps[3] < 160 && gaps[4] < 160, `capped: ${gaps.join(',')}`);
+  await settle();
+  assert.equal(n, 1);
+  // 20, 40, 80, then capped at 80.
+  for (const delay of [20, 40, 80, 80, 80]) {
+    const before: number = n;
+    t.mock.timers.tick(delay - 1);
+    await settle();
+    assert.equal(n, before, `not retried before ${delay} ms`);
+    t.mock.timers.tick(1);
+    await settle();
+    assert.equal(n, before + 1, `retried after ${delay} ms`);
+  }
+  assert.equal(n, 6);
   assert.equal(q.failures('k'), 0, 'reset on success');
   assert.match(await metrics.registry.getSingleMetricAsString('vmseed_workqueue_retries_total'), / 5$/);
 });

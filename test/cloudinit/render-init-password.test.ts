@@ -7,6 +7,8 @@ import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed, type RenderOptions } from '../../src/cloudinit/render.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 import { sha512Crypt } from '../../src/cloudinit/crypt-sha512.ts';
+import { deriveSalt } from '../../src/cloudinit/ovirt/password-salt.ts';
+import { instanceId } from '../../src/cloudinit/kubevirt/instance-id.ts';
 import { VmseedError } from '../../src/errors.ts';
 
 const PASSWORD = 'Sup3r-secret-Passw0rd';
@@ -55,7 +57,19 @@ test('an injected salt provider is used, and the hash is SHA-512 crypt of the pa
 
 test('without a uid the salt is keyed by the instance-id, still stable', async () => {
   const v = vmi('', INIT);
-  assert.equal(await userData(v), await userData(v));
+  const ud = await userData(v);
+  assert.equal(await userData(v), ud);
+  // The key is the instance-id itself: the hash is the one under the salt
+  // derived from it...
+  const salt = deriveSalt({ vmiUid: instanceId(v), user: 'ops' });
+  assert.ok(ud.includes(`passwd: ${sha512Crypt(PASSWORD, salt)}`), ud);
+  // ...so a VMI with another instance-id (here its firmware UUID) gets
+  // another salt, which a constant salt would not give.
+  const other = vmi('', INIT);
+  other.spec = { domain: { firmware: { uuid: '5d307ca9-b3ef-428c-8861-06e72d69f223' } } };
+  const hashOf = (u: string) => / passwd: (\$6\$\S+)/.exec(u)?.[1];
+  assert.notEqual(hashOf(await userData(other)), hashOf(ud));
+  assert.notEqual(instanceId(other), instanceId(v));
 });
 
 async function errorOf(p: Promise<unknown>): Promise<VmseedError> {

@@ -30,19 +30,19 @@ import { HOSTILE_CASES, NAMESPACE, caseManifest, normalVmi, vmiObject } from './
 import { put, startLocalAgent, treeDigest, waitUntil, type LocalAgent } from './agent-run.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
 
-// The agent container's memory limit in the shipped DaemonSet (an alias bomb
-// once took the agent past it: OOM-kill, crash loop, a node unseeded), with
-// an eighth kept free. 200 MB (190.7 MiB) is the figure reported for this
-// corpus; with bin/vmseed's 1 MB semi-spaces and fixed malloc mmap
-// threshold peaks of 160-189 MiB (median 166) were measured on their own and
-// 178-188 MiB inside the whole suite (with 2 MB semi-spaces 166-191 on their
-// own and 183-205 in the suite; before the threshold 172-196 and up to 209):
-// Node's own ~80 MiB at start (code, ICU data,
-// threads), the main thread's heap up to ~39 MiB plus ~25 MiB external, and
-// the render worker's isolate with its heap of up to 60 MiB (a 1 MiB merge
-// needs ~40). Not kept in every run, so that figure is reported here.
+// Peak RSS (VmHWM) of this run, with bin/vmseed's NODE_OPTIONS: Node's own
+// ~80 MiB at start (code, ICU data, threads), the main thread's heap up to
+// ~39 MiB plus ~25 MiB external, and the render worker's isolate with its
+// heap of up to 60 MiB (a 1 MiB merge needs ~40). Measured on a loaded
+// 2-core machine, this file alone run after run: 156-180 MiB; inside the
+// whole suite up to 189 MiB. The bound is that highest peak plus a tenth, so
+// a regression shows long before the container's limit is reached, and never
+// more than 7/8 of the agent container's memory limit in the shipped
+// DaemonSet (an alias bomb once took the agent past it: OOM-kill, crash
+// loop, a node unseeded).
+const HIGHEST_MEASURED_PEAK = 189 * 2 ** 20;
 const LIMIT = daemonSetMemoryLimit();
-const PEAK_RSS_BOUND = Math.floor((LIMIT * 7) / 8);
+const PEAK_RSS_BOUND = Math.min(Math.floor((LIMIT * 7) / 8), Math.ceil(HIGHEST_MEASURED_PEAK * 1.1));
 
 function daemonSetMemoryLimit(): number {
   const docs = yaml.loadAll(readFileSync(new URL('../../manifests/daemonset.yaml', import.meta.url), 'utf8')) as Array<{
@@ -72,7 +72,9 @@ function sentinelTree(root: string): string {
 
 const find = (vmis: VmiStatusRecord[], name: string) => vmis.find((v) => v.namespace === NAMESPACE && v.name === name);
 
-test('hostile corpus: the real agent in local mode, every case at once', { timeout: 240_000 }, async (t) => {
+// The waits below are liveness budgets sized for a loaded 2-core machine
+// (a hundred hostile VMIs rendered beside other test runs), not claims.
+test('hostile corpus: the real agent in local mode, every case at once', { timeout: 600_000 }, async (t) => {
   const root = mkdtempSync(join(tmpdir(), 'vmseed-hostile-'));
   const manifests = join(root, 'manifests');
   const state = join(root, 'state');
@@ -113,7 +115,7 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
       });
       return settled ? vmis : undefined;
     },
-    120_000,
+    240_000,
     detail,
   );
 
@@ -149,13 +151,13 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
       const v = find((await a.status()).vmis, 'swapped');
       return v?.lastError?.code === 'STORE_UNSAFE_PATH' ? v : undefined;
     },
-    30_000,
+    90_000,
     detail,
   );
   assert.equal(refused.lastError?.kind, 'terminal');
   assert.equal(refused.lastError?.field, `${NAMESPACE}/${vmiDir.split('/').at(-1)}`);
   await rm(join(manifests, 'swapped.json'));
-  await waitUntil('swapped gone from the page', async () => !find((await a.status()).vmis, 'swapped'), 30_000, detail);
+  await waitUntil('swapped gone from the page', async () => !find((await a.status()).vmis, 'swapped'), 90_000, detail);
   const unsafeLines = a
     .log()
     .split('\n')
@@ -173,7 +175,7 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
   );
   assert.ok(
     peak <= PEAK_RSS_BOUND,
-    `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB over ${PEAK_RSS_BOUND / 2 ** 20} MiB (7/8 of the container's ${LIMIT / 2 ** 20} MiB limit)`,
+    `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB over ${(PEAK_RSS_BOUND / 2 ** 20).toFixed(1)} MiB (the highest measured peak plus a tenth; the container's limit is ${LIMIT / 2 ** 20} MiB)`,
   );
   assert.equal(await a.stop(), 0);
 
@@ -191,7 +193,7 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
       const vmis = (await b.status()).vmis;
       return NORMAL.every((n) => find(vmis, n)?.state === 'ready');
     },
-    60_000,
+    180_000,
     async () => b.log().slice(-2000),
   );
   // Not regular files, so not images of ours: listed by nobody, left as they are.
@@ -212,7 +214,7 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
 // delete that pod's images.
 test(
   'a status.activePods key of ../victim/other-pod: LAUNCHER_POD_INVALID, nothing written or deleted outside, no virsh call for it',
-  { timeout: 120_000 },
+  { timeout: 400_000 },
   async (t) => {
     const root = mkdtempSync(join(tmpdir(), 'vmseed-hostile-pods-'));
     const manifests = join(root, 'manifests');
@@ -259,7 +261,7 @@ test(
         const r = find((await a.status()).vmis, 'evil-pod');
         return r?.state === 'error' ? r : undefined;
       },
-      60_000,
+      180_000,
       async () => a.log().slice(-2000),
     );
     assert.equal(v.lastError?.code, 'LAUNCHER_POD_INVALID', v.lastError?.message);
@@ -275,7 +277,7 @@ test(
     await waitUntil(
       'the VMI gone from the status',
       async () => !find((await a.status()).vmis, 'evil-pod'),
-      60_000,
+      180_000,
       async () => a.log().slice(-2000),
     );
     assert.equal(treeDigest(join(root, 'victim')), before, "the other pod's image was not pruned");
@@ -290,7 +292,7 @@ test(
 // the image replaces it by rename.
 test(
   "a FIFO named like the published image in the pod's directory: the reconcile goes on, the FIFO is replaced, SIGTERM a clean stop",
-  { timeout: 120_000 },
+  { timeout: 400_000 },
   async (t) => {
     const root = mkdtempSync(join(tmpdir(), 'vmseed-hostile-fifo-'));
     const manifests = join(root, 'manifests');
@@ -333,7 +335,7 @@ test(
     await waitUntil(
       'published, then virsh failed',
       () => errored(first),
-      60_000,
+      180_000,
       async () => first.log().slice(-2000),
     );
     const names = readdirSync(published).filter((n) => n.startsWith('vmseed-'));
@@ -348,7 +350,7 @@ test(
     const v = await waitUntil(
       'the reconcile got past publish',
       () => errored(second),
-      60_000,
+      180_000,
       async () => second.log().slice(-2000),
     );
     assert.equal(v.lastError?.kind, 'retryable', `${v.lastError?.code}: ${v.lastError?.message}`);

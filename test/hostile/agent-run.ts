@@ -51,7 +51,8 @@ export async function startLocalAgent(manifests: string, stateDir: string, extra
   const stop = async () => {
     if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
     child.kill('SIGTERM');
-    const t = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    // Grace for a clean exit on a loaded machine; SIGKILL (exit code null) fails the caller.
+    const t = setTimeout(() => child.kill('SIGKILL'), 60_000);
     try {
       return await exited;
     } finally {
@@ -59,7 +60,7 @@ export async function startLocalAgent(manifests: string, stateDir: string, extra
     }
   };
   let url: string | undefined;
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 90_000;
   while (!(url = /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1])) {
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();

@@ -152,7 +152,7 @@ test('at most maxInFlight calls on the wire, the rest wait their turn; a keepali
     const onWire: number = held.length;
     assert.equal(onWire, 4);
     for (let answered = 0; answered < 10; answered++) {
-      for (let i = 0; i < 100 && held.length === 0; i++) await sleep(5);
+      for (let i = 0; i < 2000 && held.length === 0; i++) await sleep(5);
       const [p, sock] = held.shift()!;
       reply(sock, p, u64(BigInt(p.header.serial)));
     }
@@ -263,7 +263,7 @@ test('session: auth none, open with the URI name, events delivered', async () =>
     const open = fake.received.find((p) => p.header.proc === RemoteProc.CONNECT_OPEN)!;
     assert.deepEqual(open.payload, new XdrWriter().optionalString('qemu:///session', 100).u32(0).toBuffer());
     await s.registerEvent(0, now() + 5_000);
-    for (let i = 0; i < 100 && events.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 1000 && events.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
     assert.equal(events[0]?.kind, 'lifecycle');
     assert.equal(events[0]?.kind === 'lifecycle' && events[0].event, 'defined');
   } finally {
@@ -305,12 +305,12 @@ test('manager: one connection per URI, closed with CONNECT_CLOSE once idle; a wa
     const unwatch = m.watch('qemu:///session');
     const closes = () => fake.received.filter((p) => p.header.proc === RemoteProc.CONNECT_CLOSE).length;
     // (The CONNECT_CLOSE reaches the daemon a moment after the count drops.)
-    for (let i = 0; i < 100 && (m.openCount > 1 || closes() < 1); i++) await sleep(20);
+    for (let i = 0; i < 500 && (m.openCount > 1 || closes() < 1); i++) await sleep(20);
     assert.equal(m.openCount, 1);
     assert.equal(m.connected('qemu:///session'), true);
     assert.equal(closes(), 1);
     unwatch();
-    for (let i = 0; i < 100 && (m.openCount > 0 || closes() < 2); i++) await sleep(20);
+    for (let i = 0; i < 500 && (m.openCount > 0 || closes() < 2); i++) await sleep(20);
     assert.equal(m.openCount, 0);
     assert.equal(closes(), 2);
   } finally {
@@ -477,14 +477,14 @@ test('client: the stop signal ends calls in flight and calls waiting their turn 
     const queued = client.attachDevice(U, 'a', '<disk/>', { live: true, config: false });
     for (
       let i = 0;
-      i < 200 && fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length < 2;
+      i < 1000 && fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length < 2;
       i++
     )
       await new Promise((r) => setTimeout(r, 10));
     const t0 = Date.now();
     stop.abort();
     for (const p of [read, first, queued]) assert.equal((await rejection(p)).code, 'CANCELLED');
-    assert.ok(Date.now() - t0 < 5_000, 'at once, not at the 600 s deadline');
+    assert.ok(Date.now() - t0 < 30_000, 'at once, not at the 600 s deadline');
     const sent = fake.received.length;
     assert.equal((await rejection(client.version(U))).code, 'CANCELLED');
     assert.equal(fake.received.length, sent, 'nothing sent after the stop');
@@ -511,5 +511,6 @@ test('manager: close() ends a call that is backing off while libvirtd is away, l
   await m.close();
   const e = await rejection(call);
   assert.equal(e.code, 'LIBVIRT_CONNECTION_LOST');
-  assert.ok(Date.now() - t0 < 1_000, `ended by close, after ${Date.now() - t0} ms`);
+  // Far from the 600 s deadline; generous for a loaded machine.
+  assert.ok(Date.now() - t0 < 30_000, `ended by close, after ${Date.now() - t0} ms`);
 });

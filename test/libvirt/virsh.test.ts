@@ -113,7 +113,7 @@ test('XML_FILE becomes a private temporary file that is removed afterwards', asy
   await new Virsh({ ...opts, spawner: f }).run(['attach-device', 'd', XML_FILE, '--live'], { xml: '<disk/>' });
   const path = f.calls[0].args[5];
   assert.equal(f.calls[0].fileContent, '<disk/>');
-  assert.throws(() => readFileSync(path));
+  assert.throws(() => readFileSync(path), { code: 'ENOENT' }, 'the temporary XML file is gone');
 });
 
 test('timeout, missing binary, output overflow and failures are typed', async () => {

@@ -17,13 +17,14 @@ test('an idle process reports near-zero lag; a blocked loop shows up', async () 
   const m = createMetrics({ version: 't' });
   await sleep(1200);
   const idle = await m.registry.metrics();
-  // The sampler's period is 100 ms: an uncorrected histogram cannot go below it.
-  for (const q of ['p50', 'mean', 'min']) {
-    assert.ok(
-      value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`) < 0.05,
-      `${q}: ${value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`)}`,
-    );
-  }
+  // The sampler's period is 100 ms: an uncorrected histogram cannot go below
+  // it, whatever the load. The corrected one reads the delay alone: its
+  // median under the period, its minimum (one timer on time among a dozen,
+  // even on a loaded machine) well under it.
+  const read = (q: string) => value(idle, `vmseed_nodejs_eventloop_lag_${q}_seconds`);
+  assert.ok(read('p50') < 0.1, `p50: ${read('p50')}`);
+  assert.ok(read('mean') < 0.1, `mean: ${read('mean')}`);
+  assert.ok(read('min') < 0.05, `min: ${read('min')}`);
   // Block the loop for 400 ms from a timer callback (not in the scrape's tick).
   await new Promise<void>((resolve) =>
     setTimeout(() => {

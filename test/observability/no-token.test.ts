@@ -4,7 +4,8 @@
 // listeners, in local mode (Events in the log) and against the fake API
 // server (Events posted to it): every page, JSON document, metric, response
 // header, log line and Event is searched for each VMI's token, seed URL and
-// DMI serial as `vmseed seed-url` computes them.
+// DMI serial as `vmseed seed-url` computes them, and for the datasource keys
+// themselves, each in every form a leak takes (base64, JSON, URL, hex).
 // The guests' own fetches run first, so the token really was in use, and
 // the serial printed by seed-url really opens the seed.
 import { test } from 'node:test';
@@ -22,6 +23,7 @@ import { fetchAll, type FetchedRoute } from '../support/fetch-all.ts';
 import { runCli } from '../support/cli.ts';
 import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import { DatasourceKeyring, parseKeyFile } from '../../src/http/datasource-tokens.ts';
+import { findSecret, secretForms } from '../support/secret-forms.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -142,7 +144,8 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
   const all = vms();
   const setup = await mode.setup(dir.path, all);
   const keyFile = join(dir.path, 'keys');
-  await writeFile(keyFile, `${randomBytes(32).toString('base64')}\n${randomBytes(32).toString('base64')}\n`);
+  const keys = [randomBytes(32), randomBytes(32)];
+  await writeFile(keyFile, keys.map((k) => `${k.toString('base64')}\n`).join(''));
 
   const child = spawn(
     process.execPath,
@@ -204,7 +207,11 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
 
   // What an entitled owner gets: the serial from seed-url, with the key.
   const keyring = new DatasourceKeyring(parseKeyFile(readFileSync(keyFile, 'utf8'), keyFile));
-  const secrets: Array<{ vm: string; what: string; value: string }> = [];
+  const secrets: Array<{ vm: string; what: string; value: string | Buffer }> = keys.map((k, i) => ({
+    vm: 'the node',
+    what: `datasource key ${i + 1}`,
+    value: k,
+  }));
   for (const v of all) {
     const cli = await runCli(
       ['seed-url', `tenant-${v.name}/${v.name}`, '--uid', v.uid, '--key-file', keyFile, '--base', base],
@@ -291,9 +298,14 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
   ];
   assert.ok(texts.length > 60, `searched ${texts.length} texts`);
   for (const s of secrets) {
+    const forms = secretForms(s.value);
     for (const x of texts) {
-      const at = x.text.indexOf(s.value);
-      assert.equal(at, -1, `${x.where} carries ${s.vm}'s ${s.what}: …${x.text.slice(Math.max(0, at - 120), at + 60)}…`);
+      const found = findSecret(x.text, forms);
+      assert.equal(
+        found,
+        undefined,
+        `${x.where} carries ${s.vm}'s ${s.what} (${found?.form}): …${x.text.slice(Math.max(0, (found?.at ?? 0) - 120), (found?.at ?? 0) + 60)}…`,
+      );
     }
   }
   for (const x of texts) assert.doesNotMatch(x.text, /ds=nocloud;s=/, `${x.where} carries a serial`);

@@ -1,3 +1,4 @@
+// Harness test (of the test fixtures, not of vmseed).
 // Proves the busybox test guest (e2e/support/guest): a real Debian kernel under
 // QEMU TCG mounts seed images made by genisoimage by their label and prints the
 // files byte for byte; the HTTP mode fetches them through QEMU user networking.
@@ -35,7 +36,7 @@ const nocloud = {
   'network-config': randomBytes(48 * 1024),
 };
 
-test('busybox guest prints NoCloud files from a genisoimage cidata image on a virtio disk', async () => {
+test('harness: busybox guest prints NoCloud files from a genisoimage cidata image on a virtio disk', async () => {
   const seed = await genisoimage('cidata', nocloud);
   try {
     const r = await bootWithImage({
@@ -54,7 +55,7 @@ test('busybox guest prints NoCloud files from a genisoimage cidata image on a vi
   }
 });
 
-test('busybox guest prints ConfigDrive files (nested openstack/latest/) from a config-2 SCSI CD-ROM', async () => {
+test('harness: busybox guest prints ConfigDrive files (nested openstack/latest/) from a config-2 SCSI CD-ROM', async () => {
   const files = {
     'openstack/latest/meta_data.json': Buffer.from(
       JSON.stringify({ uuid: '0b7e3c1e-8a57-4a65-bd7f-1f1d5d3e3f10', hostname: 'cd' }),
@@ -79,7 +80,7 @@ test('busybox guest prints ConfigDrive files (nested openstack/latest/) from a c
   }
 });
 
-test('busybox guest reports a label it cannot find instead of hanging', async () => {
+test('harness: busybox guest reports a label it cannot find instead of hanging', async () => {
   const seed = await genisoimage('other', { 'user-data': Buffer.from('x') });
   try {
     const r = await bootWithImage({
@@ -98,7 +99,7 @@ test('busybox guest reports a label it cannot find instead of hanging', async ()
   }
 });
 
-test('busybox guest fetches NoCloud files over HTTP through user networking (restrict=on, guestfwd to loopback)', async () => {
+test('harness: busybox guest fetches NoCloud files over HTTP through user networking (restrict=on, guestfwd to loopback)', async () => {
   const served: Record<string, Buffer> = { 'user-data': nocloud['user-data'], 'meta-data': nocloud['meta-data'] };
   const requests: string[] = [];
   const server = createServer((req, res) => {
@@ -130,7 +131,7 @@ test('busybox guest fetches NoCloud files over HTTP through user networking (res
   }
 });
 
-test('restrict=on: the guest cannot reach the host loopback through the gateway, only the guestfwd', async () => {
+test('harness: restrict=on: the guest cannot reach the host loopback through the gateway, only the guestfwd', async () => {
   let hits = 0;
   const server = createServer((_req, res) => {
     hits++;
@@ -163,7 +164,7 @@ test('restrict=on: the guest cannot reach the host loopback through the gateway,
   }
 });
 
-test('parseConsole skips kernel lines inside a file block and decodes wrapped base64', () => {
+test('harness: parseConsole skips kernel lines inside a file block and decodes wrapped base64', () => {
   const data = randomBytes(200);
   const b64 = data.toString('base64');
   const text = [
@@ -185,7 +186,7 @@ test('parseConsole skips kernel lines inside a file block and decodes wrapped ba
   assert.equal(parseConsole('VMSEED-FILE-BEGIN x\nAAAA\n').done, false);
 });
 
-test('runQemu kills QEMU on timeout and on `until`, leaving no process behind', async () => {
+test('harness: runQemu kills QEMU on timeout and on `until`, leaving no process behind', async () => {
   const guest = await ensureBusyboxGuest();
   const base = {
     kernel: guest.kernel,

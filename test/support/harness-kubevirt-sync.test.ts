@@ -1,3 +1,4 @@
+// Harness test (of the test fixtures, not of vmseed).
 // The KubeVirt launcher-sync double on recorded `virsh dumpxml` fixtures:
 // KubeVirt's naming, its three disk loops, and the LIVE|CONFIG semantics that
 // make a live-only disk under the hotplug prefix fail every sync.
@@ -34,7 +35,7 @@ const VMI_DISKS: VmiDisk[] = [
   },
 ];
 
-test('formatDeviceName follows sd.c: a..z, aa.., and sdzz is index 701', () => {
+test('harness: formatDeviceName follows sd.c: a..z, aa.., and sdzz is index 701', () => {
   assert.equal(formatDeviceName('sd', 0), 'sda');
   assert.equal(formatDeviceName('vd', 25), 'vdz');
   assert.equal(formatDeviceName('sd', 26), 'sdaa');
@@ -43,7 +44,7 @@ test('formatDeviceName follows sd.c: a..z, aa.., and sdzz is index 701', () => {
   assert.equal(formatDeviceName('sd', 702), 'sdaaa');
 });
 
-test('KubeVirt naming: lowest free index per prefix, sata and scsi share sd, scsi unit = index', () => {
+test('harness: KubeVirt naming: lowest free index per prefix, sata and scsi share sd, scsi unit = index', () => {
   const spec = convertVmiDisks(VMI_DISKS);
   assert.deepEqual(
     spec.map((d) => [d.targetDev, d.bus, d.alias]),
@@ -64,13 +65,13 @@ test('KubeVirt naming: lowest free index per prefix, sata and scsi share sd, scs
   assert.equal(nextDeviceName('scsi', ['sda', 'sdzz']).name, 'sdb');
 });
 
-test('diskXml and parseDomainDisks round-trip a disk', () => {
+test('harness: diskXml and parseDomainDisks round-trip a disk', () => {
   const d = hotplugVolumeDisk(convertVmiDisks(VMI_DISKS), 'data1');
   const back = parseDomainDisks(`<domain><devices>${diskXml(d)}</devices></domain>`);
   assert.deepEqual(back, [d]);
 });
 
-test('new layout: the seed in ephemeral-disks at sdzz is never detached, updated or counted as attached', () => {
+test('harness: new layout: the seed in ephemeral-disks at sdzz is never detached, updated or counted as attached', () => {
   const live = parseDomainDisks(fixture('new-layout-live.xml'));
   const seed = live.find((d) => d.alias === 'ua-vmseed_seed')!;
   assert.equal(seed.targetDev, 'sdzz');
@@ -88,7 +89,7 @@ test('new layout: the seed in ephemeral-disks at sdzz is never detached, updated
   );
 });
 
-test("new layout: KubeVirt's own volume leaving the spec is detached (the rule still works)", () => {
+test("harness: new layout: KubeVirt's own volume leaving the spec is detached (the rule still works)", () => {
   const live = parseDomainDisks(fixture('new-layout-live.xml'));
   const spec = convertVmiDisks(VMI_DISKS);
   assert.deepEqual(
@@ -97,7 +98,7 @@ test("new layout: KubeVirt's own volume leaving the spec is detached (the rule s
   );
 });
 
-test('old layout: the seed under hotplug-disks at vdc is detached; a cdrom under the prefix that left the spec is detached and ejected', () => {
+test('harness: old layout: the seed under hotplug-disks at vdc is detached; a cdrom under the prefix that left the spec is detached and ejected', () => {
   const live = parseDomainDisks(fixture('old-layout-live.xml'));
   const spec = convertVmiDisks(VMI_DISKS);
   assert.deepEqual(
@@ -115,7 +116,7 @@ test('old layout: the seed under hotplug-disks at vdc is detached; a cdrom under
   assert.equal(updated[0].driver?.type, 'raw');
 });
 
-test("old layout: KubeVirt's next virtio hotplug is named vdc, which the seed holds: never attached, and the seed survives by accident", () => {
+test("harness: old layout: KubeVirt's next virtio hotplug is named vdc, which the seed holds: never attached, and the seed survives by accident", () => {
   const live = parseDomainDisks(fixture('old-layout-live.xml'));
   const spec = convertVmiDisks(VMI_DISKS);
   const stolen = hotplugVolumeDisk(spec, 'data2', 'virtio');
@@ -125,7 +126,7 @@ test("old layout: KubeVirt's next virtio hotplug is named vdc, which the seed ho
   assert.ok(!getDetachedDisks(live, withVolume).some((d) => d.targetDev === 'vdc'));
 });
 
-test('disks outside the prefix, and hotplug disks on other buses, are left alone', () => {
+test('harness: disks outside the prefix, and hotplug disks on other buses, are left alone', () => {
   const mk = (over: Partial<KvDisk>): KvDisk => ({
     type: 'file',
     device: 'disk',
@@ -190,7 +191,7 @@ function parsed(name: string): KvDisk[] {
   return parseDomainDisks(fixture(name));
 }
 
-test('sync, new layout with a live-only seed: repeated passes do nothing; a hotplug attaches when its file is ready', async () => {
+test('harness: sync, new layout with a live-only seed: repeated passes do nothing; a hotplug attaches when its file is ready', async () => {
   const live = parsed('new-layout-live.xml').filter((d) => d.alias !== 'ua-data1');
   const dom = new FakeDomain(
     live,
@@ -227,7 +228,7 @@ test('sync, new layout with a live-only seed: repeated passes do nothing; a hotp
 // already running when hotplug() is called must not pick the volume up: a
 // caller that marks history after hotplug() would never see that attach (the
 // e2e agent test timed out so, with the volume already live).
-test('sync: a pass already running when hotplug() is called works from the spec it started with; the next pass attaches', async () => {
+test('harness: sync: a pass already running when hotplug() is called works from the spec it started with; the next pass attaches', async () => {
   const live = parsed('new-layout-live.xml').filter((d) => d.alias !== 'ua-data1');
   const dom = new FakeDomain(
     live,
@@ -267,7 +268,7 @@ test('sync: a pass already running when hotplug() is called works from the spec 
   );
 });
 
-test('sync, old layout live+config: the seed is detached at the first pass (the fight starts)', async () => {
+test('harness: sync, old layout live+config: the seed is detached at the first pass (the fight starts)', async () => {
   const live = parsed('old-layout-live.xml').filter((d) => d.alias !== 'ua-isovol');
   const dom = new FakeDomain(live, structuredClone(live));
   const sync = new KubevirtSync({
@@ -283,7 +284,7 @@ test('sync, old layout live+config: the seed is detached at the first pass (the 
   assert.ok(!dom.config.some((d) => d.alias === 'ua-vmseed'));
 });
 
-test('sync, old layout live-only: every pass fails on the config half and the seed stays', async () => {
+test('harness: sync, old layout live-only: every pass fails on the config half and the seed stays', async () => {
   const live = parsed('old-layout-live.xml').filter((d) => d.alias !== 'ua-isovol');
   const dom = new FakeDomain(
     live,
@@ -306,7 +307,7 @@ test('sync, old layout live-only: every pass fails on the config half and the se
   assert.equal(sync.errors().length, 2);
 });
 
-test('pause rule: a start-paused VMI stays paused until unpause; a pause KubeVirt did not order is resumed', async () => {
+test('harness: pause rule: a start-paused VMI stays paused until unpause; a pause KubeVirt did not order is resumed', async () => {
   const dom = new FakeDomain([], []);
   dom.state = 'paused';
   const sync = new KubevirtSync({

@@ -1,3 +1,4 @@
+// Harness test (of the test fixtures, not of vmseed).
 // The fixture cache under concurrency: several processes asking for the same
 // fixture build it once and all get the complete directory; a lock left by a
 // dead builder is taken over; a failed build leaves nothing behind.
@@ -26,7 +27,7 @@ const r = await cachedFixture('demo', { v: 1 }, async (dir) => {
 process.stdout.write(r.dir);
 `;
 
-test('concurrent processes build a fixture once and all see the complete copy', async () => {
+test('harness: concurrent processes build a fixture once and all see the complete copy', async () => {
   const root = await mkdtemp(path.join(tmpdir(), 'vmseed-cache-test-'));
   try {
     const log = path.join(root, 'builds.log');
@@ -50,7 +51,7 @@ test('concurrent processes build a fixture once and all see the complete copy', 
   }
 });
 
-test('a lock left by a dead builder is taken over; a failed build leaves no directory', async () => {
+test('harness: a lock left by a dead builder is taken over; a failed build leaves no directory', async () => {
   const root = await mkdtemp(path.join(tmpdir(), 'vmseed-cache-test-'));
   const saved = process.env.VMSEED_FIXTURE_CACHE;
   process.env.VMSEED_FIXTURE_CACHE = root;

@@ -1,3 +1,4 @@
+// Harness test (of the test fixtures, not of vmseed).
 // The test-domain XML builder against libvirt itself: the schema validator,
 // then real transient domains under TCG running the busybox guest, reading a
 // seed disk and fetching over user networking with a guestfwd to loopback.
@@ -51,7 +52,7 @@ async function withDomain(xml: string, name: string, fn: () => Promise<void>): P
   }
 }
 
-test('test domain XML with every option passes virt-xml-validate and escapes values', async () => {
+test('harness: test domain XML with every option passes virt-xml-validate and escapes values', async () => {
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
   try {
     const xml = testDomainXml({
@@ -75,7 +76,7 @@ test('test domain XML with every option passes virt-xml-validate and escapes val
   }
 });
 
-test('libvirt boots the busybox guest from the builder XML and it reads a cidata disk', async () => {
+test('harness: libvirt boots the busybox guest from the builder XML and it reads a cidata disk', async () => {
   const guest = await ensureBusyboxGuest();
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
   try {
@@ -114,7 +115,7 @@ test('libvirt boots the busybox guest from the builder XML and it reads a cidata
   }
 });
 
-test('libvirt domain with restricted user networking reaches a loopback server only through guestfwd', async () => {
+test('harness: libvirt domain with restricted user networking reaches a loopback server only through guestfwd', async () => {
   const guest = await ensureBusyboxGuest();
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
   const server = createServer((req, res) => {
@@ -145,7 +146,7 @@ test('libvirt domain with restricted user networking reaches a loopback server o
   }
 });
 
-test('vmseed.after=stay: the guest reads a hot-plugged seed, answers the unplug and reports the label gone', async () => {
+test('harness: vmseed.after=stay: the guest reads a hot-plugged seed, answers the unplug and reports the label gone', async () => {
   const guest = await ensureBusyboxGuest();
   const dir = await mkdtemp(path.join(tmpdir(), 'vmseed-domxml-'));
   try {
