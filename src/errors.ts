@@ -94,6 +94,7 @@ export const ERROR_CODES = [
   'KUBE_API_ERROR',
   'VMI_UNPAUSE_FAILED',
   'SEED_GATE_WAITING',
+  'SEED_GATE_MISSING',
   // NoCloud over HTTP (src/http/datasource*)
   'DATASOURCE_KEY_INVALID',
   'DATASOURCE_KEY_FILE_UNREADABLE',

@@ -62,6 +62,9 @@ export interface AgentOptions {
   // and when its guest first read our disk (seed-read.ts).
   seedReads?: SeedReadClient;
   seedReadPolicy?: SeedReadPolicy;
+  // KubeVirt without the admission webhook: warn about vmseed VMIs that
+  // start unpaused (SEED_GATE_MISSING).
+  warnMissingGate?: boolean;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -195,6 +198,7 @@ export class Agent {
       ...(this.seeds ? { seeds: this.seeds } : {}),
       ...(this.#seedReads ? { seedReads: this.#seedReads } : {}),
       shutdown: this.shutdown,
+      ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
     });
   }
 

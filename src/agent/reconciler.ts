@@ -38,7 +38,7 @@ import type {
 } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import { newProgress, ReconcileRecorder, type Outcome, type Progress, type StepFacts } from './reconcile-recorder.ts';
-import { seedGateFacts } from './seed-gate.ts';
+import { missingSeedGate, seedGateFacts } from './seed-gate.ts';
 import { throwIfCancelled, type ShutdownDeadline } from './shutdown.ts';
 import type { StatusStore } from './status-store.ts';
 import type { ImageFacts, VmiRecords } from './vmi-records.ts';
@@ -82,6 +82,9 @@ export interface ReconcilerOptions {
   seedReads?: SeedReadWatch;
   // The stop deadline: each reconcile's steps get a signal that follows it.
   shutdown?: ShutdownDeadline;
+  // KubeVirt without the admission webhook: a vmseed VMI that starts
+  // unpaused gets SEED_GATE_MISSING (seed-gate.ts).
+  warnMissingGate?: boolean;
 }
 
 // One reconcile as its steps see it: when it began, the signal that ends it
@@ -311,6 +314,7 @@ export class Reconciler {
       seconds,
       placed,
       shown,
+      this.#o.warnMissingGate ? missingSeedGate(vmi) : undefined,
     );
   }
 
@@ -322,8 +326,10 @@ export class Reconciler {
     seconds: number,
     placed: Placement,
     shown: VmiStatusRecord | undefined,
+    gateMissing: Problem | undefined,
   ): Promise<Outcome> {
     const warnings = seed.warnings.map(problemOf);
+    if (gateMissing) warnings.push(gateMissing);
     // Kept for as long as the VMI lives, not only on the reconcile that
     // attached: the guest booted without its seed, and that stays true.
     if (placed.injection?.seededAfterBoot)

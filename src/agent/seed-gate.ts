@@ -9,7 +9,7 @@
 // libvirt layer cannot call up into this one), calls the hook made here.
 import type { VmiObject } from '../api/types.ts';
 import type { ImageStore } from '../disk/store.ts';
-import { VmseedError } from '../errors.ts';
+import { VmseedError, type ErrorCode } from '../errors.ts';
 import { libvirtResume, type ResumeHook } from '../libvirt/injector.ts';
 import type { InjectionTarget } from '../libvirt/types.ts';
 
@@ -143,5 +143,28 @@ export function kubevirtSeedGate(
     // start-paused VMI paused for good.
     await record.markOpened(target);
     await known.markOpened(target);
+  };
+}
+
+const CLOUD_INIT_ANNOTATION = 'vmseed.io/cloud-init';
+const GATE_ANNOTATION = 'vmseed.io/gate';
+const RESUME = 'vmseed.io/resume-after-seed';
+
+// A vmseed VMI (its seed from the annotation) that starts unpaused, on a
+// node where no admission webhook sets the gate: its first boot races the
+// attach. Said once as a warning, with the three ways out; an owner who
+// accepts the race says so with vmseed.io/gate: "false".
+export function missingSeedGate(vmi: VmiObject): { code: ErrorCode; message: string; field: string } | undefined {
+  const annotations = vmi.metadata.annotations ?? {};
+  if (annotations[CLOUD_INIT_ANNOTATION] === undefined) return undefined;
+  if (annotations[GATE_ANNOTATION] === 'false') return undefined;
+  if (vmi.spec.startStrategy === 'Paused' && annotations[RESUME] === 'true') return undefined;
+  return {
+    code: 'SEED_GATE_MISSING',
+    field: 'spec.startStrategy',
+    message:
+      'no seed gate: the VM starts unpaused and its first boot may look for the seed before it is attached; ' +
+      `set spec.startStrategy: Paused and the annotation ${RESUME}: "true" (on a VirtualMachine, in its template), ` +
+      `install the admission webhook (deploy/webhook) that sets them, or set ${GATE_ANNOTATION}: "false" to accept the race`,
   };
 }

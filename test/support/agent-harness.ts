@@ -140,6 +140,7 @@ export async function startAgent(
     watchRefs?: boolean | (Partial<ObjectWatchesOptions> & { minWatchTimeoutMs?: number });
     seedReads?: AgentOptions['seedReads'];
     seedReadPolicy?: AgentOptions['seedReadPolicy'];
+    warnMissingGate?: boolean;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -205,6 +206,7 @@ export async function startAgent(
     ...(watches ? { objectCache: watches } : {}),
     ...(options.seedReads ? { seedReads: options.seedReads } : {}),
     ...(options.seedReadPolicy ? { seedReadPolicy: options.seedReadPolicy } : {}),
+    ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();
