@@ -29,7 +29,16 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['kube', 'libvirt', 'http', 'disk', 'redirect', 'webhook'],
   ['cloudinit'],
   ['status'],
-  ['errors.ts', 'metrics', 'format.ts', 'backoff.ts', 'api', 'datasource-challenge.ts', 'datasource-binding.ts', 'version.ts'],
+  [
+    'errors.ts',
+    'metrics',
+    'format.ts',
+    'backoff.ts',
+    'api',
+    'datasource-challenge.ts',
+    'datasource-binding.ts',
+    'version.ts',
+  ],
 ];
 
 // What cloudinit/ must not reach: it renders from its input alone.
