@@ -1,6 +1,6 @@
 // `vmseed agent`: the DaemonSet process (cluster mode) or the embedded
 // default on a directory of manifests (`--local DIR`).
-import { mkdir } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../cloudinit/render.ts';
@@ -319,6 +319,11 @@ async function withDatasource(made: ModeAgent, parts: AgentParts): Promise<{ age
 export const agent: Command = async (ctx) => {
   const config = readConfig(ctx);
   if (typeof config === 'number') return config;
+  const missing = await localDirProblem(config);
+  if (missing) {
+    ctx.stderr.write(`vmseed agent: ${missing}\n`);
+    return 2;
+  }
   const logger = pino({ level: config.logLevel, base: { node: config.nodeName } }, ctx.stderr);
   const metrics = createMetrics({ version: VERSION });
   const made = await startAgent(ctx, config, logger, metrics);
@@ -340,6 +345,18 @@ export const agent: Command = async (ctx) => {
   const failed = await runUntilStopped(ctx, config, made.agent, redirectPoller, http, log);
   return stop(config, made, redirectPoller, http, log, failed);
 };
+
+// --local DIR that is not a readable directory: said before any listener
+// opens or the state directory is touched, as a flag error.
+async function localDirProblem(config: Config): Promise<string | undefined> {
+  if (config.mode !== 'local' || config.localDir === undefined) return undefined;
+  try {
+    if ((await stat(config.localDir)).isDirectory()) return undefined;
+    return `--local ${config.localDir}: not a directory; give the directory of YAML manifests to run on`;
+  } catch (e) {
+    return `--local ${config.localDir}: ${(e as NodeJS.ErrnoException).code ?? 'cannot read it'}; give an existing directory of YAML manifests`;
+  }
+}
 
 // The configuration, or the exit code (usage, or a flag error).
 function readConfig(ctx: CliContext): Config | ExitCode {
@@ -428,9 +445,11 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
       : ([[listen, 'all']] as const)) {
       servers.push(
         await startHttpServer({ listen: addr, serve, metrics, status: agent.status, logger }).catch((e: Error) => {
-          throw new Error(
-            `cannot listen on ${addr} (${serve === 'status' ? '--status-listen' : '--listen'}): ${e.message}`,
-          );
+          // The server's own message names --listen; say it once, for the
+          // flag this listener comes from.
+          const flag = serve === 'status' ? '--status-listen' : '--listen';
+          const why = (e.cause as NodeJS.ErrnoException | undefined)?.code ?? e.message;
+          throw new Error(`cannot listen on ${addr} (${flag}): ${why}; choose another ${flag} address`);
         }),
       );
     }
