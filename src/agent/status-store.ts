@@ -57,6 +57,8 @@ export class StatusStore implements StatusSource {
   #redirect: (() => RedirectStatus | undefined) | undefined;
   #libvirt: (() => LibvirtStatus) | undefined;
   #dependencies: ((key: string) => DependencyRecord[]) | undefined;
+  // VMIs whose last reconcile ended at the seed gate (SEED_GATE_WAITING).
+  #atGate = 0;
 
   constructor(options: StatusStoreOptions) {
     this.#opts = options;
@@ -65,6 +67,7 @@ export class StatusStore implements StatusSource {
     this.records = options.records ?? new VmiRecords();
     this.records.onForget((_key, r) => {
       if (r.status) this.#count(r.status.state, -1);
+      if (atGate(r.status)) this.#gateWaiting(-1);
     });
     for (const state of STATES) this.#gauge(state);
   }
@@ -127,6 +130,12 @@ export class StatusStore implements StatusSource {
       if (prev) this.#count(prev.state, -1);
       this.#count(next.state, 1);
     }
+    if (atGate(prev) !== atGate(next)) this.#gateWaiting(atGate(next) ? 1 : -1);
+  }
+
+  #gateWaiting(delta: number): void {
+    this.#atGate += delta;
+    this.#opts.metrics?.seedGateWaiting.set(this.#atGate);
   }
 
   // The guest fetched a file from the NoCloud HTTP datasource. Ignored
@@ -255,4 +264,9 @@ async function probeWrite(path: string): Promise<void> {
     await fh.close();
   }
   await unlink(path);
+}
+
+// Seed attached, the VM kept paused until KubeVirt allows the unpause.
+function atGate(status: VmiStatusRecord | undefined): boolean {
+  return status?.lastError?.code === 'SEED_GATE_WAITING';
 }

@@ -182,6 +182,11 @@ export function createMetrics(options: MetricsOptions) {
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    seedGateWaiting: new Gauge({
+      name: 'vmseed_seed_gate_waiting',
+      help: 'VMIs held at the seed gate: seed attached, the VM still paused until KubeVirt reports it Running and Paused so that the agent can unpause it (SEED_GATE_WAITING).',
+      registers,
+    }),
     objectWatches: new Gauge({
       name: 'vmseed_object_watches',
       help: 'Open watches on referenced Secrets and ConfigMaps: one per mutable object a seed on this node reads.',

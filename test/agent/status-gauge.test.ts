@@ -9,7 +9,8 @@ import { STATES, StatusStore } from '../../src/agent/status-store.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import type { VmiState } from '../../src/status/types.ts';
 
-type Op = { kind: 'update'; key: number; uid: number; state?: VmiState } | { kind: 'remove'; key: number };
+type Op =
+  { kind: 'update'; key: number; uid: number; state?: VmiState; atGate?: boolean } | { kind: 'remove'; key: number };
 
 const op: fc.Arbitrary<Op> = fc.oneof(
   fc.record({
@@ -17,6 +18,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
     key: fc.integer({ min: 0, max: 5 }),
     uid: fc.integer({ min: 0, max: 1 }),
     state: fc.option(fc.constantFrom(...STATES), { nil: undefined }),
+    atGate: fc.option(fc.boolean(), { nil: undefined }),
   }),
   fc.record({ kind: fc.constant('remove' as const), key: fc.integer({ min: 0, max: 5 }) }),
 );
@@ -26,7 +28,10 @@ async function gauge(metrics: ReturnType<typeof createMetrics>): Promise<Record<
   return Object.fromEntries(values.map((v) => [String(v.labels.state), v.value]));
 }
 
-test('vmseed_vmis{state} equals a recount of the records after any updates and removals', async () => {
+const GATE = { code: 'SEED_GATE_WAITING' as const, message: 'waiting for KubeVirt', at: '2026-01-01T00:00:00Z' };
+const OTHER = { code: 'SECRET_NOT_FOUND' as const, message: 'no secret', at: '2026-01-01T00:00:00Z' };
+
+test('vmseed_vmis{state} and vmseed_seed_gate_waiting equal a recount of the records after any updates and removals', async () => {
   await fc.assert(
     fc.asyncProperty(fc.array(op, { maxLength: 60 }), async (ops) => {
       const metrics = createMetrics({ version: 'test', processMetrics: false });
@@ -44,7 +49,8 @@ test('vmseed_vmis{state} equals a recount of the records after any updates and r
         const key = `ns/vm${o.key}`;
         if (o.kind === 'update') {
           // A patch without state keeps the record's (a new uid starts pending).
-          store.update(key, `uid-${o.uid}`, o.state ? { state: o.state } : { retries: 1 });
+          const gate = o.atGate === undefined ? {} : { lastError: o.atGate ? GATE : OTHER };
+          store.update(key, `uid-${o.uid}`, { ...(o.state ? { state: o.state } : { retries: 1 }), ...gate });
           keys.add(key);
         } else {
           store.records.forget(key);
@@ -54,6 +60,9 @@ test('vmseed_vmis{state} equals a recount of the records after any updates and r
       const recount = Object.fromEntries(STATES.map((s) => [s, 0]));
       for (const k of keys) recount[store.get(k)!.state]++;
       assert.deepEqual(await gauge(metrics), recount);
+      const atGate = [...keys].filter((k) => store.get(k)!.lastError?.code === 'SEED_GATE_WAITING').length;
+      const { values } = await metrics.seedGateWaiting.get();
+      assert.equal(values[0]?.value ?? 0, atGate);
     }),
     { numRuns: 300 },
   );
