@@ -24,6 +24,7 @@ import { FakeKube } from '../test/support/fake-kube.ts';
 import { findObject, loadYamlDocuments } from '../test/support/manifests.ts';
 import type { VmiObject } from '../src/api/types.ts';
 import { ImageStore } from '../src/disk/store.ts';
+import { quantile, until } from './stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -124,21 +125,6 @@ function procStat(pid: number): { cpuSeconds: number; hwmBytes: number; rssBytes
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
   return { cpuSeconds: ticks / 100, hwmBytes: kb('VmHWM'), rssBytes: kb('VmRSS') };
-}
-
-function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
-}
-
-// Polls every ~1 ms (a setImmediate spin would take a core from the agent on
-// a small machine); the error is at most a millisecond, upwards.
-async function until(pred: () => boolean, timeoutMs: number): Promise<boolean> {
-  const deadline = performance.now() + timeoutMs;
-  while (!pred()) {
-    if (performance.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, 1));
-  }
-  return true;
 }
 
 const fake = await FakeKube.start();

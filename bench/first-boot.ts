@@ -22,6 +22,7 @@
 import { parseArgs } from 'node:util';
 import { firstBootRun, startFirstBootNode } from '../e2e/support/first-boot.ts';
 import { parseConsole } from '../e2e/support/guest/console.ts';
+import { quantile } from './stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -39,10 +40,6 @@ function random(): number {
   state ^= state >>> 17;
   state ^= state << 5;
   return (state >>> 0) / 2 ** 32;
-}
-
-function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
 }
 
 interface Sample {

@@ -24,6 +24,7 @@
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ATTACKS, ATTACK_WHAT, probeHealthz, startHostileNode, type Attack } from '../test/hostile/launcher-attack.ts';
+import { quantile } from './stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -39,11 +40,6 @@ const SECONDS = Number(values.seconds);
 const MiB = 1024 * 1024;
 // The agent container's memory limit in manifests/daemonset.yaml.
 const LIMIT_MIB = 256;
-
-function quantile(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
-}
 
 interface Row {
   attack: string;

@@ -42,6 +42,7 @@ import {
   type HostileCase,
 } from '../test/hostile/corpus.ts';
 import { freshDir, put, startLocalAgent, waitUntil } from '../test/hostile/agent-run.ts';
+import { quantile } from './stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -64,11 +65,6 @@ const NORMAL: HostileCase = {
   annotation: 'userData: |\n  #cloud-config\n  hostname: normal\n',
   expect: { state: 'ready' },
 };
-
-function percentile(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)];
-}
 
 interface RenderRow {
   answer: string;
@@ -119,10 +115,10 @@ async function renderCase(c: HostileCase, offload: Offload): Promise<RenderRow> 
   return {
     answer,
     min: Math.min(...times),
-    median: percentile(times, 50),
-    p99: percentile(times, 99),
+    median: quantile(times, 0.5),
+    p99: quantile(times, 0.99),
     worstBlock: Math.max(0, h.max / 1e6 - 1),
-    mainCpu: percentile(cpu, 50),
+    mainCpu: quantile(cpu, 0.5),
   };
 }
 

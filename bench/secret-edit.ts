@@ -20,6 +20,7 @@ import { parseArgs } from 'node:util';
 import { FakeKube } from '../test/support/fake-kube.ts';
 import type { VmiObject } from '../src/api/types.ts';
 import { ImageStore } from '../src/disk/store.ts';
+import { quantile, until } from './stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -67,20 +68,6 @@ function images(state: string, v: VmiObject): string[] {
   } catch {
     return [];
   }
-}
-
-function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
-}
-
-// ~1 ms polling: a busy loop would take a core from the agent.
-async function until(pred: () => boolean, timeoutMs: number): Promise<boolean> {
-  const deadline = performance.now() + timeoutMs;
-  while (!pred()) {
-    if (performance.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, 1));
-  }
-  return true;
 }
 
 const fake = await FakeKube.start();

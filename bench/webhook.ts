@@ -20,6 +20,7 @@ import { startWebhookServer, WEBHOOK_PATH } from '../src/webhook/server.ts';
 import { mutateVmi } from '../src/webhook/mutate.ts';
 import { readReview, reviewResponse } from '../src/webhook/review.ts';
 import { testPki } from '../test/support/test-pki.ts';
+import { quantile } from './stats.ts';
 
 const { values } = parseArgs({
   options: { rate: { type: 'string', default: '100' }, seconds: { type: 'string', default: '20' } },
@@ -80,10 +81,6 @@ async function run(secs: number): Promise<{ latencies: number[]; errors: number;
   return { latencies, errors, wall: (performance.now() - start) / 1000 };
 }
 
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-}
-
 // One review's work without the network, 5,000 times.
 function inProcess(): number[] {
   const mutate = { serials: serialMinter(keyring, 'http://169.254.169.254/v1', 'nocloud-net'), newNonce };
@@ -110,9 +107,9 @@ try {
       `webhook on loopback HTTPS, ${rate} AdmissionReviews/s for ${seconds} s (open loop, ${sorted.length} sent in ${r.wall.toFixed(1)} s)`,
       '| median | p99 | max | errors |',
       '|---|---|---|---|',
-      `| ${ms(percentile(sorted, 50))} | ${ms(percentile(sorted, 99))} | ${ms(sorted.at(-1)!)} | ${r.errors} |`,
+      `| ${ms(quantile(sorted, 0.5))} | ${ms(quantile(sorted, 0.99))} | ${ms(sorted.at(-1)!)} | ${r.errors} |`,
       '',
-      `one review's work in process (parse, patch, answer; ${work.length} times): median ${ms(percentile(work, 50))}, p99 ${ms(percentile(work, 99))}`,
+      `one review's work in process (parse, patch, answer; ${work.length} times): median ${ms(quantile(work, 0.5))}, p99 ${ms(quantile(work, 0.99))}`,
       '',
     ].join('\n'),
   );
