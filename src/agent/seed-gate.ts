@@ -150,9 +150,9 @@ const CLOUD_INIT_ANNOTATION = 'vmseed.io/cloud-init';
 const GATE_ANNOTATION = 'vmseed.io/gate';
 const RESUME = 'vmseed.io/resume-after-seed';
 
-// A vmseed VMI (its seed from the annotation) that starts unpaused, on a
-// node where no admission webhook sets the gate: its first boot races the
-// attach. Said once as a warning, with the three ways out; an owner who
+// A vmseed VMI (its seed from the annotation) that starts unpaused: no
+// admission webhook set the gate (none installed, or none answered when it
+// was created), and its first boot races the attach. Said once as a warning, with the three ways out; an owner who
 // accepts the race says so with vmseed.io/gate: "false".
 export function missingSeedGate(vmi: VmiObject): { code: ErrorCode; message: string; field: string } | undefined {
   const annotations = vmi.metadata.annotations ?? {};
@@ -165,6 +165,6 @@ export function missingSeedGate(vmi: VmiObject): { code: ErrorCode; message: str
     message:
       'no seed gate: the VM starts unpaused and its first boot may look for the seed before it is attached; ' +
       `set spec.startStrategy: Paused and the annotation ${RESUME}: "true" (on a VirtualMachine, in its template), ` +
-      `install the admission webhook (deploy/webhook) that sets them, or set ${GATE_ANNOTATION}: "false" to accept the race`,
+      `install the admission webhook (deploy/webhook; installed, it was not reached) that sets them, or set ${GATE_ANNOTATION}: "false" to accept the race`,
   };
 }

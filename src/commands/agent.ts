@@ -245,11 +245,9 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
   const agent = new Agent({
     ...parts.options,
     ...options,
-    // Beside KubeVirt with libvirt on, and no webhook on this node's agent
-    // (the webhook variant serves it from every agent) to set the gate.
-    ...(config.libvirt.platform === 'kubevirt' && config.libvirt.mode !== 'off' && !config.webhook
-      ? { warnMissingGate: true }
-      : {}),
+    // Beside KubeVirt with libvirt on. With the webhook too: a VMI it did
+    // not gate was created while no agent answered (failurePolicy Ignore).
+    ...(config.libvirt.platform === 'kubevirt' && config.libvirt.mode !== 'off' ? { warnMissingGate: true } : {}),
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({

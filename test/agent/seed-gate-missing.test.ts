@@ -1,8 +1,7 @@
-// Beside KubeVirt without the admission webhook, a vmseed VMI that starts
-// unpaused gets SEED_GATE_MISSING: a warning on the status page and one
-// SeedWarning Event naming the fields to set. A gated VMI, one that opts
-// out with vmseed.io/gate: "false", and any VMI where the webhook is on get
-// none.
+// Beside KubeVirt with libvirt on, a vmseed VMI that starts unpaused (no
+// webhook set its gate) gets SEED_GATE_MISSING: a warning on the status page and one
+// SeedWarning Event naming the fields to set. A gated VMI and one that opts
+// out with vmseed.io/gate: "false" get none.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
@@ -79,7 +78,7 @@ test(
   },
 );
 
-test('with the webhook on (or libvirt off) nothing is said', { timeout: 20_000 }, async (t) => {
+test('without the check (libvirt off, or not beside KubeVirt) nothing is said', { timeout: 20_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const h = await startAgent(fake, { stateDir: dir.path, injector: new RecordingInjector() });
   t.after(h.stop);
