@@ -44,8 +44,15 @@ export function imageOf(
   } catch {
     names = [];
   }
-  const paths = names.map((n) => join(dir, n)).sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
-  return paths[0] ?? join(dir, `${datasource}-none.iso`);
+  // Each file is stat'ed once and a file pruned between the listing and the
+  // stat is left out: the agent replaces images while tests poll.
+  const dated = names.flatMap((n) => {
+    const path = join(dir, n);
+    const stat = statSync(path, { throwIfNoEntry: false });
+    return stat ? [{ path, mtimeMs: stat.mtimeMs }] : [];
+  });
+  dated.sort((a, b) => b.mtimeMs - a.mtimeMs);
+  return dated[0]?.path ?? join(dir, `${datasource}-none.iso`);
 }
 
 // All images the VMI's directory holds (any datasource), sorted.
