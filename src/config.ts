@@ -209,6 +209,7 @@ function datasourceConfig(flags: FlagReader): DatasourceConfig | undefined {
     baseUrl,
     prefix,
     compatSourceAddress: compat,
+    podsDir: flags.get('pods-dir'),
   };
 }
 

@@ -137,7 +137,10 @@ export class Agent {
       records: this.records,
     });
     this.seeds = options.nocloudHttp
-      ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })
+      ? new AgentSeedDirectory({
+          onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at),
+          nodeName: options.nodeName,
+        })
       : undefined;
     this.#seedReads =
       options.seedReads && options.injector

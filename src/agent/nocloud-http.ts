@@ -9,6 +9,7 @@ import { watchKeyFile } from '../http/datasource-key-watch.ts';
 import { DatasourceKeyring, fileKeySource, parseKeyFile, type KeySource } from '../http/datasource-tokens.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { Agent } from './agent.ts';
+import { launcherTokenReader } from './launcher-token.ts';
 
 // The datasource's settings, as the command hands them over.
 export interface DatasourceConfig {
@@ -22,6 +23,8 @@ export interface DatasourceConfig {
   // Token-less requests answered by source address for VMIs with KubeVirt
   // IMDS's annotations only (src/http/datasource-imds.ts).
   imdsCompat?: boolean;
+  // The kubelet's pods tree, where /v1/token reads launcher pods' tokens.
+  podsDir?: string;
 }
 
 export interface NocloudHttp {
@@ -81,6 +84,7 @@ export async function prepareNocloudHttp(
         prefix: config.prefix,
         ...(metrics ? { metrics } : {}),
         compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
+        ...(config.podsDir !== undefined ? { readServiceAccountToken: launcherTokenReader(config.podsDir) } : {}),
       }).catch((e: Error) => {
         throw new Error(
           `cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`,

@@ -7,6 +7,7 @@ import type { Seed } from '../cloudinit/seed.ts';
 import { bindingMessage } from '../datasource-binding.ts';
 import type { DatasourceFile } from '../http/datasource-files.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../http/datasource.ts';
+import { imdsFacts } from './imds-facts.ts';
 
 interface Held extends SeedDirectoryEntry {
   key: string;
@@ -19,8 +20,15 @@ export class AgentSeedDirectory implements SeedDirectory {
   readonly #onFetch: (key: string, uid: string, file: DatasourceFile, at: Date) => void;
   #revision = 0;
 
-  constructor(options: { onFetch: (key: string, uid: string, file: DatasourceFile, at: Date) => void }) {
+  readonly #nodeName: string | undefined;
+
+  // nodeName: this node, for the launcher pods the IMDS endpoints read.
+  constructor(options: {
+    onFetch: (key: string, uid: string, file: DatasourceFile, at: Date) => void;
+    nodeName?: string;
+  }) {
     this.#onFetch = options.onFetch;
+    this.#nodeName = options.nodeName;
   }
 
   get revision(): number {
@@ -47,6 +55,7 @@ export class AgentSeedDirectory implements SeedDirectory {
       seed,
       addresses: reportedAddresses(vmi),
       ...(binding !== undefined ? { binding } : {}),
+      imds: imdsFacts(vmi, this.#nodeName ?? ''),
     });
     this.#uidByKey.set(key, uid);
   }
@@ -72,6 +81,7 @@ export class AgentSeedDirectory implements SeedDirectory {
         uid: h.uid,
         seed: h.seed,
         ...(h.binding !== undefined ? { binding: h.binding } : {}),
+        ...(h.imds !== undefined ? { imds: h.imds } : {}),
       }
     );
   }

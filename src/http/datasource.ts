@@ -22,6 +22,10 @@ import { RequestScreen } from './datasource-screen.ts';
 import { createDatasourceListener } from './datasource-listener.ts';
 import { listen } from './listen.ts';
 import { challengeNonce } from '../datasource-challenge.ts';
+import { ImdsEndpoints } from './imds-endpoints.ts';
+import type { ImdsGuardLimits } from './imds-guards.ts';
+import type { ImdsFacts } from './imds-identity.ts';
+import type { ServiceAccountTokenReader } from './imds-token.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -31,6 +35,9 @@ export interface SeedDirectoryEntry {
   // What a token written at admission binds (src/datasource-binding.ts),
   // when the VMI has one; a token of its UID is accepted as well.
   binding?: string;
+  // For the IMDS endpoints (/v1/identity, /v1/token, OpenStack paths);
+  // absent or not enabled: they answer 404 for this VMI.
+  imds?: ImdsFacts;
 }
 
 // What the server needs from the agent. The agent implements it over its
@@ -126,6 +133,10 @@ export interface DatasourceServerOptions {
   serveEmptyNetworkConfig?: boolean;
   // Injected for tests.
   clock?: { now(): Date; monotonicMs(): number };
+  // The IMDS endpoints' guards (imds-guards.ts) and where /v1/token reads
+  // a VMI's ServiceAccount token; without a reader /v1/token answers 500.
+  imdsLimits?: ImdsGuardLimits;
+  readServiceAccountToken?: ServiceAccountTokenReader;
 }
 
 export interface DatasourceServer {
@@ -188,6 +199,7 @@ class SeedRequestHandler {
   readonly #directory: SeedDirectory;
   readonly #clock: Clock;
   readonly #logger: Logger;
+  readonly #imds: ImdsEndpoints;
 
   constructor(options: DatasourceServerOptions, prefix: string, clock: Clock, logger: Logger) {
     const limits = options.limits ?? {};
@@ -208,12 +220,24 @@ class SeedRequestHandler {
     this.#directory = options.directory;
     this.#clock = clock;
     this.#logger = logger;
+    this.#imds = new ImdsEndpoints({
+      prefix,
+      identity: this.#identity,
+      logger,
+      now: clock.monotonicMs,
+      ...(options.imdsLimits ? { limits: options.imdsLimits } : {}),
+      ...(options.metrics ? { metrics: options.metrics } : {}),
+      ...(options.readServiceAccountToken ? { readToken: options.readServiceAccountToken } : {}),
+    });
   }
 
   handle(req: IncomingMessage, res: ServerResponse): Outcome {
     const target = req.url ?? '';
     const head = req.method === 'HEAD';
     const source = unwrapMapped(req.socket.remoteAddress ?? '');
+    // IMDS's paths have guards of their own, per VM (imds-guards.ts).
+    const imds = this.#imds.handle(req, res, target, source);
+    if (imds !== undefined) return { status: imds, route: undefined };
     const refusal = this.#screen.check(req, target, source);
     if (refusal !== undefined) {
       send(res, refusal.status, refusal.body, head, refusal.headers);

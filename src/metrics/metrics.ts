@@ -210,6 +210,20 @@ export function createMetrics(options: MetricsOptions) {
       labelNames: ['datasource'] as const,
       registers,
     }),
+    // KubeVirt IMDS's endpoints: family is identity, token or openstack;
+    // scope which bucket refused (vm, source: resolved to no VMI, node).
+    imdsRequests: new Counter({
+      name: 'vmseed_imds_requests_total',
+      help: 'Requests to the IMDS endpoints of the datasource (/v1/identity, /v1/token, OpenStack paths) by path family and HTTP status.',
+      labelNames: ['family', 'status'] as const,
+      registers,
+    }),
+    imdsRateLimited: new Counter({
+      name: 'vmseed_imds_rate_limited_total',
+      help: "IMDS endpoint requests answered 429, by path family and the bucket that refused them: vm (the VMI's own), source (requests that resolve to no VMI) or node (all together).",
+      labelNames: ['family', 'scope'] as const,
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',

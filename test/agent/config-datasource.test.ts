@@ -28,6 +28,7 @@ test('datasource flags, defaults and environment fallbacks', () => {
     baseUrl: 'http://169.254.169.254/v1',
     prefix: '/v1',
     compatSourceAddress: false,
+    podsDir: '/pods',
   });
   assert.ok(Object.isFrozen(c.datasource));
   const e = loadConfig(
@@ -46,6 +47,7 @@ test('datasource flags, defaults and environment fallbacks', () => {
     baseUrl: 'http://10.0.0.1:8081/seeds',
     prefix: '/seeds',
     compatSourceAddress: true,
+    podsDir: '/pods',
   });
   const f = loadConfig(
     [...local, '--datasource-listen', '[::1]:81', '--datasource-key-file', 'k', '--datasource-compat-source-address'],

@@ -1,0 +1,111 @@
+// KubeVirt IMDS's endpoints beside the NoCloud files on the datasource
+// listener: `/v1/identity`, `/v1/token` and the OpenStack tree, by source
+// address (IMDS-annotated VMIs, as IMDS's sidecar answers its own pod) or
+// under a VMI's token path. Only VMIs that are IMDS-annotated or opted in
+// (ImdsFacts.enabled) are answered; any other answer is the NoCloud 404.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.ts';
+import type { SeedDirectoryEntry } from './datasource.ts';
+import type { SeedIdentity } from './datasource-identity.ts';
+import { ImdsGuards, type ImdsGuardLimits } from './imds-guards.ts';
+import { identityReply, type ImdsReply } from './imds-identity.ts';
+import { parseImdsPath, type ImdsRoute } from './imds-paths.ts';
+import { tokenReply, type ServiceAccountTokenReader } from './imds-token.ts';
+import { OpenstackTree } from './openstack-paths.ts';
+
+export interface ImdsEndpointOptions {
+  prefix: string;
+  identity: SeedIdentity;
+  logger: Logger;
+  readToken?: ServiceAccountTokenReader;
+  limits?: ImdsGuardLimits;
+  metrics?: Metrics;
+  // Monotonic milliseconds, for the buckets.
+  now?: () => number;
+}
+
+const NOT_FOUND: ImdsReply = {
+  status: 404,
+  body: Buffer.from('not found\n'),
+  headers: { 'Content-Type': 'text/plain; charset=utf-8' },
+};
+const COMMON_HEADERS = { 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' } as const;
+// One warning per kind of refusal per minute: a flood is seen, not logged
+// request by request.
+const LOG_EVERY_MS = 60_000;
+
+function send(res: ServerResponse, reply: ImdsReply, head: boolean): void {
+  res.writeHead(reply.status, {
+    ...COMMON_HEADERS,
+    ...reply.headers,
+    'Content-Length': String(reply.body.byteLength),
+  });
+  res.end(head ? undefined : reply.body);
+}
+
+export class ImdsEndpoints {
+  readonly #o: ImdsEndpointOptions;
+  readonly #guards: ImdsGuards;
+  readonly #openstack = new OpenstackTree();
+  readonly #lastLogged = new Map<string, number>();
+
+  constructor(options: ImdsEndpointOptions) {
+    this.#o = options;
+    this.#guards = new ImdsGuards(options.limits, options.now);
+  }
+
+  // The status answered, or undefined when the target is no IMDS path.
+  handle(req: IncomingMessage, res: ServerResponse, target: string, source: string): number | undefined {
+    const route = parseImdsPath(target, this.#o.prefix);
+    if (route === undefined) return undefined;
+    const entry = this.#resolve(route, source);
+    const throttled = this.#guards.throttle(entry?.uid, source);
+    let reply: ImdsReply;
+    if (throttled !== undefined) {
+      this.#o.metrics?.imdsRateLimited.inc({ family: route.family, scope: throttled });
+      this.#note(`rate-${throttled}`, { family: route.family, scope: throttled }, 'IMDS endpoint rate limit hit');
+      reply = ImdsGuards.tooMany;
+    } else {
+      const refusal = this.#guards.check(req, route.family);
+      if (refusal !== undefined)
+        this.#note(`refused-${refusal.status}`, { status: refusal.status }, 'IMDS request refused');
+      reply = refusal ?? (entry === undefined ? NOT_FOUND : this.#answer(route, entry));
+    }
+    send(res, reply, req.method === 'HEAD');
+    this.#o.metrics?.imdsRequests.inc({ family: route.family, status: String(reply.status) });
+    return reply.status;
+  }
+
+  #resolve(
+    route: ImdsRoute,
+    source: string,
+  ): (SeedDirectoryEntry & Required<Pick<SeedDirectoryEntry, 'imds'>>) | undefined {
+    const entry =
+      route.via === 'token'
+        ? this.#o.identity.lookup({ kind: 'token', token: route.token, file: 'meta-data' }, source)
+        : this.#o.identity.lookup({ kind: 'compat', file: 'meta-data' }, source);
+    return entry?.imds?.enabled
+      ? (entry as SeedDirectoryEntry & Required<Pick<SeedDirectoryEntry, 'imds'>>)
+      : undefined;
+  }
+
+  #answer(route: ImdsRoute, entry: SeedDirectoryEntry & Required<Pick<SeedDirectoryEntry, 'imds'>>): ImdsReply {
+    switch (route.family) {
+      case 'identity':
+        return identityReply(entry, entry.imds);
+      case 'token':
+        return tokenReply({ namespace: entry.namespace, name: entry.name, facts: entry.imds }, this.#o.readToken);
+      case 'openstack':
+        return this.#openstack.reply(entry.seed, route.openstack);
+    }
+  }
+
+  #note(kind: string, fields: Record<string, unknown>, message: string): void {
+    const now = performance.now();
+    const last = this.#lastLogged.get(kind);
+    if (last !== undefined && now - last < LOG_EVERY_MS) return;
+    this.#lastLogged.set(kind, now);
+    this.#o.logger.warn({ ...fields, kind }, message);
+  }
+}
