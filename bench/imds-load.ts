@@ -7,6 +7,8 @@ export interface Result {
   sent: number;
   ok: number;
   errors: number;
+  // 429 answers (the IMDS rows' rate limit), not counted as errors.
+  limited: number;
   wallSeconds: number;
   latenciesMs: Float64Array;
 }
@@ -21,6 +23,7 @@ export async function load(
   secs: number,
   rate: number,
   from?: { localAddress: string; connections: number },
+  headers?: Record<string, string>,
 ): Promise<Result> {
   const pool = new Pool(origin, {
     connections: from?.connections ?? 64,
@@ -32,16 +35,18 @@ export async function load(
   let sent = 0;
   let ok = 0;
   let errors = 0;
+  let limited = 0;
   let done = 0;
   const start = performance.now();
   await new Promise<void>((resolveAll) => {
     const fire = (i: number) => {
       const due = start + (i * 1000) / rate;
       pool
-        .request({ path: paths[i % paths.length], method: 'GET' })
+        .request({ path: paths[i % paths.length], method: 'GET', ...(headers ? { headers } : {}) })
         .then(async (res) => {
           await res.body.arrayBuffer();
           if (res.statusCode === 200) ok++;
+          else if (res.statusCode === 429) limited++;
           else errors++;
         })
         .catch(() => errors++)
@@ -59,5 +64,5 @@ export async function load(
   });
   const wallSeconds = (performance.now() - start) / 1000;
   await pool.close();
-  return { name, sent, ok, errors, wallSeconds, latenciesMs: latencies };
+  return { name, sent, ok, errors, limited, wallSeconds, latenciesMs: latencies };
 }

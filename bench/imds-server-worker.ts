@@ -9,12 +9,17 @@ import type { Seed } from '../src/cloudinit/seed.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
 import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } from '../src/http/datasource.ts';
 import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
+import { launcherTokenReader } from '../src/agent/launcher-token.ts';
+import { podUid } from './imds-pods.ts';
 
-const { kind, key, vmis, perSourceCap } = workerData as {
+const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
   kind: 'vmseed' | 'bare';
   key: Uint8Array;
   vmis: number;
   perSourceCap?: boolean;
+  // The IMDS rows: every VMI opted in, its token read from this pods tree
+  // (pod UIDs from podUid(i)).
+  podsDir?: string;
 };
 
 function seedOf(i: number): Seed {
@@ -32,7 +37,13 @@ function seedOf(i: number): Seed {
 if (kind === 'vmseed') {
   const entries = new Map<string, SeedDirectoryEntry>();
   for (let i = 0; i < vmis; i++)
-    entries.set(`uid-${i}`, { namespace: 'bench', name: `vm-${i}`, uid: `uid-${i}`, seed: seedOf(i) });
+    entries.set(`uid-${i}`, {
+      namespace: 'bench',
+      name: `vm-${i}`,
+      uid: `uid-${i}`,
+      seed: seedOf(i),
+      imds: { enabled: true, serviceAccountName: 'sa', serviceAccountToken: true, launcherPods: [podUid(i)] },
+    });
   const lastFetch = new Map<string, Date>();
   const directory: SeedDirectory = {
     revision: 1,
@@ -51,6 +62,8 @@ if (kind === 'vmseed') {
     // rate limit is lifted (the limiter still runs on every request), and so
     // is the per-source connection cap unless the flood row asks for it.
     limits: { ratePerSecond: 1e9, burst: 1e9, ...(perSourceCap ? {} : { maxConnectionsPerSource: 1e9 }) },
+    // IMDS's own guards stay at their defaults: per VMI, as in production.
+    ...(podsDir ? { readServiceAccountToken: launcherTokenReader(podsDir) } : {}),
   });
   parentPort!.postMessage({ port: server.address.port });
 } else {

@@ -14,7 +14,14 @@
 // vmseed's nftables DNAT of 169.254.169.254:80 between them; beside it the
 // same path without the DNAT (to the node's address directly).
 //
+// The IMDS rows: /v1/<token>/identity and /token of every VMI (Metadata:
+// true, tokens read from a pods tree like the kubelet's) at the same rate;
+// then the same load over VMIs 1..N-1 without and with VM 0 flooding at
+// --imds-flood req/s from a load generator in its own thread: the flood's
+// 429s, and the ratio of the others' p99.
+//
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
+//                         [--imds-flood 10000] [--no-imds] [--no-nocloud]
 import { parseArgs } from 'node:util';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -26,6 +33,8 @@ import { load, type Result } from './imds-load.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
 import { makePodNode, startNodeDatasource, stopChild } from '../test/support/netns.ts';
 import { signToken } from '../src/http/datasource-tokens.ts';
+import { rm } from 'node:fs/promises';
+import { benchPodsTree } from './imds-pods.ts';
 
 const { values } = parseArgs({
   options: {
@@ -34,6 +43,10 @@ const { values } = parseArgs({
     vmis: { type: 'string', default: '500' },
     flood: { type: 'string', default: '1000' },
     'no-reference': { type: 'boolean', default: false },
+    // The IMDS rows: identity and token paths; one VM flooding at this rate.
+    'imds-flood': { type: 'string', default: '10000' },
+    'no-imds': { type: 'boolean', default: false },
+    'no-nocloud': { type: 'boolean', default: false },
     redirect: { type: 'boolean', default: false },
   },
 });
@@ -46,9 +59,10 @@ async function startWorker(
   kind: 'vmseed' | 'bare',
   key: Uint8Array,
   perSourceCap = false,
+  podsDir?: string,
 ): Promise<{ port: number; worker: Worker }> {
   const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), {
-    workerData: { kind, key, vmis, perSourceCap },
+    workerData: { kind, key, vmis, perSourceCap, ...(podsDir ? { podsDir } : {}) },
   });
   const port = await new Promise<number>((resolve, reject) => {
     worker.once('message', (m: { port: number }) => resolve(m.port));
@@ -67,13 +81,13 @@ for (let i = 0; i < vmis; i++)
   for (const f of FILES) paths.push(`/v1/${signToken(key, `uid-${i}`)}${i % 2 ? '/' : ''}${f}`);
 
 const results: Result[] = [];
-{
+if (!values['no-nocloud']) {
   const { port, worker } = await startWorker('vmseed', key);
   await load('warm-up', `http://127.0.0.1:${port}`, paths, 1, rate); // JIT, token index, connections
   results.push(await load('vmseed datasource', `http://127.0.0.1:${port}`, paths, seconds, rate));
   await worker.terminate();
 }
-const flood = Number(values.flood);
+const flood = values['no-nocloud'] ? 0 : Number(values.flood);
 if (flood > 0) {
   const { port, worker } = await startWorker('vmseed', key, true);
   const held: Socket[] = [];
@@ -110,6 +124,54 @@ if (flood > 0) {
   );
   for (const s of held) s.destroy();
   await worker.terminate();
+}
+// IMDS's identity and token paths under each VMI's token path (one loopback
+// client stands for every guest), with IMDS's guards at their defaults:
+// 100/s and burst 100 per VMI. Then the other VMIs' latency with and
+// without VM 0 flooding from a load generator of its own.
+let floodRatio: string | undefined;
+if (!values['no-imds']) {
+  const podsDir = await benchPodsTree(vmis);
+  const { port, worker } = await startWorker('vmseed', key, false, podsDir);
+  const origin = `http://127.0.0.1:${port}`;
+  const MD = { Metadata: 'true' };
+  const pathsOf = (i: number) => ['identity', 'token'].map((e) => `/v1/${signToken(key, `uid-${i}`)}/${e}`);
+  const all = Array.from({ length: vmis }, (_, i) => pathsOf(i)).flat();
+  const others = all.slice(2);
+  await load('warm-up', origin, all, 1, rate, undefined, MD);
+  results.push(await load(`vmseed IMDS identity+token, ${vmis} VMIs`, origin, all, seconds, rate, undefined, MD));
+  const quiet = await load(`IMDS, ${vmis - 1} other VMIs, no flood`, origin, others, seconds, rate, undefined, MD);
+  const floodRate = Number(values['imds-flood']);
+  const flooding = new Worker(new URL('./imds-load-worker.ts', import.meta.url), {
+    workerData: {
+      name: `IMDS, VM 0 flooding at ${floodRate}/s`,
+      origin,
+      paths: pathsOf(0),
+      seconds,
+      rate: floodRate,
+      headers: MD,
+    },
+  });
+  const floodDone = new Promise<Result>((resolve, reject) => {
+    flooding.once('message', resolve);
+    flooding.once('error', reject);
+  });
+  const during = await load(
+    `IMDS, ${vmis - 1} other VMIs, VM 0 flooding`,
+    origin,
+    others,
+    seconds,
+    rate,
+    undefined,
+    MD,
+  );
+  const floodResult = await floodDone;
+  await flooding.terminate();
+  results.push(quiet, during, floodResult);
+  const p99 = (r: Result) => pct(r.latenciesMs.slice().sort(), 99);
+  floodRatio = (p99(during) / p99(quiet)).toFixed(2);
+  await worker.terminate();
+  await rm(podsDir, { recursive: true, force: true });
 }
 if (!values['no-reference']) {
   const { port, worker } = await startWorker('bare', key);
@@ -173,6 +235,7 @@ const rows = results.map((r) => {
     requests: r.sent,
     ok: r.ok,
     errors: r.errors,
+    '429s': r.limited,
     'req/s': (r.sent / r.wallSeconds).toFixed(0),
     'median ms': pct(sorted, 50).toFixed(3),
     'p99 ms': p99.toFixed(3),
@@ -189,4 +252,5 @@ console.log(
 console.log(line(cols));
 console.log('|' + width.map((w) => '-'.repeat(w + 2)).join('|') + '|');
 for (const r of rows) console.log(line(cols.map((c) => String(r[c]))));
+if (floodRatio !== undefined) console.log(`other VMIs' p99 with VM 0 flooding / without: ${floodRatio}x`);
 if (results.some((r) => r.errors > 0)) process.exitCode = 1;

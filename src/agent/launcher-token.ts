@@ -7,17 +7,23 @@
 // The kubelet writes projected volumes with its atomic writer: the file
 // names are symlinks into `..data`, itself a symlink to a timestamped
 // directory (`..2026_01_01_00_00_00.123456789`) swapped on every rotation.
-// Everything under a pod's directory is the launcher's neighbourhood, so
-// the walk opens each component through the previous directory's
-// descriptor with O_NOFOLLOW (Node has no openat; /proc/self/fd/<fd>/<name>
-// resolves from that inode), follows no symlink but `..data`, and that one
-// only to a plain timestamped name in the same directory; the token must be
-// a regular file of at most 16 KiB. The token is returned, never kept or
-// logged.
+// `<pods>/<pod>/volumes/kubernetes.io~projected` is the kubelet's alone
+// (root, 0750, mounted into no container) and is opened by its path, the
+// pod UID checked to be one (imds-facts.ts). Below it is the launcher's
+// neighbourhood: the kubelet mounts projected volumes read-only into the
+// pod, but the walk does not rely on that. Each component is opened through
+// the previous directory's descriptor with O_NOFOLLOW (Node has no openat;
+// /proc/self/fd/<fd>/<name> resolves from that inode), no symlink is
+// followed but `..data`, and that one only to a plain timestamped name in
+// the same directory; the token must be a regular file of at most 16 KiB.
+// The token is returned, never kept or logged; only the volume's name is
+// remembered per pod (it is fixed for the pod's life), so the directory is
+// listed once.
 import * as fs from 'node:fs';
 import { constants as C } from 'node:fs';
 import type { ImdsFacts } from '../http/imds-identity.ts';
 import type { ServiceAccountTokenReader } from '../http/imds-token.ts';
+import { isPodUid } from '../libvirt/launcher-pod.ts';
 
 const PROJECTED = 'kubernetes.io~projected';
 // The ServiceAccount admission plugin's generated name (utilrand.String(5)).
@@ -25,8 +31,8 @@ const VOLUME_RE = /^kube-api-access-[a-z0-9]{5}$/;
 // AtomicWriter's timestamped directory.
 const DATA_DIR_RE = /^\.\.[0-9][0-9_.]{0,63}$/;
 const MAX_TOKEN_BYTES = 16 * 1024;
-// A pod can hold many projected volumes; a listing stops here.
-const MAX_ENTRIES = 256;
+// Pods whose volume name is remembered; beyond, the memory starts over.
+const MAX_REMEMBERED = 4096;
 
 const code = (e: unknown) => (e as NodeJS.ErrnoException).code;
 
@@ -44,18 +50,9 @@ function openDirBelow(dir: number, name: string): number {
   return fs.openSync(`/proc/self/fd/${dir}/${name}`, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
 }
 
+// The kubelet's directory lists the pod spec's projected volumes (a few).
 function onlyVolume(dir: number): string | undefined {
-  const d = fs.opendirSync(`/proc/self/fd/${dir}`);
-  const found: string[] = [];
-  try {
-    for (let i = 0; i < MAX_ENTRIES; i++) {
-      const e = d.readSync();
-      if (e === null) break;
-      if (VOLUME_RE.test(e.name)) found.push(e.name);
-    }
-  } finally {
-    d.closeSync();
-  }
+  const found = fs.readdirSync(`/proc/self/fd/${dir}`).filter((n) => VOLUME_RE.test(n));
   return found.length === 1 ? found[0] : undefined;
 }
 
@@ -77,13 +74,32 @@ function readRegular(dir: number, name: string): string | undefined {
   }
 }
 
-// One walk; throws errno errors (ENOENT while the kubelet rotates).
-function walk(podsDir: string, pod: string): string | undefined {
+class VolumeNames {
+  readonly #byPod = new Map<string, string>();
+
+  of(pod: string, projected: number): string | undefined {
+    let name = this.#byPod.get(pod);
+    if (name === undefined) {
+      name = onlyVolume(projected);
+      if (name === undefined) return undefined;
+      if (this.#byPod.size >= MAX_REMEMBERED) this.#byPod.clear();
+      this.#byPod.set(pod, name);
+    }
+    return name;
+  }
+
+  forget(pod: string): void {
+    this.#byPod.delete(pod);
+  }
+}
+
+// One walk; throws errno errors (ENOENT while the kubelet rotates, or for
+// a remembered volume name the pod no longer has).
+function walk(podsDir: string, pod: string, names: VolumeNames): string | undefined {
   const held: number[] = [];
   try {
-    held.push(fs.openSync(podsDir, C.O_RDONLY | C.O_DIRECTORY));
-    for (const name of [pod, 'volumes', PROJECTED]) held.push(openDirBelow(held[held.length - 1], name));
-    const volume = onlyVolume(held[held.length - 1]);
+    held.push(fs.openSync(`${podsDir}/${pod}/volumes/${PROJECTED}`, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW));
+    const volume = names.of(pod, held[0]);
     if (volume === undefined) return undefined;
     held.push(openDirBelow(held[held.length - 1], volume));
     const data = fs.readlinkSync(`/proc/self/fd/${held[held.length - 1]}/..data`);
@@ -95,11 +111,12 @@ function walk(podsDir: string, pod: string): string | undefined {
   }
 }
 
-function readPodToken(podsDir: string, pod: string): string | undefined {
+function readPodToken(podsDir: string, pod: string, names: VolumeNames): string | undefined {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
-      return walk(podsDir, pod);
+      return walk(podsDir, pod, names);
     } catch (e) {
+      names.forget(pod);
       // ENOENT: the kubelet swapped `..data` between our reads; once more.
       if (code(e) !== 'ENOENT') return undefined;
     }
@@ -108,9 +125,11 @@ function readPodToken(podsDir: string, pod: string): string | undefined {
 }
 
 export function launcherTokenReader(podsDir: string): ServiceAccountTokenReader {
+  const names = new VolumeNames();
   return (vmi: { facts: ImdsFacts }) => {
     for (const pod of vmi.facts.launcherPods) {
-      const token = readPodToken(podsDir, pod);
+      if (!isPodUid(pod)) continue;
+      const token = readPodToken(podsDir, pod, names);
       if (token !== undefined && token.trim() !== '') return token;
     }
     return undefined;
