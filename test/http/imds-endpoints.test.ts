@@ -273,3 +273,29 @@ test('jwtExpiration: the cases of IMDS parseJWTExpiration', () => {
     assert.equal(jwtExpiration(bad), undefined, bad);
   }
 });
+
+test('node-wide bucket: behind the per-VM ones, shared by every VM', { timeout: 30_000 }, async () => {
+  const small = await startDatasourceServer({
+    listen: { host: '127.0.0.1', port: 0 },
+    directory: dir,
+    keyring,
+    logger: quietLogger,
+    metrics,
+    compatSourceAddress: true,
+    clock: { now: () => new Date(), monotonicMs: () => nowMs },
+    imdsLimits: { nodeRatePerSecond: 1, nodeBurst: 3 },
+  });
+  try {
+    const p = small.address.port;
+    const got = [];
+    for (const from of ['127.0.0.1', '127.0.0.2', '127.0.0.1', '127.0.0.2'])
+      got.push((await get(p, '/v1/identity', MD, from)).status);
+    assert.deepEqual(got, [200, 200, 200, 429]);
+    assert.match(
+      await metrics.registry.metrics(),
+      /vmseed_imds_rate_limited_total\{family="identity",scope="node"\} 1/,
+    );
+  } finally {
+    await small.close();
+  }
+});
