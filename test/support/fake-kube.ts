@@ -182,6 +182,7 @@ export class FakeKube {
   readonly #faults: FaultRule[] = [];
   #honourWatchTimeout = true;
   readonly #afterWatchTimeout: Array<(labelSelector: string) => void> = [];
+  readonly #afterAnswer: Array<(request: RequestRecord) => void> = [];
   readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
 
   private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
@@ -272,6 +273,17 @@ export class FakeKube {
   // the client can have watched again; given that watch's labelSelector.
   afterWatchTimeout(fn: (labelSelector: string) => void): void {
     this.#afterWatchTimeout.push(fn);
+  }
+
+  // Runs right after a request is answered (a watch: once it is open and
+  // its first events are sent), before the client can have read the
+  // answer: a change made here falls between two requests of the client.
+  afterAnswer(fn: (request: RequestRecord) => void): void {
+    this.#afterAnswer.push(fn);
+  }
+
+  #answered(request: RequestRecord): void {
+    for (const fn of this.#afterAnswer) fn(request);
   }
 
   #firstToken(): string {
@@ -547,7 +559,7 @@ export class FakeKube {
     const fromRv = from === '' || from === '0' ? undefined : Number(from);
     if (fromRv !== undefined && fromRv < this.#compactedRv && this.#goneMode === 'status')
       return reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`));
-    this.#record(req, url, 200, verb, p);
+    const record = this.#record(req, url, 200, verb, p);
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
     res.flushHeaders();
     const w: Watcher = {
@@ -573,6 +585,7 @@ export class FakeKube {
       for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
     }
     this.#open(w, url, { kind: resource === 'secrets' ? 'Secret' : 'ConfigMap', apiVersion: 'v1' });
+    this.#answered(record);
   }
 
   // An open watch: timeoutSeconds ends it cleanly, after the bookmark the
@@ -616,8 +629,14 @@ export class FakeKube {
     return f;
   }
 
-  #record(req: IncomingMessage, url: URL, status: number, verb: Verb, parsed: ReturnType<typeof parsePath>): void {
-    this.requests.push({
+  #record(
+    req: IncomingMessage,
+    url: URL,
+    status: number,
+    verb: Verb,
+    parsed: ReturnType<typeof parsePath>,
+  ): RequestRecord {
+    const record: RequestRecord = {
       method: req.method ?? '',
       path: url.pathname,
       verb,
@@ -629,7 +648,9 @@ export class FakeKube {
       query: Object.fromEntries(url.searchParams),
       status,
       at: Date.now(),
-    });
+    };
+    this.requests.push(record);
+    return record;
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -653,9 +674,10 @@ export class FakeKube {
                 ? 'delete'
                 : 'unknown';
     const reply = (code: number, body: unknown, headers: Record<string, string> = {}) => {
-      this.#record(req, url, code, verb, p);
+      const record = this.#record(req, url, code, verb, p);
       res.writeHead(code, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
+      this.#answered(record);
     };
     const body = await readBody(req);
 
