@@ -21,7 +21,7 @@
 // watch is open by one GET: a watch of an object that does not exist says
 // nothing, and only the read tells a deletion missed while no watch was open.
 // The read is applied only if no event came while it was in flight, since
-// such an event may be newer than it; an event already tells the truth. So
+// such an event may be newer than it (and tells the truth itself). So
 // a deletion (or re-creation) at any moment of the 410 window ends as the
 // API server has it. Any other failure is answered by a renewal after a
 // capped, jittered backoff.
@@ -124,8 +124,9 @@ class Entry {
   failures = 0;
   // Object events received: a read answered with none in between is current.
   events = 0;
-  // After 410: the state read before it is not known to hold until an event
-  // or a read made while a watch was open confirms it.
+  // After 410: the state read before it is not known to hold until a read
+  // made while a watch is open confirms it (made even when an event came
+  // first, so a 410 costs one read, always).
   unconfirmed = false;
   // The read that would confirm it: in flight (or waiting to be tried
   // again), and which one (a later 410 makes an earlier read moot).
@@ -455,7 +456,6 @@ export class ObjectWatches implements ObjectCache {
   #heard(e: Entry): void {
     e.failures = 0;
     e.events++;
-    e.unconfirmed = false;
   }
 
   // After 410: watch afresh; the read follows once the watch is open.

@@ -184,7 +184,8 @@ test('watches renewed at their timeout and after 410 Gone keep the seed current'
   fake.setSecretSilently(secret('renewed', 'three'));
   fake.expire('status');
   const third = await reseeded(h, fake, 'renewing', second);
-  assert.equal(secretGets(fake), 2, '410: one fresh read');
+  // The read follows the fresh watch, whose first event may come before it.
+  await waitFor('410: one fresh read', () => secretGets(fake) === 2);
   await waitFor('watching again', () => fake.objectWatchCount() === 1);
   fake.setSecret(secret('renewed', 'four'));
   await reseeded(h, fake, 'renewing', third);
@@ -363,8 +364,13 @@ for (const [moment, answered] of [
           assert.match(error.message, /Secret default\/flux /);
           assert.equal(h.agent.dependencies?.dependencies('default/flux-vm')[0]?.state, 'absent');
         }
-        assert.equal(secretGets(fake) - before, 1, 'one fresh read for the 410');
+        await waitFor('one fresh read for the 410', () => secretGets(fake) - before === 1);
         await waitFor('watching again', () => fake.objectWatchCount() === 1);
+        assert.equal(
+          h.agent.status.get('default/flux-vm')?.lastError?.code,
+          recreated ? undefined : 'SECRET_NOT_FOUND',
+        );
+        assert.equal(secretGets(fake) - before, 1, 'one fresh read for the 410');
       },
     );
   }
