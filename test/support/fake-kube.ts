@@ -154,6 +154,9 @@ export interface FakeKubeOptions {
   // manifests/daemonset.yaml), a policy, or false for none (everything a
   // valid token asks is allowed).
   rbac?: false | unknown[] | RbacPolicy;
+  // Keep only the last this many changes (the API server's watch cache is a
+  // bounded window too): resuming from before them gets 410 Gone. Default: all.
+  historyLimit?: number;
 }
 
 export class FakeKube {
@@ -183,6 +186,7 @@ export class FakeKube {
   #honourWatchTimeout = true;
   readonly #afterWatchTimeout: Array<(labelSelector: string) => void> = [];
   readonly #afterAnswer: Array<(request: RequestRecord) => void> = [];
+  #historyLimit = Infinity;
   readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
 
   private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
@@ -202,6 +206,7 @@ export class FakeKube {
   static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
     const pki = options.tls === false ? undefined : (options.pki ?? (await testPki()));
     const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac));
+    if (options.historyLimit !== undefined) f.#historyLimit = options.historyLimit;
     await f.#listen(0);
     if (options.bookmarkIntervalMs) {
       f.#bookmarkTimer = setInterval(() => f.bookmark(), options.bookmarkIntervalMs);
@@ -427,12 +432,21 @@ export class FakeKube {
 
   #publishEntry(entry: HistoryEntry): void {
     this.#history.push(entry);
+    while (this.#history.length > this.#historyLimit) this.#compactedRv = this.#history.shift()!.rv;
     for (const w of this.#watchers) this.#deliver(w, entry);
   }
 
   // Open watches of one name on Secrets or ConfigMaps.
   objectWatchCount(): number {
     return [...this.#watchers].filter((w) => w.resource !== undefined).length;
+  }
+
+  // Bytes written to watch streams that the client has not taken yet and
+  // that are still held in this process (beyond what the kernel buffers).
+  watchBacklogBytes(): number {
+    let n = 0;
+    for (const w of this.#watchers) n += w.res.writableLength + (w.res.socket?.writableLength ?? 0);
+    return n;
   }
 
   events(): StoredEvent[] {
