@@ -154,7 +154,7 @@ try {
     `Secret edit → new image on disk (${EDITS} edits): median ${ms(quantile(latencies, 0.5))}, p99 ${ms(quantile(latencies, 0.99))}, max ${ms(latencies.at(-1)!)}`,
   );
   console.log(
-    `at rest over ${REST_SECONDS} s: ${rest.length} requests (${perHour(rest.length)}/h), reads of objects ${reads} (${perHour(reads)}/h)`,
+    `at rest over ${REST_SECONDS} s: ${rest.length} requests (watch renewals at watch time ×${SCALE}), reads of objects ${reads} (${perHour(reads)}/h)`,
   );
   // Watches renew at the fake's scaled time: their hourly figure is real time.
   for (const [k, n] of [...byKind].sort())
