@@ -16,6 +16,8 @@ export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 // minute (transport.NewCachedFileTokenSource); so does this, and at once
 // after a 401.
 const TOKEN_REREAD_MS = 60_000;
+// Go's HTTP/2 server default, which kube-apiserver keeps.
+export const H2_MAX_STREAMS = 250;
 // A service-account JWT is ~1-2 KiB.
 const MAX_TOKEN_BYTES = 64 * 1024;
 
@@ -49,6 +51,14 @@ export class KubeConnection {
         rejectUnauthorized: !spec.skipTLSVerify,
       },
       keepAliveTimeout: 30_000,
+      // HTTP/2 when the server offers it (the API server does): every watch
+      // and call of the agent multiplexed on one connection, as kubelet's
+      // are, instead of a connection held per open watch. A connection
+      // carries as many streams as the lower of this and what the server
+      // allows (kube-apiserver: 250 unless --http2-max-streams-per-connection
+      // says otherwise); past that a second connection opens.
+      allowH2: true,
+      h2Options: { maxConcurrentStreams: H2_MAX_STREAMS },
     });
     this.#token = spec.token;
   }

@@ -15,13 +15,16 @@
 // renewed from the last resourceVersion without a read (a read per renewal
 // would cost every object a GET every few minutes at rest). 410 Gone (the
 // resourceVersion is no longer served: also the first watch of an object
-// unchanged for longer than the server's history) is answered by a fresh
-// GET and a watch without resourceVersion, which the server starts with the
-// object's current state; any other failure by a renewal after a capped,
-// jittered backoff. An object deleted in the moment between that GET and
-// that watch's start is not seen as deleted until it is re-created or the
-// agent restarts (a LIST would close that gap, at the price of `list` on
-// every Secret in the cluster).
+// unchanged for longer than the server keeps history) is answered, after a
+// random moment, by a watch without resourceVersion, which the server starts
+// with the object as it is then (ADDED) and then its changes, and once that
+// watch is open by one GET: a watch of an object that does not exist says
+// nothing, and only the read tells a deletion missed while no watch was open.
+// The read is applied only if no event came while it was in flight, since
+// such an event may be newer than it (and tells the truth itself). So
+// a deletion (or re-creation) at any moment of the 410 window ends as the
+// API server has it. Any other failure is answered by a renewal after a
+// capped, jittered backoff.
 import type { Logger } from 'pino';
 import type { ConfigMapObject, RefResolver, SecretObject } from '../api/types.ts';
 import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
@@ -119,6 +122,16 @@ class Entry {
   watch: { abort(): void } | undefined;
   watching = false;
   failures = 0;
+  // Object events received: a read answered with none in between is current.
+  events = 0;
+  // After 410: the state read before it is not known to hold until a read
+  // made while a watch is open confirms it (made even when an event came
+  // first, so a 410 costs one read, always).
+  unconfirmed = false;
+  // The read that would confirm it: in flight (or waiting to be tried
+  // again), and which one (a later 410 makes an earlier read moot).
+  confirmPending = false;
+  confirmSeq = 0;
   timer: NodeJS.Timeout | undefined;
   // Bumped when the entry is dropped or its watch replaced: late callbacks are ignored.
   generation = 0;
@@ -349,8 +362,9 @@ export class ObjectWatches implements ObjectCache {
       )
       .then(
         (handle) => {
-          if (gen === e.generation && !e.dropped) e.watch = handle;
-          else handle.abort();
+          if (gen !== e.generation || e.dropped) return handle.abort();
+          e.watch = handle;
+          if (e.unconfirmed && !e.confirmPending) void this.#confirm(e);
         },
         (err: unknown) => {
           if (gen === e.generation) this.#onWatchEnd(e, err);
@@ -363,7 +377,7 @@ export class ObjectWatches implements ObjectCache {
       case 'ADDED':
       case 'MODIFIED':
         if (obj?.metadata?.name !== e.id.name) return;
-        e.failures = 0;
+        this.#heard(e);
         e.resourceVersion = obj.metadata.resourceVersion ?? e.resourceVersion;
         this.#set(e, obj, false);
         if (e.immutable) {
@@ -373,7 +387,7 @@ export class ObjectWatches implements ObjectCache {
         return;
       case 'DELETED':
         if (obj?.metadata?.name !== e.id.name) return;
-        e.failures = 0;
+        this.#heard(e);
         e.resourceVersion = obj.metadata.resourceVersion ?? e.resourceVersion;
         this.#set(e, undefined, false);
         return;
@@ -432,30 +446,44 @@ export class ObjectWatches implements ObjectCache {
       e.timer = undefined;
       if (e.dropped || this.#stopped) return;
       if (e.resourceVersion) this.#startWatch(e);
-      else void this.#reload(e);
+      else this.#reload(e);
     };
     if (ms <= 0) return resume();
     e.timer = setTimeout(resume, ms);
     e.timer.unref();
   }
 
-  // A fresh GET after 410: what changed meanwhile reaches the users.
-  async #reload(e: Entry): Promise<void> {
+  #heard(e: Entry): void {
+    e.failures = 0;
+    e.events++;
+  }
+
+  // After 410: watch afresh; the read follows once the watch is open.
+  #reload(e: Entry): void {
+    e.resourceVersion = '';
+    e.unconfirmed = true;
+    e.confirmSeq++;
+    e.confirmPending = false;
+    this.#startWatch(e);
+  }
+
+  // The read that confirms the state after 410, made while a watch is open:
+  // with no event in between, what it answers is current; what changes
+  // after it reaches the watch.
+  async #confirm(e: Entry): Promise<void> {
+    e.confirmPending = true;
+    const seq = e.confirmSeq;
+    const seen = e.events;
     const path = `${collectionPath(e.id)}/${encodeURIComponent(e.id.name)}`;
     try {
       const res = await this.#o.api.request('GET', path);
       if (res.status !== 200 && res.status !== 404) throw statusError('GET', path, res);
-      if (e.dropped || this.#stopped) return;
-      const object = res.status === 200 ? (res.body as RefObject) : undefined;
-      e.failures = 0;
-      this.#set(e, object, false);
-      // Not from the object's own resourceVersion: one unchanged for longer
-      // than the server keeps history is 410 again. Without one the server
-      // starts with the object as it is (ADDED), then its changes.
-      e.resourceVersion = '';
-      this.#startWatch(e);
+      if (e.dropped || this.#stopped || seq !== e.confirmSeq) return;
+      e.confirmPending = false;
+      if (e.events === seen) this.#set(e, res.status === 200 ? (res.body as RefObject) : undefined, false);
+      e.unconfirmed = false;
     } catch (err) {
-      if (e.dropped || this.#stopped) return;
+      if (e.dropped || this.#stopped || seq !== e.confirmSeq) return;
       e.failures++;
       const wait = this.#jittered(backoffDelay(this.#o.backoff ?? DEFAULT_WATCH_BACKOFF, e.failures));
       this.#log.warn(
@@ -468,11 +496,12 @@ export class ObjectWatches implements ObjectCache {
         },
         'read of a referenced object failed; trying again',
       );
-      e.timer = setTimeout(() => {
-        e.timer = undefined;
-        void this.#reload(e);
+      const t = setTimeout(() => {
+        if (seq !== e.confirmSeq || e.dropped || this.#stopped) return;
+        e.confirmPending = false;
+        if (e.unconfirmed) void this.#confirm(e);
       }, wait);
-      e.timer.unref();
+      t.unref();
     }
   }
 

@@ -132,24 +132,41 @@ export class BoundedWatch {
   }
 
   // JSON lines until the server ends the stream; a line over the budget
-  // ends the watch with an error (the informer restarts it).
+  // ends the watch with an error (the informer restarts it). Each chunk is
+  // searched once and a line decoded once when complete: a Secret of 1 MiB
+  // arrives as a line of ~1.4 MiB in dozens of chunks, and searching the
+  // whole pending text again at each chunk would cost seconds of CPU.
   async #read(body: ReadableStream<Uint8Array> | null, callback: WatchCallback, stopped: () => boolean): Promise<void> {
     if (!body) return;
     const decoder = new TextDecoder();
-    let buf = '';
+    let pending: Uint8Array[] = [];
+    let pendingBytes = 0;
+    const take = (tail: Uint8Array): Uint8Array => {
+      const line = pendingBytes === 0 ? tail : Buffer.concat([...pending, tail]);
+      pending = [];
+      pendingBytes = 0;
+      if (line.length > this.#maxLine) throw new Error(`watch event over ${this.#maxLine} bytes`);
+      return line;
+    };
     for await (const chunk of body) {
       if (stopped()) return;
-      buf += decoder.decode(chunk, { stream: true });
-      let nl;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
+      let start = 0;
+      // A newline byte never occurs inside a multi-byte UTF-8 character.
+      for (let nl = chunk.indexOf(0x0a); nl >= 0; nl = chunk.indexOf(0x0a, start)) {
+        const line = decoder.decode(take(chunk.subarray(start, nl)));
+        start = nl + 1;
         if (line.trim() !== '') this.#emit(line, callback);
         if (stopped()) return;
       }
-      if (buf.length > this.#maxLine) throw new Error(`watch event over ${this.#maxLine} bytes`);
+      if (start < chunk.length) {
+        pending.push(chunk.subarray(start));
+        pendingBytes += chunk.length - start;
+      }
+      if (pendingBytes > this.#maxLine) throw new Error(`watch event over ${this.#maxLine} bytes`);
     }
-    if (buf.trim() !== '' && !stopped()) this.#emit(buf, callback);
+    if (pendingBytes === 0 || stopped()) return;
+    const rest = decoder.decode(take(new Uint8Array(0)));
+    if (rest.trim() !== '') this.#emit(rest, callback);
   }
 
   #emit(line: string, callback: WatchCallback): void {

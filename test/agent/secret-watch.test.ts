@@ -15,7 +15,7 @@ import {
   waitFor,
   type Harness,
 } from '../support/agent-harness.ts';
-import type { FakeKube } from '../support/fake-kube.ts';
+import type { FakeKube, RequestRecord } from '../support/fake-kube.ts';
 
 const secret = (name: string, hostname: string, extra: Partial<SecretObject> = {}): SecretObject => ({
   metadata: { name, namespace: 'default' },
@@ -184,7 +184,8 @@ test('watches renewed at their timeout and after 410 Gone keep the seed current'
   fake.setSecretSilently(secret('renewed', 'three'));
   fake.expire('status');
   const third = await reseeded(h, fake, 'renewing', second);
-  assert.equal(secretGets(fake), 2, '410: one fresh read');
+  // The read follows the fresh watch, whose first event may come before it.
+  await waitFor('410: one fresh read', () => secretGets(fake) === 2);
   await waitFor('watching again', () => fake.objectWatchCount() === 1);
   fake.setSecret(secret('renewed', 'four'));
   await reseeded(h, fake, 'renewing', third);
@@ -317,3 +318,60 @@ test('the documented budgets are the code’s', async () => {
     ops.includes(`backoff from ${DEFAULT_WATCH_BACKOFF.baseMs / 1000} s to ${DEFAULT_WATCH_BACKOFF.maxMs / 1000} s`),
   );
 });
+
+// After 410 Gone the agent needs a fresh read and a fresh watch; the Secret
+// may be deleted (and perhaps re-created) right after either is answered,
+// before the other: the agent must end where the API server is.
+for (const [moment, answered] of [
+  ['its fresh read', (r: RequestRecord) => r.verb === 'get' && r.status === 200],
+  ['its fresh watch', (r: RequestRecord) => r.verb === 'watch' && r.status === 200 && !r.query.resourceVersion],
+] as const) {
+  for (const recreated of [false, true]) {
+    test(
+      `after 410, a Secret deleted${recreated ? ' and re-created' : ''} right after ${moment} is seen so`,
+      { timeout: 40_000 },
+      async (t) => {
+        const { fake, dir } = await fakeKubeAndDir(t);
+        const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+        t.after(h.stop);
+        fake.setSecret(secret('flux', 'one'));
+        fake.applyVmi(vmi('flux-vm', { cloudInit: 'secretRef: {name: flux}\n' }));
+        const first = await seeded(h, fake, 'flux-vm');
+        await waitFor('watching', () => fake.objectWatchCount() === 1);
+        let struck = false;
+        fake.afterAnswer((r) => {
+          if (struck || r.resource !== 'secrets' || !answered(r)) return;
+          struck = true;
+          fake.deleteSecret('default', 'flux');
+          if (recreated) fake.setSecret(secret('flux', 'reborn'));
+        });
+        const before = secretGets(fake);
+        fake.expire('status');
+        await waitFor('the change made in the window', () => struck, 10_000);
+        if (recreated) {
+          const now = await reseeded(h, fake, 'flux-vm', first);
+          const { readFileSync } = await import('node:fs');
+          assert.ok(readFileSync(now).includes(Buffer.from('hostname: reborn\n')), 'the re-created content');
+        } else {
+          const error = await waitFor(
+            'SECRET_NOT_FOUND',
+            () => {
+              const e = h.agent.status.get('default/flux-vm')?.lastError;
+              return e?.code === 'SECRET_NOT_FOUND' && e;
+            },
+            10_000,
+          );
+          assert.match(error.message, /Secret default\/flux /);
+          assert.equal(h.agent.dependencies?.dependencies('default/flux-vm')[0]?.state, 'absent');
+        }
+        await waitFor('one fresh read for the 410', () => secretGets(fake) - before === 1);
+        await waitFor('watching again', () => fake.objectWatchCount() === 1);
+        assert.equal(
+          h.agent.status.get('default/flux-vm')?.lastError?.code,
+          recreated ? undefined : 'SECRET_NOT_FOUND',
+        );
+        assert.equal(secretGets(fake) - before, 1, 'one fresh read for the 410');
+      },
+    );
+  }
+}

@@ -1,7 +1,8 @@
 // A fake Kubernetes API server on loopback that speaks the real protocol as
 // the agent uses it, behind what a real API server puts in front:
 // - HTTPS with a CA of the test's own (test-pki.ts); `tls: false` keeps
-//   plain HTTP for the few tests about something else.
+//   plain HTTP for the few tests about something else; `http2` offers
+//   HTTP/2 as the API server does (ALPN h2, HTTP/1.1 still served).
 // - Authentication: a bearer token from the accepted set (the service
 //   account's; `acceptTokens()` rotates it), else 401 Unauthorized.
 // - RBAC: the rules manifests/daemonset.yaml grants the agent's service
@@ -22,6 +23,7 @@
 // is used.
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
+import { createSecureServer as createHttp2Server } from 'node:http2';
 import type { Socket } from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -54,6 +56,8 @@ export interface RequestRecord {
   name?: string;
   query: Record<string, string>;
   status: number;
+  // '1.1', or '2.0' over an HTTP/2 connection.
+  httpVersion: string;
   // Date.now() when answered.
   at: number;
 }
@@ -154,6 +158,15 @@ export interface FakeKubeOptions {
   // manifests/daemonset.yaml), a policy, or false for none (everything a
   // valid token asks is allowed).
   rbac?: false | unknown[] | RbacPolicy;
+  // Offer HTTP/2 (ALPN h2, as the API server does), HTTP/1.1 still served;
+  // a number: also the streams one connection may carry (SETTINGS_MAX_CONCURRENT_STREAMS).
+  http2?: boolean | number;
+  // Watches end after timeoutSeconds × this (a bench runs an hour of
+  // renewals in a minute). Default 1.
+  watchTimeScale?: number;
+  // Keep only the last this many changes (the API server's watch cache is a
+  // bounded window too): resuming from before them gets 410 Gone. Default: all.
+  historyLimit?: number;
 }
 
 export class FakeKube {
@@ -182,16 +195,35 @@ export class FakeKube {
   readonly #faults: FaultRule[] = [];
   #honourWatchTimeout = true;
   readonly #afterWatchTimeout: Array<(labelSelector: string) => void> = [];
+  readonly #afterAnswer: Array<(request: RequestRecord) => void> = [];
+  #historyLimit = Infinity;
+  #watchTimeScale = 1;
   readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
 
-  private constructor(pki: TestPki | undefined, tokens: string[], rbac: RbacPolicy | undefined) {
+  private constructor(
+    pki: TestPki | undefined,
+    tokens: string[],
+    rbac: RbacPolicy | undefined,
+    http2: boolean | number = false,
+  ) {
     this.#pki = pki;
     this.#tokens = new Set(tokens);
     this.#rbac = rbac;
     const handler = (req: IncomingMessage, res: ServerResponse) => void this.#handle(req, res);
-    this.#server = pki
-      ? createHttpsServer({ cert: pki.serverCert, key: pki.serverKey }, handler)
-      : createHttpServer(handler);
+    // HTTP/2's compatibility API has the request and response of HTTP/1.1.
+    this.#server = !pki
+      ? createHttpServer(handler)
+      : http2
+        ? (createHttp2Server(
+            {
+              cert: pki.serverCert,
+              key: pki.serverKey,
+              allowHTTP1: true,
+              ...(typeof http2 === 'number' ? { settings: { maxConcurrentStreams: http2 } } : {}),
+            },
+            handler as unknown as Parameters<typeof createHttp2Server>[1],
+          ) as unknown as Server)
+        : createHttpsServer({ cert: pki.serverCert, key: pki.serverKey }, handler);
     this.#server.on('connection', (s: Socket) => {
       this.#sockets.add(s);
       s.on('close', () => this.#sockets.delete(s));
@@ -200,7 +232,9 @@ export class FakeKube {
 
   static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
     const pki = options.tls === false ? undefined : (options.pki ?? (await testPki()));
-    const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac));
+    const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac), options.http2);
+    if (options.historyLimit !== undefined) f.#historyLimit = options.historyLimit;
+    if (options.watchTimeScale !== undefined) f.#watchTimeScale = options.watchTimeScale;
     await f.#listen(0);
     if (options.bookmarkIntervalMs) {
       f.#bookmarkTimer = setInterval(() => f.bookmark(), options.bookmarkIntervalMs);
@@ -272,6 +306,17 @@ export class FakeKube {
   // the client can have watched again; given that watch's labelSelector.
   afterWatchTimeout(fn: (labelSelector: string) => void): void {
     this.#afterWatchTimeout.push(fn);
+  }
+
+  // Runs right after a request is answered (a watch: once it is open and
+  // its first events are sent), before the client can have read the
+  // answer: a change made here falls between two requests of the client.
+  afterAnswer(fn: (request: RequestRecord) => void): void {
+    this.#afterAnswer.push(fn);
+  }
+
+  #answered(request: RequestRecord): void {
+    for (const fn of this.#afterAnswer) fn(request);
   }
 
   #firstToken(): string {
@@ -415,12 +460,21 @@ export class FakeKube {
 
   #publishEntry(entry: HistoryEntry): void {
     this.#history.push(entry);
+    while (this.#history.length > this.#historyLimit) this.#compactedRv = this.#history.shift()!.rv;
     for (const w of this.#watchers) this.#deliver(w, entry);
   }
 
   // Open watches of one name on Secrets or ConfigMaps.
   objectWatchCount(): number {
     return [...this.#watchers].filter((w) => w.resource !== undefined).length;
+  }
+
+  // Bytes written to watch streams that the client has not taken yet and
+  // that are still held in this process (beyond what the kernel buffers).
+  watchBacklogBytes(): number {
+    let n = 0;
+    for (const w of this.#watchers) n += w.res.writableLength + (w.res.socket?.writableLength ?? 0);
+    return n;
   }
 
   events(): StoredEvent[] {
@@ -496,6 +550,11 @@ export class FakeKube {
     if (!this.#refusing) await new Promise<void>((r) => this.#server.close(() => r()));
   }
 
+  // TCP connections open to it (an HTTP/2 connection carries many requests).
+  connectionCount(): number {
+    return this.#sockets.size;
+  }
+
   // Open VMI watches.
   watchCount(): number {
     return [...this.#watchers].filter((w) => w.resource === undefined).length;
@@ -547,8 +606,8 @@ export class FakeKube {
     const fromRv = from === '' || from === '0' ? undefined : Number(from);
     if (fromRv !== undefined && fromRv < this.#compactedRv && this.#goneMode === 'status')
       return reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`));
-    this.#record(req, url, 200, verb, p);
-    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    const record = this.#record(req, url, 200, verb, p);
+    res.writeHead(200, { 'content-type': 'application/json', ...chunked(req) });
     res.flushHeaders();
     const w: Watcher = {
       res,
@@ -573,6 +632,7 @@ export class FakeKube {
       for (const e of this.#history) if (e.rv > fromRv) this.#deliver(w, e);
     }
     this.#open(w, url, { kind: resource === 'secrets' ? 'Secret' : 'ConfigMap', apiVersion: 'v1' });
+    this.#answered(record);
   }
 
   // An open watch: timeoutSeconds ends it cleanly, after the bookmark the
@@ -582,13 +642,16 @@ export class FakeKube {
     this.#watchers.add(w);
     const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? '');
     if (this.#honourWatchTimeout && timeoutSeconds > 0) {
-      w.timer = setTimeout(() => {
-        if (w.bookmarks)
-          this.#send(w, { type: 'BOOKMARK', object: { ...kind, metadata: { resourceVersion: String(this.#rv) } } });
-        this.#watchers.delete(w);
-        w.res.end();
-        afterTimeout();
-      }, timeoutSeconds * 1000);
+      w.timer = setTimeout(
+        () => {
+          if (w.bookmarks)
+            this.#send(w, { type: 'BOOKMARK', object: { ...kind, metadata: { resourceVersion: String(this.#rv) } } });
+          this.#watchers.delete(w);
+          w.res.end();
+          afterTimeout();
+        },
+        timeoutSeconds * 1000 * this.#watchTimeScale,
+      );
     }
     w.res.on('close', () => {
       if (w.timer) clearTimeout(w.timer);
@@ -616,8 +679,14 @@ export class FakeKube {
     return f;
   }
 
-  #record(req: IncomingMessage, url: URL, status: number, verb: Verb, parsed: ReturnType<typeof parsePath>): void {
-    this.requests.push({
+  #record(
+    req: IncomingMessage,
+    url: URL,
+    status: number,
+    verb: Verb,
+    parsed: ReturnType<typeof parsePath>,
+  ): RequestRecord {
+    const record: RequestRecord = {
       method: req.method ?? '',
       path: url.pathname,
       verb,
@@ -628,8 +697,11 @@ export class FakeKube {
       ...(parsed.name ? { name: parsed.name } : {}),
       query: Object.fromEntries(url.searchParams),
       status,
+      httpVersion: req.httpVersion,
       at: Date.now(),
-    });
+    };
+    this.requests.push(record);
+    return record;
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -653,9 +725,10 @@ export class FakeKube {
                 ? 'delete'
                 : 'unknown';
     const reply = (code: number, body: unknown, headers: Record<string, string> = {}) => {
-      this.#record(req, url, code, verb, p);
+      const record = this.#record(req, url, code, verb, p);
       res.writeHead(code, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
+      this.#answered(record);
     };
     const body = await readBody(req);
 
@@ -713,7 +786,7 @@ export class FakeKube {
         return reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.#compactedRv})`));
       }
       this.#record(req, url, 200, verb, p);
-      res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+      res.writeHead(200, { 'content-type': 'application/json', ...chunked(req) });
       res.flushHeaders();
       const w: Watcher = {
         res,
@@ -856,6 +929,12 @@ export class FakeKube {
     }
     return reply(404, status(404, 'NotFound', 'the server could not find the requested resource'));
   }
+}
+
+// HTTP/1.1 streams a watch in chunks; HTTP/2 forbids the header (its frames
+// delimit the body).
+function chunked(req: IncomingMessage): Record<string, string> {
+  return req.httpVersionMajor === 1 ? { 'transfer-encoding': 'chunked' } : {};
 }
 
 // metadata.name=<name> (or ==), the one field selector the agent sends.
