@@ -238,8 +238,8 @@ test('our target taken by a disk that is not ours: TARGET_IN_USE, terminal; noth
 // preset (socket, publish directory) reaches the domain; only the image path
 // differs (QEMU here shares our mount namespace).
 test("the preset's encoded socket URI reaches libvirt: --pods-dir with a % in it", async () => {
-  // Its own directory (a run's leftover or another file never shares it).
-  const podsDir = mkdtempSync('/tmp/vmseed-%q-');
+  const podsDir = '/tmp/%q';
+  rmSync(podsDir, { recursive: true, force: true });
   const runtime = join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/libvirt-runtime');
   mkdirSync(runtime, { recursive: true });
   mkdirSync(join(podsDir, POD, 'volumes/kubernetes.io~empty-dir/ephemeral-disks'), { recursive: true });
@@ -255,7 +255,7 @@ test("the preset's encoded socket URI reaches libvirt: --pods-dir with a % in it
     )!;
     assert.equal(
       config.libvirt.uri,
-      `qemu+unix:///session?socket=${podsDir.replace('%', '%25')}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`,
+      'qemu+unix:///session?socket=/tmp/%25q/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock',
     );
     const { name, domain } = await pausedDomain('kvuri', true);
     const resumed: string[] = [];
