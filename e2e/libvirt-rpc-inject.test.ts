@@ -59,6 +59,11 @@ const target = (name: string, annotations: Record<string, string> = {}): Injecti
   annotations,
 });
 
+// How long a retryable error is retried for: the restarted libvirtd may take
+// seconds to answer again on a loaded machine, and the reconciler never gives
+// up on a retryable error.
+const RETRY_FOR_MS = 90_000;
+
 // Retried as the reconciler does: a retryable error, then the next pass.
 async function injectRetrying(
   inj: LibvirtInjector,
@@ -66,11 +71,11 @@ async function injectRetrying(
   image: string,
   errors: Map<string, number>,
 ): Promise<string> {
-  for (let attempt = 0; ; attempt++) {
+  for (const end = Date.now() + RETRY_FOR_MS; ;) {
     try {
       return (await inj.inject(t, image)).action;
     } catch (e) {
-      if (!(e instanceof VmseedError) || e.kind !== 'retryable' || attempt >= 50) throw e;
+      if (!(e instanceof VmseedError) || e.kind !== 'retryable' || Date.now() > end) throw e;
       errors.set(e.code, (errors.get(e.code) ?? 0) + 1);
       await sleep(50);
     }
@@ -132,12 +137,12 @@ test(
     const ejections = Promise.all(
       names.map(async (n, i) => {
         await sleep(i * 10);
-        for (let attempt = 0; ; attempt++) {
+        for (const end = Date.now() + RETRY_FOR_MS; ;) {
           try {
             await inj.eject(target(n));
             break;
           } catch (e) {
-            if (!(e instanceof VmseedError) || e.kind !== 'retryable' || attempt >= 50) throw e;
+            if (!(e instanceof VmseedError) || e.kind !== 'retryable' || Date.now() > end) throw e;
             ejectErrors.set(e.code, (ejectErrors.get(e.code) ?? 0) + 1);
             await sleep(50);
           }

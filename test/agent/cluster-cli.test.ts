@@ -4,15 +4,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
-import { tempDir, vmi, waitFor, NODE } from '../support/agent-harness.ts';
+import { isoFilesUnder, tempDir, vmi, waitFor, NODE } from '../support/agent-harness.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
-test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', { timeout: 60_000 }, async (t) => {
+test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', { timeout: 180_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir();
   t.after(async () => {
@@ -50,11 +50,7 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   t.after(() => void (child.exitCode === null && child.kill('SIGKILL')));
 
   const vmiDir = join(state, 'default', `cli-vm_${v.metadata.uid!}`);
-  await waitFor(
-    'image',
-    () => (existsSync(vmiDir) ? readdirSync(vmiDir).find((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n)) : undefined),
-    15_000,
-  );
+  await waitFor('image', () => isoFilesUnder(vmiDir).find((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n)), 60_000);
   assert.equal(existsSync(join(state, 'default', 'elsewhere')), false);
   const url = await waitFor('url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
   await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200);
@@ -80,10 +76,10 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   await waitFor(
     'not ready while the API server is away',
     async () => (await fetch(`${url}/readyz`)).status === 503,
-    10_000,
+    60_000,
   );
   await fake.refuse(false);
-  await waitFor('ready again', async () => (await fetch(`${url}/readyz`)).status === 200, 10_000);
+  await waitFor('ready again', async () => (await fetch(`${url}/readyz`)).status === 200, 60_000);
 
   child.kill('SIGTERM');
   assert.equal(await exited, 0, log.slice(-2000));

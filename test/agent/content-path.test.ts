@@ -20,7 +20,7 @@ const setup = fakeKubeAndDir;
 
 test(
   'a changed seed: inject with a new path → replaced, then the old image is pruned',
-  { timeout: 20_000 },
+  { timeout: 60_000 },
   async (t) => {
     const { fake, dir } = await setup(t);
     const injector = new RecordingInjector();
@@ -48,7 +48,7 @@ test(
 
 test(
   'inject failing: the old image stays (the domain still uses it) until a replace succeeds',
-  { timeout: 20_000 },
+  { timeout: 60_000 },
   async (t) => {
     const { fake, dir } = await setup(t);
     const injector = new RecordingInjector();
@@ -69,7 +69,7 @@ test(
     fake.applyVmi(vmi('web', { cloudInit: seed('v2') }));
     await waitFor('a failed inject', () => failures >= 1);
     assert.ok(existsSync(v1), 'v1 kept while the domain may still name it');
-    await waitFor('replaced after the retry', () => injector.actions('inject', 'replaced').length === 1, 10_000);
+    await waitFor('replaced after the retry', () => injector.actions('inject', 'replaced').length === 1, 20_000);
     await h.agent.queue.idle();
     assert.deepEqual(imagesOf(h.store, v), [injector.attached.get(v.metadata.uid!)!]);
     assert.ok(!existsSync(v1));

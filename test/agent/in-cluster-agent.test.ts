@@ -5,13 +5,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { serviceAccountVolume, SA_PATH } from '../support/in-cluster.ts';
 import { testPki } from '../support/test-pki.ts';
 import { namespacedRbac } from '../support/kube-authz.ts';
-import { tempDir, vmi, waitFor, NODE } from '../support/agent-harness.ts';
+import { isoFilesUnder, tempDir, vmi, waitFor, NODE } from '../support/agent-harness.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -45,29 +45,29 @@ async function startInCluster(
     await fake.close();
     await dir.remove();
   });
-  const url = () => waitFor('status URL', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 15_000);
+  const url = () => waitFor('status URL', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 60_000);
   return { fake, dir, sa, state, child, exited, log: () => log, url };
 }
 
 const imageIn = (state: string, ns: string, name: string, uid: string) => {
   const d = join(state, ns, `${name}_${uid}`);
-  return existsSync(d) && readdirSync(d).some((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n));
+  return isoFilesUnder(d).some((n) => /^nocloud-[0-9a-f]{16}\.iso$/.test(n));
 };
 
 test(
   'in-cluster config: token and CA from the service-account path, TLS, RBAC; a rotated token is picked up after a 401',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const run = await startInCluster(t);
     const { fake, sa, state } = run;
     // The agent's token is the volume's, which the fake accepts alone.
     const v = fake.applyVmi(vmi('in-cluster'));
-    await waitFor('image', () => imageIn(state, 'default', 'in-cluster', v.metadata.uid!), 20_000);
+    await waitFor('image', () => imageIn(state, 'default', 'in-cluster', v.metadata.uid!), 60_000);
     await waitFor('SeedReady Event', () =>
       fake.events().find((e) => e.reason === 'SeedReady' && e.involvedObject.uid === v.metadata.uid),
     );
     const url = await run.url();
-    await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200, 10_000);
+    await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200, 60_000);
     assert.ok(
       fake.requests.length > 0 && fake.requests.every((r) => r.status !== 401 && r.status !== 403),
       'authenticated and authorised from the start',
@@ -86,7 +86,7 @@ test(
     await waitFor(
       'seeded with the new token',
       () => imageIn(state, 'default', 'after-rotation', w.metadata.uid!),
-      20_000,
+      60_000,
     );
     const after = fake.requests.slice(before);
     const secretGets = after.filter((r) => r.resource === 'secrets' && r.verb === 'get');
@@ -106,7 +106,7 @@ test(
   },
 );
 
-test('in-cluster config: a server certificate from another CA is refused', { timeout: 60_000 }, async (t) => {
+test('in-cluster config: a server certificate from another CA is refused', { timeout: 180_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir();
   const sa = await serviceAccountVolume(fake, dir.path);
@@ -133,7 +133,7 @@ test('in-cluster config: a server certificate from another CA is refused', { tim
     await dir.remove();
   });
   fake.applyVmi(vmi('never'));
-  const url = await waitFor('status URL', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 15_000);
+  const url = await waitFor('status URL', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 60_000);
   await waitFor(
     `a certificate error in the log`,
     () =>
@@ -144,7 +144,7 @@ test('in-cluster config: a server certificate from another CA is refused', { tim
             l.includes('VMI watch failed') &&
             /not signed by the configured CA \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\)/.test(l),
         ),
-    15_000,
+    60_000,
   ).catch((e) => {
     throw new Error(`${(e as Error).message}\n${log.slice(-3000)}`);
   });
@@ -156,7 +156,7 @@ test('in-cluster config: a server certificate from another CA is refused', { tim
 
 test(
   '--namespaces through the CLI: Roles in two namespaces suffice, only namespaced paths are asked, other namespaces are left alone',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const run = await startInCluster(t, {
       args: ['--namespaces', 'team-a,team-b'],
@@ -169,7 +169,7 @@ test(
       await waitFor(
         `image in ${v.metadata.namespace}`,
         () => imageIn(state, v.metadata.namespace!, 'vm', v.metadata.uid!),
-        20_000,
+        60_000,
       );
     await waitFor('SeedReady Events in both', () =>
       seeded.every((v) =>
@@ -177,7 +177,7 @@ test(
       ),
     );
     const url = await run.url();
-    await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200, 10_000);
+    await waitFor('ready', async () => (await fetch(`${url}/readyz`)).status === 200, 60_000);
     assert.equal(existsSync(join(state, 'team-c')), false);
     assert.equal(imageIn(state, 'team-c', 'vm', other.metadata.uid!), false);
     for (const r of fake.requests) {

@@ -109,7 +109,7 @@ test(
     assert.ok(lv.uris.at(-1)!.includes(`/${POD_2}/`));
     await waitFor(
       "the old pod's copy released",
-      async () => (await readdir(join(pods, POD_1, EPHEMERAL, 'vmseed'))).length === 0,
+      async () => (await readdir(join(pods, POD_1, EPHEMERAL, 'vmseed')).catch(() => [])).length === 0,
     );
     // The new pod's injection (the gate's decision included) is in the status.
     const injected = await waitFor("the new pod's injection reported", () => {
@@ -123,7 +123,10 @@ test(
     // Deleted: detached from the domain, the published copy removed.
     fake.deleteVmi('ns', 'web');
     await waitFor('detached', () => lv.domains.get('ns_web')!.live.length === 0);
-    await waitFor('copy removed', async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0);
+    await waitFor(
+      'copy removed',
+      async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed')).catch(() => [])).length === 0,
+    );
   },
 );
 
@@ -190,7 +193,7 @@ test(
     fake.applyVmi(failed);
     await waitFor(
       'the staged copy removed',
-      async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed'))).length === 0,
+      async () => (await readdir(join(pods, POD_2, EPHEMERAL, 'vmseed')).catch(() => [])).length === 0,
     );
   },
 );

@@ -5,7 +5,6 @@
 // gate on startStrategy Paused, and launcher pod UIDs that are not UUIDs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
@@ -127,7 +126,8 @@ async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi)
   const set = (v: VmiObject) => cache.set('ns/web', v);
   const files = async (pod: string) => {
     const dir = join(pods, pod, EPHEMERAL, 'vmseed');
-    return existsSync(dir) ? (await readdir(dir)).sort() : [];
+    // Read while the agent publishes and releases copies: gone is empty.
+    return (await readdir(dir).catch(() => [])).sort();
   };
   const mutations = () =>
     lv.calls.filter((c) => c[0] === 'attach-device' || c[0] === 'detach-device' || c[0] === 'resume');

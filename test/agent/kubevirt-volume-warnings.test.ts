@@ -8,7 +8,7 @@ import { fakeKubeAndDir, imageOf, startAgent, vmi, waitFor } from '../support/ag
 
 test(
   'unparseable network data on a volume: seed written, SeedWarning Event and status warning NETWORKDATA_UNPARSED',
-  { timeout: 20_000 },
+  { timeout: 60_000 },
   async (t) => {
     const { fake, dir } = await fakeKubeAndDir(t);
     const h = await startAgent(fake, { stateDir: dir.path, kubevirtVolumes: 'own' });

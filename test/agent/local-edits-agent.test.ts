@@ -5,11 +5,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { isoFilesUnder, tempDir, waitFor } from '../support/agent-harness.ts';
 import { vmiManifest } from '../support/local-agent.ts';
 
 const run = promisify(execFile);
@@ -19,10 +19,7 @@ const manifest = (queue: string) =>
   vmiManifest('worker', `write_files:\n  - path: /etc/worker.conf\n    content: queue=${queue}`);
 
 function images(root: string): string[] {
-  if (!existsSync(root)) return [];
-  return (readdirSync(root, { recursive: true }) as string[])
-    .filter((p) => p.endsWith('.iso'))
-    .map((p) => join(root, p));
+  return isoFilesUnder(root).map((p) => join(root, p));
 }
 
 // An image replaced while it is read (the old one is pruned) reads as none.
@@ -34,7 +31,7 @@ async function userData(image: string): Promise<string> {
 
 test(
   'sed -i in a loop: the image follows the last edit, and the VMI is never removed',
-  { timeout: 120_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-local-edits-');
     const manifests = join(dir.path, 'manifests');
@@ -56,7 +53,7 @@ test(
       await exited;
       await dir.remove();
     });
-    await waitFor('first image', () => images(state).length === 1, 15_000);
+    await waitFor('first image', () => images(state).length === 1, 60_000);
 
     // Rounds of back-to-back edits, each round's last value checked.
     let n = 0;
@@ -71,7 +68,7 @@ test(
         const all = images(state);
         return all.length === 1 ? /queue=\S+/.exec(await userData(all[0]))?.[0] : `${all.length} images`;
       };
-      await waitFor(`the image to hold ${want}`, async () => (await held()) === want, 10_000).catch(
+      await waitFor(`the image to hold ${want}`, async () => (await held()) === want, 60_000).catch(
         async (e: Error) => {
           throw new Error(
             `${e.message}; it holds ${await held()}; file: ${/queue=\S+/.exec(readFileSync(file, 'utf8'))?.[0]}`,

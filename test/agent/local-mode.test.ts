@@ -4,10 +4,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { isoFilesUnder, tempDir, waitFor } from '../support/agent-harness.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const NODE_BIN = process.execPath;
@@ -33,16 +33,13 @@ async function put(path: string, text: string): Promise<void> {
   await rename(`${path}.partial`, path);
 }
 
-function findImages(root: string): string[] {
-  if (!existsSync(root)) return [];
-  return (readdirSync(root, { recursive: true }) as string[]).filter((p) => p.endsWith('.iso')).sort();
-}
+const findImages = isoFilesUnder;
 
 function isoFile(image: string, file: string): string {
   return execFileSync('isoinfo', ['-i', image, '-R', '-x', `/${file}`], { encoding: 'utf8' });
 }
 
-test('local mode end to end: images appear, change and disappear with the files', { timeout: 60_000 }, async (t) => {
+test('local mode end to end: images appear, change and disappear with the files', { timeout: 180_000 }, async (t) => {
   const dir = await tempDir('vmseed-local-');
   const manifests = join(dir.path, 'manifests');
   const state = join(dir.path, 'seeds');
@@ -77,7 +74,7 @@ test('local mode end to end: images appear, change and disappear with the files'
     await dir.remove();
   });
 
-  await waitFor('first image', () => findImages(state).length === 1, 15_000);
+  await waitFor('first image', () => findImages(state).length === 1, 60_000);
   const first = join(state, findImages(state)[0]);
   assert.match(isoFile(first, 'user-data'), /hostname: first-host/);
   assert.match(first, /default\/one_[0-9a-f-]+\/nocloud-[0-9a-f]{16}\.iso$/);
@@ -108,7 +105,7 @@ stringData:
 ---
 ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
   );
-  await waitFor('second image', () => findImages(state).length === 2, 10_000);
+  await waitFor('second image', () => findImages(state).length === 2, 60_000);
   const second = join(
     state,
     findImages(state).find((p) => p.includes('/two_'))!,
@@ -121,7 +118,7 @@ ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
 
   // edit: a new content-addressed image; the old one is pruned (no libvirt)
   await put(join(manifests, 'one.yaml'), vmiYaml('one', 'edited-host'));
-  await waitFor('edited image', () => imageOf('one').length === 1 && imageOf('one')[0] !== first, 10_000);
+  await waitFor('edited image', () => imageOf('one').length === 1 && imageOf('one')[0] !== first, 60_000);
   const edited = imageOf('one')[0];
   assert.match(isoFile(edited, 'user-data'), /edited-host/);
   assert.equal(existsSync(first), false);
@@ -131,17 +128,17 @@ ${vmiYaml('two', '', 'secretRef: {name: two-ud}')}`,
     join(manifests, 'two.yaml'),
     readFileSync(join(manifests, 'two.yaml'), 'utf8').replace('hostname: from-secret', 'hostname: secret-edited'),
   );
-  await waitFor('secret edit applied', () => imageOf('two').length === 1 && imageOf('two')[0] !== second, 10_000);
+  await waitFor('secret edit applied', () => imageOf('two').length === 1 && imageOf('two')[0] !== second, 60_000);
   assert.match(isoFile(imageOf('two')[0], 'user-data'), /secret-edited/);
 
   // a broken VMI is reported, the others stay
   await put(join(manifests, 'bad.yaml'), vmiYaml('bad', '', 'userDataBase64: "not base64 at all!"'));
-  await waitFor('error logged', () => log.includes('USERDATA_BASE64_INVALID'), 10_000);
+  await waitFor('error logged', () => log.includes('USERDATA_BASE64_INVALID'), 60_000);
   assert.equal(findImages(state).length, 2);
 
   // delete: the image goes
   await rm(join(manifests, 'one.yaml'));
-  await waitFor('image removed', () => !existsSync(edited), 10_000);
+  await waitFor('image removed', () => !existsSync(edited), 60_000);
   assert.equal(findImages(state).length, 1);
 
   child.kill('SIGTERM');

@@ -19,8 +19,9 @@ async function put(path: string, text: string): Promise<void> {
   await rename(`${path}.partial`, path);
 }
 
+// A deadline in time, not in turns: a starved process takes long turns.
 async function eventually(pred: () => boolean): Promise<boolean> {
-  for (let t = 0; t < 100 && !pred(); t++) await new Promise((r) => setTimeout(r, 10));
+  for (const end = Date.now() + 10_000; !pred() && Date.now() < end;) await new Promise((r) => setTimeout(r, 10));
   return pred();
 }
 

@@ -55,7 +55,7 @@ test(
     const json = () => statusJson(agent.status.snapshot(), undefined, now);
     const vmiOf = (name: string) => json().vmis.find((v) => v.name === name);
     const gauge = async () => /^vmseed_source_errors (\d+)$/m.exec(await metrics.registry.metrics())?.[1];
-    await waitFor('three ready', () => ['a', 'b', 'c'].every((n) => vmiOf(n)?.state === 'ready'), 10_000);
+    await waitFor('three ready', () => ['a', 'b', 'c'].every((n) => vmiOf(n)?.state === 'ready'), 20_000);
     assert.deepEqual(json().watch.sourceErrors, []);
     assert.equal(await gauge(), '0');
     const hashA = vmiOf('a')?.contentHash;
@@ -63,7 +63,7 @@ test(
     // A YAML error in a.yaml, and one in the file with c's Secret.
     await put(join(manifests, 'a.yaml'), `${vmi('a', 'second')}  bad: [\n`);
     await put(join(manifests, 'c-secret.yaml'), 'kind: Secret\nmetadata: {name: c-ud\n');
-    await waitFor('two files reported', () => json().watch.sourceErrors?.length === 2, 10_000);
+    await waitFor('two files reported', () => json().watch.sourceErrors?.length === 2, 20_000);
     const errors = json().watch.sourceErrors!;
     assert.deepEqual(
       errors.map((e) => [e.file, e.code, e.vmis]),
@@ -88,8 +88,8 @@ test(
     // Fixed: the fix is applied, nothing is stale, the gauge is back to 0.
     await put(join(manifests, 'a.yaml'), vmi('a', 'third'));
     await put(join(manifests, 'c-secret.yaml'), secret('sea2'));
-    await waitFor('errors cleared', () => json().watch.sourceErrors?.length === 0, 10_000);
-    await waitFor('a re-seeded', () => vmiOf('a')?.contentHash !== hashA && vmiOf('a')?.state === 'ready', 10_000);
+    await waitFor('errors cleared', () => json().watch.sourceErrors?.length === 0, 20_000);
+    await waitFor('a re-seeded', () => vmiOf('a')?.contentHash !== hashA && vmiOf('a')?.state === 'ready', 20_000);
     assert.equal(vmiOf('a')?.stale, undefined);
     assert.equal(vmiOf('c')?.stale, undefined);
     assert.equal(await gauge(), '0');

@@ -16,7 +16,7 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 
 test(
   "the agent shows the sidecar's redirect state on /status.json and /status, not in its /readyz",
-  { timeout: 90_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-redirect-agent-');
     const keeper: { inPlace: boolean; lastError: string | undefined; reason: RedirectMissingReason } = {
@@ -55,13 +55,13 @@ test(
       if (healthOpen) await health.close();
       await dir.remove();
     });
-    const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 20_000);
+    const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 60_000);
     type Redirect = { state: string; reason?: string; since: string };
     const redirect = async () =>
       ((await (await fetch(`${url}/status.json`)).json()) as { redirect?: Redirect }).redirect;
     const until = async (state: string) => {
       let last: Redirect | undefined;
-      await waitFor(`redirect ${state}`, async () => (last = await redirect())?.state === state, 30_000);
+      await waitFor(`redirect ${state}`, async () => (last = await redirect())?.state === state, 60_000);
       return last!;
     };
 

@@ -39,7 +39,7 @@ test('missingSeedGate: only a vmseed VMI that starts unpaused and has not opted 
 
 test(
   'an ungated VMI: warning state and one SeedWarning Event; gated and opted-out VMIs: ready, no warning',
-  { timeout: 20_000 },
+  { timeout: 60_000 },
   async (t) => {
     const { fake, dir } = await fakeKubeAndDir(t);
     const h = await startAgent(fake, { stateDir: dir.path, injector: new RecordingInjector(), warnMissingGate: true });
@@ -78,7 +78,7 @@ test(
   },
 );
 
-test('without the check (libvirt off, or not beside KubeVirt) nothing is said', { timeout: 20_000 }, async (t) => {
+test('without the check (libvirt off, or not beside KubeVirt) nothing is said', { timeout: 60_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const h = await startAgent(fake, { stateDir: dir.path, injector: new RecordingInjector() });
   t.after(h.stop);

@@ -94,7 +94,7 @@ test('start event, attach, reads after a few polls: read recorded once, then no 
 test('the poll interval doubles from firstMs up to maxMs', async () => {
   const { client, watch } = setup({ firstMs: 10, maxMs: 40, boundMs: 60_000, timeoutMs: 1000 });
   watch.attached('ns/vm', 'u1', { uri: URI, domain: 'ns_vm', targetDev: 'sdzz', attachedAt: Date.now() });
-  await waitFor('six polls', () => client.calls.length >= 6, 5000);
+  await waitFor('six polls', () => client.calls.length >= 6, 20_000);
   watch.stop();
   const gaps = client.calls.slice(1).map((c, i) => c.at - client.calls[i].at);
   // Timers fire no earlier than asked: 20, 40, 40, 40 ms at least.

@@ -16,7 +16,7 @@ class RunningDomainInjector extends RecordingInjector {
 
 test(
   'seeded after boot: warning state and a SeedWarning Event that survive a resync',
-  { timeout: 20_000 },
+  { timeout: 60_000 },
   async (t) => {
     const { fake, dir } = await fakeKubeAndDir(t);
     const h = await startAgent(fake, { stateDir: dir.path, injector: new RunningDomainInjector() });

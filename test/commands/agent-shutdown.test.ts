@@ -83,7 +83,7 @@ const alive = (pid: number) => {
 
 test(
   'SIGTERM with a virsh call that never returns: at the deadline virsh is killed, the reconcile cancelled, and the agent exits saying why',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-stop-virsh-');
     const pidFile = join(dir.path, 'virsh.pid');
@@ -119,7 +119,7 @@ test(
       ],
       dir.path,
     );
-    await waitFor('virsh called', () => existsSync(pidFile), 20_000);
+    await waitFor('virsh called', () => existsSync(pidFile), 60_000);
     const virshPids = readFileSync(pidFile, 'utf8').split('\n').filter(Boolean).map(Number);
     const { code, signal } = await sigtermAndWait(run);
     assert.equal(signal, null, run.log().slice(-2000));
@@ -148,7 +148,7 @@ test(
 
 test(
   'SIGTERM with a libvirt RPC call that never returns (--libvirt rpc): at the deadline the call is cancelled and the agent exits on its own',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-stop-rpc-');
     // Answers the handshake and event registration, then nothing: a hung
@@ -181,7 +181,7 @@ test(
       ],
       dir.path,
     );
-    await waitFor('the domain asked for', () => asked, 20_000);
+    await waitFor('the domain asked for', () => asked, 60_000);
     const { code, signal } = await sigtermAndWait(run);
     assert.equal(signal, null, run.log().slice(-2000));
     assert.equal(code, 1, 'cancelled work is not a clean stop');
@@ -205,7 +205,7 @@ test(
 
 test(
   'a FIFO among the manifests: refused without blocking, the other VMI seeded, SIGTERM a clean stop',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-stop-fifo-');
     t.after(() => dir.remove());
@@ -215,7 +215,7 @@ test(
     // A blocking open of it would wait for a writer: none will come.
     execFileSync('mkfifo', [join(manifests, 'zz-fifo.yaml')]);
     const run = startAgent(['--local', manifests, '--state-dir', join(dir.path, 'seeds')], dir.path);
-    await waitFor('the seed written', () => records(run.log()).some((r) => r.msg === 'seed ready'), 20_000);
+    await waitFor('the seed written', () => records(run.log()).some((r) => r.msg === 'seed ready'), 60_000);
     const refused = records(run.log()).find((r) => r.file === 'zz-fifo.yaml');
     assert.equal(refused?.code, 'MANIFEST_INVALID', run.log().slice(-2000));
     assert.equal(blockedInFifoOpen(run.pid), false, "no thread waits in the FIFO's open");

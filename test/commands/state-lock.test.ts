@@ -38,11 +38,11 @@ function agent(dir: string, manifests: string, state: string): Run {
 }
 
 const urlOf = (run: Run) =>
-  waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(run.log())?.[1], 15_000);
+  waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(run.log())?.[1], 60_000);
 
 test(
   'a second agent on the same state directory exits with a clear message; the lock dies with its holder',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-lock-');
     const runs: Run[] = [];
@@ -58,7 +58,7 @@ test(
     const first = agent(dir.path, manifests, state);
     runs.push(first);
     const url = await urlOf(first);
-    await waitFor('first agent ready', async () => (await fetch(`${url}/readyz`)).status === 200, 15_000);
+    await waitFor('first agent ready', async () => (await fetch(`${url}/readyz`)).status === 200, 60_000);
     assert.match(await readFile(join(state, '.vmseed.lock'), 'utf8'), new RegExp(`^pid ${first.pid} on `));
 
     const second = agent(dir.path, manifests, state);
@@ -81,14 +81,14 @@ test(
     const third = agent(dir.path, manifests, state);
     runs.push(third);
     const url3 = await urlOf(third);
-    await waitFor('third agent ready', async () => (await fetch(`${url3}/readyz`)).status === 200, 15_000);
+    await waitFor('third agent ready', async () => (await fetch(`${url3}/readyz`)).status === 200, 60_000);
     assert.match(await readFile(join(state, '.vmseed.lock'), 'utf8'), new RegExp(`^pid ${third.pid} on `));
     third.kill('SIGTERM');
     assert.equal(await third.exited, 0, third.log().slice(-2000));
   },
 );
 
-test('a lock file that is a symlink is refused and its target left alone', { timeout: 30_000 }, async (t) => {
+test('a lock file that is a symlink is refused and its target left alone', { timeout: 180_000 }, async (t) => {
   const dir = await tempDir('vmseed-lock-link-');
   t.after(() => dir.remove());
   const manifests = join(dir.path, 'manifests');

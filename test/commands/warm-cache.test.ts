@@ -87,7 +87,7 @@ test('the local-mode agent runs from the warmed cache without stripping TypeScri
   child.stderr.on('data', (d) => (stderr += d));
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   // Running means the examples were reconciled: every module the agent uses is loaded by then.
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 60_000;
   while (!/"reason":"SeedReady"/.test(stderr) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   child.kill('SIGTERM');
   assert.equal(await exited, 0, stderr.slice(-2000));

@@ -92,7 +92,7 @@ test(
     // The bad source's own new connections are refused while its share is full.
     const before = await refused();
     sockets.push(await halfOpen(server.address.port, closedAt));
-    await waitFor('one more refused', async () => (await refused()) === before + 1, 10_000);
+    await waitFor('one more refused', async () => (await refused()) === before + 1, 20_000);
 
     // The header timeout frees the server's side of every held connection
     // (the bad client never reads, so its own sockets may never notice):

@@ -364,13 +364,14 @@ test('serveEmptyVendorData (default on) spares cloud-init 22.4 a 10 s retry loop
     serveEmptyVendorData: false,
   });
   try {
-    const t0 = performance.now();
     // retries=10: what DataSourceNoCloud passes (read_seeded's default).
     const r = await cloudInitReadSeeded(datasourceSeedUrl(s.baseUrl, keyring.sign('uid-b')), 10);
     assert.equal(r.ok, true, r.error);
     assert.equal(r.vd, '');
     assert.equal(r.ud, b64(seed.userData));
-    assert.ok(performance.now() - t0 < 5000, 'a retry loop ran');
+    // Counted, not timed (a loaded machine stretches any duration): each
+    // file answered at the first request, so no retry loop ran.
+    assert.deepEqual(dir.fetches.map((f) => f.file).sort(), ['meta-data', 'user-data', 'vendor-data']);
     const unknown = await rawRequest(s.address.port, `/v1/${keyring.sign('uid-x')}/vendor-data`);
     assert.equal(unknown.status, 404);
     const off = await rawRequest(strict.address.port, `/v1/${keyring.sign('uid-b')}/vendor-data`);

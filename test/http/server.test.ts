@@ -281,8 +281,8 @@ test('/readyz follows the status source: 200, 503 with reasons, 200 again; failu
 test('/healthz turns 503 after the event loop was blocked, and 200 again when the window has passed', async () => {
   await withServer(
     async ({ url }) => {
-      await new Promise((r) => setTimeout(r, 100));
-      assert.equal((await fetch(url + '/healthz')).status, 200);
+      // Healthy first (a loaded machine may have stalled the loop just before).
+      await waitFor200(url + '/healthz', 20_000);
       const until = performance.now() + 1200;
       while (performance.now() < until) {
         // block the loop
@@ -294,10 +294,11 @@ test('/healthz turns 503 after the event loop was blocked, and 200 again when th
       assert.match(body, /event loop blocked for \d+ ms/);
       // 200 again, and not before the window has passed since the block.
       const recovered = await waitFor200(url + '/healthz', 20_000);
-      assert.ok(recovered - until >= 2400, `200 again ${recovered - until} ms after the block`);
+      assert.ok(recovered - until >= 4900, `200 again ${recovered - until} ms after the block`);
     },
-    // Generous threshold: the machine running the tests is shared.
-    { health: { intervalMs: 20, thresholdMs: 600, windowMs: 2500 } },
+    // Generous threshold and window: the machine running the tests is
+    // shared, and the 503 must still be in the window when it is asked for.
+    { health: { intervalMs: 20, thresholdMs: 600, windowMs: 5000 } },
   );
 });
 

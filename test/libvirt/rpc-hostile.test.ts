@@ -62,7 +62,8 @@ test(
       const e = await rejection(conn.call(RemoteProc.DOMAIN_GET_XML_DESC, Buffer.alloc(0), now() + 20_000, 'dumpxml'));
       assert.equal(e.code, 'LIBVIRT_PROTOCOL');
       assert.match(e.message, /dumpxml: .*frame of 4194304 bytes not complete after 0\.3 s: daemon too slow/);
-      assert.ok(Date.now() - t0 < 5_000, 'at the frame deadline, not the call deadline');
+      // Generous for a loaded machine, and still well before the 20 s call deadline.
+      assert.ok(Date.now() - t0 < 15_000, 'at the frame deadline, not the call deadline');
       assert.equal(conn.closed, true);
       assert.equal(conn.cutReason, 'slow-frame');
       assert.equal(conn.bufferedBytes, 0, 'the partial frame is let go');
@@ -137,7 +138,8 @@ test(
       onClose: (e) => (closed = e),
     });
     try {
-      assert.ok(await until(() => conn.closed, 1_500), 'closed by the keepalive while the drip goes on');
+      // The drip goes on for over a minute: a late keepalive timer still cuts it first.
+      assert.ok(await until(() => conn.closed, 20_000), 'closed by the keepalive while the drip goes on');
       assert.equal(closed?.code, 'LIBVIRT_CONNECTION_LOST');
       assert.equal(conn.cutReason, 'keepalive');
     } finally {
@@ -150,7 +152,7 @@ test(
 
 test(
   '400 defined events with 1 MiB domain names: none cached, all dropped and counted; the cache stays in its byte budget',
-  { timeout: 60_000 },
+  { timeout: 200_000 },
   async () => {
     const big = (i: number) => `${String(i).padStart(4, '0')}${'x'.repeat(MiB - 64)}`;
     let sent: Promise<void> | undefined;
@@ -182,7 +184,12 @@ test(
       const before = retainedBytes();
       const cpu0 = process.cpuUsage();
       await s.getVersion(now() + 5_000).catch(() => undefined);
-      assert.ok(await until(() => s.conn.counters.eventsReceived >= 5_400, 30_000), 'all events read');
+      // 400 MiB through one process: half a minute on a loaded machine is not enough.
+      assert.ok(
+        await until(() => s.conn.counters.eventsReceived >= 5_400 || s.conn.closed, 150_000),
+        `all events read (${s.conn.counters.eventsReceived})`,
+      );
+      assert.equal(s.conn.closed, false, `cut: ${s.conn.cutReason}`);
       await sent;
       await sleep(20);
       const cpu = process.cpuUsage(cpu0);
@@ -391,7 +398,13 @@ const HANDSHAKE_ATTACKS: Array<{
     reason: 'slow-frame',
     what: 'the answer dripped',
     message: /frame of \d+ bytes not complete after 0\.2 s: daemon too slow/,
-    attack: (p, sock) => void drip(sock, replyHead(p.header.serial, 4096), 20),
+    // The length word at once, the rest dripped: the cut names the frame's
+    // length however slowly a loaded machine runs the drip.
+    attack: (p, sock) => {
+      const head = replyHead(p.header.serial, 4096);
+      sock.write(head.subarray(0, 4));
+      void drip(sock, head.subarray(4), 20);
+    },
   },
   {
     reason: 'memory-budget',

@@ -122,7 +122,7 @@ function clusterMode(fake: FakeKube): Mode {
 
 test(
   'local mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event',
-  { timeout: 90_000 },
+  { timeout: 180_000 },
   async (t) => {
     await noToken(t, LOCAL);
   },
@@ -130,7 +130,7 @@ test(
 
 test(
   'cluster mode, datasource on: no token, seed URL or serial on any page, metric, log line or Event',
-  { timeout: 90_000 },
+  { timeout: 180_000 },
   async (t) => {
     const fake = await FakeKube.start();
     t.after(() => fake.close());
@@ -177,18 +177,18 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
   const url = await waitFor(
     'probe listener',
     () => /"url":"(http:\/\/127\.0\.0\.1:\d+)","listen":"[^"]*","serve":"probes"/.exec(out)?.[1],
-    15_000,
+    60_000,
   );
   const statusUrl = await waitFor(
     'status listener',
     () => /"url":"(http:\/\/127\.0\.0\.2:\d+)","listen":"[^"]*","serve":"status"/.exec(out)?.[1],
-    15_000,
+    60_000,
   );
   const dsPort = Number(
     await waitFor(
       'datasource listener',
       () => /"port":(\d+)[^\n]*NoCloud HTTP datasource listening/.exec(out)?.[1],
-      15_000,
+      60_000,
     ),
   );
   const base = `http://127.0.0.1:${dsPort}/v1`;
@@ -200,7 +200,7 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
       const s = (await (await fetch(`${statusUrl}/status.json`)).json()) as { vmis: JsonVmi[] };
       return all.every((v) => s.vmis.some((x) => x.name === v.name && x.state === v.state)) && s.vmis;
     },
-    30_000,
+    60_000,
   );
   for (const v of all)
     assert.equal(vmis.find((x) => x.name === v.name)!.servedOverHttp === true, v.served, `${v.name}: servedOverHttp`);
@@ -251,7 +251,7 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
       };
       return all.filter((v) => v.served).every((v) => s.vmis.find((x) => x.name === v.name)?.lastFetch?.['user-data']);
     },
-    10_000,
+    60_000,
   );
 
   const routes: Array<FetchedRoute & { listener: string }> = [

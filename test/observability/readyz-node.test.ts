@@ -22,7 +22,7 @@ async function notReady(url: string, what: string, pattern: RegExp): Promise<str
       const x = await readyz(url);
       return x.status === 503 && pattern.test(x.body) && x;
     },
-    15_000,
+    60_000,
   ).catch(async (e: Error) => assert.fail(`${e.message}; /readyz said: ${JSON.stringify(await readyz(url))}`));
   // The status page and /status.json give the same reason.
   const page = await (await fetch(`${url}/status`)).text();
@@ -46,14 +46,14 @@ async function notReady(url: string, what: string, pattern: RegExp): Promise<str
 }
 
 async function readyAgain(url: string, what: string): Promise<void> {
-  await waitFor(`ready again: ${what}`, async () => (await readyz(url)).status === 200, 15_000);
+  await waitFor(`ready again: ${what}`, async () => (await readyz(url)).status === 200, 60_000);
   const page = await (await fetch(`${url}/status`)).text();
   assert.ok(!page.includes('id="readiness"'), 'no readiness panel once ready');
 }
 
 test(
   'libvirt on: /readyz 503 while --virsh-path does not exist, 200 once it does, 503 when not executable',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-readyz-virsh-');
     t.after(() => dir.remove());
@@ -95,7 +95,7 @@ test(
 
 test(
   "libvirt on (rpc): /readyz 503 while the URI's socket is missing or not a socket, 200 once libvirt listens there",
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-readyz-socket-');
     t.after(() => dir.remove());
@@ -132,7 +132,7 @@ test(
 
 test(
   'a state directory on a full tmpfs, then a read-only one: /readyz 503 with the reason, 200 once fixed',
-  { timeout: 90_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-readyz-fs-');
     const state = join(dir.path, 'seeds');

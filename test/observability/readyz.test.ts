@@ -20,7 +20,7 @@ const startCli = (args: string[], env: Record<string, string> = {}) =>
 
 test(
   'local mode: /readyz false while the state directory is not writable or gone, true again after',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-readyz-');
     t.after(() => dir.remove());
@@ -37,7 +37,7 @@ test(
     const run = startCli(['--local', manifests, '--state-dir', state]);
     try {
       const url = await run.url();
-      await waitFor('ready', async () => (await readyz(url)).status === 200, 15_000);
+      await waitFor('ready', async () => (await readyz(url)).status === 200, 60_000);
 
       await chmod(state, 0o555);
       const down = await waitFor(
@@ -46,12 +46,12 @@ test(
           const r = await readyz(url);
           return r.status === 503 && r;
         },
-        10_000,
+        60_000,
       );
       assert.ok(down.body.includes(`state directory ${state} is not writable`), down.body);
       assert.ok(!/VMI watch/.test(down.body), `only the state directory is wrong: ${down.body}`);
       await chmod(state, 0o755);
-      await waitFor('ready again', async () => (await readyz(url)).status === 200, 10_000);
+      await waitFor('ready again', async () => (await readyz(url)).status === 200, 60_000);
 
       // Gone altogether (someone cleaned the hostPath): not ready until it is back.
       await rm(state, { recursive: true });
@@ -61,12 +61,12 @@ test(
           const r = await readyz(url);
           return r.status === 503 && r;
         },
-        10_000,
+        60_000,
       );
       assert.ok(gone.body.includes(`state directory ${state} does not exist`), gone.body);
       await mkdir(state);
       if (AS_ROOT) await chown(state, NOBODY, NOBODY);
-      await waitFor('ready once recreated', async () => (await readyz(url)).status === 200, 10_000);
+      await waitFor('ready once recreated', async () => (await readyz(url)).status === 200, 60_000);
       // A file where the directory should be: writable, but no place for images.
       await rm(state, { recursive: true });
       await writeFile(state, '');
@@ -77,13 +77,13 @@ test(
           const r = await readyz(url);
           return r.status === 503 && r;
         },
-        10_000,
+        60_000,
       );
       assert.ok(file.body.includes(`state directory ${state} is not a directory`), file.body);
       await rm(state);
       await mkdir(state);
       if (AS_ROOT) await chown(state, NOBODY, NOBODY);
-      await waitFor('ready once a directory again', async () => (await readyz(url)).status === 200, 10_000);
+      await waitFor('ready once a directory again', async () => (await readyz(url)).status === 200, 60_000);
       // /healthz never cared: the process was alive throughout.
       assert.equal((await fetch(`${url}/healthz`)).status, 200);
     } finally {
@@ -95,7 +95,7 @@ test(
 
 test(
   'cluster mode: /readyz names the watch while the API server is away, and recovers',
-  { timeout: 60_000 },
+  { timeout: 180_000 },
   async (t) => {
     const fake = await FakeKube.start();
     const dir = await tempDir('vmseed-readyz-kube-');
@@ -112,7 +112,7 @@ test(
     });
     try {
       const url = await run.url();
-      await waitFor('ready', async () => (await readyz(url)).status === 200, 15_000);
+      await waitFor('ready', async () => (await readyz(url)).status === 200, 60_000);
       await fake.refuse(true);
       const down = await waitFor(
         'not ready',
@@ -120,12 +120,12 @@ test(
           const r = await readyz(url);
           return r.status === 503 && r;
         },
-        10_000,
+        60_000,
       );
       assert.match(down.body, /VMI watch is not connected/);
       assert.ok(!down.body.includes('state directory'), down.body);
       await fake.refuse(false);
-      await waitFor('ready again', async () => (await readyz(url)).status === 200, 15_000);
+      await waitFor('ready again', async () => (await readyz(url)).status === 200, 60_000);
       // and it reconciles what changed meanwhile
       fake.applyVmi(vmi('two'));
       await waitFor(
@@ -136,7 +136,7 @@ test(
           };
           return s.vmis.some((v) => v.name === 'two' && v.state === 'ready');
         },
-        10_000,
+        60_000,
       );
     } finally {
       const code = await run.stop();

@@ -192,7 +192,7 @@ interface StatusVmi {
 // Waits for every case to settle, then checks states and seeds and returns
 // every HTTP body the agent serves.
 async function exercise(run: Running, all: Case[]): Promise<string[]> {
-  const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(run.output())?.[1], 15_000);
+  const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(run.output())?.[1], 60_000);
   const vmis = await waitFor(
     'every VMI settled',
     async () => {
@@ -208,7 +208,7 @@ async function exercise(run: Running, all: Case[]): Promise<string[]> {
       );
       return settled && s.vmis;
     },
-    20_000,
+    60_000,
   ).catch(async (e) => {
     throw new Error(
       `${(e as Error).message}: ${JSON.stringify(((await (await fetch(`${url}/status.json`)).json()) as { vmis: StatusVmi[] }).vmis.map((v: StatusVmi) => [v.name, v.state, v.lastError?.code]))}`,
@@ -262,7 +262,7 @@ function logLines(out: string): string[] {
   return lines;
 }
 
-test('cluster mode: no marker in any response, log line or Event', { timeout: 90_000 }, async (t) => {
+test('cluster mode: no marker in any response, log line or Event', { timeout: 180_000 }, async (t) => {
   const fake = await FakeKube.start();
   const dir = await tempDir('vmseed-marker-');
   t.after(async () => {
@@ -296,7 +296,7 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
         all
           .filter((c) => c.error)
           .every((c) => fake.events().some((e) => e.involvedObject.name === c.name && e.reason === 'SeedFailed')),
-      10_000,
+      60_000,
     );
     await waitFor(
       'SeedReady Events',
@@ -304,7 +304,7 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
         all
           .filter((c) => !c.error)
           .every((c) => fake.events().some((e) => e.involvedObject.name === c.name && e.reason === 'SeedReady')),
-      10_000,
+      60_000,
     );
     assertNoMarker('HTTP', bodies);
     for (const c of all.filter((c) => c.error)) {
@@ -322,7 +322,7 @@ test('cluster mode: no marker in any response, log line or Event', { timeout: 90
   assertNoMarker('log', logLines(run.output()));
 });
 
-test('local mode: no marker in any response or log line', { timeout: 90_000 }, async (t) => {
+test('local mode: no marker in any response or log line', { timeout: 180_000 }, async (t) => {
   const dir = await tempDir('vmseed-marker-local-');
   t.after(() => dir.remove());
   // A file with non-base64 Secret data is a manifest error in local mode

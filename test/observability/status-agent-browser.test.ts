@@ -31,7 +31,7 @@ interface JsonVmi {
 
 test(
   'status page of a running local-mode agent on examples/, in headless Chromium',
-  { timeout: 120_000 },
+  { timeout: 180_000 },
   async (t) => {
     const dir = await tempDir('vmseed-obs-local-');
     const manifests = join(dir.path, 'examples');
@@ -75,7 +75,7 @@ test(
       await dir.remove();
     });
 
-    const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 15_000);
+    const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1], 60_000);
     const statusJson = async () =>
       (await (await fetch(`${url}/status.json`)).json()) as {
         nodeName: string;
@@ -88,7 +88,7 @@ test(
         const s = await statusJson();
         return s.vmis.length === expected.length && s.vmis.every((v) => v.state !== 'pending');
       },
-      20_000,
+      60_000,
     );
     const json = await statusJson();
     assert.deepEqual(json.vmis.map((v) => `${v.namespace}/${v.name}`).sort(), expected);

@@ -1,6 +1,7 @@
 // The agent CLI (`src/main.ts agent …`) as a child process, for tests that
 // probe its HTTP endpoints: listens on an ephemeral port, collects its
-// output, stops with SIGTERM (SIGKILL after 15 s).
+// output, stops with SIGTERM (SIGKILL after 15 s). Its start (Node loading
+// every module) took over 15 s on a loaded two-core machine: waits are long.
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { waitFor } from './agent-harness.ts';
@@ -29,7 +30,7 @@ export function startCliAgent(
   const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   return {
     output: () => out,
-    url: () => waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(out)?.[1], 15_000),
+    url: () => waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(out)?.[1], 60_000),
     async stop() {
       if (child.exitCode === null) child.kill('SIGTERM');
       const t = setTimeout(() => child.kill('SIGKILL'), 15_000);

@@ -1,7 +1,7 @@
 // An agent in-process against the fake API server, with the real renderer,
 // ISO builder and image store, and an injector fake that models which disk
 // each domain holds (so "no second attach" is observable).
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, statSync, type Dirent } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -53,6 +53,30 @@ export function imageOf(
   });
   dated.sort((a, b) => b.mtimeMs - a.mtimeMs);
   return dated[0]?.path ?? join(dir, `${datasource}-none.iso`);
+}
+
+// The ISO files under `root` (paths relative to it, sorted), listed while an
+// agent writes, replaces and prunes them: a directory or a file gone between
+// being listed and being read is left out instead of failing the listing
+// (a recursive readdirSync throws ENOENT then).
+export function isoFilesUnder(root: string): string[] {
+  const found: string[] = [];
+  const walk = (rel: string) => {
+    let entries: Dirent[];
+    try {
+      entries = readdirSync(join(root, rel), { withFileTypes: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'ENOTDIR') return;
+      throw e;
+    }
+    for (const entry of entries) {
+      const path = rel ? join(rel, entry.name) : entry.name;
+      if (entry.isDirectory()) walk(path);
+      else if (entry.name.endsWith('.iso')) found.push(path);
+    }
+  };
+  walk('');
+  return found.sort();
 }
 
 // All images the VMI's directory holds (any datasource), sorted.
@@ -153,7 +177,9 @@ export async function startAgent(
   const { logger, lines } = captureLogger('debug');
   const metrics = createMetrics({ version: 'test', processMetrics: false });
   const connection = fake.connection();
-  const api = new KubeConnectionApi(connection, { timeoutMs: 2000 });
+  // Well above what the fake takes even when this process is starved: a
+  // request cut by its timeout is an informer restart that tests count.
+  const api = new KubeConnectionApi(connection, { timeoutMs: 10_000 });
   const store = new ImageStore({ root: options.stateDir });
   const watchOptions = typeof options.watchRefs === 'object' ? options.watchRefs : {};
   const watches =
@@ -243,7 +269,9 @@ export async function tempDir(prefix = 'vmseed-agent-'): Promise<{ path: string;
 export async function waitFor<T>(
   what: string,
   fn: () => T | undefined | false | Promise<T | undefined | false>,
-  timeoutMs = 5000,
+  // Generous: only a failing wait runs this long, and the CI runs two test
+  // files at once beside QEMU guests on two cores.
+  timeoutMs = 20_000,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {

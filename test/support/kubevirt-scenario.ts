@@ -117,16 +117,16 @@ export async function runKubevirtScenario(
       ...(options.namespaces ? { namespaces: options.namespaces } : {}),
     });
     try {
-      await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 10_000);
+      await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 20_000);
       await waitFor(
         'files seeded',
         () => lv.domains.get('team-a_files')!.live.some((d) => d.alias === 'ua-vmseed_seed'),
-        10_000,
+        20_000,
       );
       await waitFor(
         'a repeated Event patched',
         () => fake.requests.some((r) => r.resource === 'events' && r.verb === 'patch'),
-        10_000,
+        20_000,
       );
     } finally {
       await h.stop();

@@ -3,11 +3,10 @@
 // what is missing; files that appear later are taken up without a restart.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { keyLine, randomKey } from '../http/datasource-fixtures.ts';
-import { tempDir, waitFor } from '../support/agent-harness.ts';
+import { isoFilesUnder, tempDir, waitFor } from '../support/agent-harness.ts';
 import { readyz, startCliAgent } from '../support/agent-cli.ts';
 import { certDir, fixtureReview, patchOf, post, testPki } from '../support/webhook.ts';
 import { CHALLENGE_PREFIX, newNonce } from '../../src/datasource-challenge.ts';
@@ -27,10 +26,7 @@ spec:
   domain: {}
 `;
 
-function images(root: string): string[] {
-  if (!existsSync(root)) return [];
-  return (readdirSync(root, { recursive: true }) as string[]).filter((p) => p.endsWith('.iso'));
-}
+const images = isoFilesUnder;
 
 test('no datasource key and no webhook certificate: the agent seeds, /readyz says why, and both are taken up when they appear', async (t) => {
   const tmp = await tempDir('vmseed-webhook-agent-');
@@ -61,7 +57,7 @@ test('no datasource key and no webhook certificate: the agent seeds, /readyz say
     await tmp.remove();
   });
   const url = await agent.url();
-  await waitFor('the seed image', () => images(join(dir, 'seeds')).length === 1, 15_000);
+  await waitFor('the seed image', () => images(join(dir, 'seeds')).length === 1, 60_000);
   const notReady = await waitFor('/readyz naming the certificate', async () => {
     const r = await readyz(url);
     return r.status === 503 && r.body.includes('webhook certificate missing') ? r : undefined;

@@ -59,7 +59,7 @@ test('rotation by a ..data swap is served without a restart; a broken pair keeps
 
   await secretVolume(dir, two, 2);
   // The directory watch, not the 30 s poll.
-  await waitFor('the rotated certificate served', async () => await trusts(port, two.caCert), 5000);
+  await waitFor('the rotated certificate served', async () => await trusts(port, two.caCert), 20_000);
   assert.equal(await trusts(port, one.caCert), false);
 
   // A key that does not match the certificate: refused, the pair in force stays.
