@@ -1,18 +1,24 @@
 // Starts `bin/vmseed agent` the way manifests/daemonset.yaml runs it on a
-// node, read from the manifest itself (not restated here):
-// - the agent container's args and env (NODE_NAME from spec.nodeName);
+// node, read from the manifest itself (not restated here), or another of
+// the pod's containers (`container`: the imds variant's redirect, an init
+// container):
+// - the container's command (the image's ENTRYPOINT, `vmseed agent`, when
+//   it has none), args and env (NODE_NAME from spec.nodeName, HOST_IP from
+//   status.hostIP), with the kubelet's $(VAR) expansion;
 // - the pod + container securityContext: runAsUser, runAsGroup,
 //   supplementalGroups, capabilities (drop ALL → empty inheritable and
 //   bounding sets), allowPrivilegeEscalation=false → no_new_privs, applied
 //   with setpriv (setprivOptions, also used by test/deploy for the rendered
 //   variants);
+// - in a network namespace of the test's (`netns`), standing for the
+//   pod's, or the node's for a hostNetwork pod;
 // - the container's volumeMounts in a private mount namespace: hostPath
 //   volumes bound from the test's stand-ins (/var/lib/kubelet/pods → the
 //   replica's pods tree), emptyDirs as tmpfs, Secrets from a test directory,
 //   readOnly mounts and readOnlyRootFilesystem as read-only bind remounts.
 // Only listeners and the API server connection are overridden by the test.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -45,7 +51,9 @@ export interface AgentMount {
 }
 
 export interface DaemonSetAgent {
-  /** The image's ENTRYPOINT is `vmseed agent`; these follow it. */
+  /** The container's command; absent: the image's ENTRYPOINT, `vmseed agent`. */
+  command?: string[];
+  /** They follow the command. */
   args: string[];
   env: EnvVar[];
   runAsUser: number;
@@ -68,13 +76,15 @@ export function readDaemonSetAgent(path = DAEMONSET): DaemonSetAgent {
   return daemonSetAgentOf(yaml.loadAll(readFileSync(path, 'utf8')), path);
 }
 
-/** The agent container of the one DaemonSet among already-loaded objects (e.g. a `kubectl kustomize` rendering). */
-export function daemonSetAgentOf(objects: readonly unknown[], path = 'manifests'): DaemonSetAgent {
+/** The agent container (or `name`, an init container too) of the one DaemonSet among already-loaded objects (e.g. a `kubectl kustomize` rendering). */
+export function daemonSetAgentOf(objects: readonly unknown[], path = 'manifests', name = 'agent'): DaemonSetAgent {
   const docs = (objects as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
   if (docs.length !== 1) throw new Error(`${path}: expected one DaemonSet, found ${docs.length}`);
   const podSpec = ((docs[0].spec as Obj).template as Obj).spec as Obj;
-  const container = (podSpec.containers as Obj[]).find((c) => c.name === 'agent');
-  if (!container) throw new Error(`${path}: no container named agent`);
+  const container = [...((podSpec.initContainers ?? []) as Obj[]), ...(podSpec.containers as Obj[])].find(
+    (c) => c.name === name,
+  );
+  if (!container) throw new Error(`${path}: no container named ${name}`);
   const pod = (podSpec.securityContext ?? {}) as Obj;
   const sc = (container.securityContext ?? {}) as Obj;
   const caps = (sc.capabilities ?? {}) as { drop?: string[]; add?: string[] };
@@ -88,6 +98,7 @@ export function daemonSetAgentOf(objects: readonly unknown[], path = 'manifests'
   );
   // The container's securityContext wins over the pod's (Kubernetes' rule).
   return {
+    ...(container.command ? { command: (container.command as unknown[]).map(String) } : {}),
     args: ((container.args ?? []) as unknown[]).map(String),
     env: (container.env ?? []) as EnvVar[],
     runAsUser: num(sc.runAsUser ?? pod.runAsUser, 'runAsUser'),
@@ -117,23 +128,28 @@ export function withOverrides(args: string[], overrides: Record<string, string>)
 /**
  * setpriv options (without the command name) for the container's user,
  * groups and capability set. Only what the vmseed manifests use is
- * replicated, `drop: [ALL]` with nothing added: anything else throws, so a
- * manifest change cannot silently run under another identity than the
- * cluster would give it (an added capability only reaches a non-root
- * process through ambient capabilities, which Kubernetes does not set).
+ * replicated, `drop: [ALL]` with nothing added, or added ones for root:
+ * anything else throws, so a manifest change cannot silently run under
+ * another identity than the cluster would give it (an added capability only
+ * reaches a non-root process through ambient capabilities, which
+ * Kubernetes does not set).
  */
 export function setprivOptions(d: DaemonSetAgent): string[] {
   const dropAll = d.capabilities.drop.some((c) => c.toUpperCase() === 'ALL');
-  if (!dropAll || d.capabilities.add.length > 0)
-    throw new Error('daemonset: the container must drop ALL capabilities and add none (the only set replicated)');
+  if (!dropAll || (d.capabilities.add.length > 0 && d.runAsUser !== 0))
+    throw new Error(
+      'daemonset: the container must drop ALL capabilities and add none, or add some as root (the only sets replicated)',
+    );
+  const added = d.capabilities.add.map((c) => `,+${c.toLowerCase().replace(/^cap_/, '')}`).join('');
   return [
     `--reuid=${d.runAsUser}`,
     `--regid=${d.runAsGroup}`,
     d.supplementalGroups.length > 0 ? `--groups=${d.supplementalGroups.join(',')}` : '--clear-groups',
-    // Nothing kept: not inheritable, not in the bounding set (so even root
-    // gets no capability across exec).
+    // Nothing inheritable; the bounding set holds only what is added (none:
+    // even root gets no capability across exec; some: root's permitted and
+    // effective sets are those, as the container runtime gives them).
     '--inh-caps=-all',
-    '--bounding-set=-all',
+    `--bounding-set=-all${added}`,
     ...(d.allowPrivilegeEscalation ? [] : ['--no-new-privs']),
   ];
 }
@@ -165,6 +181,16 @@ export interface StartOptions {
   overrides: Record<string, string>;
   extraEnv?: Record<string, string>;
   manifest?: string;
+  /** The objects to read the DaemonSet from, instead of `manifest`. */
+  objects?: readonly unknown[];
+  /** The container to start (default the agent). */
+  container?: string;
+  /** status.hostIP for the Downward API. */
+  hostIP?: string;
+  /** A network namespace (`ip netns`) to run in. */
+  netns?: string;
+  /** A compile cache warmed as the image build warms it (`vmseed warm-cache` as the pod's user). */
+  compileCache?: string;
 }
 
 export interface DaemonSetAgentProcess {
@@ -199,11 +225,14 @@ function mountScript(
   // image's /opt/vmseed; a checkout under /tmp would be hidden by the tmp
   // emptyDir, so it is bound back at its own path, read-only, after them.
   const repo = staged(ROOT.replace(/\/+$/, ''));
+  const cache = o.compileCache ? staged(o.compileCache) : undefined;
   const sa = 'inCluster' in o.kube ? staged(o.kube.inCluster.saDir) : undefined;
   const plan: string[] = [];
   const mountPoints: string[] = [];
   for (const m of spec.mounts) {
     mountPoints.push(m.mountPath);
+    // Under /run (e.g. /var/run/libvirt) the point is on the fresh tmpfs.
+    plan.push(`mkdir -p ${q(m.mountPath)}`);
     const v = m.volume;
     if (v.hostPath) {
       const src = o.hostPaths[v.hostPath.path];
@@ -226,6 +255,12 @@ function mountScript(
   lines.push(...plan);
   const root = q(ROOT.replace(/\/+$/, ''));
   lines.push(`mkdir -p ${root}`, `mount --bind ${repo} ${root}`, `mount -o remount,bind,ro ${root}`);
+  // Where the image keeps the compile cache it warmed at build (bin/vmseed's
+  // node_modules/.cache/vmseed), read-only as the image's root filesystem.
+  if (cache) {
+    const at = q(join(realpathSync(join(ROOT, 'node_modules')), '.cache', 'vmseed'));
+    lines.push(`mount --bind ${cache} ${at}`, `mount -o remount,bind,ro ${at}`);
+  }
   // Test-only files (kubeconfig) and the service account, read-only.
   lines.push('mkdir -p /run/vmseed-test /run/secrets/kubernetes.io/serviceaccount');
   lines.push(`mount --bind ${test} /run/vmseed-test`, 'mount -o remount,bind,ro /run/vmseed-test');
@@ -239,8 +274,20 @@ function mountScript(
   return { script: lines.join('\n'), mountPoints };
 }
 
+// The kubelet's expansion of $(VAR) in command and args with the container's
+// environment: an undefined VAR stays as written, $$ escapes.
+export function expandVars(text: string, env: Record<string, string>): string {
+  return text.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m: string, name: string | undefined) =>
+    name === undefined ? '$' : (env[name] ?? m),
+  );
+}
+
 export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAgentProcess> {
-  const spec = readDaemonSetAgent(o.manifest);
+  const spec = o.objects
+    ? daemonSetAgentOf(o.objects, 'objects', o.container)
+    : o.container
+      ? daemonSetAgentOf(yaml.loadAll(readFileSync(o.manifest ?? DAEMONSET, 'utf8')), o.manifest, o.container)
+      : readDaemonSetAgent(o.manifest);
   const extraDir = await mkdtemp(join(tmpdir(), 'vmseed-ds-agent-'));
   await chmod(extraDir, 0o755);
   // VMSEED_E2E_LIBVIRT: the same replica on the other libvirt client.
@@ -252,7 +299,11 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   for (const e of spec.env) {
     if (e.value !== undefined) env[e.name] = e.value;
     else if (e.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName') env[e.name] = o.nodeName;
-    else throw new Error(`daemonset env ${e.name}: only literal values and spec.nodeName are replicated`);
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'status.hostIP' && o.hostIP) env[e.name] = o.hostIP;
+    else
+      throw new Error(
+        `daemonset env ${e.name}: only literal values, spec.nodeName and (given hostIP) status.hostIP are replicated`,
+      );
   }
   if ('kubeconfig' in o.kube) {
     await writeFile(join(extraDir, 'kubeconfig'), readFileSync(o.kube.kubeconfig), { mode: 0o644 });
@@ -262,10 +313,17 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
     env.KUBERNETES_SERVICE_PORT = String(o.kube.inCluster.port);
   }
   Object.assign(env, o.extraEnv ?? {});
-  const args = withOverrides(spec.args, overrides);
+  const args = withOverrides(spec.args, overrides).map((a) => expandVars(a, env));
+  // `vmseed` is bin/vmseed, as on the image's PATH.
+  const command = (spec.command ?? ['vmseed', 'agent'])
+    .map((a) => expandVars(a, env))
+    .map((a, i) => (i === 0 && a === 'vmseed' ? VMSEED : a));
+  if (o.compileCache)
+    await mkdir(join(realpathSync(join(ROOT, 'node_modules')), '.cache', 'vmseed'), { recursive: true });
   const { script, mountPoints } = mountScript(spec, o, extraDir);
   for (const p of mountPoints) await mkdir(p, { recursive: true });
   const argv = [
+    ...(o.netns ? ['ip', 'netns', 'exec', o.netns] : []),
     'unshare',
     '-m',
     '--propagation',
@@ -282,8 +340,7 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
     'env',
     '-i',
     ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    VMSEED,
-    'agent',
+    ...command,
     ...args,
   ];
   // unshare and sh exec into setpriv, env, bin/vmseed and Node: the child's

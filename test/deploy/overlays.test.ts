@@ -14,6 +14,7 @@ import {
   kustomize,
   kustomizeText,
   objectId,
+  writeDocsNamespacedOverlay,
   type Overlay,
 } from '../support/kustomize.ts';
 
@@ -317,24 +318,9 @@ test('kubectl kustomize prints no warning for any variant or for all components 
 // docs/operations.md shows the overlay an operator writes for their own
 // namespaces; rendered as written, with nothing in the repository edited.
 test("namespaced RBAC for the operator's own namespaces: the overlay in the docs renders and agrees with itself", async (t) => {
-  const docs = await readFile(join(ROOT, 'docs', 'operations.md'), 'utf8');
-  const start = docs.indexOf('### Namespaced RBAC');
-  const section = docs.slice(start, docs.indexOf('\n## ', start));
-  const files = new Map(
-    [...section.matchAll(/```yaml\n# (\S+)\n([\s\S]*?)```/g)].map((m) => [m[1], `${m[2]}`] as const),
-  );
-  assert.deepEqual([...files.keys()].sort(), ['kustomization.yaml', 'rolebindings.yaml']);
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-namespaced-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
-  const here = (p: string) => relative(dir, join(ROOT, p));
-  await writeFile(
-    join(dir, 'kustomization.yaml'),
-    files
-      .get('kustomization.yaml')!
-      .replace(/\S*deploy\/kubevirt\S*/, here('deploy/kubevirt'))
-      .replace(/\S*deploy\/components\/namespaced\S*/, here('deploy/components/namespaced')),
-  );
-  await writeFile(join(dir, 'rolebindings.yaml'), files.get('rolebindings.yaml')!);
+  await writeDocsNamespacedOverlay(dir);
   const { stdout, stderr } = await kustomizeText(dir);
   assert.equal(stderr, '');
   const objects = (await import('js-yaml')).loadAll(stdout) as KubeObject[];

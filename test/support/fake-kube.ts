@@ -11,6 +11,11 @@
 // - Faults on demand: 429 with Retry-After and 5xx (`fail()`), dropped
 //   connections, stalled watches, refused connections, watches that ignore
 //   `timeoutSeconds`.
+// - Discovery and create/get/server-side apply of the other kinds an
+//   install holds (fake-kube-objects.ts), so real `kubectl apply` and
+//   `kubectl create` work against it with an admin token (`adminTokens`,
+//   system:masters: no RBAC); `rbac: 'applied'` authorizes the agent with
+//   the Roles and bindings applied so far.
 // Resources: VMI list (resourceVersion, label selector) and watch, cluster-
 // wide or per namespace (chunked JSON lines, allowWatchBookmarks/BOOKMARK,
 // timeoutSeconds honoured by ending the stream cleanly, 410 Gone as an HTTP
@@ -41,6 +46,7 @@ import {
   type RbacPolicy,
 } from './kube-authz.ts';
 import { testPki, type TestPki } from './test-pki.ts';
+import { ApiObjects, discovery, jsonBody, resourceType, type Reply as ObjectReply } from './fake-kube-objects.ts';
 import { ROOT } from './manifests.ts';
 
 export type Verb = 'list' | 'watch' | 'get' | 'create' | 'patch' | 'update' | 'delete' | 'unknown';
@@ -58,6 +64,8 @@ export interface RequestRecord {
   status: number;
   // '1.1', or '2.0' over an HTTP/2 connection.
   httpVersion: string;
+  // Who asked: the service account's user, or ADMIN_USER.
+  user: string;
   // Date.now() when answered.
   at: number;
 }
@@ -145,6 +153,9 @@ function status(code: number, reason: string, message: string, details?: Record<
 }
 
 export const DEFAULT_TOKEN = 'fake-token';
+// The identity of `adminTokens` (kubeadm's admin kubeconfig user).
+export const ADMIN_USER = 'kubernetes-admin';
+const RBAC_KINDS = new Set(['ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding']);
 
 export interface FakeKubeOptions {
   // Send a BOOKMARK to bookmark-enabled watches this often.
@@ -154,10 +165,16 @@ export interface FakeKubeOptions {
   pki?: TestPki;
   // Accepted bearer tokens (default [DEFAULT_TOKEN]).
   tokens?: string[];
+  // Tokens of a cluster administrator (system:masters: never Forbidden).
+  adminTokens?: string[];
   // Authorization: the objects of these manifests (default
-  // manifests/daemonset.yaml), a policy, or false for none (everything a
-  // valid token asks is allowed).
-  rbac?: false | unknown[] | RbacPolicy;
+  // manifests/daemonset.yaml), a policy, 'applied' for the RBAC objects
+  // created on this server, or false for none (everything a valid token
+  // asks is allowed).
+  rbac?: false | unknown[] | RbacPolicy | 'applied';
+  // The address to listen on (default 127.0.0.1); the PKI's certificate
+  // must name it.
+  host?: string;
   // Offer HTTP/2 (ALPN h2, as the API server does), HTTP/1.1 still served;
   // a number: also the streams one connection may carry (SETTINGS_MAX_CONCURRENT_STREAMS).
   http2?: boolean | number;
@@ -191,7 +208,11 @@ export class FakeKube {
   #bookmarkTimer: NodeJS.Timeout | undefined;
   readonly #pki: TestPki | undefined;
   #tokens: Set<string>;
-  #rbac: RbacPolicy | undefined;
+  readonly #adminTokens: Set<string>;
+  #rbac: RbacPolicy | 'applied' | undefined;
+  readonly #host: string;
+  // Namespaces, RBAC, the DaemonSet...: what `kubectl apply` creates.
+  readonly objects = new ApiObjects(() => String(++this.#rv));
   readonly #faults: FaultRule[] = [];
   #honourWatchTimeout = true;
   readonly #afterWatchTimeout: Array<(labelSelector: string) => void> = [];
@@ -203,12 +224,15 @@ export class FakeKube {
   private constructor(
     pki: TestPki | undefined,
     tokens: string[],
-    rbac: RbacPolicy | undefined,
-    http2: boolean | number = false,
+    rbac: RbacPolicy | 'applied' | undefined,
+    options: FakeKubeOptions,
   ) {
+    const http2 = options.http2 ?? false;
     this.#pki = pki;
     this.#tokens = new Set(tokens);
+    this.#adminTokens = new Set(options.adminTokens ?? []);
     this.#rbac = rbac;
+    this.#host = options.host ?? '127.0.0.1';
     const handler = (req: IncomingMessage, res: ServerResponse) => void this.#handle(req, res);
     // HTTP/2's compatibility API has the request and response of HTTP/1.1.
     this.#server = !pki
@@ -232,7 +256,7 @@ export class FakeKube {
 
   static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
     const pki = options.tls === false ? undefined : (options.pki ?? (await testPki()));
-    const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac), options.http2);
+    const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac), options);
     if (options.historyLimit !== undefined) f.#historyLimit = options.historyLimit;
     if (options.watchTimeScale !== undefined) f.#watchTimeScale = options.watchTimeScale;
     await f.#listen(0);
@@ -246,7 +270,7 @@ export class FakeKube {
   async #listen(port: number): Promise<void> {
     await new Promise<void>((resolve, reject) => {
       this.#server.once('error', reject);
-      this.#server.listen(port, '127.0.0.1', () => {
+      this.#server.listen(port, this.#host, () => {
         this.#server.off('error', reject);
         resolve();
       });
@@ -255,11 +279,15 @@ export class FakeKube {
   }
 
   get url(): string {
-    return `${this.#pki ? 'https' : 'http'}://127.0.0.1:${this.#port}`;
+    return `${this.#pki ? 'https' : 'http'}://${this.#host}:${this.#port}`;
   }
 
   get port(): number {
     return this.#port;
+  }
+
+  get host(): string {
+    return this.#host;
   }
 
   // The CA a client must trust (undefined with `tls: false`).
@@ -281,7 +309,7 @@ export class FakeKube {
     this.#tokens = new Set(tokens);
   }
 
-  setRbac(rbac: false | unknown[] | RbacPolicy): void {
+  setRbac(rbac: false | unknown[] | RbacPolicy | 'applied'): void {
     this.#rbac = toPolicy(rbac);
   }
 
@@ -324,7 +352,7 @@ export class FakeKube {
   }
 
   // A kubeconfig file for a subprocess (`--kubeconfig`); JSON is YAML.
-  async writeKubeconfig(dir: string): Promise<string> {
+  async writeKubeconfig(dir: string, token = this.#firstToken()): Promise<string> {
     const path = join(dir, 'kubeconfig.json');
     const config = {
       apiVersion: 'v1',
@@ -338,7 +366,7 @@ export class FakeKube {
           },
         },
       ],
-      users: [{ name: 'agent', user: { token: this.#firstToken() } }],
+      users: [{ name: 'agent', user: { token } }],
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'agent' } }],
       'current-context': 'fake',
     };
@@ -391,6 +419,10 @@ export class FakeKube {
   deleteVmiSilently(namespace: string, name: string): void {
     this.#vmis.delete(`${namespace}/${name}`);
     this.#rv++;
+  }
+
+  getSecret(namespace: string, name: string): SecretObject | undefined {
+    return this.#secrets.get(`${namespace}/${name}`);
   }
 
   setSecret(secret: SecretObject): void {
@@ -659,9 +691,18 @@ export class FakeKube {
     });
   }
 
-  #authenticate(req: IncomingMessage): boolean {
+  // The user a request's bearer token authenticates as, if any.
+  #authenticate(req: IncomingMessage): string | undefined {
     const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '');
-    return m !== null && this.#tokens.has(m[1]);
+    if (m === null) return undefined;
+    if (this.#adminTokens.has(m[1])) return ADMIN_USER;
+    return this.#tokens.has(m[1]) ? this.user : undefined;
+  }
+
+  #allows(attrs: RequestAttributes): boolean {
+    if (this.#rbac === undefined) return true;
+    if (this.#rbac !== 'applied') return allows(this.#rbac, attrs);
+    return allows(rbacFromManifests(this.objects.all().filter((o) => RBAC_KINDS.has(o.kind))), attrs);
   }
 
   #takeFault(req: IncomingMessage, url: URL, verb: Verb, statuses: (s: number) => boolean): FaultRule | undefined {
@@ -687,6 +728,7 @@ export class FakeKube {
     parsed: ReturnType<typeof parsePath>,
   ): RequestRecord {
     const record: RequestRecord = {
+      user: this.#authenticate(req) ?? 'system:anonymous',
       method: req.method ?? '',
       path: url.pathname,
       verb,
@@ -734,7 +776,10 @@ export class FakeKube {
 
     // The API server's filter chain: authentication, priority and fairness
     // (429), authorization (403), then the handler.
-    if (!this.#authenticate(req)) return reply(401, status(401, 'Unauthorized', 'Unauthorized'));
+    const user = this.#authenticate(req);
+    if (user === undefined) return reply(401, status(401, 'Unauthorized', 'Unauthorized'));
+    const served = req.method === 'GET' ? discovery(url.pathname) : undefined;
+    if (served !== undefined) return reply(200, served);
     const fault429 = this.#takeFault(req, url, verb, (s) => s === 429);
     if (fault429) {
       const after = fault429.retryAfterSeconds ?? 1;
@@ -750,7 +795,7 @@ export class FakeKube {
     } catch {
       attrs = undefined; // not a resource request: 404 below
     }
-    if (attrs && this.#rbac && !allows(this.#rbac, attrs)) return reply(403, forbiddenStatus(this.user, attrs));
+    if (attrs && user !== ADMIN_USER && !this.#allows(attrs)) return reply(403, forbiddenStatus(user, attrs));
     const fault5xx = this.#takeFault(req, url, verb, (s) => s >= 500);
     if (fault5xx) {
       const reason =
@@ -927,7 +972,34 @@ export class FakeKube {
         return reply(200, ev);
       }
     }
+    const created = this.#createObject(req, p, body);
+    if (created) return reply(created.code, created.body);
     return reply(404, status(404, 'NotFound', 'the server could not find the requested resource'));
+  }
+
+  // kubectl's create, get and server-side apply of the install's objects;
+  // a Secret or ConfigMap created goes where the agent's reads find it.
+  #createObject(req: IncomingMessage, p: ReturnType<typeof parsePath>, body: string): ObjectReply | undefined {
+    const r = resourceType(p.group, p.resource);
+    if (!r || p.subresource || r.resource === 'events' || r.resource === 'virtualmachineinstances') return undefined;
+    if (r.namespaced !== (p.namespace !== undefined)) return undefined;
+    if (r.resource === 'secrets' || r.resource === 'configmaps') {
+      if (req.method !== 'POST' || p.name) return undefined;
+      const store: Map<string, SecretObject | ConfigMapObject> =
+        r.resource === 'secrets' ? this.#secrets : this.#configMaps;
+      const a = this.objects.admit(r, p.namespace, body, (name) => store.has(`${p.namespace}/${name}`));
+      if ('refused' in a) return a.refused;
+      const obj = a.object;
+      if (r.resource === 'secrets') this.setSecret(obj as unknown as SecretObject);
+      else this.setConfigMap(obj as unknown as ConfigMapObject);
+      return { code: 201, body: store.get(`${p.namespace}/${obj.metadata.name}`) };
+    }
+    if (req.method === 'POST' && !p.name) return this.objects.create(r, p.namespace, body);
+    if (req.method === 'GET' && p.name) return this.objects.read(r, p.namespace, p.name);
+    const ct = req.headers['content-type'] ?? '';
+    if (req.method === 'PATCH' && p.name && ct.startsWith('application/apply-patch'))
+      return this.objects.apply(r, p.namespace, p.name, body);
+    return undefined;
   }
 }
 
@@ -976,13 +1048,17 @@ function parsePath(path: string): {
 async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
-  return Buffer.concat(chunks).toString('utf8');
+  try {
+    return jsonBody(Buffer.concat(chunks));
+  } catch (e) {
+    return `(undecodable: ${(e as Error).message})`; // not JSON: 400 BadRequest where a body is read
+  }
 }
 
 let defaultPolicy: RbacPolicy | undefined;
 
-function toPolicy(rbac: false | unknown[] | RbacPolicy | undefined): RbacPolicy | undefined {
-  if (rbac === false) return undefined;
+function toPolicy(rbac: false | unknown[] | RbacPolicy | 'applied' | undefined): RbacPolicy | 'applied' | undefined {
+  if (rbac === false || rbac === 'applied') return rbac === 'applied' ? rbac : undefined;
   if (rbac === undefined)
     return (defaultPolicy ??= rbacFromManifests(loadManifestObjects(`${ROOT}manifests/daemonset.yaml`)));
   return Array.isArray(rbac) ? rbacFromManifests(rbac) : rbac;

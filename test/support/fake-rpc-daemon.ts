@@ -24,10 +24,11 @@ export interface Fake {
   close(): Promise<void>;
 }
 
-// `onPacket` answers (or not) each packet the client sends.
-export async function fakeDaemon(onPacket: (p: Packet, sock: Socket) => void): Promise<Fake> {
-  const dir = mkdtempSync(join(tmpdir(), 'vmseed-rpc-fake-'));
-  const path = join(dir, 'libvirt-sock');
+// `onPacket` answers (or not) each packet the client sends. `at`: the
+// socket's path (default: in a directory of its own, removed on close).
+export async function fakeDaemon(onPacket: (p: Packet, sock: Socket) => void, at?: string): Promise<Fake> {
+  const dir = at === undefined ? mkdtempSync(join(tmpdir(), 'vmseed-rpc-fake-')) : undefined;
+  const path = at ?? join(dir!, 'libvirt-sock');
   const received: Packet[] = [];
   const sockets = new Set<Socket>();
   const server = createServer((sock) => {
@@ -50,7 +51,7 @@ export async function fakeDaemon(onPacket: (p: Packet, sock: Socket) => void): P
       new Promise<void>((r) => {
         for (const s of sockets) s.destroy();
         server.close(() => {
-          rmSync(dir, { recursive: true, force: true });
+          if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
           r();
         });
       }),
@@ -99,7 +100,11 @@ export function u64(v: bigint): Buffer {
 // A daemon that speaks the handshake: AUTH_LIST -> `auth`, OPEN, event
 // registration; then sends one lifecycle event. `extra` answers anything
 // else it wants to.
-export function handshakeDaemon(auth: number[], extra?: (p: Packet, sock: Socket) => boolean): Promise<Fake> {
+export function handshakeDaemon(
+  auth: number[],
+  extra?: (p: Packet, sock: Socket) => boolean,
+  at?: string,
+): Promise<Fake> {
   return fakeDaemon((p, sock) => {
     if (extra?.(p, sock)) return;
     switch (p.header.proc) {
@@ -125,5 +130,5 @@ export function handshakeDaemon(auth: number[], extra?: (p: Packet, sock: Socket
       default:
         reply(sock, p, remoteError(1, 'unexpected'), MessageStatus.ERROR);
     }
-  });
+  }, at);
 }

@@ -3,9 +3,11 @@
 // since 1.21). A missing kubectl fails the test that needs it: there is no
 // fallback renderer.
 import { execFile } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import * as yaml from 'js-yaml';
-import type { KubeObject } from './manifests.ts';
+import { ROOT, type KubeObject } from './manifests.ts';
 
 const run = promisify(execFile);
 
@@ -43,4 +45,31 @@ export async function kubectlVersion(): Promise<string> {
 // kind/namespace/name: how kustomize and the API server tell objects apart.
 export function objectId(o: KubeObject): string {
   return `${o.kind}/${o.metadata.namespace ?? ''}/${o.metadata.name}`;
+}
+
+// docs/operations.md, "Namespaced RBAC": the overlay an operator writes for
+// namespaces of their own, its two files as the docs show them, written
+// into `dir` with the paths to this repository pointed at this checkout.
+// `components`: more of deploy/components to list beside namespaced.
+export async function writeDocsNamespacedOverlay(dir: string, components: string[] = []): Promise<void> {
+  const docs = await readFile(join(ROOT, 'docs', 'operations.md'), 'utf8');
+  const start = docs.indexOf('### Namespaced RBAC');
+  const section = docs.slice(start, docs.indexOf('\n## ', start));
+  const files = new Map([...section.matchAll(/```yaml\n# (\S+)\n([\s\S]*?)```/g)].map((m) => [m[1], m[2]] as const));
+  const kustomization = files.get('kustomization.yaml');
+  const rolebindings = files.get('rolebindings.yaml');
+  if (files.size !== 2 || kustomization === undefined || rolebindings === undefined)
+    throw new Error(`docs/operations.md "Namespaced RBAC" shows ${[...files.keys()].join(', ')}, not the two files`);
+  const here = (p: string) => relative(dir, join(ROOT, p));
+  const namespaced = /^([ \t]*- )\S*deploy\/components\/namespaced\S*$/m;
+  if (!namespaced.test(kustomization)) throw new Error("the docs' overlay lists no deploy/components/namespaced");
+  await writeFile(
+    join(dir, 'kustomization.yaml'),
+    kustomization
+      .replace(/\S*deploy\/kubevirt\S*/, here('deploy/kubevirt'))
+      .replace(namespaced, (_m, item: string) =>
+        ['namespaced', ...components].map((c) => `${item}${here(`deploy/components/${c}`)}`).join('\n'),
+      ),
+  );
+  await writeFile(join(dir, 'rolebindings.yaml'), rolebindings);
 }

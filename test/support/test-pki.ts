@@ -20,17 +20,19 @@ export interface TestPki {
 const cache = new Map<string, Promise<TestPki>>();
 
 // Distinct names give distinct CAs: a server from one must be refused by a
-// client that trusts the other.
-export function testPki(name = 'fake-kube'): Promise<TestPki> {
-  let p = cache.get(name);
+// client that trusts the other. `ips`: more addresses the server certificate
+// names (a fake API server listening elsewhere than on loopback).
+export function testPki(name = 'fake-kube', ips: string[] = []): Promise<TestPki> {
+  const key = [name, ...ips].join(' ');
+  let p = cache.get(key);
   if (!p) {
-    p = generate(name);
-    cache.set(name, p);
+    p = generate(name, ips);
+    cache.set(key, p);
   }
   return p;
 }
 
-async function generate(name: string): Promise<TestPki> {
+async function generate(name: string, ips: string[]): Promise<TestPki> {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-pki-'));
   try {
     const f = (n: string) => join(dir, n);
@@ -69,7 +71,7 @@ async function generate(name: string): Promise<TestPki> {
         'basicConstraints=critical,CA:FALSE',
         'keyUsage=critical,digitalSignature,keyEncipherment',
         'extendedKeyUsage=serverAuth',
-        'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local',
+        `subjectAltName=IP:127.0.0.1,${ips.map((ip) => `IP:${ip},`).join('')}DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local`,
         '',
       ].join('\n'),
     );
