@@ -81,6 +81,7 @@ export async function prepareNocloudHttp(
         prefix: config.prefix,
         ...(metrics ? { metrics } : {}),
         compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
+        ...(agent.provisioning ? { reports: { sink: agent.provisioning } } : {}),
       }).catch((e: Error) => {
         throw new Error(
           `cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`,

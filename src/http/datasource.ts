@@ -22,6 +22,7 @@ import { RequestScreen } from './datasource-screen.ts';
 import { createDatasourceListener } from './datasource-listener.ts';
 import { listen } from './listen.ts';
 import { challengeNonce } from '../datasource-challenge.ts';
+import { ReportReceiver, type ProgressSink, type ReportLimits } from './report-receiver.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -126,6 +127,8 @@ export interface DatasourceServerOptions {
   serveEmptyNetworkConfig?: boolean;
   // Injected for tests.
   clock?: { now(): Date; monotonicMs(): number };
+  // Accept cloud-init's progress events (POST <prefix>/<report token>/cloud-init-events).
+  reports?: { sink: ProgressSink; limits?: ReportLimits };
 }
 
 export interface DatasourceServer {
@@ -275,6 +278,34 @@ function measured(handler: SeedRequestHandler, logger: Logger, metrics: Metrics 
   };
 }
 
+// Progress reports go to their own receiver, with budgets of their own:
+// a guest's burst of events must not spend the bucket its seed fetches use.
+function withReports(
+  seeds: RequestListener,
+  options: DatasourceServerOptions,
+  prefix: string,
+  logger: Logger,
+): RequestListener {
+  if (!options.reports) return seeds;
+  const clock = options.clock ?? SYSTEM_CLOCK;
+  const receiver = new ReportReceiver({
+    prefix,
+    directory: options.directory,
+    keyring: options.keyring,
+    sink: options.reports.sink,
+    logger,
+    ...(options.metrics ? { metrics: options.metrics } : {}),
+    ...(options.reports.limits ? { limits: options.reports.limits } : {}),
+    now: clock.now,
+    monotonicMs: clock.monotonicMs,
+  });
+  return (req, res) => {
+    const token = receiver.claims(req.url ?? '');
+    if (token === undefined) return seeds(req, res);
+    receiver.handle(req, res, token, unwrapMapped(req.socket.remoteAddress ?? ''));
+  };
+}
+
 export async function startDatasourceServer(options: DatasourceServerOptions): Promise<DatasourceServer> {
   const logger = options.logger.child({ component: 'datasource' });
   const prefix = normalisePrefix(options.prefix ?? '/v1');
@@ -282,7 +313,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
   const server = createDatasourceListener(
     options.limits ?? {},
     options.metrics,
-    measured(handler, logger, options.metrics),
+    withReports(measured(handler, logger, options.metrics), options, prefix, logger),
   );
   await listen(server, options.listen.port, options.listen.host);
   const address = server.address() as AddressInfo;

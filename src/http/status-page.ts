@@ -19,6 +19,13 @@ import { esc } from './html.ts';
 
 type FirstBoot = NonNullable<VmiStatusRecord['firstBoot']>;
 import { renderLatencyChart } from './svg-chart.ts';
+import {
+  projectProvisioning,
+  provisioningCounts,
+  provisioningLine,
+  provisioningPanel,
+  provisioningTimeline,
+} from './provisioning-panel.ts';
 
 export const VMI_STATES: readonly VmiState[] = ['error', 'warning', 'pending', 'ready', 'skipped'];
 
@@ -70,6 +77,7 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
         }
       : undefined,
     firstBoot: v.firstBoot ? projectFirstBoot(v.firstBoot) : undefined,
+    provisioning: v.provisioning ? projectProvisioning(v.provisioning) : undefined,
     lastError: v.lastError ? projectProblem(v.lastError) : undefined,
     warnings: (v.warnings ?? []).map(projectProblem),
     retries: Number(v.retries ?? 0),
@@ -215,6 +223,7 @@ export function statusJson(s: AgentStatusSnapshot, filter: VmiState | undefined,
     generatedAt: now.toISOString(),
     ...p,
     counts: stateCounts(p.vmis),
+    provisioningCounts: provisioningCounts(p.vmis),
     filter: filter ?? null,
     vmis: filter ? p.vmis.filter((v) => v.state === filter) : p.vmis,
   };
@@ -545,7 +554,7 @@ function vmiRow(v: VmiStatusRecord, now: Date): string {
 <td class="nowrap">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
 <td class="num">${esc(formatSeconds(v.generationSeconds))}</td>
 <td>${injectionCell(v)}</td>
-<td>${seededAfterBootCell(v)}${firstBootLine(v)}</td>
+<td>${seededAfterBootCell(v)}${firstBootLine(v)}${provisioningLine(v)}</td>
 <td class="problems">${problems || '<span class="muted">—</span>'}</td>
 </tr>`;
 }
@@ -575,7 +584,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
-<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${provisioningPanel(s.vmis)}${configPanel(s.config)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${(options.probeLinks ?? true) ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({
@@ -651,6 +660,7 @@ ${row('retries', esc(v.retries))}
 ${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', `<span class="muted">${s.config.libvirt === 'off' ? 'off (--libvirt off): the image is only written to disk' : 'not injected'}</span>`)}
 </table></section>
 ${v.firstBoot ? `<section class="panel" id="first-boot"><h2>First boot</h2><table class="kv">${firstBootRows(v.firstBoot, row)}</table></section>` : ''}
+${provisioningTimeline(v)}
 ${fetches}
 ${dependenciesHtml(v, now)}
 </div>
