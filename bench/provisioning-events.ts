@@ -144,6 +144,7 @@ async function collect(): Promise<{
   statusAt: Record<string, number>;
   accepted: number;
   refused: number;
+  busyMs: number;
 }> {
   worker!.postMessage('collect');
   return new Promise((resolve) => worker!.once('message', resolve));
@@ -164,6 +165,8 @@ async function main(): Promise<void> {
   let lostTotal = 0;
   let sentTotal = 0;
   let acceptedBefore = 0;
+  const busyWith: number[] = [];
+  const busyWithout: number[] = [];
   await seedLoad(performance.now() + 3000, []);
   await collect();
   for (let round = 0; round < ROUNDS; round++) {
@@ -188,8 +191,9 @@ async function main(): Promise<void> {
         }
         extra = ` | events sent ${boot.sent}, accepted ${accepted}, lost ${boot.lost}, Events ${Object.keys(c.eventAt).length}/${VMS}`;
       }
+      (events ? busyWith : busyWithout).push(c.busyMs);
       rows.push(
-        `| ${round + 1} | ${events ? 'with events' : 'seeds only '} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)}${extra} |`,
+        `| ${round + 1} | ${events ? 'with events' : 'seeds only '} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)} | ${c.busyMs.toFixed(0)}${extra} |`,
       );
       console.log(rows.at(-1));
     }
@@ -197,12 +201,18 @@ async function main(): Promise<void> {
   const p99Without = quantile(withoutAll, 0.99);
   const p99With = quantile(withAll, 0.99);
   console.log(`\n${VMS} VMs, ${SECONDS} s rows, ${ROUNDS} rounds; seed fetches: ${VMS * 4}/s`);
-  console.log('| round | load | seed requests | p50 ms | p99 ms | events |');
+  console.log('| round | load | seed requests | p50 ms | p99 ms | server busy ms | events |');
   console.log(rows.join('\n'));
   console.log(
     `\nseed fetch p99: ${p99Without.toFixed(2)} ms without events, ${p99With.toFixed(2)} ms with (${(p99With / p99Without).toFixed(2)}x)`,
   );
   console.log(`events: ${sentTotal} sent, ${lostTotal} lost`);
+  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+  const perEventUs = ((sum(busyWith) - sum(busyWithout)) / Math.max(1, sentTotal)) * 1000;
+  const perSeedUs = (sum(busyWithout) / Math.max(1, withoutAll.length)) * 1000;
+  console.log(
+    `server event loop busy: ${perSeedUs.toFixed(0)} µs per seed request, ${perEventUs.toFixed(0)} µs more per event`,
+  );
   console.log(
     `final event sent -> Event recorded: median ${quantile(toEvent, 0.5).toFixed(2)} ms, p99 ${quantile(toEvent, 0.99).toFixed(2)} ms (${toEvent.length} boots)`,
   );

@@ -65,12 +65,18 @@ const tracker = new ProvisioningTracker({
   metrics,
   logger: pino({ level: 'silent' }),
 });
-// What the status page reads, checked right after each accepted event.
+// What the status page reads, checked right after the final event (only
+// then: building it for every event would be the bench's cost, not the agent's).
 const sink = {
   report: (...args: Parameters<ProvisioningTracker['report']>) => {
     const kept = tracker.report(...args);
     const name = args[0].name;
-    if (!statusAt.has(name) && tracker.status(records.get(`bench/${name}`)!, Date.now())?.state === 'succeeded')
+    const final = args[1].name === 'modules-final' && args[1].type === 'finish';
+    if (
+      final &&
+      !statusAt.has(name) &&
+      tracker.status(records.get(`bench/${name}`)!, Date.now())?.state === 'succeeded'
+    )
       statusAt.set(name, wall());
     return kept;
   },
