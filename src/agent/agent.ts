@@ -2,7 +2,7 @@
 // draining it, garbage collection after the first full list, a periodic
 // resync, and a graceful stop.
 import type { Logger } from 'pino';
-import type { RefResolver, VmiObject } from '../api/types.ts';
+import type { RefResolver } from '../api/types.ts';
 import type { Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { BackoffPolicy } from '../backoff.ts';
@@ -69,8 +69,6 @@ export interface AgentOptions {
   // After the guest read its seed, how long without a cloud-init event
   // before the status page says "progress not reported" (tests).
   provisioningNotReportedAfterMs?: number;
-  // Told when a VMI's provisioning state changes (the VMI annotation).
-  onProvisioningState?: (key: string, vmi: VmiObject, state: string) => void;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -185,7 +183,6 @@ export class Agent {
       ...(o.provisioningNotReportedAfterMs !== undefined
         ? { notReportedAfterMs: o.provisioningNotReportedAfterMs }
         : {}),
-      ...(o.onProvisioningState ? { onState: o.onProvisioningState } : {}),
     });
     this.status.setProvisioningSource((r, now) => tracker.status(r, now));
     o.metrics?.setLiveProbes({ provisioning: () => tracker.summary(Date.now()) });

@@ -79,12 +79,7 @@ function emptyBoot(uid: string, boot: number, at: number): ProvisioningFacts {
 }
 
 // `prev` is changed in place unless a new boot begins.
-export function applyEvent(
-  prev: ProvisioningFacts | undefined,
-  uid: string,
-  e: ReportedEvent,
-  at: number,
-): Applied | undefined {
+export function applyEvent(prev: ProvisioningFacts | undefined, uid: string, e: ReportedEvent, at: number): Applied {
   const { stage, step } = splitName(e.name);
   let facts = prev?.uid === uid ? prev : undefined;
   let newBoot = false;

@@ -19,6 +19,11 @@ import { applyEvent, moduleLabel, type ProvisioningFacts, type StepFacts } from 
 // says "progress not reported".
 export const NOT_REPORTED_AFTER_MS = 10 * 60_000;
 
+// A guest can finish "boots" as fast as its rate limit lets it post a
+// start and a finish: at most one provisioning Event per VMI this often
+// (the status page and the metrics still see every boot).
+export const EVENT_MIN_INTERVAL_MS = 30_000;
+
 export const PROVISIONING_STATES = ['running', 'succeeded', 'failed', 'not-reported'] as const;
 
 export interface ProvisioningTrackerOptions {
@@ -29,13 +34,12 @@ export interface ProvisioningTrackerOptions {
   metrics?: Metrics;
   logger: Logger;
   notReportedAfterMs?: number;
-  // Told when a VMI's shown provisioning state changes (running, succeeded,
-  // failed: <module>).
-  onState?: (key: string, vmi: VmiObject, state: string) => void;
 }
 
 export class ProvisioningTracker implements ProgressSink {
   readonly #o: ProvisioningTrackerOptions;
+  // When each record's object last got a provisioning Event (gone with the record).
+  readonly #evented = new WeakMap<VmiRecord, { uid: string; at: number }>();
 
   constructor(options: ProvisioningTrackerOptions) {
     this.#o = options;
@@ -48,9 +52,7 @@ export class ProvisioningTracker implements ProgressSink {
     if (!r || r.status?.uid !== entry.uid || !vmi || (vmi.metadata.uid ?? key) !== entry.uid) return false;
     const before = r.provisioning;
     const applied = applyEvent(before, entry.uid, event, at.getTime());
-    if (!applied) return true;
     r.provisioning = applied.facts;
-    if (applied.newBoot) this.#o.onState?.(key, vmi, 'running');
     if (applied.finished) this.#finished(key, vmi, r, applied.facts);
     return true;
   }
@@ -73,27 +75,29 @@ export class ProvisioningTracker implements ProgressSink {
     const [namespace, name] = [key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)];
     if (f.boot === 1 && seen !== undefined)
       this.#o.metrics?.provisioningSeconds.observe({ result: (f.result ?? 'SUCCESS').toLowerCase() }, seconds);
+    const last = this.#evented.get(r);
+    const quiet = last?.uid === f.uid && f.finishedAt! - last.at < EVENT_MIN_INTERVAL_MS;
+    if (!quiet) this.#evented.set(r, { uid: f.uid, at: f.finishedAt! });
+    const events = quiet ? undefined : this.#o.events;
     if (f.failure) {
       const module = moduleLabel(f.failure.step);
       this.#o.metrics?.provisioningFailures.inc({ module });
       const what = f.failure.description ? `: ${f.failure.description}` : '';
-      this.#o.events.record(
+      events?.record(
         vmi,
         'Warning',
         'ProvisioningFailed',
         `cloud-init reported FAIL for ${f.failure.step}${what} (boot ${f.boot}, finished ${formatSeconds(seconds)} ${since})`,
       );
-      this.#o.onState?.(key, vmi, `failed: ${f.failure.step}`);
       this.#o.logger.info({ namespace, name, boot: f.boot, step: f.failure.step, seconds }, 'provisioning failed');
       return;
     }
-    this.#o.events.record(
+    events?.record(
       vmi,
       'Normal',
       'ProvisioningSucceeded',
       `cloud-init finished with ${f.result ?? 'SUCCESS'} ${formatSeconds(seconds)} ${since} (boot ${f.boot})`,
     );
-    this.#o.onState?.(key, vmi, 'succeeded');
     this.#o.logger.info({ namespace, name, boot: f.boot, seconds }, 'provisioning succeeded');
   }
 
