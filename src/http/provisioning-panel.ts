@@ -6,6 +6,7 @@
 import type { ProvisioningStage, ProvisioningStatus, ProvisioningStep, VmiStatusRecord } from '../status/types.ts';
 import { formatSeconds, formatTime } from '../format.ts';
 import { esc } from './html.ts';
+import { defined, num, str } from './projection.ts';
 
 export const PROVISIONING_STATES: ReadonlyArray<ProvisioningStatus['state']> = [
   'running',
@@ -14,17 +15,6 @@ export const PROVISIONING_STATES: ReadonlyArray<ProvisioningStatus['state']> = [
   'not-reported',
 ];
 const RESULTS = new Set(['SUCCESS', 'WARN', 'FAIL']);
-
-function str(v: unknown): string | undefined {
-  return typeof v === 'string' ? v : undefined;
-}
-function num(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
-}
-function defined<T extends object>(o: T): T {
-  for (const k of Object.keys(o) as Array<keyof T>) if (o[k] === undefined) delete o[k];
-  return o;
-}
 
 function projectStep(s: ProvisioningStep): ProvisioningStep {
   return defined({

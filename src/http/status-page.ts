@@ -16,6 +16,7 @@ import type {
 } from '../status/types.ts';
 import { formatAgo, formatBytes, formatSeconds, formatTime } from '../format.ts';
 import { esc } from './html.ts';
+import { defined, num, str } from './projection.ts';
 
 type FirstBoot = NonNullable<VmiStatusRecord['firstBoot']>;
 import { renderLatencyChart } from './svg-chart.ts';
@@ -34,17 +35,6 @@ export function parseStateFilter(value: string | null | undefined): VmiState | u
 }
 
 // ---- projection: the only way data gets from a snapshot to a response ----
-
-function str(v: unknown): string | undefined {
-  return typeof v === 'string' ? v : undefined;
-}
-function num(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
-}
-function defined<T extends object>(o: T): T {
-  for (const k of Object.keys(o) as Array<keyof T>) if (o[k] === undefined) delete o[k];
-  return o;
-}
 
 function projectProblem(p: StatusProblem): StatusProblem {
   return defined({ code: p.code, message: String(p.message), kind: p.kind, field: str(p.field), at: String(p.at) });
