@@ -20,6 +20,7 @@ import type { HostNumaReader } from '../libvirt/host-numa.ts';
 import type { ObjectCache } from '../kube/object-watches.ts';
 import { RefDependencies } from './ref-dependencies.ts';
 import { SeedReadWatch, type SeedReadClient, type SeedReadPolicy } from './seed-read.ts';
+import { ProvisioningTracker } from './provisioning.ts';
 
 export interface AgentOptions {
   version: string;
@@ -65,6 +66,9 @@ export interface AgentOptions {
   // KubeVirt without the admission webhook: warn about vmseed VMIs that
   // start unpaused (SEED_GATE_MISSING).
   warnMissingGate?: boolean;
+  // After the guest read its seed, how long without a cloud-init event
+  // before the status page says "progress not reported" (tests).
+  provisioningNotReportedAfterMs?: number;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -83,6 +87,8 @@ export class Agent {
   readonly shutdown: ShutdownDeadline;
   // The datasource server's SeedDirectory (undefined when it is off).
   readonly seeds: AgentSeedDirectory | undefined;
+  // Where the datasource's progress reports go (undefined when it is off).
+  readonly provisioning: ProvisioningTracker | undefined;
   readonly #o: AgentOptions;
   readonly #log: Logger;
   readonly #waits: DomainWaits | undefined;
@@ -136,9 +142,13 @@ export class Agent {
       ...(options.nocloudHttp ? { servedOverHttp: true } : {}),
       records: this.records,
     });
+    this.provisioning = options.nocloudHttp ? this.#makeProvisioning() : undefined;
     this.seeds = options.nocloudHttp
       ? new AgentSeedDirectory({
-          onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at),
+          onFetch: (key, uid, file, at) => {
+            this.status.recordFetch(key, uid, file, at);
+            this.provisioning?.fetched(key, uid, file, at);
+          },
           nodeName: options.nodeName,
         })
       : undefined;
@@ -161,6 +171,23 @@ export class Agent {
     });
     this.reconciler = this.#makeReconciler(injector, refs);
     if (deps) this.status.setDependencySource((key) => deps.dependencies(key));
+  }
+
+  #makeProvisioning(): ProvisioningTracker {
+    const o = this.#o;
+    const tracker = new ProvisioningTracker({
+      records: this.records,
+      vmiOf: (key) => this.source.get(key),
+      events: o.events,
+      ...(o.metrics ? { metrics: o.metrics } : {}),
+      logger: o.logger.child({ component: 'provisioning' }),
+      ...(o.provisioningNotReportedAfterMs !== undefined
+        ? { notReportedAfterMs: o.provisioningNotReportedAfterMs }
+        : {}),
+    });
+    this.status.setProvisioningSource((r, now) => tracker.status(r, now));
+    o.metrics?.setLiveProbes({ provisioning: () => tracker.summary(Date.now()) });
+    return tracker;
   }
 
   #makeDependencies(): RefDependencies | undefined {

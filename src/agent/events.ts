@@ -6,7 +6,8 @@ import type { Logger } from 'pino';
 import type { VmiObject } from '../api/types.ts';
 import type { KubeApi } from '../kube/api.ts';
 
-export type EventReason = 'SeedReady' | 'SeedFailed' | 'SeedWarning' | 'SeedRead';
+export type EventReason =
+  'SeedReady' | 'SeedFailed' | 'SeedWarning' | 'SeedRead' | 'ProvisioningSucceeded' | 'ProvisioningFailed';
 export type EventType = 'Normal' | 'Warning';
 
 export interface EventRecorder {

@@ -225,6 +225,7 @@ export class ReconcileRecorder {
     const afterAttach = Math.max(0, facts.readAt - facts.attachedAt) / 1000;
     const afterStart = facts.startedAt === undefined ? undefined : Math.max(0, facts.readAt - facts.startedAt) / 1000;
     if (afterStart !== undefined) this.#o.metrics?.seedReadAfterStart.observe(afterStart);
+    this.#o.metrics?.seedReadSeconds.observe({ via: 'disk' }, afterAttach);
     const since =
       afterStart === undefined
         ? `${formatSeconds(afterAttach)} after it was attached (the domain's start was not seen by this agent)`

@@ -8,6 +8,7 @@ import type {
   AgentStatusSnapshot,
   DependencyRecord,
   LibvirtStatus,
+  ProvisioningStatus,
   ReadinessStatus,
   RedirectStatus,
   SourceError,
@@ -17,7 +18,7 @@ import type {
   WatchStatus,
 } from '../status/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { VmiRecords } from './vmi-records.ts';
+import { VmiRecords, type VmiRecord } from './vmi-records.ts';
 import { mergeStatus, nextStatus, type StatusReport } from './vmi-status.ts';
 
 export const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
@@ -57,6 +58,7 @@ export class StatusStore implements StatusSource {
   #redirect: (() => RedirectStatus | undefined) | undefined;
   #libvirt: (() => LibvirtStatus) | undefined;
   #dependencies: ((key: string) => DependencyRecord[]) | undefined;
+  #provisioning: ((record: VmiRecord, now: number) => ProvisioningStatus | undefined) | undefined;
   // VMIs whose last reconcile ended at the seed gate (SEED_GATE_WAITING).
   #atGate = 0;
 
@@ -96,6 +98,11 @@ export class StatusStore implements StatusSource {
   // What each VMI's seed depends on (cluster mode's watched Secrets and ConfigMaps).
   setDependencySource(source: (key: string) => DependencyRecord[]): void {
     this.#dependencies = source;
+  }
+
+  // What each VMI's guest reported of its provisioning (a ProvisioningTracker).
+  setProvisioningSource(source: (record: VmiRecord, now: number) => ProvisioningStatus | undefined): void {
+    this.#provisioning = source;
   }
 
   // Where the libvirt RPC client's per-connection counters come from.
@@ -159,6 +166,7 @@ export class StatusStore implements StatusSource {
     const libvirt = this.#libvirt?.();
     const watch = this.#opts.watch();
     const stale = staleByKey(watch.sourceErrors ?? []);
+    const now = this.#now().getTime();
     return {
       version: this.#opts.version,
       nodeName: this.#opts.nodeName,
@@ -167,14 +175,20 @@ export class StatusStore implements StatusSource {
       watch,
       queue: this.#opts.queue(),
       vmis: [...this.records.values()]
-        .flatMap((r) => (r.status ? [r.status] : []))
+        .flatMap((r) => (r.status ? [this.#withProvisioning(structuredClone(r.status), r, now)] : []))
         .sort((a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name))
-        .map((r) => withStale(this.#withDependencies(this.#withHttp(structuredClone(r))), stale)),
+        .map((r) => withStale(this.#withDependencies(this.#withHttp(r)), stale)),
       recentGenerations: this.#recent.slice(),
       ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
       ...(redirect ? { redirect: structuredClone(redirect) } : {}),
       ...(libvirt ? { libvirt: structuredClone(libvirt) } : {}),
     };
+  }
+
+  #withProvisioning(s: VmiStatusRecord, r: VmiRecord, now: number): VmiStatusRecord {
+    const p = this.#provisioning?.(r, now);
+    if (p) s.provisioning = p;
+    return s;
   }
 
   #withDependencies(r: VmiStatusRecord): VmiStatusRecord {

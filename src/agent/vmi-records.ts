@@ -7,6 +7,7 @@ import type { Datasource } from '../api/types.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import type { VmiStatusRecord } from '../status/types.ts';
 import type { FirstBootFacts } from './seed-read.ts';
+import type { ProvisioningFacts } from './provisioning-timeline.ts';
 
 // What is on disk (and in the domain) for a key, for the object `uid`.
 export interface ImageFacts {
@@ -48,6 +49,8 @@ export interface VmiRecord {
   renderTimeouts?: { version: string | undefined; count: number };
   // The domain's start, our disk's attach and the guest's first read of it.
   firstBoot?: FirstBootFacts;
+  // What the guest's cloud-init reported of its current boot.
+  provisioning?: ProvisioningFacts;
 }
 
 export class VmiRecords {

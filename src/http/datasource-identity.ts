@@ -21,16 +21,29 @@ function indexKey(token: string): string {
 // served, so no VMI can be handed another's seed.
 const AMBIGUOUS = '';
 
-class TokenIndex {
+// What a seed token may be signed over: the VMI's UID, or its binding.
+function seedMessages(uid: string, entry: SeedDirectoryEntry | undefined): string[] {
+  return entry?.binding === undefined ? [uid] : [uid, entry.binding];
+}
+
+// Token -> UID of the directory's VMIs, rebuilt when the directory or the
+// keys change. `messagesOf` says what a VMI's tokens are signed over.
+export class TokenIndex {
   #byToken = new Map<string, string>();
   #revision: number | undefined;
   #generation: number | undefined;
   readonly #directory: SeedDirectory;
   readonly #keyring: DatasourceKeyring;
+  readonly #messagesOf: (uid: string, entry: SeedDirectoryEntry | undefined) => string[];
 
-  constructor(directory: SeedDirectory, keyring: DatasourceKeyring) {
+  constructor(
+    directory: SeedDirectory,
+    keyring: DatasourceKeyring,
+    messagesOf: (uid: string, entry: SeedDirectoryEntry | undefined) => string[] = seedMessages,
+  ) {
     this.#directory = directory;
     this.#keyring = keyring;
+    this.#messagesOf = messagesOf;
   }
 
   resolve(token: string): string | undefined {
@@ -49,9 +62,8 @@ class TokenIndex {
       next.set(k, had === undefined || had === uid ? uid : AMBIGUOUS);
     };
     for (const uid of this.#directory.listUids()) {
-      for (const t of this.#keyring.acceptedTokens(uid)) add(t, uid);
-      const binding = this.#directory.get(uid)?.binding;
-      if (binding !== undefined) for (const t of this.#keyring.acceptedTokens(binding)) add(t, uid);
+      for (const m of this.#messagesOf(uid, this.#directory.get(uid)))
+        for (const t of this.#keyring.acceptedTokens(m)) add(t, uid);
     }
     // Only a whole index counts as built: a directory that threw is asked again.
     this.#byToken = next;

@@ -26,6 +26,7 @@ import { ImdsEndpoints } from './imds-endpoints.ts';
 import type { ImdsGuardLimits } from './imds-guards.ts';
 import type { ImdsFacts } from './imds-identity.ts';
 import type { ServiceAccountTokenReader } from './imds-token.ts';
+import { ReportReceiver, type ProgressSink, type ReportLimits } from './report-receiver.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -137,6 +138,8 @@ export interface DatasourceServerOptions {
   // a VMI's ServiceAccount token; without a reader /v1/token answers 500.
   imdsLimits?: ImdsGuardLimits;
   readServiceAccountToken?: ServiceAccountTokenReader;
+  // Accept cloud-init's progress events (POST <prefix>/<report token>/cloud-init-events).
+  reports?: { sink: ProgressSink; limits?: ReportLimits };
 }
 
 export interface DatasourceServer {
@@ -299,6 +302,34 @@ function measured(handler: SeedRequestHandler, logger: Logger, metrics: Metrics 
   };
 }
 
+// Progress reports go to their own receiver, with budgets of their own:
+// a guest's burst of events must not spend the bucket its seed fetches use.
+function withReports(
+  seeds: RequestListener,
+  options: DatasourceServerOptions,
+  prefix: string,
+  logger: Logger,
+): RequestListener {
+  if (!options.reports) return seeds;
+  const clock = options.clock ?? SYSTEM_CLOCK;
+  const receiver = new ReportReceiver({
+    prefix,
+    directory: options.directory,
+    keyring: options.keyring,
+    sink: options.reports.sink,
+    logger,
+    ...(options.metrics ? { metrics: options.metrics } : {}),
+    ...(options.reports.limits ? { limits: options.reports.limits } : {}),
+    now: clock.now,
+    monotonicMs: clock.monotonicMs,
+  });
+  return (req, res) => {
+    const token = receiver.claims(req.url ?? '');
+    if (token === undefined) return seeds(req, res);
+    receiver.handle(req, res, token, unwrapMapped(req.socket.remoteAddress ?? ''));
+  };
+}
+
 export async function startDatasourceServer(options: DatasourceServerOptions): Promise<DatasourceServer> {
   const logger = options.logger.child({ component: 'datasource' });
   const prefix = normalisePrefix(options.prefix ?? '/v1');
@@ -306,7 +337,7 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
   const server = createDatasourceListener(
     options.limits ?? {},
     options.metrics,
-    measured(handler, logger, options.metrics),
+    withReports(measured(handler, logger, options.metrics), options, prefix, logger),
   );
   await listen(server, options.listen.port, options.listen.host);
   const address = server.address() as AddressInfo;

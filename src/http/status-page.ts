@@ -16,9 +16,17 @@ import type {
 } from '../status/types.ts';
 import { formatAgo, formatBytes, formatSeconds, formatTime } from '../format.ts';
 import { esc } from './html.ts';
+import { defined, num, str } from './projection.ts';
 
 type FirstBoot = NonNullable<VmiStatusRecord['firstBoot']>;
 import { renderLatencyChart } from './svg-chart.ts';
+import {
+  projectProvisioning,
+  provisioningCounts,
+  provisioningLine,
+  provisioningPanel,
+  provisioningTimeline,
+} from './provisioning-panel.ts';
 
 export const VMI_STATES: readonly VmiState[] = ['error', 'warning', 'pending', 'ready', 'skipped'];
 
@@ -27,17 +35,6 @@ export function parseStateFilter(value: string | null | undefined): VmiState | u
 }
 
 // ---- projection: the only way data gets from a snapshot to a response ----
-
-function str(v: unknown): string | undefined {
-  return typeof v === 'string' ? v : undefined;
-}
-function num(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
-}
-function defined<T extends object>(o: T): T {
-  for (const k of Object.keys(o) as Array<keyof T>) if (o[k] === undefined) delete o[k];
-  return o;
-}
 
 function projectProblem(p: StatusProblem): StatusProblem {
   return defined({ code: p.code, message: String(p.message), kind: p.kind, field: str(p.field), at: String(p.at) });
@@ -70,6 +67,7 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
         }
       : undefined,
     firstBoot: v.firstBoot ? projectFirstBoot(v.firstBoot) : undefined,
+    provisioning: v.provisioning ? projectProvisioning(v.provisioning) : undefined,
     lastError: v.lastError ? projectProblem(v.lastError) : undefined,
     warnings: (v.warnings ?? []).map(projectProblem),
     retries: Number(v.retries ?? 0),
@@ -215,6 +213,7 @@ export function statusJson(s: AgentStatusSnapshot, filter: VmiState | undefined,
     generatedAt: now.toISOString(),
     ...p,
     counts: stateCounts(p.vmis),
+    provisioningCounts: provisioningCounts(p.vmis),
     filter: filter ?? null,
     vmis: filter ? p.vmis.filter((v) => v.state === filter) : p.vmis,
   };
@@ -545,7 +544,7 @@ function vmiRow(v: VmiStatusRecord, now: Date): string {
 <td class="nowrap">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
 <td class="num">${esc(formatSeconds(v.generationSeconds))}</td>
 <td>${injectionCell(v)}</td>
-<td>${seededAfterBootCell(v)}${firstBootLine(v)}</td>
+<td>${seededAfterBootCell(v)}${firstBootLine(v)}${provisioningLine(v)}</td>
 <td class="problems">${problems || '<span class="muted">—</span>'}</td>
 </tr>`;
 }
@@ -575,7 +574,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
 <tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
-<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${configPanel(s.config)}</div>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${provisioningPanel(s.vmis)}${configPanel(s.config)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${(options.probeLinks ?? true) ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({
@@ -651,6 +650,7 @@ ${row('retries', esc(v.retries))}
 ${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', `<span class="muted">${s.config.libvirt === 'off' ? 'off (--libvirt off): the image is only written to disk' : 'not injected'}</span>`)}
 </table></section>
 ${v.firstBoot ? `<section class="panel" id="first-boot"><h2>First boot</h2><table class="kv">${firstBootRows(v.firstBoot, row)}</table></section>` : ''}
+${provisioningTimeline(v)}
 ${fetches}
 ${dependenciesHtml(v, now)}
 </div>

@@ -13,6 +13,8 @@ const SLOW_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 // A domain's start to our disk in it: 1 ms to 5 min, finest where the
 // guest's firmware is still running.
 const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+// A guest's boot to cloud-init's final stage: 5 s to 2 h.
+const PROVISIONING_BUCKETS = [5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600, 7200];
 // 4 KiB (minimum image) to 64 MiB.
 const SIZE_BUCKETS = [4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
 
@@ -34,6 +36,7 @@ export interface LiveProbes {
     lastEventAt?: string;
     sourceErrors?: readonly unknown[];
   };
+  provisioning?: () => { counts: Record<string, number>; oldestRunningSeconds: number };
 }
 
 export function createMetrics(options: MetricsOptions) {
@@ -224,6 +227,56 @@ export function createMetrics(options: MetricsOptions) {
       labelNames: ['family', 'scope'] as const,
       registers,
     }),
+    provisioningSeconds: new Histogram({
+      name: 'vmseed_provisioning_seconds',
+      help: "From the VMI's first sight by this agent to cloud-init's modules-final finish reported by the guest, by result (success, warn, fail).",
+      labelNames: ['result'] as const,
+      buckets: PROVISIONING_BUCKETS,
+      registers,
+    }),
+    seedReadSeconds: new Histogram({
+      name: 'vmseed_seed_read_seconds',
+      help: "From the seed in place to the guest's first read of it, by how it was read: disk (attach to the first read in libvirt's block statistics) or http (seed ready to the first meta-data fetch).",
+      labelNames: ['via'] as const,
+      buckets: SLOW_BUCKETS,
+      registers,
+    }),
+    provisioningFailures: new Counter({
+      name: 'vmseed_provisioning_failures_total',
+      help: 'Boots whose cloud-init reported FAIL, by the first failing module (cloud-init module names; anything else is other).',
+      labelNames: ['module'] as const,
+      registers,
+    }),
+    provisioningReports: new Counter({
+      name: 'vmseed_provisioning_reports_total',
+      help: 'cloud-init progress events accepted on the datasource listener.',
+      registers,
+    }),
+    provisioningReportsRefused: new Counter({
+      name: 'vmseed_provisioning_reports_refused_total',
+      help: 'cloud-init progress reports refused on the datasource listener, by reason.',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
+    provisioningVmis: new Gauge({
+      name: 'vmseed_provisioning_vmis',
+      help: "VMIs of this node by what their guest's cloud-init reported for the current boot: running, succeeded, failed, not-reported.",
+      labelNames: ['state'] as const,
+      registers,
+      collect() {
+        const p = live.provisioning?.();
+        if (p) for (const [state, n] of Object.entries(p.counts)) this.set({ state }, n);
+      },
+    }),
+    provisioningOldestRunning: new Gauge({
+      name: 'vmseed_provisioning_oldest_running_seconds',
+      help: 'Seconds since the VMI first seen by this agent, of the longest one whose cloud-init has reported progress but not finished (0 when none).',
+      registers,
+      collect() {
+        const p = live.provisioning?.();
+        if (p) this.set(p.oldestRunningSeconds);
+      },
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',
@@ -237,6 +290,8 @@ export function createMetrics(options: MetricsOptions) {
   for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
   for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
   m.seededAfterBoot.inc({ datasource: 'disk' }, 0);
+  for (const state of ['running', 'succeeded', 'failed', 'not-reported']) m.provisioningVmis.set({ state }, 0);
+  m.provisioningFailures.inc({ module: 'other' }, 0);
   return {
     ...m,
     // The agent hands in its probes once it has a queue and a source.

@@ -75,6 +75,54 @@ export interface VmiStatusRecord {
   // The Secrets and ConfigMaps its seed was rendered from (watched: an
   // edit re-renders it) and when the agent last saw each change.
   dependencies?: DependencyRecord[];
+  // What the guest's cloud-init reported (its webhook reporting handler
+  // posting to the datasource listener), for the current boot; or why
+  // nothing was reported.
+  provisioning?: ProvisioningStatus;
+}
+
+export type ProvisioningResult = 'SUCCESS' | 'WARN' | 'FAIL';
+
+// One stage of a boot (init-local, init-network, modules-config,
+// modules-final) or one module within it (config-runcmd, ...). Times are
+// when this agent received the event; seconds are cloud-init's own
+// (finish timestamp - start timestamp, the guest's clock).
+export interface ProvisioningStep {
+  name: string;
+  startedAt?: string; // ISO 8601
+  finishedAt?: string; // ISO 8601
+  seconds?: number;
+  result?: ProvisioningResult;
+  // cloud-init's description of the finish (or start), bounded and redacted.
+  description?: string;
+}
+
+export interface ProvisioningStage extends ProvisioningStep {
+  modules: ProvisioningStep[];
+}
+
+export interface ProvisioningStatus {
+  // running: events came, modules-final has not finished; succeeded /
+  // failed: modules-final finished (failed when any step reported FAIL);
+  // not-reported: the seed was read and no event came within the bound.
+  state: 'running' | 'succeeded' | 'failed' | 'not-reported';
+  // Boots reported for this VMI by this agent; the stages are the last one's.
+  boot: number;
+  // When this agent first saw the VMI (the timeline's start).
+  seenAt?: string; // ISO 8601
+  firstEventAt?: string; // ISO 8601
+  lastEventAt?: string; // ISO 8601
+  finishedAt?: string; // ISO 8601
+  // VMI first seen by this agent -> modules-final finished.
+  seconds?: number;
+  result?: ProvisioningResult;
+  stages: ProvisioningStage[];
+  // The first step that reported FAIL: its full name and description.
+  failure?: { step: string; description?: string };
+  // Steps beyond the per-boot bound, not kept.
+  droppedSteps?: number;
+  // not-reported: why the agent shows nothing more.
+  reason?: string;
 }
 
 export interface DependencyRecord {

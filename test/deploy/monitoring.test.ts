@@ -371,6 +371,50 @@ const redirectCase = {
   ],
 };
 
+// cloud-init's reports: on n1 half the first boots fail and one VM has been
+// provisioning since minute 0; n2's boots all succeed and finish.
+const provisioningCase = {
+  name: 'provisioning: failing boots and a VM stuck in cloud-init on n1, all well on n2',
+  interval: '1m',
+  input_series: [
+    {
+      series: 'vmseed_provisioning_seconds_count{job="vmseed", node="n1", instance="10.0.0.1:8080", result="fail"}',
+      values: '0+1x40',
+    },
+    {
+      series: 'vmseed_provisioning_seconds_count{job="vmseed", node="n1", instance="10.0.0.1:8080", result="success"}',
+      values: '0+1x40',
+    },
+    {
+      series: 'vmseed_provisioning_seconds_count{job="vmseed", node="n2", instance="10.0.0.2:8080", result="success"}',
+      values: '0+2x40',
+    },
+    // Above 1800 s from minute 30.
+    {
+      series: 'vmseed_provisioning_oldest_running_seconds{job="vmseed", node="n1", instance="10.0.0.1:8080"}',
+      values: '0+60x50',
+    },
+    {
+      series: 'vmseed_provisioning_oldest_running_seconds{job="vmseed", node="n2", instance="10.0.0.2:8080"}',
+      values: '0x50',
+    },
+  ],
+  alert_rule_test: [
+    { eval_time: '9m', alertname: 'VmseedProvisioningFailing', exp_alerts: [] },
+    {
+      eval_time: '12m',
+      alertname: 'VmseedProvisioningFailing',
+      exp_alerts: [{ exp_labels: { severity: 'warning', node: 'n1' } }],
+    },
+    { eval_time: '38m', alertname: 'VmseedProvisioningStuck', exp_alerts: [] },
+    {
+      eval_time: '42m',
+      alertname: 'VmseedProvisioningStuck',
+      exp_alerts: [{ exp_labels: { severity: 'warning', node: 'n1' } }],
+    },
+  ],
+};
+
 test('promtool test rules: the alerts fire when they should and not before', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'vmseed-alerts-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
@@ -442,6 +486,7 @@ test('promtool test rules: the alerts fire when they should and not before', asy
       },
       ...agentDownCases,
       redirectCase,
+      provisioningCase,
     ],
   };
   const tested = new Set(unitTests.tests.flatMap((g) => g.alert_rule_test.map((t) => t.alertname)));

@@ -172,6 +172,7 @@ export async function startAgent(
     seedReads?: AgentOptions['seedReads'];
     seedReadPolicy?: AgentOptions['seedReadPolicy'];
     warnMissingGate?: boolean;
+    provisioningNotReportedAfterMs?: number;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -240,6 +241,9 @@ export async function startAgent(
     ...(options.seedReads ? { seedReads: options.seedReads } : {}),
     ...(options.seedReadPolicy ? { seedReadPolicy: options.seedReadPolicy } : {}),
     ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
+    ...(options.provisioningNotReportedAfterMs !== undefined
+      ? { provisioningNotReportedAfterMs: options.provisioningNotReportedAfterMs }
+      : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();

@@ -1,0 +1,167 @@
+// The agent with its datasource on, against the fake API server: the event
+// sequences cloud-init's own reporting code makes for a Debian 12 boot
+// (test/fixtures/cloud-init-events, generate.py) posted to each VMI's report
+// URL end up on the status page, /status.json, the VMI's Events and the
+// metrics; a new boot starts a new timeline; a VMI whose guest read its seed
+// and reported nothing shows "progress not reported".
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import pino from 'pino';
+import { FakeKube } from '../support/fake-kube.ts';
+import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
+import { keyLine, randomKey } from '../http/datasource-fixtures.ts';
+import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { startHttpServer } from '../../src/http/server.ts';
+import { reportToken } from '../../src/http/report-token.ts';
+import type { VmiStatusRecord } from '../../src/status/types.ts';
+
+const FIXTURES = new URL('../fixtures/cloud-init-events/', import.meta.url);
+const load = (f: string) => JSON.parse(readFileSync(new URL(f, FIXTURES), 'utf8')) as Array<{ name: string }>;
+const SUCCESS = load('boot-success.json');
+const FAILS = load('boot-scripts-user-fails.json');
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+async function postAll(url: string, events: object[]): Promise<number[]> {
+  const statuses: number[] = [];
+  for (const e of events) statuses.push((await fetch(url, { method: 'POST', body: JSON.stringify(e) })).status);
+  return statuses;
+}
+
+test(
+  'agent: cloud-init events reach the status page, status.json, Events and metrics; new boots; not reported',
+  { timeout: 120_000 },
+  async (t) => {
+    const fake = await FakeKube.start();
+    const dir = await tempDir();
+    t.after(async () => {
+      await fake.close();
+      await dir.remove();
+    });
+    const keyFile = join(dir.path, 'keys');
+    await writeFile(keyFile, `${keyLine(randomKey())}\n`);
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}/v1`;
+    const ds = await prepareNocloudHttp(
+      { listen: { host: '127.0.0.1', port }, keyFile, baseUrl: base, prefix: '/v1', compatSourceAddress: false },
+      pino({ level: 'silent' }),
+    );
+    let closeDs: (() => Promise<void>) | undefined;
+    const h = await startAgent(fake, {
+      stateDir: join(dir.path, 'seeds'),
+      nocloudHttp: ds.agentOptions,
+      provisioningNotReportedAfterMs: 300,
+      beforeStart: async (agent) => {
+        closeDs = (await ds.start(agent)).close;
+      },
+    });
+    const http = await startHttpServer({
+      listen: '127.0.0.1:0',
+      metrics: h.metrics,
+      status: h.agent.status,
+      logger: h.logger,
+    });
+    t.after(async () => {
+      await http.close();
+      await closeDs?.();
+      await h.stop();
+    });
+    const statusJson = async () =>
+      (await (await fetch(`${http.url}/status.json`)).json()) as {
+        vmis: VmiStatusRecord[];
+        provisioningCounts: Record<string, number>;
+      };
+    const statusOf = async (name: string) => (await statusJson()).vmis.find((v) => v.name === name);
+
+    const [a, b, c] = ['a', 'b', 'c'].map((n) => fake.applyVmi(vmi(n)));
+    for (const n of ['a', 'b', 'c']) await waitFor(`seed of ${n}`, async () => (await statusOf(n))?.servedOverHttp);
+    const reportUrl = (uid: string | undefined) => `${base}/${reportToken(ds.keyring, uid!)}/cloud-init-events`;
+
+    // A good boot: every event accepted, the timeline done.
+    assert.deepEqual(new Set(await postAll(reportUrl(a.metadata.uid), SUCCESS)), new Set([200]));
+    const pa = (await statusOf('a'))!.provisioning!;
+    assert.equal(pa.state, 'succeeded');
+    assert.equal(pa.result, 'SUCCESS');
+    assert.deepEqual(
+      pa.stages.map((s) => s.name),
+      ['init-local', 'init-network', 'modules-config', 'modules-final'],
+    );
+    assert.ok(pa.stages[1].modules.some((m) => m.name === 'config-write-files' && m.result === 'SUCCESS'));
+    assert.ok(pa.seconds! >= 0 && pa.seenAt !== undefined);
+
+    // A boot whose scripts-user fails: the failing module named.
+    await postAll(reportUrl(b.metadata.uid), FAILS);
+    const pb = (await statusOf('b'))!.provisioning!;
+    assert.equal(pb.state, 'failed');
+    assert.equal(pb.failure?.step, 'modules-final/config-scripts-user');
+    assert.equal(pb.failure?.description, 'running config-scripts-user with frequency once-per-instance');
+
+    // Events on the VMIs.
+    const events = await waitFor('provisioning Events', () => {
+      const evs = fake.events().filter((e) => e.reason.startsWith('Provisioning'));
+      return evs.length >= 2 ? evs : undefined;
+    });
+    const ok = events.find((e) => e.involvedObject.name === 'a')!;
+    assert.equal(ok.reason, 'ProvisioningSucceeded');
+    assert.equal(ok.type, 'Normal');
+    assert.match(ok.message, /cloud-init finished with SUCCESS .* after the VMI was first seen \(boot 1\)/);
+    const bad = events.find((e) => e.involvedObject.name === 'b')!;
+    assert.equal(bad.reason, 'ProvisioningFailed');
+    assert.equal(bad.type, 'Warning');
+    assert.match(bad.message, /FAIL for modules-final\/config-scripts-user: running config-scripts-user/);
+
+    // Metrics.
+    const metrics = await (await fetch(`${http.url}/metrics`)).text();
+    assert.match(metrics, /vmseed_provisioning_seconds_count\{result="success"\} 1/);
+    assert.match(metrics, /vmseed_provisioning_seconds_count\{result="fail"\} 1/);
+    assert.match(metrics, /vmseed_provisioning_failures_total\{module="scripts_user"\} 1/);
+    assert.match(metrics, /vmseed_provisioning_vmis\{state="succeeded"\} 1/);
+    assert.match(metrics, /vmseed_provisioning_vmis\{state="failed"\} 1/);
+
+    // The page: the timeline, escaped, and the node-wide counts.
+    const page = await (await fetch(`${http.url}/status/default/b`)).text();
+    assert.match(page, /id="provisioning-timeline" data-provisioning="failed"/);
+    for (const mark of ['VMI seen', 'seed written', 'config-scripts-user', 'init-network'])
+      assert.ok(page.includes(mark), mark);
+    const list = await (await fetch(`${http.url}/status`)).text();
+    assert.match(list, /provisioning failed: modules-final\/config-scripts-user/);
+    assert.match(list, /id="provisioning"/);
+
+    // A new boot of a (same VMI): a new timeline, not mixed with the first.
+    await postAll(reportUrl(a.metadata.uid), SUCCESS.slice(0, 3));
+    const pa2 = (await statusOf('a'))!.provisioning!;
+    assert.equal(pa2.boot, 2);
+    assert.equal(pa2.state, 'running');
+    assert.deepEqual(
+      pa2.stages.map((s) => s.name),
+      ['init-local'],
+    );
+
+    // c read its seed (meta-data over HTTP) and never reported.
+    assert.equal((await fetch(`${base}/${ds.keyring.sign(c.metadata.uid!)}/meta-data`)).status, 200);
+    const pc = await waitFor('c not reported', async () => {
+      const p = (await statusOf('c'))?.provisioning;
+      return p?.state === 'not-reported' ? p : undefined;
+    });
+    assert.match(pc.reason!, /no cloud-init event came within/);
+    const counts = (await statusJson()).provisioningCounts;
+    assert.deepEqual(counts, { running: 1, failed: 1, succeeded: 0, 'not-reported': 1 });
+    assert.match(await (await fetch(`${http.url}/metrics`)).text(), /vmseed_seed_read_seconds_count\{via="http"\} 1/);
+
+    // Deleting b: its events are refused from then on, and nothing of it stays.
+    fake.deleteVmi('default', 'b');
+    await waitFor('b gone', async () => ((await statusOf('b')) === undefined ? true : undefined));
+    const after = await fetch(reportUrl(b.metadata.uid), { method: 'POST', body: JSON.stringify(FAILS[0]) });
+    assert.equal(after.status, 404);
+  },
+);

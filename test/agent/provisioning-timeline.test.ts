@@ -1,0 +1,109 @@
+// The per-VMI timeline: new boots never mixed with the last one, bounds on
+// what a guest can make the agent keep, module labels folded to a closed
+// set, and a guest looping through boots cannot flood the API with Events.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import pino from 'pino';
+import { applyEvent, moduleLabel, MAX_STEPS, type ProvisioningFacts } from '../../src/agent/provisioning-timeline.ts';
+import { ProvisioningTracker } from '../../src/agent/provisioning.ts';
+import { VmiRecords } from '../../src/agent/vmi-records.ts';
+import type { EventRecorder } from '../../src/agent/events.ts';
+import type { ReportedEvent } from '../../src/http/report-event.ts';
+import { parseReportedEvent } from '../../src/http/report-event.ts';
+
+const BOOT = (
+  JSON.parse(
+    readFileSync(new URL('../fixtures/cloud-init-events/boot-success.json', import.meta.url), 'utf8'),
+  ) as object[]
+).map((e) => {
+  const p = parseReportedEvent(JSON.stringify(e));
+  assert.ok(p.ok);
+  return p.event;
+});
+
+function run(events: ReportedEvent[], start?: ProvisioningFacts, uid = 'u1'): ProvisioningFacts {
+  let f = start;
+  let at = 1000;
+  for (const e of events) f = applyEvent(f, uid, e, at++).facts;
+  return f!;
+}
+
+const ev = (name: string, type: 'start' | 'finish', result?: 'SUCCESS' | 'FAIL'): ReportedEvent => ({
+  name,
+  type,
+  timestamp: 1,
+  description: '',
+  ...(result ? { result } : {}),
+});
+
+test("a whole boot from cloud-init's own events: four stages, done, SUCCESS", () => {
+  const f = run(BOOT);
+  assert.equal(f.boot, 1);
+  assert.deepEqual(
+    f.stages.map((s) => s.name),
+    ['init-local', 'init-network', 'modules-config', 'modules-final'],
+  );
+  assert.equal(f.result, 'SUCCESS');
+  assert.ok(f.finishedAt !== undefined);
+});
+
+test('a second boot starts a new timeline: init-local again, or a stage started twice', () => {
+  const first = run(BOOT);
+  const again = run([BOOT[0]], first);
+  assert.equal(again.boot, 2);
+  assert.equal(again.stages.length, 1);
+  assert.equal(again.finishedAt, undefined);
+  // A first boot reported from mid init-network, then a second without init-local.
+  const partial = run([ev('init-network/config-runcmd', 'finish', 'SUCCESS'), ev('init-network', 'finish', 'SUCCESS')]);
+  assert.equal(partial.boot, 1);
+  const next = run([ev('init-network', 'start')], partial);
+  assert.equal(next.boot, 1, 'init-network had not started in the first: same boot');
+  const third = run([ev('init-network', 'finish', 'SUCCESS')], next);
+  assert.equal(third.boot, 2, 'finished twice: a new boot');
+  // Another object under the key starts over.
+  assert.equal(run([BOOT[0]], first, 'u2').boot, 1);
+});
+
+test('a guest cannot make the agent keep more than the bound of steps', () => {
+  const many = Array.from({ length: MAX_STEPS + 50 }, (_, i) => ev(`init-network/step-${i}`, 'start'));
+  const f = run(many);
+  assert.equal(
+    f.stages.reduce((n, s) => n + s.steps.length, 0),
+    MAX_STEPS,
+  );
+  assert.equal(f.dropped, 50);
+});
+
+test('module labels are cloud-init module names in either spelling, anything else other', () => {
+  assert.equal(moduleLabel('modules-final/config-scripts-user'), 'scripts_user');
+  assert.equal(moduleLabel('modules-final/config-scripts_user'), 'scripts_user');
+  assert.equal(moduleLabel('init-network/config-evil-label-1234'), 'other');
+  assert.equal(moduleLabel('init-network/check-cache'), 'other');
+});
+
+test('a guest looping through boots gets one provisioning Event per interval, every boot still shown', () => {
+  const records = new VmiRecords();
+  const r = records.of('ns/vm');
+  r.status = { namespace: 'ns', name: 'vm', uid: 'u1', state: 'ready', warnings: [], retries: 0 };
+  const vmi = { metadata: { namespace: 'ns', name: 'vm', uid: 'u1' }, spec: {} };
+  const recorded: string[] = [];
+  const events: EventRecorder = { record: (_v, _t, reason) => void recorded.push(reason), flush: async () => {} };
+  const tracker = new ProvisioningTracker({
+    records,
+    vmiOf: () => vmi,
+    events,
+    logger: pino({ level: 'silent' }),
+  });
+  const entry = { namespace: 'ns', name: 'vm', uid: 'u1', seed: undefined as never };
+  let at = Date.parse('2026-01-01T00:00:00Z');
+  for (let boot = 0; boot < 20; boot++)
+    for (const e of [ev('init-local', 'start'), ev('modules-final', 'finish', 'SUCCESS')])
+      assert.ok(tracker.report(entry, e, new Date((at += 100))));
+  assert.deepEqual(recorded, ['ProvisioningSucceeded']);
+  assert.equal(tracker.status(r, at)?.boot, 20);
+  at += 31_000;
+  tracker.report(entry, ev('init-local', 'start'), new Date(at));
+  tracker.report(entry, ev('modules-final', 'finish', 'FAIL'), new Date(at + 1));
+  assert.deepEqual(recorded, ['ProvisioningSucceeded', 'ProvisioningFailed']);
+});
