@@ -148,6 +148,7 @@ export async function startAgent(
     seedReads?: AgentOptions['seedReads'];
     seedReadPolicy?: AgentOptions['seedReadPolicy'];
     warnMissingGate?: boolean;
+    reportPlan?: AgentOptions['reportPlan'];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -214,6 +215,7 @@ export async function startAgent(
     ...(options.seedReads ? { seedReads: options.seedReads } : {}),
     ...(options.seedReadPolicy ? { seedReadPolicy: options.seedReadPolicy } : {}),
     ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
+    ...(options.reportPlan ? { reportPlan: options.reportPlan } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();
