@@ -56,6 +56,7 @@ interface Consumed {
   userData: Array<[string, string | null, string]>;
   cloudConfig: Record<string, unknown> | null;
   vendorCloudConfig: Record<string, unknown> | null;
+  vendorSchemaErrors: string | null;
   merged: Record<string, unknown>;
 }
 
@@ -236,6 +237,7 @@ for (const rel of RELEASES)
         );
         assert.deepEqual(reported.merged.reporting, { vmseed: expectedHandler(ENDPOINT) });
         assert.equal(plain.merged.reporting, undefined);
+        assert.equal(reported.vendorSchemaErrors, plain.vendorSchemaErrors, 'the part passes the schema check');
         assert.equal(seed.progressNotReported, undefined);
       });
     }
@@ -344,12 +346,12 @@ for (const rel of RELEASES) {
         const expected = [
           // Published before a stage of its own process applies the configuration.
           ...(rel.singleProcess ? ['start modules-final running modules for final'] : []),
-          'start modules-final/config-final_message running config-final_message with frequency always',
-          `finish modules-final/config-final_message SUCCESS config-final_message ran successfully${rel.name === '25.1' ? ' and took <float> seconds' : ''}`,
+          'start modules-final/config-final-message running config-final-message with frequency always',
+          `finish modules-final/config-final-message SUCCESS config-final-message ran successfully${rel.name === '25.1' ? ' and took <float> seconds' : ''}`,
           ...(fail
             ? [
-                'start modules-final/config-scripts_user running config-scripts_user with frequency always',
-                'finish modules-final/config-scripts_user FAIL running config-scripts_user with frequency always',
+                'start modules-final/config-scripts-user running config-scripts-user with frequency always',
+                'finish modules-final/config-scripts-user FAIL running config-scripts-user with frequency always',
                 'finish modules-final FAIL running modules for final',
               ]
             : ['finish modules-final SUCCESS running modules for final']),

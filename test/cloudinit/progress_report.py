@@ -13,12 +13,14 @@ the part handlers), in a private cloud_dir. What the modules then see is
 helpers.ConfigMerger over that instance, as config/modules.py builds it:
 "merged". "userData" lists the parts of the processed user-data (type,
 file name, base64 payload), "cloudConfig" is user-data's cloud-config
-(cloud-config.txt), "vendorCloudConfig" vendor-data's.
+(cloud-config.txt), "vendorCloudConfig" vendor-data's and
+"vendorSchemaErrors" what cloud-init's schema check says of it.
 
 With "report": one stage is run as cloud-init runs modules-final (a
 ReportEventStack named modules-final around config/modules.py's
-Modules._run_modules with two modules: one that succeeds and, with "fail",
-one that raises, as scripts_user does when a runcmd script exits non-zero),
+Modules._run_modules with two modules, named as Debian 12's cloud.cfg names
+them: final-message, which succeeds, and with "fail" scripts-user, which
+raises as it does when a runcmd script exits non-zero),
 the seed's merged configuration given to cmd/main.py's apply_reporting_cfg
 where cloud-init does (see run_stage), and the events are flushed as
 cmd/main.py does at the end of a stage. Whatever the reporting handlers post goes where the
@@ -41,6 +43,7 @@ logging.disable(logging.CRITICAL)
 from cloudinit import helpers, reporting, stages, util  # noqa: E402
 from cloudinit.cmd.main import apply_reporting_cfg  # noqa: E402
 from cloudinit.config import modules as cc_modules  # noqa: E402
+from cloudinit.config.schema import get_schema, validate_cloudconfig_schema  # noqa: E402
 from cloudinit.reporting import events  # noqa: E402
 from cloudinit.settings import PER_ALWAYS, PER_INSTANCE  # noqa: E402
 from cloudinit.sources import DataSourceConfigDrive, DataSourceNoCloud  # noqa: E402
@@ -107,6 +110,17 @@ def parts(msg):
     return out
 
 
+def schema_errors(cfg):
+    # What cloud-init's schema check says of a cloud-config (None: valid).
+    if cfg is None:
+        return None
+    try:
+        validate_cloudconfig_schema(cfg, get_schema(), strict=True)
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+    return None
+
+
 def consume(item, tmp):
     cfg = base_cfg(tmp)
     init = _Init(cfg)
@@ -118,8 +132,10 @@ def consume(item, tmp):
     init.consume_data(PER_INSTANCE)
     paths = init.paths
     merged = helpers.ConfigMerger(paths=paths, datasource=init.datasource, base_cfg=cfg).cfg
+    vendor = read_yaml(paths.get_ipath_cur("vendor_cloud_config"))
     return init, {
         "userData": parts(init.datasource.get_userdata()),
+        "vendorSchemaErrors": schema_errors(vendor),
         "cloudConfig": read_yaml(paths.get_ipath_cur("cloud_config")),
         "vendorCloudConfig": read_yaml(paths.get_ipath_cur("vendor_cloud_config")),
         "merged": merged,
@@ -150,7 +166,7 @@ def run_stage(init, merged, fail, single_process):
         if not single_process:
             apply_reporting_cfg(merged)
         mods = cc_modules.Modules(init, [], reporter=stage)
-        mods._run_modules([_module("final_message", False)] + ([_module("scripts_user", True)] if fail else []))
+        mods._run_modules([_module("final-message", False)] + ([_module("scripts-user", True)] if fail else []))
     reporting.flush_events()
 
 
