@@ -10,6 +10,7 @@ import type { VmiObject } from '../../src/api/types.ts';
 import { REPORT_PROGRESS_ANNOTATION, reportingCloudConfig } from '../../src/cloudinit/userdata/progress-report.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
+import { projectVmi } from '../../src/http/status-page.ts';
 import { reportToken, reportUrl, verifyReportToken } from '../../src/http/report-token.ts';
 import { randomKey } from '../http/datasource-fixtures.ts';
 import { fakeKubeAndDir, imageOf, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
@@ -71,6 +72,7 @@ test(
     const status = (name: string) => h.agent.status.snapshot().vmis.find((r) => r.name === name);
     await waitFor('b ready', () => status('b')?.state === 'ready');
     assert.match(status('b')?.progressNotReported ?? '', /opts out/);
+    assert.equal(projectVmi(status('b')!).progressNotReported, status('b')?.progressNotReported, 'in /status.json');
     assert.equal(status('a')?.progressNotReported, undefined);
   },
 );

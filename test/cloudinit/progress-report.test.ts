@@ -112,6 +112,27 @@ describe('the reporting part, rendered', () => {
     assert.ok('reason' in refused && /MIME multipart/.test(refused.reason), JSON.stringify(refused));
   });
 
+  test('a seed served over HTTP only (KubeVirt IMDS annotations) carries it too, user-data untouched', async () => {
+    const vmi: VmiObject = {
+      apiVersion: 'kubevirt.io/v1',
+      kind: 'VirtualMachineInstance',
+      metadata: {
+        name: 'web-1',
+        namespace: 'team-a',
+        uid: 'u1',
+        annotations: { 'imds.kubevirt.io/enabled': 'true', 'imds.kubevirt.io/user-data': '#cloud-config\n' },
+      },
+      spec: { domain: { devices: {} } },
+    };
+    const plain = await renderSeed(vmi, new MemoryResolver({}), DEFAULT_RENDER_OPTIONS);
+    const reported = await renderSeed(vmi, new MemoryResolver({}), DEFAULT_RENDER_OPTIONS, { reportUrl: ENDPOINT });
+    assert.ok(plain.kind === 'seed' && reported.kind === 'seed');
+    assert.equal(reported.seed.delivery, 'http');
+    assert.deepEqual(reported.seed.userData, plain.seed.userData);
+    assert.equal(plain.seed.vendorData, undefined);
+    assert.equal(new TextDecoder().decode(reported.seed.vendorData), reportingCloudConfig(ENDPOINT));
+  });
+
   test(`annotation ${REPORT_PROGRESS_ANNOTATION}: "false" opts out, "true" or none keeps it, anything else is refused`, () => {
     const vmi = (v?: string): VmiObject => ({
       apiVersion: 'kubevirt.io/v1',
