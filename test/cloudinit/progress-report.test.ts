@@ -18,6 +18,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
+import { gzipSync } from 'node:zlib';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { VmiObject } from '../../src/api/types.ts';
@@ -234,6 +235,17 @@ for (const rel of RELEASES)
         assert.ok(plain.kind === 'seed' && reported.kind === 'seed');
         add(id, plain.seed, reported.seed);
       }
+      // Gzip vendor-data of the VMI's own (NoCloud takes it as bytes).
+      const base = await renderSeed(
+        userVmi('gzip', 'nocloud', '#cloud-config\n'),
+        new MemoryResolver({}),
+        DEFAULT_RENDER_OPTIONS,
+      );
+      assert.ok(base.kind === 'seed');
+      const own = new Uint8Array(gzipSync('#cloud-config\nntp: {enabled: true}\n'));
+      const wrapped = withReportingPart(own, ENDPOINT);
+      assert.ok('bytes' in wrapped);
+      add('vendor-data-gzip', { ...base.seed, vendorData: own }, { ...base.seed, vendorData: wrapped.bytes });
       const out = await runCloudInit({ seeds: items }, await rel.pythonPath());
       for (const id of seeds.keys()) {
         const plain = out.seeds.find((s) => s.id === `${id}/plain`)!;
@@ -243,7 +255,7 @@ for (const rel of RELEASES)
     });
     after(() => rmSync(tmp, { recursive: true, force: true }));
 
-    for (const name of CASES) {
+    for (const name of [...CASES, 'vendor-data-gzip']) {
       test(name, () => {
         const { plain, reported, seed } = results.get(name)!;
         assert.ok(plain.ok, plain.error);
