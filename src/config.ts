@@ -59,6 +59,9 @@ export interface Config {
   maxNetworkDataBytes: number;
   // fsync each image and its directory before the rename is final (crash safety).
   fsync: boolean;
+  // Seeds ask cloud-init to post its progress to the datasource listener
+  // (src/agent/progress-report.ts).
+  reportProgress: boolean;
   // NoCloud over HTTP (absent: off).
   datasource?: DatasourceConfig;
   // Operator-wide vendor-data ConfigMap (RenderOptions.defaultVendorData).
@@ -122,6 +125,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     maxUserDataBytes: flags.get('max-user-data-bytes'),
     maxNetworkDataBytes: flags.get('max-network-data-bytes'),
     fsync: flags.get('fsync'),
+    reportProgress: flags.get('report-progress'),
   };
   const vendorDataFrom = flags.get('vendor-data-from');
   if (vendorDataFrom !== undefined) config.vendorDataFrom = vendorDataFrom;
@@ -258,6 +262,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
       : {}),
     logLevel: c.logLevel,
     fsync: c.fsync,
+    reportProgress: c.reportProgress,
     ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
     ...(c.webhook
       ? {

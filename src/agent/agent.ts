@@ -16,6 +16,7 @@ import { StatusStore } from './status-store.ts';
 import { VmiRecords } from './vmi-records.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
+import type { ReportPlanner } from './progress-report.ts';
 import type { HostNumaReader } from '../libvirt/host-numa.ts';
 import type { ObjectCache } from '../kube/object-watches.ts';
 import { RefDependencies } from './ref-dependencies.ts';
@@ -69,6 +70,8 @@ export interface AgentOptions {
   // After the guest read its seed, how long without a cloud-init event
   // before the status page says "progress not reported" (tests).
   provisioningNotReportedAfterMs?: number;
+  // Whether and where each seed asks cloud-init to report its progress.
+  reportPlan?: ReportPlanner;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -228,6 +231,7 @@ export class Agent {
       ...(this.seeds ? { seeds: this.seeds } : {}),
       ...(this.#seedReads ? { seedReads: this.#seedReads } : {}),
       shutdown: this.shutdown,
+      ...(options.reportPlan ? { reportPlan: options.reportPlan } : {}),
       ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
     });
   }

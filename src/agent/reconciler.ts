@@ -38,6 +38,7 @@ import type {
 } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import { newProgress, ReconcileRecorder, type Outcome, type Progress, type StepFacts } from './reconcile-recorder.ts';
+import type { ReportPlan, ReportPlanner } from './progress-report.ts';
 import { missingSeedGate, seedGateFacts } from './seed-gate.ts';
 import { throwIfCancelled, type ShutdownDeadline } from './shutdown.ts';
 import type { StatusStore } from './status-store.ts';
@@ -85,6 +86,9 @@ export interface ReconcilerOptions {
   // KubeVirt without the admission webhook: a vmseed VMI that starts
   // unpaused gets SEED_GATE_MISSING (seed-gate.ts).
   warnMissingGate?: boolean;
+  // Whether and where each seed asks cloud-init to report its progress
+  // (progress-report.ts); absent: never.
+  reportPlan?: ReportPlanner;
 }
 
 // One reconcile as its steps see it: when it began, the signal that ends it
@@ -279,12 +283,29 @@ export class Reconciler {
   // tagged devices the spec does not pin.
   async #render(key: string, uid: string, vmi: VmiObject, signal: AbortSignal): Promise<RenderOutcome> {
     const options = { ...this.#o.renderOptions, signal };
-    const outcome = await this.#o.render(vmi, this.#o.refs, options);
-    if (outcome.kind !== 'seed' || outcome.seed.datasource !== 'configdrive') return outcome;
-    const facts = await this.#domainFacts(key, uid, vmi);
-    if (!facts) return outcome;
-    const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
-    return this.#o.render(vmi, this.#o.refs, options, { domainDevices, vcpuPins: facts.vcpuPins });
+    const plan = this.#o.reportPlan?.(vmi, uid);
+    const reporting = plan && 'url' in plan ? { reportUrl: plan.url } : {};
+    let outcome = await this.#o.render(vmi, this.#o.refs, options, reporting);
+    if (outcome.kind === 'seed' && outcome.seed.datasource === 'configdrive') {
+      const facts = await this.#domainFacts(key, uid, vmi);
+      if (facts) {
+        const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
+        outcome = await this.#o.render(vmi, this.#o.refs, options, {
+          domainDevices,
+          vcpuPins: facts.vcpuPins,
+          ...reporting,
+        });
+      }
+    }
+    if (plan && outcome.kind === 'seed') this.#showReporting(key, uid, plan, outcome.seed);
+    return outcome;
+  }
+
+  // "progress not reported" and why, on the status page.
+  #showReporting(key: string, uid: string, plan: ReportPlan, seed: Seed): void {
+    const reason = 'reason' in plan ? plan.reason : seed.progressNotReported;
+    if (this.#o.status.get(key)?.progressNotReported !== reason)
+      this.#o.status.update(key, uid, { progressNotReported: reason });
   }
 
   // The seed as an image in place: image → placement (inject or stage) →

@@ -15,6 +15,7 @@ import { INLINE_OFFLOAD, type Offload } from './pure-ops.ts';
 import type { RenderContext, RenderOptions } from './render-options.ts';
 import type { Seed, SeedWarning } from './seed.ts';
 import type { UserDataParts } from './userdata/compose.ts';
+import { withReportingPart } from './userdata/progress-report.ts';
 import { resolveVendorData, vendorDataFile } from './userdata/vendor-data.ts';
 import { mergeMetaData } from './virtlet/metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
@@ -60,7 +61,7 @@ export async function composeSeed(
   const c: Composition = { vmi, input, refs, budget, options, offload: options.offload ?? INLINE_OFFLOAD };
   const user = await userDataPart(c);
   const network = await networkConfigPart(c);
-  const vendor = await vendorDataPart(c);
+  const vendor = withProgressReport(await vendorDataPart(c), c, context.reportUrl);
   const meta = metaDataPart(c, context);
   return {
     datasource: input.datasource,
@@ -68,6 +69,7 @@ export async function composeSeed(
     userData: user.bytes,
     ...(network.bytes ? { networkConfig: network.bytes } : {}),
     ...(vendor.bytes && vendor.bytes.length > 0 ? { vendorData: vendor.bytes } : {}),
+    ...(vendor.progressNotReported ? { progressNotReported: vendor.progressNotReported } : {}),
     warnings: [...input.warnings, ...user.warnings, ...network.warnings, ...vendor.warnings, ...meta.warnings],
   };
 }
@@ -168,7 +170,13 @@ async function networkConfigPart(c: Composition): Promise<SeedPart> {
   }
 }
 
-async function vendorDataPart(c: Composition): Promise<SeedPart> {
+// vendorDataPart's `raw`: the VMI's vendor-data as given, before
+// ConfigDrive's JSON wrapping.
+interface VendorPart extends SeedPart {
+  raw?: { bytes: Uint8Array; field: string };
+}
+
+async function vendorDataPart(c: Composition): Promise<VendorPart> {
   const { input, budget, options } = c;
   const fields = input.extras?.fields;
   const vendor = await resolveVendorData(fields, options.defaultVendorData, input.namespace, c.refs, ANNOTATION);
@@ -180,7 +188,22 @@ async function vendorDataPart(c: Composition): Promise<SeedPart> {
     vendor.bytes.length,
     options.signal,
   );
-  return { bytes: vendorDataFile(vendor.bytes, input.datasource, vendor.field), warnings };
+  return { bytes: vendorDataFile(vendor.bytes, input.datasource, vendor.field), warnings, raw: vendor };
+}
+
+// The vendor-data with cloud-init's reporting part added, charged to the
+// seed budget; the VMI's own vendor-data was checked as it is (above).
+function withProgressReport(
+  vendor: VendorPart,
+  c: Composition,
+  reportUrl: string | undefined,
+): SeedPart & { progressNotReported?: string } {
+  if (reportUrl === undefined) return vendor;
+  const combined = withReportingPart(vendor.raw?.bytes, reportUrl);
+  if ('reason' in combined) return { ...vendor, progressNotReported: combined.reason };
+  const field = vendor.raw?.field ?? 'vendor-data';
+  c.budget.seed(combined.bytes.length - (vendor.raw?.bytes.length ?? 0), field);
+  return { bytes: vendorDataFile(combined.bytes, c.input.datasource, field), warnings: vendor.warnings };
 }
 
 function metaDataPart(

@@ -44,4 +44,7 @@ export interface RenderContext {
   domainDevices?: DomainDevice[];
   // The domain's <cputune><vcpupin>s, for host devices' `alignedCPUs`.
   vcpuPins?: VcpuPin[];
+  // Where this VMI's cloud-init posts its progress events (the agent's
+  // report URL, userdata/progress-report.ts); absent: no reporting part.
+  reportUrl?: string;
 }

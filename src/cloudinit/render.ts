@@ -36,7 +36,7 @@ export async function renderSeed(
   const refs = memoize(resolver);
   const route = routeVmi(vmi, options);
   if (route.kind === 'skip') return route;
-  if (route.kind === 'imds') return { kind: 'seed', seed: await renderImdsSeed(vmi, refs, options) };
+  if (route.kind === 'imds') return { kind: 'seed', seed: await renderImdsSeed(vmi, refs, options, context.reportUrl) };
   const budget = new SeedBudget(options);
   const input =
     route.kind === 'annotation'

@@ -38,5 +38,8 @@ export interface Seed {
   // 'http': served by the NoCloud HTTP datasource only, no seed image
   // (KubeVirt IMDS-annotated VMIs, see imds/annotations.ts).
   delivery?: 'http';
+  // Why the seed carries no progress-reporting part though the render was
+  // given a report URL (userdata/progress-report.ts).
+  progressNotReported?: string;
   warnings: SeedWarning[];
 }

@@ -20,6 +20,7 @@ import { aborted, CANCEL_GRACE_MS, ShutdownDeadline } from '../agent/shutdown.ts
 import { clientDomainEvents, type DomainEvents } from '../agent/domain-waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../agent/events.ts';
 import { prepareNocloudHttp } from '../agent/nocloud-http.ts';
+import { progressReportPlanner } from '../agent/progress-report.ts';
 import { lockStateDir, type StateLock } from '../agent/state-lock.ts';
 import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from '../agent/readiness-checks.ts';
 import { RenderPool } from '../agent/render-pool.ts';
@@ -177,6 +178,12 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
     reportOtherNodes: config.mode === 'local',
     // The container's /sys is the host's (read-only): numa_node and cpulist as KubeVirt reads them.
     hostNuma: sysfsNumaReader(),
+    reportPlan: progressReportPlanner({
+      enabled: config.reportProgress,
+      ...(nocloudHttp && config.datasource
+        ? { datasource: { keyring: nocloudHttp.keyring, baseUrl: config.datasource.baseUrl } }
+        : {}),
+    }),
   };
   return { options, store, pool, shutdown, spawner, nocloudHttp };
 }

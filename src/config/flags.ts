@@ -353,6 +353,12 @@ export const AGENT_FLAGS = {
     },
     parse: choice(['off', 'nocloud', 'nocloud-net'] as const),
   }),
+  'report-progress': flag({
+    arg: 'true|false',
+    help: 'seeds turn on cloud-init\'s webhook reporting to the datasource listener (needs --datasource-listen and a key; a VMI opts out with vmseed.io/report-progress: "false")',
+    default: 'true',
+    parse: (t, f) => oneOf(t, f, ['true', 'false'] as const) === 'true',
+  }),
 };
 
 export type FlagName = keyof typeof AGENT_FLAGS;

@@ -90,6 +90,7 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
       }),
     ),
     stale: v.stale ? projectProblem(v.stale) : undefined,
+    progressNotReported: str(v.progressNotReported),
   });
 }
 

@@ -75,6 +75,10 @@ export interface VmiStatusRecord {
   // The Secrets and ConfigMaps its seed was rendered from (watched: an
   // edit re-renders it) and when the agent last saw each change.
   dependencies?: DependencyRecord[];
+  // Why its seed does not ask cloud-init to report its progress here (the
+  // operator or the VMI opted out, no datasource or key): "progress not
+  // reported", and the reason.
+  progressNotReported?: string;
   // What the guest's cloud-init reported (its webhook reporting handler
   // posting to the datasource listener), for the current boot; or why
   // nothing was reported.

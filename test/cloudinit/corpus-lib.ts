@@ -10,6 +10,7 @@ import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import {
   DEFAULT_RENDER_OPTIONS,
   renderSeed,
+  type RenderContext,
   type RenderOptions,
   type RenderOutcome,
 } from '../../src/cloudinit/render.ts';
@@ -25,7 +26,7 @@ export function caseNames(): string[] {
 
 export type CaseResult = { outcome: RenderOutcome } | { error: VmseedError };
 
-export async function runCase(name: string): Promise<CaseResult> {
+export async function runCase(name: string, context?: RenderContext): Promise<CaseResult> {
   const dir = join(CORPUS_DIR, name);
   const optionsFile = join(dir, 'options.json');
   const options: RenderOptions = {
@@ -40,7 +41,7 @@ export async function runCase(name: string): Promise<CaseResult> {
     const objects = mergeManifests(parts);
     if (objects.vmis.length !== 1)
       throw new Error(`case ${name}: expected exactly one VMI, found ${objects.vmis.length}`);
-    const outcome = await renderSeed(objects.vmis[0], new MemoryResolver(objects), options);
+    const outcome = await renderSeed(objects.vmis[0], new MemoryResolver(objects), options, context);
     return { outcome };
   } catch (e) {
     if (e instanceof VmseedError) return { error: e };

@@ -173,6 +173,7 @@ export async function startAgent(
     seedReadPolicy?: AgentOptions['seedReadPolicy'];
     warnMissingGate?: boolean;
     provisioningNotReportedAfterMs?: number;
+    reportPlan?: AgentOptions['reportPlan'];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -244,6 +245,7 @@ export async function startAgent(
     ...(options.provisioningNotReportedAfterMs !== undefined
       ? { provisioningNotReportedAfterMs: options.provisioningNotReportedAfterMs }
       : {}),
+    ...(options.reportPlan ? { reportPlan: options.reportPlan } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();

@@ -33,6 +33,8 @@ export interface RunQemuOptions {
   until?: (console: string) => boolean;
   /** Also write the console to this file when QEMU ends. */
   consoleFile?: string;
+  /** Stop (kill QEMU) when aborted: for a condition the console does not show. */
+  signal?: AbortSignal;
   extraQemuArgs?: string[];
 }
 
@@ -132,6 +134,12 @@ export function runQemu(o: RunQemuOptions): Promise<QemuRun> {
       timedOut = true;
       child.kill('SIGKILL');
     }, o.timeoutMs);
+    const stop = () => {
+      stoppedByUntil = true;
+      child.kill('SIGKILL');
+    };
+    if (o.signal?.aborted) stop();
+    else o.signal?.addEventListener('abort', stop, { once: true });
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
       out += chunk;
       if (!stoppedByUntil && o.until?.(out)) {
@@ -148,6 +156,7 @@ export function runQemu(o: RunQemuOptions): Promise<QemuRun> {
     });
     child.once('close', (code) => {
       clearTimeout(timer);
+      o.signal?.removeEventListener('abort', stop);
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const result = { pid: child.pid ?? -1, console: out, seconds, exitCode: code, timedOut, stoppedByUntil };
       const done = () => {

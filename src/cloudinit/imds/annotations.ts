@@ -33,6 +33,7 @@ import type { RefResolver, VmiObject } from '../../api/types.ts';
 import { readObjectKey } from '../refs/object-refs.ts';
 import type { Seed, SeedWarning } from '../seed.ts';
 import { lintUserData } from '../userdata/lint.ts';
+import { withReportingPart } from '../userdata/progress-report.ts';
 import { lintVendorData, resolveVendorData, type VendorDataRef } from '../userdata/vendor-data.ts';
 
 export const IMDS_ENABLED = 'imds.kubevirt.io/enabled';
@@ -113,17 +114,26 @@ async function userDataOf(
 }
 
 // The seed IMDS would serve for this VMI. Call only when isImdsEnabled(vmi).
-export async function renderImdsSeed(vmi: VmiObject, refs: RefResolver, options: ImdsRenderOptions): Promise<Seed> {
+// reportUrl: as RenderContext's.
+export async function renderImdsSeed(
+  vmi: VmiObject,
+  refs: RefResolver,
+  options: ImdsRenderOptions,
+  reportUrl?: string,
+): Promise<Seed> {
   const { bytes: userData, field } = await userDataOf(vmi, refs, options.maxUserDataBytes);
   const warnings: SeedWarning[] = userData.length > 0 ? lintUserData(userData, field) : [];
   const namespace = vmi.metadata.namespace ?? 'default';
   const vendor = await resolveVendorData(undefined, options.defaultVendorData, namespace, refs, IMDS_ENABLED);
   if (vendor) warnings.push(...lintVendorData(vendor.bytes, vendor.field, options.maxUserDataBytes));
+  const reporting = reportUrl === undefined ? undefined : withReportingPart(vendor?.bytes, reportUrl);
+  const vendorData = reporting && 'bytes' in reporting ? reporting.bytes : vendor?.bytes;
   return {
     datasource: 'nocloud',
     metaData: { 'instance-id': imdsInstanceId(vmi), 'local-hostname': vmi.metadata.name },
     userData,
-    ...(vendor && vendor.bytes.length > 0 ? { vendorData: vendor.bytes } : {}),
+    ...(vendorData && vendorData.length > 0 ? { vendorData } : {}),
+    ...(reporting && 'reason' in reporting ? { progressNotReported: reporting.reason } : {}),
     delivery: 'http',
     warnings,
   };
