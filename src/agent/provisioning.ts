@@ -107,14 +107,28 @@ export class ProvisioningTracker implements ProgressSink {
     const f = r.provisioning;
     if (f && f.uid === r.status?.uid) return factsStatus(f, seen);
     const read = seedReadAt(r);
-    const bound = this.#o.notReportedAfterMs ?? NOT_REPORTED_AFTER_MS;
-    if (read === undefined || now - read < bound) return undefined;
-    return {
+    if (read === undefined) return undefined;
+    const notReported = {
       state: 'not-reported',
       boot: 0,
       stages: [],
       ...(seen !== undefined ? { seenAt: iso(seen) } : {}),
-      reason: `the guest read its seed at ${iso(read)} and no cloud-init event came within ${formatSeconds(bound / 1000)}: cloud-init's webhook reporting is off in this seed, the guest has no route to the datasource listener, or the guest does not run cloud-init`,
+    } as const;
+    // A seed that does not ask for reports: nothing will come, so say so at
+    // once rather than after the bound.
+    const off = r.status?.progressNotReported;
+    if (off !== undefined)
+      return {
+        ...notReported,
+        stages: [],
+        reason: `the guest read its seed at ${iso(read)}; the seed does not ask cloud-init to report its progress: ${off}`,
+      };
+    const bound = this.#o.notReportedAfterMs ?? NOT_REPORTED_AFTER_MS;
+    if (now - read < bound) return undefined;
+    return {
+      ...notReported,
+      stages: [],
+      reason: `the guest read its seed at ${iso(read)} and no cloud-init event came within ${formatSeconds(bound / 1000)}: the guest has no route to the datasource listener, its user-data turned the reporting off, or the guest does not run cloud-init`,
     };
   }
 

@@ -15,6 +15,8 @@ import { FakeKube } from '../support/fake-kube.ts';
 import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { progressReportPlanner } from '../../src/agent/progress-report.ts';
+import { REPORT_PROGRESS_ANNOTATION } from '../../src/cloudinit/userdata/progress-report.ts';
 import { startHttpServer } from '../../src/http/server.ts';
 import { reportToken } from '../../src/http/report-token.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
@@ -61,6 +63,7 @@ test(
       stateDir: join(dir.path, 'seeds'),
       nocloudHttp: ds.agentOptions,
       provisioningNotReportedAfterMs: 300,
+      reportPlan: progressReportPlanner({ enabled: true, datasource: { keyring: ds.keyring, baseUrl: base } }),
       beforeStart: async (agent) => {
         closeDs = (await ds.start(agent)).close;
       },
@@ -84,7 +87,11 @@ test(
     const statusOf = async (name: string) => (await statusJson()).vmis.find((v) => v.name === name);
 
     const [a, b, c] = ['a', 'b', 'c'].map((n) => fake.applyVmi(vmi(n)));
-    for (const n of ['a', 'b', 'c']) await waitFor(`seed of ${n}`, async () => (await statusOf(n))?.servedOverHttp);
+    const optedOut = vmi('d');
+    optedOut.metadata.annotations = { ...optedOut.metadata.annotations, [REPORT_PROGRESS_ANNOTATION]: 'false' };
+    const d = fake.applyVmi(optedOut);
+    for (const n of ['a', 'b', 'c', 'd'])
+      await waitFor(`seed of ${n}`, async () => (await statusOf(n))?.servedOverHttp);
     const reportUrl = (uid: string | undefined) => `${base}/${reportToken(ds.keyring, uid!)}/cloud-init-events`;
 
     // A good boot: every event accepted, the timeline done.
@@ -154,9 +161,16 @@ test(
       return p?.state === 'not-reported' ? p : undefined;
     });
     assert.match(pc.reason!, /no cloud-init event came within/);
+    // d's seed asks for no reports (the VMI opted out): said as soon as it is read, with why.
+    assert.equal((await fetch(`${base}/${ds.keyring.sign(d.metadata.uid!)}/meta-data`)).status, 200);
+    const pd = await waitFor('d not reported', async () => {
+      const p = (await statusOf('d'))?.provisioning;
+      return p?.state === 'not-reported' ? p : undefined;
+    });
+    assert.match(pd.reason!, /the seed does not ask cloud-init to report its progress: the VMI opts out/);
     const counts = (await statusJson()).provisioningCounts;
-    assert.deepEqual(counts, { running: 1, failed: 1, succeeded: 0, 'not-reported': 1 });
-    assert.match(await (await fetch(`${http.url}/metrics`)).text(), /vmseed_seed_read_seconds_count\{via="http"\} 1/);
+    assert.deepEqual(counts, { running: 1, failed: 1, succeeded: 0, 'not-reported': 2 });
+    assert.match(await (await fetch(`${http.url}/metrics`)).text(), /vmseed_seed_read_seconds_count\{via="http"\} 2/);
 
     // Deleting b: its events are refused from then on, and nothing of it stays.
     fake.deleteVmi('default', 'b');
