@@ -164,7 +164,7 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
     annotations: { 'vmseed.io/resume-after-seed': 'true' },
     launcherPods: [POD],
   };
-  const r = await inj.inject(target, image);
+  const r = await inj.inject(target, image, { resume: true });
   assert.deepEqual([r.action, r.resumed, r.flags, r.targetDev, r.bus], ['attached', true, ['--live'], 'sdzz', 'scsi']);
   assert.deepEqual(resumed, ['vm']);
   assert.ok(
@@ -188,7 +188,7 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   // Built without KubeVirt's unpause, the kubevirt platform still never runs virsh resume.
   lv.domains.set('ns_vm2', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
   await assert.rejects(
-    makeInjector(c, undefined, lv)!.inject({ ...target, name: 'vm2' }, image),
+    makeInjector(c, undefined, lv)!.inject({ ...target, name: 'vm2' }, image, { resume: true }),
     (e: unknown) => e instanceof Error && /unpause API only/.test(e.message),
   );
   assert.equal(

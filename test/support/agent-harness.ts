@@ -148,6 +148,8 @@ export async function startAgent(
     seedReads?: AgentOptions['seedReads'];
     seedReadPolicy?: AgentOptions['seedReadPolicy'];
     warnMissingGate?: boolean;
+    // Reconciles at once (default 4).
+    concurrency?: number;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -199,7 +201,7 @@ export async function startAgent(
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: NODE }),
     metrics,
     logger,
-    concurrency: 4,
+    concurrency: options.concurrency ?? 4,
     renderOptions: {
       kubevirtVolumes: options.kubevirtVolumes ?? 'ignore',
       maxUserDataBytes: 1 << 20,
