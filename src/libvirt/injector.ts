@@ -29,7 +29,14 @@ import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { isPodUid } from './launcher-pod.ts';
-import { encodeUriValue, renderForTarget, renderTemplate, usesPodUID } from './template.ts';
+import {
+  encodeUriValue,
+  parseTemplate,
+  renderForTarget,
+  renderTemplate,
+  usesPodUID,
+  type Template,
+} from './template.ts';
 
 export interface ResumeContext {
   domain: string;
@@ -55,15 +62,15 @@ export interface LibvirtInjectorOptions {
   virshPath?: string;
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
   // VMI's launcher pod on this node, see launcher-pod.ts). The templates
-  // come checked (see template.ts).
-  domainTemplate?: string;
+  // come checked (parseTemplate in template.ts).
+  domainTemplate?: Template<'domain'>;
   // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`;
   // placeholder values are percent-encoded.
-  uriTemplate?: string;
+  uriTemplate?: Template<'uri'>;
   // How the domain's QEMU sees the image; {path} is the published path as
   // the agent sees it and {basename} its file name,
   // e.g. `/var/run/kubevirt-ephemeral-disks/vmseed/{basename}`.
-  imagePathTemplate?: string;
+  imagePathTemplate?: Template<'image-path'>;
   // Puts the image where the domain can open it (default: identity).
   publisher?: ImagePublisher;
   // The wanted bus; scsi falls back to virtio on a domain without a
@@ -81,6 +88,10 @@ export interface LibvirtInjectorOptions {
   spawner?: ProcessSpawner;
   sleep?: (ms: number) => Promise<void>;
 }
+
+const DEFAULT_DOMAIN = parseTemplate('domain', '{namespace}_{name}');
+const DEFAULT_URI = parseTemplate('uri', 'qemu:///system');
+const DEFAULT_IMAGE_PATH = parseTemplate('image-path', '{path}');
 
 type Flag = '--live' | '--config';
 
@@ -115,9 +126,9 @@ interface DomainView {
 
 export class LibvirtInjector implements Injector {
   readonly #client: LibvirtClient;
-  readonly #domainTemplate: string;
-  readonly #uriTemplate: string;
-  readonly #imagePathTemplate: string;
+  readonly #domainTemplate: Template<'domain'>;
+  readonly #uriTemplate: Template<'uri'>;
+  readonly #imagePathTemplate: Template<'image-path'>;
   readonly #bus: SeedBus;
   readonly #liveOnly: boolean;
   readonly #timeoutMs: number;
@@ -130,9 +141,9 @@ export class LibvirtInjector implements Injector {
   readonly #locks = new Map<string, Promise<unknown>>();
 
   constructor(options: LibvirtInjectorOptions = {}) {
-    this.#domainTemplate = options.domainTemplate ?? '{namespace}_{name}';
-    this.#uriTemplate = options.uriTemplate ?? 'qemu:///system';
-    this.#imagePathTemplate = options.imagePathTemplate ?? '{path}';
+    this.#domainTemplate = options.domainTemplate ?? DEFAULT_DOMAIN;
+    this.#uriTemplate = options.uriTemplate ?? DEFAULT_URI;
+    this.#imagePathTemplate = options.imagePathTemplate ?? DEFAULT_IMAGE_PATH;
     this.#publisher = options.publisher ?? identityPublisher;
     this.#bus = options.bus ?? 'virtio';
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {

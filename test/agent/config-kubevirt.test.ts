@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { ConfigError, loadConfig, configSummary } from '../../src/config.ts';
 import { makeInjector } from '../../src/commands/agent.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const POD = '0b4c2c4e-6f0e-4a4e-9d55-1f1f0c6e1a01';
 const SOCKET = (pods: string) =>
@@ -146,7 +147,10 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   const preset = loadConfig(['--libvirt', 'virsh'], { NODE_NAME: 'n1' }, '/')!;
   const c = {
     ...preset,
-    libvirt: { ...preset.libvirt, publishDir: preset.libvirt.publishDir!.replace(/^\/pods/, root) },
+    libvirt: {
+      ...preset.libvirt,
+      publishDir: parseTemplate('publish-dir', preset.libvirt.publishDir!.replace(/^\/pods/, root)),
+    },
   };
   const resumed: string[] = [];
   const lv = new FakeLibvirt();

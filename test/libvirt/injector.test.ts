@@ -11,6 +11,7 @@ import { changeCalls as mutating, EventingFakeClient, FakeLibvirt, type FakeDoma
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 import type { ImagePublisher } from '../../src/libvirt/publish.ts';
 import type { ProcessSpawner } from '../../src/libvirt/virsh.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const other = (dev: string): DomainDisk => ({
   type: 'file',
@@ -355,9 +356,9 @@ test('templates: domain name, per-VMI socket URI, image path as the domain sees 
   const lv = setup({ state: 'shut off' }, 'vm-u-7');
   const inj = new LibvirtInjector({
     spawner: lv,
-    domainTemplate: 'vm-{uid}',
-    uriTemplate: 'qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock',
-    imagePathTemplate: '/var/run/kubevirt-private/vmseed/{namespace}/{name}/{basename}',
+    domainTemplate: parseTemplate('domain', 'vm-{uid}'),
+    uriTemplate: parseTemplate('uri', 'qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock'),
+    imagePathTemplate: parseTemplate('image-path', '/var/run/kubevirt-private/vmseed/{namespace}/{name}/{basename}'),
   });
   const t = { ...T, uid: 'u-7' };
   await inj.inject(t, '/var/lib/vmseed/images/ns1/vm1/nocloud.iso');
