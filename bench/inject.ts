@@ -59,6 +59,7 @@ import {
 import { guestDomainXml, waitForConsole } from '../e2e/support/libvirt-guest.ts';
 import { benchKubevirtLauncher, type Row } from './inject-kubevirt.ts';
 import { time, timeSettled } from './timing.ts';
+import { parseTemplate } from '../src/libvirt/template.ts';
 
 const run = promisify(execFile);
 const { values } = parseArgs({
@@ -275,7 +276,7 @@ async function benchRestart(): Promise<string> {
     for (const name of names) await daemon.define(emptyDomainXml({ name: `bench_${name}`, scsiController: true }));
     const seed = join(dir, 'seed.iso');
     writeFileSync(seed, Buffer.alloc(64 * 1024));
-    const inj = new LibvirtInjector({ client, uriTemplate: daemon.uri, bus: 'scsi' });
+    const inj = new LibvirtInjector({ client, uriTemplate: parseTemplate('uri', daemon.uri), bus: 'scsi' });
     const errors = new Map<string, number>();
     const actions = new Map<string, number>();
     const latencies: number[] = [];

@@ -24,6 +24,7 @@ import {
   domblklist,
   virsh,
 } from './support/libvirtd.ts';
+import { parseTemplate } from '../src/libvirt/template.ts';
 
 let dir: string;
 const domains: string[] = [];
@@ -109,7 +110,10 @@ test("published into a launcher pod's ephemeral-disks/vmseed: the copy carries t
   const inj = e2eInjector({
     bus: 'scsi',
     publisher: new DirPublisher({
-      dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'),
+      dirTemplate: parseTemplate(
+        'publish-dir',
+        join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'),
+      ),
       subdir: 'vmseed',
     }),
   });

@@ -28,6 +28,7 @@ import {
   domstate,
   virsh,
 } from './support/libvirtd.ts';
+import { parseTemplate } from '../src/libvirt/template.ts';
 
 const POD = '3c3c3c3c-3c3c-4c3c-8c3c-3c3c3c3c3c3c';
 let dir: string;
@@ -198,7 +199,7 @@ test('q35 without a SCSI controller: the virtio fallback vdzz, live only; its de
     /<target dev='vdzz' bus='virtio'\/>[\s\S]*?<alias name='ua-vmseed_seed'\/>/,
   );
   const quick = e2eInjector({
-    uriTemplate: 'qemu:///system',
+    uriTemplate: parseTemplate('uri', 'qemu:///system'),
     liveOnly: true,
     detachTimeoutMs: 1000,
     pollIntervalMs: 200,
@@ -262,7 +263,13 @@ test("the preset's encoded socket URI reaches libvirt: --pods-dir with a % in it
     // The system daemon answers on that socket; `session` in the path is
     // what KubeVirt uses for its per-launcher daemon.
     const inj = makeInjector(
-      { ...config, libvirt: { ...config.libvirt, uri: config.libvirt.uri.replace('///session', '///system') } },
+      {
+        ...config,
+        libvirt: {
+          ...config.libvirt,
+          uri: parseTemplate('uri', config.libvirt.uri.replace('///session', '///system')),
+        },
+      },
       async ({ target }) => void resumed.push(target.name),
     )!;
     closeLaterInjector(inj);

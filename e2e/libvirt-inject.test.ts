@@ -21,6 +21,7 @@ import {
   domstate,
   virsh,
 } from './support/libvirtd.ts';
+import { parseTemplate } from '../src/libvirt/template.ts';
 
 let dir: string;
 const domains: string[] = [];
@@ -231,7 +232,10 @@ test("publish into a launcher pod's ephemeral-disks/vmseed ({podUID}): QEMU open
   const inj = e2eInjector({
     bus: 'scsi',
     publisher: new DirPublisher({
-      dirTemplate: join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'),
+      dirTemplate: parseTemplate(
+        'publish-dir',
+        join(dir, 'pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks'),
+      ),
       subdir: 'vmseed',
     }),
   });
@@ -269,7 +273,9 @@ test('domain missing: DOMAIN_NOT_FOUND, retryable; eject of a missing domain is 
 
 test('seed file missing: SEED_FILE_NOT_ACCESSIBLE with the image path template applied', async () => {
   const { name } = await newDomain('nofile', { start: 'paused' });
-  const inj = e2eInjector({ imagePathTemplate: '/nonexistent/vmseed/{namespace}/{name}/{basename}' });
+  const inj = e2eInjector({
+    imagePathTemplate: parseTemplate('image-path', '/nonexistent/vmseed/{namespace}/{name}/{basename}'),
+  });
   await assert.rejects(inj.inject(target(name), seedFile(`x-${name}`)), (e: unknown) => {
     assert.ok(e instanceof VmseedError);
     assert.equal(e.code, 'SEED_FILE_NOT_ACCESSIBLE');

@@ -28,6 +28,7 @@ import {
 } from './support/libvirtd.ts';
 import { startPrivateLibvirtd, type PrivateLibvirtd } from './support/private-libvirtd.ts';
 import { cleanupAll, startAgentProcess, vmiYaml, waitUntil } from './support/agent-process.ts';
+import { parseTemplate } from '../src/libvirt/template.ts';
 
 let dir: string;
 let daemon: PrivateLibvirtd;
@@ -95,7 +96,7 @@ test(
     for (const n of names) await daemon.define(emptyDomainXml({ name: `e2e_${n}`, scsiController: true }));
     const client = new RpcLibvirtClient({ timeoutMs: 30_000, backoffInitialMs: 20, backoffMaxMs: 500 });
     t.after(() => client.close());
-    const inj = new LibvirtInjector({ client, uriTemplate: daemon.uri, bus: 'scsi' });
+    const inj = new LibvirtInjector({ client, uriTemplate: parseTemplate('uri', daemon.uri), bus: 'scsi' });
     const seed = seedFile('restart');
     const errors = new Map<string, number>();
     const actions: string[] = [];

@@ -20,6 +20,7 @@ import {
   domblklist,
   virsh,
 } from './support/libvirtd.ts';
+import { parseTemplate } from '../src/libvirt/template.ts';
 
 const run = promisify(execFile);
 let dir: string;
@@ -124,7 +125,10 @@ test('virsh missing: VIRSH_NOT_FOUND, terminal', async () => {
 test('per-VMI URI template: the socket path is rendered from the VMI uid', async () => {
   // A socket that does not exist: virsh fails to connect, and the message
   // names the rendered path, proving which endpoint was used.
-  const inj = e2eInjector({ uriTemplate: `qemu+unix:///system?socket=${dir}/{uid}/libvirt-sock`, timeoutMs: 10_000 });
+  const inj = e2eInjector({
+    uriTemplate: parseTemplate('uri', `qemu+unix:///system?socket=${dir}/{uid}/libvirt-sock`),
+    timeoutMs: 10_000,
+  });
   const t = target(uniqueName('uri'));
   assert.equal(inj.uri(t), `qemu+unix:///system?socket=${dir}/${t.uid}/libvirt-sock`);
   await assert.rejects(inj.inject(t, '/x.iso'), (e: unknown) => {

@@ -8,6 +8,7 @@ import { readFlags, type FlagReader } from './config/flag-reader.ts';
 import { resumeViaProblem } from './agent/seed-gate.ts';
 import { LAUNCHER_SOCKET, rpcDialable, type LibvirtMode, type LogLevel, type Platform } from './config/flags.ts';
 import { ConfigError } from './config/values.ts';
+import type { Template } from './libvirt/template.ts';
 
 export { ConfigError } from './config/values.ts';
 export { AGENT_USAGE } from './config/usage.ts';
@@ -43,13 +44,13 @@ export interface Config {
     // Templates: {namespace}, {name}, {uid}, {datasource}, {podUID} (the
     // VMI's launcher pod on this node) per VMI; the image path also {path}
     // (the published copy as the agent sees it) and {basename}.
-    uri: string;
-    domainName: string;
-    imagePathInDomain: string;
+    uri: Template<'uri'>;
+    domainName: Template<'domain'>;
+    imagePathInDomain: Template<'image-path'>;
     // Copy images into this per-VMI directory for the domain (KubeVirt: a
     // `vmseed` directory in the launcher pod's ephemeral-disks emptyDir; its
     // last component is created when missing); absent: used in place.
-    publishDir?: string;
+    publishDir?: Template<'publish-dir'>;
     // How the seed gate resumes a paused domain.
     resumeVia: 'virsh' | 'kubevirt';
     diskBus: 'virtio' | 'scsi';

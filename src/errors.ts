@@ -174,3 +174,10 @@ export function cancelledError(what = 'the work'): VmseedError {
     kind: 'retryable',
   });
 }
+
+// What a step ended by `signal` throws: the signal's own CANCELLED reason
+// (its VMI was deleted or changed under the reconcile), else the stop's.
+export function cancelledBy(signal: AbortSignal | undefined, what?: string): VmseedError {
+  const reason: unknown = signal?.reason;
+  return reason instanceof VmseedError && reason.code === 'CANCELLED' ? reason : cancelledError(what);
+}

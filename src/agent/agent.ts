@@ -239,6 +239,7 @@ export class Agent {
   // Handlers only enqueue, and never throw.
   #enqueue(key: string): void {
     if (this.#stopping) return;
+    this.reconciler.changed(key);
     const vmi = this.source.get(key);
     // New on the status page as pending until its first reconcile.
     if (vmi && this.status.get(key)?.uid !== vmi.metadata.uid)

@@ -129,7 +129,8 @@ export class DomainWaits {
       ...(inner.stage ? { stage: inner.stage.bind(inner) } : {}),
       ...(inner.unstage ? { unstage: inner.unstage.bind(inner) } : {}),
       ...(inner.activeDomainPods ? { activeDomainPods: inner.activeDomainPods.bind(inner) } : {}),
-      inject: async (target, imagePath, signal) => {
+      ...(inner.domainDevices ? { domainDevices: inner.domainDevices.bind(inner) } : {}),
+      inject: async (target, imagePath, options) => {
         const key = `${target.namespace}/${target.name}`;
         let where: { uri: string; domain: string } | undefined;
         try {
@@ -140,7 +141,7 @@ export class DomainWaits {
         }
         const t = where ? this.#track(key, where.uri, where.domain) : undefined;
         try {
-          const r = await inner.inject(target, imagePath, signal);
+          const r = await inner.inject(target, imagePath, options);
           this.#release(key);
           return r;
         } catch (e) {
@@ -156,9 +157,9 @@ export class DomainWaits {
           throw e;
         }
       },
-      eject: async (target) => {
+      eject: async (target, options) => {
         this.#release(`${target.namespace}/${target.name}`);
-        return inner.eject(target);
+        return inner.eject(target, options);
       },
     };
     return outer;

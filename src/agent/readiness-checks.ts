@@ -6,6 +6,7 @@ import { access, lstat, stat, statfs } from 'node:fs/promises';
 import { delimiter, dirname, join } from 'node:path';
 import { formatBytes } from '../format.ts';
 import { localUriSocket, resolveUri } from '../libvirt/rpc/uri.ts';
+import type { Template } from '../libvirt/template.ts';
 
 export type ReadinessCheck = () => Promise<string | undefined>;
 
@@ -61,7 +62,7 @@ export function freeSpaceCheck(dir: string, minFreeBytes: number, minFreeInodes 
 // check is the directory above them: the kubelet's pods directory is 0750
 // root:root, and an agent without group 0 stops there with EACCES on every
 // VMI. Undefined for URIs the agent does not dial itself (ssh, tls).
-export function libvirtSocketCheck(uriTemplate: string): ReadinessCheck | undefined {
+export function libvirtSocketCheck(uriTemplate: Template<'uri'>): ReadinessCheck | undefined {
   const local = localUriSocket(uriTemplate);
   if (!local) return undefined;
   const socketParam = local.socket;

@@ -248,8 +248,9 @@ export class ReconcileRecorder {
     const { err, parkMs } = this.#classify(key, vmi, asVmseedError(e));
     const [namespace, name] = splitKey(key);
     if (err.code === 'CANCELLED') {
-      // The agent is stopping: nothing is wrong with the VMI, so no error
-      // on its status and no Event; the next start reconciles it again.
+      // The agent is stopping, or the VMI was deleted or changed under the
+      // reconcile: nothing is wrong with the VMI, so no error on its status
+      // and no Event; the next reconcile (or start) takes it from here.
       this.#log.info({ namespace, name, code: err.code }, err.message);
       return 'retry';
     }

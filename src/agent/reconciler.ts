@@ -16,7 +16,7 @@ import type { Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError, type ErrorCode } from '../errors.ts';
-import type { InjectionResult, InjectionTarget, Injector } from '../libvirt/types.ts';
+import type { InjectionResult, InjectionTarget, InjectOptions, Injector } from '../libvirt/types.ts';
 import {
   launcherPodOf,
   launcherPodsOnNode,
@@ -39,7 +39,8 @@ import type {
 import type { EventRecorder } from './events.ts';
 import { newProgress, ReconcileRecorder, type Outcome, type Progress, type StepFacts } from './reconcile-recorder.ts';
 import type { ReportPlan, ReportPlanner } from './progress-report.ts';
-import { missingSeedGate, seedGateFacts } from './seed-gate.ts';
+import { ReconcileSignals } from './reconcile-signals.ts';
+import { missingSeedGate, resumeAfterSeed, seedGateFacts } from './seed-gate.ts';
 import { throwIfCancelled, type ShutdownDeadline } from './shutdown.ts';
 import type { StatusStore } from './status-store.ts';
 import type { ImageFacts, VmiRecords } from './vmi-records.ts';
@@ -91,15 +92,15 @@ export interface ReconcilerOptions {
   reportPlan?: ReportPlanner;
 }
 
-// One reconcile as its steps see it: when it began, the signal that ends it
-// at the stop deadline, and what it did so far.
+// One reconcile as its steps see it: when it began, the signal that ends
+// it (reconcile-signals.ts), and what it did so far.
 interface Run {
   started: number;
   signal: AbortSignal;
   progress: Progress;
 }
 
-// A reconciler without a stop deadline (tests) never cancels.
+// Garbage collection at start-up, before any reconcile: only the stop ends it.
 const NEVER = new AbortController().signal;
 
 type Injection = NonNullable<VmiStatusRecord['injection']>;
@@ -124,11 +125,13 @@ export class Reconciler {
   readonly #log: Logger;
   readonly #records: VmiRecords;
   readonly #recorder: ReconcileRecorder;
+  readonly #signals: ReconcileSignals;
 
   constructor(options: ReconcilerOptions) {
     this.#o = options;
     this.#log = options.logger;
     this.#records = options.records;
+    this.#signals = new ReconcileSignals(options.shutdown);
     this.#recorder = new ReconcileRecorder({
       ...options,
       injecting: options.injector !== undefined,
@@ -144,6 +147,14 @@ export class Reconciler {
   // recorded by the same handler as everything else about the VMI.
   seedRead(key: string, facts: FirstBootFacts): void {
     this.#recorder.seedRead(key, this.#o.cache.get(key), facts);
+  }
+
+  // An event for `key`: a reconcile of it in flight whose object was
+  // deleted, replaced, moved away or superseded by a newer generation is
+  // cancelled (the queue runs the key again after it).
+  changed(key: string): void {
+    const vmi = this.#o.cache.get(key);
+    this.#signals.changed(key, vmi, vmi !== undefined && this.isHere(vmi));
   }
 
   // Is this VMI one this agent should have a seed for (if vmseed's)?
@@ -173,6 +184,7 @@ export class Reconciler {
     let removed = 0;
     const removedVmis = new Set<string>();
     const { steps } = newProgress();
+    const signal = this.#o.shutdown?.reconciles ?? NEVER;
     for (const img of images) {
       const key = `${img.namespace}/${img.name}`;
       const live = this.#o.cache.get(key);
@@ -189,7 +201,7 @@ export class Reconciler {
           img,
           live?.metadata.annotations ?? {},
           live ? launcherPodsOnNode(live.status?.activePods, this.#o.nodeName) : [],
-          steps,
+          { steps, signal },
         );
         removed++;
       } catch (e) {
@@ -233,25 +245,26 @@ export class Reconciler {
   // The reconcile finds what is and makes it so (#sync); what it found, or
   // the error, is recorded by the handler around it.
   async reconcile(key: string): Promise<WorkResult> {
+    const vmi = this.#o.cache.get(key);
     const run: Run = {
       started: performance.now(),
-      signal: this.#o.shutdown?.forReconcile() ?? NEVER,
+      signal: this.#signals.begin(key, vmi),
       progress: newProgress(),
     };
-    const vmi = this.#o.cache.get(key);
     let outcome: Outcome;
     try {
       outcome = await this.#sync(key, vmi, run);
     } catch (e) {
       return this.#recorder.failed(key, vmi, e, run.started, run.progress);
+    } finally {
+      this.#signals.end(key);
     }
     return this.#recorder.succeeded(key, vmi, outcome, run.progress);
   }
 
   async #sync(key: string, vmi: VmiObject | undefined, run: Run): Promise<Outcome> {
-    const steps = run.progress.steps;
     if (!vmi || !this.isHere(vmi)) {
-      await this.#cleanup(key, steps);
+      await this.#cleanup(key, run);
       const other = vmi && this.#o.reportOtherNodes ? nodeOf(vmi) : undefined;
       return vmi && other !== undefined && other !== this.#o.nodeName ? this.#otherNode(vmi, other) : { kind: 'gone' };
     }
@@ -259,14 +272,14 @@ export class Reconciler {
     const r = this.#records.of(key);
     delete r.otherNode;
     if (r.firstSeen?.uid !== uid) r.firstSeen = { uid, at: this.#now(), reported: false };
-    if (r.image && r.image.uid !== uid) await this.#cleanup(key, steps); // same name, new object
+    if (r.image && r.image.uid !== uid) await this.#cleanup(key, run); // same name, new object
     const outcome = await this.#render(key, uid, vmi, run.signal);
     if (outcome.kind === 'skip') {
-      await this.#cleanup(key, steps);
+      await this.#cleanup(key, run);
       return { kind: 'skipped', warning: outcome.warning && problemOf(outcome.warning), event: true };
     }
     const seed = outcome.seed;
-    if (seed.delivery === 'http') return this.#serveOnly(key, vmi, seed, steps);
+    if (seed.delivery === 'http') return this.#serveOnly(key, vmi, seed, run);
     return this.#seed(key, uid, vmi, seed, run);
   }
 
@@ -287,7 +300,7 @@ export class Reconciler {
     const reporting = plan && 'url' in plan ? { reportUrl: plan.url } : {};
     let outcome = await this.#o.render(vmi, this.#o.refs, options, reporting);
     if (outcome.kind === 'seed' && outcome.seed.datasource === 'configdrive') {
-      const facts = await this.#domainFacts(key, uid, vmi);
+      const facts = await this.#domainFacts(key, uid, vmi, signal);
       if (facts) {
         const domainDevices = this.#o.hostNuma ? await withHostNuma(facts.devices, this.#o.hostNuma) : facts.devices;
         outcome = await this.#o.render(vmi, this.#o.refs, options, {
@@ -409,8 +422,7 @@ export class Reconciler {
     const size = image.bytes.length;
     const onDisk = had !== undefined && had.sha256 === sha && (await this.#o.store.imageStat(had.path))?.size === size;
     if (had && onDisk && had.datasource === datasource) return { entry: had, written: false };
-    if (had && had.datasource !== undefined && had.datasource !== datasource)
-      await this.#cleanup(key, run.progress.steps);
+    if (had && had.datasource !== undefined && had.datasource !== datasource) await this.#cleanup(key, run);
     throwIfCancelled(run.signal, 'writing the seed image');
     const res = await this.#o.store.write(
       { namespace: target.namespace, name: target.name, uid },
@@ -461,8 +473,8 @@ export class Reconciler {
     if (injector?.perPod) {
       // Which of this node's launcher pods gets the disk, which (migration
       // targets) the image only, and which no longer run the VM.
-      const plan = await this.#plan(target, vmi, entry);
-      staged = await this.#applyPlan(target, entry, plan);
+      const plan = await this.#plan(target, vmi, entry, run.signal);
+      staged = await this.#applyPlan(target, entry, plan, run.signal);
       attached = plan.attachTo !== undefined;
       if (plan.attachTo !== undefined) target.launcherPods = [plan.attachTo];
       else if (!plan.receiving) launcherPodOf({ ...target, launcherPods: [] }); // LAUNCHER_POD_UNKNOWN, retried
@@ -473,7 +485,10 @@ export class Reconciler {
     }
     if (!injector || !attached || entry.injectedSha === sha)
       return { injection: shownInjection, injected: false, attached, staged };
-    const result = await this.#inject(injector, target, entry.path, shownInjection !== undefined, run);
+    const result = await this.#inject(injector, target, entry.path, shownInjection !== undefined, run, {
+      signal: run.signal,
+      resume: resumeAfterSeed(vmi),
+    });
     entry.injectedSha = sha;
     const injection: Injection = {
       domain: result.domain,
@@ -499,12 +514,13 @@ export class Reconciler {
     path: string,
     replacing: boolean,
     run: Run,
+    options: InjectOptions,
   ): Promise<InjectionResult> {
     const t0 = performance.now();
     const seconds = () => (performance.now() - t0) / 1000;
     let result: InjectionResult;
     try {
-      result = await injector.inject(target, path, run.signal);
+      result = await injector.inject(target, path, options);
     } catch (e) {
       const operation = replacing ? 'replace' : 'attach';
       run.progress.steps.injections.push({ operation, result: 'error', seconds: seconds() });
@@ -523,7 +539,7 @@ export class Reconciler {
   // image and kept: a seed re-rendered with other addresses would change
   // under a running guest. VMIs without such devices (or without libvirt)
   // never read the domain here.
-  async #domainFacts(key: string, uid: string, vmi: VmiObject): Promise<DomainFacts | undefined> {
+  async #domainFacts(key: string, uid: string, vmi: VmiObject, signal: AbortSignal): Promise<DomainFacts | undefined> {
     const injector = this.#o.injector;
     const fields = devicesNeedingDomain(vmi);
     if (!injector?.domainDevices || fields.length === 0) return undefined;
@@ -538,7 +554,7 @@ export class Reconciler {
     let last: unknown;
     for (const t of targets) {
       try {
-        const facts = await injector.domainDevices(t);
+        const facts = await injector.domainDevices(t, { signal });
         r.domainFacts = { uid, facts };
         return facts;
       } catch (e) {
@@ -554,9 +570,11 @@ export class Reconciler {
     );
   }
 
-  async #plan(target: InjectionTarget, vmi: VmiObject, entry: ImageFacts): Promise<LauncherPlan> {
+  async #plan(target: InjectionTarget, vmi: VmiObject, entry: ImageFacts, signal: AbortSignal): Promise<LauncherPlan> {
     const injector = this.#o.injector!;
-    const probe = injector.activeDomainPods ? (pods: string[]) => injector.activeDomainPods!(target, pods) : undefined;
+    const probe = injector.activeDomainPods
+      ? (pods: string[]) => injector.activeDomainPods!(target, pods, { signal })
+      : undefined;
     return planLaunchers(
       target,
       target.launcherPods ?? [],
@@ -568,7 +586,12 @@ export class Reconciler {
   }
 
   // Stages and releases what the plan says; returns the pods staged into.
-  async #applyPlan(target: InjectionTarget, entry: ImageFacts, plan: LauncherPlan): Promise<string[]> {
+  async #applyPlan(
+    target: InjectionTarget,
+    entry: ImageFacts,
+    plan: LauncherPlan,
+    signal: AbortSignal,
+  ): Promise<string[]> {
     const injector = this.#o.injector!;
     const remember = () => {
       entry.launcherPods = [
@@ -576,13 +599,13 @@ export class Reconciler {
       ].sort();
     };
     for (const pod of plan.releaseFrom) {
-      await injector.unstage?.({ ...target, launcherPods: [pod] });
+      await injector.unstage?.({ ...target, launcherPods: [pod] }, { signal });
       if (entry.attachedPod === pod) delete entry.attachedPod;
       entry.stagedPods = (entry.stagedPods ?? []).filter((p) => p !== pod);
       remember();
     }
     for (const pod of plan.stageIn) {
-      await injector.stage?.({ ...target, launcherPods: [pod] }, entry.path);
+      await injector.stage?.({ ...target, launcherPods: [pod] }, entry.path, { signal });
       if (!(entry.stagedPods ?? []).includes(pod)) entry.stagedPods = [...(entry.stagedPods ?? []), pod];
       remember();
     }
@@ -605,8 +628,8 @@ export class Reconciler {
 
   // A seed served over HTTP only (KubeVirt IMDS annotations): no image, no
   // disk; any image an earlier render made for this VMI is removed.
-  async #serveOnly(key: string, vmi: VmiObject, seed: Seed, steps: StepFacts): Promise<Outcome> {
-    await this.#cleanup(key, steps);
+  async #serveOnly(key: string, vmi: VmiObject, seed: Seed, run: Run): Promise<Outcome> {
+    await this.#cleanup(key, run);
     if (!this.#o.seeds) {
       const message =
         'the VMI asks for KubeVirt IMDS (imds.kubevirt.io/enabled) but the NoCloud HTTP datasource is off; start the agent with --datasource-listen';
@@ -622,7 +645,7 @@ export class Reconciler {
     entry.needsPrune = false;
   }
 
-  async #cleanup(key: string, steps: StepFacts): Promise<void> {
+  async #cleanup(key: string, run: { progress: Progress; signal: AbortSignal }): Promise<void> {
     // Served no longer from this moment: the VMI is gone (or replaced), even
     // if taking its disk and image out takes a while or fails and retries.
     this.#o.seeds?.drop(key);
@@ -642,7 +665,7 @@ export class Reconciler {
       },
       known.annotations,
       known.launcherPods,
-      steps,
+      { steps: run.progress.steps, signal: run.signal },
     );
   }
 
@@ -651,7 +674,7 @@ export class Reconciler {
     img: StoredImage,
     annotations: Record<string, string>,
     launcherPods: string[],
-    steps: StepFacts,
+    { steps, signal }: { steps: StepFacts; signal: AbortSignal },
   ): Promise<void> {
     if (this.#o.injector) {
       const target: InjectionTarget = {
@@ -662,8 +685,9 @@ export class Reconciler {
         annotations,
         launcherPods,
       };
-      await this.#eject(this.#o.injector, target, steps);
+      await this.#eject(this.#o.injector, target, steps, signal);
     }
+    throwIfCancelled(signal, 'removing the seed image');
     try {
       await this.#o.store.remove({ namespace: img.namespace, name: img.name, uid: img.uid });
     } catch (e) {
@@ -685,11 +709,11 @@ export class Reconciler {
     this.#log.info({ namespace: img.namespace, name: img.name }, 'seed image removed');
   }
 
-  async #eject(injector: Injector, target: InjectionTarget, steps: StepFacts): Promise<void> {
+  async #eject(injector: Injector, target: InjectionTarget, steps: StepFacts, signal: AbortSignal): Promise<void> {
     const t0 = performance.now();
     const seconds = () => (performance.now() - t0) / 1000;
     try {
-      const res = await injector.eject(target);
+      const res = await injector.eject(target, { signal });
       if (res.action === 'detached')
         steps.injections.push({ operation: 'detach', result: 'success', seconds: seconds() });
     } catch (e) {

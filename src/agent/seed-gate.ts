@@ -4,9 +4,9 @@
 // attached, so the guest never boots without it. What the agent decides
 // about the gate is here: what it reads of a VMI, whether a pause is the
 // gate's to end and whether now, how it ends on each platform, and the
-// record that it opened. The injector attaches the disk and, for a paused
-// domain whose VMI opts in (RESUME_ANNOTATION, read there because the
-// libvirt layer cannot call up into this one), calls the hook made here.
+// record that it opened. The reconciler tells the injector whether to
+// resume (resumeAfterSeed); the injector attaches the disk and, for a paused
+// domain it was told to resume, calls the hook made here.
 import type { VmiObject } from '../api/types.ts';
 import type { ImageStore } from '../disk/store.ts';
 import { VmseedError, type ErrorCode } from '../errors.ts';
@@ -14,6 +14,15 @@ import { libvirtResume, type ResumeHook } from '../libvirt/injector.ts';
 import type { InjectionTarget } from '../libvirt/types.ts';
 
 type GateFacts = NonNullable<InjectionTarget['vmi']>;
+
+// The VMI's opt-in: its paused domain is resumed once the seed is attached.
+export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
+
+// Whether the gate ends this VMI's pause once its seed is in place (the
+// hook still decides whether a given pause is the gate's).
+export function resumeAfterSeed(vmi: VmiObject): boolean {
+  return vmi.metadata.annotations?.[RESUME_ANNOTATION] === 'true';
+}
 
 // What the gate reads of a VMI's status and spec (KubeVirt's view of it).
 export function seedGateFacts(vmi: VmiObject): GateFacts {
@@ -148,7 +157,6 @@ export function kubevirtSeedGate(
 
 const CLOUD_INIT_ANNOTATION = 'vmseed.io/cloud-init';
 const GATE_ANNOTATION = 'vmseed.io/gate';
-const RESUME = 'vmseed.io/resume-after-seed';
 
 // A vmseed VMI (its seed from the annotation) that starts unpaused: no
 // admission webhook set the gate (none installed, or none answered when it
@@ -158,13 +166,13 @@ export function missingSeedGate(vmi: VmiObject): { code: ErrorCode; message: str
   const annotations = vmi.metadata.annotations ?? {};
   if (annotations[CLOUD_INIT_ANNOTATION] === undefined) return undefined;
   if (annotations[GATE_ANNOTATION] === 'false') return undefined;
-  if (vmi.spec.startStrategy === 'Paused' && annotations[RESUME] === 'true') return undefined;
+  if (vmi.spec.startStrategy === 'Paused' && resumeAfterSeed(vmi)) return undefined;
   return {
     code: 'SEED_GATE_MISSING',
     field: 'spec.startStrategy',
     message:
       'no seed gate: the VM starts unpaused and its first boot may look for the seed before it is attached; ' +
-      `set spec.startStrategy: Paused and the annotation ${RESUME}: "true" (on a VirtualMachine, in its template), ` +
+      `set spec.startStrategy: Paused and the annotation ${RESUME_ANNOTATION}: "true" (on a VirtualMachine, in its template), ` +
       `install the admission webhook (deploy/webhook; installed, it was not reached) that sets them, or set ${GATE_ANNOTATION}: "false" to accept the race`,
   };
 }

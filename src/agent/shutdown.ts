@@ -5,7 +5,7 @@
 // Every step of a reconcile takes its signal from here (forReconcile), and
 // what waits for the stop waits for one of these signals, so there is one
 // clock, not one timer per file.
-import { cancelledError } from '../errors.ts';
+import { cancelledBy } from '../errors.ts';
 
 // After the cancel, how long stop() waits for the cancelled work to settle.
 export const CANCEL_GRACE_MS = 1000;
@@ -37,10 +37,11 @@ export class ShutdownDeadline {
     return this.#closed.signal;
   }
 
-  // One reconcile's signal: it follows the deadline. Listeners a step adds
-  // go with the reconcile's signal, not onto the process-wide one.
-  forReconcile(): AbortSignal {
-    return AbortSignal.any([this.#reconciles.signal]);
+  // One reconcile's signal: it follows the deadline, and `own` (the
+  // reconcile's own reasons to end, reconcile-signals.ts). Listeners a step
+  // adds go with the reconcile's signal, not onto the process-wide one.
+  forReconcile(own?: AbortSignal): AbortSignal {
+    return AbortSignal.any(own ? [this.#reconciles.signal, own] : [this.#reconciles.signal]);
   }
 
   // Stop begins: the deadline is `deadlineMs` from now (the first call
@@ -77,5 +78,5 @@ export function aborted(signal: AbortSignal): Promise<void> {
 // A step of a reconcile that cannot be interrupted half way (a synchronous
 // build, a file write) does not start once the deadline has passed.
 export function throwIfCancelled(signal: AbortSignal | undefined, what: string): void {
-  if (signal?.aborted) throw cancelledError(what);
+  if (signal?.aborted) throw cancelledBy(signal, what);
 }

@@ -1,7 +1,6 @@
 // `vmseed agent`: the DaemonSet process (cluster mode) or the embedded
 // default on a directory of manifests (`--local DIR`).
 import { mkdir, stat } from 'node:fs/promises';
-import { basename, dirname } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../cloudinit/render.ts';
 import { sysfsNumaReader } from '../libvirt/host-numa.ts';
@@ -83,7 +82,7 @@ export function makeInjector(
     uriTemplate: config.libvirt.uri,
     domainTemplate: config.libvirt.domainName,
     imagePathTemplate: config.libvirt.imagePathInDomain,
-    ...(config.libvirt.publishDir !== undefined ? { publisher: dirPublisher(config.libvirt.publishDir) } : {}),
+    ...(config.libvirt.publishDir !== undefined ? { publisher: DirPublisher.forDir(config.libvirt.publishDir) } : {}),
     resume: seedGateHook(config.libvirt.platform, resume),
     ...(spawner ? { spawner } : {}),
     bus: config.libvirt.diskBus,
@@ -100,15 +99,6 @@ export function domainEventsFor(config: Config, injector: LibvirtInjector | unde
   if (!injector?.client.supportsEvents) return undefined;
   const fixed = !config.libvirt.uri.includes('{');
   return clientDomainEvents(injector.client, (t) => injector.locate(t), fixed ? [config.libvirt.uri] : []);
-}
-
-// The publish directory's last component is ours to create (e.g. `vmseed`
-// in the launcher's emptyDir); its parent must exist.
-function dirPublisher(template: string): DirPublisher {
-  const last = basename(template);
-  if (last === '' || last.includes('{') || dirname(template) === template)
-    return new DirPublisher({ dirTemplate: template });
-  return new DirPublisher({ dirTemplate: dirname(template), subdir: last });
 }
 
 // What the agent of either mode is made of: the options from the flags,

@@ -9,10 +9,9 @@ import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../
 import { normalisePrefix } from '../http/datasource-path.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../http/datasource-url.ts';
 import { localUriSocket } from '../libvirt/rpc/uri.ts';
-import { encodeUriValue, IMAGE_PLACEHOLDERS, TARGET_PLACEHOLDERS } from '../libvirt/template.ts';
+import { encodeUriValue, parseTemplate, type TemplateKind } from '../libvirt/template.ts';
 import {
   ConfigError,
-  checkTemplate,
   checked,
   oneOf,
   parseDuration,
@@ -96,7 +95,11 @@ const choice =
   <T extends string>(allowed: readonly T[]) =>
   (t: string, f: string) =>
     oneOf(t, f, allowed);
-const template = (allowed: readonly string[]) => (t: string, f: string) => checkTemplate(t, f, allowed);
+// The per-VMI templates of the libvirt side, checked here once (template.ts).
+const template =
+  <K extends TemplateKind>(kind: K) =>
+  (t: string, f: string) =>
+    parseTemplate(kind, t, (problem) => new ConfigError(`--${f}: ${problem}`));
 const switched = (t: string) => t === 'true';
 const mib = (n: number) => `${n / 1024 / 1024} MiB`;
 
@@ -212,20 +215,20 @@ export const AGENT_FLAGS = {
       ),
       libvirt: 'qemu:///system',
     },
-    parse: template(TARGET_PLACEHOLDERS),
+    parse: template('uri'),
   }),
   'domain-name': flag({
     arg: 'TEMPLATE',
     help: 'libvirt domain of a VMI',
     default: '{namespace}_{name}',
     note: 'as KubeVirt names them',
-    parse: template(TARGET_PLACEHOLDERS),
+    parse: template('domain'),
   }),
   'image-path-in-domain': flag({
     arg: 'TEMPLATE',
     help: "image path as the domain sees it ({path}: this host's)",
     byPlatform: { kubevirt: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}', libvirt: '{path}' },
-    parse: template(IMAGE_PLACEHOLDERS),
+    parse: template('image-path'),
   }),
   'publish-dir': optionalFlag({
     arg: 'TEMPLATE',
@@ -237,7 +240,7 @@ export const AGENT_FLAGS = {
       kubevirt: underPodsDir(`{pods-dir}/{podUID}/${EMPTY_DIR}/ephemeral-disks/vmseed`),
       libvirt: { doc: 'none: the image is used where it is' },
     },
-    parse: template(TARGET_PLACEHOLDERS),
+    parse: template('publish-dir'),
   }),
   'resume-via': flag({
     arg: 'virsh|kubevirt',

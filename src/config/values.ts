@@ -58,18 +58,6 @@ export function parseListen(text: string, flag = 'listen'): { host: string; port
   return { host: m[1] ?? (m[2] || '0.0.0.0'), port };
 }
 
-// The per-VMI templates of the libvirt side, checked here once for every
-// flag that takes one.
-export function checkTemplate(text: string, flag: string, allowed: readonly string[]): string {
-  for (const [, name] of text.matchAll(/\{([^}]*)\}/g)) {
-    if (!allowed.includes(name)) {
-      throw new ConfigError(`--${flag}: unknown placeholder {${name}}; use ${allowed.map((a) => `{${a}}`).join(', ')}`);
-    }
-  }
-  if (text.trim() === '') throw new ConfigError(`--${flag}: must not be empty`);
-  return text;
-}
-
 // `a,b`: DNS-1123 labels (what a namespace name is), each once.
 const MAX_NAMESPACES = 100;
 export function parseNamespaces(text: string): string[] {

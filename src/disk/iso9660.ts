@@ -382,13 +382,24 @@ function validateLabel(label: string): void {
 export function buildIso(input: IsoInput): Uint8Array {
   const { label, files, timestamp } = input;
   validateLabel(label);
+  validateTimestamp(timestamp);
+  const root = buildTree(files);
+  const { pOrder, jOrder } = nameTree(root);
+  for (const d of pOrder) planContinuation(d);
+  const layout = placeExtents(pOrder, jOrder);
+  return writeImage(label, timestamp, root, pOrder, jOrder, layout);
+}
+
+function validateTimestamp(timestamp: Date): void {
   const t = timestamp instanceof Date ? timestamp.getTime() : NaN;
   if (!Number.isFinite(t) || timestamp.getUTCFullYear() < 1970 || timestamp.getUTCFullYear() > 2155) {
     fail('ISO_TIMESTAMP_INVALID', 'timestamp: must be a valid date between 1970 and 2155', 'timestamp');
   }
-  const root = buildTree(files);
+}
 
-  // Names and orderings, depth first over every directory.
+// Names and orderings, depth first over every directory; the directories
+// in path-table order of each tree, numbered.
+function nameTree(root: DirNode): { pOrder: DirNode[]; jOrder: DirNode[] } {
   const stack: DirNode[] = [root];
   while (stack.length) {
     const d = stack.pop()!;
@@ -399,30 +410,46 @@ export function buildIso(input: IsoInput): Uint8Array {
   const jOrder = pathOrder(root, 'j');
   pOrder.forEach((d, i) => (d.pNum = i + 1));
   jOrder.forEach((d, i) => (d.jNum = i + 1));
+  return { pOrder, jOrder };
+}
 
-  // Continuation areas, per directory (sectors relative to its area): the
-  // root's starts with the ER; NM entries too long to stay inline follow.
-  for (const d of pOrder) {
-    let sector = 0;
-    const erHere = d.parent === null && !ER_INLINE;
-    let offset = erHere ? ER_LEN : 0;
-    let used = erHere;
-    for (const c of d.pChildren) {
-      const inline = even(recordBase(c.pId.length) + PX_LEN + TF_LEN + NM_HEAD + c.nm.length);
-      if (inline <= MAX_RECORD) continue;
-      const need = NM_HEAD + c.nm.length;
-      if (offset + need > SECTOR) {
-        sector++;
-        offset = 0;
-      }
-      c.nmInCe = { sector, offset };
-      offset += need;
-      used = true;
+// A directory's continuation area (sectors relative to its area): the
+// root's starts with the ER; NM entries too long to stay inline follow.
+function planContinuation(d: DirNode): void {
+  let sector = 0;
+  const erHere = d.parent === null && !ER_INLINE;
+  let offset = erHere ? ER_LEN : 0;
+  let used = erHere;
+  for (const c of d.pChildren) {
+    const inline = even(recordBase(c.pId.length) + PX_LEN + TF_LEN + NM_HEAD + c.nm.length);
+    if (inline <= MAX_RECORD) continue;
+    const need = NM_HEAD + c.nm.length;
+    if (offset + need > SECTOR) {
+      sector++;
+      offset = 0;
     }
-    d.ceSectors = used ? sector + 1 : 0;
+    c.nmInCe = { sector, offset };
+    offset += need;
+    used = true;
   }
-  let next = FIRST_FREE_SECTOR;
+  d.ceSectors = used ? sector + 1 : 0;
+}
 
+interface Layout {
+  pPtSize: number;
+  jPtSize: number;
+  pLTable: number;
+  pMTable: number;
+  jLTable: number;
+  jMTable: number;
+  fileOrder: FileNode[];
+  total: number;
+}
+
+// Where everything goes: path tables, directory extents (with their
+// continuation areas), then the files' data, in sectors.
+function placeExtents(pOrder: DirNode[], jOrder: DirNode[]): Layout {
+  let next = FIRST_FREE_SECTOR;
   const pPtSize = pathTableSize(pOrder, 'p');
   const jPtSize = pathTableSize(jOrder, 'j');
   const pPtSectors = sectorsFor(pPtSize);
@@ -467,23 +494,33 @@ export function buildIso(input: IsoInput): Uint8Array {
       'files',
     );
   }
+  return { pPtSize, jPtSize, pLTable, pMTable, jLTable, jMTable, fileOrder, total };
+}
 
-  const buf = new Uint8Array(total * SECTOR);
+function writeImage(
+  label: string,
+  timestamp: Date,
+  root: DirNode,
+  pOrder: DirNode[],
+  jOrder: DirNode[],
+  l: Layout,
+): Uint8Array {
+  const buf = new Uint8Array(l.total * SECTOR);
   const w = new Writer(buf, timestamp);
 
-  w.volumeDescriptor(16 * SECTOR, 1, label, total, pPtSize, pLTable, pMTable, root, false);
-  w.volumeDescriptor(17 * SECTOR, 2, label, total, jPtSize, jLTable, jMTable, root, true);
+  w.volumeDescriptor(16 * SECTOR, 1, label, l.total, l.pPtSize, l.pLTable, l.pMTable, root, false);
+  w.volumeDescriptor(17 * SECTOR, 2, label, l.total, l.jPtSize, l.jLTable, l.jMTable, root, true);
   buf[18 * SECTOR] = 255;
   buf.set(CD001, 18 * SECTOR + 1);
   buf[18 * SECTOR + 6] = 1;
 
   if (!ER_INLINE) w.er(root.ceLba * SECTOR);
-  w.pathTables(pOrder, pLTable * SECTOR, pMTable * SECTOR, false);
-  w.pathTables(jOrder, jLTable * SECTOR, jMTable * SECTOR, true);
+  w.pathTables(pOrder, l.pLTable * SECTOR, l.pMTable * SECTOR, false);
+  w.pathTables(jOrder, l.jLTable * SECTOR, l.jMTable * SECTOR, true);
 
   for (const d of pOrder) w.primaryDir(d);
   for (const d of jOrder) w.jolietDir(d);
-  for (const f of fileOrder) buf.set(f.data, f.lba * SECTOR);
+  for (const f of l.fileOrder) buf.set(f.data, f.lba * SECTOR);
   return buf;
 }
 

@@ -30,6 +30,9 @@ export interface ViewOptions extends CallOptions {
 
 export interface CallOptions {
   timeoutMs?: number;
+  // The reconcile's: when it aborts the call ends with CANCELLED at once
+  // (one already sent may still take effect in libvirt).
+  signal?: AbortSignal;
 }
 
 export interface DeviceFlags extends CallOptions {

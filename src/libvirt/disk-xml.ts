@@ -1,7 +1,7 @@
 // Builds the seed disk's libvirt XML and reads the disks out of a domain's
 // XML (`virsh dumpxml`, live or --inactive). Pure: strings in, data out.
 import { VmseedError } from '../errors.ts';
-import { walkXml } from './xml-scan.ts';
+import { walkXml, type XmlVisitor } from './xml-scan.ts';
 
 // libvirt keeps user aliases only when they start with `ua-` (others are
 // silently replaced), so this is how we find our disk again. KubeVirt names
@@ -117,82 +117,9 @@ export function buildSeedDiskXml(spec: SeedDiskSpec): string {
 // `<alias>`, `<serial>`, `<readonly>`; a backing chain's nested `<source>`
 // is not the disk's) and `<controller type='scsi'>`.
 export function parseDomainXml(xml: string): DomainXmlInfo {
-  const disks: DomainDisk[] = [];
-  const scsiControllers: DomainXmlInfo['scsiControllers'] = [];
-  let name: string | undefined;
-  let rootIsDomain = false;
-  // The element path down to depth 3, as far as it matters.
-  let inDevices = false;
-  let disk: DomainDisk | undefined;
-  let child: string | undefined; // a disk's child (depth 3) or domain's <name>
-  let seen: Set<string> | undefined; // a disk's children met so far
+  const reader = new DomainXmlReader();
   try {
-    walkXml(xml, {
-      open(el, depth, a) {
-        if (depth === 0) {
-          rootIsDomain = el === 'domain';
-        } else if (!rootIsDomain) {
-          // nothing of interest
-        } else if (depth === 1) {
-          inDevices = el === 'devices';
-          if (el === 'name' && name === undefined) {
-            child = 'name';
-            name = '';
-          }
-        } else if (depth === 2 && inDevices) {
-          if (el === 'disk') {
-            disk = {
-              type: a.type ?? 'file',
-              device: a.device ?? 'disk',
-              bus: '',
-              targetDev: '',
-              sourceFile: undefined,
-              alias: undefined,
-              serial: undefined,
-              readonly: false,
-            };
-            seen = new Set();
-            disks.push(disk);
-          } else if (el === 'controller' && a.type === 'scsi') {
-            scsiControllers.push({ index: a.index ?? '0', model: a.model ?? 'default' });
-          }
-        } else if (depth === 3 && disk) {
-          // A repeated child (never from libvirt) leaves the field unset,
-          // as an ambiguous answer should.
-          const again = seen!.has(el);
-          seen!.add(el);
-          child = el;
-          if (el === 'target') {
-            disk.bus = again ? '' : (a.bus ?? '');
-            disk.targetDev = again ? '' : (a.dev ?? '');
-          } else if (el === 'source') {
-            // file-backed disks use file=, block devices dev=.
-            disk.sourceFile = again ? undefined : (a.file ?? a.dev);
-          } else if (el === 'alias') {
-            disk.alias = again ? undefined : a.name;
-          } else if (el === 'readonly') {
-            disk.readonly = true;
-          } else if (el === 'serial') {
-            disk.serial = again ? undefined : '';
-            if (again) child = undefined;
-          }
-        }
-      },
-      text(t, depth) {
-        if (child === 'name' && depth === 2 && name !== undefined) name += t;
-        else if (child === 'serial' && depth === 4 && disk?.serial !== undefined) disk.serial += t;
-      },
-      close(_el, depth) {
-        if (depth === 1) {
-          inDevices = false;
-          if (child === 'name') child = undefined;
-        } else if (depth === 2) {
-          disk = undefined;
-        } else if (depth === 3) {
-          child = undefined;
-        }
-      },
-    });
+    walkXml(xml, reader);
   } catch (e) {
     if (e instanceof VmseedError) throw e;
     throw new VmseedError(
@@ -204,10 +131,96 @@ export function parseDomainXml(xml: string): DomainXmlInfo {
       },
     );
   }
-  if (!rootIsDomain) {
+  if (!reader.rootIsDomain) {
     throw new VmseedError('DOMAIN_XML_REFUSED', 'libvirt returned XML with no <domain> element', { kind: 'retryable' });
   }
-  return { name: name ?? '', disks, scsiControllers };
+  return { name: reader.name ?? '', disks: reader.disks, scsiControllers: reader.scsiControllers };
+}
+
+// parseDomainXml's visitor: the element path down to depth 3, as far as it
+// matters.
+class DomainXmlReader implements XmlVisitor {
+  readonly disks: DomainDisk[] = [];
+  readonly scsiControllers: DomainXmlInfo['scsiControllers'] = [];
+  name: string | undefined;
+  rootIsDomain = false;
+  #inDevices = false;
+  #disk: DomainDisk | undefined;
+  #child: string | undefined; // a disk's child (depth 3) or domain's <name>
+  #seen: Set<string> | undefined; // a disk's children met so far
+
+  open(el: string, depth: number, a: Record<string, string>): void {
+    if (depth === 0) this.rootIsDomain = el === 'domain';
+    else if (!this.rootIsDomain) return;
+    else if (depth === 1) this.#openTop(el);
+    else if (depth === 2 && this.#inDevices) this.#openDevice(el, a);
+    else if (depth === 3 && this.#disk) this.#openDiskChild(this.#disk, el, a);
+  }
+
+  text(t: string, depth: number): void {
+    if (this.#child === 'name' && depth === 2 && this.name !== undefined) this.name += t;
+    else if (this.#child === 'serial' && depth === 4 && this.#disk?.serial !== undefined) this.#disk.serial += t;
+  }
+
+  close(_el: string, depth: number): void {
+    if (depth === 1) {
+      this.#inDevices = false;
+      if (this.#child === 'name') this.#child = undefined;
+    } else if (depth === 2) {
+      this.#disk = undefined;
+    } else if (depth === 3) {
+      this.#child = undefined;
+    }
+  }
+
+  #openTop(el: string): void {
+    this.#inDevices = el === 'devices';
+    if (el === 'name' && this.name === undefined) {
+      this.#child = 'name';
+      this.name = '';
+    }
+  }
+
+  #openDevice(el: string, a: Record<string, string>): void {
+    if (el === 'disk') {
+      this.#disk = {
+        type: a.type ?? 'file',
+        device: a.device ?? 'disk',
+        bus: '',
+        targetDev: '',
+        sourceFile: undefined,
+        alias: undefined,
+        serial: undefined,
+        readonly: false,
+      };
+      this.#seen = new Set();
+      this.disks.push(this.#disk);
+    } else if (el === 'controller' && a.type === 'scsi') {
+      this.scsiControllers.push({ index: a.index ?? '0', model: a.model ?? 'default' });
+    }
+  }
+
+  // A repeated child (never from libvirt) leaves the field unset, as an
+  // ambiguous answer should.
+  #openDiskChild(disk: DomainDisk, el: string, a: Record<string, string>): void {
+    const again = this.#seen!.has(el);
+    this.#seen!.add(el);
+    this.#child = el;
+    if (el === 'target') {
+      disk.bus = again ? '' : (a.bus ?? '');
+      disk.targetDev = again ? '' : (a.dev ?? '');
+    } else if (el === 'source') {
+      // file-backed disks use file=, block devices dev=.
+      disk.sourceFile = again ? undefined : (a.file ?? a.dev);
+    } else if (el === 'alias') {
+      disk.alias = again ? undefined : a.name;
+    } else if (el === 'readonly') {
+      disk.readonly = true;
+    } else if (el === 'serial') {
+      disk.serial = again ? undefined : '';
+      if (again) this.#child = undefined;
+    }
+  }
 }
 
 export function findSeedDisk(disks: DomainDisk[], alias: string = SEED_ALIAS): DomainDisk | undefined {

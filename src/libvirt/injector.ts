@@ -5,7 +5,7 @@
 // so it can be repeated.
 import type { DomainState } from '../api/types.ts';
 import { domainFactsFromXml, type DomainFacts } from './domain-devices.ts';
-import { cancelledError, VmseedError } from '../errors.ts';
+import { cancelledBy, VmseedError } from '../errors.ts';
 import {
   buildSeedDiskXml,
   parseDomainXml,
@@ -16,15 +16,27 @@ import {
   type DomainXmlInfo,
   type SeedBus,
 } from './disk-xml.ts';
-import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from './types.ts';
+import type {
+  EjectionResult,
+  InjectionResult,
+  InjectionTarget,
+  Injector,
+  InjectorCallOptions,
+  InjectOptions,
+} from './types.ts';
 import type { ProcessSpawner } from './virsh.ts';
 import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { isPodUid } from './launcher-pod.ts';
-import { encodeUriValue, renderForTarget, renderTemplate, usesPodUID } from './template.ts';
-
-export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
+import {
+  encodeUriValue,
+  parseTemplate,
+  renderForTarget,
+  renderTemplate,
+  usesPodUID,
+  type Template,
+} from './template.ts';
 
 export interface ResumeContext {
   domain: string;
@@ -34,8 +46,8 @@ export interface ResumeContext {
 }
 
 // The seed gate's hook (the agent's src/agent/seed-gate.ts makes it): called
-// for a paused domain, once the seed is in place, whose VMI opts in with
-// RESUME_ANNOTATION. In KubeVirt it calls the VMI's `unpause` subresource.
+// for a paused domain, once the seed is in place, when the call said
+// `resume`. In KubeVirt it calls the VMI's `unpause` subresource.
 // `false`: the hook decided this pause is not the seed gate's to end.
 export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
@@ -50,15 +62,15 @@ export interface LibvirtInjectorOptions {
   virshPath?: string;
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
   // VMI's launcher pod on this node, see launcher-pod.ts). The templates
-  // come checked (see template.ts).
-  domainTemplate?: string;
+  // come checked (parseTemplate in template.ts).
+  domainTemplate?: Template<'domain'>;
   // e.g. `qemu+unix:///session?socket=/pods/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`;
   // placeholder values are percent-encoded.
-  uriTemplate?: string;
+  uriTemplate?: Template<'uri'>;
   // How the domain's QEMU sees the image; {path} is the published path as
   // the agent sees it and {basename} its file name,
   // e.g. `/var/run/kubevirt-ephemeral-disks/vmseed/{basename}`.
-  imagePathTemplate?: string;
+  imagePathTemplate?: Template<'image-path'>;
   // Puts the image where the domain can open it (default: identity).
   publisher?: ImagePublisher;
   // The wanted bus; scsi falls back to virtio on a domain without a
@@ -77,13 +89,31 @@ export interface LibvirtInjectorOptions {
   sleep?: (ms: number) => Promise<void>;
 }
 
+const DEFAULT_DOMAIN = parseTemplate('domain', '{namespace}_{name}');
+const DEFAULT_URI = parseTemplate('uri', 'qemu:///system');
+const DEFAULT_IMAGE_PATH = parseTemplate('image-path', '{path}');
+
 type Flag = '--live' | '--config';
 
-const deviceFlags = (flags: Flag[], timeoutMs: number) => ({
+// Per libvirt call: the injector's deadline and the caller's signal.
+interface Call {
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+const deviceFlags = (flags: Flag[], call: Call) => ({
   live: flags.includes('--live'),
   config: flags.includes('--config'),
-  timeoutMs,
+  ...call,
 });
+
+const WHAT = "the VMI's libvirt work";
+
+// A step that is not a libvirt call (a copy, a wait) does not start once
+// the caller's signal has aborted.
+function checkSignal(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw cancelledBy(signal, WHAT);
+}
 
 interface DomainView {
   state: DomainState;
@@ -96,9 +126,9 @@ interface DomainView {
 
 export class LibvirtInjector implements Injector {
   readonly #client: LibvirtClient;
-  readonly #domainTemplate: string;
-  readonly #uriTemplate: string;
-  readonly #imagePathTemplate: string;
+  readonly #domainTemplate: Template<'domain'>;
+  readonly #uriTemplate: Template<'uri'>;
+  readonly #imagePathTemplate: Template<'image-path'>;
   readonly #bus: SeedBus;
   readonly #liveOnly: boolean;
   readonly #timeoutMs: number;
@@ -111,9 +141,9 @@ export class LibvirtInjector implements Injector {
   readonly #locks = new Map<string, Promise<unknown>>();
 
   constructor(options: LibvirtInjectorOptions = {}) {
-    this.#domainTemplate = options.domainTemplate ?? '{namespace}_{name}';
-    this.#uriTemplate = options.uriTemplate ?? 'qemu:///system';
-    this.#imagePathTemplate = options.imagePathTemplate ?? '{path}';
+    this.#domainTemplate = options.domainTemplate ?? DEFAULT_DOMAIN;
+    this.#uriTemplate = options.uriTemplate ?? DEFAULT_URI;
+    this.#imagePathTemplate = options.imagePathTemplate ?? DEFAULT_IMAGE_PATH;
     this.#publisher = options.publisher ?? identityPublisher;
     this.#bus = options.bus ?? 'virtio';
     if (this.#bus !== 'virtio' && this.#bus !== 'scsi') {
@@ -170,17 +200,28 @@ export class LibvirtInjector implements Injector {
     return { uri: this.uri(target), domain: this.domainName(target) };
   }
 
+  #call(signal: AbortSignal | undefined): Call {
+    return signal ? { timeoutMs: this.#timeoutMs, signal } : { timeoutMs: this.#timeoutMs };
+  }
+
   // `after`: work on the domain's behalf that the caller does not wait for;
-  // the next change to the domain still does.
-  async #serialize<T>(key: string, fn: () => Promise<T>, after?: (value: T) => Promise<unknown>): Promise<T> {
+  // the next change to the domain still does. A call whose signal aborts
+  // while it waits for its turn does not run.
+  async #serialize<T>(
+    key: string,
+    signal: AbortSignal | undefined,
+    fn: () => Promise<T>,
+    after?: (value: T) => Promise<unknown>,
+  ): Promise<T> {
     const prev = this.#locks.get(key) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
+    const turn = signal ? () => (checkSignal(signal), fn()) : fn;
+    const next = prev.then(turn, turn);
     const tail = (after ? next.then(after) : next).catch(() => undefined);
     this.#locks.set(key, tail);
     void tail.then(() => {
       if (this.#locks.get(key) === tail) this.#locks.delete(key);
     });
-    return next;
+    return signal ? untilAborted(next, signal) : next;
   }
 
   // Resolves once every change in flight, and the work that follows one
@@ -197,12 +238,14 @@ export class LibvirtInjector implements Injector {
     }
   }
 
-  async inject(target: InjectionTarget, imagePath: string, signal?: AbortSignal): Promise<InjectionResult> {
+  async inject(target: InjectionTarget, imagePath: string, options: InjectOptions = {}): Promise<InjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
+    const { signal } = options;
     let published = '';
     return this.#serialize(
       `${uri}\0${domain}`,
+      signal,
       async () => {
         // The copy into the launcher's volume and the read of the domain do
         // not depend on each other. The read's requests go out first (they
@@ -213,12 +256,13 @@ export class LibvirtInjector implements Injector {
         // answer is then dropped. Without a copy there is nothing to overlap,
         // and the turn of the event loop would only add to the wait (a
         // quarter of a millisecond, median, on an idle agent).
-        const viewing = this.#view(uri, domain);
+        const viewing = this.#view(uri, domain, signal);
         viewing.catch(() => {});
         if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
+        checkSignal(signal);
         published = await this.#publisher.publish(target, imagePath);
         const source = this.imagePathForDomain(target, published);
-        return this.#inject(target, domain, uri, source, await viewing, signal);
+        return this.#inject(target, domain, uri, source, await viewing, options);
       },
       async () => {
         // Both views of the domain name `published` now: older copies (an
@@ -233,27 +277,34 @@ export class LibvirtInjector implements Injector {
 
   // A migration target's launcher: the image at the path the migrated
   // domain will open, nothing attached (target.launcherPods: that one pod).
-  async stage(target: InjectionTarget, imagePath: string): Promise<string> {
+  async stage(target: InjectionTarget, imagePath: string, options: InjectorCallOptions = {}): Promise<string> {
+    checkSignal(options.signal);
     const published = await this.#publisher.publish(target, imagePath);
     return this.imagePathForDomain(target, published);
   }
 
   // A launcher that no longer runs the VM (a migration's source): our copy
   // goes; its domain is not touched.
-  async unstage(target: InjectionTarget): Promise<void> {
+  async unstage(target: InjectionTarget, options: InjectorCallOptions = {}): Promise<void> {
+    checkSignal(options.signal);
     await this.#publisher.unpublish(target);
   }
 
   // The pods (of `pods`) whose libvirt has the domain running or paused.
-  async activeDomainPods(target: InjectionTarget, pods: string[]): Promise<string[] | undefined> {
+  async activeDomainPods(
+    target: InjectionTarget,
+    pods: string[],
+    options: InjectorCallOptions = {},
+  ): Promise<string[] | undefined> {
     if (!this.perPod) return undefined;
     const active: string[] = [];
     for (const pod of pods) {
       const t = { ...target, launcherPods: [pod] };
       try {
-        const info = await this.#client.domainInfo(this.uri(t), this.domainName(t), { timeoutMs: this.#timeoutMs });
+        const info = await this.#client.domainInfo(this.uri(t), this.domainName(t), this.#call(options.signal));
         if (info.state === 'running' || info.state === 'paused') active.push(pod);
       } catch (e) {
+        checkSignal(options.signal);
         if (!(e instanceof VmseedError && (e.code === 'DOMAIN_NOT_FOUND' || e.code === 'LIBVIRT_UNREACHABLE')))
           return undefined;
       }
@@ -263,10 +314,10 @@ export class LibvirtInjector implements Injector {
 
   // Read only, so it takes no per-domain lock: an attach running at the same
   // time changes disks, never interfaces' or host devices' addresses.
-  async domainDevices(target: InjectionTarget): Promise<DomainFacts> {
+  async domainDevices(target: InjectionTarget, options: InjectorCallOptions = {}): Promise<DomainFacts> {
     const domain = this.domainName(target);
     const facts = domainFactsFromXml(
-      await this.#client.domainXml(this.uri(target), domain, { timeoutMs: this.#timeoutMs }),
+      await this.#client.domainXml(this.uri(target), domain, this.#call(options.signal)),
     );
     if (!facts) {
       throw new VmseedError(
@@ -278,7 +329,8 @@ export class LibvirtInjector implements Injector {
     return facts;
   }
 
-  async eject(target: InjectionTarget): Promise<EjectionResult> {
+  async eject(target: InjectionTarget, options: InjectorCallOptions = {}): Promise<EjectionResult> {
+    const { signal } = options;
     // A UID that is not a pod UID was never used (refused before any
     // write): nothing of ours is behind it.
     const pods = (target.launcherPods ?? []).filter(isPodUid);
@@ -295,28 +347,29 @@ export class LibvirtInjector implements Injector {
           datasource: target.datasource,
         }),
       };
-    if (!this.perPod || pods.length === 1) return this.#ejectOne(target);
+    if (!this.perPod || pods.length === 1) return this.#ejectOne(target, signal);
     // A migration left copies in several pods here: each one separately.
     let result: EjectionResult | undefined;
     for (const pod of pods) {
-      const r = await this.#ejectOne({ ...target, launcherPods: [pod] });
+      const r = await this.#ejectOne({ ...target, launcherPods: [pod] }, signal);
       if (!result || r.action === 'detached') result = r;
     }
     return result!;
   }
 
-  async #ejectOne(target: InjectionTarget): Promise<EjectionResult> {
+  async #ejectOne(target: InjectionTarget, signal: AbortSignal | undefined): Promise<EjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
-    return this.#serialize(`${uri}\0${domain}`, async () => {
+    return this.#serialize(`${uri}\0${domain}`, signal, async () => {
       let result: EjectionResult;
       try {
-        result = await this.#eject(domain, uri);
+        result = await this.#eject(domain, uri, signal);
       } catch (e) {
         // A per-pod socket that no longer answers: the pod is gone.
         if (!(this.perPod && e instanceof VmseedError && e.code === 'LIBVIRT_UNREACHABLE')) throw e;
         result = { action: 'none', domain };
       }
+      checkSignal(signal);
       await this.#publisher.unpublish(target);
       return result;
     });
@@ -324,8 +377,8 @@ export class LibvirtInjector implements Injector {
 
   // One read: state, persistence and both XML documents (the inactive one
   // only where it is used: never on KubeVirt, whose config is its own).
-  async #view(uri: string, domain: string): Promise<DomainView> {
-    const v = await this.#client.domainView(uri, domain, { timeoutMs: this.#timeoutMs, inactive: !this.#liveOnly });
+  async #view(uri: string, domain: string, signal: AbortSignal | undefined): Promise<DomainView> {
+    const v = await this.#client.domainView(uri, domain, { ...this.#call(signal), inactive: !this.#liveOnly });
     const active = v.info.state === 'running' || v.info.state === 'paused';
     const liveXml = active ? parseDomainXml(v.liveXml) : undefined;
     const configXml =
@@ -350,81 +403,40 @@ export class LibvirtInjector implements Injector {
     };
   }
 
-  #isOurs(d: DomainDisk): boolean {
-    return d.alias === SEED_ALIAS;
-  }
-
   async #inject(
     target: InjectionTarget,
     domain: string,
     uri: string,
     source: string,
     view: DomainView,
-    signal: AbortSignal | undefined,
+    options: InjectOptions,
   ): Promise<InjectionResult> {
-    if (view.state === 'other') {
-      throw new VmseedError(
-        'DOMAIN_STATE_UNSUPPORTED',
-        `domain '${domain}' is ${view.rawState}, neither running, paused nor shut off (e.g. shutting down or crashed); will retry`,
-        { kind: 'retryable' },
-      );
-    }
-    if (this.#liveOnly && !view.live) {
-      throw new VmseedError(
-        'DOMAIN_STATE_UNSUPPORTED',
-        `domain '${domain}' is not running; the seed is attached to the running domain only (never to its persistent config, which KubeVirt owns); will retry`,
-        { kind: 'retryable' },
-      );
-    }
-    const views: Array<{ flag: Flag; disks: DomainDisk[] }> = [];
-    if (view.live) views.push({ flag: '--live', disks: view.live });
-    if (view.config) views.push({ flag: '--config', disks: view.config });
-
+    const views = this.#changeableViews(domain, view);
     const bus = seedBusFor(this.#bus, view.scsiControllers);
     const targetDev = SEED_TARGETS[bus];
-    // Our fixed target held by a disk that is not ours: never take another
-    // name (it could be the one KubeVirt gives its next volume) and never
-    // touch that disk.
-    for (const v of views) {
-      const holder = v.disks.find((d) => d.targetDev === targetDev && !this.#isOurs(d));
-      if (holder) {
-        throw new VmseedError(
-          'TARGET_IN_USE',
-          `domain '${domain}' already has a disk on ${targetDev} (alias ${holder.alias ?? 'none'}) that is not vmseed's; vmseed attaches its seed only there and leaves that disk alone: free ${targetDev} or choose the other --disk-bus`,
-          { kind: 'terminal', field: 'bus' },
-        );
-      }
-    }
-
-    const wanted = (d: DomainDisk) => d.sourceFile === source && d.targetDev === targetDev && d.bus === bus;
-    const stale: Array<{ flag: Flag; disk: DomainDisk }> = [];
-    const missing: Flag[] = [];
-    for (const v of views) {
-      const ours = v.disks.filter((d) => this.#isOurs(d));
-      for (const d of ours) if (!wanted(d)) stale.push({ flag: v.flag, disk: d });
-      if (!ours.some(wanted)) missing.push(v.flag);
-    }
-
+    checkTargetFree(domain, targetDev, views);
+    const { stale, missing } = diskChanges(
+      views,
+      (d) => d.sourceFile === source && d.targetDev === targetDev && d.bus === bus,
+    );
+    const call = this.#call(options.signal);
     let action: InjectionResult['action'] = 'none';
     let attachedAt: number | undefined;
     if (stale.length > 0) {
       // The seed changed: take the old disk out where it is, then attach.
-      await this.#detach(uri, domain, stale);
+      await this.#detach(uri, domain, stale, options.signal);
       action = 'replaced';
     }
     if (missing.length > 0) {
       if (action === 'none') action = 'attached';
       const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
-      await this.#client.attachDevice(uri, domain, xml, deviceFlags(missing, this.#timeoutMs));
+      await this.#client.attachDevice(uri, domain, xml, deviceFlags(missing, call));
       attachedAt = Date.now();
     }
-
-    let resumed = false;
-    if (view.state === 'paused' && target.annotations[RESUME_ANNOTATION] === 'true') {
-      // Past the stop deadline the guest stays paused: the next start resumes it.
-      if (signal?.aborted) throw cancelledError("the seed gate's resume");
-      resumed = (await this.#resume({ domain, uri, target, client: this.#client })) !== false;
-    }
+    const resumed =
+      view.state === 'paused' &&
+      options.resume === true &&
+      (await this.#resumeGate(domain, uri, target, options.signal));
     return {
       action,
       domain,
@@ -440,10 +452,46 @@ export class LibvirtInjector implements Injector {
     };
   }
 
-  async #eject(domain: string, uri: string): Promise<EjectionResult> {
+  // The views of the domain a change goes to (live, next-boot config), or
+  // why it cannot take one now.
+  #changeableViews(domain: string, view: DomainView): DiskView[] {
+    if (view.state === 'other') {
+      throw new VmseedError(
+        'DOMAIN_STATE_UNSUPPORTED',
+        `domain '${domain}' is ${view.rawState}, neither running, paused nor shut off (e.g. shutting down or crashed); will retry`,
+        { kind: 'retryable' },
+      );
+    }
+    if (this.#liveOnly && !view.live) {
+      throw new VmseedError(
+        'DOMAIN_STATE_UNSUPPORTED',
+        `domain '${domain}' is not running; the seed is attached to the running domain only (never to its persistent config, which KubeVirt owns); will retry`,
+        { kind: 'retryable' },
+      );
+    }
+    const views: DiskView[] = [];
+    if (view.live) views.push({ flag: '--live', disks: view.live });
+    if (view.config) views.push({ flag: '--config', disks: view.config });
+    return views;
+  }
+
+  // The seed is in place on a paused domain the caller said to resume.
+  async #resumeGate(
+    domain: string,
+    uri: string,
+    target: InjectionTarget,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
+    // Cancelled (the stop deadline, or the VMI went) the guest stays paused:
+    // the next reconcile resumes it.
+    if (signal?.aborted) throw cancelledBy(signal, "the seed gate's resume");
+    return (await this.#resume({ domain, uri, target, client: this.#client })) !== false;
+  }
+
+  async #eject(domain: string, uri: string, signal: AbortSignal | undefined): Promise<EjectionResult> {
     let view: DomainView;
     try {
-      view = await this.#view(uri, domain);
+      view = await this.#view(uri, domain, signal);
     } catch (e) {
       // No domain, no disk: the VM went before its seed.
       if (e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND') return { action: 'none', domain };
@@ -454,10 +502,10 @@ export class LibvirtInjector implements Injector {
       ['--live', view.live],
       ['--config', view.config],
     ] as const) {
-      for (const d of disks ?? []) if (this.#isOurs(d)) found.push({ flag, disk: d });
+      for (const d of disks ?? []) if (isOurs(d)) found.push({ flag, disk: d });
     }
     if (found.length === 0) return { action: 'none', domain };
-    await this.#detach(uri, domain, found);
+    await this.#detach(uri, domain, found, signal);
     return { action: 'detached', domain };
   }
 
@@ -465,45 +513,26 @@ export class LibvirtInjector implements Injector {
   // the live disk is really gone: libvirt reports success before the guest
   // has released it (virtio; a SCSI disk goes at once). With events, the
   // wait is libvirt's device-removed event; otherwise the live XML is polled.
-  async #detach(uri: string, domain: string, where: Array<{ flag: Flag; disk: DomainDisk }>): Promise<void> {
+  async #detach(
+    uri: string,
+    domain: string,
+    where: Array<{ flag: Flag; disk: DomainDisk }>,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
     const aliases = new Set(where.filter((w) => w.flag === '--live').map((w) => w.disk.alias ?? SEED_ALIAS));
     // Listening before the detach: a SCSI disk's event can come before
     // libvirt's answer to it.
     const removal =
-      aliases.size > 0 && this.#client.supportsEvents ? new RemovalWait(this.#client, uri, domain, aliases) : undefined;
+      aliases.size > 0 && this.#client.supportsEvents
+        ? new RemovalWait(this.#client, uri, domain, aliases, signal)
+        : undefined;
     try {
-      for (const { flag, disk } of where) {
-        // Matched by libvirt on the target dev; the alias names our disk.
-        const xml = buildSeedDiskXml({
-          sourceFile: disk.sourceFile ?? '',
-          targetDev: disk.targetDev,
-          bus: disk.bus === 'scsi' ? 'scsi' : 'virtio',
-          alias: disk.alias ?? SEED_ALIAS,
-          address: null,
-        });
-        try {
-          await this.#client.detachDevice(uri, domain, xml, deviceFlags([flag], this.#timeoutMs));
-        } catch (e) {
-          if (!(e instanceof VmseedError && e.code === 'DEVICE_NOT_FOUND')) throw e;
-        }
-      }
+      for (const { flag, disk } of where) await this.#detachOne(uri, domain, flag, disk, signal);
       if (aliases.size === 0) return;
-      const deadline = Date.now() + this.#detachTimeoutMs;
-      if (removal) {
-        // A lost event (the connection dropped and came back) is covered by
-        // reading the domain again whenever that happens, and once at the end.
-        while (!removal.done && Date.now() < deadline) {
-          const woke = await removal.next(deadline - Date.now());
-          if (woke === 'reconnected' && !(await this.#stillAttached(uri, domain, aliases))) return;
-        }
-        if (removal.done || !(await this.#stillAttached(uri, domain, aliases))) return;
-      } else {
-        for (;;) {
-          if (!(await this.#stillAttached(uri, domain, aliases))) return;
-          if (Date.now() >= deadline) break;
-          await this.#sleep(this.#pollIntervalMs);
-        }
-      }
+      const gone = removal
+        ? await this.#removed(uri, domain, aliases, removal, signal)
+        : await this.#polledAway(uri, domain, aliases, signal);
+      if (gone) return;
       throw new VmseedError(
         'DETACH_TIMEOUT',
         `seed disk still on domain '${domain}' ${this.#detachTimeoutMs} ms after detach-device; the guest did not release it (no ACPI hot-unplug support, or paused); will retry`,
@@ -514,10 +543,72 @@ export class LibvirtInjector implements Injector {
     }
   }
 
-  async #stillAttached(uri: string, domain: string, aliases: Set<string>): Promise<boolean> {
+  async #detachOne(
+    uri: string,
+    domain: string,
+    flag: Flag,
+    disk: DomainDisk,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    // Matched by libvirt on the target dev; the alias names our disk.
+    const xml = buildSeedDiskXml({
+      sourceFile: disk.sourceFile ?? '',
+      targetDev: disk.targetDev,
+      bus: disk.bus === 'scsi' ? 'scsi' : 'virtio',
+      alias: disk.alias ?? SEED_ALIAS,
+      address: null,
+    });
+    try {
+      await this.#client.detachDevice(uri, domain, xml, deviceFlags([flag], this.#call(signal)));
+    } catch (e) {
+      if (!(e instanceof VmseedError && e.code === 'DEVICE_NOT_FOUND')) throw e;
+    }
+  }
+
+  // With events: a lost one (the connection dropped and came back) is
+  // covered by reading the domain again whenever that happens, and once at
+  // the end.
+  async #removed(
+    uri: string,
+    domain: string,
+    aliases: Set<string>,
+    removal: RemovalWait,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
+    const deadline = Date.now() + this.#detachTimeoutMs;
+    while (!removal.done && Date.now() < deadline) {
+      const woke = await removal.next(deadline - Date.now());
+      checkSignal(signal);
+      if (woke === 'reconnected' && !(await this.#stillAttached(uri, domain, aliases, signal))) return true;
+    }
+    return removal.done || !(await this.#stillAttached(uri, domain, aliases, signal));
+  }
+
+  // Without events: the live XML, read until the disk is gone.
+  async #polledAway(
+    uri: string,
+    domain: string,
+    aliases: Set<string>,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
+    const deadline = Date.now() + this.#detachTimeoutMs;
+    for (;;) {
+      if (!(await this.#stillAttached(uri, domain, aliases, signal))) return true;
+      if (Date.now() >= deadline) return false;
+      await this.#sleep(this.#pollIntervalMs);
+      checkSignal(signal);
+    }
+  }
+
+  async #stillAttached(
+    uri: string,
+    domain: string,
+    aliases: Set<string>,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
     let xml: string;
     try {
-      xml = await this.#client.domainXml(uri, domain, { timeoutMs: this.#timeoutMs });
+      xml = await this.#client.domainXml(uri, domain, this.#call(signal));
     } catch (e) {
       // The domain went, and the disk with it.
       if (e instanceof VmseedError && e.code === 'DOMAIN_NOT_FOUND') return false;
@@ -527,6 +618,62 @@ export class LibvirtInjector implements Injector {
   }
 }
 
+interface DiskView {
+  flag: Flag;
+  disks: DomainDisk[];
+}
+
+function isOurs(d: DomainDisk): boolean {
+  return d.alias === SEED_ALIAS;
+}
+
+// Our fixed target held by a disk that is not ours: never take another name
+// (it could be the one KubeVirt gives its next volume) and never touch that
+// disk.
+function checkTargetFree(domain: string, targetDev: string, views: DiskView[]): void {
+  for (const v of views) {
+    const holder = v.disks.find((d) => d.targetDev === targetDev && !isOurs(d));
+    if (holder) {
+      throw new VmseedError(
+        'TARGET_IN_USE',
+        `domain '${domain}' already has a disk on ${targetDev} (alias ${holder.alias ?? 'none'}) that is not vmseed's; vmseed attaches its seed only there and leaves that disk alone: free ${targetDev} or choose the other --disk-bus`,
+        { kind: 'terminal', field: 'bus' },
+      );
+    }
+  }
+}
+
+// Per view: our disks that are not the wanted one (to detach), and the
+// views the wanted one is missing from (to attach to).
+function diskChanges(
+  views: DiskView[],
+  wanted: (d: DomainDisk) => boolean,
+): { stale: Array<{ flag: Flag; disk: DomainDisk }>; missing: Flag[] } {
+  const stale: Array<{ flag: Flag; disk: DomainDisk }> = [];
+  const missing: Flag[] = [];
+  for (const v of views) {
+    const ours = v.disks.filter(isOurs);
+    for (const d of ours) if (!wanted(d)) stale.push({ flag: v.flag, disk: d });
+    if (!ours.some(wanted)) missing.push(v.flag);
+  }
+  return { stale, missing };
+}
+
+// Settles as `work` does, or with CANCELLED once `signal` aborts (the work
+// itself still ends in the background, holding the domain's turn until it
+// does).
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    work.catch(() => {});
+    return Promise.reject(cancelledBy(signal, WHAT));
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(cancelledBy(signal, WHAT));
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
 // Waits for libvirt's device-removed events of `aliases` on one domain.
 class RemovalWait {
   readonly #pending: Set<string>;
@@ -534,8 +681,15 @@ class RemovalWait {
   #wake: ((why: 'removed' | 'reconnected' | 'timeout') => void) | undefined;
   #reconnected = false;
 
-  constructor(client: LibvirtClient, uri: string, domain: string, aliases: Set<string>) {
+  readonly #signal: AbortSignal | undefined;
+  readonly #onAbort = () => this.#wake?.('timeout');
+
+  // `signal` aborted: the wait ends at once (as a timeout; the caller
+  // checks the signal).
+  constructor(client: LibvirtClient, uri: string, domain: string, aliases: Set<string>, signal?: AbortSignal) {
     this.#pending = new Set(aliases);
+    this.#signal = signal;
+    signal?.addEventListener('abort', this.#onAbort);
     this.#off = client.onEvent((e: LibvirtEvent) => {
       if (e.uri !== uri) return;
       if (e.type === 'device-removed' && e.domain === domain && this.#pending.delete(e.alias)) {
@@ -560,6 +714,7 @@ class RemovalWait {
       this.#reconnected = false;
       return Promise.resolve('reconnected');
     }
+    if (this.#signal?.aborted) return Promise.resolve('timeout');
     return new Promise((resolve) => {
       const timer = setTimeout(() => finish('timeout'), Math.max(0, ms));
       const finish = (why: 'removed' | 'reconnected' | 'timeout') => {
@@ -574,6 +729,7 @@ class RemovalWait {
 
   stop(): void {
     this.#off();
+    this.#signal?.removeEventListener('abort', this.#onAbort);
     this.#wake?.('timeout');
   }
 }

@@ -17,9 +17,9 @@ import * as fsSync from 'node:fs';
 import { constants as C } from 'node:fs';
 import * as fs from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { VmseedError } from '../errors.ts';
-import { renderForTarget, usesPodUID } from './template.ts';
+import { parseTemplate, renderForTarget, usesPodUID, type Template } from './template.ts';
 import type { InjectionTarget } from './types.ts';
 
 export interface ImagePublisher {
@@ -47,8 +47,8 @@ export const identityPublisher: ImagePublisher = {
 export interface DirPublisherOptions {
   // An existing directory, never created here (the launcher's volume), e.g.
   // `/pods/{podUID}/volumes/kubernetes.io~empty-dir/ephemeral-disks`; its
-  // placeholders come checked (see template.ts).
-  dirTemplate: string;
+  // placeholders come checked (parseTemplate in template.ts).
+  dirTemplate: Template<'publish-dir'>;
   // A directory of ours inside it, created when missing (e.g. `vmseed`).
   subdir?: string;
   // Seeds may carry passwords: owner and group only. In KubeVirt the agent
@@ -219,12 +219,20 @@ function holds(path: string, bytes: Uint8Array): boolean {
 }
 
 export class DirPublisher implements ImagePublisher {
-  readonly #dirTemplate: string;
+  readonly #dirTemplate: Template<'publish-dir'>;
   readonly #subdir: string | undefined;
   readonly #fileMode: number;
   readonly #dirMode: number;
   readonly #maxBytes: number;
   readonly perPod: boolean;
+
+  // --publish-dir: its last component is ours to create (e.g. `vmseed` in
+  // the launcher's emptyDir); its parent must exist.
+  static forDir(dir: Template<'publish-dir'>): DirPublisher {
+    const last = basename(dir);
+    if (last === '' || last.includes('{') || dirname(dir) === dir) return new DirPublisher({ dirTemplate: dir });
+    return new DirPublisher({ dirTemplate: parseTemplate('publish-dir', dirname(dir)), subdir: last });
+  }
 
   constructor(options: DirPublisherOptions) {
     if (options.subdir !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(options.subdir)) {

@@ -1,7 +1,7 @@
 // LibvirtClient over libvirt's RPC protocol: no process per call, one
 // socket per URI (ConnectionManager), domain events. At most one mutation
 // per domain is in flight; reads are not serialized.
-import { VmseedError, cancelledError } from '../errors.ts';
+import { VmseedError, cancelledBy } from '../errors.ts';
 import {
   toDomainState,
   versionString,
@@ -28,7 +28,7 @@ export interface RpcLibvirtClientOptions extends ConnectionManagerOptions {
   cancel?: AbortSignal;
 }
 
-const cancelled = () => cancelledError('the libvirt call');
+const WHAT = 'the libvirt call';
 
 // libvirt's own limit on domain names is larger, but nothing vmseed renders
 // comes close; a longer one is a template bug.
@@ -48,15 +48,21 @@ export class RpcLibvirtClient implements LibvirtClient {
     this.#cancel = o.cancel;
   }
 
-  // Settles with the call or with CANCELLED when the stop signal fires,
-  // whichever is first; the call's own deadline still ends it in the
-  // background.
-  #cancellable<T>(call: () => Promise<T>): Promise<T> {
-    const signal = this.#cancel;
+  // The stop signal and the call's own (its reconcile's), either of which
+  // ends it.
+  #signalFor(o: CallOptions | undefined): AbortSignal | undefined {
+    const own = o?.signal;
+    if (!own) return this.#cancel;
+    return this.#cancel ? AbortSignal.any([this.#cancel, own]) : own;
+  }
+
+  // Settles with the call or with CANCELLED when `signal` fires, whichever
+  // is first; the call's own deadline still ends it in the background.
+  #cancellable<T>(signal: AbortSignal | undefined, call: () => Promise<T>): Promise<T> {
     if (!signal) return call();
-    if (signal.aborted) return Promise.reject(cancelled());
+    if (signal.aborted) return Promise.reject(cancelledBy(signal, WHAT));
     return new Promise<T>((resolve, reject) => {
-      const onAbort = () => reject(cancelled());
+      const onAbort = () => reject(cancelledBy(signal, WHAT));
       signal.addEventListener('abort', onAbort, { once: true });
       call()
         .then(resolve, reject)
@@ -82,7 +88,7 @@ export class RpcLibvirtClient implements LibvirtClient {
     o: CallOptions | undefined,
     fn: (s: RemoteSession, deadline: number) => Promise<T>,
   ): Promise<T> {
-    return this.#cancellable(() => {
+    return this.#cancellable(this.#signalFor(o), () => {
       const deadline = this.#deadline(o);
       return this.#manager.withSession(uri, { deadline, idempotent: true }, (s) => fn(s, deadline));
     });
@@ -97,9 +103,10 @@ export class RpcLibvirtClient implements LibvirtClient {
     fn: (s: RemoteSession, deadline: number) => Promise<T>,
   ): Promise<T> {
     const key = `${uri}\0${domain}`;
+    const signal = this.#signalFor(o);
     const run = () => {
-      // Its turn came after the stop: not sent at all.
-      if (this.#cancel?.aborted) return Promise.reject(cancelled());
+      // Its turn came after the stop (or its reconcile's end): not sent at all.
+      if (signal?.aborted) return Promise.reject(cancelledBy(signal, WHAT));
       const deadline = this.#deadline(o);
       return this.#manager.withSession(uri, { deadline, idempotent: false }, (s) => fn(s, deadline));
     };
@@ -112,7 +119,7 @@ export class RpcLibvirtClient implements LibvirtClient {
     });
     // The caller is released at the stop; the lock is held until libvirt
     // answered (or the deadline passed), so nothing overtakes the call.
-    return this.#cancellable(() => next);
+    return this.#cancellable(signal, () => next);
   }
 
   async version(uri: string, o?: CallOptions): Promise<string> {

@@ -1,9 +1,11 @@
 // The per-VMI templates of the libvirt side (connection URI, domain name,
 // image path in the domain, publish directory): {namespace} {name} {uid}
-// {datasource} {podUID}, and for image paths {path} {basename}. Their
-// placeholders are checked once, where the flags are read
-// (config/values.ts checkTemplate); the injector and the publisher take
-// them as they are.
+// {datasource} {podUID}, and for image paths {path} {basename}. A template
+// is made by parseTemplate only, which checks its placeholders (once, where
+// the flags are read); the injector and the publisher take Templates of
+// their kind, so neither an unchecked string nor a template of another use
+// reaches them.
+import { VmseedError } from '../errors.ts';
 import { launcherPodOf } from './launcher-pod.ts';
 import type { InjectionTarget } from './types.ts';
 
@@ -11,6 +13,43 @@ export const TARGET_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'p
 export const IMAGE_PLACEHOLDERS = [...TARGET_PLACEHOLDERS, 'path', 'basename'] as const;
 
 export type TemplateVars = Partial<Record<(typeof IMAGE_PLACEHOLDERS)[number], string>>;
+
+// What each template is for, and the placeholders it may use.
+export const TEMPLATE_PLACEHOLDERS = {
+  uri: TARGET_PLACEHOLDERS,
+  domain: TARGET_PLACEHOLDERS,
+  'image-path': IMAGE_PLACEHOLDERS,
+  'publish-dir': TARGET_PLACEHOLDERS,
+} as const;
+
+export type TemplateKind = keyof typeof TEMPLATE_PLACEHOLDERS;
+
+// A checked template of one kind (the brand exists only for the type checker).
+export type Template<K extends TemplateKind> = string & { readonly __template: K };
+
+// Why `text` is no template of `kind` (in words for the flag that gave it),
+// or undefined.
+export function templateProblem(kind: TemplateKind, text: string): string | undefined {
+  const allowed: readonly string[] = TEMPLATE_PLACEHOLDERS[kind];
+  for (const [, name] of text.matchAll(/\{([^}]*)\}/g)) {
+    if (!allowed.includes(name)) return `unknown placeholder {${name}}; use ${allowed.map((a) => `{${a}}`).join(', ')}`;
+  }
+  if (text.trim() === '') return 'must not be empty';
+  return undefined;
+}
+
+// The one way to make a Template. `fail` makes the caller's error of the
+// problem (the flag's ConfigError); by default CONFIG_INVALID.
+export function parseTemplate<K extends TemplateKind>(
+  kind: K,
+  text: string,
+  fail: (problem: string) => Error = (problem) =>
+    new VmseedError('CONFIG_INVALID', `${kind} template '${text}': ${problem}`, { kind: 'terminal', field: kind }),
+): Template<K> {
+  const problem = templateProblem(kind, text);
+  if (problem !== undefined) throw fail(problem);
+  return text as Template<K>;
+}
 
 export function usesPodUID(template: string): boolean {
   return template.includes('{podUID}');

@@ -7,7 +7,8 @@ export interface InjectionTarget {
   name: string;
   uid: string;
   datasource: Datasource;
-  // VMI annotations (e.g. vmseed.io/resume-after-seed) that steer the seed gate.
+  // The VMI's annotations, as the agent read them (the injector acts on
+  // what it is told in InjectOptions, not on these).
   annotations: Record<string, string>;
   // UIDs of the VMI's active launcher pods on this node (status.activePods
   // filtered by node name, sorted): what {podUID} renders from. Exactly one
@@ -50,25 +51,41 @@ export interface EjectionResult {
   domain: string;
 }
 
+// What every call of an injector may be given.
+export interface InjectorCallOptions {
+  // The reconcile's: once it aborts (the VMI was deleted or changed, or the
+  // agent is stopping) the call's libvirt work ends with CANCELLED and
+  // nothing further starts, so no other VMI waits behind it.
+  signal?: AbortSignal;
+}
+
+export interface InjectOptions extends InjectorCallOptions {
+  // Once the seed is in place, resume the domain if it is paused, through
+  // the resume hook (the agent's seed gate decides when: seed-gate.ts).
+  resume?: boolean;
+}
+
 // Errors are VmseedErrors: DOMAIN_NOT_FOUND is retryable (the launcher may
 // not have defined the domain yet), VIRSH_TIMEOUT retryable, etc.
 export interface Injector {
-  // `signal`: the reconcile's; a step that cannot be undone half way (the
-  // seed gate's resume) does not start once it has aborted.
-  inject(target: InjectionTarget, imagePath: string, signal?: AbortSignal): Promise<InjectionResult>;
-  eject(target: InjectionTarget): Promise<EjectionResult>;
+  inject(target: InjectionTarget, imagePath: string, options?: InjectOptions): Promise<InjectionResult>;
+  eject(target: InjectionTarget, options?: InjectorCallOptions): Promise<EjectionResult>;
   // Per-launcher-pod injectors (KubeVirt) also place the image in a
   // migration target's pod without attaching it (returns the path the
   // domain sees), remove it from a pod that no longer runs the VM, and tell
   // which pods' libvirt has the domain running or paused.
   readonly perPod?: boolean;
-  stage?(target: InjectionTarget, imagePath: string): Promise<string>;
-  unstage?(target: InjectionTarget): Promise<void>;
-  activeDomainPods?(target: InjectionTarget, pods: string[]): Promise<string[] | undefined>;
+  stage?(target: InjectionTarget, imagePath: string, options?: InjectorCallOptions): Promise<string>;
+  unstage?(target: InjectionTarget, options?: InjectorCallOptions): Promise<void>;
+  activeDomainPods?(
+    target: InjectionTarget,
+    pods: string[],
+    options?: InjectorCallOptions,
+  ): Promise<string[] | undefined>;
   // The domain's interfaces and host devices with their guest addresses, and
   // its vCPU pinning (its live XML, the defined one when shut off), for the
   // ConfigDrive `devices` metadata of tagged devices the spec does not pin.
   // DOMAIN_NOT_FOUND (retryable) until the domain exists. Per-pod
   // injectors: the target names one launcher pod.
-  domainDevices?(target: InjectionTarget): Promise<DomainFacts>;
+  domainDevices?(target: InjectionTarget, options?: InjectorCallOptions): Promise<DomainFacts>;
 }

@@ -73,6 +73,7 @@ export class VirshLibvirtClient implements LibvirtClient {
       timeoutMs: o?.timeoutMs ?? this.#o.timeoutMs,
       maxOutputBytes: this.#o.maxOutputBytes,
       spawner: this.#o.spawner,
+      ...(o?.signal ? { signal: o.signal } : {}),
     });
   }
 

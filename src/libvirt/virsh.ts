@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { VmseedError, type ErrorCode, type ErrorKind } from '../errors.ts';
+import { cancelledBy, VmseedError, type ErrorCode, type ErrorKind } from '../errors.ts';
 import { holdSocket, type HeldSocket } from './rpc/socket-hold.ts';
 import { CHILD_SOCKET_PATH, dialForVirsh } from './virsh-dial.ts';
 
@@ -128,6 +128,9 @@ export interface VirshOptions {
   timeoutMs: number;
   maxOutputBytes: number;
   spawner?: ProcessSpawner;
+  // The reconcile's: aborted, virsh is killed (or not started) and the call
+  // ends with CANCELLED.
+  signal?: AbortSignal;
 }
 
 // Stands in an argument list for the path of a file holding `xml`.
@@ -228,6 +231,7 @@ export class Virsh {
   readonly timeoutMs: number;
   readonly maxOutputBytes: number;
   readonly #spawner: ProcessSpawner;
+  readonly #signal: AbortSignal | undefined;
 
   constructor(options: VirshOptions) {
     this.virshPath = options.virshPath;
@@ -235,6 +239,7 @@ export class Virsh {
     this.timeoutMs = options.timeoutMs;
     this.maxOutputBytes = options.maxOutputBytes;
     this.#spawner = options.spawner ?? new NodeProcessSpawner();
+    this.#signal = options.signal;
   }
 
   // Runs `virsh -c URI ARGS...`, returns stdout, throws a typed VmseedError.
@@ -255,6 +260,7 @@ export class Virsh {
 
   async #run(args: readonly string[]): Promise<string> {
     const command = args[0] ?? '';
+    if (this.#signal?.aborted) throw cancelledBy(this.#signal, `virsh ${command}`);
     const dial = dialForVirsh(this.uri, (p) => this.#spawner.holdSocket(p));
     let r: SpawnResult;
     try {
@@ -264,10 +270,12 @@ export class Virsh {
         // English messages, so classification works whatever the host locale.
         env: { ...process.env, LC_ALL: 'C', LANG: 'C' },
         fds: dial.fds,
+        ...(this.#signal ? { signal: this.#signal } : {}),
       });
     } finally {
       dial.close();
     }
+    if (r.aborted) throw cancelledBy(this.#signal, `virsh ${command}`);
     // libvirt's messages name the socket virsh dialled: the configured one.
     if (dial.socketPath !== undefined) r = { ...r, stderr: r.stderr.replaceAll(CHILD_SOCKET_PATH, dial.socketPath) };
     if (r.spawnError) {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { ConfigError, loadConfig, configSummary } from '../../src/config.ts';
 import { makeInjector } from '../../src/commands/agent.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const POD = '0b4c2c4e-6f0e-4a4e-9d55-1f1f0c6e1a01';
 const SOCKET = (pods: string) =>
@@ -146,7 +147,10 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   const preset = loadConfig(['--libvirt', 'virsh'], { NODE_NAME: 'n1' }, '/')!;
   const c = {
     ...preset,
-    libvirt: { ...preset.libvirt, publishDir: preset.libvirt.publishDir!.replace(/^\/pods/, root) },
+    libvirt: {
+      ...preset.libvirt,
+      publishDir: parseTemplate('publish-dir', preset.libvirt.publishDir!.replace(/^\/pods/, root)),
+    },
   };
   const resumed: string[] = [];
   const lv = new FakeLibvirt();
@@ -164,7 +168,7 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
     annotations: { 'vmseed.io/resume-after-seed': 'true' },
     launcherPods: [POD],
   };
-  const r = await inj.inject(target, image);
+  const r = await inj.inject(target, image, { resume: true });
   assert.deepEqual([r.action, r.resumed, r.flags, r.targetDev, r.bus], ['attached', true, ['--live'], 'sdzz', 'scsi']);
   assert.deepEqual(resumed, ['vm']);
   assert.ok(
@@ -188,7 +192,7 @@ test('makeInjector, kubevirt preset: the launcher socket, vmseed/ created in eph
   // Built without KubeVirt's unpause, the kubevirt platform still never runs virsh resume.
   lv.domains.set('ns_vm2', { state: 'paused', persistent: true, live: [], config: [], unplugs: true, scsi: true });
   await assert.rejects(
-    makeInjector(c, undefined, lv)!.inject({ ...target, name: 'vm2' }, image),
+    makeInjector(c, undefined, lv)!.inject({ ...target, name: 'vm2' }, image, { resume: true }),
     (e: unknown) => e instanceof Error && /unpause API only/.test(e.message),
   );
   assert.equal(

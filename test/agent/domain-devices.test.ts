@@ -21,6 +21,7 @@ import { ImageStore } from '../../src/disk/store.ts';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const DOMAIN = 'default_web';
 
@@ -293,7 +294,7 @@ test('per launcher pod (KubeVirt): the devices come from the pod whose libvirt h
   lv.daemons.set(POD_B, new Map([[DOMAIN, domain(INTERFACE_XML)]]));
   const injector = new LibvirtInjector({
     spawner: lv,
-    uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/virtqemud-sock',
+    uriTemplate: parseTemplate('uri', 'qemu+unix:///session?socket=/pods/{podUID}/virtqemud-sock'),
   });
   assert.equal(injector.perPod, true);
   const r = new Reconciler({

@@ -23,6 +23,7 @@ import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const HERE = 'node-a';
 const THERE = 'node-b';
@@ -82,9 +83,12 @@ async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi)
   const lv = new FakeLibvirt();
   const injector = new LibvirtInjector({
     spawner: lv,
-    uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/sock`,
-    imagePathTemplate: `${IN_DOMAIN}{basename}`,
-    publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed' }),
+    uriTemplate: parseTemplate('uri', `qemu+unix:///session?socket=${pods}/{podUID}/sock`),
+    imagePathTemplate: parseTemplate('image-path', `${IN_DOMAIN}{basename}`),
+    publisher: new DirPublisher({
+      dirTemplate: parseTemplate('publish-dir', `${pods}/{podUID}/${EPHEMERAL}`),
+      subdir: 'vmseed',
+    }),
     bus: 'scsi',
     liveOnly: true,
     ...(api ? { resume: kubevirtUnpause(api) } : {}),

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { KubeConnectionApi } from '../../src/kube/api.ts';
 import { kubevirtUnpause, unpausePath } from '../../src/agent/kubevirt-resume.ts';
-import { storeGateRecord } from '../../src/agent/seed-gate.ts';
+import { resumeAfterSeed, storeGateRecord } from '../../src/agent/seed-gate.ts';
 import { ImageStore } from '../../src/disk/store.ts';
 import { LibvirtInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
@@ -102,7 +102,7 @@ test('behind the injector: a paused domain gets its seed, then KubeVirt (not vir
   const lv = new FakeLibvirt();
   lv.domains.set('default_gated', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
   const inj = new LibvirtInjector({ spawner: lv, resume: kubevirtUnpause(api) });
-  const r = await inj.inject(target('gated'), '/seeds/nocloud.iso');
+  const r = await inj.inject(target('gated'), '/seeds/nocloud.iso', { resume: true });
   assert.deepEqual([r.action, r.flags, r.resumed], ['attached', ['--live'], true]);
   assert.deepEqual(fake.unpaused, ['default/gated']);
   assert.equal(
@@ -112,7 +112,8 @@ test('behind the injector: a paused domain gets its seed, then KubeVirt (not vir
   );
   // Without the annotation the VMI stays paused: no call at all.
   lv.domains.set('default_quiet', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
-  await inj.inject({ ...target('quiet'), annotations: {} }, '/seeds/nocloud.iso');
+  const quiet = { ...target('quiet'), annotations: {} };
+  await inj.inject(quiet, '/seeds/nocloud.iso', { resume: resumeAfterSeed(vmi('quiet')) });
   assert.equal(fake.requests.filter((r) => r.subresource === 'unpause').length, 1);
 });
 

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import { missingSeedGate } from '../../src/agent/seed-gate.ts';
+import { missingSeedGate, resumeAfterSeed } from '../../src/agent/seed-gate.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 
 function gated(v: VmiObject): VmiObject {
@@ -13,6 +13,16 @@ function gated(v: VmiObject): VmiObject {
   v.metadata.annotations = { ...v.metadata.annotations, 'vmseed.io/resume-after-seed': 'true' };
   return v;
 }
+
+test('resumeAfterSeed: the gate resumes only a VMI whose annotation is exactly "true"', () => {
+  assert.equal(resumeAfterSeed(gated(vmi('a'))), true);
+  assert.equal(resumeAfterSeed(vmi('b')), false);
+  for (const value of ['yes', 'True', '']) {
+    const v = vmi('c');
+    v.metadata.annotations!['vmseed.io/resume-after-seed'] = value;
+    assert.equal(resumeAfterSeed(v), false, value);
+  }
+});
 
 test('missingSeedGate: only a vmseed VMI that starts unpaused and has not opted out', () => {
   assert.equal(missingSeedGate(vmi('a'))?.code, 'SEED_GATE_MISSING');

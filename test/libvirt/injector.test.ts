@@ -11,6 +11,7 @@ import { changeCalls as mutating, EventingFakeClient, FakeLibvirt, type FakeDoma
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 import type { ImagePublisher } from '../../src/libvirt/publish.ts';
 import type { ProcessSpawner } from '../../src/libvirt/virsh.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const other = (dev: string): DomainDisk => ({
   type: 'file',
@@ -48,6 +49,8 @@ function setup(d: Partial<FakeDomain>, name = 'ns1_vm1') {
 
 const T: InjectionTarget = { namespace: 'ns1', name: 'vm1', uid: 'u-1', datasource: 'nocloud', annotations: {} };
 const GATED: InjectionTarget = { ...T, annotations: { 'vmseed.io/resume-after-seed': 'true' } };
+// What the reconciler tells the injector for such a VMI (seed-gate.ts resumeAfterSeed).
+const RESUME = { resume: true };
 const noSleep = async () => {};
 
 test('shut-off persistent: --config only, on the fixed far target vdzz', async () => {
@@ -66,7 +69,7 @@ test('shut-off persistent: --config only, on the fixed far target vdzz', async (
 
 test('running persistent: --live --config and seeded after boot', async () => {
   const lv = setup({});
-  const r = await new LibvirtInjector({ spawner: lv }).inject(GATED, '/seeds/a.iso');
+  const r = await new LibvirtInjector({ spawner: lv }).inject(GATED, '/seeds/a.iso', RESUME);
   assert.deepEqual(
     [r.action, r.flags, r.domainState, r.persistent, r.seededAfterBoot, r.resumed],
     ['attached', ['--live', '--config'], 'running', true, true, false],
@@ -82,7 +85,7 @@ test('paused transient with the gate annotation: --live only, then the resume ho
       resumed.push(`${ctx.domain}@${ctx.uri}:${ctx.target.uid}`);
     },
   });
-  const r = await inj.inject(GATED, '/seeds/a.iso');
+  const r = await inj.inject(GATED, '/seeds/a.iso', RESUME);
   assert.deepEqual([r.flags, r.resumed, r.seededAfterBoot, r.persistent], [['--live'], true, false, false]);
   assert.deepEqual(resumed, ['ns1_vm1@qemu:///system:u-1']);
   // the hook, not virsh resume, was used
@@ -92,7 +95,7 @@ test('paused transient with the gate annotation: --live only, then the resume ho
   );
 });
 
-test('paused without the annotation (or not "true") stays paused; default hook is virsh resume', async () => {
+test('paused, not told to resume (no annotation, or not "true"), stays paused; default hook is virsh resume', async () => {
   const lv = setup({ state: 'paused' });
   const r = await new LibvirtInjector({ spawner: lv }).inject(
     { ...T, annotations: { 'vmseed.io/resume-after-seed': 'yes' } },
@@ -101,7 +104,7 @@ test('paused without the annotation (or not "true") stays paused; default hook i
   assert.equal(r.resumed, false);
   assert.equal(lv.domains.get('ns1_vm1')!.state, 'paused');
   const lv2 = setup({ state: 'paused' });
-  await new LibvirtInjector({ spawner: lv2 }).inject(GATED, '/s.iso');
+  await new LibvirtInjector({ spawner: lv2 }).inject(GATED, '/s.iso', RESUME);
   assert.deepEqual(
     mutating(lv2).map((c) => c[0]),
     ['attach-device', 'resume'],
@@ -115,7 +118,7 @@ test('same source already in live and config: nothing to do (a paused gated doma
     live: [other('vda'), ours('vdzz', '/s.iso')],
     config: [other('vda'), ours('vdzz', '/s.iso')],
   });
-  const r = await new LibvirtInjector({ spawner: lv }).inject(GATED, '/s.iso');
+  const r = await new LibvirtInjector({ spawner: lv }).inject(GATED, '/s.iso', RESUME);
   assert.deepEqual([r.action, r.targetDev, r.flags, r.resumed], ['none', 'vdzz', [], true]);
   assert.deepEqual(
     mutating(lv).map((c) => c[0]),
@@ -353,9 +356,9 @@ test('templates: domain name, per-VMI socket URI, image path as the domain sees 
   const lv = setup({ state: 'shut off' }, 'vm-u-7');
   const inj = new LibvirtInjector({
     spawner: lv,
-    domainTemplate: 'vm-{uid}',
-    uriTemplate: 'qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock',
-    imagePathTemplate: '/var/run/kubevirt-private/vmseed/{namespace}/{name}/{basename}',
+    domainTemplate: parseTemplate('domain', 'vm-{uid}'),
+    uriTemplate: parseTemplate('uri', 'qemu+unix:///system?socket=/var/run/kubevirt/{uid}/libvirt-sock'),
+    imagePathTemplate: parseTemplate('image-path', '/var/run/kubevirt-private/vmseed/{namespace}/{name}/{basename}'),
   });
   const t = { ...T, uid: 'u-7' };
   await inj.inject(t, '/var/lib/vmseed/images/ns1/vm1/nocloud.iso');

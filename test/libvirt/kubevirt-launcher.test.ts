@@ -12,7 +12,7 @@ import { ImageStore } from '../../src/disk/store.ts';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { checkLauncherPods, launcherPodsOnNode } from '../../src/libvirt/launcher-pod.ts';
 import { DirPublisher, identityPublisher, isPublishedName } from '../../src/libvirt/publish.ts';
-import { encodeUriValue } from '../../src/libvirt/template.ts';
+import { encodeUriValue, parseTemplate } from '../../src/libvirt/template.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 import { changeCalls, FakeLibvirt } from '../support/fake-libvirt.ts';
@@ -38,9 +38,12 @@ async function setup(t: { after(fn: () => Promise<void>): void }) {
   lv.domains.set('ns1_vm1', { state: 'paused', persistent: false, live: [], config: [], unplugs: true, scsi: true });
   const inj = new LibvirtInjector({
     spawner: lv,
-    uriTemplate: URI.replace('{root}', root),
-    imagePathTemplate: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}',
-    publisher: new DirPublisher({ dirTemplate: `${root}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed' }),
+    uriTemplate: parseTemplate('uri', URI.replace('{root}', root)),
+    imagePathTemplate: parseTemplate('image-path', '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}'),
+    publisher: new DirPublisher({
+      dirTemplate: parseTemplate('publish-dir', `${root}/{podUID}/${EPHEMERAL}`),
+      subdir: 'vmseed',
+    }),
     bus: 'scsi',
     liveOnly: true,
     sleep: async () => {},
@@ -222,7 +225,7 @@ test('values in the socket URI are percent-encoded: a pods directory with spaces
   assert.equal(encodeUriValue('/é'), '/%C3%A9');
   const inj = new LibvirtInjector({
     spawner: lv,
-    uriTemplate: 'qemu+unix:///session?socket=/pods/{podUID}/{namespace}/sock',
+    uriTemplate: parseTemplate('uri', 'qemu+unix:///session?socket=/pods/{podUID}/{namespace}/sock'),
   });
   lv.domains.set('a&b_vm1', { state: 'paused', persistent: false, live: [], config: [], unplugs: true });
   assert.equal(inj.uri({ ...T, namespace: 'a&b' }), `qemu+unix:///session?socket=/pods/${POD_B}/a%26b/sock`);
@@ -327,7 +330,11 @@ test('inside vmseed/: a symlink or FIFO under our file name is replaced, never f
 test('the source image: a FIFO or an oversized file is never read whole', async (t) => {
   const { root, ephemeral } = await setup(t);
   await mkdir(ephemeral, { recursive: true });
-  const pub = new DirPublisher({ dirTemplate: `${root}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed', maxBytes: 4 });
+  const pub = new DirPublisher({
+    dirTemplate: parseTemplate('publish-dir', `${root}/{podUID}/${EPHEMERAL}`),
+    subdir: 'vmseed',
+    maxBytes: 4,
+  });
   await writeFile(join(root, 'configdrive-0123456789abcdef.iso'), 'too large');
   await assert.rejects(
     pub.publish(T, join(root, 'configdrive-0123456789abcdef.iso')),
@@ -383,5 +390,8 @@ test('plain libvirt: identity publishing, the image used where it is', async () 
   lv.domains.set('ns1_vm1', { state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
   await new LibvirtInjector({ spawner: lv }).inject({ ...T, launcherPods: undefined }, '/var/lib/vmseed/seeds/a.iso');
   assert.equal(lv.domains.get('ns1_vm1')!.config[0].sourceFile, '/var/lib/vmseed/seeds/a.iso');
-  assert.throws(() => new DirPublisher({ dirTemplate: '/pods/{podUID}/x', subdir: '../y' }), code('CONFIG_INVALID'));
+  assert.throws(
+    () => new DirPublisher({ dirTemplate: parseTemplate('publish-dir', '/pods/{podUID}/x'), subdir: '../y' }),
+    code('CONFIG_INVALID'),
+  );
 });

@@ -496,6 +496,43 @@ test('client: the stop signal ends calls in flight and calls waiting their turn 
   }
 });
 
+test("client: a call's own signal (its reconcile's) ends it with the signal's reason; other calls and the connection carry on", async () => {
+  const fake = await handshakeDaemon([0], (p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME); // never answered
+  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }), timeoutMs: 600_000 });
+  const U = 'qemu:///system';
+  try {
+    const gone = new AbortController();
+    const hung = client.attachDevice(U, 'a', '<disk/>', { live: true, config: false, signal: gone.signal });
+    const other = client.domainInfo(U, 'b');
+    let otherSettled = false;
+    other.then(
+      () => (otherSettled = true),
+      () => (otherSettled = true),
+    );
+    for (
+      let i = 0;
+      i < 1000 && fake.received.filter((p) => p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME).length < 2;
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 10));
+    const reason = new VmseedError('CANCELLED', 'VMI default/a was deleted', { kind: 'retryable' });
+    gone.abort(reason);
+    assert.equal(await rejection(hung), reason);
+    assert.equal(await client.version(U), '9.0.0', 'the connection still serves');
+    assert.equal(otherSettled, false, "a call without that signal still waits for libvirt's answer");
+    const sent = fake.received.length;
+    assert.equal(
+      await rejection(client.resume(U, 'a', { signal: gone.signal })),
+      reason,
+      'a call given an aborted signal',
+    );
+    assert.equal(fake.received.length, sent, 'is not sent');
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+});
+
 test('manager: close() ends a call that is backing off while libvirtd is away, long before its deadline', async () => {
   const fake = await handshakeDaemon([0]);
   const path = fake.path;

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { holdSocket } from '../../src/libvirt/rpc/socket-hold.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { libvirtSocketCheck } from '../../src/agent/readiness-checks.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 function code(f: () => unknown): string | undefined {
   try {
@@ -113,7 +114,7 @@ test("the readiness check agrees with the walk: a symlink as the URI's socket is
   await new Promise<void>((r) => server.listen(sock, r));
   t.after(() => server.close());
   symlinkSync(sock, join(dir, 'link'));
-  const check = (path: string) => libvirtSocketCheck(`qemu+unix:///session?socket=${path}`)!();
+  const check = (path: string) => libvirtSocketCheck(parseTemplate('uri', `qemu+unix:///session?socket=${path}`))!();
   assert.equal(await check(sock), undefined);
   assert.match((await check(join(dir, 'link'))) ?? '', /is a symlink, which vmseed does not follow/);
 });

@@ -174,6 +174,8 @@ export async function startAgent(
     warnMissingGate?: boolean;
     provisioningNotReportedAfterMs?: number;
     reportPlan?: AgentOptions['reportPlan'];
+    // Reconciles at once (default 4).
+    concurrency?: number;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -227,7 +229,7 @@ export async function startAgent(
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: NODE }),
     metrics,
     logger,
-    concurrency: 4,
+    concurrency: options.concurrency ?? 4,
     renderOptions: {
       kubevirtVolumes: options.kubevirtVolumes ?? 'ignore',
       maxUserDataBytes: 1 << 20,

@@ -15,6 +15,7 @@ import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import { LibvirtInjector, type LibvirtInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { VmiObject } from '../../src/api/types.ts';
+import { parseTemplate } from '../../src/libvirt/template.ts';
 
 // The launcher's emptyDir the seed is published into (a `vmseed` directory
 // of ours inside it), as the kubelet lays it out under its pods directory.
@@ -56,9 +57,15 @@ export function kubevirtInjector(
 ): LibvirtInjector {
   return new LibvirtInjector({
     spawner: lv,
-    uriTemplate: `qemu+unix:///session?socket=${pods}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`,
-    imagePathTemplate: '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}',
-    publisher: new DirPublisher({ dirTemplate: `${pods}/{podUID}/${EPHEMERAL}`, subdir: 'vmseed' }),
+    uriTemplate: parseTemplate(
+      'uri',
+      `qemu+unix:///session?socket=${pods}/{podUID}/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock`,
+    ),
+    imagePathTemplate: parseTemplate('image-path', '/var/run/kubevirt-ephemeral-disks/vmseed/{basename}'),
+    publisher: new DirPublisher({
+      dirTemplate: parseTemplate('publish-dir', `${pods}/{podUID}/${EPHEMERAL}`),
+      subdir: 'vmseed',
+    }),
     bus: 'scsi',
     liveOnly: true,
     resume,

@@ -13,7 +13,7 @@ import { bindingMessage, NONCE_ANNOTATION } from '../../src/datasource-binding.t
 import { serialMinter } from '../../src/agent/admission.ts';
 import { startWebhookServer, type WebhookServer } from '../../src/webhook/server.ts';
 import { RESUME_ANNOTATION } from '../../src/webhook/mutate.ts';
-import { RESUME_ANNOTATION as INJECTOR_RESUME_ANNOTATION } from '../../src/libvirt/injector.ts';
+import { RESUME_ANNOTATION as SEED_GATE_RESUME_ANNOTATION } from '../../src/agent/seed-gate.ts';
 import { applyPatch, certDir, fixtureReview, patchOf, post, testPki, type Json } from '../support/webhook.ts';
 import { randomKey } from '../http/datasource-fixtures.ts';
 
@@ -56,7 +56,7 @@ function withObject(r: Json, edit: (o: Json) => void): Json {
 }
 
 test('the resume annotation written is the one the seed gate reads', () => {
-  assert.equal(RESUME_ANNOTATION, INJECTOR_RESUME_ANNOTATION);
+  assert.equal(RESUME_ANNOTATION, SEED_GATE_RESUME_ANNOTATION);
 });
 
 test('a VM-made VMI: paused, resumed after its seed, and a serial bound to the VM; nothing else changes', async () => {

@@ -1,0 +1,119 @@
+// Each reconcile's own signal: aborted when its VMI is deleted, replaced,
+// moved away or superseded by a newer generation (and at the stop deadline),
+// and given to every libvirt call the reconcile makes. A VMI deleted while
+// its attach hangs stops that attach at once, and with one worker the next
+// VMI's reconcile runs instead of waiting behind it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
+import { FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
+import { ReconcileSignals } from '../../src/agent/reconcile-signals.ts';
+import { ShutdownDeadline } from '../../src/agent/shutdown.ts';
+import { cancelledBy, VmseedError } from '../../src/errors.ts';
+import { LibvirtInjector } from '../../src/libvirt/injector.ts';
+import type { DeviceFlags } from '../../src/libvirt/client.ts';
+import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
+import type { VmiObject } from '../../src/api/types.ts';
+
+const withMeta = (uid: string, generation?: number): VmiObject => {
+  const v = vmi('a');
+  v.metadata.uid = uid;
+  if (generation !== undefined) v.metadata.generation = generation;
+  return v;
+};
+
+const reasonOf = (s: AbortSignal) => (s.reason instanceof VmseedError ? s.reason : undefined);
+
+test('the signal ends a reconcile whose VMI was deleted, replaced, moved away or given a newer generation, and no other', () => {
+  const signals = new ReconcileSignals();
+  const s = signals.begin('default/a', withMeta('u1', 1));
+  signals.changed('default/a', withMeta('u1', 1), true); // a status update, a resync
+  signals.changed('default/b', undefined, false); // another key
+  assert.equal(s.aborted, false);
+  signals.changed('default/a', withMeta('u1', 2), true);
+  assert.equal(reasonOf(s)?.code, 'CANCELLED');
+  assert.match(reasonOf(s)!.message, /newer generation \(2\)/);
+  signals.end('default/a');
+
+  const cases: Array<[VmiObject | undefined, boolean, RegExp]> = [
+    [undefined, false, /was deleted/],
+    [withMeta('u2', 1), true, /replaced by a new object/],
+    [withMeta('u1', 1), false, /not this node's any more/],
+  ];
+  for (const [now, here, why] of cases) {
+    const one = signals.begin('default/a', withMeta('u1', 1));
+    signals.changed('default/a', now, here);
+    assert.match(reasonOf(one)?.message ?? '', why);
+    assert.equal(reasonOf(one)?.kind, 'retryable');
+    signals.end('default/a');
+  }
+  // A reconcile that began without an object only cleans up: it runs on.
+  const cleanup = signals.begin('default/a', undefined);
+  signals.changed('default/a', withMeta('u3', 1), true);
+  assert.equal(cleanup.aborted, false);
+});
+
+test('the signal follows the stop deadline too', async () => {
+  const deadline = new ShutdownDeadline();
+  const s = new ReconcileSignals(deadline).begin('default/a', withMeta('u1'));
+  deadline.arm(0);
+  await waitFor('the deadline', () => s.aborted);
+  assert.equal(cancelledBy(s).code, 'CANCELLED');
+  deadline.dispose();
+});
+
+// libvirt that never answers the attach to `stuck`'s domain: the call ends
+// only when its signal aborts, as the RPC client's and virsh's calls do.
+class HangingAttach extends VirshLibvirtClient {
+  readonly hung: Array<AbortSignal | undefined> = [];
+
+  override attachDevice(uri: string, domain: string, xml: string, o: DeviceFlags): Promise<void> {
+    if (domain !== 'default_stuck') return super.attachDevice(uri, domain, xml, o);
+    const signal = o.signal;
+    this.hung.push(signal);
+    return new Promise((_, reject) =>
+      signal?.addEventListener('abort', () => reject(cancelledBy(signal, 'the attach')), { once: true }),
+    );
+  }
+}
+
+const shutOff = (): FakeDomain => ({ state: 'shut off', persistent: true, live: [], config: [], unplugs: true });
+
+test(
+  "a VMI deleted while its attach hangs: the attach is cancelled, the next VMI's reconcile runs, the image goes",
+  { timeout: 60_000 },
+  async (t) => {
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const lv = new FakeLibvirt();
+    lv.domains.set('default_stuck', shutOff());
+    lv.domains.set('default_next', shutOff());
+    const client = new HangingAttach({ spawner: lv });
+    // One worker: anything the hung reconcile held would hold `next` too.
+    const h = await startAgent(fake, { stateDir: dir.path, injector: new LibvirtInjector({ client }), concurrency: 1 });
+    t.after(h.stop);
+    fake.applyVmi(vmi('stuck'));
+    await waitFor('the attach to hang', () => client.hung.length > 0, 30_000);
+    assert.ok(client.hung[0], 'the attach was given the reconcile signal');
+    fake.applyVmi(vmi('next'));
+    fake.deleteVmi('default', 'stuck');
+    await waitFor('the next VMI seeded', () => h.agent.status.get('default/next')?.state === 'ready', 30_000);
+    assert.equal(client.hung[0].aborted, true);
+    assert.match(String((client.hung[0].reason as Error).message), /default\/stuck was deleted/);
+    assert.equal(lv.domains.get('default_next')!.config.length, 1, 'the next VMI got its disk');
+    await waitFor('the deleted VMI forgotten', () => h.agent.status.get('default/stuck') === undefined, 30_000);
+    const images = await h.store.list();
+    assert.deepEqual(
+      images.map((i) => i.name),
+      ['next'],
+      'the deleted VMI has no image left',
+    );
+    assert.equal(lv.domains.get('default_stuck')!.config.length, 0, 'nothing was attached to the deleted VMI');
+    assert.ok(
+      h.lines.some((l) => {
+        const o = JSON.parse(l) as { code?: string; msg?: string };
+        return o.code === 'CANCELLED' && /was deleted/.test(o.msg ?? '');
+      }),
+      'the cancel is logged with its reason',
+    );
+  },
+);
