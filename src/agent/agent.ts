@@ -137,7 +137,11 @@ export class Agent {
       records: this.records,
     });
     this.seeds = options.nocloudHttp
-      ? new AgentSeedDirectory({ onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at) })
+      ? new AgentSeedDirectory({
+          onFetch: (key, uid, file, at) => this.status.recordFetch(key, uid, file, at),
+          onSeededAfterBoot: (key, uid, missedAt, servedAt) =>
+            this.reconciler.seededAfterBootOverHttp(key, uid, missedAt, servedAt),
+        })
       : undefined;
     this.#seedReads =
       options.seedReads && options.injector

@@ -142,6 +142,11 @@ export class Reconciler {
     this.#recorder.seedRead(key, this.#o.cache.get(key), facts);
   }
 
+  // The guest asked the HTTP datasource before its seed was served.
+  seededAfterBootOverHttp(key: string, uid: string, missedAt: Date, servedAt: Date): void {
+    this.#recorder.seededAfterBootOverHttp(key, this.#o.cache.get(key), uid, missedAt, servedAt);
+  }
+
   // Is this VMI one this agent should have a seed for (if vmseed's)?
   isHere(vmi: VmiObject): boolean {
     const phase = vmi.status?.phase;

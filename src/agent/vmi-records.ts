@@ -7,6 +7,7 @@ import type { Datasource } from '../api/types.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import type { VmiStatusRecord } from '../status/types.ts';
 import type { FirstBootFacts } from './seed-read.ts';
+import type { LateSeedFacts } from './late-seed.ts';
 
 // What is on disk (and in the domain) for a key, for the object `uid`.
 export interface ImageFacts {
@@ -48,6 +49,8 @@ export interface VmiRecord {
   renderTimeouts?: { version: string | undefined; count: number };
   // The domain's start, our disk's attach and the guest's first read of it.
   firstBoot?: FirstBootFacts;
+  // The guest asked the HTTP datasource before its seed was served.
+  lateSeed?: LateSeedFacts;
 }
 
 export class VmiRecords {

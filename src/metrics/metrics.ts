@@ -206,7 +206,7 @@ export function createMetrics(options: MetricsOptions) {
     }),
     seededAfterBoot: new Counter({
       name: 'vmseed_seeded_after_boot_total',
-      help: 'Seeds that came after the guest could have looked, by datasource: disk, the seed disk attached to a domain already running (not paused).',
+      help: 'Seeds that came after the guest could have looked, by datasource: disk, the seed disk attached to a domain already running (not paused); nocloud-http, the guest asked the HTTP datasource with its token before the seed was served and got it later.',
       labelNames: ['datasource'] as const,
       registers,
     }),
@@ -222,7 +222,7 @@ export function createMetrics(options: MetricsOptions) {
   // the first scrape instead of nothing until the first occurrence.
   for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
   for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
-  m.seededAfterBoot.inc({ datasource: 'disk' }, 0);
+  for (const datasource of ['disk', 'nocloud-http']) m.seededAfterBoot.inc({ datasource }, 0);
   return {
     ...m,
     // The agent hands in its probes once it has a queue and a source.
