@@ -451,7 +451,7 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
         }),
       );
     }
-    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger);
+    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger, metrics);
   } catch (e) {
     await Promise.all(servers.map((s) => s.close()));
     throw e;

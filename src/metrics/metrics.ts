@@ -13,6 +13,9 @@ const SLOW_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 // A domain's start to our disk in it: 1 ms to 5 min, finest where the
 // guest's firmware is still running.
 const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+export const WEBHOOK_RESULTS = ['patched', 'unchanged', 'refused', 'error'] as const;
+export type WebhookResult = (typeof WEBHOOK_RESULTS)[number];
+
 // 4 KiB (minimum image) to 64 MiB.
 const SIZE_BUCKETS = [4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
 
@@ -210,6 +213,24 @@ export function createMetrics(options: MetricsOptions) {
       labelNames: ['datasource'] as const,
       registers,
     }),
+    // The admission webhook (deploy/webhook); result is one of WEBHOOK_RESULTS.
+    webhookRequests: new Counter({
+      name: 'vmseed_webhook_requests_total',
+      help: 'Requests to the admission webhook by result: patched (a VMI admitted with a patch), unchanged (allowed without a patch), refused (answered 4xx: not an AdmissionReview, too large, wrong method or type), error (500).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
+    webhookRequestDuration: new Histogram({
+      name: 'vmseed_webhook_request_duration_seconds',
+      help: 'Time from an admission request arriving to its answer written, body read and parsed included.',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    webhookCertificateExpiry: new Gauge({
+      name: 'vmseed_webhook_certificate_expiry_timestamp_seconds',
+      help: "The webhook serving certificate's notAfter in force, as Unix seconds; 0 while none is loaded.",
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',
@@ -222,6 +243,7 @@ export function createMetrics(options: MetricsOptions) {
   // the first scrape instead of nothing until the first occurrence.
   for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
   for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
+  for (const result of WEBHOOK_RESULTS) m.webhookRequests.inc({ result }, 0);
   for (const datasource of ['disk', 'nocloud-http']) m.seededAfterBoot.inc({ datasource }, 0);
   return {
     ...m,
