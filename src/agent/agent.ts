@@ -3,7 +3,7 @@
 // resync, and a graceful stop.
 import type { Logger } from 'pino';
 import type { RefResolver } from '../api/types.ts';
-import type { Injector } from '../libvirt/types.ts';
+import type { InjectionTarget, Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { BackoffPolicy } from '../backoff.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
@@ -65,6 +65,8 @@ export interface AgentOptions {
   // KubeVirt without the admission webhook: warn about vmseed VMIs that
   // start unpaused (SEED_GATE_MISSING).
   warnMissingGate?: boolean;
+  // The seed gate of VMIs served over HTTP only (KubeVirt's unpause).
+  openServedGate?: (target: InjectionTarget) => Promise<boolean>;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -203,6 +205,7 @@ export class Agent {
       ...(this.#seedReads ? { seedReads: this.#seedReads } : {}),
       shutdown: this.shutdown,
       ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
+      ...(options.openServedGate ? { openServedGate: options.openServedGate } : {}),
     });
   }
 

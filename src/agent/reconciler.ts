@@ -17,6 +17,7 @@ import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError, type ErrorCode } from '../errors.ts';
 import type { InjectionResult, InjectionTarget, Injector } from '../libvirt/types.ts';
+import { RESUME_ANNOTATION } from '../libvirt/injector.ts';
 import {
   launcherPodOf,
   launcherPodsOnNode,
@@ -85,6 +86,9 @@ export interface ReconcilerOptions {
   // KubeVirt without the admission webhook: a vmseed VMI that starts
   // unpaused gets SEED_GATE_MISSING (seed-gate.ts).
   warnMissingGate?: boolean;
+  // The seed gate of a VMI served over HTTP only (KubeVirt IMDS's
+  // annotations): called once its seed is served; true when it unpaused.
+  openServedGate?: (target: InjectionTarget) => Promise<boolean>;
 }
 
 // One reconcile as its steps see it: when it began, the signal that ends it
@@ -597,6 +601,11 @@ export class Reconciler {
       return { kind: 'skipped', warning: { code: 'DATASOURCE_OFF', message }, event: false };
     }
     this.#o.seeds.put(key, vmi, seed);
+    // The gate, as for a disk: the guest runs once its seed is there to fetch.
+    if (this.#o.openServedGate && vmi.metadata.annotations?.[RESUME_ANNOTATION] === 'true') {
+      const uid = vmi.metadata.uid ?? key;
+      await this.#o.openServedGate(injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName));
+    }
     return { kind: 'served', datasource: seed.datasource, warnings: seed.warnings.map(problemOf) };
   }
 
