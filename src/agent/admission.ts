@@ -4,6 +4,7 @@
 // with, so both read one Secret.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.ts';
 import type { DatasourceConfig } from './nocloud-http.ts';
 import { loadDatasourceKeys } from './nocloud-http.ts';
 import { watchKeyFile } from '../http/datasource-key-watch.ts';
@@ -46,6 +47,7 @@ export async function startAdmission(
   config: AdmissionConfig,
   datasource: DatasourceConfig | undefined,
   logger: Logger,
+  metrics?: Metrics,
 ): Promise<Admission> {
   const log = logger.child({ component: 'webhook' });
   let serials: SerialMinter | undefined;
@@ -69,6 +71,7 @@ export async function startAdmission(
       certDir: config.certDir,
       logger,
       mutate: { newNonce, ...(serials ? { serials } : {}) },
+      ...(metrics ? { metrics } : {}),
     });
   } catch (e) {
     closeKeys();

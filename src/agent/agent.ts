@@ -3,7 +3,7 @@
 // resync, and a graceful stop.
 import type { Logger } from 'pino';
 import type { RefResolver } from '../api/types.ts';
-import type { Injector } from '../libvirt/types.ts';
+import type { InjectionTarget, Injector } from '../libvirt/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { BackoffPolicy } from '../backoff.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
@@ -72,6 +72,8 @@ export interface AgentOptions {
   provisioningNotReportedAfterMs?: number;
   // Whether and where each seed asks cloud-init to report its progress.
   reportPlan?: ReportPlanner;
+  // The seed gate of VMIs served over HTTP only (KubeVirt's unpause).
+  openServedGate?: (target: InjectionTarget) => Promise<boolean>;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -153,6 +155,8 @@ export class Agent {
             this.provisioning?.fetched(key, uid, file, at);
           },
           nodeName: options.nodeName,
+          onSeededAfterBoot: (key, uid, missedAt, servedAt) =>
+            this.reconciler.seededAfterBootOverHttp(key, uid, missedAt, servedAt),
         })
       : undefined;
     this.#seedReads =
@@ -233,6 +237,7 @@ export class Agent {
       shutdown: this.shutdown,
       ...(options.reportPlan ? { reportPlan: options.reportPlan } : {}),
       ...(options.warnMissingGate ? { warnMissingGate: true } : {}),
+      ...(options.openServedGate ? { openServedGate: options.openServedGate } : {}),
     });
   }
 

@@ -7,7 +7,7 @@ import { VmseedError } from '../errors.ts';
 import type { ResumeHook } from '../libvirt/injector.ts';
 import type { InjectionTarget } from '../libvirt/types.ts';
 import { statusError, statusMessage, type KubeApi } from '../kube/api.ts';
-import { kubevirtSeedGate, memoryGateRecord, type SeedGateRecord } from './seed-gate.ts';
+import { kubevirtGateOpener, kubevirtSeedGate, memoryGateRecord, type SeedGateRecord } from './seed-gate.ts';
 
 export function unpausePath(namespace: string, name: string): string {
   return `/apis/subresources.kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances/${encodeURIComponent(name)}/unpause`;
@@ -15,6 +15,14 @@ export function unpausePath(namespace: string, name: string): string {
 
 export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGateRecord()): ResumeHook {
   return kubevirtSeedGate(record, (target) => unpause(api, target));
+}
+
+// The gate of a VMI served over HTTP only: opened once its seed is served.
+export function kubevirtServedGate(
+  api: KubeApi,
+  record: SeedGateRecord = memoryGateRecord(),
+): (target: InjectionTarget) => Promise<boolean> {
+  return kubevirtGateOpener(record, (target) => unpause(api, target));
 }
 
 async function unpause(api: KubeApi, target: InjectionTarget): Promise<void> {

@@ -13,6 +13,7 @@ import { resetObjectFacts, type VmiRecords } from './vmi-records.ts';
 import { splitKey, type Problem, type StatusReport } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
 import { firstBootStatus, type Attach, type FirstBootFacts, type SeedReadWatch } from './seed-read.ts';
+import { lateSeedWarning, withLateSeed } from './late-seed.ts';
 
 // An INTERNAL error is a bug or an input nothing else caught: retried this
 // many times in all (the backoff spaces them), then reported terminal, so a
@@ -157,7 +158,7 @@ export class ReconcileRecorder {
       if (w && outcome.event) this.#o.events.record(vmi!, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
     } else if (outcome.kind === 'served') {
       const prev = this.#o.status.get(key);
-      this.#o.status.write(key, uid, outcome);
+      this.#o.status.write(key, uid, { ...outcome, warnings: withLateSeed(outcome.warnings, r.lateSeed, uid) });
       if (prev?.state !== 'ready' && prev?.state !== 'warning')
         this.#o.events.record(vmi!, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
     } else {
@@ -166,7 +167,9 @@ export class ReconcileRecorder {
   }
 
   #ready(key: string, vmi: VmiObject, outcome: Extract<Outcome, { kind: 'ready' }>): void {
-    const { status } = outcome;
+    const uid = vmi.metadata.uid ?? key;
+    const status = { ...outcome.status };
+    status.warnings = withLateSeed(status.warnings, this.#o.records.get(key)?.lateSeed, uid);
     const prev = this.#o.status.get(key);
     const changed =
       outcome.written ||
@@ -215,6 +218,31 @@ export class ReconcileRecorder {
     this.#o.status.update(key, uid, { firstBoot: firstBootStatus(facts) });
     if (facts.startedAt !== undefined)
       this.#o.metrics?.seedAttachAfterStart.observe(Math.max(0, facts.attachedAt - facts.startedAt) / 1000);
+  }
+
+  // The guest asked the HTTP datasource with its token before the seed was
+  // served, and got it at servedAt: seeded after boot, said once per object.
+  seededAfterBootOverHttp(key: string, vmi: VmiObject | undefined, uid: string, missedAt: Date, servedAt: Date): void {
+    if (!vmi || (vmi.metadata.uid ?? key) !== uid) return;
+    const r = this.#o.records.get(key);
+    if (!r || r.lateSeed?.uid === uid) return;
+    const warning = lateSeedWarning(vmi, missedAt, servedAt);
+    if (!warning) return;
+    r.lateSeed = { uid, warning };
+    this.#o.metrics?.seededAfterBoot.inc({ datasource: 'nocloud-http' });
+    const prev = r.status;
+    const shown = prev && prev.uid === uid && (prev.state === 'ready' || prev.state === 'warning');
+    if (shown && !prev.warnings.some((w) => w.code === warning.code))
+      this.#o.status.update(key, uid, {
+        state: 'warning',
+        warnings: [...prev.warnings, { ...warning, at: servedAt.toISOString() }],
+      });
+    this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${warning.code}: ${warning.message}`);
+    const [namespace, name] = splitKey(key);
+    this.#log.warn(
+      { namespace, name, missedAt: missedAt.toISOString(), servedAt: servedAt.toISOString() },
+      'seeded after boot: the guest asked for its seed over HTTP before it was served',
+    );
   }
 
   // The guest read its seed disk (or the wait for it ended).

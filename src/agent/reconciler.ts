@@ -90,6 +90,9 @@ export interface ReconcilerOptions {
   // Whether and where each seed asks cloud-init to report its progress
   // (progress-report.ts); absent: never.
   reportPlan?: ReportPlanner;
+  // The seed gate of a VMI served over HTTP only (KubeVirt IMDS's
+  // annotations): called once its seed is served; true when it unpaused.
+  openServedGate?: (target: InjectionTarget) => Promise<boolean>;
 }
 
 // One reconcile as its steps see it: when it began, the signal that ends
@@ -155,6 +158,11 @@ export class Reconciler {
   changed(key: string): void {
     const vmi = this.#o.cache.get(key);
     this.#signals.changed(key, vmi, vmi !== undefined && this.isHere(vmi));
+  }
+
+  // The guest asked the HTTP datasource before its seed was served.
+  seededAfterBootOverHttp(key: string, uid: string, missedAt: Date, servedAt: Date): void {
+    this.#recorder.seededAfterBootOverHttp(key, this.#o.cache.get(key), uid, missedAt, servedAt);
   }
 
   // Is this VMI one this agent should have a seed for (if vmseed's)?
@@ -636,6 +644,11 @@ export class Reconciler {
       return { kind: 'skipped', warning: { code: 'DATASOURCE_OFF', message }, event: false };
     }
     this.#o.seeds.put(key, vmi, seed);
+    // The gate, as for a disk: the guest runs once its seed is there to fetch.
+    if (this.#o.openServedGate && resumeAfterSeed(vmi)) {
+      const uid = vmi.metadata.uid ?? key;
+      await this.#o.openServedGate(injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName));
+    }
     return { kind: 'served', datasource: seed.datasource, warnings: seed.warnings.map(problemOf) };
   }
 

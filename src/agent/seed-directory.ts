@@ -18,6 +18,7 @@ export class AgentSeedDirectory implements SeedDirectory {
   readonly #byUid = new Map<string, Held>();
   readonly #uidByKey = new Map<string, string>();
   readonly #onFetch: (key: string, uid: string, file: DatasourceFile, at: Date) => void;
+  readonly #onLate: ((key: string, uid: string, missedAt: Date, servedAt: Date) => void) | undefined;
   #revision = 0;
 
   readonly #nodeName: string | undefined;
@@ -26,9 +27,11 @@ export class AgentSeedDirectory implements SeedDirectory {
   constructor(options: {
     onFetch: (key: string, uid: string, file: DatasourceFile, at: Date) => void;
     nodeName?: string;
+    onSeededAfterBoot?: (key: string, uid: string, missedAt: Date, servedAt: Date) => void;
   }) {
     this.#onFetch = options.onFetch;
     this.#nodeName = options.nodeName;
+    this.#onLate = options.onSeededAfterBoot;
   }
 
   get revision(): number {
@@ -106,6 +109,11 @@ export class AgentSeedDirectory implements SeedDirectory {
     const key = `${namespace}/${name}`;
     const uid = this.#uidByKey.get(key);
     if (uid !== undefined) this.#onFetch(key, uid, file, at);
+  }
+
+  recordSeededAfterBoot(entry: SeedDirectoryEntry, missedAt: Date, servedAt: Date): void {
+    const key = `${entry.namespace}/${entry.name}`;
+    if (this.#uidByKey.get(key) === entry.uid) this.#onLate?.(key, entry.uid, missedAt, servedAt);
   }
 }
 

@@ -123,10 +123,20 @@ export function kubevirtSeedGate(
   record: SeedGateRecord,
   unpause: (target: InjectionTarget) => Promise<void>,
 ): ResumeHook {
+  const open = kubevirtGateOpener(record, unpause);
+  return async ({ target }) => ((await open(target)) ? undefined : false);
+}
+
+// The gate's opening by itself, for a VMI without a domain of ours to
+// attach to (served over HTTP only): true when it unpaused the VMI.
+export function kubevirtGateOpener(
+  record: SeedGateRecord,
+  unpause: (target: InjectionTarget) => Promise<void>,
+): (target: InjectionTarget) => Promise<boolean> {
   // Answers read from the record in this process (it only ever goes from
   // closed to open for a uid): a paused VMI is not re-read on every retry.
   const known = memoryGateRecord();
-  return async ({ target }) => {
+  return async (target) => {
     if (target.vmi) {
       // Only the pause KubeVirt made at start (spec.startStrategy: Paused)
       // is the seed gate's; any other pause is the VM owner's.
@@ -140,7 +150,7 @@ export function kubevirtSeedGate(
       if (target.vmi.phase !== 'Running' || !target.vmi.pausedCondition) {
         throw new VmseedError(
           'SEED_GATE_WAITING',
-          `VMI ${target.namespace}/${target.name}: seed attached; waiting for KubeVirt to report phase Running (now ${target.vmi.phase ?? 'none'}) and condition Paused=True before calling unpause; will retry`,
+          `VMI ${target.namespace}/${target.name}: seed in place; waiting for KubeVirt to report phase Running (now ${target.vmi.phase ?? 'none'}) and condition Paused=True before calling unpause; will retry`,
           { kind: 'retryable', field: 'status.conditions' },
         );
       }
@@ -152,6 +162,7 @@ export function kubevirtSeedGate(
     // start-paused VMI paused for good.
     await record.markOpened(target);
     await known.markOpened(target);
+    return true;
   };
 }
 

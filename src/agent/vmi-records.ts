@@ -8,6 +8,7 @@ import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import type { VmiStatusRecord } from '../status/types.ts';
 import type { FirstBootFacts } from './seed-read.ts';
 import type { ProvisioningFacts } from './provisioning-timeline.ts';
+import type { LateSeedFacts } from './late-seed.ts';
 
 // What is on disk (and in the domain) for a key, for the object `uid`.
 export interface ImageFacts {
@@ -51,6 +52,8 @@ export interface VmiRecord {
   firstBoot?: FirstBootFacts;
   // What the guest's cloud-init reported of its current boot.
   provisioning?: ProvisioningFacts;
+  // The guest asked the HTTP datasource before its seed was served.
+  lateSeed?: LateSeedFacts;
 }
 
 export class VmiRecords {

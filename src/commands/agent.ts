@@ -245,6 +245,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     // Beside KubeVirt with libvirt on. With the webhook too: a VMI it did
     // not gate was created while no agent answered (failurePolicy Ignore).
     ...(config.libvirt.platform === 'kubevirt' && config.libvirt.mode !== 'off' ? { warnMissingGate: true } : {}),
+    ...(await kubevirtServedGate(config, reconcileApi)),
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({
@@ -287,6 +288,15 @@ async function kubevirtResume(config: Config, parts: AgentParts, api: KubeApi): 
   if (config.libvirt.resumeVia !== 'kubevirt') return undefined;
   const { kubevirtUnpause } = await import('../agent/kubevirt-resume.ts');
   return kubevirtUnpause(api, storeGateRecord(parts.store, { fsync: config.fsync }));
+}
+
+// The same for VMIs served over HTTP only: unpaused once their seed is
+// served. Their "unpaused" is kept in memory: such a VMI has no directory in
+// the state store that its deletion would clean up.
+async function kubevirtServedGate(config: Config, api: KubeApi): Promise<Pick<AgentOptions, 'openServedGate'>> {
+  if (config.libvirt.resumeVia !== 'kubevirt') return {};
+  const resume = await import('../agent/kubevirt-resume.ts');
+  return { openServedGate: resume.kubevirtServedGate(api) };
 }
 
 // The datasource listener serves the agent's seeds; stopped after the agent.
@@ -448,7 +458,7 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
         }),
       );
     }
-    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger);
+    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger, metrics);
   } catch (e) {
     await Promise.all(servers.map((s) => s.close()));
     throw e;

@@ -29,5 +29,7 @@ export function imdsOnlySourceAddress(directory: SeedDirectory): SeedDirectory {
     },
     recordFetch: (namespace: string, name: string, file: DatasourceFile, at: Date) =>
       directory.recordFetch(namespace, name, file, at),
+    recordSeededAfterBoot: (entry: SeedDirectoryEntry, missedAt: Date, servedAt: Date) =>
+      directory.recordSeededAfterBoot?.(entry, missedAt, servedAt),
   };
 }

@@ -27,6 +27,7 @@ import type { ImdsGuardLimits } from './imds-guards.ts';
 import type { ImdsFacts } from './imds-identity.ts';
 import type { ServiceAccountTokenReader } from './imds-token.ts';
 import { ReportReceiver, type ProgressSink, type ReportLimits } from './report-receiver.ts';
+import { EarlyMisses, type EarlyMissLimits } from './datasource-early.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -63,6 +64,10 @@ export interface SeedDirectory {
   // A guest fetched a file (GET answered 200). For the status page's
   // "the guest fetched user-data at ...". Must not throw.
   recordFetch(namespace: string, name: string, file: DatasourceFile, at: Date): void;
+  // The guest asked with this VMI's token at `missedAt` and found no seed
+  // (not rendered yet, or the VMI not known yet); at `servedAt` the same
+  // token got the seed. Called once per such miss. Must not throw.
+  recordSeededAfterBoot?(entry: SeedDirectoryEntry, missedAt: Date, servedAt: Date): void;
 }
 
 export interface DatasourceLimits {
@@ -132,6 +137,9 @@ export interface DatasourceServerOptions {
   // 25.1). An empty network-config is no config to cloud-init (load_yaml
   // gives None), exactly what a 404 means: it falls back to DHCP. On by default.
   serveEmptyNetworkConfig?: boolean;
+  // Tokens that found no seed, remembered to tell a guest that looked
+  // before its seed existed (src/http/datasource-early.ts).
+  earlyMisses?: EarlyMissLimits;
   // Injected for tests.
   clock?: { now(): Date; monotonicMs(): number };
   // The IMDS endpoints' guards (imds-guards.ts) and where /v1/token reads
@@ -203,6 +211,7 @@ class SeedRequestHandler {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #imds: ImdsEndpoints;
+  readonly #early: EarlyMisses;
 
   constructor(options: DatasourceServerOptions, prefix: string, clock: Clock, logger: Logger) {
     const limits = options.limits ?? {};
@@ -232,6 +241,7 @@ class SeedRequestHandler {
       ...(options.metrics ? { metrics: options.metrics } : {}),
       ...(options.readServiceAccountToken ? { readToken: options.readServiceAccountToken } : {}),
     });
+    this.#early = new EarlyMisses(options.earlyMisses);
   }
 
   handle(req: IncomingMessage, res: ServerResponse): Outcome {
@@ -255,6 +265,8 @@ class SeedRequestHandler {
     const route = parseDatasourcePath(target, this.#prefix);
     if (route === undefined) this.#identity.unrouted();
     const entry = route === undefined ? undefined : this.#identity.lookup(route, source);
+    if (route?.kind === 'token' && entry === undefined)
+      this.#early.missed(route.token, source, this.#clock.now(), this.#clock.monotonicMs());
     const bytes = entry === undefined || route === undefined ? undefined : this.#bytes.of(entry.seed, route.file);
     if (route === undefined || entry === undefined || bytes === undefined) {
       send(res, 404, NOT_FOUND_BODY, head);
@@ -266,8 +278,11 @@ class SeedRequestHandler {
   }
 
   #served(entry: SeedDirectoryEntry, route: DatasourceRoute): void {
+    const now = this.#clock.now();
+    const missedAt = route.kind === 'token' ? this.#early.served(route.token, this.#clock.monotonicMs()) : undefined;
     try {
-      this.#directory.recordFetch(entry.namespace, entry.name, route.file, this.#clock.now());
+      this.#directory.recordFetch(entry.namespace, entry.name, route.file, now);
+      if (missedAt !== undefined) this.#directory.recordSeededAfterBoot?.(entry, missedAt, now);
     } catch (e) {
       this.#logger.warn({ err: { message: (e as Error).message } }, 'recordFetch failed');
     }

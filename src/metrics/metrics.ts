@@ -15,6 +15,9 @@ const SLOW_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 // A guest's boot to cloud-init's final stage: 5 s to 2 h.
 const PROVISIONING_BUCKETS = [5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600, 7200];
+export const WEBHOOK_RESULTS = ['patched', 'unchanged', 'refused', 'error'] as const;
+export type WebhookResult = (typeof WEBHOOK_RESULTS)[number];
+
 // 4 KiB (minimum image) to 64 MiB.
 const SIZE_BUCKETS = [4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
 
@@ -209,7 +212,7 @@ export function createMetrics(options: MetricsOptions) {
     }),
     seededAfterBoot: new Counter({
       name: 'vmseed_seeded_after_boot_total',
-      help: 'Seeds that came after the guest could have looked, by datasource: disk, the seed disk attached to a domain already running (not paused).',
+      help: 'Seeds that came after the guest could have looked, by datasource: disk, the seed disk attached to a domain already running (not paused); nocloud-http, the guest asked the HTTP datasource with its token before the seed was served and got it later.',
       labelNames: ['datasource'] as const,
       registers,
     }),
@@ -277,6 +280,24 @@ export function createMetrics(options: MetricsOptions) {
         if (p) this.set(p.oldestRunningSeconds);
       },
     }),
+    // The admission webhook (deploy/webhook); result is one of WEBHOOK_RESULTS.
+    webhookRequests: new Counter({
+      name: 'vmseed_webhook_requests_total',
+      help: 'Requests to the admission webhook by result: patched (a VMI admitted with a patch), unchanged (allowed without a patch), refused (answered 4xx: not an AdmissionReview, too large, wrong method or type), error (500).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
+    webhookRequestDuration: new Histogram({
+      name: 'vmseed_webhook_request_duration_seconds',
+      help: 'Time from an admission request arriving to its answer written, body read and parsed included.',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    webhookCertificateExpiry: new Gauge({
+      name: 'vmseed_webhook_certificate_expiry_timestamp_seconds',
+      help: "The webhook serving certificate's notAfter in force, as Unix seconds; 0 while none is loaded.",
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',
@@ -292,6 +313,8 @@ export function createMetrics(options: MetricsOptions) {
   m.seededAfterBoot.inc({ datasource: 'disk' }, 0);
   for (const state of ['running', 'succeeded', 'failed', 'not-reported']) m.provisioningVmis.set({ state }, 0);
   m.provisioningFailures.inc({ module: 'other' }, 0);
+  for (const result of WEBHOOK_RESULTS) m.webhookRequests.inc({ result }, 0);
+  for (const datasource of ['disk', 'nocloud-http']) m.seededAfterBoot.inc({ datasource }, 0);
   return {
     ...m,
     // The agent hands in its probes once it has a queue and a source.

@@ -2,9 +2,10 @@
 // operations (RFC 6902) against the object the API server sent. Pure: the
 // nonce and the serial come from the caller.
 //
-//  - The seed gate, for VMIs with the vmseed annotation (a seed disk):
-//    `spec.startStrategy: Paused` and `vmseed.io/resume-after-seed: "true"`,
-//    so the domain waits for its seed disk and the agent unpauses it. Not
+//  - The seed gate, for VMIs in scope (the vmseed annotation, or KubeVirt
+//    IMDS's opt-in): `spec.startStrategy: Paused` and
+//    `vmseed.io/resume-after-seed: "true"`, so the domain waits for its seed
+//    (disk attached, or served over HTTP) and the agent unpauses it. Not
 //    when the VMI opts out (`vmseed.io/gate: "false"`), sets a start
 //    strategy of its own, or sets the resume annotation to anything but
 //    "true" (nobody would unpause it).
@@ -67,11 +68,9 @@ export function inScope(annotations: Record<string, string>): boolean {
   return ANNOTATION in annotations || annotations[IMDS_ENABLED] === 'true';
 }
 
+// In scope (a seed disk, or a seed served over HTTP only for KubeVirt
+// IMDS's opt-in, which the agent unpauses once it serves it).
 function wantsGate(spec: Json, annotations: Record<string, string>): boolean {
-  // A VMI served over HTTP only (KubeVirt IMDS's annotations alone) gets no
-  // seed disk, and the agent's gate resumes a domain only after attaching
-  // one: paused, it would stay paused.
-  if (!(ANNOTATION in annotations)) return false;
   if (annotations[GATE_ANNOTATION] === 'false') return false;
   if (spec.startStrategy !== undefined && spec.startStrategy !== null) return false;
   const resume = annotations[RESUME_ANNOTATION];

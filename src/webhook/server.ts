@@ -8,6 +8,7 @@ import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
+import type { Metrics, WebhookResult } from '../metrics/metrics.ts';
 import { CertDir } from './certs.ts';
 import { mutateVmi, type MutateOptions } from './mutate.ts';
 import { readReview, reviewResponse } from './review.ts';
@@ -32,6 +33,7 @@ export interface WebhookServerOptions {
   limits?: WebhookLimits;
   certPollMs?: number;
   now?: () => Date;
+  metrics?: Metrics;
 }
 
 export interface WebhookServer {
@@ -45,7 +47,7 @@ export interface WebhookServer {
 
 const TEXT = { 'Content-Type': 'text/plain; charset=utf-8', 'Cache-Control': 'no-store' } as const;
 
-function refuse(res: ServerResponse, status: number, message: string, close = false): void {
+function refuse(res: ServerResponse, status: number, message: string, close = false): 'refused' {
   const body = `${message}\n`;
   res.writeHead(status, {
     ...TEXT,
@@ -53,6 +55,7 @@ function refuse(res: ServerResponse, status: number, message: string, close = fa
     ...(close ? { Connection: 'close' } : {}),
   });
   res.end(body);
+  return 'refused';
 }
 
 // The body, or undefined once a refusal has been sent (too large, aborted).
@@ -103,7 +106,7 @@ class ReviewHandler {
     this.#log = log;
   }
 
-  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<WebhookResult> {
     if ((req.url ?? '').split('?')[0] !== WEBHOOK_PATH) return refuse(res, 404, 'not found');
     if (req.method !== 'POST') return refuse(res, 405, 'POST an AdmissionReview');
     const type = String(req.headers['content-type'] ?? '')
@@ -112,14 +115,18 @@ class ReviewHandler {
       .toLowerCase();
     if (type !== 'application/json') return refuse(res, 415, 'the AdmissionReview must be application/json');
     const body = await readBody(req, res, this.#maxBody);
-    if (body === undefined) return;
+    if (body === undefined) return 'refused';
     const read = readReview(body);
     if (read.kind === 'invalid') return refuse(res, 400, read.message);
-    if (read.kind === 'pass') return this.#answer(res, reviewResponse(read.uid));
+    if (read.kind === 'pass') {
+      this.#answer(res, reviewResponse(read.uid));
+      return 'unchanged';
+    }
     const { uid, namespace, object } = read.review;
     const patch = mutateVmi(object, namespace, this.#o.mutate);
     this.#log.debug({ uid, namespace, operations: patch.length }, 'VMI admitted');
     this.#answer(res, reviewResponse(uid, patch));
+    return patch.length > 0 ? 'patched' : 'unchanged';
   }
 
   #answer(res: ServerResponse, json: string): void {
@@ -155,19 +162,31 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
     maxHeaderSize: 16 * 1024,
   });
   server.maxConnections = limits.maxConnections ?? 32;
+  const metrics = options.metrics;
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    handler.handle(req, res).catch((e: unknown) => {
-      log.error({ err: { message: (e as Error)?.message } }, 'admission review failed');
-      if (!res.headersSent) refuse(res, 500, 'internal error', true);
-      else res.destroy();
-    });
+    const started = performance.now();
+    void handler
+      .handle(req, res)
+      .catch((e: unknown): WebhookResult => {
+        log.error({ err: { message: (e as Error)?.message } }, 'admission review failed');
+        if (!res.headersSent) refuse(res, 500, 'internal error', true);
+        else res.destroy();
+        return 'error';
+      })
+      .then((result) => {
+        metrics?.webhookRequests.inc({ result });
+        metrics?.webhookRequestDuration.observe((performance.now() - started) / 1000);
+      });
   });
   server.on('clientError', (_err, socket) => socket.destroy());
   server.on('tlsClientError', () => undefined);
   const certs = new CertDir({
     dir: options.certDir,
     logger: log,
-    onLoad: (pair) => server.setSecureContext({ cert: pair.cert, key: pair.key }),
+    onLoad: (pair) => {
+      server.setSecureContext({ cert: pair.cert, key: pair.key });
+      metrics?.webhookCertificateExpiry.set(pair.notAfter.getTime() / 1000);
+    },
     ...(options.certPollMs !== undefined ? { pollMs: options.certPollMs } : {}),
     ...(options.now ? { now: options.now } : {}),
   });

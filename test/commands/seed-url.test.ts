@@ -55,6 +55,13 @@ print(json.dumps({"ok": ok, **fill}))
 }
 
 import { aliasBomb } from '../hostile/corpus.ts';
+import { readFileSync } from 'node:fs';
+import { bindingMessage, NONCE_ANNOTATION } from '../../src/datasource-binding.ts';
+import { OPTIONS, OPTION_HELP } from '../../src/commands/seed-url.ts';
+import { fixtureReview } from '../support/webhook.ts';
+
+const VM_UID = 'b2f7e0a4-5c1d-4e9b-8a3f-7d6c5b4a3921';
+const NONCE = 'AbCdEfGhIjKlMnOpQrStUv';
 
 describe('vmseed seed-url', () => {
   let dir: string;
@@ -78,6 +85,22 @@ describe('vmseed seed-url', () => {
     await writeFile(
       join(dir, 'vmi-bomb.yaml'),
       `metadata: {name: vm-a, namespace: ns1, uid: ${uid}}\n${aliasBomb(8, 10)}\n`,
+    );
+    await writeFile(
+      join(dir, 'vm.yaml'),
+      `apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: vm-cirros\n  namespace: default\n  uid: ${VM_UID}\nspec: {}\n`,
+    );
+    await writeFile(
+      join(dir, 'vmi-nonce.yaml'),
+      `kind: VirtualMachineInstance\nmetadata:\n  name: direct\n  namespace: ns1\n  annotations:\n    ${NONCE_ANNOTATION}: ${NONCE}\n`,
+    );
+    await writeFile(
+      join(dir, 'vmi-unbound.yaml'),
+      `kind: VirtualMachineInstance\nmetadata:\n  name: direct\n  namespace: ns1\n  uid: ${uid}\n`,
+    );
+    await writeFile(
+      join(dir, 'vm-bad-uid.yaml'),
+      `kind: VirtualMachine\nmetadata: {name: vm-x, namespace: ns1, uid: nope}\n`,
     );
     const directory = new MapDirectory();
     directory.add({ namespace: 'ns1', name: 'vm-a', uid, seed });
@@ -121,6 +144,64 @@ describe('vmseed seed-url', () => {
     assert.equal(url.out, `http://169.254.169.254/v1/${signToken(key, uid)}/\n`);
   });
 
+  test("--vm/--vm-uid and --binding-from print the serial the agent accepts for the VM's VMIs (and the webhook writes)", async () => {
+    // A VMI as virt-controller makes it for VM vm-cirros (the AdmissionReview fixture).
+    const vmi = (await fixtureReview('vmi-from-vm')).request.object as {
+      metadata: { namespace: string; name: string; ownerReferences: [] };
+    };
+    const binding = bindingMessage(vmi.metadata.namespace, vmi.metadata.name, vmi.metadata)!;
+    assert.ok(binding, 'the fixture VMI is bound to its VM');
+    const want = `ds=nocloud;s=http://169.254.169.254/v1/${signToken(key, binding)}/\n`;
+    for (const argv of [
+      ['--vm', 'default/vm-cirros', '--vm-uid', VM_UID],
+      ['default/vm-cirros', '--vm-uid', VM_UID],
+      ['--binding-from', 'vm.yaml'],
+      ['default/vm-cirros', '--binding-from', 'vm.yaml'],
+    ]) {
+      const r = await run([...argv, '--key-file', 'keys'], dir);
+      assert.equal(r.code, 0, `${argv.join(' ')}: ${r.err}`);
+      assert.equal(r.out, want, argv.join(' '));
+    }
+    // The VMI's own manifest, exported with its owner: the same VM binding.
+    await writeFile(join(dir, 'vmi-owned.json'), JSON.stringify(vmi));
+    assert.equal((await run(['--binding-from', 'vmi-owned.json', '--key-file', 'keys'], dir)).out, want);
+    // A VMI admitted with a nonce: its nonce binding, served by the datasource.
+    const nonceBinding = bindingMessage('ns1', 'direct', { annotations: { [NONCE_ANNOTATION]: NONCE } })!;
+    const directory = new MapDirectory();
+    directory.add({ namespace: 'ns1', name: 'direct', uid: 'uid-direct', seed, binding: nonceBinding });
+    const nonceServer = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory,
+      keyring: new DatasourceKeyring([key]),
+      logger: quietLogger,
+    });
+    try {
+      const r = await run(
+        ['--binding-from', 'vmi-nonce.yaml', '--key-file', 'keys', '--url-only', '--base', nonceServer.baseUrl],
+        dir,
+      );
+      assert.equal(r.code, 0, r.err);
+      const got = await cloudInitReadSeeded(r.out.trim());
+      assert.equal(got.ok, true, got.error);
+      assert.deepEqual(got.md, seed.metaData);
+    } finally {
+      await nonceServer.close();
+    }
+  });
+
+  test("the README's seed-url flag table is the command's", () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const section = readme.slice(readme.indexOf('### `vmseed seed-url`'), readme.indexOf('### `vmseed redirect`'));
+    const documented = [...section.matchAll(/^\| `(-[^`]+)` \|/gm)].map((m) => m[1]);
+    assert.deepEqual(
+      documented,
+      OPTION_HELP.map(([flag]) => flag).filter((f) => !f.includes('--help')),
+    );
+    const flagged = OPTION_HELP.flatMap(([flag]) => flag.split(', ').map((f) => f.split(' ')[0].replace(/^-+/, '')));
+    for (const name of Object.keys(OPTIONS)) assert.ok(flagged.includes(name), `--${name} in the help`);
+    for (const name of flagged) assert.ok(name === 'h' || name in OPTIONS, `--${name} is a flag`);
+  });
+
   test('bad input exits 2 with one line; unreadable key file exits 1', async () => {
     const cases: Array<[string[], number, RegExp]> = [
       [['ns1/vm-a', '--key-file', 'keys'], 2, /--uid/],
@@ -143,6 +224,28 @@ describe('vmseed seed-url', () => {
       ],
       [['ns1/vm-a', '--uid', uid + '0', '--key-file', 'keys'], 2, /not a UUID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--bogus'], 2, /bogus/],
+      [['--vm', 'ns1/vm-a', '--key-file', 'keys'], 2, /--vm needs --vm-uid/],
+      [['--vm-uid', VM_UID, '--key-file', 'keys'], 2, /--vm-uid needs --vm/],
+      [
+        ['--vm', 'ns1/vm-a', '--vm-uid', 'vm-a', '--key-file', 'keys'],
+        2,
+        /--vm-uid 'vm-a' is not a UUID; give the VirtualMachine's/,
+      ],
+      [['ns1/vm-b', '--vm', 'ns1/vm-a', '--vm-uid', VM_UID, '--key-file', 'keys'], 2, /is ns1\/vm-a, not ns1\/vm-b/],
+      [['--vm', 'bad name', '--vm-uid', VM_UID, '--key-file', 'keys'], 2, /namespace/],
+      [['ns1/vm-a', '--uid', uid, '--vm-uid', VM_UID, '--key-file', 'keys'], 2, /give one of/],
+      [
+        ['--binding-from', 'vmi-unbound.yaml', '--key-file', 'keys'],
+        2,
+        /neither a VirtualMachine .* nor an admission nonce/,
+      ],
+      [['--binding-from', 'vm-bad-uid.yaml', '--key-file', 'keys'], 2, /metadata\.uid 'nope' is not a UUID/],
+      [['--binding-from', 'missing.yaml', '--key-file', 'keys'], 2, /cannot read manifest .*ENOENT/],
+      [
+        ['ns1/other', '--binding-from', 'vm.yaml', '--key-file', 'keys'],
+        2,
+        /vm\.yaml is default\/vm-cirros, not ns1\/other/,
+      ],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'missing'], 1, /DATASOURCE_KEY_FILE_UNREADABLE/],
     ];
     for (const [argv, code, re] of cases) {

@@ -64,6 +64,11 @@ export class MapDirectory implements SeedDirectory {
   recordFetch(namespace: string, name: string, file: DatasourceFile, at: Date): void {
     this.fetches.push({ namespace, name, file, at });
   }
+
+  readonly late: Array<{ uid: string; missedAt: Date; servedAt: Date }> = [];
+  recordSeededAfterBoot(entry: SeedDirectoryEntry, missedAt: Date, servedAt: Date): void {
+    this.late.push({ uid: entry.uid, missedAt, servedAt });
+  }
 }
 
 export interface CloudInitRead {

@@ -11,7 +11,7 @@ import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
 import { Agent, type AgentOptions } from '../../src/agent/agent.ts';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
+import { KubeConnectionApi, type KubeApi } from '../../src/kube/api.ts';
 import { KubeRefResolver } from '../../src/kube/resolver.ts';
 import { KubeVmiSource } from '../../src/kube/source.ts';
 import { ObjectWatches, type ObjectWatchesOptions } from '../../src/kube/object-watches.ts';
@@ -176,6 +176,8 @@ export async function startAgent(
     reportPlan?: AgentOptions['reportPlan'];
     // Reconciles at once (default 4).
     concurrency?: number;
+    // The seed gate of VMIs served over HTTP only, given the harness's API client.
+    openServedGate?: (api: KubeApi) => AgentOptions['openServedGate'];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -248,6 +250,7 @@ export async function startAgent(
       ? { provisioningNotReportedAfterMs: options.provisioningNotReportedAfterMs }
       : {}),
     ...(options.reportPlan ? { reportPlan: options.reportPlan } : {}),
+    ...(options.openServedGate ? { openServedGate: options.openServedGate(api) } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();

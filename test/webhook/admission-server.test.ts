@@ -127,12 +127,24 @@ test("the owner's own choices stand: a start strategy, a serial, the gate's opt-
   );
 });
 
-test("KubeVirt IMDS's opt-in is in scope (the serial only); a VMI without an opt-in, an update, another resource are never patched", async () => {
+test("KubeVirt IMDS's opt-in is in scope (the gate, which the agent opens once it serves the seed, and the serial); a VMI without an opt-in, an update, another resource are never patched", async () => {
   const r = await fixtureReview('vmi-direct');
-  // Served over HTTP only (no seed disk for the gate to wait for): the serial, not the gate.
   const imds = withObject(r, (o) => (o.metadata.annotations = { 'imds.kubevirt.io/enabled': 'true' }));
   assert.deepEqual(
     (await review(imds)).patch?.map((o) => o.path),
+    [
+      '/metadata/annotations/vmseed.io~1datasource-nonce',
+      '/metadata/annotations/vmseed.io~1resume-after-seed',
+      '/spec/startStrategy',
+      '/spec/domain/firmware',
+    ],
+  );
+  const optedOut = withObject(
+    r,
+    (o) => (o.metadata.annotations = { 'imds.kubevirt.io/enabled': 'true', 'vmseed.io/gate': 'false' }),
+  );
+  assert.deepEqual(
+    (await review(optedOut)).patch?.map((o) => o.path),
     ['/metadata/annotations/vmseed.io~1datasource-nonce', '/spec/domain/firmware'],
   );
   const cases: Json[] = [
