@@ -64,9 +64,7 @@ test(
     assert.match(w.message, /deploy\/webhook/);
     assert.equal(await counted(), 1);
     const event = await waitFor('SeedWarning Event', () =>
-      fake
-        .events()
-        .find((e) => e.involvedObject.name === 'early' && /^SEEDED_AFTER_BOOT: /.test(e.message ?? '')),
+      fake.events().find((e) => e.involvedObject.name === 'early' && /^SEEDED_AFTER_BOOT: /.test(e.message ?? '')),
     );
     assert.equal(event.reason, 'SeedWarning');
     assert.equal(event.type, 'Warning');
