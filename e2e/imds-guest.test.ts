@@ -165,7 +165,12 @@ spec:
       assert.deepEqual(r.files.get(f), fromImage(f), `${f}: the guest got the image's bytes`);
     }
     assert.match(r.files.get('user-data')!.toString(), /fetched over http ünïcødé/);
-    assert.match(r.files.get('vendor-data')!.toString(), /vendor ok/);
+    // The operator's vendor-data is the first part of a MIME message (base64,
+    // byte for byte), the progress-reporting cloud-config the second.
+    const vendor = r.files.get('vendor-data')!.toString();
+    const [, first] = vendor.split(/\n--==vmseed-[0-9a-f]+==\n/);
+    assert.match(Buffer.from(first.slice(first.indexOf('\n\n') + 2), 'base64').toString(), /vendor ok/);
+    assert.match(vendor, /filename="vmseed-reporting\.cfg"\n\n#cloud-config\nreporting:/);
     // No network-config in this seed: served empty (none to cloud-init, DHCP fallback).
     assert.deepEqual(r.missing, []);
     assert.equal(r.files.get('network-config')!.length, 0);

@@ -107,7 +107,7 @@ function target(name: string): InjectionTarget {
     name,
     uid: `uid-${name}`,
     datasource: 'nocloud',
-    annotations: { 'vmseed.io/resume-after-seed': 'true' },
+    annotations: {},
     launcherPods: [POD],
   };
 }
@@ -130,7 +130,7 @@ test('q35 with virtio-scsi: the seed is a read-only SCSI disk sdzz at 0:0:7:0, a
   const resumed: string[] = [];
   const inj = kubevirtInjector(resumed);
   const first = storeImage(name, 'a');
-  const r = await inj.inject(target(name), first);
+  const r = await inj.inject(target(name), first, { resume: true });
   assert.deepEqual(
     [r.action, r.bus, r.targetDev, r.flags, r.domainState, r.resumed],
     ['attached', 'scsi', 'sdzz', ['--live'], 'paused', true],
@@ -157,7 +157,7 @@ test('q35 with virtio-scsi: the seed is a read-only SCSI disk sdzz at 0:0:7:0, a
   assert.equal(await domstate(domain), 'paused');
 
   const second = storeImage(name, 'b');
-  const r2 = await inj.inject(target(name), second);
+  const r2 = await inj.inject(target(name), second, { resume: true });
   assert.deepEqual([r2.action, r2.flags], ['replaced', ['--live']]);
   assert.deepEqual(
     (await domblklist(domain)).map((b) => [b.target, b.source]),
@@ -181,7 +181,7 @@ test('q35 without a SCSI controller: the virtio fallback vdzz, live only; its de
   const { name, domain, vmiDisk } = await pausedDomain('kvvirtio', false);
   const inj = kubevirtInjector([]);
   const image = storeImage(name, 'c');
-  const r = await inj.inject(target(name), image);
+  const r = await inj.inject(target(name), image, { resume: true });
   assert.deepEqual([r.action, r.bus, r.targetDev, r.flags], ['attached', 'virtio', 'vdzz', ['--live']]);
   assert.deepEqual(
     (await domblklist(domain)).map((b) => [b.target, b.source === vmiDisk]),
@@ -224,7 +224,7 @@ test('our target taken by a disk that is not ours: TARGET_IN_USE, terminal; noth
   );
   await virsh('start', '--paused', domain);
   await assert.rejects(
-    kubevirtInjector([]).inject(target(name), storeImage(name, 'd')),
+    kubevirtInjector([]).inject(target(name), storeImage(name, 'd'), { resume: true }),
     (e: unknown) => e instanceof VmseedError && e.code === 'TARGET_IN_USE' && e.kind === 'terminal',
   );
   assert.deepEqual(
@@ -273,7 +273,7 @@ test("the preset's encoded socket URI reaches libvirt: --pods-dir with a % in it
       async ({ target }) => void resumed.push(target.name),
     )!;
     closeLaterInjector(inj);
-    const r = await inj.inject(target(name), storeImage(name, 'e'));
+    const r = await inj.inject(target(name), storeImage(name, 'e'), { resume: true });
     assert.deepEqual([r.action, r.targetDev, r.flags], ['attached', 'sdzz', ['--live']]);
     assert.deepEqual(
       (await domblklist(domain)).map((b) => b.target),

@@ -62,7 +62,7 @@ function target(name: string): InjectionTarget {
     name,
     uid: `uid-${name}`,
     datasource: 'nocloud',
-    annotations: { 'vmseed.io/resume-after-seed': 'true' },
+    annotations: {},
   };
 }
 
@@ -82,7 +82,7 @@ test(
     const userData = `#cloud-config\n# ${name}\nruncmd: [echo hello]\n`;
     const first = seedIso(`one-${name}`, userData);
     const inj = e2eInjector({ detachTimeoutMs: 60_000 });
-    const r = await inj.inject(target(name), first);
+    const r = await inj.inject(target(name), first, { resume: true });
     assert.equal(r.action, 'attached');
     assert.equal(r.domainState, 'paused');
     assert.equal(r.resumed, true);
@@ -97,7 +97,7 @@ test(
     // The seed changed while the guest runs: the old disk must be unplugged
     // (the guest answers ACPI) before the new one can take its target.
     const second = seedIso(`two-${name}`, '#cloud-config\n');
-    const r2 = await inj.inject(target(name), second);
+    const r2 = await inj.inject(target(name), second, { resume: true });
     assert.equal(r2.action, 'replaced');
     assert.deepEqual(r2.flags, ['--live', '--config']);
     assert.equal(r2.seededAfterBoot, true);
@@ -105,7 +105,7 @@ test(
     assert.deepEqual(await domblklist(domain, true), [
       { type: 'file', device: 'disk', target: r.targetDev, source: second },
     ]);
-    assert.equal((await inj.inject(target(name), second)).action, 'none');
+    assert.equal((await inj.inject(target(name), second, { resume: true })).action, 'none');
 
     const e = await inj.eject(target(name));
     assert.equal(e.action, 'detached');
@@ -126,7 +126,7 @@ test('virtio detach on a paused guest cannot complete: DETACH_TIMEOUT, retryable
   await virsh('start', '--paused', domain);
   const inj = e2eInjector({ detachTimeoutMs: 1_000 });
   const t: InjectionTarget = { ...target(name), annotations: {} };
-  await inj.inject(t, seedIso(`s-${name}`, '#cloud-config\n'));
+  await inj.inject(t, seedIso(`s-${name}`, '#cloud-config\n'), { resume: true });
   await assert.rejects(inj.eject(t), (err: unknown) => {
     assert.ok(err instanceof VmseedError);
     assert.equal(err.code, 'DETACH_TIMEOUT');

@@ -96,7 +96,7 @@ test('running persistent domain: attach --live --config, seeded after boot; seco
 test('paused domain with resume-after-seed: attached live, then resumed by the seed gate', async () => {
   const { name, domain } = await newDomain('paused', { start: 'paused' });
   const seed = seedFile(`p-${name}`);
-  const r = await e2eInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'true' }), seed);
+  const r = await e2eInjector().inject(target(name), seed, { resume: true });
   assert.equal(r.action, 'attached');
   assert.equal(r.domainState, 'paused');
   assert.deepEqual(r.flags, ['--live', '--config']);
@@ -111,7 +111,7 @@ test('paused domain with resume-after-seed: attached live, then resumed by the s
 
 test('paused domain without the annotation stays paused', async () => {
   const { name, domain } = await newDomain('nogate', { start: 'paused' });
-  const r = await e2eInjector().inject(target(name, { 'vmseed.io/resume-after-seed': 'false' }), seedFile(`n-${name}`));
+  const r = await e2eInjector().inject(target(name), seedFile(`n-${name}`), { resume: false });
   assert.equal(r.action, 'attached');
   assert.equal(r.resumed, false);
   assert.equal(await domstate(domain), 'paused');
