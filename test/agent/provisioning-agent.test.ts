@@ -19,6 +19,7 @@ import { progressReportPlanner } from '../../src/agent/progress-report.ts';
 import { REPORT_PROGRESS_ANNOTATION } from '../../src/cloudinit/userdata/progress-report.ts';
 import { startHttpServer } from '../../src/http/server.ts';
 import { reportToken } from '../../src/http/report-token.ts';
+import { findSecret, secretForms } from '../support/secret-forms.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
 
 const FIXTURES = new URL('../fixtures/cloud-init-events/', import.meta.url);
@@ -171,6 +172,22 @@ test(
     const counts = (await statusJson()).provisioningCounts;
     assert.deepEqual(counts, { running: 1, failed: 1, succeeded: 0, 'not-reported': 2 });
     assert.match(await (await fetch(`${http.url}/metrics`)).text(), /vmseed_seed_read_seconds_count\{via="http"\} 2/);
+
+    // No token a guest holds reaches a log line, the page, status.json, the metrics or an Event.
+    const shown = [
+      h.lines.join('\n'),
+      await (await fetch(`${http.url}/status`)).text(),
+      await (await fetch(`${http.url}/status/default/b`)).text(),
+      JSON.stringify(await statusJson()),
+      await (await fetch(`${http.url}/metrics`)).text(),
+      JSON.stringify(fake.events()),
+    ].join('\n');
+    for (const v of [a, b, c, d]) {
+      for (const token of [reportToken(ds.keyring, v.metadata.uid!), ds.keyring.sign(v.metadata.uid!)]) {
+        const found = findSecret(shown, secretForms(token));
+        assert.equal(found, undefined, `a token of ${v.metadata.name} is shown (${found?.form})`);
+      }
+    }
 
     // Deleting b: its events are refused from then on, and nothing of it stays.
     fake.deleteVmi('default', 'b');
