@@ -73,7 +73,7 @@ export interface AgentOptions {
   // Whether and where each seed asks cloud-init to report its progress.
   reportPlan?: ReportPlanner;
   // The seed gate of VMIs served over HTTP only (KubeVirt's unpause).
-  openServedGate?: (target: InjectionTarget) => Promise<boolean>;
+  openServedGate?: (target: InjectionTarget, signal: AbortSignal) => Promise<boolean>;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the

@@ -43,7 +43,7 @@ export interface SeedImageStore {
     key: ImageKey,
     datasource: Datasource,
     bytes: Uint8Array,
-    options: { fsync: boolean; sha256?: string },
+    options: { fsync: boolean; sha256?: string; signal?: AbortSignal },
   ): Promise<{ path: string; written: boolean }>;
   list(): Promise<StoredImage[]>;
   // Removes the VMI's images other than keepPath (older seeds).

@@ -14,21 +14,21 @@ export function unpausePath(namespace: string, name: string): string {
 }
 
 export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGateRecord()): ResumeHook {
-  return kubevirtSeedGate(record, (target) => unpause(api, target));
+  return kubevirtSeedGate(record, (target, signal) => unpause(api, target, signal));
 }
 
 // The gate of a VMI served over HTTP only: opened once its seed is served.
 export function kubevirtServedGate(
   api: KubeApi,
   record: SeedGateRecord = memoryGateRecord(),
-): (target: InjectionTarget) => Promise<boolean> {
-  return kubevirtGateOpener(record, (target) => unpause(api, target));
+): (target: InjectionTarget, signal?: AbortSignal) => Promise<boolean> {
+  return kubevirtGateOpener(record, (target, signal) => unpause(api, target, signal));
 }
 
-async function unpause(api: KubeApi, target: InjectionTarget): Promise<void> {
+async function unpause(api: KubeApi, target: InjectionTarget, signal?: AbortSignal): Promise<void> {
   const vmi = `${target.namespace}/${target.name}`;
   const path = unpausePath(target.namespace, target.name);
-  const res = await api.request('PUT', path, {});
+  const res = await api.request('PUT', path, {}, undefined, signal);
   const message = statusMessage(res.body);
   // virt-api answers 409 "VMI is not paused" once it runs: someone (or our
   // own earlier call whose answer was lost) resumed it. The gate is open.

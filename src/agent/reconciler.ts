@@ -92,7 +92,7 @@ export interface ReconcilerOptions {
   reportPlan?: ReportPlanner;
   // The seed gate of a VMI served over HTTP only (KubeVirt IMDS's
   // annotations): called once its seed is served; true when it unpaused.
-  openServedGate?: (target: InjectionTarget) => Promise<boolean>;
+  openServedGate?: (target: InjectionTarget, signal: AbortSignal) => Promise<boolean>;
 }
 
 // One reconcile as its steps see it: when it began, the signal that ends
@@ -439,6 +439,7 @@ export class Reconciler {
       {
         fsync: this.#o.fsync ?? true,
         sha256: sha,
+        signal: run.signal,
       },
     );
     // Where the previous image went stays known (a new seed for the same
@@ -647,7 +648,7 @@ export class Reconciler {
     // The gate, as for a disk: the guest runs once its seed is there to fetch.
     if (this.#o.openServedGate && resumeAfterSeed(vmi)) {
       const uid = vmi.metadata.uid ?? key;
-      await this.#o.openServedGate(injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName));
+      await this.#o.openServedGate(injectionTarget(key, uid, seed.datasource, vmi, this.#o.nodeName), run.signal);
     }
     return { kind: 'served', datasource: seed.datasource, warnings: seed.warnings.map(problemOf) };
   }

@@ -119,24 +119,24 @@ export function storeGateRecord(
 // The gate in a KubeVirt cluster: only the pause KubeVirt made at start is
 // the gate's, once per VMI, and only once KubeVirt can take the unpause.
 // `unpause` resolves once the VMI runs (also when it already did).
-export function kubevirtSeedGate(
-  record: SeedGateRecord,
-  unpause: (target: InjectionTarget) => Promise<void>,
-): ResumeHook {
+export function kubevirtSeedGate(record: SeedGateRecord, unpause: Unpause): ResumeHook {
   const open = kubevirtGateOpener(record, unpause);
-  return async ({ target }) => ((await open(target)) ? undefined : false);
+  return async ({ target, signal }) => ((await open(target, signal)) ? undefined : false);
 }
+
+// KubeVirt's unpause of the VMI; `signal` is the reconcile's.
+export type Unpause = (target: InjectionTarget, signal?: AbortSignal) => Promise<void>;
 
 // The gate's opening by itself, for a VMI without a domain of ours to
 // attach to (served over HTTP only): true when it unpaused the VMI.
 export function kubevirtGateOpener(
   record: SeedGateRecord,
-  unpause: (target: InjectionTarget) => Promise<void>,
-): (target: InjectionTarget) => Promise<boolean> {
+  unpause: Unpause,
+): (target: InjectionTarget, signal?: AbortSignal) => Promise<boolean> {
   // Answers read from the record in this process (it only ever goes from
   // closed to open for a uid): a paused VMI is not re-read on every retry.
   const known = memoryGateRecord();
-  return async (target) => {
+  return async (target, signal) => {
     if (target.vmi) {
       // Only the pause KubeVirt made at start (spec.startStrategy: Paused)
       // is the seed gate's; any other pause is the VM owner's.
@@ -155,7 +155,7 @@ export function kubevirtGateOpener(
         );
       }
     }
-    await unpause(target);
+    await unpause(target, signal);
     // A failed write fails this reconcile; the retry, while KubeVirt still
     // reports the pause, meets 409 "not paused" and writes it. Written
     // after the call, not before: a crash in between must not leave a

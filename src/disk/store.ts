@@ -37,7 +37,7 @@ import { constants as fsConstants } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { basename, dirname, join, relative } from 'node:path';
 import { DATASOURCES } from '../cloudinit/seed.ts';
-import { VmseedError } from '../errors.ts';
+import { VmseedError, cancelledBy } from '../errors.ts';
 
 export interface ImageKey {
   namespace: string;
@@ -242,20 +242,24 @@ export class ImageStore {
   // The store keeps a reference to `bytes` to recognise them next time:
   // do not mutate them afterwards.
   // `sha256` (hex, of `bytes`) saves hashing when the caller already has it.
+  // `signal` (the reconcile's) aborted while the bytes are on their way:
+  // the temporary is removed before it takes the image's name, so a VMI
+  // that went, or a seed already replaced, never gets this image.
   async write(
     key: ImageKey,
     datasource: Datasource,
     bytes: Uint8Array,
-    options: { fsync?: boolean; sha256?: string } = {},
+    options: { fsync?: boolean; sha256?: string; signal?: AbortSignal } = {},
   ): Promise<{ path: string; written: boolean }> {
     const digest = new Digest(bytes, options.sha256);
     const fsync = options.fsync ?? true;
+    const signal = options.signal;
     const path = this.pathFor(key, datasource, digest.hex);
     const dir = dirname(path);
     const sfs = this.#syncFs;
     if (sfs && bytes.length <= this.#syncMax) {
       try {
-        return await this.#writeSync(sfs, dir, path, bytes, fsync, digest);
+        return await this.#writeSync(sfs, dir, path, bytes, fsync, digest, signal);
       } catch (e) {
         throw this.#wrap(`write ${path}`, e);
       }
@@ -278,6 +282,7 @@ export class ImageStore {
           // promise. Independent calls go to the thread pool together.
           await settled([fh.writeFile(bytes), fh.chmod(this.fileMode)]);
           if (fsync) await fh.sync();
+          throwIfAborted(signal, path);
           const [st] = await settled([fh.stat(), fs.rename(tmp, path)] as const);
           renamed = true;
           this.#remember(path, digest, st);
@@ -304,6 +309,7 @@ export class ImageStore {
     bytes: Uint8Array,
     fsync: boolean,
     digest: Digest,
+    signal: AbortSignal | undefined,
   ): Promise<{ path: string; written: boolean }> {
     const fsyncFd = (fd: number) =>
       new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
@@ -336,6 +342,7 @@ export class ImageStore {
         while (off < bytes.length) off += fs.writeSync(fd, bytes, off, bytes.length - off, off);
         fs.fchmodSync(fd, this.fileMode);
         if (fsync) await fsyncFd(fd);
+        throwIfAborted(signal, path);
         const st = fs.fstatSync(fd);
         fs.renameSync(tmp, path);
         renamed = true;
@@ -780,4 +787,8 @@ class Digest {
     this.#hex ??= createHash('sha256').update(this.#bytes).digest('hex');
     return this.#hex;
   }
+}
+
+function throwIfAborted(signal: AbortSignal | undefined, path: string): void {
+  if (signal?.aborted) throw cancelledBy(signal, `writing ${basename(path)}`);
 }

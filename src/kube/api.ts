@@ -8,7 +8,7 @@
 // caller sees the status. A 401 makes the connection re-read its token file
 // (a rotated service-account token) and the call is tried once more.
 import { fetch } from 'undici';
-import { VmseedError, cancelledError } from '../errors.ts';
+import { VmseedError, cancelledBy } from '../errors.ts';
 import type { KubeConnection } from './connection.ts';
 
 export type KubeMethod = 'GET' | 'POST' | 'PATCH' | 'PUT';
@@ -21,7 +21,15 @@ export interface KubeResponse {
 }
 
 export interface KubeApi {
-  request(method: KubeMethod, path: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
+  // `signal`: the caller's own end (a reconcile's), besides the client's
+  // stop signal; aborted, the call and its retries end with CANCELLED.
+  request(
+    method: KubeMethod,
+    path: string,
+    body?: unknown,
+    contentType?: string,
+    signal?: AbortSignal,
+  ): Promise<KubeResponse>;
 }
 
 export interface KubeRetryPolicy {
@@ -39,8 +47,6 @@ export const DEFAULT_RETRY: KubeRetryPolicy = { retries: 3, baseMs: 250, maxMs: 
 export function isRetryableStatus(status: number): boolean {
   return status === 429 || (status >= 500 && status <= 504);
 }
-
-const cancelled = () => cancelledError('the Kubernetes API call');
 
 export class KubeConnectionApi implements KubeApi {
   readonly #conn: KubeConnection;
@@ -72,10 +78,13 @@ export class KubeConnectionApi implements KubeApi {
     path: string,
     body?: unknown,
     contentType = 'application/json',
+    signal?: AbortSignal,
   ): Promise<KubeResponse> {
+    const cancel = signal && this.#cancel ? AbortSignal.any([signal, this.#cancel]) : (signal ?? this.#cancel);
     let reauthenticated = false;
     for (let attempt = 0; ; attempt++) {
-      const res = await this.#once(method, path, body, contentType);
+      if (cancel?.aborted) throw cancelledBy(cancel, 'the Kubernetes API call');
+      const res = await this.#once(method, path, body, contentType, cancel);
       if (res.status === 401 && !reauthenticated && this.#conn.tokenRejected()) {
         reauthenticated = true;
         attempt--;
@@ -89,7 +98,13 @@ export class KubeConnectionApi implements KubeApi {
     }
   }
 
-  async #once(method: KubeMethod, path: string, body: unknown, contentType: string): Promise<KubeResponse> {
+  async #once(
+    method: KubeMethod,
+    path: string,
+    body: unknown,
+    contentType: string,
+    cancel: AbortSignal | undefined,
+  ): Promise<KubeResponse> {
     const url = this.#conn.getCurrentCluster().server + path;
     let res;
     try {
@@ -101,12 +116,12 @@ export class KubeConnectionApi implements KubeApi {
         headers,
         dispatcher: this.#conn.dispatcher,
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-        signal: this.#cancel
-          ? AbortSignal.any([AbortSignal.timeout(this.#timeoutMs), this.#cancel])
+        signal: cancel
+          ? AbortSignal.any([AbortSignal.timeout(this.#timeoutMs), cancel])
           : AbortSignal.timeout(this.#timeoutMs),
       });
     } catch (e) {
-      if (this.#cancel?.aborted) throw cancelled();
+      if (cancel?.aborted) throw cancelledBy(cancel, 'the Kubernetes API call');
       throw new VmseedError(
         'KUBE_API_UNAVAILABLE',
         `Kubernetes API server unreachable (${method} ${path.split('?')[0]}): ${transportReason(e)}; will retry`,

@@ -43,6 +43,9 @@ export interface ResumeContext {
   uri: string;
   target: InjectionTarget;
   client: LibvirtClient;
+  // The reconcile's: the resume (a libvirt call, or KubeVirt's unpause)
+  // ends when the VMI goes or the agent stops, as every other step does.
+  signal?: AbortSignal;
 }
 
 // The seed gate's hook (the agent's src/agent/seed-gate.ts makes it): called
@@ -51,8 +54,8 @@ export interface ResumeContext {
 // `false`: the hook decided this pause is not the seed gate's to end.
 export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
-export const libvirtResume: ResumeHook = async ({ domain, uri, client }) => {
-  await client.resume(uri, domain);
+export const libvirtResume: ResumeHook = async ({ domain, uri, client, signal }) => {
+  await client.resume(uri, domain, signal ? { signal } : undefined);
 };
 
 export interface LibvirtInjectorOptions {
@@ -485,7 +488,7 @@ export class LibvirtInjector implements Injector {
     // Cancelled (the stop deadline, or the VMI went) the guest stays paused:
     // the next reconcile resumes it.
     if (signal?.aborted) throw cancelledBy(signal, "the seed gate's resume");
-    return (await this.#resume({ domain, uri, target, client: this.#client })) !== false;
+    return (await this.#resume({ domain, uri, target, client: this.#client, ...(signal ? { signal } : {}) })) !== false;
   }
 
   async #eject(domain: string, uri: string, signal: AbortSignal | undefined): Promise<EjectionResult> {

@@ -11,6 +11,8 @@ import { ReconcileSignals } from '../../src/agent/reconcile-signals.ts';
 import { ShutdownDeadline } from '../../src/agent/shutdown.ts';
 import { cancelledBy, VmseedError } from '../../src/errors.ts';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
+import { KubeConnectionApi, type KubeApi } from '../../src/kube/api.ts';
+import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
 import type { DeviceFlags } from '../../src/libvirt/client.ts';
 import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
 import type { VmiObject } from '../../src/api/types.ts';
@@ -112,6 +114,68 @@ test(
       h.lines.some((l) => {
         const o = JSON.parse(l) as { code?: string; msg?: string };
         return o.code === 'CANCELLED' && /was deleted/.test(o.msg ?? '');
+      }),
+      'the cancel is logged with its reason',
+    );
+  },
+);
+
+test(
+  "a gated VMI deleted while KubeVirt's unpause hangs: the unpause call is cancelled, the next VMI's reconcile runs",
+  { timeout: 60_000 },
+  async (t) => {
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const lv = new FakeLibvirt();
+    lv.domains.set('default_stuck', { ...shutOff(), state: 'paused' });
+    lv.domains.set('default_next', shutOff());
+    // virt-api never answers this unpause; only the reconcile's end can stop the call.
+    let release = () => {};
+    const held = new Promise<void>((r) => (release = r));
+    const asked: string[] = [];
+    fake.onUnpause(async (_ns, name) => {
+      asked.push(name);
+      await held;
+    });
+    const connection = fake.connection();
+    t.after(async () => {
+      release();
+      await connection.close();
+    });
+    const real = new KubeConnectionApi(connection, { timeoutMs: 600_000 });
+    // What became of the call itself, not only of the reconcile waiting on it.
+    const calls: Array<{ signal: AbortSignal | undefined; outcome?: unknown }> = [];
+    const api: KubeApi = {
+      request: (method, path, body, contentType, signal) => {
+        const call: (typeof calls)[number] = { signal };
+        calls.push(call);
+        return real.request(method, path, body, contentType, signal).catch((e: unknown) => {
+          call.outcome = e;
+          throw e;
+        });
+      },
+    };
+    const injector = new LibvirtInjector({ spawner: lv, resume: kubevirtUnpause(api) });
+    const h = await startAgent(fake, { stateDir: dir.path, injector, concurrency: 1 });
+    t.after(h.stop);
+    const gated = vmi('stuck');
+    gated.spec.startStrategy = 'Paused';
+    gated.metadata.annotations!['vmseed.io/resume-after-seed'] = 'true';
+    gated.status = { ...gated.status, phase: 'Running', conditions: [{ type: 'Paused', status: 'True' }] };
+    fake.applyVmi(gated);
+    await waitFor('the unpause to hang', () => asked.length > 0, 30_000);
+    fake.applyVmi(vmi('next'));
+    fake.deleteVmi('default', 'stuck');
+    await waitFor('the next VMI seeded', () => h.agent.status.get('default/next')?.state === 'ready', 30_000);
+    assert.equal(lv.domains.get('default_next')!.config.length, 1, 'the next VMI got its disk');
+    assert.deepEqual(fake.unpaused, [], 'the hung unpause never completed');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].signal?.aborted, true, "the unpause call was given the reconcile's signal");
+    await waitFor('the unpause call itself to end', () => calls[0].outcome !== undefined, 10_000);
+    assert.match(String((calls[0].outcome as Error).message), /default\/stuck was deleted/);
+    assert.ok(
+      h.lines.some((l) => {
+        const o = JSON.parse(l) as { code?: string; msg?: string };
+        return o.code === 'CANCELLED' && /default\/stuck was deleted/.test(o.msg ?? '');
       }),
       'the cancel is logged with its reason',
     );

@@ -390,3 +390,29 @@ test("synchronous path: a directory removed behind the store's back is recreated
   assert.equal(written, true);
   assert.equal((await fsp.readFile(path))[0], 2);
 });
+
+for (const [mode, syncMaxBytes] of [
+  ['synchronous calls', undefined],
+  ['fs/promises', 0],
+] as const) {
+  test(`write (${mode}): a signal aborted while the bytes are on their way leaves no image and no temporary, CANCELLED with its reason`, async (t) => {
+    const tmp = tempDir();
+    t.after(tmp.cleanup);
+    const store = new ImageStore({ root: tmp.dir, syncMaxBytes });
+    const bytes = image(7);
+    const ac = new AbortController();
+    const reason = new VmseedError('CANCELLED', 'VMI default/vm-1 was deleted; reconcile cancelled', {
+      kind: 'retryable',
+    });
+    // The write's first steps run before its first await (fsync on the
+    // synchronous path, the thread pool's writeFile on the other): the
+    // abort lands while they are under way.
+    const writing = store.write(key, 'nocloud', bytes, { fsync: true, signal: ac.signal });
+    ac.abort(reason);
+    await assert.rejects(writing, (e) => e === reason);
+    assert.equal(existsSync(store.pathFor(key, 'nocloud', sha(bytes))), false, 'no image under its name');
+    assert.deepEqual(existsSync(vmiDir(tmp.dir)) ? readdirSync(vmiDir(tmp.dir)) : [], [], 'no temporary left');
+    // Not aborted: the same write goes through.
+    assert.equal((await store.write(key, 'nocloud', bytes, { signal: new AbortController().signal })).written, true);
+  });
+}

@@ -300,3 +300,42 @@ test("the agent's cancel signal ends a call the API server never answers: CANCEL
   // Later calls fail the same way, without a request.
   await assert.rejects(new KubeRefResolver(api).getSecret('default', 's'), code('CANCELLED'));
 });
+
+test("a reconcile's signal ends the unpause PUT the API server never answers: CANCELLED with the reconcile's reason; aborted before, nothing is sent", async (t) => {
+  const { createServer } = await import('node:net');
+  const sockets: Socket[] = [];
+  const silent = createServer((s) => void sockets.push(s));
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+  const port = (silent.address() as AddressInfo).port;
+  const conn = new KubeConnection({
+    server: `https://127.0.0.1:${port}`,
+    token: 'fake-token',
+    ca: (await testPki('silent')).caCert,
+  });
+  t.after(async () => {
+    for (const s of sockets) s.destroy();
+    await conn.close();
+    await new Promise((r) => silent.close(r));
+  });
+  // No agent-wide cancel and a long timeout: only the reconcile's signal can end it.
+  const api = new KubeConnectionApi(conn, { timeoutMs: 600_000 });
+  const reconcile = new AbortController();
+  const reason = new VmseedError('CANCELLED', 'VMI default/vm3 was deleted; reconcile cancelled', {
+    kind: 'retryable',
+  });
+  const resume = kubevirtUnpause(api)({
+    target: { namespace: 'default', name: 'vm3', uid: 'u3', datasource: 'nocloud', annotations: {} },
+    signal: reconcile.signal,
+  } as ResumeContext);
+  const outcome = assert.rejects(resume, (e) => e === reason);
+  while (sockets.length === 0) await new Promise((r) => setTimeout(r, 10));
+  reconcile.abort(reason);
+  await outcome;
+
+  const { fake, api: served } = await setup(t);
+  const before = fake.requests.length;
+  const gone = new AbortController();
+  gone.abort(reason);
+  await assert.rejects(served.request('PUT', '/apis/x', {}, undefined, gone.signal), (e) => e === reason);
+  assert.equal(fake.requests.length, before, 'no request sent for a reconcile already ended');
+});
