@@ -28,6 +28,7 @@ import type { ProcessSpawner } from './virsh.ts';
 import type { LibvirtClient, LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
+import { PreparedAttaches } from './prepared-attach.ts';
 import { isPodUid } from './launcher-pod.ts';
 import {
   encodeUriValue,
@@ -142,6 +143,8 @@ export class LibvirtInjector implements Injector {
   readonly #sleep: (ms: number) => Promise<void>;
   // One change at a time per domain; different domains run concurrently.
   readonly #locks = new Map<string, Promise<unknown>>();
+  // Live-only (KubeVirt): the seed's attach, ready for a defined domain's start.
+  readonly #prepared: PreparedAttaches | undefined;
 
   constructor(options: LibvirtInjectorOptions = {}) {
     this.#domainTemplate = options.domainTemplate ?? DEFAULT_DOMAIN;
@@ -170,6 +173,19 @@ export class LibvirtInjector implements Injector {
     this.#pollIntervalMs = options.pollIntervalMs ?? 100;
     this.#resume = options.resume ?? libvirtResume;
     this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.#prepared =
+      this.#liveOnly && this.#client.supportsEvents
+        ? new PreparedAttaches({
+            client: this.#client,
+            serialize: (id, fn) => this.#serialize(id, undefined, fn),
+            timeoutMs: this.#timeoutMs,
+          })
+        : undefined;
+  }
+
+  // Attaches prepared for domains not started yet (tests, status).
+  get preparedAttaches(): number {
+    return this.#prepared?.size ?? 0;
   }
 
   domainName(target: InjectionTarget): string {
@@ -363,6 +379,7 @@ export class LibvirtInjector implements Injector {
   async #ejectOne(target: InjectionTarget, signal: AbortSignal | undefined): Promise<EjectionResult> {
     const domain = this.domainName(target);
     const uri = this.uri(target);
+    this.#prepared?.drop(uri, domain);
     return this.#serialize(`${uri}\0${domain}`, signal, async () => {
       let result: EjectionResult;
       try {
@@ -414,6 +431,8 @@ export class LibvirtInjector implements Injector {
     view: DomainView,
     options: InjectOptions,
   ): Promise<InjectionResult> {
+    if (this.#prepared && view.state === 'shutoff' && !view.live)
+      await this.#prepare(this.#prepared, uri, domain, source, options.signal);
     const views = this.#changeableViews(domain, view);
     const bus = seedBusFor(this.#bus, view.scsiControllers);
     const targetDev = SEED_TARGETS[bus];
@@ -430,11 +449,21 @@ export class LibvirtInjector implements Injector {
       await this.#detach(uri, domain, stale, options.signal);
       action = 'replaced';
     }
+    let flags: string[] = missing;
     if (missing.length > 0) {
       if (action === 'none') action = 'attached';
       const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
       await this.#client.attachDevice(uri, domain, xml, deviceFlags(missing, call));
       attachedAt = Date.now();
+    } else if (action === 'none') {
+      // Attached from the start event (prepared-attach.ts): this call
+      // reports it, with libvirt's time of it.
+      const sent = this.#prepared?.take(uri, domain, { source, targetDev, bus });
+      if (sent) {
+        action = 'attached';
+        attachedAt = sent.at;
+        flags = ['--live'];
+      }
     }
     const resumed =
       view.state === 'paused' &&
@@ -445,7 +474,7 @@ export class LibvirtInjector implements Injector {
       domain,
       targetDev,
       bus,
-      flags: missing,
+      flags,
       domainState: view.state,
       persistent: view.persistent,
       seededAfterBoot: view.state === 'running' && action !== 'none',
@@ -453,6 +482,33 @@ export class LibvirtInjector implements Injector {
       uri,
       ...(attachedAt !== undefined ? { attachedAt } : {}),
     };
+  }
+
+  // A defined domain that has not started (KubeVirt's launcher starts it a
+  // moment after defining it): the attach it will need, made from its
+  // defined XML (read only, never changed) and sent at its start event.
+  // Anything that stops it (a read that fails, our target held by another
+  // disk) is left to the reconcile after the start, which reports it.
+  async #prepare(
+    prepared: PreparedAttaches,
+    uri: string,
+    domain: string,
+    source: string,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    let defined;
+    try {
+      defined = parseDomainXml(await this.#client.domainXml(uri, domain, { ...this.#call(signal), inactive: true }));
+    } catch {
+      checkSignal(signal);
+      return;
+    }
+    if (defined.name !== domain) return;
+    const bus = seedBusFor(this.#bus, defined.scsiControllers);
+    const targetDev = SEED_TARGETS[bus];
+    if (defined.disks.some((d) => d.targetDev === targetDev && !isOurs(d))) return;
+    const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
+    prepared.prepare(uri, domain, { xml, source, targetDev, bus });
   }
 
   // The views of the domain a change goes to (live, next-boot config), or
