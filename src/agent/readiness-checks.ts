@@ -1,10 +1,12 @@
 // /readyz checks beyond the watch: can the agent do its job on this node
 // right now? Each returns a reason (our own words, paths the operator set)
-// or undefined. They run on every probe, so each is one or two syscalls.
+// or undefined. They run on every probe, so each is a few syscalls.
 import { constants } from 'node:fs';
-import { access, lstat, stat, statfs } from 'node:fs/promises';
+import { access, stat, statfs } from 'node:fs/promises';
 import { delimiter, dirname, join } from 'node:path';
+import { isVmseedError } from '../errors.ts';
 import { formatBytes } from '../format.ts';
+import { holdDirectory, holdSocket, type HeldSocket } from '../libvirt/rpc/socket-hold.ts';
 import { localUriSocket, resolveUri } from '../libvirt/rpc/uri.ts';
 import type { Template } from '../libvirt/template.ts';
 
@@ -61,7 +63,10 @@ export function freeSpaceCheck(dir: string, minFreeBytes: number, minFreeInodes 
 // `…?socket=/pods/{podUID}/…/virtqemud-sock`) names one per launcher, so the
 // check is the directory above them: the kubelet's pods directory is 0750
 // root:root, and an agent without group 0 stops there with EACCES on every
-// VMI. Undefined for URIs the agent does not dial itself (ssh, tls).
+// VMI. Either path is walked as a dial walks it (rpc/socket-hold.ts), so a
+// symlink a launcher could have planted is reported, never followed, and
+// ready means a dial would get there. Undefined for URIs the agent does not
+// dial itself (ssh, tls).
 export function libvirtSocketCheck(uriTemplate: Template<'uri'>): ReadinessCheck | undefined {
   const local = localUriSocket(uriTemplate);
   if (!local) return undefined;
@@ -72,14 +77,15 @@ export function libvirtSocketCheck(uriTemplate: Template<'uri'>): ReadinessCheck
     const dir = prefix.endsWith('/') ? prefix.slice(0, -1) || '/' : dirname(prefix);
     return async () => {
       try {
-        if (!(await stat(dir)).isDirectory())
-          return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), is not a directory`;
-        await access(dir, constants.X_OK);
+        await accessHeld(holdDirectory(dir), constants.X_OK);
         return undefined;
       } catch (e) {
+        if (isVmseedError(e)) return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri): ${e.message}`;
         const code = (e as NodeJS.ErrnoException).code ?? 'error';
         if (code === 'ENOENT')
           return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), does not exist; mount the kubelet's pods directory there (--pods-dir)`;
+        if (code === 'ENOTDIR')
+          return `${dir}, where the per-VM libvirt sockets are (--libvirt-uri), is not a directory`;
         return `cannot enter ${dir}, where the per-VM libvirt sockets are (${code}): the kubelet makes its pods directory 0750 root:root; run the agent with supplementalGroups: [0] as manifests/daemonset.yaml does`;
       }
     };
@@ -92,21 +98,25 @@ export function libvirtSocketCheck(uriTemplate: Template<'uri'>): ReadinessCheck
       return (e as Error).message;
     }
     try {
-      // Not followed: the agent dials the socket itself, never a symlink
-      // (src/libvirt/rpc/socket-hold.ts), so one here would fail every call.
-      const st = await lstat(socket);
-      if (st.isSymbolicLink())
-        return `libvirt socket ${socket} (for ${uriTemplate}) is a symlink, which vmseed does not follow; point --libvirt-uri at the socket itself`;
-      if (!st.isSocket()) return `libvirt socket ${socket} (for ${uriTemplate}) is not a socket`;
-      await access(socket, constants.W_OK);
+      await accessHeld(holdSocket(socket), constants.W_OK);
       return undefined;
     } catch (e) {
+      if (isVmseedError(e)) return `libvirt socket for ${uriTemplate}: ${e.message}`;
       const code = (e as NodeJS.ErrnoException).code ?? 'error';
       if (code === 'ENOENT')
         return `libvirt socket ${socket} (for ${uriTemplate}) does not exist: libvirtd (or virtqemud) is not running there, or its directory is not mounted`;
       return `libvirt socket ${socket} (for ${uriTemplate}) is not usable by this agent (${code}); check its owner and mode (libvirtd's unix_sock_rw_perms)`;
     }
   };
+}
+
+// access(2) on the inode the walk found, through /proc.
+async function accessHeld(held: HeldSocket, mode: number): Promise<void> {
+  try {
+    await access(held.path, mode);
+  } finally {
+    held.close();
+  }
 }
 
 function safeDecode(s: string): string | undefined {

@@ -2,7 +2,11 @@
 // a key waits at most once, never runs twice at the same time (a key added
 // while it runs is run again afterwards), at most `concurrency` keys run at
 // once, failures back off per key (capped, reset on success) and a terminal
-// failure is not retried until the object's version changes.
+// failure is not retried until the object's version changes. Keys that
+// failed last time (a VMI whose launcher's libvirt hangs until the call's
+// deadline, or answers garbage) share at most all workers but one, so a
+// key's first run never waits for retries: one hostile launcher per worker
+// cannot hold every new VMI back.
 import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { aborted } from './shutdown.ts';
@@ -22,9 +26,15 @@ export interface WorkQueueOptions {
 
 export class WorkQueue {
   readonly #opts: WorkQueueOptions;
-  readonly #queue: string[] = [];
-  readonly #queued = new Set<string>();
+  // Waiting keys, split by whether they failed last time; each in arrival
+  // order, and the older head goes first when both may run.
+  readonly #fresh: string[] = [];
+  readonly #retrying: string[] = [];
+  // key -> its arrival number
+  readonly #queued = new Map<string, number>();
+  #arrivals = 0;
   readonly #running = new Map<string, number>();
+  readonly #runningRetries = new Set<string>();
   readonly #dirty = new Set<string>();
   readonly #failures = new Map<string, number>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
@@ -40,7 +50,7 @@ export class WorkQueue {
   }
 
   get depth(): number {
-    return this.#queue.length;
+    return this.#queued.size;
   }
 
   get inFlight(): number {
@@ -63,8 +73,8 @@ export class WorkQueue {
       return;
     }
     if (this.#queued.has(key)) return;
-    this.#queued.add(key);
-    this.#queue.push(key);
+    this.#queued.set(key, this.#arrivals++);
+    (this.#failures.has(key) ? this.#retrying : this.#fresh).push(key);
     this.#gauge();
     this.#pump();
   }
@@ -100,7 +110,7 @@ export class WorkQueue {
 
   // Resolves when nothing is queued or running (tests, benchmarks).
   idle(): Promise<void> {
-    if (this.#queue.length === 0 && this.#running.size === 0) return Promise.resolve();
+    if (this.#queued.size === 0 && this.#running.size === 0) return Promise.resolve();
     return new Promise((r) => this.#idleWaiters.push(r));
   }
 
@@ -112,7 +122,8 @@ export class WorkQueue {
     for (const t of [...this.#timers.values(), ...this.#parkTimers.values()]) clearTimeout(t);
     this.#timers.clear();
     this.#parkTimers.clear();
-    this.#queue.length = 0;
+    this.#fresh.length = 0;
+    this.#retrying.length = 0;
     this.#queued.clear();
     this.#gauge();
     if (this.#running.size === 0) return true;
@@ -123,22 +134,38 @@ export class WorkQueue {
   }
 
   #pump(): void {
-    while (!this.#stopped && this.#running.size < this.#opts.concurrency && this.#queue.length > 0) {
-      const key = this.#queue.shift()!;
-      this.#queued.delete(key);
+    while (!this.#stopped && this.#running.size < this.#opts.concurrency) {
+      const next = this.#next();
+      if (next === undefined) break;
+      const { key, retry } = next;
       if (this.#parked.has(key)) {
         if (this.#parked.get(key) === this.#opts.versionOf(key)) continue;
         this.#unpark(key);
       }
       this.#running.set(key, performance.now());
+      if (retry) this.#runningRetries.add(key);
       void this.#run(key);
     }
     this.#gauge();
-    if (this.#queue.length === 0 && this.#running.size === 0) {
+    if (this.#queued.size === 0 && this.#running.size === 0) {
       const waiters = this.#idleWaiters;
       this.#idleWaiters = [];
       for (const w of waiters) w();
     }
+  }
+
+  // The older of the two heads; a retry only while retries hold fewer than
+  // all workers but one (with one worker, that one).
+  #next(): { key: string; retry: boolean } | undefined {
+    const fresh = this.#fresh[0];
+    const retryRoom = this.#runningRetries.size < Math.max(1, this.#opts.concurrency - 1);
+    const retry = retryRoom ? this.#retrying[0] : undefined;
+    if (fresh === undefined && retry === undefined) return undefined;
+    const takeRetry =
+      retry !== undefined && (fresh === undefined || this.#queued.get(retry)! < this.#queued.get(fresh)!);
+    const key = takeRetry ? this.#retrying.shift()! : this.#fresh.shift()!;
+    this.#queued.delete(key);
+    return { key, retry: takeRetry };
   }
 
   async #run(key: string): Promise<void> {
@@ -153,6 +180,7 @@ export class WorkQueue {
     }
     this.#opts.metrics?.queueWorkDuration.observe((performance.now() - started) / 1000);
     this.#running.delete(key);
+    this.#runningRetries.delete(key);
     if (result === 'success') {
       this.#failures.delete(key);
     } else if (result === 'terminal' || typeof result === 'object') {
@@ -180,7 +208,7 @@ export class WorkQueue {
   }
 
   #gauge(): void {
-    this.#opts.metrics?.queueDepth.set(this.#queue.length);
+    this.#opts.metrics?.queueDepth.set(this.#queued.size);
     this.#opts.metrics?.queueInFlight.set(this.#running.size);
   }
 }

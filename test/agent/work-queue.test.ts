@@ -183,3 +183,42 @@ test('shutdown stops taking work and waits for in-flight work within the deadlin
   await tick();
   assert.equal(await slow.shutdown(deadline(30)), false);
 });
+
+test('keys that failed last time hold at most all workers but one: a new key runs while their retries hang', async () => {
+  const until = async (what: () => boolean, ms: number) => {
+    const end = Date.now() + ms;
+    while (!what()) {
+      if (Date.now() > end) return false;
+      await tick(5);
+    }
+    return true;
+  };
+  const hanging: Array<() => void> = [];
+  const failedOnce = new Set<string>();
+  const started: string[] = [];
+  const q = new WorkQueue({
+    concurrency: 3,
+    backoff: { baseMs: 1, maxMs: 1 },
+    versionOf: () => '1',
+    handler: async (key) => {
+      started.push(key);
+      if (key === 'new') return 'success';
+      // Fails at once the first time; its retries hang, as on a launcher
+      // whose libvirt never answers.
+      if (!failedOnce.has(key)) {
+        failedOnce.add(key);
+        return 'retry';
+      }
+      await new Promise<void>((r) => hanging.push(r));
+      return 'retry';
+    },
+  });
+  for (const k of ['hung-1', 'hung-2', 'hung-3', 'hung-4']) q.add(k);
+  assert.ok(await until(() => hanging.length === 2, 10_000), `${hanging.length} retries hanging`);
+  q.add('new');
+  assert.ok(await until(() => started.includes('new'), 10_000), 'the new key ran beside the hanging retries');
+  assert.equal(hanging.length, 2, 'the retries held two workers of three');
+  const stopped = q.shutdown(deadline(5_000));
+  for (const r of hanging) r();
+  assert.equal(await stopped, true);
+});

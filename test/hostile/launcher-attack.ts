@@ -42,21 +42,24 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 const MiB = 1024 * 1024;
 export const NODE = 'hostile-node';
 
-export const ATTACKS = ['drip-4mib', 'names-1mib', 'flood', 'xml-1mib'] as const;
+export const ATTACKS = ['drip-4mib', 'names-1mib', 'flood', 'xml-1mib', 'xml-2mib'] as const;
 export type Attack = (typeof ATTACKS)[number];
 
 export const ATTACK_WHAT: Record<Attack, string> = {
   'drip-4mib': 'a 4 MiB frame dripped a byte per millisecond after the handshake',
   'names-1mib': 'lifecycle events naming 1 MiB domains, back to back',
   flood: 'lifecycle events in bursts of 2,000, back to back',
-  'xml-1mib': "1 MiB of domain XML (10,000 disks) for every read of the VMI's domain",
+  'xml-1mib': "domain XML just under 1 MiB, the most vmseed reads (5,300 disks), for every read of the VMI's domain",
+  'xml-2mib': "2 MiB of domain XML (10,000 disks), over what vmseed reads, for every read of the VMI's domain",
 };
 
-// A domain XML of about 1 MiB: 10,000 disks, each a target the agent must
-// look at when it picks its own.
-function bigDomainXml(name: string): string {
+const XML_DISKS: Partial<Record<Attack, number>> = { 'xml-1mib': 5_300, 'xml-2mib': 10_000 };
+
+// A domain XML of `count` disks (5,300: 1.04 MB; 10,000: 1.97 MB), each a
+// target the agent must look at when it picks its own.
+function bigDomainXml(name: string, count: number): string {
   const disks: string[] = [];
-  for (let i = 0; i < 10_000; i++)
+  for (let i = 0; i < count; i++)
     disks.push(
       `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/run/kubevirt-private/vmi-disks/d${i}/disk.img'/><target dev='vd${i}' bus='virtio'/><alias name='ua-d${i}'/></disk>`,
     );
@@ -111,6 +114,7 @@ async function attackAfterHandshake(attack: Attack, sock: Socket): Promise<void>
       return;
     }
     case 'xml-1mib':
+    case 'xml-2mib':
       return;
   }
 }
@@ -136,7 +140,8 @@ async function startHostileLauncher(tree: KubeletTree, index: number, attack: At
       if (n === 2) attacks.push(attackAfterHandshake(attack, sock).catch(() => {}));
       return true;
     }
-    return attack === 'xml-1mib' && domainReads(p, sock, () => (xml ??= bigDomainXml('x')));
+    const disks = XML_DISKS[attack];
+    return disks !== undefined && domainReads(p, sock, () => (xml ??= bigDomainXml('x', disks)));
   });
   let connections = 0;
   daemon.server.on('connection', () => connections++);

@@ -116,5 +116,54 @@ test("the readiness check agrees with the walk: a symlink as the URI's socket is
   symlinkSync(sock, join(dir, 'link'));
   const check = (path: string) => libvirtSocketCheck(parseTemplate('uri', `qemu+unix:///session?socket=${path}`))!();
   assert.equal(await check(sock), undefined);
-  assert.match((await check(join(dir, 'link'))) ?? '', /is a symlink, which vmseed does not follow/);
+  assert.match((await check(join(dir, 'link'))) ?? '', /\/link is a symlink, not a unix socket; refusing to connect/);
+});
+
+test('the readiness check walks the directories above the socket as a dial does: a symlinked directory in a launcher-writable one is not ready', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'vs-hold-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const real = join(dir, 'real');
+  mkdirSync(real);
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(join(real, 's'), r));
+  t.after(() => server.close());
+  symlinkSync(real, join(dir, 'alias'));
+  const check = (path: string) => libvirtSocketCheck(parseTemplate('uri', `qemu+unix:///session?socket=${path}`))!();
+  // As a launcher's emptyDir (2777): whoever can write it may have put the link.
+  chmodSync(dir, 0o2777);
+  assert.equal(await check(join(real, 's')), undefined);
+  assert.equal(
+    code(() => holdSocket(join(dir, 'alias', 's'))),
+    'vmseed:LIBVIRT_ACCESS_DENIED',
+  );
+  assert.match(
+    (await check(join(dir, 'alias', 's'))) ?? '',
+    /^libvirt socket for .*: .*alias\/s passes through a symlink \(alias\) in a directory others than root can write/,
+  );
+});
+
+test('the per-launcher readiness check walks to the directory above the sockets the same way: no symlink a launcher could have planted', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'vs-hold-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const pods = join(dir, 'pods');
+  mkdirSync(join(pods, 'x'), { recursive: true });
+  symlinkSync(pods, join(dir, 'alias'));
+  const check = (podsDir: string) =>
+    libvirtSocketCheck(parseTemplate('uri', `qemu+unix:///session?socket=${podsDir}/{podUID}/virtqemud-sock`))!();
+  chmodSync(dir, 0o2777);
+  assert.equal(await check(pods), undefined);
+  assert.match(
+    (await check(join(dir, 'alias', 'x'))) ?? '',
+    /alias\/x, where the per-VM libvirt sockets are \(--libvirt-uri\): .* passes through a symlink \(alias\)/,
+  );
+  assert.match(
+    (await check(join(dir, 'alias'))) ?? '',
+    /alias, where the per-VM libvirt sockets are \(--libvirt-uri\): .*alias is a symlink, not a directory/,
+  );
+  writeFileSync(join(dir, 'file'), '');
+  assert.match(
+    (await check(join(dir, 'file'))) ?? '',
+    /file, where the per-VM libvirt sockets are .* is not a directory/,
+  );
+  assert.match((await check(join(dir, 'missing'))) ?? '', /missing, where .* does not exist/);
 });

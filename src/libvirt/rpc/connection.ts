@@ -29,6 +29,7 @@ import {
   REMOTE_PROTOCOL_VERSION,
   encodePacket,
   readRemoteError,
+  type Header,
   type Packet,
 } from './protocol.ts';
 import { mapRemoteError } from './errors.ts';
@@ -79,6 +80,12 @@ export const DEFAULT_FRAME_DEADLINE_MS = 10_000;
 export const DEFAULT_EVENT_WINDOW_MS = 2_000;
 export const DEFAULT_EVENTS_PER_WINDOW = 1_000;
 export const DEFAULT_FLOOD_PER_WINDOW = 10_000;
+// The largest unsolicited frame: the events vmseed registers for (lifecycle,
+// device removed) carry a domain name of at most 251 bytes and an alias, a
+// few hundred bytes in all; a PING is its header. A longer one is refused
+// from its header, before its body is read: reading megabytes a packet only
+// to drop it would hand the daemon the agent's event loop.
+export const UNSOLICITED_FRAME_MAX = 4096;
 
 // Why vmseed closed a connection on its own (its daemon misbehaved).
 export type CutReason = 'flood' | 'slow-frame' | 'memory-budget' | 'protocol' | 'keepalive';
@@ -128,6 +135,13 @@ export function holdForDial(socketPath: string, holder: (path: string) => HeldSo
   }
 }
 
+// An answer that came on a live connection and did not decode: the daemon's
+// doing, so the connection is cut rather than asked again (vmseed's own
+// argument errors are terminal; the connection's own failures close it).
+export function unreadableAnswer(err: unknown, conn: RpcConnection): err is VmseedError {
+  return err instanceof VmseedError && err.code === 'LIBVIRT_PROTOCOL' && err.kind === 'retryable' && !conn.closed;
+}
+
 export class RpcConnection {
   readonly socketPath: string;
   readonly #socket: Socket;
@@ -168,7 +182,9 @@ export class RpcConnection {
     this.socketPath = o.socketPath;
     this.#socket = socket;
     this.#maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    this.#decoder = new FrameDecoder(this.#maxFrameBytes, o.memoryBudget ?? new MemoryBudget());
+    this.#decoder = new FrameDecoder(this.#maxFrameBytes, o.memoryBudget ?? new MemoryBudget(), (h, bytes) =>
+      this.#screen(h, bytes),
+    );
     this.#frameDeadlineMs = o.frameDeadlineMs ?? DEFAULT_FRAME_DEADLINE_MS;
     this.#eventWindowMs = o.eventWindowMs ?? DEFAULT_EVENT_WINDOW_MS;
     this.#eventsPerWindow = o.eventsPerWindow ?? DEFAULT_EVENTS_PER_WINDOW;
@@ -405,6 +421,18 @@ export class RpcConnection {
     this.#frameTimer.unref();
   }
 
+  // A reply to a call on the wire (its caller may have given up).
+  #solicited(h: Header): boolean {
+    return h.prog === REMOTE_PROGRAM && h.type === MessageType.REPLY && this.#outstanding.has(h.serial);
+  }
+
+  #screen(h: Header, bytes: number): void {
+    if (bytes <= UNSOLICITED_FRAME_MAX || this.#solicited(h)) return;
+    throw protocolError(
+      `unsolicited frame of ${bytes} bytes (program 0x${h.prog.toString(16)}, procedure ${h.proc}), while no event or keepalive is over ${UNSOLICITED_FRAME_MAX}: daemon misbehaving`,
+    );
+  }
+
   // Whether an unsolicited packet is handled: false when it is over the
   // window's rate (dropped) or the connection was cut for flooding.
   #admit(): boolean {
@@ -440,8 +468,7 @@ export class RpcConnection {
       }
       return;
     }
-    const solicited = h.prog === REMOTE_PROGRAM && h.type === MessageType.REPLY && this.#outstanding.has(h.serial);
-    if (!solicited && !this.#admit()) return;
+    if (!this.#solicited(h) && !this.#admit()) return;
     if (h.prog === KEEPALIVE_PROGRAM) {
       if (h.proc === KeepaliveProc.PING) this.#sendKeepalive(KeepaliveProc.PONG);
       return;

@@ -9,7 +9,14 @@
 // growing until a connection ends on its own, so one hostile launcher
 // costs little and the other URIs never wait for it.
 import { VmseedError, isVmseedError } from '../../errors.ts';
-import { LostCallError, now, type ConnectionCounters, type CutReason, type RpcConnection } from './connection.ts';
+import {
+  LostCallError,
+  now,
+  unreadableAnswer,
+  type ConnectionCounters,
+  type CutReason,
+  type RpcConnection,
+} from './connection.ts';
 import type { LibvirtConnectionStatus, LibvirtStatus } from '../../status/types.ts';
 import { MemoryBudget, LIBVIRT_MEMORY_BUDGET_BYTES } from './budget.ts';
 import { uuidString, type DomainEventMessage } from './protocol.ts';
@@ -229,7 +236,8 @@ export class ConnectionManager {
         try {
           await session.registerDomainEvents(deadline);
         } catch (err) {
-          session.conn.destroy();
+          if (unreadableAnswer(err, session.conn)) session.conn.cut('protocol', err);
+          else session.conn.destroy();
           throw err;
         }
         if (this.#closed) {
@@ -335,6 +343,12 @@ export class ConnectionManager {
         try {
           return await fn(session);
         } catch (err) {
+          // A daemon that answers what vmseed cannot read is cut, not asked
+          // again on a new connection until the deadline.
+          if (unreadableAnswer(err, session.conn)) {
+            session.conn.cut('protocol', err);
+            throw err;
+          }
           if (this.#closed || !o.idempotent || !connectionFailure(err) || now() >= o.deadline)
             throw unanswered(lost, err, o.deadline - started);
           // A daemon we cut is not asked again within this call: the

@@ -118,20 +118,27 @@ export function encodePacket(header: Header, payload: Buffer = Buffer.alloc(0)):
 // arrives whole is decoded in place; one cut across reads is copied into a
 // single buffer of its announced length, reserved from the budget first, so
 // what a daemon makes us hold is the frame's size however it is dripped
-// (one Buffer per read would cost ~190 bytes per one-byte read).
+// (one Buffer per read would cost ~190 bytes per one-byte read). A screen,
+// when given, sees each frame's header and length as soon as they are in,
+// before the body is copied, and refuses a frame by throwing.
+export type FrameScreen = (header: Header, frameBytes: number) => void;
+
 export class FrameDecoder {
   readonly #max: number;
   readonly #budget: MemoryBudget | undefined;
+  readonly #screen: FrameScreen | undefined;
   readonly #lenWord = Buffer.alloc(LEN_BYTES);
   #lenFill = 0;
   #frame: Buffer | undefined;
   #fill = 0;
+  #screened = false;
   // Set when push() failed because the budget could not hold a frame.
   overBudget = false;
 
-  constructor(maxFrameBytes: number = DEFAULT_MAX_FRAME_BYTES, budget?: MemoryBudget) {
+  constructor(maxFrameBytes: number = DEFAULT_MAX_FRAME_BYTES, budget?: MemoryBudget, screen?: FrameScreen) {
     this.#max = maxFrameBytes;
     this.#budget = budget;
+    this.#screen = screen;
   }
 
   // A frame (or its length word) has begun and not ended.
@@ -156,12 +163,15 @@ export class FrameDecoder {
       if (this.#frame === undefined) {
         if (this.#lenFill === 0 && chunk.length - at >= LEN_BYTES) {
           const len = this.#checkLength(chunk.readUInt32BE(at));
+          const headed = chunk.length - at >= LEN_BYTES + HEADER_BYTES;
+          if (headed) this.#screen?.(readHeader(chunk, at), len);
           if (chunk.length - at >= len) {
             out.push(decodeFrame(chunk.subarray(at, at + len)));
             at += len;
             continue;
           }
           this.#begin(len);
+          this.#screened = headed;
         } else {
           const n = Math.min(LEN_BYTES - this.#lenFill, chunk.length - at);
           chunk.copy(this.#lenWord, this.#lenFill, at, at + n);
@@ -180,6 +190,10 @@ export class FrameDecoder {
       chunk.copy(frame, this.#fill, at, at + n);
       this.#fill += n;
       at += n;
+      if (!this.#screened && this.#fill >= LEN_BYTES + HEADER_BYTES) {
+        this.#screened = true;
+        this.#screen?.(readHeader(frame, 0), frame.length);
+      }
       if (this.#fill === frame.length) {
         this.#release();
         out.push(decodeFrame(frame));
@@ -209,6 +223,7 @@ export class FrameDecoder {
     }
     this.#frame = Buffer.allocUnsafe(len);
     this.#fill = 0;
+    this.#screened = false;
   }
 
   #release(): void {
@@ -218,17 +233,14 @@ export class FrameDecoder {
   }
 }
 
+// The header of the frame starting at `at` (its length word first).
+function readHeader(buf: Buffer, at: number): Header {
+  const r = new XdrReader(buf, at + LEN_BYTES);
+  return { prog: r.u32(), vers: r.u32(), proc: r.i32(), type: r.u32(), serial: r.u32(), status: r.u32() };
+}
+
 function decodeFrame(frame: Buffer): Packet {
-  const r = new XdrReader(frame, LEN_BYTES);
-  const header: Header = {
-    prog: r.u32(),
-    vers: r.u32(),
-    proc: r.i32(),
-    type: r.u32(),
-    serial: r.u32(),
-    status: r.u32(),
-  };
-  return { header, payload: frame.subarray(LEN_BYTES + HEADER_BYTES) };
+  return { header: readHeader(frame, 0), payload: frame.subarray(LEN_BYTES + HEADER_BYTES) };
 }
 
 // remote_nonnull_domain

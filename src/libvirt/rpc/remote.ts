@@ -2,7 +2,7 @@
 // *_args struct, sends it, and decodes its *_ret struct exactly (trailing
 // bytes are an error). Layouts: libvirt's src/remote/remote_protocol.x.
 import { VmseedError, isVmseedError } from '../../errors.ts';
-import { RpcConnection, now, type RpcConnectionOptions } from './connection.ts';
+import { RpcConnection, now, unreadableAnswer, type RpcConnectionOptions } from './connection.ts';
 import { MemoryBudget } from './budget.ts';
 import {
   AuthType,
@@ -105,7 +105,8 @@ export class RemoteSession {
       const w = new XdrWriter().optionalString(o.name, STRING_MAX).u32(0);
       await conn.call(RemoteProc.CONNECT_OPEN, w.toBuffer(), o.deadline, 'connect-open');
     } catch (e) {
-      conn.destroy();
+      if (unreadableAnswer(e, conn)) conn.cut('protocol', e);
+      else conn.destroy();
       throw e;
     }
     return s;
@@ -295,9 +296,23 @@ export class RemoteSession {
 
   async getXmlDesc(dom: DomainRef, flags: number, deadline: number): Promise<string> {
     const w = domainArgs(dom).u32(flags);
-    const r = new XdrReader(
-      await this.conn.call(RemoteProc.DOMAIN_GET_XML_DESC, w.toBuffer(), deadline, `dumpxml '${dom.name}'`),
+    const payload = await this.conn.call(
+      RemoteProc.DOMAIN_GET_XML_DESC,
+      w.toBuffer(),
+      deadline,
+      `dumpxml '${dom.name}'`,
     );
+    // The daemon's answer, well-formed and too long: asking again, on this
+    // connection or another, gets the same. Refused from its length word.
+    const bytes = payload.length >= 4 ? payload.readUInt32BE(0) : 0;
+    if (bytes > STRING_MAX) {
+      throw new VmseedError(
+        'DOMAIN_XML_REFUSED',
+        `libvirt returned ${bytes} bytes of XML for domain '${dom.name}', more than the ${STRING_MAX} vmseed reads; will retry`,
+        { kind: 'retryable' },
+      );
+    }
+    const r = new XdrReader(payload);
     const xml = r.string(STRING_MAX);
     r.end('get-xml-desc reply');
     return xml;

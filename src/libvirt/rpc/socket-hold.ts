@@ -9,7 +9,9 @@
 // group or other may write: `/var/run` in `/`), the last component never.
 // The result is an O_PATH descriptor of the socket, verified to be one with
 // fstat; connecting to /proc/self/fd/<fd> reaches exactly that inode,
-// whatever the name points to by then.
+// whatever the name points to by then. The readiness checks walk the
+// directory above per-launcher sockets the same way, so they report ready
+// only for what a dial would reach.
 import { closeSync, constants as C, fstatSync, openSync, readlinkSync, type Stats } from 'node:fs';
 import { VmseedError } from '../../errors.ts';
 
@@ -20,7 +22,7 @@ const O_PATH = (C as Record<string, number | undefined>).O_PATH ?? 0o10000000;
 const MAX_LINKS = 40;
 
 export interface HeldSocket {
-  // What to connect() to: the held inode, through /proc.
+  // What to connect() to (or access()): the held inode, through /proc.
   readonly path: string;
   // The O_PATH descriptor itself, for a child process to inherit.
   readonly fd: number;
@@ -61,15 +63,30 @@ function components(path: string): string[] {
 // Throws a VmseedError when the path is refused, an errno error (ENOENT,
 // EACCES, ENOTDIR, ELOOP) when it cannot be resolved.
 export function holdSocket(socketPath: string): HeldSocket {
-  const pending = components(socketPath);
+  return holdInode(socketPath, 'socket');
+}
+
+// A directory by the same walk (the last component no symlink either).
+export function holdDirectory(path: string): HeldSocket {
+  return holdInode(path, 'directory');
+}
+
+function held(fd: number): HeldSocket {
+  return { path: `/proc/self/fd/${fd}`, fd, close: () => closeQuietly(fd) };
+}
+
+function holdInode(path: string, kind: 'socket' | 'directory'): HeldSocket {
+  const pending = components(path);
+  const named = (n: string) => n !== '' && n !== '.';
+  if (kind === 'directory' && !pending.some(named)) return held(openSync('/', O_PATH | C.O_DIRECTORY));
   let dir = openSync('/', O_PATH | C.O_DIRECTORY);
   try {
     let trusted = onlyRootWrites(fstatSync(dir));
     let links = 0;
     while (pending.length > 0) {
       const name = pending.pop()!;
-      if (name === '' || name === '.') continue;
-      if (name === '..' && !trusted) throw refused(socketPath, 'climbs out of a directory others than root can write');
+      if (!named(name)) continue;
+      if (name === '..' && !trusted) throw refused(path, 'climbs out of a directory others than root can write');
       const at = `/proc/self/fd/${dir}/${name}`;
       const fd = openSync(at, O_PATH | C.O_NOFOLLOW);
       let st: Stats;
@@ -79,12 +96,12 @@ export function holdSocket(socketPath: string): HeldSocket {
         closeQuietly(fd);
         throw e;
       }
-      const last = !pending.some((n) => n !== '' && n !== '.');
+      const last = !pending.some(named);
       if (st.isSymbolicLink()) {
         closeQuietly(fd);
-        if (last) throw refused(socketPath, 'is a symlink, not a unix socket');
+        if (last) throw refused(path, `is a symlink, not a ${kind === 'socket' ? 'unix socket' : 'directory'}`);
         if (!trusted)
-          throw refused(socketPath, `passes through a symlink (${name}) in a directory others than root can write`);
+          throw refused(path, `passes through a symlink (${name}) in a directory others than root can write`);
         if (++links > MAX_LINKS) throw errno('ELOOP');
         // The directory is root's alone: the link read is the link opened.
         const target = readlinkSync(at);
@@ -97,17 +114,18 @@ export function holdSocket(socketPath: string): HeldSocket {
         pending.push(...components(target));
         continue;
       }
-      if (last) {
+      if (last && kind === 'socket') {
         if (!st.isSocket()) {
           closeQuietly(fd);
-          throw refused(socketPath, 'is not a unix socket');
+          throw refused(path, 'is not a unix socket');
         }
-        return { path: `/proc/self/fd/${fd}`, fd, close: () => closeQuietly(fd) };
+        return held(fd);
       }
       if (!st.isDirectory()) {
         closeQuietly(fd);
         throw errno('ENOTDIR');
       }
+      if (last) return held(fd);
       closeQuietly(dir);
       dir = fd;
       trusted = onlyRootWrites(st);

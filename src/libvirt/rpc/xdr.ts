@@ -61,7 +61,13 @@ export class XdrWriter {
 
   // Variable-length opaque data / string: length, bytes, zero padding.
   opaque(data: Buffer, max: number): this {
-    if (data.length > max) throw protocolError(`an argument of ${data.length} bytes exceeds the limit of ${max}`);
+    // Ours, not the daemon's: the same argument would fail on any connection.
+    if (data.length > max)
+      throw new VmseedError(
+        'LIBVIRT_PROTOCOL',
+        `libvirt RPC: an argument of ${data.length} bytes exceeds the limit of ${max}; not sent`,
+        { kind: 'terminal' },
+      );
     this.u32(data.length);
     this.fixedOpaque(data);
     return this;
