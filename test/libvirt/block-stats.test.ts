@@ -6,12 +6,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
 import { parseVirshBlockStats } from '../../src/libvirt/virsh-client.ts';
-import { RemoteProc, STRING_MAX, readDomain, writeDomain } from '../../src/libvirt/rpc/protocol.ts';
-import { XdrReader, XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
 import { RemoteSession } from '../../src/libvirt/rpc/remote.ts';
 import { now } from '../../src/libvirt/rpc/connection.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
+import { Decoder, Encoder, PROC } from '../support/libvirt-wire.ts';
 
 const DOM = { name: 'ns_vm', uuid: Buffer.alloc(16, 7), id: 3 };
 
@@ -20,18 +19,20 @@ const DOM = { name: 'ns_vm', uuid: Buffer.alloc(16, 7), id: 3 };
 async function statsDaemon(stats: bigint[]) {
   const asked: string[] = [];
   const fake = await handshakeDaemon([0], (p, sock) => {
-    if (p.header.proc === RemoteProc.DOMAIN_LOOKUP_BY_NAME) {
-      reply(sock, p, writeDomain(new XdrWriter(), DOM).toBuffer());
+    if (p.header.proc === PROC.DOMAIN_LOOKUP_BY_NAME) {
+      reply(sock, p, new Encoder().domain(DOM).bytes());
       return true;
     }
-    if (p.header.proc !== RemoteProc.DOMAIN_BLOCK_STATS) return false;
-    const r = new XdrReader(p.payload);
-    assert.equal(readDomain(r).name, DOM.name);
-    asked.push(r.string(STRING_MAX));
-    r.end('block-stats args');
-    const w = new XdrWriter();
-    for (const v of stats) w.u64(BigInt.asUintN(64, v));
-    reply(sock, p, w.toBuffer());
+    // remote_domain_block_stats_args { remote_nonnull_domain dom; remote_nonnull_string path; }
+    if (p.header.proc !== PROC.DOMAIN_BLOCK_STATS) return false;
+    const d = new Decoder(p.payload);
+    assert.equal(d.domain().name, DOM.name);
+    asked.push(d.string());
+    d.done('block-stats args');
+    // remote_domain_block_stats_ret: five hypers.
+    const w = new Encoder();
+    for (const v of stats) w.hyper(v);
+    reply(sock, p, w.bytes());
     return true;
   });
   const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }), timeoutMs: 5_000 });

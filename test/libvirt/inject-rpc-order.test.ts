@@ -6,11 +6,10 @@ import assert from 'node:assert/strict';
 import { Socket } from 'node:net';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
-import { RemoteProc, writeDomain } from '../../src/libvirt/rpc/protocol.ts';
-import { XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
 import type { ImagePublisher } from '../../src/libvirt/publish.ts';
 import type { InjectionTarget } from '../../src/libvirt/types.ts';
 import { handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
+import { Encoder, PROC } from '../support/libvirt-wire.ts';
 
 const UUID = Buffer.alloc(16, 0xb7);
 const XML =
@@ -19,19 +18,19 @@ const XML =
 test("RPC: the read's requests are written before the copy into the launcher's volume starts", async (t) => {
   const fake = await handshakeDaemon([0], (p, sock) => {
     switch (p.header.proc) {
-      case RemoteProc.DOMAIN_LOOKUP_BY_NAME:
-        reply(sock, p, writeDomain(new XdrWriter(), { name: 'ns1_vm1', uuid: UUID, id: 1 }).toBuffer());
+      case PROC.DOMAIN_LOOKUP_BY_NAME:
+        reply(sock, p, new Encoder().domain({ name: 'ns1_vm1', uuid: UUID, id: 1 }).bytes());
         return true;
-      case RemoteProc.DOMAIN_GET_STATE:
-        reply(sock, p, new XdrWriter().i32(3).i32(0).toBuffer());
+      case PROC.DOMAIN_GET_STATE:
+        reply(sock, p, new Encoder().int(3).int(0).bytes());
         return true;
-      case RemoteProc.DOMAIN_IS_PERSISTENT:
-        reply(sock, p, new XdrWriter().i32(0).toBuffer());
+      case PROC.DOMAIN_IS_PERSISTENT:
+        reply(sock, p, new Encoder().int(0).bytes());
         return true;
-      case RemoteProc.DOMAIN_GET_XML_DESC:
-        reply(sock, p, new XdrWriter().string(XML, 1 << 20).toBuffer());
+      case PROC.DOMAIN_GET_XML_DESC:
+        reply(sock, p, new Encoder().string(XML).bytes());
         return true;
-      case RemoteProc.DOMAIN_ATTACH_DEVICE_FLAGS:
+      case PROC.DOMAIN_ATTACH_DEVICE_FLAGS:
         reply(sock, p, Buffer.alloc(0));
         return true;
     }

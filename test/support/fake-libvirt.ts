@@ -1,10 +1,11 @@
 // A fake libvirt behind the ProcessSpawner seam: it answers like virsh 9.0
 // did here (dominfo layout, dumpxml shape, the real error messages recorded
 // in test/libvirt/virsh.test.ts). Every call is recorded with the URI it used.
+// The device XML it is given is read by its own parser (fake-device-xml.ts),
+// never by vmseed's.
 import { readFileSync } from 'node:fs';
-import { parseDomainXml, type DomainDisk } from '../../src/libvirt/disk-xml.ts';
+import { XmlRefused, parseDiskDevice, type FakeDisk } from './fake-device-xml.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';
-import type { HeldSocket } from '../../src/libvirt/rpc/socket-hold.ts';
 import { encodeUriValue } from '../../src/libvirt/template.ts';
 import type { DeviceFlags, LibvirtEvent } from '../../src/libvirt/client.ts';
 import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
@@ -12,8 +13,8 @@ import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
 export interface FakeDomain {
   state: 'running' | 'paused' | 'shut off' | 'in shutdown';
   persistent: boolean;
-  live: DomainDisk[];
-  config: DomainDisk[];
+  live: FakeDisk[];
+  config: FakeDisk[];
   // The guest answers ACPI unplug (live detach completes).
   unplugs: boolean;
   // A virtio-scsi controller index 0 (KubeVirt adds one unless hotplug is
@@ -31,6 +32,13 @@ export function changeCalls(lv: FakeLibvirt): string[][] {
   return lv.calls.filter((c) => c[0] !== 'dominfo' && c[0] !== 'dumpxml');
 }
 
+// A socket held open for a virsh child, as the injector's seam hands it out.
+export interface FakeHeldSocket {
+  fd: number;
+  path: string;
+  close(): void;
+}
+
 export class FakeLibvirt implements ProcessSpawner {
   domains = new Map<string, FakeDomain>();
   // Per-launcher libvirt daemons: the domains of a URI that contains the key
@@ -45,7 +53,7 @@ export class FakeLibvirt implements ProcessSpawner {
   readonly #held = new Map<number, string>();
   #nextFd = 1000;
 
-  holdSocket(socketPath: string): HeldSocket {
+  holdSocket(socketPath: string): FakeHeldSocket {
     const fd = this.#nextFd++;
     this.#held.set(fd, socketPath);
     return { fd, path: `/proc/self/fd/${fd}`, close: () => this.#held.delete(fd) };
@@ -112,7 +120,15 @@ export class FakeLibvirt implements ProcessSpawner {
         return ok();
       case 'attach-device':
       case 'detach-device': {
-        const disk = parseDomainXml(`<domain><devices>${readFileSync(args[2], 'utf8')}</devices></domain>`).disks[0];
+        let disk: FakeDisk;
+        try {
+          disk = parseDiskDevice(readFileSync(args[2], 'utf8'));
+        } catch (e) {
+          if (!(e instanceof XmlRefused)) throw e;
+          return fail(
+            `error: Failed to ${cmd === 'attach-device' ? 'attach' : 'detach'} device from ${args[2]}\nerror: ${e.message}\n`,
+          );
+        }
         const live = args.includes('--live');
         const config = args.includes('--config');
         if (config && !d.persistent)
@@ -155,8 +171,12 @@ export class FakeLibvirt implements ProcessSpawner {
   }
 }
 
-export function diskXml(d: DomainDisk): string {
-  return `    <disk type='${d.type}' device='${d.device}'>\n      <driver name='qemu' type='raw'/>\n      <source file='${d.sourceFile}' index='1'/>\n      <backingStore/>\n      <target dev='${d.targetDev}' bus='${d.bus}'/>\n${d.readonly ? '      <readonly/>\n' : ''}${d.alias ? `      <alias name='${d.alias}'/>\n` : ''}    </disk>`;
+// Attribute values escaped as libvirt's virBufferEscapeString does.
+const esc = (v: string | undefined): string =>
+  String(v).replace(/[<>&'"]/g, (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c]!);
+
+export function diskXml(d: FakeDisk): string {
+  return `    <disk type='${esc(d.type)}' device='${esc(d.device)}'>\n      <driver name='qemu' type='raw'/>\n      <source file='${esc(d.sourceFile)}' index='1'/>\n      <backingStore/>\n      <target dev='${esc(d.targetDev)}' bus='${esc(d.bus)}'/>\n${d.readonly ? '      <readonly/>\n' : ''}${d.alias ? `      <alias name='${esc(d.alias)}'/>\n` : ''}    </disk>`;
 }
 
 // The fake behind a LibvirtClient face with events, as the RPC client has

@@ -4,7 +4,7 @@
 import type { Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { MessageType, REMOTE_PROGRAM, encodePacket } from '../../src/libvirt/rpc/protocol.ts';
+import { PROGRAM, STATUS, TYPE, frame } from './libvirt-wire.ts';
 
 // Writes `bytes` one byte per write, each after the previous one left,
 // until they run out or the socket goes.
@@ -21,7 +21,7 @@ export async function drip(sock: Socket, bytes: Buffer, gapMs = 0): Promise<numb
 // The frame header of a reply to `serial` announcing `total` bytes, for a
 // daemon that never sends the rest.
 export function replyHead(serial: number, total: number): Buffer {
-  const full = encodePacket({ prog: REMOTE_PROGRAM, vers: 1, proc: 1, type: MessageType.REPLY, serial, status: 0 });
+  const full = frame({ prog: PROGRAM.REMOTE, vers: 1, proc: 1, type: TYPE.REPLY, serial, status: STATUS.OK });
   full.writeUInt32BE(total, 0);
   return full;
 }
