@@ -7,12 +7,10 @@
 // nothing.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ensureLibvirtd, uniqueName, defineDomain, virsh } from './support/libvirtd.ts';
-import { guestDomainXml, waitForConsole } from './support/libvirt-guest.ts';
-import { cleanupAll, removeDomainChecked, startAgentProcess, vmiYaml, waitUntil } from './support/agent-process.ts';
+import { ensureLibvirtd } from './support/libvirtd.ts';
+import { waitForConsole } from './support/libvirt-guest.ts';
+import { vmiYaml, waitUntil } from './support/agent-process.ts';
+import { pausedBusyboxChain } from './support/busybox-chain.ts';
 
 const NS = 'e2e';
 
@@ -24,22 +22,11 @@ test(
   'busybox guest: seed read by the guest (block statistics), progress not reported, with the reason',
   { timeout: 300_000 },
   async (t) => {
-    const agent = await startAgentProcess(['--libvirt', 'rpc']);
-    const work = await mkdtemp(join(tmpdir(), 'vmseed-e2e-progress-'));
-    const name = uniqueName('noci');
-    const domain = `${NS}_${name}`;
-    const consoleLog = join(work, 'console.log');
-    t.after(() =>
-      cleanupAll(
-        () => agent.dispose(),
-        () => removeDomainChecked(domain),
-        () => rm(work, { recursive: true, force: true }),
-      ),
-    );
-    await defineDomain(
-      await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.after=stay vmseed.wait=240' }),
-    );
-    await virsh('start', '--paused', domain);
+    const { agent, name, consoleLog } = await pausedBusyboxChain(t, {
+      namespace: NS,
+      prefix: 'noci',
+      agentArgs: ['--libvirt', 'rpc'],
+    });
     const userData = `#cloud-config\n# ${name}\n`;
     await agent.put(
       'vm.yaml',

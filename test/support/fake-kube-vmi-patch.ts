@@ -19,8 +19,9 @@
 // 403 comes first, from the fake's RBAC (verb patch).
 import { isDeepStrictEqual } from 'node:util';
 import type { VmiObject } from '../../src/api/types.ts';
+import { failure, type Reply } from './fake-kube-objects.ts';
 
-export type PatchAnswer = { ok: true; object: VmiObject } | { ok: false; code: number; body: object };
+export type PatchAnswer = { ok: true; object: VmiObject } | ({ ok: false } & Reply);
 
 const MERGE_PATCH = 'application/merge-patch+json';
 const ACCEPTED = ['application/json-patch+json', MERGE_PATCH, 'application/apply-patch+yaml'];
@@ -36,21 +37,8 @@ const RESERVED_LABELS = [
 ];
 const WEBHOOK = 'virtualmachineinstances-update-validator.kubevirt.io';
 
-function failure(code: number, reason: string, message: string, details?: object): PatchAnswer {
-  return {
-    ok: false,
-    code,
-    body: {
-      kind: 'Status',
-      apiVersion: 'v1',
-      metadata: {},
-      status: 'Failure',
-      message,
-      reason,
-      code,
-      ...(details ? { details } : {}),
-    },
-  };
+function answerStatus(code: number, reason: string, message: string, details?: Record<string, unknown>): PatchAnswer {
+  return { ok: false, ...failure(code, reason, message, details) };
 }
 
 // RFC 7386: objects merge, null deletes, anything else replaces.
@@ -75,13 +63,13 @@ export function patchVmi(
 ): PatchAnswer {
   const type = contentType.split(';')[0].trim();
   if (!ACCEPTED.includes(type) || type !== MERGE_PATCH)
-    return failure(
+    return answerStatus(
       415,
       'UnsupportedMediaType',
       `the body of the request was in an unknown format - accepted media types include: ${ACCEPTED.join(', ')}`,
     );
   const notFound = () =>
-    failure(404, 'NotFound', `virtualmachineinstances.kubevirt.io "${name}" not found`, {
+    answerStatus(404, 'NotFound', `virtualmachineinstances.kubevirt.io "${name}" not found`, {
       name,
       group: 'kubevirt.io',
       kind: 'virtualmachineinstances',
@@ -90,10 +78,10 @@ export function patchVmi(
   try {
     patch = JSON.parse(body);
   } catch {
-    return failure(400, 'BadRequest', 'Invalid JSON Patch');
+    return answerStatus(400, 'BadRequest', 'Invalid JSON Patch');
   }
   if (patch === null || typeof patch !== 'object' || Array.isArray(patch))
-    return failure(400, 'BadRequest', 'Invalid JSON Patch');
+    return answerStatus(400, 'BadRequest', 'Invalid JSON Patch');
   if (!stored) return notFound();
   const next = mergePatch(stored, patch) as VmiObject;
   const conflict = checkPreconditions(stored, next, name);
@@ -107,7 +95,7 @@ export function patchVmi(
 
 function checkPreconditions(stored: VmiObject, next: VmiObject, name: string): PatchAnswer | undefined {
   if (next.metadata.resourceVersion !== stored.metadata.resourceVersion)
-    return failure(
+    return answerStatus(
       409,
       'Conflict',
       `Operation cannot be fulfilled on virtualmachineinstances.kubevirt.io "${name}": the object has been modified; please apply your changes to the latest version and try again`,
@@ -132,7 +120,7 @@ function invalidMetadata(next: VmiObject, name: string): PatchAnswer | undefined
 }
 
 function invalidField(name: string, field: string, what: string): PatchAnswer {
-  return failure(422, 'Invalid', `VirtualMachineInstance.kubevirt.io "${name}" is invalid: ${field}: ${what}`, {
+  return answerStatus(422, 'Invalid', `VirtualMachineInstance.kubevirt.io "${name}" is invalid: ${field}: ${what}`, {
     name,
     group: 'kubevirt.io',
     kind: 'VirtualMachineInstance',
@@ -144,7 +132,7 @@ function invalidField(name: string, field: string, what: string): PatchAnswer {
 // KubeVirt's own text (webhooks.ToAdmissionResponse: 422, Invalid).
 function kubevirtAdmission(stored: VmiObject, next: VmiObject, kubevirtAccount: boolean): PatchAnswer | undefined {
   const denied = (why: string) =>
-    failure(422, 'Invalid', `admission webhook "${WEBHOOK}" denied the request: ${why}`, {
+    answerStatus(422, 'Invalid', `admission webhook "${WEBHOOK}" denied the request: ${why}`, {
       causes: [{ reason: 'FieldValueNotSupported', message: why }],
     });
   if (kubevirtAccount) return undefined;
