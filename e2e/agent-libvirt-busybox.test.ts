@@ -8,8 +8,6 @@ import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readlinkSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   ensureLibvirtd,
@@ -20,7 +18,7 @@ import {
   emptyDomainXml,
   virsh,
 } from './support/libvirtd.ts';
-import { guestDomainXml, waitForConsole } from './support/libvirt-guest.ts';
+import { waitForConsole } from './support/libvirt-guest.ts';
 import {
   cleanupAll,
   removeDomainChecked,
@@ -29,6 +27,7 @@ import {
   waitUntil,
   type AgentProcess,
 } from './support/agent-process.ts';
+import { pausedBusyboxChain } from './support/busybox-chain.ts';
 
 const NS = 'e2e';
 
@@ -73,23 +72,7 @@ test(
   'dropped VMI file: image written, attached to the paused domain, resumed, read by the guest; edit replaces it; delete detaches and removes it',
   { timeout: 300_000 },
   async (t) => {
-    const agent = await startAgentProcess();
-    const work = await mkdtemp(join(tmpdir(), 'vmseed-e2e-chain-'));
-    const name = uniqueName('chain');
-    const domain = `${NS}_${name}`;
-    const consoleLog = join(work, 'console.log');
-    t.after(() =>
-      cleanupAll(
-        () => agent.dispose(),
-        () => removeDomainChecked(domain),
-        () => rm(work, { recursive: true, force: true }),
-      ),
-    );
-
-    await defineDomain(
-      await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.after=stay vmseed.wait=240' }),
-    );
-    await virsh('start', '--paused', domain);
+    const { agent, name, domain, consoleLog } = await pausedBusyboxChain(t, { namespace: NS, prefix: 'chain' });
 
     const userData = `#cloud-config\n# ${name}: first\nruncmd:\n  - [echo, "hello from the seed"]\n`;
     await agent.put(

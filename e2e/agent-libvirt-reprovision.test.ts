@@ -7,19 +7,11 @@
 // instance-id: what makes cloud-init run as on a first boot.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFile, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ensureLibvirtd, uniqueName, defineDomain, domblklist, virsh } from './support/libvirtd.ts';
-import { guestDomainXml, waitForConsole } from './support/libvirt-guest.ts';
-import {
-  cleanupAll,
-  removeDomainChecked,
-  startAgentProcess,
-  vmiYaml,
-  waitUntil,
-  type AgentProcess,
-} from './support/agent-process.ts';
+import { readFile, rm } from 'node:fs/promises';
+import { ensureLibvirtd, domblklist, virsh } from './support/libvirtd.ts';
+import { waitForConsole } from './support/libvirt-guest.ts';
+import { vmiYaml, waitUntil, type AgentProcess } from './support/agent-process.ts';
+import { pausedBusyboxChain } from './support/busybox-chain.ts';
 
 const NS = 'e2e';
 
@@ -48,23 +40,7 @@ test(
   'reprovision: a Secret edit reaches the running guest as a new disk, and its next boot reads a new instance-id',
   { timeout: 300_000 },
   async (t) => {
-    const agent = await startAgentProcess();
-    const work = await mkdtemp(join(tmpdir(), 'vmseed-e2e-reprovision-'));
-    const name = uniqueName('reprov');
-    const domain = `${NS}_${name}`;
-    const consoleLog = join(work, 'console.log');
-    t.after(() =>
-      cleanupAll(
-        () => agent.dispose(),
-        () => removeDomainChecked(domain),
-        () => rm(work, { recursive: true, force: true }),
-      ),
-    );
-
-    await defineDomain(
-      await guestDomainXml({ name: domain, consoleLog, cmdline: 'vmseed.after=stay vmseed.wait=240' }),
-    );
-    await virsh('start', '--paused', domain);
+    const { agent, name, domain, consoleLog } = await pausedBusyboxChain(t, { namespace: NS, prefix: 'reprov' });
 
     const first = `#cloud-config\n# ${name}: first\n`;
     await agent.put('secret.yaml', secretYaml('ud', first));

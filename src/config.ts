@@ -63,6 +63,9 @@ export interface Config {
   // Seeds ask cloud-init to post its progress to the datasource listener
   // (src/agent/progress-report.ts).
   reportProgress: boolean;
+  // Cluster mode: the VMI annotation vmseed.io/provisioning is kept
+  // (src/agent/provisioning-annotation.ts).
+  provisioningAnnotation: boolean;
   // NoCloud over HTTP (absent: off).
   datasource?: DatasourceConfig;
   // Operator-wide vendor-data ConfigMap (RenderOptions.defaultVendorData).
@@ -127,6 +130,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     maxNetworkDataBytes: flags.get('max-network-data-bytes'),
     fsync: flags.get('fsync'),
     reportProgress: flags.get('report-progress'),
+    provisioningAnnotation: flags.get('provisioning-annotation'),
   };
   const vendorDataFrom = flags.get('vendor-data-from');
   if (vendorDataFrom !== undefined) config.vendorDataFrom = vendorDataFrom;
@@ -264,6 +268,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
     logLevel: c.logLevel,
     fsync: c.fsync,
     reportProgress: c.reportProgress,
+    ...(c.mode === 'kubernetes' ? { provisioningAnnotation: c.provisioningAnnotation } : {}),
     ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
     ...(c.webhook
       ? {

@@ -8,7 +8,7 @@ import type { Metrics } from '../metrics/metrics.ts';
 import type { BackoffPolicy } from '../backoff.ts';
 import type { AgentRenderOptions, BuildSeedImage, RenderSeed, SeedImageStore } from './deps.ts';
 import type { EventRecorder } from './events.ts';
-import { Reconciler } from './reconciler.ts';
+import { nodeOf, Reconciler } from './reconciler.ts';
 import { DomainWaits, type DomainEvents } from './domain-waits.ts';
 import { AgentSeedDirectory } from './seed-directory.ts';
 import { ShutdownDeadline } from './shutdown.ts';
@@ -21,7 +21,14 @@ import type { HostNumaReader } from '../libvirt/host-numa.ts';
 import type { ObjectCache } from '../kube/object-watches.ts';
 import { RefDependencies } from './ref-dependencies.ts';
 import { SeedReadWatch, type SeedReadClient, type SeedReadPolicy } from './seed-read.ts';
-import { ProvisioningTracker } from './provisioning.ts';
+import { ProvisioningTracker, seedReadAt } from './provisioning.ts';
+import type { KubeApi } from '../kube/api.ts';
+import { annotationValue, PROVISIONING_ANNOTATION, provisioningSummary } from './provisioning-annotation.ts';
+import {
+  VmiAnnotationWriter,
+  type VmiAnnotationWriterOptions,
+  type WantedAnnotation,
+} from './vmi-annotation-writer.ts';
 
 export interface AgentOptions {
   version: string;
@@ -74,6 +81,9 @@ export interface AgentOptions {
   reportPlan?: ReportPlanner;
   // The seed gate of VMIs served over HTTP only (KubeVirt's unpause).
   openServedGate?: (target: InjectionTarget, signal: AbortSignal) => Promise<boolean>;
+  // Cluster mode: keep each VMI's provisioning summary in its annotation
+  // vmseed.io/provisioning (provisioning-annotation.ts), through this client.
+  annotateVmis?: { api: KubeApi } & Pick<VmiAnnotationWriterOptions, 'minIntervalMs' | 'sweepMs' | 'forbiddenRetryMs'>;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
   // children, libvirt and API calls) listen to it too. Default: the
@@ -92,8 +102,10 @@ export class Agent {
   readonly shutdown: ShutdownDeadline;
   // The datasource server's SeedDirectory (undefined when it is off).
   readonly seeds: AgentSeedDirectory | undefined;
-  // Where the datasource's progress reports go (undefined when it is off).
-  readonly provisioning: ProvisioningTracker | undefined;
+  // What each VMI's guest reported of its provisioning (the datasource's
+  // progress reports), or why nothing was.
+  readonly provisioning: ProvisioningTracker;
+  readonly annotations: VmiAnnotationWriter | undefined;
   readonly #o: AgentOptions;
   readonly #log: Logger;
   readonly #waits: DomainWaits | undefined;
@@ -147,12 +159,14 @@ export class Agent {
       ...(options.nocloudHttp ? { servedOverHttp: true } : {}),
       records: this.records,
     });
-    this.provisioning = options.nocloudHttp ? this.#makeProvisioning() : undefined;
+    this.provisioning = this.#makeProvisioning();
+    this.annotations = options.annotateVmis ? this.#makeAnnotations(options.annotateVmis) : undefined;
     this.seeds = options.nocloudHttp
       ? new AgentSeedDirectory({
           onFetch: (key, uid, file, at) => {
             this.status.recordFetch(key, uid, file, at);
-            this.provisioning?.fetched(key, uid, file, at);
+            this.provisioning.fetched(key, uid, file, at);
+            if (file === 'meta-data') this.annotations?.touch(key);
           },
           nodeName: options.nodeName,
           onSeededAfterBoot: (key, uid, missedAt, servedAt) =>
@@ -164,7 +178,10 @@ export class Agent {
         ? new SeedReadWatch({
             client: options.seedReads,
             records: this.records,
-            onChange: (key, facts) => this.reconciler.seedRead(key, facts),
+            onChange: (key, facts) => {
+              this.reconciler.seedRead(key, facts);
+              this.annotations?.touch(key);
+            },
             logger: options.logger.child({ component: 'seed-read' }),
             ...(options.seedReadPolicy ? { policy: options.seedReadPolicy } : {}),
           })
@@ -175,6 +192,7 @@ export class Agent {
       this.#waits?.forget(key);
       this.dependencies?.forget(key);
       this.#seedReads?.forget(key);
+      this.annotations?.forget(key);
     });
     this.reconciler = this.#makeReconciler(injector, refs);
     if (deps) this.status.setDependencySource((key) => deps.dependencies(key));
@@ -188,6 +206,7 @@ export class Agent {
       events: o.events,
       ...(o.metrics ? { metrics: o.metrics } : {}),
       logger: o.logger.child({ component: 'provisioning' }),
+      onChange: (key) => this.annotations?.touch(key),
       ...(o.provisioningNotReportedAfterMs !== undefined
         ? { notReportedAfterMs: o.provisioningNotReportedAfterMs }
         : {}),
@@ -195,6 +214,36 @@ export class Agent {
     this.status.setProvisioningSource((r, now) => tracker.status(r, now));
     o.metrics?.setLiveProbes({ provisioning: () => tracker.summary(Date.now()) });
     return tracker;
+  }
+
+  #makeAnnotations(o: NonNullable<AgentOptions['annotateVmis']>): VmiAnnotationWriter {
+    const writer = new VmiAnnotationWriter({
+      ...o,
+      annotation: PROVISIONING_ANNOTATION,
+      wanted: (key, now) => this.#wantedAnnotation(key, now),
+      keys: () => [...this.records.values()].map((r) => r.key),
+      logger: this.#log.child({ component: 'vmi-annotations' }),
+    });
+    this.status.addDegradedCheck(() => writer.degraded());
+    return writer;
+  }
+
+  // Only VMIs running on this node: during a migration the target's agent
+  // leaves the annotation to the source's, and after it the other way round.
+  #wantedAnnotation(key: string, now: number): WantedAnnotation | undefined {
+    const vmi = this.source.get(key);
+    const r = this.records.get(key);
+    const uid = vmi?.metadata.uid;
+    if (!vmi || !r || !uid || r.status?.uid !== uid || nodeOf(vmi) !== this.#o.nodeName) return undefined;
+    const summary = provisioningSummary(this.provisioning.status(r, now), seedReadAt(r));
+    if (!summary) return undefined;
+    return {
+      namespace: vmi.metadata.namespace ?? 'default',
+      name: vmi.metadata.name,
+      uid,
+      value: annotationValue(summary),
+      current: vmi.metadata.annotations?.[PROVISIONING_ANNOTATION],
+    };
   }
 
   #makeDependencies(): RefDependencies | undefined {
@@ -279,6 +328,7 @@ export class Agent {
     for (const key of held) this.queue.add(key);
     this.#resync = setInterval(() => this.resync(), this.#o.resyncPeriodMs);
     this.#resync.unref();
+    this.annotations?.start();
   }
 
   // Re-enqueue every cached key: level-based reconcile makes this cheap when
@@ -317,7 +367,10 @@ export class Agent {
     }
     // Its own bound, counted from here: an API server that does not answer
     // must not hold the stop, whether or not the reconciles used their time.
-    await Promise.race([this.#o.events.flush(), new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref())]);
+    await Promise.race([
+      Promise.all([this.#o.events.flush(), this.annotations?.stop()]),
+      new Promise((r) => setTimeout(r, Math.min(deadlineMs, 2000)).unref()),
+    ]);
     return finished;
   }
 }

@@ -85,7 +85,7 @@ export async function prepareNocloudHttp(
         ...(metrics ? { metrics } : {}),
         compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
         ...(config.podsDir !== undefined ? { readServiceAccountToken: launcherTokenReader(config.podsDir) } : {}),
-        ...(agent.provisioning ? { reports: { sink: agent.provisioning } } : {}),
+        reports: { sink: agent.provisioning },
       }).catch((e: Error) => {
         throw new Error(
           `cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`,

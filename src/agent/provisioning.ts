@@ -34,6 +34,8 @@ export interface ProvisioningTrackerOptions {
   metrics?: Metrics;
   logger: Logger;
   notReportedAfterMs?: number;
+  // An event changed the key's provisioning facts.
+  onChange?: (key: string) => void;
 }
 
 export class ProvisioningTracker implements ProgressSink {
@@ -54,6 +56,7 @@ export class ProvisioningTracker implements ProgressSink {
     const applied = applyEvent(before, entry.uid, event, at.getTime());
     r.provisioning = applied.facts;
     if (applied.finished) this.#finished(key, vmi, r, applied.facts);
+    this.#o.onChange?.(key);
     return true;
   }
 

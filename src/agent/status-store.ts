@@ -53,6 +53,7 @@ export class StatusStore implements StatusSource {
   readonly #recent: Array<{ at: string; seconds: number }> = [];
   readonly #startedAt: string;
   readonly #checks: Array<() => Promise<string | undefined>> = [];
+  readonly #degradedChecks: Array<() => string | undefined> = [];
   #config: Record<string, string | number | boolean>;
   #readiness: ReadinessStatus | undefined;
   #redirect: (() => RedirectStatus | undefined) | undefined;
@@ -88,6 +89,12 @@ export class StatusStore implements StatusSource {
   // reason when not ready. Run in order, after the built-in ones.
   addReadinessCheck(check: () => Promise<string | undefined>): void {
     this.#checks.push(check);
+  }
+
+  // Conditions that leave the agent ready but doing less than it should:
+  // each gives a reason, shown by /readyz (still 200) and the status page.
+  addDegradedCheck(check: () => string | undefined): void {
+    this.#degradedChecks.push(check);
   }
 
   // Where the redirect sidecar's state comes from (a RedirectStatusPoller).
@@ -204,7 +211,7 @@ export class StatusStore implements StatusSource {
     return r;
   }
 
-  async readiness(): Promise<{ ready: boolean; reasons: string[] }> {
+  async readiness(): Promise<{ ready: boolean; reasons: string[]; degraded?: string[] }> {
     const reasons: string[] = [];
     const w = this.#opts.watch();
     if (!w.synced) reasons.push('VMI watch has not completed its first list');
@@ -228,8 +235,14 @@ export class StatusStore implements StatusSource {
         reasons.push(`readiness check failed (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
       }
     }
-    this.#readiness = { ready: reasons.length === 0, reasons, at: this.#now().toISOString() };
-    return { ready: reasons.length === 0, reasons: reasons.slice() };
+    const degraded = this.#degradedChecks.flatMap((check) => check() ?? []);
+    const more = degraded.length > 0 ? { degraded } : {};
+    this.#readiness = { ready: reasons.length === 0, reasons, at: this.#now().toISOString(), ...more };
+    return {
+      ready: reasons.length === 0,
+      reasons: reasons.slice(),
+      ...(degraded.length > 0 ? { degraded: degraded.slice() } : {}),
+    };
   }
 
   #count(state: VmiState, delta: number): void {

@@ -246,6 +246,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     // not gate was created while no agent answered (failurePolicy Ignore).
     ...(config.libvirt.platform === 'kubevirt' && config.libvirt.mode !== 'off' ? { warnMissingGate: true } : {}),
     ...(await kubevirtServedGate(config, reconcileApi)),
+    ...(config.provisioningAnnotation ? { annotateVmis: { api } } : {}),
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({

@@ -362,6 +362,12 @@ export const AGENT_FLAGS = {
     default: 'true',
     parse: (t, f) => oneOf(t, f, ['true', 'false'] as const) === 'true',
   }),
+  'provisioning-annotation': flag({
+    arg: 'true|false',
+    help: "cluster mode: keep each VMI's provisioning summary in its annotation vmseed.io/provisioning (a merge patch; needs patch on virtualmachineinstances)",
+    default: 'true',
+    parse: (t, f) => oneOf(t, f, ['true', 'false'] as const) === 'true',
+  }),
 };
 
 export type FlagName = keyof typeof AGENT_FLAGS;

@@ -82,19 +82,16 @@ function healthz(monitor: EventLoopMonitor): Reply {
 }
 
 async function readyz(ctx: RouteContext): Promise<Reply> {
-  let r: { ready: boolean; reasons: string[] };
+  let r: { ready: boolean; reasons: string[]; degraded?: string[] };
   try {
     r = await withTimeout(ctx.status.readiness(), ctx.readinessTimeoutMs);
   } catch (e) {
     ctx.log.warn({ err: safeErrorForLog(e) }, 'readiness check failed');
     return text(503, 'not ready\n- readiness check failed; see the agent log\n');
   }
-  return r.ready
-    ? text(200, 'ok\n')
-    : text(
-        503,
-        `not ready\n${(r.reasons.length ? r.reasons : ['no reason given']).map((x) => `- ${String(x).replace(/[\r\n]+/g, ' ')}\n`).join('')}`,
-      );
+  const lines = (reasons: string[]) => reasons.map((x) => `- ${String(x).replace(/[\r\n]+/g, ' ')}\n`).join('');
+  if (r.ready) return text(200, r.degraded?.length ? `ok (degraded)\n${lines(r.degraded)}` : 'ok\n');
+  return text(503, `not ready\n${lines(r.reasons.length ? r.reasons : ['no reason given'])}`);
 }
 
 // The list pages show why the agent is not ready: check now, so the page is

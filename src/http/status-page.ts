@@ -151,6 +151,7 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
             ready: Boolean(s.readiness.ready),
             reasons: (s.readiness.reasons ?? []).map(String),
             at: String(s.readiness.at),
+            ...(s.readiness.degraded?.length ? { degraded: s.readiness.degraded.map(String) } : {}),
           },
         }
       : {}),
@@ -192,8 +193,12 @@ function projectRedirect(r: RedirectStatus): RedirectStatus {
   });
 }
 
-// Not ready: the reasons /readyz gives, first thing on the page.
+// Not ready, or ready but degraded: the reasons /readyz gives, first thing on the page.
 function readinessPanel(r: AgentStatusSnapshot['readiness'], now: Date): string {
+  if (r?.ready && r.degraded?.length)
+    return `<section class="panel" id="readiness" data-degraded="true"><h2>Degraded <span class="badge b-warn">/readyz 200</span></h2><ul>${r.degraded
+      .map((x) => `<li class="err">${esc(x)}</li>`)
+      .join('')}</ul><div class="muted">checked ${esc(formatAgo(r.at, now))}</div></section>`;
   if (!r || r.ready) return '';
   return `<section class="panel" id="readiness"><h2>Not ready <span class="badge b-bad">/readyz 503</span></h2><ul>${r.reasons
     .map((x) => `<li class="err">${esc(x)}</li>`)

@@ -163,6 +163,9 @@ export interface ReadinessStatus {
   ready: boolean;
   reasons: string[];
   at: string; // ISO 8601, when it was checked
+  // Ready, but part of what the agent does is refused (e.g. the VMI
+  // annotation without RBAC for it): why.
+  degraded?: string[];
 }
 
 export interface AgentStatusSnapshot {
@@ -226,5 +229,5 @@ export interface StatusSource {
   snapshot(): AgentStatusSnapshot;
   // /readyz: informer synced and not stale; state directory writable with
   // room; virsh there when libvirt is on.
-  readiness(): Promise<{ ready: boolean; reasons: string[] }>;
+  readiness(): Promise<{ ready: boolean; reasons: string[]; degraded?: string[] }>;
 }

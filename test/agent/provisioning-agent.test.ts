@@ -21,11 +21,13 @@ import { startHttpServer } from '../../src/http/server.ts';
 import { reportToken } from '../../src/http/report-token.ts';
 import { findSecret, secretForms } from '../support/secret-forms.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
+import { PROVISIONING_ANNOTATION, type ProvisioningSummary } from '../../src/agent/provisioning-annotation.ts';
 
 const FIXTURES = new URL('../fixtures/cloud-init-events/', import.meta.url);
 const load = (f: string) => JSON.parse(readFileSync(new URL(f, FIXTURES), 'utf8')) as Array<{ name: string }>;
 const SUCCESS = load('boot-success.json');
 const FAILS = load('boot-scripts-user-fails.json');
+const ANNOTATION_INTERVAL_MS = 1000;
 
 async function freePort(): Promise<number> {
   const s = createServer();
@@ -65,6 +67,7 @@ test(
       nocloudHttp: ds.agentOptions,
       provisioningNotReportedAfterMs: 300,
       reportPlan: progressReportPlanner({ enabled: true, datasource: { keyring: ds.keyring, baseUrl: base } }),
+      annotateVmis: { minIntervalMs: ANNOTATION_INTERVAL_MS, sweepMs: 50 },
       beforeStart: async (agent) => {
         closeDs = (await ds.start(agent)).close;
       },
@@ -96,6 +99,7 @@ test(
     const reportUrl = (uid: string | undefined) => `${base}/${reportToken(ds.keyring, uid!)}/cloud-init-events`;
 
     // A good boot: every event accepted, the timeline done.
+    const postedAt = Date.now();
     assert.deepEqual(new Set(await postAll(reportUrl(a.metadata.uid), SUCCESS)), new Set([200]));
     const pa = (await statusOf('a'))!.provisioning!;
     assert.equal(pa.state, 'succeeded');
@@ -127,6 +131,31 @@ test(
     assert.equal(bad.reason, 'ProvisioningFailed');
     assert.equal(bad.type, 'Warning');
     assert.match(bad.message, /FAIL for modules-final\/config-scripts-user: running config-scripts-user/);
+
+    // kubectl's view: each VMI's summary in its annotation, written at most
+    // once per interval however many events its guest posted.
+    const summaryOf = (name: string, state: string) =>
+      waitFor(`${name}'s annotation: ${state}`, () => {
+        const text = fake.getVmi('default', name)?.metadata.annotations?.[PROVISIONING_ANNOTATION];
+        const parsed = text === undefined ? undefined : (JSON.parse(text) as ProvisioningSummary);
+        return parsed?.state === state ? parsed : undefined;
+      });
+    assert.deepEqual(await summaryOf('a', 'succeeded'), {
+      state: 'succeeded',
+      boot: 1,
+      result: 'SUCCESS',
+      at: pa.finishedAt,
+      seconds: Math.round(pa.seconds! * 10) / 10,
+    });
+    const sb = await summaryOf('b', 'failed');
+    assert.equal(sb.failedStep, 'modules-final/config-scripts-user');
+    assert.equal(sb.module, 'scripts_user');
+    assert.equal(sb.result, 'FAIL');
+    const bound = Math.ceil((Date.now() - postedAt) / ANNOTATION_INTERVAL_MS) + 1;
+    for (const name of ['a', 'b']) {
+      const writes = fake.requests.filter((r) => r.verb === 'patch' && r.name === name && r.status === 200).length;
+      assert.ok(writes >= 1 && writes <= bound, `${name}: ${writes} writes, at most ${bound}`);
+    }
 
     // Metrics.
     const metrics = await (await fetch(`${http.url}/metrics`)).text();
@@ -181,6 +210,7 @@ test(
       JSON.stringify(await statusJson()),
       await (await fetch(`${http.url}/metrics`)).text(),
       JSON.stringify(fake.events()),
+      JSON.stringify([a, b, c, d].map((v) => fake.getVmi('default', v.metadata.name)?.metadata.annotations)),
     ].join('\n');
     for (const v of [a, b, c, d]) {
       for (const token of [reportToken(ds.keyring, v.metadata.uid!), ds.keyring.sign(v.metadata.uid!)]) {

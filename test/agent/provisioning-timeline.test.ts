@@ -6,21 +6,23 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import pino from 'pino';
 import { applyEvent, moduleLabel, MAX_STEPS, type ProvisioningFacts } from '../../src/agent/provisioning-timeline.ts';
-import { ProvisioningTracker } from '../../src/agent/provisioning.ts';
+import { EVENT_MIN_INTERVAL_MS, ProvisioningTracker } from '../../src/agent/provisioning.ts';
 import { VmiRecords } from '../../src/agent/vmi-records.ts';
 import type { EventRecorder } from '../../src/agent/events.ts';
 import type { ReportedEvent } from '../../src/http/report-event.ts';
 import { parseReportedEvent } from '../../src/http/report-event.ts';
+import { createMetrics } from '../../src/metrics/metrics.ts';
+import { parseExposition, sampleValue } from '../support/promtool.ts';
 
-const BOOT = (
-  JSON.parse(
-    readFileSync(new URL('../fixtures/cloud-init-events/boot-success.json', import.meta.url), 'utf8'),
-  ) as object[]
-).map((e) => {
-  const p = parseReportedEvent(JSON.stringify(e));
-  assert.ok(p.ok);
-  return p.event;
-});
+const fixture = (file: string) =>
+  (JSON.parse(readFileSync(new URL(`../fixtures/cloud-init-events/${file}`, import.meta.url), 'utf8')) as object[]).map(
+    (e) => {
+      const p = parseReportedEvent(JSON.stringify(e));
+      assert.ok(p.ok);
+      return p.event;
+    },
+  );
+const BOOT = fixture('boot-success.json');
 
 function run(events: ReportedEvent[], start?: ProvisioningFacts, uid = 'u1'): ProvisioningFacts {
   let f = start;
@@ -106,4 +108,60 @@ test('a guest looping through boots gets one provisioning Event per interval, ev
   tracker.report(entry, ev('init-local', 'start'), new Date(at));
   tracker.report(entry, ev('modules-final', 'finish', 'FAIL'), new Date(at + 1));
   assert.deepEqual(recorded, ['ProvisioningSucceeded', 'ProvisioningFailed']);
+});
+
+// A reboot keeps the instance (same VMI, same UID, so the same instance-id):
+// cloud-init runs its four stages again and reports them.
+test('a second boot of the same instance is reported as boot 2: its own stages, result and time, nothing of boot 1', async () => {
+  const records = new VmiRecords();
+  const r = records.of('ns/vm');
+  const t0 = Date.parse('2026-01-01T00:00:00Z');
+  r.status = { namespace: 'ns', name: 'vm', uid: 'u1', state: 'ready', warnings: [], retries: 0 };
+  r.firstSeen = { uid: 'u1', at: t0, reported: true };
+  const vmi = { metadata: { namespace: 'ns', name: 'vm', uid: 'u1' }, spec: {} };
+  const recorded: string[] = [];
+  const events: EventRecorder = {
+    record: (_v, _t, reason, message) => void recorded.push(`${reason}: ${message}`),
+    flush: async () => {},
+  };
+  const metrics = createMetrics({ version: 'test', processMetrics: false });
+  const tracker = new ProvisioningTracker({
+    records,
+    vmiOf: () => vmi,
+    events,
+    metrics,
+    logger: pino({ level: 'silent' }),
+  });
+  const entry = { namespace: 'ns', name: 'vm', uid: 'u1', seed: undefined as never };
+  let at = t0 + 5_000;
+  for (const e of fixture('boot-scripts-user-fails.json')) assert.ok(tracker.report(entry, e, new Date((at += 10))));
+  const first = tracker.status(r, at)!;
+  assert.equal(first.state, 'failed');
+  assert.equal(first.boot, 1);
+
+  at += EVENT_MIN_INTERVAL_MS + 60_000;
+  const secondFrom = at + 10;
+  for (const e of BOOT) assert.ok(tracker.report(entry, e, new Date((at += 10))));
+  const second = tracker.status(r, at)!;
+  assert.equal(second.state, 'succeeded');
+  assert.equal(second.boot, 2);
+  assert.equal(second.result, 'SUCCESS');
+  assert.equal(second.failure, undefined, "boot 1's failure is not carried over");
+  assert.equal(second.firstEventAt, new Date(secondFrom).toISOString());
+  assert.equal(second.seconds, (at - secondFrom) / 1000, 'timed from its own first event, not from the VMI first seen');
+  assert.deepEqual(
+    second.stages.map((s) => s.name),
+    ['init-local', 'init-network', 'modules-config', 'modules-final'],
+  );
+  for (const stage of second.stages) {
+    assert.ok(Date.parse(stage.startedAt ?? stage.finishedAt!) >= secondFrom, stage.name);
+    for (const m of stage.modules) assert.notEqual(m.result, 'FAIL', m.name);
+  }
+  assert.equal(recorded.length, 2);
+  assert.match(recorded[0], /^ProvisioningFailed: .*\(boot 1, finished .* after the VMI was first seen\)$/);
+  assert.match(recorded[1], /^ProvisioningSucceeded: .* after its first reported event \(boot 2\)$/);
+  // The provisioning histogram is the first boot's (VMI seen -> done) only.
+  const samples = parseExposition(await metrics.registry.metrics());
+  assert.equal(sampleValue(samples, 'vmseed_provisioning_seconds_count', { result: 'fail' }), 1);
+  assert.equal(sampleValue(samples, 'vmseed_provisioning_seconds_count', { result: 'success' }) ?? 0, 0);
 });

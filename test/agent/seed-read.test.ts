@@ -7,7 +7,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import type { BlockStats, LibvirtEvent } from '../../src/libvirt/client.ts';
 import { VmseedError } from '../../src/errors.ts';
 import {
   STARTS_MAX,
@@ -17,36 +16,11 @@ import {
   type SeedReadPolicy,
 } from '../../src/agent/seed-read.ts';
 import { VmiRecords } from '../../src/agent/vmi-records.ts';
-import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
-import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
+import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
+import { AttachingInjector, FakeClient, URI } from '../support/seed-read-doubles.ts';
 import { parseExposition, sampleValue } from '../support/promtool.ts';
 
-const URI = 'qemu+unix:///session?socket=/pods/p1/sock';
 const FAST: SeedReadPolicy = { firstMs: 5, maxMs: 40, boundMs: 60_000, timeoutMs: 1000 };
-
-// A libvirt client double: events pushed by the test, block stats answered
-// from `reads` (per target) or by `fail`.
-class FakeClient {
-  readonly listeners = new Set<(e: LibvirtEvent) => void>();
-  readonly calls: Array<{ at: number; domain: string; target: string }> = [];
-  reads = 0;
-  fail: VmseedError | undefined;
-
-  onEvent(l: (e: LibvirtEvent) => void): () => void {
-    this.listeners.add(l);
-    return () => this.listeners.delete(l);
-  }
-
-  emit(domain: string, event: string, uri = URI): void {
-    for (const l of this.listeners) l({ type: 'lifecycle', uri, domain, uuid: '', event, detail: 0 });
-  }
-
-  async blockStats(_uri: string, domain: string, target: string): Promise<BlockStats> {
-    this.calls.push({ at: Date.now(), domain, target });
-    if (this.fail) throw this.fail;
-    return { rdReq: this.reads, rdBytes: this.reads * 4096, wrReq: 0, wrBytes: 0, errs: -1 };
-  }
-}
 
 function setup(policy: SeedReadPolicy = FAST, now?: () => number) {
   const client = new FakeClient();
@@ -189,23 +163,6 @@ test('start times are bounded: a flood of domains evicts the oldest', () => {
   assert.ok(watch.startedAt(URI, `d${STARTS_MAX}`) !== undefined);
   watch.stop();
 });
-
-// The injector as the KubeVirt path reports an attach: where and when.
-class AttachingInjector extends RecordingInjector {
-  running = false;
-  override async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {
-    const r = await super.inject(t, imagePath);
-    return {
-      ...r,
-      targetDev: 'sdzz',
-      flags: ['--live'],
-      domainState: this.running ? 'running' : 'paused',
-      seededAfterBoot: this.running && r.action !== 'none',
-      uri: URI,
-      ...(r.action === 'attached' ? { attachedAt: Date.now() } : {}),
-    };
-  }
-}
 
 test(
   'agent: margin on the status page, the guest read as a SeedRead Event, both histograms; disk SEEDED_AFTER_BOOT counted',

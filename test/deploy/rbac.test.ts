@@ -23,7 +23,8 @@ const ACCOUNT = { namespace: 'vmseed', name: 'vmseed' };
 
 // The agent's API calls as the fake API server recorded them while an agent
 // ran test/support/kubevirt-scenario.ts: the informer, a Secret and a
-// ConfigMap read, Events created and patched, and the seed gate's unpause.
+// ConfigMap read, Events created and patched, the seed gate's unpause, and a
+// VMI's provisioning annotation patched.
 // AGENT_CALLS: cluster-wide; NAMESPACED_CALLS: the same scenario with the
 // namespaced variant's --namespaces, authorized by that variant's own
 // rendered bindings.
@@ -62,6 +63,7 @@ test('the scenario made every kind of call the agent has', () => {
     '/secrets:get',
     '/secrets:watch',
     'kubevirt.io/virtualmachineinstances:list',
+    'kubevirt.io/virtualmachineinstances:patch',
     'kubevirt.io/virtualmachineinstances:watch',
     'subresources.kubevirt.io/virtualmachineinstances/unpause:update',
   ]);

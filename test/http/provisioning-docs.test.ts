@@ -1,5 +1,5 @@
-// docs/provisioning.md states the receiver's limits and the timeline's
-// bounds: each number there is the one the code uses.
+// docs/provisioning.md states the receiver's limits, the timeline's bounds
+// and the VMI annotation's: each number there is the one the code uses.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -7,6 +7,8 @@ import { REPORT_LIMITS, REPORT_REFUSALS } from '../../src/http/report-receiver.t
 import { MAX_DESCRIPTION_LENGTH, MAX_NAME_LENGTH } from '../../src/http/report-event.ts';
 import { MAX_STAGES, MAX_STEPS } from '../../src/agent/provisioning-timeline.ts';
 import { NOT_REPORTED_AFTER_MS } from '../../src/agent/provisioning.ts';
+import { MAX_ANNOTATION_LENGTH, PROVISIONING_ANNOTATION } from '../../src/agent/provisioning-annotation.ts';
+import { FORBIDDEN_RETRY_MS, MIN_INTERVAL_MS, SWEEP_MS } from '../../src/agent/vmi-annotation-writer.ts';
 
 const doc = readFileSync(new URL('../../docs/provisioning.md', import.meta.url), 'utf8');
 const rows = new Map(
@@ -55,4 +57,13 @@ test('the documented bounds of descriptions, names, steps and the not-reported w
   assert.match(doc, new RegExp(`1 to ${MAX_NAME_LENGTH} characters`));
   assert.match(doc, new RegExp(`at most \`${MAX_STAGES}\` stages and \`${MAX_STEPS}\` steps`));
   assert.match(doc, new RegExp(`within \`${NOT_REPORTED_AFTER_MS / 60_000}\` minutes`));
+});
+
+test("the documented bounds of the VMI's provisioning annotation are the code's", () => {
+  const section = doc.split('## With kubectl only')[1]?.replace(/\s+/g, ' ') ?? '';
+  assert.ok(section.includes(`\`${PROVISIONING_ANNOTATION}\``));
+  assert.ok(section.includes(`at most once every \`${MIN_INTERVAL_MS / 1000}\` s per VMI`));
+  assert.ok(section.includes(`the sweep every \`${SWEEP_MS / 1000}\` s`));
+  assert.ok(section.includes(`pauses every write for \`${FORBIDDEN_RETRY_MS / 1000}\` s`));
+  assert.ok(section.includes(`under \`${MAX_ANNOTATION_LENGTH}\` characters`));
 });

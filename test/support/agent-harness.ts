@@ -178,6 +178,8 @@ export async function startAgent(
     concurrency?: number;
     // The seed gate of VMIs served over HTTP only, given the harness's API client.
     openServedGate?: (api: KubeApi) => AgentOptions['openServedGate'];
+    // The VMI annotation vmseed.io/provisioning, written with the harness's API client.
+    annotateVmis?: Omit<NonNullable<AgentOptions['annotateVmis']>, 'api'>;
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -251,6 +253,7 @@ export async function startAgent(
       : {}),
     ...(options.reportPlan ? { reportPlan: options.reportPlan } : {}),
     ...(options.openServedGate ? { openServedGate: options.openServedGate(api) } : {}),
+    ...(options.annotateVmis ? { annotateVmis: { api, ...options.annotateVmis } } : {}),
   });
   await options.beforeStart?.(agent);
   const started = agent.start();

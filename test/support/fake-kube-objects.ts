@@ -64,7 +64,7 @@ export interface Reply {
   body: unknown;
 }
 
-function failure(code: number, reason: string, message: string, details?: Record<string, unknown>): Reply {
+export function failure(code: number, reason: string, message: string, details?: Record<string, unknown>): Reply {
   return {
     code,
     body: {

@@ -20,7 +20,8 @@
 // wide or per namespace (chunked JSON lines, allowWatchBookmarks/BOOKMARK,
 // timeoutSeconds honoured by ending the stream cleanly, 410 Gone as an HTTP
 // status or an ERROR event), Secret/ConfigMap GET with 404 Status, Event
-// POST/PATCH, and KubeVirt's VMI `unpause` subresource (PUT on
+// POST/PATCH, VMI PATCH (fake-kube-vmi-patch.ts: merge patch, with the API
+// server's and KubeVirt's refusals), and KubeVirt's VMI `unpause` subresource (PUT on
 // subresources.kubevirt.io, answered like virt-api: 200, 404, 409 "VMI is
 // not running" / "VMI is not paused"; `onUnpause()` adds what KubeVirt
 // does to the domain). Every request is logged (method,
@@ -48,6 +49,7 @@ import {
 import { testPki, type TestPki } from './test-pki.ts';
 import { ApiObjects, discovery, jsonBody, resourceType, type Reply as ObjectReply } from './fake-kube-objects.ts';
 import { ROOT } from './manifests.ts';
+import { patchVmi } from './fake-kube-vmi-patch.ts';
 
 export type Verb = 'list' | 'watch' | 'get' | 'create' | 'patch' | 'update' | 'delete' | 'unknown';
 
@@ -942,6 +944,15 @@ export class FakeKube {
       res.writeHead(200);
       res.end();
       return;
+    }
+
+    const vmiItem = /^\/apis\/kubevirt\.io\/v1\/namespaces\/([^/]+)\/virtualmachineinstances\/([^/]+)$/.exec(
+      url.pathname,
+    );
+    if (vmiItem && req.method === 'PATCH') {
+      const [ns, name] = [decodeURIComponent(vmiItem[1]), decodeURIComponent(vmiItem[2])];
+      const answer = patchVmi(this.#vmis.get(`${ns}/${name}`), name, req.headers['content-type'] ?? '', body);
+      return answer.ok ? reply(200, this.applyVmi(answer.object)) : reply(answer.code, answer.body);
     }
 
     if (p.group === '' && p.resource === 'events' && p.namespace) {

@@ -96,3 +96,16 @@ export function namespacedRbac(namespaces: string[], rules?: PolicyRule[]): unkn
     },
   ]);
 }
+
+// The shipped objects (manifests/daemonset.yaml) with one verb taken off the
+// ClusterRole's rule for `resource`: an install whose RBAC lags the agent.
+export function manifestRbacWithout(resource: string, verb: string): unknown[] {
+  return loadManifestObjects(new URL('../../manifests/daemonset.yaml', import.meta.url).pathname).map((o) => {
+    const obj = o as Obj;
+    if (obj.kind !== 'ClusterRole') return o;
+    const rules = (obj.rules ?? []).map((r) =>
+      r.resources?.includes(resource) ? { ...r, verbs: r.verbs.filter((v) => v !== verb) } : r,
+    );
+    return { ...obj, rules };
+  });
+}

@@ -1,7 +1,8 @@
 // One agent, in-process, in a KubeVirt-like setting that makes every kind of
 // API call the agent has: the informer (list, watch), a Secret and a
 // ConfigMap read for cloud-init sources, Events created and (on repeats)
-// patched, and the seed gate's unpause. libvirt is FakeLibvirt behind the
+// patched, the seed gate's unpause, and the provisioning annotation patched
+// onto a VMI once its guest read the seed. libvirt is FakeLibvirt behind the
 // real LibvirtInjector with {podUID} templates; images are published into
 // launcher "pods" under a temp directory. The fake API server's recorded
 // requests are what the RBAC test checks the ClusterRole against.
@@ -16,6 +17,7 @@ import { LibvirtInjector, type LibvirtInjectorOptions } from '../../src/libvirt/
 import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
+import { FakeClient } from './seed-read-doubles.ts';
 
 // The launcher's emptyDir the seed is published into (a `vmseed` directory
 // of ours inside it), as the kubelet lays it out under its pods directory.
@@ -118,9 +120,14 @@ export async function runKubevirtScenario(
     // A Secret that never comes: SeedFailed, then repeats of it (PATCH).
     fake.applyVmi(launcherVmi('broken', 'team-a', 'secretRef: {name: missing}\n', POD_3));
     const injector = kubevirtInjector(pods, lv, kubevirtUnpause(api));
+    // Every guest reads its seed at once.
+    const seedReads = new FakeClient();
+    seedReads.reads = 1;
     const h = await startAgent(fake, {
       stateDir: join(dir.path, 'seeds'),
       injector,
+      seedReads,
+      annotateVmis: { sweepMs: 50 },
       ...(options.namespaces ? { namespaces: options.namespaces } : {}),
     });
     try {
@@ -133,6 +140,11 @@ export async function runKubevirtScenario(
       await waitFor(
         'a repeated Event patched',
         () => fake.requests.some((r) => r.resource === 'events' && r.verb === 'patch'),
+        20_000,
+      );
+      await waitFor(
+        'a VMI annotated',
+        () => fake.requests.some((r) => r.resource === 'virtualmachineinstances' && r.verb === 'patch'),
         20_000,
       );
     } finally {
