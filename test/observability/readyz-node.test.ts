@@ -118,7 +118,11 @@ test(
       assert.ok(!/state directory/.test(body), `only the socket is wrong: ${body}`);
       await mkdir(join(dir.path, 'run'));
       await writeFile(path, '');
-      await notReady(url, 'a file, not a socket', /libvirt socket .*virtqemud-sock .* is not a socket/);
+      await notReady(
+        url,
+        'a file, not a socket',
+        /libvirt socket .*virtqemud-sock: .*virtqemud-sock is not a unix socket; refusing to connect/,
+      );
       await rm(path);
       const sock = createServer();
       await new Promise<void>((r) => sock.listen(path, r));
