@@ -32,7 +32,8 @@ import { makeHotplugVolumeFile, startKubevirtVm } from './support/kubevirt-domai
 import { AGENT, consoleOf } from './support/replica-seed.ts';
 import { agentUri, inAgentView } from './support/agent-view.ts';
 import {
-  freePort,
+  listenerUrls,
+  LOOPBACK_LISTENERS,
   readDaemonSetAgent,
   startDaemonSetAgent,
   waitHealthy,
@@ -201,7 +202,6 @@ test(
     const userData = `#cloud-config\n# kubevirt replica ${randomUUID()}\n`;
     fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a.pod.uid]: NODE }, paused: true }));
 
-    const [listen, statusListen, datasourceListen] = [await freePort(), await freePort(), await freePort()];
     const agent: DaemonSetAgentProcess = await startDaemonSetAgent({
       hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
       secrets: { 'vmseed-datasource-key': keyDir },
@@ -209,22 +209,18 @@ test(
       // In-cluster, as kubelet starts it: KUBERNETES_SERVICE_HOST/PORT and the
       // service-account volume (token, the fake's CA, namespace).
       kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
-      overrides: {
-        listen: `127.0.0.1:${listen}`,
-        'status-listen': `127.0.0.1:${statusListen}`,
-        'datasource-listen': `127.0.0.1:${datasourceListen}`,
-        'log-level': 'debug',
-      },
+      overrides: { ...LOOPBACK_LISTENERS, 'log-level': 'debug' },
     });
     t.after(() => agent.stop());
+    const urls = await listenerUrls(agent, 90_000);
     assert.ok(!agent.argv.some((a) => a.startsWith('--kubeconfig')), 'the in-cluster configuration, no kubeconfig');
     const detail = async () => {
-      const status = await fetch(`http://127.0.0.1:${statusListen}/status.json`)
+      const status = await fetch(`${urls.status}/status.json`)
         .then((r) => r.text())
         .catch((e) => String(e));
       return `agent log tail:\n${agent.log().split('\n').slice(-30).join('\n')}\nstatus: ${status.slice(0, 2000)}\nsync errors: ${kubevirt.errors().slice(-3).join('\n')}`;
     };
-    await waitHealthy(agent, `http://127.0.0.1:${listen}/healthz`, 60_000);
+    await waitHealthy(agent, `${urls.probes}/healthz`, 60_000);
     await waitUntil(
       'the VMI listed over TLS with the service-account token',
       () =>
@@ -467,19 +463,15 @@ KubeVirt double since the hotplug: ${JSON.stringify(kubevirt.history.slice(mark)
       secrets: { 'vmseed-datasource-key': keyDir },
       nodeName: NODE,
       kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: join(work, 'serviceaccount') } },
-      overrides: {
-        listen: `127.0.0.1:${listen}`,
-        'status-listen': `127.0.0.1:${statusListen}`,
-        'datasource-listen': `127.0.0.1:${datasourceListen}`,
-        'log-level': 'debug',
-      },
+      overrides: { ...LOOPBACK_LISTENERS, 'log-level': 'debug' },
     });
     t.after(() => restarted.stop());
-    await waitHealthy(restarted, `http://127.0.0.1:${listen}/healthz`, 60_000);
+    const restartedUrls = await listenerUrls(restarted, 90_000);
+    await waitHealthy(restarted, `${restartedUrls.probes}/healthz`, 60_000);
     const reconciled = await waitUntil(
       'the restarted agent reconciled the VMI in launcher B',
       async () => {
-        const s = (await fetch(`http://127.0.0.1:${statusListen}/status.json`)
+        const s = (await fetch(`${restartedUrls.status}/status.json`)
           .then((r) => r.json())
           .catch(() => undefined)) as
           | { vmis?: Array<{ name: string; state: string; injection?: { domainState: string; resumed: boolean } }> }

@@ -4,18 +4,21 @@
 // KubeVirt-shaped q35 domain started paused, and a double of KubeVirt's
 // launcher disk sync (test/support/kubevirt-sync.ts) running against it.
 //
-// The seed is attached the way vmseed's KubeVirt mode does it (as uid 107
-// with group 0, through /pods, file in the launcher's ephemeral-disks, SCSI
-// sdzz at drive target 7, alias ua-vmseed_seed, live only) and the way it
-// was shipped before (hotplug-disks, virtio vdc, ua-vmseed): the first must
-// survive KubeVirt's syncs without an error and leave KubeVirt's own hotplug
-// working; the second must show the fight, so this test can fail.
+// vmseed's KubeVirt mode, its own seed and injector (e2e/support/agent-seed.ts:
+// run as uid 107 with group 0, through /pods, a copy in the launcher's
+// ephemeral-disks, SCSI sdzz at drive target 7, alias ua-vmseed_seed, live
+// only), must survive KubeVirt's syncs without an error and leave KubeVirt's
+// own hotplug working. The harness tests check the replica itself with seeds
+// made by hand (genisoimage, e2e/support/replica-seed.ts): its modes and
+// owners, the layout shipped before KubeVirt mode (hotplug-disks, virtio vdc,
+// ua-vmseed), which must show the fight, so the double can fail, and a
+// migration between the two launchers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import {
   createKubeletTree,
   modeOwner,
@@ -39,6 +42,7 @@ import {
   seedIso,
   xmlFile,
 } from './support/replica-seed.ts';
+import { agentSeed, annotatedVmi, injectAsAgent } from './support/agent-seed.ts';
 import { busyboxCmdline } from './support/guest/busybox.ts';
 import { parseConsole } from './support/guest/console.ts';
 import { waitUntil } from './support/agent-process.ts';
@@ -79,7 +83,7 @@ async function newVm(l: Launcher, name: string, t: { after(fn: () => Promise<voi
 }
 
 test(
-  "kubelet tree: kubelet's modes and owners; uid 107 gets to the launcher socket only with group 0",
+  "harness: kubelet tree: kubelet's modes and owners; uid 107 gets to the launcher socket only with group 0",
   { timeout: 120_000 },
   async () => {
     const [a] = launchers;
@@ -143,7 +147,7 @@ test(
 );
 
 test(
-  "new layout: a live-only SCSI seed in ephemeral-disks survives KubeVirt's syncs, KubeVirt's hotplug still attaches, the guest reads the seed",
+  "vmseed's seed and injector: a live-only SCSI seed in ephemeral-disks survives KubeVirt's syncs, KubeVirt's hotplug still attaches, the guest reads the seed",
   { timeout: 240_000 },
   async (t) => {
     const [a] = launchers;
@@ -164,17 +168,13 @@ test(
     );
 
     const userData = `#cloud-config\n# replica ${randomUUID()}\n`;
-    const iso = await seedIso(userData);
-    t.after(() => iso.cleanup());
-    await publishAsAgent(tree, a.pod.uid, 'ephemeral-disks', 'vmseed', iso.path, iso.basename);
-    await agentVirsh(tree, a.pod.uid, [
-      'attach-device',
-      vm.domain,
-      await xmlFile(tree, 'seed', kubevirtSeedDisk(iso.basename)),
-      '--live',
-    ]);
+    const vmi = annotatedVmi({ namespace: vm.namespace, name: vm.name, uid: vm.uuid, pod: a.pod.uid, userData });
+    const image = await agentSeed(vmi);
+    t.after(() => image.cleanup());
+    const injected = await injectAsAgent(tree, vmi, image.path);
+    assert.deepEqual([injected.action, injected.targetDev, injected.flags], ['attached', 'sdzz', ['--live']]);
 
-    const seedPath = `/var/run/kubevirt-ephemeral-disks/vmseed/${iso.basename}`;
+    const seedPath = `/var/run/kubevirt-ephemeral-disks/vmseed/vmseed-${basename(image.path)}`;
     let disks = await liveAndConfig(a, vm.domain);
     const seed = disks.live.find((d) => d.alias === 'ua-vmseed_seed');
     assert.ok(seed, 'the seed is attached live');
@@ -199,7 +199,8 @@ test(
     );
     assert.ok(seen.labelFound, 'found LABEL=cidata');
     assert.match(seen.labelFound.dev, /^\/dev\/sd[a-z]$/, 'a SCSI disk in the guest');
-    assert.equal(seen.files.get('user-data')?.toString('utf8'), userData);
+    assert.deepEqual(seen.files.get('user-data'), Buffer.from(image.seed.userData));
+    assert.ok(seen.files.get('user-data')?.toString('utf8').includes(userData), "the VMI's user-data");
     assert.deepEqual(await kubevirt.sync(), quiet, 'running: still nothing to do');
 
     // KubeVirt hot-plugs a volume: named by its own rules (sdb), attached
@@ -223,7 +224,7 @@ test(
 );
 
 test(
-  'old layout, live+config: KubeVirt detaches the seed at every sync, the agent re-attaches: the fight',
+  'harness control: old layout, live+config: KubeVirt detaches the seed at every sync, the agent re-attaches: the fight',
   { timeout: 240_000 },
   async (t) => {
     const [a] = launchers;
@@ -272,7 +273,7 @@ test(
 );
 
 test(
-  "old layout, live only: every KubeVirt sync fails on the config half, and KubeVirt's own hotplug never runs",
+  "harness control: old layout, live only: every KubeVirt sync fails on the config half, and KubeVirt's own hotplug never runs",
   { timeout: 180_000 },
   async (t) => {
     const [a] = launchers;
@@ -315,7 +316,7 @@ test(
 );
 
 test(
-  'migration: the seed must already sit at the same path in the target pod; staged there, a live migration between the two launchers works',
+  'harness: migration: the seed must already sit at the same path in the target pod; staged there, a live migration between the two launchers works',
   { timeout: 240_000 },
   async (t) => {
     const [a, b] = launchers;

@@ -20,7 +20,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, realpathSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile, chmod } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -154,15 +153,78 @@ export function setprivOptions(d: DaemonSetAgent): string[] {
   ];
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
+// The agent's listeners on loopback at port 0: the kernel picks a free port
+// in the agent's own bind, so no other process can take it between a pick
+// and the listen (as with a port picked here, closed, then handed over).
+// The status listener on another loopback address keeps the two HTTP
+// listeners apart, as the manifest has them (one address makes them one).
+// Where they listen is read back from the agent's log (listenerUrls).
+export const LOOPBACK_LISTENERS: Readonly<Record<string, string>> = Object.freeze({
+  listen: '127.0.0.1:0',
+  'status-listen': '127.0.0.2:0',
+  'datasource-listen': '127.0.0.1:0',
+});
+
+export interface ListenerUrls {
+  /** --listen: /healthz, /readyz, /metrics. */
+  probes: string;
+  /** --status-listen: the status page, /status.json. */
+  status: string;
+  /** --datasource-listen, without the prefix. */
+  datasource: string;
+}
+
+interface ListeningLine {
+  msg?: string;
+  serve?: string;
+  url?: string;
+  address?: string;
+  port?: number;
+}
+
+// The agent's complete JSON log lines that say where it listens (the last
+// line may still be being written).
+function logLines(log: string): ListeningLine[] {
+  const lines: ListeningLine[] = [];
+  for (const text of log.split('\n').slice(0, -1)) {
+    // Only the few listening lines are parsed (the log of a large node is long).
+    if (!text.startsWith('{') || !text.includes(' listening"')) continue;
+    try {
+      lines.push(JSON.parse(text) as ListeningLine);
+    } catch {
+      /* not a log record */
+    }
+  }
+  return lines;
+}
+
+function urlsIn(lines: ListeningLine[]): Partial<ListenerUrls> {
+  const urls: Partial<ListenerUrls> = {};
+  for (const l of lines) {
+    if (l.msg === 'http server listening' && l.url) {
+      if (l.serve === 'probes' || l.serve === 'all') urls.probes = l.url;
+      if (l.serve === 'status' || l.serve === 'all') urls.status = l.url;
+    }
+    if (l.msg === 'NoCloud HTTP datasource listening' && l.address && l.port)
+      urls.datasource = `http://${l.address.includes(':') ? `[${l.address}]` : l.address}:${l.port}`;
+  }
+  return urls;
+}
+
+/** Where the agent started with LOOPBACK_LISTENERS listens, once its log says so; fails fast when it exits. */
+export async function listenerUrls(agent: DaemonSetAgentProcess, timeoutMs: number): Promise<ListenerUrls> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const urls = urlsIn(logLines(agent.log()));
+    if (urls.probes && urls.status && urls.datasource) return urls as ListenerUrls;
+    if (agent.exited())
+      throw new Error(
+        `the agent exited (code ${agent.child.exitCode}) before it listened; log:\n${agent.log().slice(-4000)}`,
+      );
+    if (Date.now() > deadline)
+      throw new Error(`the agent did not log its listeners within ${timeoutMs} ms; log:\n${agent.log().slice(-4000)}`);
+    await sleep(100);
+  }
 }
 
 export type KubeAccess =

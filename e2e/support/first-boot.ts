@@ -15,7 +15,13 @@ import { createKubeletTree, runCommand, QEMU_GID, QEMU_UID, type KubeletTree } f
 import { startLauncher, type Launcher } from './session-libvirtd.ts';
 import { defineKubevirtVm, type KubevirtVm } from './kubevirt-domain.ts';
 import { consoleOf } from './replica-seed.ts';
-import { freePort, startDaemonSetAgent, waitHealthy, type DaemonSetAgentProcess } from './daemonset-agent.ts';
+import {
+  listenerUrls,
+  LOOPBACK_LISTENERS,
+  startDaemonSetAgent,
+  waitHealthy,
+  type DaemonSetAgentProcess,
+} from './daemonset-agent.ts';
 import { busyboxCmdline } from './guest/busybox.ts';
 import { parseConsole } from './guest/console.ts';
 import { waitUntil } from './agent-process.ts';
@@ -68,19 +74,14 @@ export async function startFirstBootNode(pods: number): Promise<FirstBootNode> {
     await runCommand(['install', '-d', '-m', '0755', keyDir]);
     await writeFile(join(keyDir, 'keys'), `${randomBytes(32).toString('base64')}\n`, { mode: 0o444 });
     await chmod(work, 0o755);
-    const [listen, statusListen, datasourceListen] = [await freePort(), await freePort(), await freePort()];
     const agent = await startDaemonSetAgent({
       hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
       secrets: { 'vmseed-datasource-key': keyDir },
       nodeName: NODE,
       kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
-      overrides: {
-        listen: `127.0.0.1:${listen}`,
-        'status-listen': `127.0.0.1:${statusListen}`,
-        'datasource-listen': `127.0.0.1:${datasourceListen}`,
-      },
+      overrides: { ...LOOPBACK_LISTENERS },
     });
-    const statusUrl = `http://127.0.0.1:${statusListen}/status.json`;
+    let statusUrl = '';
     const detail = async () => {
       const status = await fetch(statusUrl)
         .then((r) => r.text())
@@ -88,7 +89,9 @@ export async function startFirstBootNode(pods: number): Promise<FirstBootNode> {
       return `agent log tail:\n${agent.log().split('\n').slice(-20).join('\n')}\nstatus: ${status.slice(0, 3000)}`;
     };
     try {
-      await waitHealthy(agent, `http://127.0.0.1:${listen}/healthz`, 60_000);
+      const urls = await listenerUrls(agent, 90_000);
+      statusUrl = `${urls.status}/status.json`;
+      await waitHealthy(agent, `${urls.probes}/healthz`, 60_000);
       await waitUntil(
         'the VMI list',
         () => fake.requests.some((r) => r.resource === 'virtualmachineinstances' && r.verb === 'list'),

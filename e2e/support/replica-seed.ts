@@ -1,8 +1,9 @@
-// Seeds on the replica node done by hand the way the agent does them: an
-// ISO labelled cidata, published as uid 107 with group 0 through /pods (a
-// temporary name, then a rename), attached with virsh through the launcher's
-// socket under /pods. Used to check the replica and KubeVirt's reactions
-// independently of the agent's own code.
+// Seeds on the replica node made by hand, for the harness tests of the
+// replica itself (e2e/kubevirt-node.test.ts): an ISO from genisoimage labelled
+// cidata, published as uid 107 with group 0 through /pods (a temporary name,
+// then a rename), attached with virsh through the launcher's socket under
+// /pods. They check the replica and KubeVirt's reactions independently of
+// vmseed's code; tests of vmseed's KubeVirt mode use agent-seed.ts.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
@@ -88,7 +89,7 @@ export async function xmlFile(tree: KubeletTree, name: string, xml: string): Pro
   return p;
 }
 
-/** vmseed's KubeVirt-mode seed disk: ephemeral-disks, SCSI sdzz at drive target 7, alias ua-vmseed_seed. */
+/** A hand-written copy of the disk vmseed's KubeVirt mode attaches: ephemeral-disks, SCSI sdzz at drive target 7, alias ua-vmseed_seed. */
 export function kubevirtSeedDisk(basename: string): string {
   return `<disk type='file' device='disk'>
   <driver name='qemu' type='raw'/>

@@ -8,26 +8,18 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { writeFile, rename } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { load as loadYaml } from 'js-yaml';
 import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
 import { startHttpServer } from '../../src/http/server.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
 import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import type { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 // Written the way a Secret volume changes: a new file renamed over the old.
 async function writeKeys(path: string, text: string): Promise<void> {
@@ -62,29 +54,18 @@ test(
     const keyA = keyLine(randomKey());
     const keyB = keyLine(randomKey());
     await writeKeys(keyFile, `${keyA}\n`);
-    const port = await freePort();
     const stateDir = join(dir.path, 'seeds');
 
-    let closeDs: (() => Promise<void>) | undefined;
     // A logger for the wiring that the harness's capture can read.
-    const ds = await prepareNocloudHttp(
-      {
-        listen: { host: '127.0.0.1', port },
-        keyFile,
-        baseUrl: `http://127.0.0.1:${port}/v1`,
-        prefix: '/v1',
-        compatSourceAddress: false,
-      },
-      (await import('pino')).pino({ level: 'silent' }),
-    );
-    const seedUrlOf = seedUrlFrom(ds.keyring, `http://127.0.0.1:${port}/v1`);
+    const ds = await prepareNocloudHttp(loopbackDatasource(keyFile), (await import('pino')).pino({ level: 'silent' }));
+    const listener = startedDatasource(ds);
     const h = await startAgent(fake, {
       stateDir,
       nocloudHttp: ds.agentOptions,
-      beforeStart: async (agent) => {
-        closeDs = (await ds.start(agent)).close;
-      },
+      beforeStart: listener.beforeStart,
     });
+    // The serial as seed-url computes it for a datasource the test reaches here.
+    const seedUrlOf = seedUrlFrom(ds.keyring, listener.baseUrl);
     const http = await startHttpServer({
       listen: '127.0.0.1:0',
       metrics: h.metrics,
@@ -93,7 +74,7 @@ test(
     });
     t.after(async () => {
       await http.close();
-      await closeDs?.();
+      await listener.close();
       await h.stop();
     });
     const statusOf = async (name: string): Promise<VmiStatusRecord | undefined> => {
@@ -112,7 +93,7 @@ test(
       return seedUrlOf(r) ? r : undefined;
     });
     const urlA = seedUrlOf(recA)!;
-    assert.ok(urlA.startsWith(`http://127.0.0.1:${port}/v1/`) && urlA.endsWith('/'), urlA);
+    assert.ok(urlA.startsWith(`${listener.baseUrl}/`) && urlA.endsWith('/'), urlA);
     assert.equal(recA.lastFetch, undefined, 'nothing fetched yet');
     // The detail page says how to get the serial, and never shows its token.
     const page = await (await fetch(`${http.url}/status/default/a`)).text();
@@ -195,30 +176,21 @@ test(
     });
     const keyFile = join(dir.path, 'keys');
     await writeKeys(keyFile, `${keyLine(randomKey())}\n`);
-    const port = await freePort();
     const ds = await prepareNocloudHttp(
-      {
-        listen: { host: '127.0.0.1', port },
-        keyFile,
-        baseUrl: `http://127.0.0.1:${port}/v1`,
-        prefix: '/v1',
-        compatSourceAddress: true,
-      },
+      loopbackDatasource(keyFile, { compatSourceAddress: true }),
       (await import('pino')).pino({ level: 'silent' }),
     );
-    let closeDs: (() => Promise<void>) | undefined;
+    const listener = startedDatasource(ds);
     const h = await startAgent(fake, {
       stateDir: join(dir.path, 'seeds'),
       nocloudHttp: ds.agentOptions,
-      beforeStart: async (agent) => {
-        closeDs = (await ds.start(agent)).close;
-      },
+      beforeStart: listener.beforeStart,
     });
     t.after(async () => {
-      await closeDs?.();
+      await listener.close();
       await h.stop();
     });
-    const base = `http://127.0.0.1:${port}/v1`;
+    const base = listener.baseUrl;
     // Not reported yet (first boot): nothing to match.
     const a = fake.applyVmi(vmi('a'));
     await waitFor('seed of a', () => h.agent.seeds!.get(a.metadata.uid!));

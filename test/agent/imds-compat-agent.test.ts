@@ -7,22 +7,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
 import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
 import type { VmiObject } from '../../src/api/types.ts';
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 async function statusAt(url: string): Promise<number> {
   await new Promise((r) => setTimeout(r, 100));
@@ -49,31 +41,21 @@ test(
     });
     const keyFile = join(dir.path, 'keys');
     await writeFile(keyFile, `${keyLine(randomKey())}\n`);
-    const port = await freePort();
     const ds = await prepareNocloudHttp(
-      {
-        listen: { host: '127.0.0.1', port },
-        keyFile,
-        baseUrl: `http://127.0.0.1:${port}/v1`,
-        prefix: '/v1',
-        compatSourceAddress: false,
-        imdsCompat: true,
-      },
+      loopbackDatasource(keyFile, { imdsCompat: true }),
       (await import('pino')).pino({ level: 'silent' }),
     );
-    let closeDs: (() => Promise<void>) | undefined;
+    const listener = startedDatasource(ds);
     const h = await startAgent(fake, {
       stateDir: join(dir.path, 'seeds'),
       nocloudHttp: ds.agentOptions,
-      beforeStart: async (agent) => {
-        closeDs = (await ds.start(agent)).close;
-      },
+      beforeStart: listener.beforeStart,
     });
     t.after(async () => {
-      await closeDs?.();
+      await listener.close();
       await h.stop();
     });
-    const base = `http://127.0.0.1:${port}/v1/`;
+    const base = `${listener.baseUrl}/`;
 
     // A plain vmseed VMI reporting our address: not answered token-less.
     const b = fake.applyVmi(reporting(vmi('b'), '127.0.0.1'));
@@ -105,7 +87,7 @@ test(
     assert.equal(r.md && (await (await fetch(`${base}network-config`)).text()), '', 'no network-config → DHCP');
     assert.equal(existsSync(imageOf(h.store, a)), false, 'HTTP only: no seed image');
     // The token path works for it too.
-    const serial = datasourceSerialFor(ds.keyring, a.metadata.uid!, `http://127.0.0.1:${port}/v1`);
+    const serial = datasourceSerialFor(ds.keyring, a.metadata.uid!, listener.baseUrl);
     assert.equal(await (await fetch(`${serial.replace(/^ds=nocloud;s=/, '')}user-data`)).text(), UD);
 
     // Annotation edited: the next fetch sees it.
@@ -132,7 +114,7 @@ test(
     assert.equal(recB.contentHash, undefined);
     assert.equal(recB.files, undefined);
     assert.equal(recB.datasource, 'nocloud');
-    const serialB = datasourceSerialFor(ds.keyring, bImds.metadata.uid!, `http://127.0.0.1:${port}/v1`);
+    const serialB = datasourceSerialFor(ds.keyring, bImds.metadata.uid!, listener.baseUrl);
     assert.equal(
       await (await fetch(`${serialB.replace(/^ds=nocloud;s=/, '')}meta-data`)).text(),
       JSON.stringify({ 'instance-id': 'default-b', 'local-hostname': 'b' }),

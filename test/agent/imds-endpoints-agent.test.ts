@@ -8,13 +8,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { jwt, projectedToken } from '../http/imds-support.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
 import type { VmiObject } from '../../src/api/types.ts';
 
 const POD_A = 'aaaaaaaa-0000-4000-8000-000000000001';
@@ -22,14 +22,6 @@ const POD_B = 'bbbbbbbb-0000-4000-8000-000000000002';
 const TOKEN_A = jwt({ exp: 1_700_000_000, sub: 'a' });
 const TOKEN_B = jwt({ exp: 1_800_000_000, sub: 'b' });
 const MD = { Metadata: 'true' };
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 function withPodAndAccount(v: VmiObject, pod: string, account: string | undefined, ip?: string): VmiObject {
   const c = structuredClone(v);
@@ -58,32 +50,21 @@ test(
     await projectedToken(podsDir, POD_B, TOKEN_B);
     const keyFile = join(dir.path, 'keys');
     await writeFile(keyFile, `${keyLine(randomKey())}\n`);
-    const port = await freePort();
     const ds = await prepareNocloudHttp(
-      {
-        listen: { host: '127.0.0.1', port },
-        keyFile,
-        baseUrl: `http://127.0.0.1:${port}/v1`,
-        prefix: '/v1',
-        compatSourceAddress: false,
-        imdsCompat: true,
-        podsDir,
-      },
+      loopbackDatasource(keyFile, { imdsCompat: true, podsDir }),
       (await import('pino')).pino({ level: 'silent' }),
     );
-    let closeDs: (() => Promise<void>) | undefined;
+    const listener = startedDatasource(ds);
     const h = await startAgent(fake, {
       stateDir: join(dir.path, 'seeds'),
       nocloudHttp: ds.agentOptions,
-      beforeStart: async (agent) => {
-        closeDs = (await ds.start(agent)).close;
-      },
+      beforeStart: listener.beforeStart,
     });
     t.after(async () => {
-      await closeDs?.();
+      await listener.close();
       await h.stop();
     });
-    const base = `http://127.0.0.1:${port}`;
+    const base = new URL(listener.baseUrl).origin;
     const get = async (path: string) => {
       const r = await fetch(`${base}${path}`, { headers: MD });
       return { status: r.status, body: await r.text() };

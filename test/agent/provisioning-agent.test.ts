@@ -8,13 +8,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import pino from 'pino';
 import { FakeKube } from '../support/fake-kube.ts';
 import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { keyLine, randomKey } from '../http/datasource-fixtures.ts';
 import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { GUEST_BASE_URL, loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
 import { progressReportPlanner } from '../../src/agent/progress-report.ts';
 import { REPORT_PROGRESS_ANNOTATION } from '../../src/cloudinit/userdata/progress-report.ts';
 import { startHttpServer } from '../../src/http/server.ts';
@@ -28,14 +28,6 @@ const load = (f: string) => JSON.parse(readFileSync(new URL(f, FIXTURES), 'utf8'
 const SUCCESS = load('boot-success.json');
 const FAILS = load('boot-scripts-user-fails.json');
 const ANNOTATION_INTERVAL_MS = 1000;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 async function postAll(url: string, events: object[]): Promise<number[]> {
   const statuses: number[] = [];
@@ -55,23 +47,22 @@ test(
     });
     const keyFile = join(dir.path, 'keys');
     await writeFile(keyFile, `${keyLine(randomKey())}\n`);
-    const port = await freePort();
-    const base = `http://127.0.0.1:${port}/v1`;
-    const ds = await prepareNocloudHttp(
-      { listen: { host: '127.0.0.1', port }, keyFile, baseUrl: base, prefix: '/v1', compatSourceAddress: false },
-      pino({ level: 'silent' }),
-    );
-    let closeDs: (() => Promise<void>) | undefined;
+    const ds = await prepareNocloudHttp(loopbackDatasource(keyFile), pino({ level: 'silent' }));
+    const listener = startedDatasource(ds);
     const h = await startAgent(fake, {
       stateDir: join(dir.path, 'seeds'),
       nocloudHttp: ds.agentOptions,
       provisioningNotReportedAfterMs: 300,
-      reportPlan: progressReportPlanner({ enabled: true, datasource: { keyring: ds.keyring, baseUrl: base } }),
+      // Seeds carry the guests' URL; the test posts what a guest would to
+      // the same paths on the listener's own address.
+      reportPlan: progressReportPlanner({
+        enabled: true,
+        datasource: { keyring: ds.keyring, baseUrl: GUEST_BASE_URL },
+      }),
       annotateVmis: { minIntervalMs: ANNOTATION_INTERVAL_MS, sweepMs: 50 },
-      beforeStart: async (agent) => {
-        closeDs = (await ds.start(agent)).close;
-      },
+      beforeStart: listener.beforeStart,
     });
+    const base = listener.baseUrl;
     const http = await startHttpServer({
       listen: '127.0.0.1:0',
       metrics: h.metrics,
@@ -80,7 +71,7 @@ test(
     });
     t.after(async () => {
       await http.close();
-      await closeDs?.();
+      await listener.close();
       await h.stop();
     });
     const statusJson = async () =>

@@ -24,7 +24,8 @@ import { handshakeDaemon, lifecycleFrame, reply, type Fake } from '../support/fa
 import { drip, replyHead, send } from '../support/hostile-rpc-daemon.ts';
 import { createKubeletTree, QEMU_GID, QEMU_UID, type KubeletTree } from '../../e2e/support/kubelet-tree.ts';
 import {
-  freePort,
+  listenerUrls,
+  LOOPBACK_LISTENERS,
   readDaemonSetAgent,
   setprivOptions,
   startDaemonSetAgent,
@@ -259,22 +260,20 @@ export async function startHostileNode(o: {
     for (const l of launchers) fake.applyVmi(vmi(`hostile-${l.podUid.slice(0, 8)}`, { [l.podUid]: NODE }));
     const kubeconfig = await fake.writeKubeconfig(work);
 
-    const [listen, statusListen, datasourceListen] = [await freePort(), await freePort(), await freePort()];
     const agent = await startDaemonSetAgent({
       hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
       secrets: { 'vmseed-datasource-key': keyDir },
       nodeName: NODE,
       kube: { kubeconfig },
       overrides: {
-        listen: `127.0.0.1:${listen}`,
-        'status-listen': `127.0.0.1:${statusListen}`,
-        'datasource-listen': `127.0.0.1:${datasourceListen}`,
+        ...LOOPBACK_LISTENERS,
         // Info logs a line per seed: kept, as shipped.
       },
       extraEnv: { NODE_COMPILE_CACHE: cache },
     });
     cleanups.push(() => agent.stop());
-    const healthz = `http://127.0.0.1:${listen}/healthz`;
+    const urls = await listenerUrls(agent, 90_000);
+    const healthz = `${urls.probes}/healthz`;
     await waitHealthy(agent, healthz, 60_000);
     const store = new ImageStore({ root: stateDir });
     const hasImage = async (v: VmiObject) => {
@@ -287,7 +286,7 @@ export async function startHostileNode(o: {
       agent,
       launchers,
       healthz,
-      statusUrl: `http://127.0.0.1:${statusListen}/status.json`,
+      statusUrl: `${urls.status}/status.json`,
       addVmi: (name) => {
         const v = fake.applyVmi(vmi(name, undefined));
         return () => hasImage(v);
@@ -302,8 +301,7 @@ export async function startHostileNode(o: {
         const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1] ?? NaN) * 1024;
         return { hwmBytes: kb('VmHWM'), rssBytes: kb('VmRSS') };
       },
-      status: async () =>
-        (await (await fetch(`http://127.0.0.1:${statusListen}/status.json`)).json()) as AgentStatusSnapshot,
+      status: async () => (await (await fetch(`${urls.status}/status.json`)).json()) as AgentStatusSnapshot,
       stop,
     };
   } catch (e) {
