@@ -130,9 +130,11 @@ function syncLoop(kubevirt: KubevirtSync, l: Launcher, domain: string) {
   let stopped = false;
   const done = (async () => {
     while (!stopped) {
-      const state = (await l.virsh(['domstate', domain]).catch(() => '')).trim();
-      if (state === 'running' && kubevirt.pausedByKubevirt)
-        behindItsBack.push(`resumed while KubeVirt still held its pause (${new Date().toISOString()})`);
+      await kubevirt.exclusive(async () => {
+        const state = (await l.virsh(['domstate', domain]).catch(() => '')).trim();
+        if (state === 'running' && kubevirt.pausedByKubevirt)
+          behindItsBack.push(`resumed while KubeVirt still held its pause (${new Date().toISOString()})`);
+      });
       await kubevirt.sync();
       await sleep(500);
     }

@@ -161,6 +161,8 @@ class FakeDomain {
     const [cmd] = args;
     if (cmd === 'domstate') return `${this.state}\n`;
     if (cmd === 'resume') {
+      if (this.state !== 'paused')
+        throw new Error('error: Requested operation is not valid: domain is already running');
       this.state = 'running';
       return '';
     }
@@ -325,4 +327,25 @@ test('harness: pause rule: a start-paused VMI stays paused until unpause; a paus
   dom.state = 'paused';
   assert.equal((await sync.sync()).resumed, true);
   assert.equal(dom.state, 'running');
+});
+
+test('harness: an unpause racing a sync pass: one resume, no failed pass (the launcher serialises them)', async () => {
+  for (let i = 0; i < 20; i++) {
+    const dom = new FakeDomain([], []);
+    dom.state = 'paused';
+    const sync = new KubevirtSync({
+      domain: 'd',
+      virsh: dom.port,
+      spec: [],
+      diskReady: async () => true,
+      startPaused: true,
+    });
+    const [pass] = await Promise.all([sync.sync(), sync.unpause()]);
+    assert.equal(pass.error, undefined);
+    assert.equal(dom.state, 'running');
+    assert.equal(dom.calls.filter((c) => c[0] === 'resume').length, 1);
+    // An unpause of a domain already running is a no-op, as UnpauseVMI's state check makes it.
+    await sync.unpause();
+    assert.equal(dom.calls.filter((c) => c[0] === 'resume').length, 1);
+  }
 });

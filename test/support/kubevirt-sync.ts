@@ -274,6 +274,9 @@ export class KubevirtSync {
   #diskReady: (p: string) => Promise<boolean>;
   // l.paused: pauses KubeVirt ordered itself (start paused, or a user's pause).
   #pausedByKubevirt: boolean;
+  // l.domainModifyLock: SyncVMI, PauseVMI and UnpauseVMI run one at a time,
+  // so a pass never reads "paused" and then resumes after an unpause did.
+  #modifyLock: Promise<unknown> = Promise.resolve();
 
   constructor(o: KubevirtSyncOptions) {
     this.domain = o.domain;
@@ -287,16 +290,35 @@ export class KubevirtSync {
     return this.#pausedByKubevirt;
   }
 
-  /** The VMI's `unpause` subresource as virt-handler → launcher performs it. */
-  async unpause(): Promise<void> {
-    await this.#virsh(['resume', this.domain]);
-    this.#pausedByKubevirt = false;
+  /** Runs work under the launcher's domain-modify lock: what it reads of the domain and the pause record is one moment. */
+  exclusive<T>(work: () => Promise<T>): Promise<T> {
+    return this.#locked(work);
   }
 
-  /** The VMI's `pause` subresource (virtctl pause) as the launcher performs it: suspend, and record the pause as KubeVirt's own. */
-  async pause(): Promise<void> {
-    await this.#virsh(['suspend', this.domain]);
-    this.#pausedByKubevirt = true;
+  #locked<T>(work: () => Promise<T>): Promise<T> {
+    const run = this.#modifyLock.then(work, work);
+    this.#modifyLock = run.catch(() => {});
+    return run;
+  }
+
+  /** The VMI's `unpause` subresource as virt-handler → launcher performs it (UnpauseVMI: resume only a paused domain). */
+  unpause(): Promise<void> {
+    return this.#locked(async () => {
+      if ((await this.#virsh(['domstate', this.domain])).trim() === 'paused') {
+        await this.#virsh(['resume', this.domain]);
+        this.#pausedByKubevirt = false;
+      }
+    });
+  }
+
+  /** The VMI's `pause` subresource (virtctl pause) as the launcher performs it (PauseVMI): suspend a running domain, and record the pause as KubeVirt's own. */
+  pause(): Promise<void> {
+    return this.#locked(async () => {
+      if ((await this.#virsh(['domstate', this.domain])).trim() === 'running') {
+        await this.#virsh(['suspend', this.domain]);
+        this.#pausedByKubevirt = true;
+      }
+    });
   }
 
   /** A KubeVirt hotplug: the volume joins the VMI spec; passes that start after this call attach it, a pass already running does not. */
@@ -307,7 +329,11 @@ export class KubevirtSync {
   }
 
   /** One SyncVMI pass over a running domain: the pause rule, then syncDisks. */
-  async sync(): Promise<SyncResult> {
+  sync(): Promise<SyncResult> {
+    return this.#locked(() => this.#sync());
+  }
+
+  async #sync(): Promise<SyncResult> {
     const r: SyncResult = { resumed: false, detached: [], attached: [], updated: [], skippedNotReady: [] };
     // SyncVMI converts the VMI it was handed before it touches the domain; a
     // hotplug is a new VMI, synced by the next call. Snapshotted together with
