@@ -1,4 +1,4 @@
-// npm run bench:first-boot [-- --vms 50 --seed 1]
+// npm run bench:first-boot [-- --vms 50 --seed 1 --no-reference]
 //
 // The seed's margin at a VM's first boot without the seed gate, on the
 // KubeVirt launcher replica (e2e/support: a session libvirtd as uid 107 per
@@ -18,9 +18,15 @@
 //     block statistics, polled with backoff by the agent);
 //   the guest's look: found in how many boots, and the smallest margin, the
 //     guest's uptime at its look minus the attach's delay after the start
-//     event (a lower bound: the guest's uptime starts after the firmware).
+//     event (a lower bound: the guest's uptime starts after the firmware);
+//   the reference, one boot after each of the agent's: the same launcher,
+//     domain, disk and guest with no agent in the path, this process sending
+//     the attach from the start event on its own RPC connection: libvirt's
+//     and QEMU's attach while the guest's vCPU starts, the floor under the
+//     agent's figure on this host.
 import { parseArgs } from 'node:util';
-import { firstBootRun, startFirstBootNode } from '../e2e/support/first-boot.ts';
+import { firstBootRun, referenceBootRun, startFirstBootNode } from '../e2e/support/first-boot.ts';
+import { seedIso } from '../e2e/support/replica-seed.ts';
 import { parseConsole } from '../e2e/support/guest/console.ts';
 import { quantile } from './stats.ts';
 
@@ -28,7 +34,9 @@ const { values } = parseArgs({
   options: {
     vms: { type: 'string', default: '50' },
     seed: { type: 'string', default: '1' },
+    reference: { type: 'boolean', default: true },
   },
+  allowNegative: true,
 });
 const VMS = Number(values.vms);
 if (!Number.isInteger(VMS) || VMS < 1) throw new Error('--vms must be a positive integer');
@@ -51,8 +59,11 @@ interface Sample {
   marginMs: number | undefined;
 }
 
-const node = await startFirstBootNode(VMS);
+const node = await startFirstBootNode(values.reference ? 2 * VMS : VMS);
+const iso = await seedIso('#cloud-config\n# the reference boot\n');
 const samples: Sample[] = [];
+const reference: number[] = [];
+let referenceFound = 0;
 try {
   for (let i = 0; i < VMS; i++) {
     // The launcher's libvirt 0–15 s after the VMI; its pod in the VMI's
@@ -83,9 +94,15 @@ try {
       `vm ${i + 1}/${VMS}: launcher +${launcherAfterVmiMs} ms, attach ${sample.attachAfterEventMs?.toFixed(1) ?? 'start not seen'} ms after the start event, ` +
         `${sample.attachAfterIssueMs} ms after virsh start issued, read ${sample.readAfterEventMs?.toFixed(0) ?? '—'} ms, guest ${r.guestFound ? 'found it' : 'MISSED it'}`,
     );
+    if (!values.reference) continue;
+    const ref = await referenceBootRun(node, VMS + i, iso);
+    reference.push(ref.attachAfterEventMs);
+    if (ref.guestFound) referenceFound++;
+    console.error(`  reference ${i + 1}/${VMS}: attach ${ref.attachAfterEventMs.toFixed(1)} ms after the start event`);
   }
 } finally {
   await node.stop();
+  await iso.cleanup();
 }
 
 const sorted = (xs: Array<number | undefined>) => xs.filter((x): x is number => x !== undefined).sort((a, b) => a - b);
@@ -112,6 +129,24 @@ const rows: Array<[string, string, string, boolean | undefined]> = [
     quantile(attach, 0.99) <= 100,
   ],
   ['domain started (event) → seed attached, max', fmt(attach.at(-1)), '', undefined],
+  ...(values.reference
+    ? ([
+        [
+          'reference, no agent: start event → attach returned, median',
+          fmt(
+            quantile(
+              reference.sort((a, b) => a - b),
+              0.5,
+            ),
+          ),
+          '',
+          undefined,
+        ],
+        ['reference, no agent: start event → attach returned, p99', fmt(quantile(reference, 0.99)), '', undefined],
+        ['agent ÷ reference, medians', (quantile(attach, 0.5) / quantile(reference, 0.5)).toFixed(2), '', undefined],
+        ["reference: the guest's one look found the seed", `${referenceFound}/${VMS}`, '', undefined],
+      ] satisfies Array<[string, string, string, boolean | undefined]>)
+    : []),
   ['virsh start issued → seed attached, median (upper bound)', fmt(quantile(issued, 0.5)), '', undefined],
   ['virsh start issued → seed attached, p99 (upper bound)', fmt(quantile(issued, 0.99)), '', undefined],
   ["domain started → guest's first read of the seed, median", fmt(quantile(reads, 0.5)), '', undefined],

@@ -28,6 +28,8 @@ import { waitUntil } from './agent-process.ts';
 import { FakeKube } from '../../test/support/fake-kube.ts';
 import { serviceAccountVolume } from '../../test/support/in-cluster.ts';
 import type { VmiObject } from '../../src/api/types.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { kubevirtSeedDisk } from './replica-seed.ts';
 import type { VmiStatusRecord } from '../../src/status/types.ts';
 
 export const NODE = 'replica-node';
@@ -209,5 +211,92 @@ export async function firstBootRun(
       await launcher.virsh(['undefine', vm.domain]).catch(() => {});
     }
     await launcher?.stop();
+  }
+}
+
+export interface ReferenceBootRun {
+  // From the start event as this process received it to the attach's return.
+  attachAfterEventMs: number;
+  guestFound: boolean;
+  console: string;
+}
+
+// The floor under the agent's figure: the same launcher, domain, disk and
+// guest, with no VMI and no agent in the path. This process subscribes to the
+// launcher's libvirt before the start (its own RPC connection) and sends the
+// seed's attach from the start event itself. What is left is libvirt's and
+// QEMU's attach while the guest's vCPU starts.
+export async function referenceBootRun(
+  node: FirstBootNode,
+  podIndex: number,
+  iso: { path: string; basename: string },
+): Promise<ReferenceBootRun> {
+  const pod = node.tree.pods[podIndex];
+  const name = `ref${podIndex}`;
+  const launcher = await startLauncher(pod);
+  const client = new RpcLibvirtClient({ timeoutMs: 30_000 });
+  let vm: KubevirtVm | undefined;
+  try {
+    const r = await runCommand([
+      'install',
+      '-D',
+      '-o',
+      String(QEMU_UID),
+      '-g',
+      String(QEMU_GID),
+      '-m',
+      '0444',
+      iso.path,
+      launcher.hostPath(`/var/run/kubevirt-ephemeral-disks/vmseed/${iso.basename}`),
+    ]);
+    if (r.code !== 0) throw new Error(`install the reference image: ${r.stderr}`);
+    vm = await defineKubevirtVm(launcher, {
+      namespace: NS,
+      name,
+      uuid: randomUUID(),
+      cmdline: busyboxCmdline({ files: ['user-data', 'meta-data'], waitSeconds: 0, after: 'stay' }),
+    });
+    const domain = vm.domain;
+    const uri = `qemu+unix:///session?socket=${launcher.socketOnHost}`;
+    const xml = kubevirtSeedDisk(iso.basename);
+    let attached: Promise<number> | undefined;
+    client.onEvent((e) => {
+      if (e.type !== 'lifecycle' || e.domain !== domain || e.event !== 'started' || attached) return;
+      const t0 = performance.now();
+      attached = client
+        .attachDevice(uri, domain, xml, { live: true, config: false })
+        .then(() => performance.now() - t0);
+    });
+    client.watch(uri);
+    await waitUntil('the reference subscribed', () => client.version(uri).then(() => true), 30_000);
+    await sleep(1000);
+    await launcher.virsh(['start', domain]);
+    await waitUntil('the start event', () => attached !== undefined, 30_000);
+    const attachAfterEventMs = await attached!;
+    const l = launcher;
+    const v = vm;
+    const text = await waitUntil(
+      `${name}: the guest's look at boot`,
+      () => {
+        const t = consoleOf(l, v);
+        const c = parseConsole(t);
+        return c.done || c.labelTimeout || c.missing.length > 0 ? t : undefined;
+      },
+      60_000,
+      async () => consoleOf(l, v).slice(-1500),
+    );
+    const c = parseConsole(text);
+    return {
+      attachAfterEventMs,
+      guestFound: c.files.has('user-data') && c.files.has('meta-data') && !c.labelTimeout,
+      console: text,
+    };
+  } finally {
+    await client.close();
+    if (vm) {
+      await launcher.virsh(['destroy', vm.domain]).catch(() => {});
+      await launcher.virsh(['undefine', vm.domain]).catch(() => {});
+    }
+    await launcher.stop();
   }
 }
