@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import { isVmseedError } from '../errors.ts';
 import type { InjectionTarget, Injector } from '../libvirt/types.ts';
-import type { LibvirtEvent } from '../libvirt/client.ts';
+import { domainId, type LibvirtEvent } from '../libvirt/client.ts';
 
 export interface DomainEvents {
   // `domain` undefined: the connection to `uri` came (back) up; events may
@@ -38,8 +38,6 @@ interface Tracked {
   uri: string;
   unwatch: (() => void) | undefined;
 }
-
-const idOf = (uri: string, domain: string) => `${uri}\0${domain}`;
 
 export class DomainWaits {
   readonly #events: DomainEvents;
@@ -86,7 +84,7 @@ export class DomainWaits {
       keys = [...this.#byKey].filter(([, t]) => t.uri === uri && t.unwatch !== undefined).map(([k]) => k);
     } else {
       if (!APPEARING.has(event)) return;
-      keys = [...(this.#byDomain.get(idOf(uri, domain)) ?? [])];
+      keys = [...(this.#byDomain.get(domainId(uri, domain)) ?? [])];
     }
     for (const key of keys) {
       this.#log.debug(
@@ -101,7 +99,7 @@ export class DomainWaits {
   // VMI right after it (the work queue's dirty mark), so a domain defined
   // between our lookup and the failure is not left to the backoff.
   #track(key: string, uri: string, domain: string): Tracked {
-    const id = idOf(uri, domain);
+    const id = domainId(uri, domain);
     const had = this.#byKey.get(key);
     if (had?.id === id) return had;
     if (had) this.#release(key);

@@ -11,7 +11,7 @@
 // time: its margins are unknown, never estimated.
 import type { Logger } from 'pino';
 import { isVmseedError } from '../errors.ts';
-import type { BlockStats, LibvirtEvent } from '../libvirt/client.ts';
+import { domainId, type BlockStats, type LibvirtEvent } from '../libvirt/client.ts';
 import type { VmiStatusRecord } from '../status/types.ts';
 import type { VmiRecords } from './vmi-records.ts';
 
@@ -84,8 +84,6 @@ interface Poll {
 // The domain (or our disk in it) is not there, or not running, any more.
 const GONE = new Set(['DOMAIN_NOT_FOUND', 'DEVICE_NOT_FOUND', 'DOMAIN_STATE_UNSUPPORTED']);
 
-const idOf = (uri: string, domain: string) => `${uri}\0${domain}`;
-
 export class SeedReadWatch {
   readonly #o: SeedReadWatchOptions;
   readonly #policy: SeedReadPolicy;
@@ -116,7 +114,7 @@ export class SeedReadWatch {
 
   // When libvirt said the domain started, if this agent heard it.
   startedAt(uri: string, domain: string): number | undefined {
-    return this.#starts.get(idOf(uri, domain))?.at;
+    return this.#starts.get(domainId(uri, domain))?.at;
   }
 
   get polling(): number {
@@ -125,7 +123,7 @@ export class SeedReadWatch {
 
   #onEvent(e: LibvirtEvent): void {
     if (e.type !== 'lifecycle') return;
-    const id = idOf(e.uri, e.domain);
+    const id = domainId(e.uri, e.domain);
     if (e.event === 'started') {
       this.#starts.delete(id);
       if (this.#starts.size >= STARTS_MAX) this.#starts.delete(this.#starts.keys().next().value!);
@@ -133,7 +131,7 @@ export class SeedReadWatch {
     } else if (e.event === 'stopped' || e.event === 'undefined' || e.event === 'crashed') {
       this.#starts.delete(id);
       for (const [key, p] of this.#polls)
-        if (idOf(p.facts.uri, p.facts.domain) === id) this.#finish(key, 'domain-gone');
+        if (domainId(p.facts.uri, p.facts.domain) === id) this.#finish(key, 'domain-gone');
     }
   }
 
@@ -144,7 +142,7 @@ export class SeedReadWatch {
   attached(key: string, uid: string, a: Attach): FirstBootFacts | undefined {
     const r = this.#o.records.get(key);
     if (!r) return undefined;
-    const started = this.#starts.get(idOf(a.uri, a.domain));
+    const started = this.#starts.get(domainId(a.uri, a.domain));
     const had = r.firstBoot;
     if (had && had.uid === uid && had.uri === a.uri && had.domain === a.domain && had.start === started?.n)
       return undefined;

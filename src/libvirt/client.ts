@@ -56,6 +56,12 @@ export interface BlockStats {
   errs: number;
 }
 
+// One domain of one libvirt connection: the key every per-domain map and
+// lock of the agent uses (a name is unique only within its daemon).
+export function domainId(uri: string, domain: string): string {
+  return `${uri}\0${domain}`;
+}
+
 export interface LibvirtClient {
   readonly kind: 'rpc' | 'virsh';
   // false: onEvent never fires, poll instead.

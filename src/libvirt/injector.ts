@@ -25,7 +25,7 @@ import type {
   InjectOptions,
 } from './types.ts';
 import type { ProcessSpawner } from './virsh.ts';
-import type { LibvirtClient, LibvirtEvent } from './client.ts';
+import { domainId, type LibvirtClient, type LibvirtEvent } from './client.ts';
 import { VirshLibvirtClient } from './virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { PreparedAttaches } from './prepared-attach.ts';
@@ -263,7 +263,7 @@ export class LibvirtInjector implements Injector {
     const { signal } = options;
     let published = '';
     return this.#serialize(
-      `${uri}\0${domain}`,
+      domainId(uri, domain),
       signal,
       async () => {
         // The copy into the launcher's volume and the read of the domain do
@@ -380,7 +380,7 @@ export class LibvirtInjector implements Injector {
     const domain = this.domainName(target);
     const uri = this.uri(target);
     this.#prepared?.drop(uri, domain);
-    return this.#serialize(`${uri}\0${domain}`, signal, async () => {
+    return this.#serialize(domainId(uri, domain), signal, async () => {
       let result: EjectionResult;
       try {
         result = await this.#eject(domain, uri, signal);

@@ -7,7 +7,7 @@
 // after the start event (queue, render check, image check, a read of the
 // domain) costs as much again as libvirt's attach itself; this sends the
 // attach from the event, and the reconcile that follows finds it done.
-import type { LibvirtClient, LibvirtEvent } from './client.ts';
+import { domainId, type LibvirtClient, type LibvirtEvent } from './client.ts';
 
 export interface Prepared {
   // The disk's XML and what identifies it in the live domain afterwards.
@@ -25,8 +25,6 @@ export interface Sent extends Omit<Prepared, 'xml'> {
 // Both maps hold at most this many domains (oldest dropped first): a
 // launcher defining domains that never start cannot grow them.
 const MAX_DOMAINS = 4096;
-
-const idOf = (uri: string, domain: string) => `${uri}\0${domain}`;
 
 export class PreparedAttaches {
   readonly #client: LibvirtClient;
@@ -60,13 +58,13 @@ export class PreparedAttaches {
   prepare(uri: string, domain: string, p: Prepared): void {
     if (!this.usable) return;
     this.#off ??= this.#client.onEvent((e) => this.#onEvent(e));
-    const id = idOf(uri, domain);
+    const id = domainId(uri, domain);
     remember(this.#prepared, id, p);
   }
 
   // The VMI went (or its seed is being taken out): nothing is sent any more.
   drop(uri: string, domain: string): void {
-    const id = idOf(uri, domain);
+    const id = domainId(uri, domain);
     this.#prepared.delete(id);
     this.#sent.delete(id);
   }
@@ -74,7 +72,7 @@ export class PreparedAttaches {
   // The attach sent for `domain` at its start, if it placed exactly this
   // disk; told once.
   take(uri: string, domain: string, wanted: Omit<Prepared, 'xml'>): Sent | undefined {
-    const id = idOf(uri, domain);
+    const id = domainId(uri, domain);
     const s = this.#sent.get(id);
     if (!s) return undefined;
     this.#sent.delete(id);
@@ -94,7 +92,7 @@ export class PreparedAttaches {
 
   #onEvent(e: LibvirtEvent): void {
     if (e.type !== 'lifecycle') return;
-    const id = idOf(e.uri, e.domain);
+    const id = domainId(e.uri, e.domain);
     if (e.event === 'stopped' || e.event === 'undefined' || e.event === 'crashed') {
       this.#sent.delete(id);
       return;

@@ -3,6 +3,7 @@
 // per domain is in flight; reads are not serialized.
 import { VmseedError, cancelledBy } from '../errors.ts';
 import {
+  domainId,
   toDomainState,
   versionString,
   type CallOptions,
@@ -102,7 +103,7 @@ export class RpcLibvirtClient implements LibvirtClient {
     o: CallOptions | undefined,
     fn: (s: RemoteSession, deadline: number) => Promise<T>,
   ): Promise<T> {
-    const key = `${uri}\0${domain}`;
+    const key = domainId(uri, domain);
     const signal = this.#signalFor(o);
     const run = () => {
       // Its turn came after the stop (or its reconcile's end): not sent at all.
