@@ -1,7 +1,7 @@
 // The agent's Kubernetes client against the fake API server as a real one
 // stands: TLS with the test's CA, bearer token, RBAC from the manifests,
 // 429 with Retry-After and 5xx. Delays are recorded, not waited for.
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -273,8 +273,9 @@ test("the fake's unpause runs KubeVirt's side first (onUnpause); its failure is 
   assert.deepEqual(fake.getVmi('default', 'vm2')!.status!.conditions, [], 'the Paused condition is gone');
 });
 
-test("the agent's cancel signal ends a call the API server never answers: CANCELLED at once, not after timeoutMs", async (t) => {
-  // Accepts and says nothing: the TLS handshake never completes.
+// An API server that accepts and says nothing: the TLS handshake never
+// completes, so only a cancel or a timeout ends a call.
+async function silentApiServer(t: TestContext): Promise<{ conn: KubeConnection; sockets: Socket[] }> {
   const { createServer } = await import('node:net');
   const sockets: Socket[] = [];
   const silent = createServer((s) => void sockets.push(s));
@@ -290,6 +291,11 @@ test("the agent's cancel signal ends a call the API server never answers: CANCEL
     await conn.close();
     await new Promise((r) => silent.close(r));
   });
+  return { conn, sockets };
+}
+
+test("the agent's cancel signal ends a call the API server never answers: CANCELLED at once, not after timeoutMs", async (t) => {
+  const { conn, sockets } = await silentApiServer(t);
   const cancel = new AbortController();
   const api = new KubeConnectionApi(conn, { timeoutMs: 600_000, cancel: cancel.signal });
   const call = new KubeRefResolver(api).getSecret('default', 's');
@@ -302,21 +308,7 @@ test("the agent's cancel signal ends a call the API server never answers: CANCEL
 });
 
 test("a reconcile's signal ends the unpause PUT the API server never answers: CANCELLED with the reconcile's reason; aborted before, nothing is sent", async (t) => {
-  const { createServer } = await import('node:net');
-  const sockets: Socket[] = [];
-  const silent = createServer((s) => void sockets.push(s));
-  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
-  const port = (silent.address() as AddressInfo).port;
-  const conn = new KubeConnection({
-    server: `https://127.0.0.1:${port}`,
-    token: 'fake-token',
-    ca: (await testPki('silent')).caCert,
-  });
-  t.after(async () => {
-    for (const s of sockets) s.destroy();
-    await conn.close();
-    await new Promise((r) => silent.close(r));
-  });
+  const { conn, sockets } = await silentApiServer(t);
   // No agent-wide cancel and a long timeout: only the reconcile's signal can end it.
   const api = new KubeConnectionApi(conn, { timeoutMs: 600_000 });
   const reconcile = new AbortController();
