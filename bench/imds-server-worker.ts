@@ -1,6 +1,8 @@
 // Runs in a worker thread so the server under test has its own event loop,
 // apart from the load generator's. `kind` picks vmseed's datasource or a
-// bare node:http server answering a fixed body (the reference floor).
+// bare node:http server answering a fixed body (the reference floor), or
+// answering every request 429 as a rate limiter would, with nothing else
+// (where a flood goes in the flood's reference row).
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -13,7 +15,7 @@ import { launcherTokenReader } from '../src/agent/launcher-token.ts';
 import { podUid } from './imds-pods.ts';
 
 const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
-  kind: 'vmseed' | 'bare';
+  kind: 'vmseed' | 'bare' | 'bare-429';
   key: Uint8Array;
   vmis: number;
   perSourceCap?: boolean;
@@ -66,6 +68,19 @@ if (kind === 'vmseed') {
     ...(podsDir ? { readServiceAccountToken: launcherTokenReader(podsDir) } : {}),
   });
   parentPort!.postMessage({ port: server.address.port });
+} else if (kind === 'bare-429') {
+  const body = 'too many requests\n';
+  const server = createServer((_req, res) => {
+    res.writeHead(429, {
+      'Content-Type': 'text/plain',
+      'Content-Length': String(body.length),
+      'Retry-After': '1',
+      'Cache-Control': 'no-store',
+    });
+    res.end(body);
+  });
+  server.keepAliveTimeout = 5000;
+  server.listen(0, '127.0.0.1', () => parentPort!.postMessage({ port: (server.address() as AddressInfo).port }));
 } else {
   const body = seedOf(0).userData;
   const server = createServer((_req, res) => {

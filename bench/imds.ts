@@ -18,7 +18,13 @@
 // true, tokens read from a pods tree like the kubelet's) at the same rate;
 // then the same load over VMIs 1..N-1 without and with VM 0 flooding at
 // --imds-flood req/s from a load generator in its own thread: the flood's
-// 429s, and the ratio of the others' p99.
+// 429s, and the ratio of the others' p99. On a machine of few cores the
+// flood's own client takes CPU the others' server and client would have
+// had, whatever server answers it; the reference row sends the same flood to
+// a bare node:http server in its own thread that answers every request 429
+// and does nothing else, while the others load vmseed: the others' p99 under
+// vmseed's flood over that is what answering the flood costs vmseed beyond
+// the least any server could spend.
 //
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
 //                         [--imds-flood 10000] [--no-imds] [--no-nocloud]
@@ -56,7 +62,7 @@ const vmis = Number(values.vmis);
 const FILES = ['meta-data', 'user-data', 'vendor-data', 'network-config'];
 
 async function startWorker(
-  kind: 'vmseed' | 'bare',
+  kind: 'vmseed' | 'bare' | 'bare-429',
   key: Uint8Array,
   perSourceCap = false,
   podsDir?: string,
@@ -130,6 +136,7 @@ if (flood > 0) {
 // 100/s and burst 100 per VMI. Then the other VMIs' latency with and
 // without VM 0 flooding from a load generator of its own.
 let floodRatio: string | undefined;
+let floodOverFloor: string | undefined;
 if (!values['no-imds']) {
   const podsDir = await benchPodsTree(vmis);
   const { port, worker } = await startWorker('vmseed', key, false, podsDir);
@@ -142,34 +149,36 @@ if (!values['no-imds']) {
   results.push(await load(`vmseed IMDS identity+token, ${vmis} VMIs`, origin, all, seconds, rate, undefined, MD));
   const quiet = await load(`IMDS, ${vmis - 1} other VMIs, no flood`, origin, others, seconds, rate, undefined, MD);
   const floodRate = Number(values['imds-flood']);
-  const flooding = new Worker(new URL('./imds-load-worker.ts', import.meta.url), {
-    workerData: {
-      name: `IMDS, VM 0 flooding at ${floodRate}/s`,
-      origin,
-      paths: pathsOf(0),
-      seconds,
-      rate: floodRate,
-      headers: MD,
-    },
-  });
-  const floodDone = new Promise<Result>((resolve, reject) => {
-    flooding.once('message', resolve);
-    flooding.once('error', reject);
-  });
-  const during = await load(
+  // The others' load on vmseed while a flood at floodRate goes to floodOrigin.
+  const othersDuringFlood = async (name: string, floodName: string, floodOrigin: string) => {
+    const flooding = new Worker(new URL('./imds-load-worker.ts', import.meta.url), {
+      workerData: { name: floodName, origin: floodOrigin, paths: pathsOf(0), seconds, rate: floodRate, headers: MD },
+    });
+    const floodDone = new Promise<Result>((resolve, reject) => {
+      flooding.once('message', resolve);
+      flooding.once('error', reject);
+    });
+    const during = await load(name, origin, others, seconds, rate, undefined, MD);
+    const floodResult = await floodDone;
+    await flooding.terminate();
+    return [during, floodResult] as const;
+  };
+  const [during, floodResult] = await othersDuringFlood(
     `IMDS, ${vmis - 1} other VMIs, VM 0 flooding`,
+    `IMDS, VM 0 flooding at ${floodRate}/s`,
     origin,
-    others,
-    seconds,
-    rate,
-    undefined,
-    MD,
   );
-  const floodResult = await floodDone;
-  await flooding.terminate();
-  results.push(quiet, during, floodResult);
+  const floor = await startWorker('bare-429', key);
+  const [duringFloor, floorFlood] = await othersDuringFlood(
+    `IMDS, ${vmis - 1} other VMIs, the flood sent to a bare 429 server (reference)`,
+    `the same flood to a bare node:http answering 429`,
+    `http://127.0.0.1:${floor.port}`,
+  );
+  await floor.worker.terminate();
+  results.push(quiet, during, floodResult, duringFloor, floorFlood);
   const p99 = (r: Result) => pct(r.latenciesMs.slice().sort(), 99);
   floodRatio = (p99(during) / p99(quiet)).toFixed(2);
+  floodOverFloor = (p99(during) / p99(duringFloor)).toFixed(2);
   await worker.terminate();
   await rm(podsDir, { recursive: true, force: true });
 }
@@ -253,4 +262,8 @@ console.log(line(cols));
 console.log('|' + width.map((w) => '-'.repeat(w + 2)).join('|') + '|');
 for (const r of rows) console.log(line(cols.map((c) => String(r[c]))));
 if (floodRatio !== undefined) console.log(`other VMIs' p99 with VM 0 flooding / without: ${floodRatio}x`);
+if (floodOverFloor !== undefined)
+  console.log(
+    `other VMIs' p99 with VM 0 flooding vmseed / with the same flood sent to a bare 429 server: ${floodOverFloor}x`,
+  );
 if (results.some((r) => r.errors > 0)) process.exitCode = 1;
