@@ -190,19 +190,7 @@ export async function firstBootRun(
       o.readTimeoutMs ?? 90_000,
       async () => `${await node.detail()}\nconsole: ${consoleOf(l, v).slice(-1500)}`,
     );
-    // The guest's one look is over once it printed its result.
-    const console = await waitUntil(
-      `${name}: the guest's look at boot`,
-      () => {
-        const text = consoleOf(l, v);
-        const c = parseConsole(text);
-        return c.done || c.labelTimeout || c.missing.length > 0 ? text : undefined;
-      },
-      60_000,
-      async () => consoleOf(l, v).slice(-1500),
-    );
-    const c = parseConsole(console);
-    const guestFound = c.files.has('user-data') && c.files.has('meta-data') && !c.labelTimeout;
+    const { console, guestFound } = await guestLook(l, v, name);
     return { name, startIssuedAt, startReturnedAt, firstBoot, guestFound, console };
   } finally {
     node.fake.deleteVmi(NS, name);
@@ -212,6 +200,22 @@ export async function firstBootRun(
     }
     await launcher?.stop();
   }
+}
+
+// The guest's one look at boot, over once it printed its result.
+async function guestLook(l: Launcher, v: KubevirtVm, name: string): Promise<{ console: string; guestFound: boolean }> {
+  const console = await waitUntil(
+    `${name}: the guest's look at boot`,
+    () => {
+      const text = consoleOf(l, v);
+      const c = parseConsole(text);
+      return c.done || c.labelTimeout || c.missing.length > 0 ? text : undefined;
+    },
+    60_000,
+    async () => consoleOf(l, v).slice(-1500),
+  );
+  const c = parseConsole(console);
+  return { console, guestFound: c.files.has('user-data') && c.files.has('meta-data') && !c.labelTimeout };
 }
 
 export interface ReferenceBootRun {
@@ -273,24 +277,8 @@ export async function referenceBootRun(
     await launcher.virsh(['start', domain]);
     await waitUntil('the start event', () => attached !== undefined, 30_000);
     const attachAfterEventMs = await attached!;
-    const l = launcher;
-    const v = vm;
-    const text = await waitUntil(
-      `${name}: the guest's look at boot`,
-      () => {
-        const t = consoleOf(l, v);
-        const c = parseConsole(t);
-        return c.done || c.labelTimeout || c.missing.length > 0 ? t : undefined;
-      },
-      60_000,
-      async () => consoleOf(l, v).slice(-1500),
-    );
-    const c = parseConsole(text);
-    return {
-      attachAfterEventMs,
-      guestFound: c.files.has('user-data') && c.files.has('meta-data') && !c.labelTimeout,
-      console: text,
-    };
+    const { console, guestFound } = await guestLook(launcher, vm, name);
+    return { attachAfterEventMs, guestFound, console };
   } finally {
     await client.close();
     if (vm) {
