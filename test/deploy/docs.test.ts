@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { ROOT, findObject, loadYamlDocuments } from '../support/manifests.ts';
 import { exportedMetricNames } from '../support/promql.ts';
 import { grantsOf, type PolicyRule } from '../support/rbac.ts';
@@ -110,4 +111,63 @@ test('every alert in the PrometheusRule has a section, and no section is stale',
   const alerts = rule.spec.groups.flatMap((g) => g.rules.map((r) => r.alert)).sort();
   const sections = [...docs.matchAll(/^#### Alert: (\S+)$/gm)].map((m) => m[1]).sort();
   assert.deepEqual(sections, alerts);
+});
+
+type Any = any;
+const daemonSetObjects = () => loadYamlDocuments('manifests/daemonset.yaml');
+const oneLine = (s: string) => s.replace(/\s+/g, ' ');
+
+test("the priority class the docs describe is the manifest's, at kubevirt-cluster-critical's level", () => {
+  const objects = daemonSetObjects();
+  const pod = (findObject(objects, 'DaemonSet') as Any).spec.template.spec;
+  const cls = findObject(objects, 'PriorityClass') as Any;
+  const install = oneLine(section('## Install'));
+  assert.ok(install.includes(`\`priorityClassName: ${pod.priorityClassName}\``), 'the class name');
+  assert.ok(install.includes(`value \`${cls.value}\``), `the value ${cls.value}`);
+  assert.ok(install.includes(`\`globalDefault: ${cls.globalDefault}\``));
+  // KubeVirt's own class for its core components (virt-handler included) is
+  // 10^9, the highest a user-defined class may have.
+  assert.ok(install.includes('`kubevirt-cluster-critical`'));
+  assert.equal(cls.value, 1_000_000_000);
+});
+
+test("the README's upgrade and uninstall sections agree with the manifests and name paths that exist", () => {
+  const objects = daemonSetObjects();
+  const ds = findObject(objects, 'DaemonSet') as Any;
+  const { maxUnavailable, maxSurge } = ds.spec.updateStrategy.rollingUpdate;
+  const upgrade = oneLine(section('### Upgrade'));
+  assert.ok(upgrade.includes(`at most ${String(maxUnavailable).replace('%', ' %')} of the nodes`), upgrade);
+  assert.ok(upgrade.includes(`\`maxSurge: ${maxSurge}\``), upgrade);
+  const uninstall = section('### Uninstall');
+  const seeds = (ds.spec.template.spec.volumes as Any[]).find((v) => v.name === 'seeds').hostPath.path;
+  assert.ok(uninstall.includes(`\`${seeds}\``), `the seeds' hostPath ${seeds}`);
+  // Every directory a kubectl -k of these sections and of the install names.
+  const commands = [section('## Install into a cluster'), upgrade, uninstall].join('\n');
+  const dirs = [...commands.matchAll(/kubectl (?:apply|delete) -k ([^\s`,]+)/g)].map((m) => m[1]);
+  assert.ok(dirs.includes('manifests/monitoring') && dirs.includes('deploy/<variant>'), dirs.join(' '));
+  for (const dir of dirs.filter((d) => d !== '.'))
+    for (const d of dir === 'deploy/<variant>' ? ['deploy/kubevirt', 'deploy/libvirt', 'deploy/namespaced'] : [dir])
+      assert.ok(existsSync(join(ROOT, d, 'kustomization.yaml')), `${d} is a kustomization`);
+});
+
+test('the quick start: npm ci && npm start is enough to try it, scripts/setup-host.sh is for the tests', () => {
+  const quick = oneLine(section('## Quick start'));
+  assert.ok(quick.includes('`npm ci && npm start` is enough'), quick);
+  assert.match(quick, /bash scripts\/setup-host\.sh # Debian packages for the tests/);
+  assert.ok(existsSync(join(ROOT, 'scripts/setup-host.sh')));
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } };
+  // Local mode: no cluster, no libvirt, no root.
+  assert.equal(pkg.scripts.start, 'bin/vmseed agent --local examples');
+  const why = section("### vmseed or KubeVirt's own `cloudInitNoCloud`?");
+  const rows = why.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| |') && !l.startsWith('|---'));
+  assert.ok(rows.length >= 6, 'a row per difference');
+  for (const r of rows) assert.equal(r.split(' | ').length, 3, r);
+});
+
+test("docs/operations.md says which label kube-prometheus-stack's Prometheus selects by default", () => {
+  const operations = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  const monitoring = oneLine(operations.slice(operations.indexOf('\n## Monitoring\n')));
+  assert.ok(monitoring.includes('by the label `release: <its Helm release name>` by default'), monitoring);
+  for (const value of ['serviceMonitorSelectorNilUsesHelmValues', 'ruleSelectorNilUsesHelmValues'])
+    assert.ok(monitoring.includes(value), value);
 });
