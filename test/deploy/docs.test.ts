@@ -171,3 +171,18 @@ test("docs/operations.md says which label kube-prometheus-stack's Prometheus sel
   for (const value of ['serviceMonitorSelectorNilUsesHelmValues', 'ruleSelectorNilUsesHelmValues'])
     assert.ok(monitoring.includes(value), value);
 });
+
+test('install comes before tuning: in the README and in docs/operations.md, before flags, limits and variants', () => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const at = (text: string, heading: string) => {
+    const i = text.indexOf(`\n${heading}\n`);
+    assert.ok(i >= 0, heading);
+    return i;
+  };
+  const install = at(readme, '## Install into a cluster');
+  for (const later of ['## Command line', '## Limits on input', '## Running beside KubeVirt', '## Monitoring'])
+    assert.ok(install < at(readme, later), `README: install before ${later}`);
+  const operations = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  const headings = [...operations.matchAll(/^## .+$/gm)].map((m) => m[0]);
+  assert.equal(headings[0], '## Install');
+});
