@@ -5,6 +5,9 @@ import { join } from 'node:path';
 import { ROOT, findObject, loadYamlDocuments } from '../support/manifests.ts';
 import { exportedMetricNames } from '../support/promql.ts';
 import { grantsOf, type PolicyRule } from '../support/rbac.ts';
+import { AGENT_FLAGS, docOf } from '../../src/config/flags.ts';
+import { LIMITS } from '../../src/cloudinit/limits.ts';
+import { parseYaml } from '../../src/cloudinit/yaml.ts';
 
 // The operator documentation: the README (overview, KubeVirt, metrics,
 // troubleshooting) and docs/operations.md (install details, alerts).
@@ -185,4 +188,32 @@ test('install comes before tuning: in the README and in docs/operations.md, befo
   const operations = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
   const headings = [...operations.matchAll(/^## .+$/gm)].map((m) => m[0]);
   assert.equal(headings[0], '## Install');
+});
+
+// docs/threat-model.md restates facts that live in code: where the agent
+// writes in a launcher, which child processes it starts, how YAML aliases
+// are treated. Each is checked against the code that decides it.
+test('docs/threat-model.md: the launcher directory, child processes and YAML aliases are what the code does', () => {
+  const threat = oneLine(readFileSync(join(ROOT, 'docs/threat-model.md'), 'utf8'));
+  const publishDir = docOf(AGENT_FLAGS['publish-dir'].byPlatform!.kubevirt);
+  assert.ok(publishDir.endsWith('/ephemeral-disks/vmseed'), publishDir);
+  assert.ok(
+    threat.includes(
+      "writes only into its own `vmseed` directory in each launcher's `ephemeral-disks` emptyDir (`--publish-dir`)",
+    ),
+  );
+  assert.ok(
+    threat.includes('no child processes but one `flock` at start and, only with `--libvirt virsh`, `virsh`'),
+    'child processes',
+  );
+  assert.ok(threat.includes('the default `--libvirt rpc`'));
+  assert.match(docOf(AGENT_FLAGS.libvirt.byMode!.cluster), /^rpc\b/);
+  assert.ok(
+    threat.includes(
+      `YAML aliases are bounded, not refused (user-data written by hand uses them): at most ${LIMITS.yamlAliases} per document, none recursive, and the document with its aliases expanded at most 4 × its own size or ${LIMITS.yamlExpandedBytes / 2 ** 20} MiB`,
+    ),
+    'YAML aliases',
+  );
+  // Bounded, not refused: user-data with a few aliases parses.
+  assert.equal(parseYaml('base: &b {a: 1}\none: *b\ntwo: *b\n').ok, true);
 });
