@@ -62,6 +62,13 @@ test('--help lists every flag once, with its value and the environment variables
 test("every flag of the README's agent table is in the flag table, with its defaults", () => {
   const table = rows(section('### `vmseed agent`'));
   assert.ok(table.length >= 15, 'the agent table is found');
+  // One row per flag: a flag in two rows would say two things.
+  const rowFlags = table.flatMap(([names]) => [...names.matchAll(/--([a-z-]+)/g)].map((m) => m[1]));
+  assert.deepEqual(
+    rowFlags.filter((f, i) => rowFlags.indexOf(f) !== i),
+    [],
+    'flags listed twice',
+  );
   for (const [names, defaults] of table) {
     const flags = [...names.matchAll(/--([a-z-]+)/g)].map((m) => m[1]);
     assert.ok(flags.length > 0, names);

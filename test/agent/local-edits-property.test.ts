@@ -23,7 +23,7 @@ import { startLocalAgent, vmiManifest } from '../support/local-agent.ts';
 // like one long one and a VMI that exists was detached (seen on a loaded
 // machine with 25 ms). A delete and create is far quicker than this.
 const SETTLE_MS = 120;
-const RUNS = 100;
+const SEQUENCES = 200;
 
 const manifest = (name: string, queue: number) =>
   vmiManifest(name, `write_files:\n  - path: /etc/worker.conf\n    content: queue=${queue}`);
@@ -125,14 +125,19 @@ const sequence = fc.oneof(
   fc.record({ configMap: fc.constant(true), edits: fc.array(swapEdit, { minLength: 1, maxLength: 6 }) }),
 );
 
-test(`${RUNS} random edit sequences: the image follows the last edit, no detach`, { timeout: 300_000 }, async (t) => {
-  const injector = new RecordingInjector();
-  const { agent, manifests, lines } = await startLocalAgent(t, { settleMs: SETTLE_MS, injector });
+type Sequence = { configMap: boolean; edits: { editor: Editor; pauseMs: number }[] };
 
-  let run = 0;
-  let slowRuns = 0;
-  await fc.assert(
-    fc.asyncProperty(sequence, async ({ configMap, edits }) => {
+test(
+  `${SEQUENCES} random edit sequences, two at a time: the image follows the last edit, no detach`,
+  { timeout: 300_000 },
+  async (t) => {
+    const injector = new RecordingInjector();
+    const { agent, manifests, lines } = await startLocalAgent(t, { settleMs: SETTLE_MS, injector });
+
+    let run = 0;
+    let slowRuns = 0;
+    // One sequence on a VMI of its own, its manifest in its own directory.
+    const edit = async ({ configMap, edits }: Sequence) => {
       run++;
       const name = `w${run}`;
       const key = `default/${name}`;
@@ -167,11 +172,21 @@ test(`${RUNS} random edit sequences: the image follows the last edit, no detach`
           'detached a VMI that exists',
         );
       } else slowRuns++;
-    }),
-    // The failing assertion itself in the report, not only the counterexample.
-    { numRuns: RUNS, endOnFailure: true, includeErrorInReport: true },
-  );
-  t.diagnostic(`${slowRuns} of ${run} sequences had an edit as slow as the settle interval`);
-  assert.ok(slowRuns < run, 'some sequences are checked for detaches');
-  if (slowRuns === 0) assert.ok(!lines.some((l) => l.includes('seed image removed')), 'no image was removed');
-});
+    };
+    await fc.assert(
+      // Two sequences at once, on two VMIs: twice the sequences in the time
+      // of one, and edits of one file land while another is being read.
+      fc.asyncProperty(fc.tuple(sequence, sequence), async (pair) => {
+        // Both finish before the next pair (or the report) starts.
+        const failed = (await Promise.allSettled(pair.map(edit))).find((r) => r.status === 'rejected');
+        if (failed) throw failed.reason;
+      }),
+      // The failing assertion itself in the report, not only the counterexample.
+      { numRuns: SEQUENCES / 2, endOnFailure: true, includeErrorInReport: true },
+    );
+    t.diagnostic(`${slowRuns} of ${run} sequences had an edit as slow as the settle interval`);
+    assert.ok(run >= SEQUENCES, `${run} sequences ran`);
+    assert.ok(slowRuns < run, 'some sequences are checked for detaches');
+    if (slowRuns === 0) assert.ok(!lines.some((l) => l.includes('seed image removed')), 'no image was removed');
+  },
+);

@@ -82,9 +82,19 @@ test('local mode end to end: images appear, change and disappear with the files'
   // the status page lists it
   const url = await waitFor('listen url', () => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(log)?.[1]);
   const status = (await (await fetch(`${url}/status.json`)).json()) as {
+    version: string;
     config: { listen: string };
     vmis: Array<{ name: string; state: string }>;
   };
+  // The version `vmseed --version` prints, here and in vmseed_build_info.
+  const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+  assert.equal(status.version, version);
+  assert.ok(
+    (await (await fetch(`${url}/metrics`)).text())
+      .split('\n')
+      .includes(`vmseed_build_info{version="${version}",nodejs_version="${process.version}"} 1`),
+    'vmseed_build_info names the version and Node.js',
+  );
   assert.deepEqual(
     status.vmis.map((v) => [v.name, v.state]),
     [['one', 'ready']],

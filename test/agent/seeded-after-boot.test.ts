@@ -1,7 +1,7 @@
 // The seed gate's last case: a domain already running when its seed arrives.
 // The guest may have booted without it; that stays true for the VMI's life,
 // so the warning stays on the status after later reconciles, and the Event
-// is written once (counted, not repeated).
+// is written once and the counter counts it once (not repeated).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
@@ -10,7 +10,9 @@ import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.t
 class RunningDomainInjector extends RecordingInjector {
   override async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {
     const r = await super.inject(t, imagePath);
-    return { ...r, flags: ['--live'], domainState: 'running', seededAfterBoot: r.action !== 'none' };
+    // As LibvirtInjector reports an attach: the URI and when it was made.
+    const attached = r.action === 'attached' ? { uri: 'qemu:///system', attachedAt: Date.now() } : {};
+    return { ...r, flags: ['--live'], domainState: 'running', seededAfterBoot: r.action !== 'none', ...attached };
   }
 }
 
@@ -48,5 +50,7 @@ test(
     assert.equal(warnings.length, 1, 'one Event object');
     assert.match(warnings[0].message, /^SEEDED_AFTER_BOOT: /);
     assert.equal(warnings[0].count ?? 1, 1, 'not repeated by the resync');
+    const counted = (await h.metrics.seededAfterBoot.get()).values.find((v) => v.labels.datasource === 'disk');
+    assert.equal(counted?.value, 1, 'vmseed_seeded_after_boot_total{datasource="disk"}: once, not again by the resync');
   },
 );

@@ -1,9 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { ROOT, findObject, loadYamlDocuments } from '../support/manifests.ts';
 import { exportedMetricNames } from '../support/promql.ts';
 import { grantsOf, type PolicyRule } from '../support/rbac.ts';
+import { AGENT_FLAGS, docOf } from '../../src/config/flags.ts';
+import { LIMITS } from '../../src/cloudinit/limits.ts';
+import { parseYaml } from '../../src/cloudinit/yaml.ts';
 
 // The operator documentation: the README (overview, KubeVirt, metrics,
 // troubleshooting) and docs/operations.md (install details, alerts).
@@ -110,4 +114,106 @@ test('every alert in the PrometheusRule has a section, and no section is stale',
   const alerts = rule.spec.groups.flatMap((g) => g.rules.map((r) => r.alert)).sort();
   const sections = [...docs.matchAll(/^#### Alert: (\S+)$/gm)].map((m) => m[1]).sort();
   assert.deepEqual(sections, alerts);
+});
+
+type Any = any;
+const daemonSetObjects = () => loadYamlDocuments('manifests/daemonset.yaml');
+const oneLine = (s: string) => s.replace(/\s+/g, ' ');
+
+test("the priority class the docs describe is the manifest's, at kubevirt-cluster-critical's level", () => {
+  const objects = daemonSetObjects();
+  const pod = (findObject(objects, 'DaemonSet') as Any).spec.template.spec;
+  const cls = findObject(objects, 'PriorityClass') as Any;
+  const install = oneLine(section('## Install'));
+  assert.ok(install.includes(`\`priorityClassName: ${pod.priorityClassName}\``), 'the class name');
+  assert.ok(install.includes(`value \`${cls.value}\``), `the value ${cls.value}`);
+  assert.ok(install.includes(`\`globalDefault: ${cls.globalDefault}\``));
+  // KubeVirt's own class for its core components (virt-handler included) is
+  // 10^9, the highest a user-defined class may have.
+  assert.ok(install.includes('`kubevirt-cluster-critical`'));
+  assert.equal(cls.value, 1_000_000_000);
+});
+
+test("the README's upgrade and uninstall sections agree with the manifests and name paths that exist", () => {
+  const objects = daemonSetObjects();
+  const ds = findObject(objects, 'DaemonSet') as Any;
+  const { maxUnavailable, maxSurge } = ds.spec.updateStrategy.rollingUpdate;
+  const upgrade = oneLine(section('### Upgrade'));
+  assert.ok(upgrade.includes(`at most ${String(maxUnavailable).replace('%', ' %')} of the nodes`), upgrade);
+  assert.ok(upgrade.includes(`\`maxSurge: ${maxSurge}\``), upgrade);
+  const uninstall = section('### Uninstall');
+  const seeds = (ds.spec.template.spec.volumes as Any[]).find((v) => v.name === 'seeds').hostPath.path;
+  assert.ok(uninstall.includes(`\`${seeds}\``), `the seeds' hostPath ${seeds}`);
+  // Every directory a kubectl -k of these sections and of the install names.
+  const commands = [section('## Install into a cluster'), upgrade, uninstall].join('\n');
+  const dirs = [...commands.matchAll(/kubectl (?:apply|delete) -k ([^\s`,]+)/g)].map((m) => m[1]);
+  assert.ok(dirs.includes('manifests/monitoring') && dirs.includes('deploy/<variant>'), dirs.join(' '));
+  for (const dir of dirs.filter((d) => d !== '.'))
+    for (const d of dir === 'deploy/<variant>' ? ['deploy/kubevirt', 'deploy/libvirt', 'deploy/namespaced'] : [dir])
+      assert.ok(existsSync(join(ROOT, d, 'kustomization.yaml')), `${d} is a kustomization`);
+});
+
+test('the quick start: npm ci && npm start is enough to try it, scripts/setup-host.sh is for the tests', () => {
+  const quick = oneLine(section('## Quick start'));
+  assert.ok(quick.includes('`npm ci && npm start` is enough'), quick);
+  assert.match(quick, /bash scripts\/setup-host\.sh # Debian packages for the tests/);
+  assert.ok(existsSync(join(ROOT, 'scripts/setup-host.sh')));
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } };
+  // Local mode: no cluster, no libvirt, no root.
+  assert.equal(pkg.scripts.start, 'bin/vmseed agent --local examples');
+  const why = section("### vmseed or KubeVirt's own `cloudInitNoCloud`?");
+  const rows = why.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| |') && !l.startsWith('|---'));
+  assert.ok(rows.length >= 6, 'a row per difference');
+  for (const r of rows) assert.equal(r.split(' | ').length, 3, r);
+});
+
+test("docs/operations.md says which label kube-prometheus-stack's Prometheus selects by default", () => {
+  const operations = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  const monitoring = oneLine(operations.slice(operations.indexOf('\n## Monitoring\n')));
+  assert.ok(monitoring.includes('by the label `release: <its Helm release name>` by default'), monitoring);
+  for (const value of ['serviceMonitorSelectorNilUsesHelmValues', 'ruleSelectorNilUsesHelmValues'])
+    assert.ok(monitoring.includes(value), value);
+});
+
+test('install comes before tuning: in the README and in docs/operations.md, before flags, limits and variants', () => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const at = (text: string, heading: string) => {
+    const i = text.indexOf(`\n${heading}\n`);
+    assert.ok(i >= 0, heading);
+    return i;
+  };
+  const install = at(readme, '## Install into a cluster');
+  for (const later of ['## Command line', '## Limits on input', '## Running beside KubeVirt', '## Monitoring'])
+    assert.ok(install < at(readme, later), `README: install before ${later}`);
+  const operations = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  const headings = [...operations.matchAll(/^## .+$/gm)].map((m) => m[0]);
+  assert.equal(headings[0], '## Install');
+});
+
+// docs/threat-model.md restates facts that live in code: where the agent
+// writes in a launcher, which child processes it starts, how YAML aliases
+// are treated. Each is checked against the code that decides it.
+test('docs/threat-model.md: the launcher directory, child processes and YAML aliases are what the code does', () => {
+  const threat = oneLine(readFileSync(join(ROOT, 'docs/threat-model.md'), 'utf8'));
+  const publishDir = docOf(AGENT_FLAGS['publish-dir'].byPlatform!.kubevirt);
+  assert.ok(publishDir.endsWith('/ephemeral-disks/vmseed'), publishDir);
+  assert.ok(
+    threat.includes(
+      "writes only into its own `vmseed` directory in each launcher's `ephemeral-disks` emptyDir (`--publish-dir`)",
+    ),
+  );
+  assert.ok(
+    threat.includes('no child processes but one `flock` at start and, only with `--libvirt virsh`, `virsh`'),
+    'child processes',
+  );
+  assert.ok(threat.includes('the default `--libvirt rpc`'));
+  assert.match(docOf(AGENT_FLAGS.libvirt.byMode!.cluster), /^rpc\b/);
+  assert.ok(
+    threat.includes(
+      `YAML aliases are bounded, not refused (user-data written by hand uses them): at most ${LIMITS.yamlAliases} per document, none recursive, and the document with its aliases expanded at most 4 × its own size or ${LIMITS.yamlExpandedBytes / 2 ** 20} MiB`,
+    ),
+    'YAML aliases',
+  );
+  // Bounded, not refused: user-data with a few aliases parses.
+  assert.equal(parseYaml('base: &b {a: 1}\none: *b\ntwo: *b\n').ok, true);
 });

@@ -59,3 +59,12 @@ test('a reference set in images: reaches every container of every variant', { ti
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+// How an operator points a variant at their image: the docs show the
+// command for the entry the variants have.
+test('the README and docs/operations.md show `kustomize edit set image` for that entry', async () => {
+  for (const doc of ['README.md', 'docs/operations.md']) {
+    const text = await readFile(join(ROOT, doc), 'utf8');
+    assert.match(text, new RegExp(`^kustomize edit set image ${IMAGE.replaceAll('.', '\\.')}=\\S+:\\S+$`, 'm'), doc);
+  }
+});
