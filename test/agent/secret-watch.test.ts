@@ -54,7 +54,15 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
   const { fake, dir } = await fakeKubeAndDir(t);
   // A resync an hour away: only the watch can bring the edit.
   const injector = new RecordingInjector();
-  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000, injector, nocloudHttp: {} });
+  // The watches' clock: when the agent saw each change.
+  let clock = Date.parse('2026-01-01T10:00:00Z');
+  const h = await startAgent(fake, {
+    stateDir: dir.path,
+    resyncPeriodMs: 3_600_000,
+    injector,
+    nocloudHttp: {},
+    watchRefs: { now: () => clock },
+  });
   t.after(h.stop);
   fake.setSecret(secret('ud', 'one'));
   fake.applyVmi(vmi('edited', { cloudInit: 'secretRef: {name: ud}\n' }));
@@ -66,7 +74,9 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
   assert.equal(watch.path, '/api/v1/namespaces/default/secrets');
   assert.equal(watch.query.fieldSelector, 'metadata.name=ud');
   await waitFor('watch open', () => fake.objectWatchCount() === 1);
+  assert.equal(h.agent.dependencies?.dependencies('default/edited')[0]?.changedAt, '2026-01-01T10:00:00.000Z');
 
+  clock = Date.parse('2026-01-01T11:30:00Z');
   fake.setSecret(secret('ud', 'two'));
   const second = await reseeded(h, fake, 'edited', first);
   assert.notEqual(second, first);
@@ -87,11 +97,17 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
     record.dependencies?.map((d) => [d.kind, d.namespace, d.name, d.state, d.immutable]),
     [['Secret', 'default', 'ud', 'exists', false]],
   );
-  assert.ok(Date.parse(record.dependencies?.[0].changedAt ?? '') > 0);
-  const { renderVmiPage } = await import('../../src/http/status-page.ts');
-  const html = renderVmiPage(snapshot, record, { now: new Date() });
+  assert.equal(record.dependencies?.[0].changedAt, '2026-01-01T11:30:00.000Z', 'when the edit was seen');
+  const { renderVmiPage, statusJson } = await import('../../src/http/status-page.ts');
+  const html = renderVmiPage(snapshot, record, { now: new Date(clock + 120_000) });
   assert.match(html, /Depends on/);
   assert.match(html, /default\/ud/);
+  assert.match(html, /changed 2026-01-01 11:30:00Z/);
+  const json = JSON.stringify(statusJson(snapshot, undefined, new Date(clock)));
+  assert.match(
+    json,
+    /"dependencies":\[\{"kind":"Secret","namespace":"default","name":"ud","state":"exists","immutable":false,"changedAt":"2026-01-01T11:30:00.000Z"\}\]/,
+  );
   assert.doesNotMatch(html, /hostname: two/, 'names only, never content');
 });
 
