@@ -2,12 +2,14 @@
 // clock: how long a failed watch waits before its renewal (capped
 // exponential backoff, jittered), how a 410 is answered (a fresh watch after
 // a random moment, then one read), and when a watch is stopped (an object
-// that becomes immutable, a VMI that stops reading it).
+// that becomes immutable, a VMI that stops reading it), and the spread of the
+// timeoutSeconds every watch asks.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import type { SecretObject } from '../../src/api/types.ts';
 import type { KubeApi } from '../../src/kube/api.ts';
+import type { KubeConnection } from '../../src/kube/connection.ts';
 import type { Watcher } from '../../src/kube/list-watch.ts';
 import type { WatchError } from '../../src/kube/watch.ts';
 import { ObjectWatches, type ObjectWatchesOptions } from '../../src/kube/object-watches.ts';
@@ -206,4 +208,14 @@ test('shared by its readers, stopped when the last one stops reading it', async 
   assert.equal(s.last().aborted, true);
   assert.equal(s.w.openWatches, 0);
   assert.equal(s.w.cachedObjects, 0);
+});
+
+test("renewals are spread: each watch asks a timeoutSeconds at random in 5-10 min, client-go's reflector's bound", async () => {
+  const { BoundedWatch, MIN_WATCH_TIMEOUT_MS } = await import('../../src/kube/watch.ts');
+  const asked = (r: number) =>
+    new BoundedWatch({ connection: {} as KubeConnection, random: () => r }).nextTimeoutSeconds();
+  assert.equal(MIN_WATCH_TIMEOUT_MS, 300_000);
+  assert.equal(asked(0), 300);
+  assert.equal(asked(0.5), 450);
+  assert.equal(asked(0.999), 599);
 });
