@@ -153,6 +153,25 @@ test('one watch per object, shared by its VMIs, stopped with the last one', { ti
   assert.equal(h.watches?.cachedObjects, 0, 'nothing cached for no one');
 });
 
+test('many VMIs on one Secret: one read, one watch, one edit reseeds them all', { timeout: 90_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  t.after(h.stop);
+  const n = 30;
+  fake.setSecret(secret('common', 'before'));
+  for (let i = 0; i < n; i++) fake.applyVmi(vmi(`crowd-${i}`, { cloudInit: 'secretRef: {name: common}\n' }));
+  const images: string[] = [];
+  for (let i = 0; i < n; i++) images.push(await seeded(h, fake, `crowd-${i}`));
+  await waitFor('one watch', () => fake.objectWatchCount() === 1);
+  assert.equal(h.watches?.openWatches, 1);
+  assert.equal(h.watches?.cachedObjects, 1);
+  assert.equal(secretGets(fake), 1, 'read once for all');
+  fake.setSecret(secret('common', 'after'));
+  for (let i = 0; i < n; i++) await reseeded(h, fake, `crowd-${i}`, images[i]);
+  assert.equal(secretGets(fake), 1);
+  assert.equal(fake.objectWatchCount(), 1);
+});
+
 test('a deleted Secret gives SECRET_NOT_FOUND; re-created, the VMI heals', { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
