@@ -54,7 +54,15 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
   const { fake, dir } = await fakeKubeAndDir(t);
   // A resync an hour away: only the watch can bring the edit.
   const injector = new RecordingInjector();
-  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000, injector, nocloudHttp: {} });
+  // The watches' clock: when the agent saw each change.
+  let clock = Date.parse('2026-01-01T10:00:00Z');
+  const h = await startAgent(fake, {
+    stateDir: dir.path,
+    resyncPeriodMs: 3_600_000,
+    injector,
+    nocloudHttp: {},
+    watchRefs: { now: () => clock },
+  });
   t.after(h.stop);
   fake.setSecret(secret('ud', 'one'));
   fake.applyVmi(vmi('edited', { cloudInit: 'secretRef: {name: ud}\n' }));
@@ -66,7 +74,9 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
   assert.equal(watch.path, '/api/v1/namespaces/default/secrets');
   assert.equal(watch.query.fieldSelector, 'metadata.name=ud');
   await waitFor('watch open', () => fake.objectWatchCount() === 1);
+  assert.equal(h.agent.dependencies?.dependencies('default/edited')[0]?.changedAt, '2026-01-01T10:00:00.000Z');
 
+  clock = Date.parse('2026-01-01T11:30:00Z');
   fake.setSecret(secret('ud', 'two'));
   const second = await reseeded(h, fake, 'edited', first);
   assert.notEqual(second, first);
@@ -87,11 +97,17 @@ test('a Secret edit reaches the seed without a resync; nothing is read again', {
     record.dependencies?.map((d) => [d.kind, d.namespace, d.name, d.state, d.immutable]),
     [['Secret', 'default', 'ud', 'exists', false]],
   );
-  assert.ok(Date.parse(record.dependencies?.[0].changedAt ?? '') > 0);
-  const { renderVmiPage } = await import('../../src/http/status-page.ts');
-  const html = renderVmiPage(snapshot, record, { now: new Date() });
+  assert.equal(record.dependencies?.[0].changedAt, '2026-01-01T11:30:00.000Z', 'when the edit was seen');
+  const { renderVmiPage, statusJson } = await import('../../src/http/status-page.ts');
+  const html = renderVmiPage(snapshot, record, { now: new Date(clock + 120_000) });
   assert.match(html, /Depends on/);
   assert.match(html, /default\/ud/);
+  assert.match(html, /changed 2026-01-01 11:30:00Z/);
+  const json = JSON.stringify(statusJson(snapshot, undefined, new Date(clock)));
+  assert.match(
+    json,
+    /"dependencies":\[\{"kind":"Secret","namespace":"default","name":"ud","state":"exists","immutable":false,"changedAt":"2026-01-01T11:30:00.000Z"\}\]/,
+  );
   assert.doesNotMatch(html, /hostname: two/, 'names only, never content');
 });
 
@@ -137,6 +153,25 @@ test('one watch per object, shared by its VMIs, stopped with the last one', { ti
   assert.equal(h.watches?.cachedObjects, 0, 'nothing cached for no one');
 });
 
+test('many VMIs on one Secret: one read, one watch, one edit reseeds them all', { timeout: 90_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  t.after(h.stop);
+  const n = 30;
+  fake.setSecret(secret('common', 'before'));
+  for (let i = 0; i < n; i++) fake.applyVmi(vmi(`crowd-${i}`, { cloudInit: 'secretRef: {name: common}\n' }));
+  const images: string[] = [];
+  for (let i = 0; i < n; i++) images.push(await seeded(h, fake, `crowd-${i}`));
+  await waitFor('one watch', () => fake.objectWatchCount() === 1);
+  assert.equal(h.watches?.openWatches, 1);
+  assert.equal(h.watches?.cachedObjects, 1);
+  assert.equal(secretGets(fake), 1, 'read once for all');
+  fake.setSecret(secret('common', 'after'));
+  for (let i = 0; i < n; i++) await reseeded(h, fake, `crowd-${i}`, images[i]);
+  assert.equal(secretGets(fake), 1);
+  assert.equal(fake.objectWatchCount(), 1);
+});
+
 test('a deleted Secret gives SECRET_NOT_FOUND; re-created, the VMI heals', { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
   const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
@@ -152,6 +187,61 @@ test('a deleted Secret gives SECRET_NOT_FOUND; re-created, the VMI heals', { tim
   await reseeded(h, fake, 'orphan', first);
   assert.equal(secretGets(fake), 1, 'deletion and re-creation came from the watch');
 });
+
+test('a deleted ConfigMap gives CONFIGMAP_NOT_FOUND; re-created, the VMI heals', { timeout: 30_000 }, async (t) => {
+  const { fake, dir } = await fakeKubeAndDir(t);
+  const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+  t.after(h.stop);
+  const cm = (hostname: string) => ({
+    metadata: { name: 'cm-gone', namespace: 'default' },
+    data: { userdata: `#cloud-config\nhostname: ${hostname}\n` },
+  });
+  fake.setConfigMap(cm('one'));
+  fake.applyVmi(vmi('cm-orphan', { cloudInit: 'userDataFrom: {kind: configmap, name: cm-gone, key: userdata}\n' }));
+  const first = await seeded(h, fake, 'cm-orphan');
+  await waitFor('watch open', () => fake.objectWatchCount() === 1);
+  fake.deleteConfigMap('default', 'cm-gone');
+  const error = await waitFor('CONFIGMAP_NOT_FOUND', () => {
+    const e = h.agent.status.get('default/cm-orphan')?.lastError;
+    return e?.code === 'CONFIGMAP_NOT_FOUND' && e;
+  });
+  assert.match(error.message, /ConfigMap default\/cm-gone/);
+  assert.equal(existsSync(first), true, 'the seed in place stays');
+  fake.setConfigMap(cm('two'));
+  await reseeded(h, fake, 'cm-orphan', first);
+  assert.equal(h.agent.status.get('default/cm-orphan')?.lastError, undefined);
+  const cmGets = fake.requests.filter((r) => r.resource === 'configmaps' && r.verb === 'get').length;
+  assert.equal(cmGets, 1, 'deletion and re-creation came from the watch');
+});
+
+test(
+  'a VMI that stops referencing an object stops its watch; the new one is watched',
+  { timeout: 30_000 },
+  async (t) => {
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+    t.after(h.stop);
+    fake.setSecret(secret('old-ref', 'one'));
+    fake.setSecret(secret('new-ref', 'two'));
+    const v = fake.applyVmi(vmi('mover', { cloudInit: 'secretRef: {name: old-ref}\n' }));
+    const first = await seeded(h, fake, 'mover');
+    await waitFor('watching old-ref', () => fake.objectWatchCount() === 1);
+    const moved = structuredClone(v);
+    moved.metadata.annotations!['vmseed.io/cloud-init'] = 'secretRef: {name: new-ref}\n';
+    fake.applyVmi(moved);
+    await reseeded(h, fake, 'mover', first);
+    await waitFor(
+      'only new-ref depended on',
+      () =>
+        h.agent.dependencies
+          ?.dependencies('default/mover')
+          .map((d) => d.name)
+          .join() === 'new-ref',
+    );
+    await waitFor('one watch', () => fake.objectWatchCount() === 1 && h.watches?.openWatches === 1);
+    assert.equal(h.watches?.cachedObjects, 1, 'old-ref is no longer held');
+  },
+);
 
 test('a bad ConfigMap parks its VMI until the ConfigMap is fixed', { timeout: 30_000 }, async (t) => {
   const { fake, dir } = await fakeKubeAndDir(t);
@@ -321,6 +411,46 @@ test('a VMI reading more objects than its budget fails with REFERENCES_TOO_MANY'
   assert.equal(w.cachedObjects, 0);
   await w.stop();
 });
+
+test(
+  'a VMI over its budget of objects fails with REFERENCES_TOO_MANY; watches stay bounded, other VMIs unaffected',
+  { timeout: 60_000 },
+  async (t) => {
+    const { MAX_OBJECTS_PER_VMI } = await import('../../src/kube/object-watches.ts');
+    const { fake, dir } = await fakeKubeAndDir(t);
+    const h = await startAgent(fake, { stateDir: dir.path, resyncPeriodMs: 3_600_000 });
+    t.after(h.stop);
+    // As many files as the annotation allows, each from a Secret of its own,
+    // and the user-data from one more.
+    const files: string[] = [];
+    for (let i = 0; i < MAX_OBJECTS_PER_VMI; i++) {
+      fake.setSecret({ metadata: { name: `f${i}`, namespace: 'default' }, stringData: { k: `${i}` } });
+      files.push(`{from: {kind: secret, name: f${i}, key: k}, path: /etc/f${i}}`);
+    }
+    fake.setSecret(secret('ud', 'greedy'));
+    fake.applyVmi(vmi('greedy', { cloudInit: `secretRef: {name: ud}\nfiles: [${files.join(', ')}]\n` }));
+    fake.setSecret(secret('own', 'modest'));
+    fake.applyVmi(vmi('modest', { cloudInit: 'secretRef: {name: own}\n' }));
+    await seeded(h, fake, 'modest');
+    const error = await waitFor(
+      'REFERENCES_TOO_MANY',
+      () => {
+        const e = h.agent.status.get('default/greedy')?.lastError;
+        return e?.code === 'REFERENCES_TOO_MANY' && e;
+      },
+      30_000,
+    );
+    assert.match(error.message, new RegExp(`more than ${MAX_OBJECTS_PER_VMI} Secrets and ConfigMaps`));
+    assert.match(error.message, /merge them into fewer objects/);
+    assert.equal(h.agent.status.get('default/greedy')?.state, 'error');
+    await h.agent.queue.idle();
+    assert.ok(
+      (h.watches?.openWatches ?? 0) <= MAX_OBJECTS_PER_VMI + 1,
+      `${h.watches?.openWatches} watches: the budget and modest's one`,
+    );
+    assert.ok(secretGets(fake) <= MAX_OBJECTS_PER_VMI + 1, `${secretGets(fake)} reads`);
+  },
+);
 
 test('the documented budgets are the code’s', async () => {
   const { readFileSync } = await import('node:fs');
