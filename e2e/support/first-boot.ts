@@ -24,6 +24,8 @@ import {
 } from './daemonset-agent.ts';
 import { busyboxCmdline } from './guest/busybox.ts';
 import { parseConsole } from './guest/console.ts';
+import { cloudInitFinished, ensureDebianGuest } from './guest/debian.ts';
+import type { GuestKind } from './kubevirt-domain.ts';
 import { waitUntil } from './agent-process.ts';
 import { FakeKube } from '../../test/support/fake-kube.ts';
 import { serviceAccountVolume } from '../../test/support/in-cluster.ts';
@@ -150,8 +152,9 @@ async function vmiStatus(node: FirstBootNode, name: string): Promise<VmiStatusRe
 export async function firstBootRun(
   node: FirstBootNode,
   podIndex: number,
-  o: { order: Step[]; delayMs: number[]; startDelayMs: number; readTimeoutMs?: number },
+  o: { order: Step[]; delayMs: number[]; startDelayMs: number; readTimeoutMs?: number; guest?: GuestKind },
 ): Promise<FirstBootRun> {
+  const guest = o.guest ?? 'busybox';
   const pod = node.tree.pods[podIndex];
   const name = `vm${podIndex}`;
   const uid = randomUUID();
@@ -170,7 +173,11 @@ export async function firstBootRun(
           namespace: NS,
           name,
           uuid: uid,
-          cmdline: busyboxCmdline({ files: ['user-data', 'meta-data'], waitSeconds: 0, after: 'stay' }),
+          cmdline:
+            guest === 'debian'
+              ? (await ensureDebianGuest()).cmdline
+              : busyboxCmdline({ files: ['user-data', 'meta-data'], waitSeconds: 0, after: 'stay' }),
+          guest,
         });
       }
     }
@@ -190,7 +197,7 @@ export async function firstBootRun(
       o.readTimeoutMs ?? 90_000,
       async () => `${await node.detail()}\nconsole: ${consoleOf(l, v).slice(-1500)}`,
     );
-    const { console, guestFound } = await guestLook(l, v, name);
+    const { console, guestFound } = guest === 'debian' ? await cloudInitLook(l, v, name) : await guestLook(l, v, name);
     return { name, startIssuedAt, startReturnedAt, firstBoot, guestFound, console };
   } finally {
     node.fake.deleteVmi(NS, name);
@@ -216,6 +223,26 @@ async function guestLook(l: Launcher, v: KubevirtVm, name: string): Promise<{ co
   );
   const c = parseConsole(console);
   return { console, guestFound: c.files.has('user-data') && c.files.has('meta-data') && !c.labelTimeout };
+}
+
+// Debian: cloud-init's run is over once it printed its final line; the seed
+// was found when that line names the NoCloud datasource (with no seed it
+// names DataSourceNone).
+async function cloudInitLook(
+  l: Launcher,
+  v: KubevirtVm,
+  name: string,
+): Promise<{ console: string; guestFound: boolean }> {
+  const console = await waitUntil(
+    `${name}: cloud-init finished`,
+    () => {
+      const text = consoleOf(l, v);
+      return cloudInitFinished(text) ? text : undefined;
+    },
+    900_000,
+    async () => consoleOf(l, v).slice(-1500),
+  );
+  return { console, guestFound: /finished at .*Datasource DataSourceNoCloud/.test(console) };
 }
 
 export interface ReferenceBootRun {
