@@ -405,7 +405,8 @@ test(
     const sourceState = await a.virsh(['domstate', vm.domain]).then(
       (out) => out.trim(),
       (err: Error) => {
-        if (/Domain not found/.test(err.message)) return 'absent';
+        // virsh says "failed to get domain" when its lookup by name misses.
+        if (/Domain not found|failed to get domain/.test(err.message)) return 'absent';
         throw err;
       },
     );
