@@ -24,6 +24,12 @@ const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
   podsDir?: string;
 };
 
+// The server thread's CPU time so far, on request: what answering a flood
+// costs, apart from the wall-clock latency a loaded machine stretches.
+parentPort!.on('message', (m: unknown) => {
+  if (m === 'cpu') parentPort!.postMessage({ cpu: process.threadCpuUsage() });
+});
+
 function seedOf(i: number): Seed {
   const enc = new TextEncoder();
   return {

@@ -24,7 +24,9 @@
 // a bare node:http server in its own thread that answers every request 429
 // and does nothing else, while the others load vmseed: the others' p99 under
 // vmseed's flood over that is what answering the flood costs vmseed beyond
-// the least any server could spend.
+// the least any server could spend. Beside the latencies, the CPU time the
+// flood adds to each server's thread per flood request: what one refusal
+// costs, which a loaded machine stretches far less than it stretches p99.
 //
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
 //                         [--imds-flood 10000] [--no-imds] [--no-nocloud]
@@ -75,6 +77,19 @@ async function startWorker(
     worker.once('error', reject);
   });
   return { port, worker };
+}
+
+// The worker's thread CPU time so far, in microseconds.
+async function cpuOf(worker: Worker): Promise<number> {
+  return new Promise((resolve) => {
+    const answer = (m: { cpu?: { user: number; system: number } }) => {
+      if (m.cpu === undefined) return;
+      worker.off('message', answer);
+      resolve(m.cpu.user + m.cpu.system);
+    };
+    worker.on('message', answer);
+    worker.postMessage('cpu');
+  });
 }
 
 function pct(sorted: Float64Array, p: number): number {
@@ -137,6 +152,7 @@ if (flood > 0) {
 // without VM 0 flooding from a load generator of its own.
 let floodRatio: string | undefined;
 let floodOverFloor: string | undefined;
+let cpuPerFlooded: string | undefined;
 if (!values['no-imds']) {
   const podsDir = await benchPodsTree(vmis);
   const { port, worker } = await startWorker('vmseed', key, false, podsDir);
@@ -147,7 +163,9 @@ if (!values['no-imds']) {
   const others = all.slice(2);
   await load('warm-up', origin, all, 1, rate, undefined, MD);
   results.push(await load(`vmseed IMDS identity+token, ${vmis} VMIs`, origin, all, seconds, rate, undefined, MD));
+  const cpuBefore = await cpuOf(worker);
   const quiet = await load(`IMDS, ${vmis - 1} other VMIs, no flood`, origin, others, seconds, rate, undefined, MD);
+  const cpuQuiet = await cpuOf(worker);
   const floodRate = Number(values['imds-flood']);
   // The others' load on vmseed while a flood at floodRate goes to floodOrigin.
   const othersDuringFlood = async (name: string, floodName: string, floodOrigin: string) => {
@@ -168,13 +186,21 @@ if (!values['no-imds']) {
     `IMDS, VM 0 flooding at ${floodRate}/s`,
     origin,
   );
+  const cpuFlood = await cpuOf(worker);
   const floor = await startWorker('bare-429', key);
+  const floorBefore = await cpuOf(floor.worker);
   const [duringFloor, floorFlood] = await othersDuringFlood(
     `IMDS, ${vmis - 1} other VMIs, the flood sent to a bare 429 server (reference)`,
     `the same flood to a bare node:http answering 429`,
     `http://127.0.0.1:${floor.port}`,
   );
+  const floorCpu = (await cpuOf(floor.worker)) - floorBefore;
   await floor.worker.terminate();
+  // What the flood added to vmseed's server thread (its CPU with the flood
+  // less without), per flood request, beside the bare 429 server's.
+  const vmseedPer = (cpuFlood - cpuQuiet - (cpuQuiet - cpuBefore)) / floodResult.sent;
+  const barePer = floorCpu / floorFlood.sent;
+  cpuPerFlooded = `vmseed ${vmseedPer.toFixed(1)} µs, bare 429 server ${barePer.toFixed(1)} µs (${(vmseedPer / barePer).toFixed(2)}x)`;
   results.push(quiet, during, floodResult, duringFloor, floorFlood);
   const p99 = (r: Result) => pct(r.latenciesMs.slice().sort(), 99);
   floodRatio = (p99(during) / p99(quiet)).toFixed(2);
@@ -266,4 +292,5 @@ if (floodOverFloor !== undefined)
   console.log(
     `other VMIs' p99 with VM 0 flooding vmseed / with the same flood sent to a bare 429 server: ${floodOverFloor}x`,
   );
+if (cpuPerFlooded !== undefined) console.log(`server thread CPU per flood request: ${cpuPerFlooded}`);
 if (results.some((r) => r.errors > 0)) process.exitCode = 1;

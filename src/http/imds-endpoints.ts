@@ -8,9 +8,9 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { SeedDirectoryEntry } from './datasource.ts';
 import type { SeedIdentity } from './datasource-identity.ts';
-import { ImdsGuards, type ImdsGuardLimits } from './imds-guards.ts';
+import { ImdsGuards, type ImdsGuardLimits, type Throttle } from './imds-guards.ts';
 import { identityReply, type ImdsReply } from './imds-identity.ts';
-import { parseImdsPath, type ImdsRoute } from './imds-paths.ts';
+import { parseImdsPath, type ImdsFamily, type ImdsRoute } from './imds-paths.ts';
 import { tokenReply, type ServiceAccountTokenReader } from './imds-token.ts';
 import { OpenstackTree } from './openstack-paths.ts';
 
@@ -31,16 +31,20 @@ const NOT_FOUND: ImdsReply = {
   headers: { 'Content-Type': 'text/plain; charset=utf-8' },
 };
 const COMMON_HEADERS = { 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' } as const;
-// One warning per kind of refusal per minute: a flood is seen, not logged
-// request by request.
+// One warning per kind of refusal per minute, counting the ones held back
+// since the last: a flood is seen, not logged request by request.
 const LOG_EVERY_MS = 60_000;
+const ONCE = ' (logged at most once a minute per kind)';
+
+function headersOf(reply: ImdsReply): Record<string, string> {
+  return { ...COMMON_HEADERS, ...reply.headers, 'Content-Length': String(reply.body.byteLength) };
+}
+
+// The answer to a flooding VM, built once: a refusal allocates nothing here.
+const TOO_MANY_HEADERS = Object.freeze(headersOf(ImdsGuards.tooMany));
 
 function send(res: ServerResponse, reply: ImdsReply, head: boolean): void {
-  res.writeHead(reply.status, {
-    ...COMMON_HEADERS,
-    ...reply.headers,
-    'Content-Length': String(reply.body.byteLength),
-  });
+  res.writeHead(reply.status, reply === ImdsGuards.tooMany ? TOO_MANY_HEADERS : headersOf(reply));
   res.end(head ? undefined : reply.body);
 }
 
@@ -48,7 +52,7 @@ export class ImdsEndpoints {
   readonly #o: ImdsEndpointOptions;
   readonly #guards: ImdsGuards;
   readonly #openstack = new OpenstackTree();
-  readonly #lastLogged = new Map<string, number>();
+  readonly #lastLogged = new Map<Throttle | number, { at: number; suppressed: number }>();
 
   constructor(options: ImdsEndpointOptions) {
     this.#o = options;
@@ -64,12 +68,11 @@ export class ImdsEndpoints {
     let reply: ImdsReply;
     if (throttled !== undefined) {
       this.#o.metrics?.imdsRateLimited.inc({ family: route.family, scope: throttled });
-      this.#note(`rate-${throttled}`, { family: route.family, scope: throttled }, 'IMDS endpoint rate limit hit');
+      this.#note(throttled, route.family);
       reply = ImdsGuards.tooMany;
     } else {
       const refusal = this.#guards.check(req, route.family);
-      if (refusal !== undefined)
-        this.#note(`refused-${refusal.status}`, { status: refusal.status }, 'IMDS request refused');
+      if (refusal !== undefined) this.#note(refusal.status, route.family);
       reply = refusal ?? (entry === undefined ? NOT_FOUND : this.#answer(route, entry));
     }
     send(res, reply, req.method === 'HEAD');
@@ -101,11 +104,22 @@ export class ImdsEndpoints {
     }
   }
 
-  #note(kind: string, fields: Record<string, unknown>, message: string): void {
-    const now = performance.now();
+  // `kind`: the bucket that refused, or the status of a guard's refusal.
+  #note(kind: Throttle | number, family: ImdsFamily): void {
+    const now = this.#o.now?.() ?? performance.now();
     const last = this.#lastLogged.get(kind);
-    if (last !== undefined && now - last < LOG_EVERY_MS) return;
-    this.#lastLogged.set(kind, now);
-    this.#o.logger.warn({ ...fields, kind }, message);
+    if (last !== undefined && now - last.at < LOG_EVERY_MS) {
+      last.suppressed++;
+      return;
+    }
+    this.#lastLogged.set(kind, { at: now, suppressed: 0 });
+    const held = last ? { suppressedSinceLast: last.suppressed } : {};
+    if (typeof kind === 'number')
+      this.#o.logger.warn({ family, status: kind, kind: `refused-${kind}`, ...held }, `IMDS request refused${ONCE}`);
+    else
+      this.#o.logger.warn(
+        { family, scope: kind, kind: `rate-${kind}`, ...held },
+        `IMDS endpoint rate limit hit${ONCE}`,
+      );
   }
 }

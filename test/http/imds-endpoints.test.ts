@@ -13,6 +13,7 @@ import { startDatasourceServer, type DatasourceServer } from '../../src/http/dat
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 import { jwtExpiration } from '../../src/http/imds-token.ts';
 import { launcherTokenReader } from '../../src/agent/launcher-token.ts';
+import pino from 'pino';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { MapDirectory, nocloudSeed, quietLogger, randomKey } from './datasource-fixtures.ts';
 import { TIMESTAMP_DIR, entry, facts, get, jwt, projectedToken } from './imds-support.ts';
@@ -299,3 +300,57 @@ test('node-wide bucket: behind the per-VM ones, shared by every VM', { timeout: 
     await small.close();
   }
 });
+
+test(
+  'a flood is logged once a minute per kind, counting the refusals held back; every 429 keeps its headers',
+  { timeout: 60_000 },
+  async () => {
+    const logs: Array<Record<string, unknown>> = [];
+    let t = 0;
+    const small = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: pino(
+        { level: 'warn' },
+        { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) },
+      ),
+      compatSourceAddress: true,
+      clock: { now: () => new Date(), monotonicMs: () => t },
+      imdsLimits: { ratePerSecond: 1, burst: 1 },
+      limits: { ratePerSecond: 1_000_000, burst: 1_000_000 },
+    });
+    try {
+      const p = small.address.port;
+      const flood = async (n: number) => {
+        const got: number[] = [];
+        for (let i = 0; i < n; i++) {
+          const r = await get(p, '/v1/identity', MD, '127.0.0.1');
+          got.push(r.status);
+          if (r.status !== 429) continue;
+          assert.equal(r.headers['retry-after'], '1');
+          assert.equal(r.headers['cache-control'], 'no-store');
+          assert.equal(r.headers['x-content-type-options'], 'nosniff');
+          assert.equal(r.headers['content-type'], 'text/plain; charset=utf-8');
+          assert.equal(r.headers['content-length'], String(Buffer.byteLength(r.body)));
+          assert.equal(r.body, 'rate limit exceeded\n');
+        }
+        return got;
+      };
+      assert.deepEqual(await flood(21), [200, ...Array<number>(20).fill(429)]);
+      const hits = () => logs.filter((l) => l.kind === 'rate-vm');
+      assert.equal(hits().length, 1);
+      assert.equal(hits()[0].suppressedSinceLast, undefined);
+      t += 59_000; // within the minute: still held back (and 59 tokens back)
+      assert.deepEqual(await flood(1), [200]);
+      t += 1_000;
+      assert.deepEqual(await flood(3), [200, 429, 429]);
+      assert.equal(hits().length, 2);
+      assert.equal(hits()[1].suppressedSinceLast, 19);
+      assert.equal(hits()[1].family, 'identity');
+      assert.equal(hits()[1].scope, 'vm');
+    } finally {
+      await small.close();
+    }
+  },
+);
