@@ -395,41 +395,33 @@ console.log(
   `guest clock onto the host's: error (half the probe's shortest round trip) median ${quantile(errors, 0.5).toFixed(0)} ms, max ${Math.max(...errors).toFixed(0)} ms`,
 );
 console.log(`p99 is the nearest rank: with ${n} boots, the largest.\n`);
-console.log('| from modules-final finishing in the guest to (ms) | median | p99 | max |');
-console.log('| --- | --- | --- | --- |');
-row(
-  'the agent receiving its event',
-  ms((r) => r.finalToArrival),
-);
-row(
-  'the ProvisioningSucceeded Event at the API server',
-  ms((r) => r.finalToEvent),
-);
-row(
-  `the status page showing it (polled every ${POLL_MS} ms)`,
-  ms((r) => r.finalToStatus),
-);
 const annotations = results.flatMap((r) => (r.finalToAnnotation === undefined ? [] : [r.finalToAnnotation]));
-if (annotations.length) row(`the VMI annotation (${annotations.length}/${n} seen)`, annotations);
-console.log('\n| from the agent receiving the final event to (ms, host clock only) | median | p99 | max |');
-console.log('| --- | --- | --- | --- |');
-row(
-  'the Event at the API server',
-  ms((r) => r.arrivalToEvent),
-);
-row(
-  'the status page showing it',
-  ms((r) => r.arrivalToStatus),
-);
-row(
-  '(the GET /status.json that showed it, request to answer)',
-  ms((r) => r.statusFetchMs),
-);
-row(
-  "the guest's cloud-init: one event posted every (each boot's median in modules-final)",
-  ms((r) => r.postPaceMs),
-);
-console.log('\n| timeline (seconds) | median | p99 | max |');
+const tables: Array<[string, Array<[string, number[]]>]> = [
+  [
+    'from modules-final finishing in the guest to (ms)',
+    [
+      ['the agent receiving its event', ms((r) => r.finalToArrival)],
+      ['the ProvisioningSucceeded Event at the API server', ms((r) => r.finalToEvent)],
+      [`the status page showing it (polled every ${POLL_MS} ms)`, ms((r) => r.finalToStatus)],
+      [`the VMI annotation (${annotations.length}/${n} seen)`, annotations],
+    ],
+  ],
+  [
+    'from the agent receiving the final event to (ms, host clock only)',
+    [
+      ['the Event at the API server', ms((r) => r.arrivalToEvent)],
+      ['the status page showing it', ms((r) => r.arrivalToStatus)],
+      ['(the GET /status.json that showed it, request to answer)', ms((r) => r.statusFetchMs)],
+      ["the guest's cloud-init: one event posted every (each boot's median in modules-final)", ms((r) => r.postPaceMs)],
+    ],
+  ],
+];
+for (const [title, rows] of tables) {
+  console.log(`| ${title} | median | p99 | max |\n| --- | --- | --- | --- |`);
+  for (const [label, v] of rows) if (v.length) row(label, v);
+  console.log('');
+}
+console.log('| timeline (seconds) | median | p99 | max |');
 console.log('| --- | --- | --- | --- |');
 for (const label of Object.keys(results[0]?.rows ?? {}))
   row(
