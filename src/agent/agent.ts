@@ -223,6 +223,7 @@ export class Agent {
       wanted: (key, now) => this.#wantedAnnotation(key, now),
       keys: () => [...this.records.values()].map((r) => r.key),
       logger: this.#log.child({ component: 'vmi-annotations' }),
+      ...(this.#o.metrics ? { metrics: this.#o.metrics } : {}),
     });
     this.status.addDegradedCheck(() => writer.degraded());
     return writer;

@@ -9,12 +9,13 @@
 // does, MAX_IN_FLIGHT writes at once, one value kept per VMI. The patch
 // carries the object's UID: a VMI deleted and made again under the same
 // name is never given the old one's value (the API server refuses the UID
-// change with 422). Failures never block seeding and are logged at most once
-// a minute per kind; a 403 (the ClusterRole lacks `patch` on
+// change with 422). Failures never block seeding, are counted by kind and
+// logged at most once a minute per kind; a 403 (the ClusterRole lacks `patch` on
 // virtualmachineinstances) pauses the writes and shows as degraded until a
 // write succeeds.
 import type { Logger } from 'pino';
 import { statusMessage, transportReason, type KubeApi } from '../kube/api.ts';
+import type { AnnotationWriteResult, Metrics } from '../metrics/metrics.ts';
 
 export const MIN_INTERVAL_MS = 10_000;
 export const SWEEP_MS = 5_000;
@@ -39,6 +40,7 @@ export interface VmiAnnotationWriterOptions {
   wanted: (key: string, now: number) => WantedAnnotation | undefined;
   keys: () => Iterable<string>;
   logger: Logger;
+  metrics?: Pick<Metrics, 'vmiAnnotationWrites'>;
   minIntervalMs?: number;
   sweepMs?: number;
   forbiddenRetryMs?: number;
@@ -55,7 +57,7 @@ interface KeyState {
   busy: boolean;
 }
 
-type FailureKind = 'forbidden' | 'refused' | 'unavailable';
+type FailureKind = Exclude<AnnotationWriteResult, 'success'>;
 
 export class VmiAnnotationWriter {
   readonly #o: VmiAnnotationWriterOptions;
@@ -156,37 +158,40 @@ export class VmiAnnotationWriter {
     try {
       ({ status, body } = await this.#o.api.request('PATCH', path, patch, 'application/merge-patch+json'));
     } catch (e) {
-      this.#log('unavailable', w, `the API server is unreachable (${transportReason(e)}); will retry`);
+      this.#failed('error', w, `the API server is unreachable (${transportReason(e)}); will retry`);
       return;
     }
     if (status >= 200 && status < 300) {
       s.written = w.value;
       this.written++;
+      this.#o.metrics?.vmiAnnotationWrites.inc({ result: 'success' });
       this.#forbidden = undefined;
       return;
     }
     const message = statusMessage(body).slice(0, 300);
     if (status === 403) {
       this.#forbidden = { message: `403 Forbidden (${message})`, until: this.#now() + this.#forbiddenRetryMs() };
-      this.#log('forbidden', w, this.degraded()!);
+      this.#failed('forbidden', w, this.degraded()!);
       return;
     }
     // 404: the VMI is gone (the informer forgets it). 422: another object
     // under the name (its UID differs) or an admission webhook refused.
     if (status === 404 || status === 422) {
       s.refused = w.value;
-      this.#log('refused', w, `the API server answered ${status}${message ? ` (${message})` : ''}; not retried`);
+      this.#failed('refused', w, `the API server answered ${status}${message ? ` (${message})` : ''}; not retried`);
       return;
     }
     // 409, and 429 / 5xx after the client's own retries.
-    this.#log('unavailable', w, `the API server answered ${status}; will retry`);
+    this.#failed('error', w, `the API server answered ${status}; will retry`);
   }
 
   #forbiddenRetryMs(): number {
     return this.#o.forbiddenRetryMs ?? FORBIDDEN_RETRY_MS;
   }
 
-  #log(kind: FailureKind, w: WantedAnnotation, why: string): void {
+  // Counted always, logged at most once a minute per kind.
+  #failed(kind: FailureKind, w: WantedAnnotation, why: string): void {
+    this.#o.metrics?.vmiAnnotationWrites.inc({ result: kind });
     const now = this.#now();
     const last = this.#lastLogged.get(kind);
     if (last && now - last.at < LOG_EVERY_MS) {

@@ -17,6 +17,8 @@ const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 
 const PROVISIONING_BUCKETS = [5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600, 7200];
 export const WEBHOOK_RESULTS = ['patched', 'unchanged', 'refused', 'error'] as const;
 export type WebhookResult = (typeof WEBHOOK_RESULTS)[number];
+export const ANNOTATION_WRITE_RESULTS = ['success', 'forbidden', 'refused', 'error'] as const;
+export type AnnotationWriteResult = (typeof ANNOTATION_WRITE_RESULTS)[number];
 
 // 4 KiB (minimum image) to 64 MiB.
 const SIZE_BUCKETS = [4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
@@ -280,6 +282,13 @@ export function createMetrics(options: MetricsOptions) {
         if (p) this.set(p.oldestRunningSeconds);
       },
     }),
+    // result is one of ANNOTATION_WRITE_RESULTS.
+    vmiAnnotationWrites: new Counter({
+      name: 'vmseed_vmi_annotation_writes_total',
+      help: 'Writes of the VMI annotation vmseed.io/provisioning by result: success, forbidden (403: the ClusterRole lacks patch on virtualmachineinstances), refused (404 or 422: the VMI gone or made again; not retried), error (unreachable, 409, 429 or 5xx after retries; retried).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
     // The admission webhook (deploy/webhook); result is one of WEBHOOK_RESULTS.
     webhookRequests: new Counter({
       name: 'vmseed_webhook_requests_total',
@@ -314,6 +323,7 @@ export function createMetrics(options: MetricsOptions) {
   for (const state of ['running', 'succeeded', 'failed', 'not-reported']) m.provisioningVmis.set({ state }, 0);
   m.provisioningFailures.inc({ module: 'other' }, 0);
   for (const result of WEBHOOK_RESULTS) m.webhookRequests.inc({ result }, 0);
+  for (const result of ANNOTATION_WRITE_RESULTS) m.vmiAnnotationWrites.inc({ result }, 0);
   for (const datasource of ['disk', 'nocloud-http']) m.seededAfterBoot.inc({ datasource }, 0);
   return {
     ...m,

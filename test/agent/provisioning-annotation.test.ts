@@ -4,7 +4,8 @@
 // no reports (the datasource is off) shows as not-reported, with why. An
 // install whose RBAC lacks `patch` on VMIs still seeds every VMI; the agent
 // stays ready and says degraded (/readyz, the status page, status.json)
-// until the grant comes, then writes the summary.
+// until the grant comes, then writes the summary; /metrics counts each write
+// by its result.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
@@ -89,6 +90,17 @@ test(
         .length,
       1,
     );
+    // Each write counted by its result, on the agent's /metrics.
+    const scraped = await (await fetch(`${http.url}/metrics`)).text();
+    const writes = (result: string) =>
+      Number(new RegExp(`^vmseed_vmi_annotation_writes_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(scraped)?.[1]);
+    const patchStatuses = fake.requests
+      .filter((r) => r.resource === 'virtualmachineinstances' && r.verb === 'patch')
+      .map((r) => r.status);
+    assert.equal(writes('success'), 1);
+    assert.equal(writes('forbidden'), patchStatuses.filter((s) => s === 403).length);
+    assert.ok(writes('forbidden') >= 1);
+    assert.equal(writes('error'), 0);
   },
 );
 

@@ -4,7 +4,7 @@
 // value changes (the last always written), a 403 shown as degraded and the
 // writes paused until RBAC allows them, a VMI gone or made again never
 // retried with the old value, failures logged at most once a minute per
-// kind. The clock is the test's: no wait depends on the machine's speed.
+// kind, every write counted by result. The clock is the test's: no wait depends on the machine's speed.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { FakeKube } from '../support/fake-kube.ts';
@@ -12,7 +12,8 @@ import { captureLogger } from '../support/capture-logger.ts';
 import { vmi } from '../support/agent-harness.ts';
 import { loadManifestObjects, manifestRbacWithout } from '../support/kube-authz.ts';
 import { ROOT } from '../support/manifests.ts';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
+import { DEFAULT_RETRY, KubeConnectionApi } from '../../src/kube/api.ts';
+import { createMetrics } from '../../src/metrics/metrics.ts';
 import { FORBIDDEN_RETRY_MS, MIN_INTERVAL_MS, VmiAnnotationWriter } from '../../src/agent/vmi-annotation-writer.ts';
 
 const ANNOTATION = 'vmseed.io/provisioning';
@@ -27,11 +28,13 @@ async function setup(t: TestContext) {
   const api = new KubeConnectionApi(connection, { timeoutMs: 10_000 });
   const state = { clock: 1_000_000, value: 'v0', uid: fake.applyVmi(vmi('vm')).metadata.uid! };
   const { logger, lines } = captureLogger('debug');
+  const metrics = createMetrics({ version: 'test', processMetrics: false });
   const make = () =>
     new VmiAnnotationWriter({
       api,
       annotation: ANNOTATION,
       logger,
+      metrics,
       now: () => state.clock,
       keys: () => ['default/vm'],
       // The informer's copy: what the object carried when last seen.
@@ -46,7 +49,12 @@ async function setup(t: TestContext) {
   const patches = () => fake.requests.filter((r) => r.resource === 'virtualmachineinstances' && r.verb === 'patch');
   const annotation = () => fake.getVmi('default', 'vm')?.metadata.annotations?.[ANNOTATION];
   const warnings = () => lines.filter((l) => l.includes('could not write the VMI annotation'));
-  return { fake, state, make, patches, annotation, warnings };
+  const counted = async () => {
+    const out: Record<string, number> = {};
+    for (const v of (await metrics.vmiAnnotationWrites.get()).values) out[String(v.labels.result)] = v.value;
+    return out;
+  };
+  return { fake, state, make, patches, annotation, warnings, counted };
 }
 
 test('a value is written once, with a merge patch carrying the UID; one the object already holds is not written', async (t) => {
@@ -225,4 +233,48 @@ test('the fake API server answers VMI patches as the API server and KubeVirt do'
   assert.equal(now.metadata.labels?.team, 'a');
   assert.equal(now.metadata.annotations?.['vmseed.io/cloud-init'], undefined);
   assert.notEqual(now.metadata.resourceVersion, stored.metadata.resourceVersion);
+});
+
+test('every write is counted by result: a 5xx past the client retries as error, then retried and counted as success', async (t) => {
+  const { fake, state, make, patches, annotation, warnings, counted } = await setup(t);
+  assert.deepEqual(await counted(), { success: 0, forbidden: 0, refused: 0, error: 0 }, 'each series from the start');
+  fake.fail({ status: 500, verb: 'patch', times: DEFAULT_RETRY.retries + 1 });
+  const writer = make();
+  writer.touch('default/vm');
+  await writer.idle();
+  assert.deepEqual(
+    patches().map((r) => r.status),
+    Array<number>(DEFAULT_RETRY.retries + 1).fill(500),
+  );
+  assert.equal(annotation(), undefined);
+  assert.deepEqual(
+    await counted(),
+    { success: 0, forbidden: 0, refused: 0, error: 1 },
+    'one write, however many retries',
+  );
+  assert.match(warnings()[0], /the API server answered 500; will retry/);
+
+  state.clock += MIN_INTERVAL_MS;
+  writer.sweep();
+  await writer.idle();
+  assert.equal(annotation(), 'v0');
+  assert.deepEqual(await counted(), { success: 1, forbidden: 0, refused: 0, error: 1 });
+
+  fake.setRbac(manifestRbacWithout('virtualmachineinstances', 'patch'));
+  state.value = 'v1';
+  state.clock += MIN_INTERVAL_MS;
+  writer.sweep();
+  await writer.idle();
+  fake.setRbac(loadManifestObjects(`${ROOT}manifests/daemonset.yaml`));
+  fake.deleteVmi('default', 'vm');
+  state.clock += FORBIDDEN_RETRY_MS;
+  writer.sweep();
+  await writer.idle();
+  assert.deepEqual(
+    patches()
+      .slice(-2)
+      .map((r) => r.status),
+    [403, 404],
+  );
+  assert.deepEqual(await counted(), { success: 1, forbidden: 1, refused: 1, error: 1 });
 });
