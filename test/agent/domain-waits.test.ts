@@ -122,6 +122,25 @@ test('without events (the virsh client) the same VMI waits for its backoff', asy
   assert.equal(lv.domains.get('ns_web')!.state, 'paused');
 });
 
+// The VMI's launcher pod is known: its socket is where the domain will be.
+const target: InjectionTarget = {
+  namespace: 'ns',
+  name: 'web',
+  uid: 'u',
+  datasource: 'nocloud',
+  annotations: {},
+  launcherPods: ['pod-a'],
+};
+
+// DomainWaits started over `events`, wrapping `inner`; what it enqueues.
+function started(events: DomainEvents, inner: Injector) {
+  const enqueued: string[] = [];
+  const { logger } = captureLogger('debug');
+  const waits = new DomainWaits(events, (k) => enqueued.push(k), logger);
+  waits.start();
+  return { waits, inj: waits.wrap(inner), enqueued };
+}
+
 // KubeVirt: one socket per launcher, watched only while its VMI waits.
 test('per-launcher URIs: watched while the VMI waits for its domain, released once seeded; a reconnect re-runs the waiting VMI', async () => {
   const watching = new Map<string, number>();
@@ -155,19 +174,7 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
     },
     eject: async (x) => ({ action: 'none', domain: `${x.namespace}_${x.name}` }),
   };
-  const enqueued: string[] = [];
-  const { logger } = captureLogger('debug');
-  const waits = new DomainWaits(events, (k) => enqueued.push(k), logger);
-  waits.start();
-  const inj = waits.wrap(inner);
-  const target: InjectionTarget = {
-    namespace: 'ns',
-    name: 'web',
-    uid: 'u',
-    datasource: 'nocloud',
-    annotations: {},
-    launcherPods: ['pod-a'],
-  };
+  const { waits, inj, enqueued } = started(events, inner);
 
   // No launcher pod yet: nothing to watch (the VMI's update brings the pod).
   // The injector's own error passes through; locate's is not the VMI's error.
@@ -226,19 +233,7 @@ test('a start whose seed attach the injector sent from the event: the VMI is rec
     eject: async (x) => ({ action: 'none', domain: `${x.namespace}_${x.name}` }),
     attachingAtStart: (uri, domain) => (uri === 'sock:pod-a' && domain === 'ns_web' ? sending : undefined),
   };
-  const enqueued: string[] = [];
-  const { logger } = captureLogger('debug');
-  const waits = new DomainWaits(events, (k) => enqueued.push(k), logger);
-  waits.start();
-  const inj = waits.wrap(inner);
-  const target: InjectionTarget = {
-    namespace: 'ns',
-    name: 'web',
-    uid: 'u',
-    datasource: 'nocloud',
-    annotations: {},
-    launcherPods: ['pod-a'],
-  };
+  const { waits, inj, enqueued } = started(events, inner);
   await assert.rejects(inj.inject(target, '/i.iso'), { code: 'DOMAIN_STATE_UNSUPPORTED' });
   assert.deepEqual(waits.waiting, ['ns/web']);
 
