@@ -47,6 +47,8 @@ export class DomainWaits {
   readonly #byKey = new Map<string, Tracked>();
   readonly #byDomain = new Map<string, Set<string>>();
   readonly #always: Array<() => void> = [];
+  // The wrapped injector: an attach it sends from a start event goes first.
+  #inner: Injector | undefined;
   #unsubscribe: (() => void) | undefined;
 
   constructor(events: DomainEvents, enqueue: (key: string) => void, logger: Logger) {
@@ -79,13 +81,25 @@ export class DomainWaits {
   }
 
   #onEvent(uri: string, domain: string | undefined, event: string): void {
-    let keys: string[];
     if (domain === undefined) {
-      keys = [...this.#byKey].filter(([, t]) => t.uri === uri && t.unwatch !== undefined).map(([k]) => k);
-    } else {
-      if (!APPEARING.has(event)) return;
-      keys = [...(this.#byDomain.get(domainId(uri, domain)) ?? [])];
+      const keys = [...this.#byKey].filter(([, t]) => t.uri === uri && t.unwatch !== undefined).map(([k]) => k);
+      this.#enqueueAll(keys, domain, event);
+      return;
     }
+    if (!APPEARING.has(event)) return;
+    // The seed's attach sent from this start event (prepared-attach.ts): the
+    // reconcile waits for libvirt's answer, then finds it done. Run at once,
+    // its render and image build would hold the event loop while the attach
+    // is sent and its answer read.
+    const enqueue = () => this.#enqueueAll([...(this.#byDomain.get(domainId(uri, domain)) ?? [])], domain, event);
+    const sending = this.#inner?.attachingAtStart?.(uri, domain);
+    if (!sending) return enqueue();
+    void sending.then(() => {
+      if (this.#unsubscribe) enqueue();
+    });
+  }
+
+  #enqueueAll(keys: string[], domain: string | undefined, event: string): void {
     for (const key of keys) {
       this.#log.debug(
         { key, domain, event: domain === undefined ? 'reconnected' : event },
@@ -122,6 +136,7 @@ export class DomainWaits {
   }
 
   wrap(inner: Injector): Injector {
+    this.#inner = inner;
     const outer: Injector = {
       ...(inner.perPod !== undefined ? { perPod: inner.perPod } : {}),
       ...(inner.stage ? { stage: inner.stage.bind(inner) } : {}),

@@ -188,6 +188,10 @@ export class LibvirtInjector implements Injector {
     return this.#prepared?.size ?? 0;
   }
 
+  attachingAtStart(uri: string, domain: string): Promise<void> | undefined {
+    return this.#prepared?.sending(uri, domain);
+  }
+
   domainName(target: InjectionTarget): string {
     return renderForTarget(this.#domainTemplate, target);
   }

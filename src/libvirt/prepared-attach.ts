@@ -35,6 +35,8 @@ export class PreparedAttaches {
   readonly #timeoutMs: number;
   readonly #prepared = new Map<string, Prepared>();
   readonly #sent = new Map<string, Sent>();
+  // Attaches sent from a start event whose answer has not come yet.
+  readonly #sending = new Map<string, Promise<void>>();
   #off: (() => void) | undefined;
 
   constructor(options: {
@@ -45,6 +47,9 @@ export class PreparedAttaches {
     this.#client = options.client;
     this.#serialize = options.serialize;
     this.#timeoutMs = options.timeoutMs;
+    // Subscribed when made, so before the agent's listeners (they subscribe
+    // when it starts): the attach is queued before any of them runs.
+    if (this.usable) this.#off = this.#client.onEvent((e) => this.#onEvent(e));
   }
 
   // Only where libvirt sends events (the RPC client); without them there is
@@ -56,8 +61,7 @@ export class PreparedAttaches {
   // The attach to send when `domain` starts. A later call for the same
   // domain replaces it (the seed changed while the domain waited).
   prepare(uri: string, domain: string, p: Prepared): void {
-    if (!this.usable) return;
-    this.#off ??= this.#client.onEvent((e) => this.#onEvent(e));
+    if (!this.#off) return;
     const id = domainId(uri, domain);
     remember(this.#prepared, id, p);
   }
@@ -83,11 +87,17 @@ export class PreparedAttaches {
     return this.#prepared.size;
   }
 
+  // The attach sent at `domain`'s start, until libvirt answered it.
+  sending(uri: string, domain: string): Promise<void> | undefined {
+    return this.#sending.get(domainId(uri, domain));
+  }
+
   stop(): void {
     this.#off?.();
     this.#off = undefined;
     this.#prepared.clear();
     this.#sent.clear();
+    this.#sending.clear();
   }
 
   #onEvent(e: LibvirtEvent): void {
@@ -102,12 +112,18 @@ export class PreparedAttaches {
     if (!p) return;
     this.#prepared.delete(id);
     const { uri, domain } = e;
-    // A failure is left to the reconcile this event also starts: it reads
-    // the domain and attaches (or reports why not) as it always does.
-    this.#serialize(id, async () => {
+    // A failure is left to the reconcile this event also starts (once this
+    // is answered): it reads the domain and attaches (or reports why not)
+    // as it always does.
+    const sending = this.#serialize(id, async () => {
       await this.#client.attachDevice(uri, domain, p.xml, { live: true, config: false, timeoutMs: this.#timeoutMs });
       remember(this.#sent, id, { source: p.source, targetDev: p.targetDev, bus: p.bus, at: Date.now() });
     }).catch(() => {});
+    // At most one per prepared domain, gone once answered.
+    this.#sending.set(id, sending);
+    void sending.then(() => {
+      if (this.#sending.get(id) === sending) this.#sending.delete(id);
+    });
   }
 }
 

@@ -88,4 +88,7 @@ export interface Injector {
   // DOMAIN_NOT_FOUND (retryable) until the domain exists. Per-pod
   // injectors: the target names one launcher pod.
   domainDevices?(target: InjectionTarget, options?: InjectorCallOptions): Promise<DomainFacts>;
+  // The seed's attach sent from `domain`'s start event, until libvirt has
+  // answered it (never rejects); undefined when none is in flight.
+  attachingAtStart?(uri: string, domain: string): Promise<void> | undefined;
 }

@@ -122,6 +122,25 @@ test('without events (the virsh client) the same VMI waits for its backoff', asy
   assert.equal(lv.domains.get('ns_web')!.state, 'paused');
 });
 
+// The VMI's launcher pod is known: its socket is where the domain will be.
+const target: InjectionTarget = {
+  namespace: 'ns',
+  name: 'web',
+  uid: 'u',
+  datasource: 'nocloud',
+  annotations: {},
+  launcherPods: ['pod-a'],
+};
+
+// DomainWaits started over `events`, wrapping `inner`; what it enqueues.
+function started(events: DomainEvents, inner: Injector) {
+  const enqueued: string[] = [];
+  const { logger } = captureLogger('debug');
+  const waits = new DomainWaits(events, (k) => enqueued.push(k), logger);
+  waits.start();
+  return { waits, inj: waits.wrap(inner), enqueued };
+}
+
 // KubeVirt: one socket per launcher, watched only while its VMI waits.
 test('per-launcher URIs: watched while the VMI waits for its domain, released once seeded; a reconnect re-runs the waiting VMI', async () => {
   const watching = new Map<string, number>();
@@ -155,19 +174,7 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
     },
     eject: async (x) => ({ action: 'none', domain: `${x.namespace}_${x.name}` }),
   };
-  const enqueued: string[] = [];
-  const { logger } = captureLogger('debug');
-  const waits = new DomainWaits(events, (k) => enqueued.push(k), logger);
-  waits.start();
-  const inj = waits.wrap(inner);
-  const target: InjectionTarget = {
-    namespace: 'ns',
-    name: 'web',
-    uid: 'u',
-    datasource: 'nocloud',
-    annotations: {},
-    launcherPods: ['pod-a'],
-  };
+  const { waits, inj, enqueued } = started(events, inner);
 
   // No launcher pod yet: nothing to watch (the VMI's update brings the pod).
   // The injector's own error passes through; locate's is not the VMI's error.
@@ -206,4 +213,43 @@ test('per-launcher URIs: watched while the VMI waits for its domain, released on
   assert.deepEqual(waits.waiting, []);
   waits.stop();
   assert.equal(listener, undefined);
+});
+
+// The injector sent the seed's attach from the start event itself
+// (prepared-attach.ts): the reconcile that event brings waits for libvirt's
+// answer rather than competing with it.
+test('a start whose seed attach the injector sent from the event: the VMI is reconciled once libvirt answered it', async () => {
+  let listener: ((uri: string, domain: string | undefined, event: string) => void) | undefined;
+  const events: DomainEvents = {
+    subscribe: (l) => ((listener = l), () => (listener = undefined)),
+    watch: () => () => {},
+    locate: (x: InjectionTarget) => ({ uri: 'sock:pod-a', domain: `${x.namespace}_${x.name}` }),
+  };
+  let sending: Promise<void> | undefined;
+  const inner: Injector = {
+    inject: async () => {
+      throw new VmseedError('DOMAIN_STATE_UNSUPPORTED', 'not running', { kind: 'retryable' });
+    },
+    eject: async (x) => ({ action: 'none', domain: `${x.namespace}_${x.name}` }),
+    attachingAtStart: (uri, domain) => (uri === 'sock:pod-a' && domain === 'ns_web' ? sending : undefined),
+  };
+  const { waits, inj, enqueued } = started(events, inner);
+  await assert.rejects(inj.inject(target, '/i.iso'), { code: 'DOMAIN_STATE_UNSUPPORTED' });
+  assert.deepEqual(waits.waiting, ['ns/web']);
+
+  let answer: (() => void) | undefined;
+  sending = new Promise<void>((resolve) => (answer = resolve));
+  listener!('sock:pod-a', 'ns_web', 'started');
+  listener!('sock:pod-a', 'ns_web', 'suspended');
+  await new Promise((r) => setTimeout(r, 50));
+  assert.deepEqual(enqueued, [], 'not while the attach waits for its answer');
+  sending = undefined;
+  answer!();
+  await until('the reconcile after the answer', () => enqueued.length === 2);
+  assert.deepEqual(enqueued, ['ns/web', 'ns/web']);
+
+  // Nothing in flight: at once, as before.
+  listener!('sock:pod-a', 'ns_web', 'defined');
+  assert.equal(enqueued.length, 3);
+  waits.stop();
 });

@@ -82,6 +82,25 @@ test('defined, not started: the attach is prepared; the start event sends it at 
   assert.equal((await injector.inject(target, '/seeds/nocloud-1.iso')).action, 'none', 'reported once');
 });
 
+test("the attach is queued ahead of the event's other listeners, and is in flight until libvirt answered it", async () => {
+  const { lv, client, injector } = setup();
+  // Subscribed after the injector was made, before anything was prepared.
+  let seen: Promise<void> | undefined;
+  client.onEvent((e) => {
+    if (e.type === 'lifecycle' && e.event === 'started') seen = injector.attachingAtStart(URI, 'ns_vm');
+  });
+  lv.domains.set('ns_vm', defined());
+  await assert.rejects(injector.inject(target, '/seeds/nocloud-1.iso'), notRunning);
+  assert.equal(injector.attachingAtStart(URI, 'ns_vm'), undefined, 'nothing in flight before the start');
+  start(lv, client);
+  assert.ok(seen, 'in flight when a later listener hears the same event');
+  await seen;
+  assert.equal(lv.domains.get('ns_vm')!.live.length, 1, 'answered: the disk is in place');
+  assert.equal(injector.attachingAtStart(URI, 'ns_vm'), undefined, 'no longer in flight once answered');
+  assert.equal((await injector.inject(target, '/seeds/nocloud-1.iso')).action, 'attached');
+  assert.equal(attaches(lv).length, 1, 'not attached twice');
+});
+
 test('the seed changed while the domain waited: the start sends the latest one', async () => {
   const { lv, client, injector } = setup();
   lv.domains.set('ns_vm', defined());
