@@ -309,7 +309,8 @@ test('harness: sync, old layout live-only: every pass fails on the config half a
   assert.equal(sync.errors().length, 2);
 });
 
-test('harness: pause rule: a start-paused VMI stays paused until unpause; a pause KubeVirt did not order is resumed', async () => {
+// A domain paused at start, as a VMI with startStrategy: Paused has it.
+function startPausedDomain(): { dom: FakeDomain; sync: KubevirtSync } {
   const dom = new FakeDomain([], []);
   dom.state = 'paused';
   const sync = new KubevirtSync({
@@ -319,6 +320,11 @@ test('harness: pause rule: a start-paused VMI stays paused until unpause; a paus
     diskReady: async () => true,
     startPaused: true,
   });
+  return { dom, sync };
+}
+
+test('harness: pause rule: a start-paused VMI stays paused until unpause; a pause KubeVirt did not order is resumed', async () => {
+  const { dom, sync } = startPausedDomain();
   assert.equal((await sync.sync()).resumed, false);
   assert.equal(dom.state, 'paused');
   await sync.unpause();
@@ -331,15 +337,7 @@ test('harness: pause rule: a start-paused VMI stays paused until unpause; a paus
 
 test('harness: an unpause racing a sync pass: one resume, no failed pass (the launcher serialises them)', async () => {
   for (let i = 0; i < 20; i++) {
-    const dom = new FakeDomain([], []);
-    dom.state = 'paused';
-    const sync = new KubevirtSync({
-      domain: 'd',
-      virsh: dom.port,
-      spec: [],
-      diskReady: async () => true,
-      startPaused: true,
-    });
+    const { dom, sync } = startPausedDomain();
     const [pass] = await Promise.all([sync.sync(), sync.unpause()]);
     assert.equal(pass.error, undefined);
     assert.equal(dom.state, 'running');
