@@ -7,6 +7,8 @@ export interface Refusal {
   status: number;
   body: Buffer;
   headers: Record<string, string>;
+  // Not read again on this connection for so long (connection-hold.ts).
+  holdMs?: number;
 }
 
 export interface ScreenLimits {
@@ -18,7 +20,12 @@ export interface ScreenLimits {
   now: () => number;
 }
 
-const TOO_MANY: Refusal = { status: 429, body: Buffer.from('too many requests\n'), headers: { 'Retry-After': '1' } };
+const TOO_MANY: Refusal = {
+  status: 429,
+  body: Buffer.from('too many requests\n'),
+  headers: { 'Retry-After': '1' },
+  holdMs: 1000,
+};
 const TOO_LONG: Refusal = {
   status: 414,
   body: Buffer.from('request target too long\n'),

@@ -28,6 +28,7 @@ import type { ImdsFacts } from './imds-identity.ts';
 import type { ServiceAccountTokenReader } from './imds-token.ts';
 import { ReportReceiver, type ProgressSink, type ReportLimits } from './report-receiver.ts';
 import { EarlyMisses, type EarlyMissLimits } from './datasource-early.ts';
+import { holdConnection } from './connection-hold.ts';
 
 export interface SeedDirectoryEntry {
   namespace: string;
@@ -253,6 +254,7 @@ class SeedRequestHandler {
     if (imds !== undefined) return { status: imds, route: undefined };
     const refusal = this.#screen.check(req, target, source);
     if (refusal !== undefined) {
+      if (refusal.holdMs !== undefined) holdConnection(req, res, refusal.holdMs);
       send(res, refusal.status, refusal.body, head, refusal.headers);
       return { status: refusal.status, route: undefined };
     }

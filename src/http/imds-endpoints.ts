@@ -8,7 +8,8 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { SeedDirectoryEntry } from './datasource.ts';
 import type { SeedIdentity } from './datasource-identity.ts';
-import { ImdsGuards, type ImdsGuardLimits, type Throttle } from './imds-guards.ts';
+import { ImdsGuards, RETRY_AFTER_MS, type ImdsGuardLimits, type Throttle } from './imds-guards.ts';
+import { holdConnection } from './connection-hold.ts';
 import { identityReply, type ImdsReply } from './imds-identity.ts';
 import { parseImdsPath, type ImdsFamily, type ImdsRoute } from './imds-paths.ts';
 import { tokenReply, type ServiceAccountTokenReader } from './imds-token.ts';
@@ -69,6 +70,8 @@ export class ImdsEndpoints {
     if (throttled !== undefined) {
       this.#o.metrics?.imdsRateLimited.inc({ family: route.family, scope: throttled });
       this.#note(throttled, route.family);
+      // The node-wide bucket is every VM's: only a client's own bucket holds its connection.
+      if (throttled !== 'node') holdConnection(req, res, RETRY_AFTER_MS);
       reply = ImdsGuards.tooMany;
     } else {
       const refusal = this.#guards.check(req, route.family);

@@ -47,8 +47,12 @@ const text = (status: number, body: string, headers: Record<string, string> = {}
   headers: { 'Content-Type': 'text/plain; charset=utf-8', ...headers },
 });
 
+// How long a VM its bucket refused is told to wait (IMDS: `Retry-After: 1`);
+// its connection is not read before then (connection-hold.ts).
+export const RETRY_AFTER_MS = 1000;
+
 // IMDS's answers, byte for byte where IMDS has one (Go's http.Error).
-const TOO_MANY = text(429, 'rate limit exceeded\n', { 'Retry-After': '1' });
+const TOO_MANY = text(429, 'rate limit exceeded\n', { 'Retry-After': String(RETRY_AFTER_MS / 1000) });
 const BAD_METHOD = text(405, 'Method not allowed\n', { Allow: 'GET, HEAD' });
 const HEADERS_TOO_LARGE = text(431, 'request header fields too large\n', { Connection: 'close' });
 const HAS_BODY = text(400, 'request body not accepted\n', { Connection: 'close' });

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { Client } from 'undici';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { metaDataBytes } from '../../src/cloudinit/seed-files.ts';
 import { startDatasourceServer, parseListen, type DatasourceServer } from '../../src/http/datasource.ts';
@@ -280,6 +281,40 @@ describe('rate limiting per source address', () => {
       for (let i = 0; i < 4; i++) after.push((await rawRequest(server.address.port, path)).status);
       assert.deepEqual(after, [200, 200, 200, 429]);
     } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('rate limiting: the refused connection', () => {
+  test('a keep-alive connection refused 429 is not read again for its Retry-After second', async () => {
+    const dir = new MapDirectory();
+    dir.add({ namespace: 'n', name: 'a', uid: 'uid-a', seed: nocloudSeed('a') });
+    const keyring = new DatasourceKeyring([randomKey()]);
+    const server = await startDatasourceServer({
+      listen: { host: '127.0.0.1', port: 0 },
+      directory: dir,
+      keyring,
+      logger: quietLogger,
+      limits: { ratePerSecond: 2, burst: 1 },
+      // The bucket's clock stands still: one token, then refusals only.
+      clock: { now: () => new Date(), monotonicMs: () => 0 },
+    });
+    const c = new Client(`http://127.0.0.1:${server.address.port}`, { pipelining: 1 });
+    const ask = async () => {
+      const r = await c.request({ path: `/v1/${keyring.sign('uid-a')}/meta-data`, method: 'GET' });
+      await r.body.arrayBuffer();
+      return { status: r.statusCode, at: performance.now() };
+    };
+    try {
+      assert.equal((await ask()).status, 200);
+      const refused = await ask();
+      assert.equal(refused.status, 429);
+      const next = await ask();
+      assert.equal(next.status, 429);
+      assert.ok(next.at - refused.at >= 500, `next answer ${(next.at - refused.at).toFixed(0)} ms after the 429`);
+    } finally {
+      await c.destroy();
       await server.close();
     }
   });

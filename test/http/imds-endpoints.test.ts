@@ -14,6 +14,7 @@ import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 import { jwtExpiration } from '../../src/http/imds-token.ts';
 import { launcherTokenReader } from '../../src/agent/launcher-token.ts';
 import pino from 'pino';
+import { Client } from 'undici';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { MapDirectory, nocloudSeed, quietLogger, randomKey } from './datasource-fixtures.ts';
 import { TIMESTAMP_DIR, entry, facts, get, jwt, projectedToken } from './imds-support.ts';
@@ -239,6 +240,37 @@ test('rate limit per VM: A flooding gets 429 Retry-After 1, B is not limited', {
   assert.match(text, /vmseed_imds_requests_total\{family="identity",status="429"\} [1-9]/);
   assert.match(text, /vmseed_imds_requests_total\{family="token",status="200"\} [1-9]/);
 });
+
+test(
+  'a VM its bucket refused is not read on that connection for Retry-After; B is answered meanwhile',
+  { timeout: 60_000 },
+  async () => {
+    refill();
+    // One keep-alive connection from VM A, as a flooding guest would hold.
+    const a = new Client(`http://127.0.0.1:${port}`, { localAddress: '127.0.0.1', pipelining: 1 });
+    const ask = async (c: Client) => {
+      const r = await c.request({ path: '/v1/identity', method: 'GET', headers: MD });
+      await r.body.arrayBuffer();
+      return { status: r.statusCode, at: performance.now() };
+    };
+    try {
+      for (let i = 0; i < 100; i++) assert.equal((await ask(a)).status, 200);
+      const refused = await ask(a);
+      assert.equal(refused.status, 429);
+      const next = ask(a);
+      const b = await get(port, '/v1/identity', MD, '127.0.0.2');
+      const bAt = performance.now();
+      assert.equal(b.status, 200, "B's own connection and bucket");
+      const held = await next;
+      assert.ok(bAt < held.at, 'B answered while A was held');
+      // The bucket's clock stands still here: A is still refused, a second later.
+      assert.equal(held.status, 429);
+      assert.ok(held.at - refused.at >= 500, `A's next answer ${(held.at - refused.at).toFixed(0)} ms after its 429`);
+    } finally {
+      await a.destroy();
+    }
+  },
+);
 
 test('guards: 1 KiB of headers, GET/HEAD only, no body', { timeout: 30_000 }, async () => {
   refill();
