@@ -10,6 +10,7 @@ const w = workerData as {
   seconds: number;
   rate: number;
   headers: Record<string, string>;
+  maxInFlight?: number;
 };
-const r = await load(w.name, w.origin, w.paths, w.seconds, w.rate, undefined, w.headers);
+const r = await load(w.name, w.origin, w.paths, w.seconds, w.rate, undefined, w.headers, w.maxInFlight);
 parentPort!.postMessage(r);

@@ -9,6 +9,9 @@ export interface Result {
   errors: number;
   // 429 answers (the IMDS rows' rate limit), not counted as errors.
   limited: number;
+  // Due but not sent: every connection was waiting for an answer (only
+  // with maxInFlight).
+  notSent: number;
   wallSeconds: number;
   latenciesMs: Float64Array;
 }
@@ -16,6 +19,10 @@ export interface Result {
 // Requests are due at a fixed rate whatever the answers do (open loop); each
 // latency is measured from the moment the request was due.
 // `from`: a local source address and pool size (a guest beside a flood).
+// `maxInFlight`: a client that sends only on a free connection, as a flood
+// tool on a fixed number of connections does (wrk, hey -c); a request due
+// while every connection waits for an answer is dropped, not queued.
+// Without it, requests queue in the client without bound.
 export async function load(
   name: string,
   origin: string,
@@ -24,6 +31,7 @@ export async function load(
   rate: number,
   from?: { localAddress: string; connections: number },
   headers?: Record<string, string>,
+  maxInFlight?: number,
 ): Promise<Result> {
   const pool = new Pool(origin, {
     connections: from?.connections ?? 64,
@@ -36,11 +44,20 @@ export async function load(
   let ok = 0;
   let errors = 0;
   let limited = 0;
+  let notSent = 0;
+  let inFlight = 0;
   let done = 0;
+  let measured = 0;
   const start = performance.now();
   await new Promise<void>((resolveAll) => {
     const fire = (i: number) => {
       const due = start + (i * 1000) / rate;
+      if (maxInFlight !== undefined && inFlight >= maxInFlight) {
+        notSent++;
+        if (++done === total) resolveAll();
+        return;
+      }
+      inFlight++;
       pool
         .request({ path: paths[i % paths.length], method: 'GET', ...(headers ? { headers } : {}) })
         .then(async (res) => {
@@ -51,7 +68,8 @@ export async function load(
         })
         .catch(() => errors++)
         .finally(() => {
-          latencies[i] = performance.now() - due;
+          inFlight--;
+          latencies[measured++] = performance.now() - due;
           if (++done === total) resolveAll();
         });
     };
@@ -64,5 +82,14 @@ export async function load(
   });
   const wallSeconds = (performance.now() - start) / 1000;
   await pool.close();
-  return { name, sent, ok, errors, limited, wallSeconds, latenciesMs: latencies };
+  return {
+    name,
+    sent: sent - notSent,
+    ok,
+    errors,
+    limited,
+    notSent,
+    wallSeconds,
+    latenciesMs: latencies.subarray(0, measured),
+  };
 }

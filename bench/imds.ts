@@ -18,7 +18,13 @@
 // true, tokens read from a pods tree like the kubelet's) at the same rate;
 // then the same load over VMIs 1..N-1 without and with VM 0 flooding at
 // --imds-flood req/s from a load generator in its own thread: the flood's
-// 429s, and the ratio of the others' p99. On a machine of few cores the
+// 429s, and the ratio of the others' p99. The flooding guest is a flood
+// tool on 64 keep-alive connections: it sends whenever a connection is
+// free, up to the rate, and a request due while all 64 wait is not sent
+// (wrk, hey -c 64). `--imds-flood-queue` makes it queue such requests in
+// its own memory instead, without bound: on this machine that queue's
+// upkeep shares the cores with the server and the others' client, where a
+// real guest's would be on its own vCPUs. On a machine of few cores the
 // flood's own client takes CPU the others' server and client would have
 // had, whatever server answers it; the reference row sends the same flood to
 // a bare node:http server in its own thread that answers every request 429
@@ -29,7 +35,7 @@
 // costs, which a loaded machine stretches far less than it stretches p99.
 //
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
-//                         [--imds-flood 10000] [--no-imds] [--no-nocloud]
+//                         [--imds-flood 10000] [--imds-flood-queue] [--no-imds] [--no-nocloud]
 import { parseArgs } from 'node:util';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -53,6 +59,7 @@ const { values } = parseArgs({
     'no-reference': { type: 'boolean', default: false },
     // The IMDS rows: identity and token paths; one VM flooding at this rate.
     'imds-flood': { type: 'string', default: '10000' },
+    'imds-flood-queue': { type: 'boolean', default: false },
     'no-imds': { type: 'boolean', default: false },
     'no-nocloud': { type: 'boolean', default: false },
     redirect: { type: 'boolean', default: false },
@@ -167,10 +174,20 @@ if (!values['no-imds']) {
   const quiet = await load(`IMDS, ${vmis - 1} other VMIs, no flood`, origin, others, seconds, rate, undefined, MD);
   const cpuQuiet = await cpuOf(worker);
   const floodRate = Number(values['imds-flood']);
+  // The load generator's pool size (imds-load.ts): one request in flight per connection.
+  const FLOOD_CONNECTIONS = 64;
   // The others' load on vmseed while a flood at floodRate goes to floodOrigin.
   const othersDuringFlood = async (name: string, floodName: string, floodOrigin: string) => {
     const flooding = new Worker(new URL('./imds-load-worker.ts', import.meta.url), {
-      workerData: { name: floodName, origin: floodOrigin, paths: pathsOf(0), seconds, rate: floodRate, headers: MD },
+      workerData: {
+        name: floodName,
+        origin: floodOrigin,
+        paths: pathsOf(0),
+        seconds,
+        rate: floodRate,
+        headers: MD,
+        ...(values['imds-flood-queue'] ? {} : { maxInFlight: FLOOD_CONNECTIONS }),
+      },
     });
     const floodDone = new Promise<Result>((resolve, reject) => {
       flooding.once('message', resolve);
@@ -271,6 +288,7 @@ const rows = results.map((r) => {
     ok: r.ok,
     errors: r.errors,
     '429s': r.limited,
+    'not sent': r.notSent,
     'req/s': (r.sent / r.wallSeconds).toFixed(0),
     'median ms': pct(sorted, 50).toFixed(3),
     'p99 ms': p99.toFixed(3),
