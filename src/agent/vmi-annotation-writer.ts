@@ -16,13 +16,13 @@
 import type { Logger } from 'pino';
 import { statusMessage, transportReason, type KubeApi } from '../kube/api.ts';
 import type { AnnotationWriteResult, Metrics } from '../metrics/metrics.ts';
+import { LogThrottle } from '../log-throttle.ts';
 
 export const MIN_INTERVAL_MS = 10_000;
 export const SWEEP_MS = 5_000;
 // After a 403, how long before trying again (RBAC may be granted meanwhile).
 export const FORBIDDEN_RETRY_MS = 60_000;
 const MAX_IN_FLIGHT = 2;
-const LOG_EVERY_MS = 60_000;
 
 export interface WantedAnnotation {
   namespace: string;
@@ -65,7 +65,7 @@ export class VmiAnnotationWriter {
   // Keys waiting for a free slot.
   readonly #waiting = new Set<string>();
   readonly #inFlight = new Set<Promise<void>>();
-  readonly #lastLogged = new Map<FailureKind, { at: number; suppressed: number }>();
+  readonly #logThrottle = new LogThrottle<FailureKind>();
   #forbidden: { message: string; until: number } | undefined;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
@@ -192,20 +192,10 @@ export class VmiAnnotationWriter {
   // Counted always, logged at most once a minute per kind.
   #failed(kind: FailureKind, w: WantedAnnotation, why: string): void {
     this.#o.metrics?.vmiAnnotationWrites.inc({ result: kind });
-    const now = this.#now();
-    const last = this.#lastLogged.get(kind);
-    if (last && now - last.at < LOG_EVERY_MS) {
-      last.suppressed++;
-      return;
-    }
-    this.#lastLogged.set(kind, { at: now, suppressed: 0 });
+    const admitted = this.#logThrottle.admit(kind, this.#now());
+    if (admitted === undefined) return;
     this.#o.logger.warn(
-      {
-        namespace: w.namespace,
-        name: w.name,
-        annotation: this.#o.annotation,
-        ...(last ? { suppressedSinceLast: last.suppressed } : {}),
-      },
+      { namespace: w.namespace, name: w.name, annotation: this.#o.annotation, ...admitted },
       `could not write the VMI annotation (logged at most once a minute per kind): ${why}`,
     );
   }

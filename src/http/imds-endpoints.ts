@@ -6,6 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.ts';
+import { LogThrottle } from '../log-throttle.ts';
 import type { SeedDirectoryEntry } from './datasource.ts';
 import type { SeedIdentity } from './datasource-identity.ts';
 import { ImdsGuards, RETRY_AFTER_MS, type ImdsGuardLimits, type Throttle } from './imds-guards.ts';
@@ -32,9 +33,6 @@ const NOT_FOUND: ImdsReply = {
   headers: { 'Content-Type': 'text/plain; charset=utf-8' },
 };
 const COMMON_HEADERS = { 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' } as const;
-// One warning per kind of refusal per minute, counting the ones held back
-// since the last: a flood is seen, not logged request by request.
-const LOG_EVERY_MS = 60_000;
 const ONCE = ' (logged at most once a minute per kind)';
 
 function headersOf(reply: ImdsReply): Record<string, string> {
@@ -53,7 +51,9 @@ export class ImdsEndpoints {
   readonly #o: ImdsEndpointOptions;
   readonly #guards: ImdsGuards;
   readonly #openstack = new OpenstackTree();
-  readonly #lastLogged = new Map<Throttle | number, { at: number; suppressed: number }>();
+  // One warning per kind of refusal per minute: a flood is seen, not logged
+  // request by request.
+  readonly #logThrottle = new LogThrottle<Throttle | number>();
 
   constructor(options: ImdsEndpointOptions) {
     this.#o = options;
@@ -109,14 +109,8 @@ export class ImdsEndpoints {
 
   // `kind`: the bucket that refused, or the status of a guard's refusal.
   #note(kind: Throttle | number, family: ImdsFamily): void {
-    const now = this.#o.now?.() ?? performance.now();
-    const last = this.#lastLogged.get(kind);
-    if (last !== undefined && now - last.at < LOG_EVERY_MS) {
-      last.suppressed++;
-      return;
-    }
-    this.#lastLogged.set(kind, { at: now, suppressed: 0 });
-    const held = last ? { suppressedSinceLast: last.suppressed } : {};
+    const held = this.#logThrottle.admit(kind, this.#o.now?.() ?? performance.now());
+    if (held === undefined) return;
     if (typeof kind === 'number')
       this.#o.logger.warn({ family, status: kind, kind: `refused-${kind}`, ...held }, `IMDS request refused${ONCE}`);
     else

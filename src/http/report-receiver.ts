@@ -13,6 +13,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.ts';
+import { LogThrottle } from '../log-throttle.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from './datasource.ts';
 import { TokenIndex } from './datasource-identity.ts';
 import { TOKEN_LENGTH, isTokenShaped, type DatasourceKeyring } from './datasource-tokens.ts';
@@ -93,7 +94,6 @@ const ANSWERS: Record<ReportRefusal, Answer> = {
 };
 const ACCEPTED: Answer = { status: 200, body: Buffer.from('ok\n') };
 const DECOY_UID = '\0vmseed-decoy';
-const LOG_EVERY_MS = 60_000;
 
 // cloud-init sends no Content-Type (requests sets none for a str body);
 // anything that says it is not JSON is refused before it is read.
@@ -134,7 +134,7 @@ export class ReportReceiver {
   readonly #perSource: RateLimiter;
   readonly #perVm: RateLimiter;
   readonly #global: RateLimiter;
-  readonly #lastLogged = new Map<ReportRefusal, { at: number; suppressed: number }>();
+  readonly #logThrottle = new LogThrottle<ReportRefusal>();
   #inFlight = 0;
 
   constructor(options: ReportReceiverOptions) {
@@ -262,19 +262,14 @@ export class ReportReceiver {
   }
 
   #log(reason: ReportRefusal, source: string, entry: SeedDirectoryEntry | undefined): void {
-    const now = this.#o.monotonicMs?.() ?? performance.now();
-    const last = this.#lastLogged.get(reason);
-    if (last && now - last.at < LOG_EVERY_MS) {
-      last.suppressed++;
-      return;
-    }
-    this.#lastLogged.set(reason, { at: now, suppressed: 0 });
+    const admitted = this.#logThrottle.admit(reason, this.#o.monotonicMs?.() ?? performance.now());
+    if (admitted === undefined) return;
     this.#o.logger.warn(
       {
         reason,
         source,
         ...(entry ? { namespace: entry.namespace, name: entry.name } : {}),
-        ...(last ? { suppressedSinceLast: last.suppressed } : {}),
+        ...admitted,
       },
       'progress report refused (logged at most once a minute per reason)',
     );

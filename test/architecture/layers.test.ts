@@ -34,6 +34,7 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
     'metrics',
     'format.ts',
     'backoff.ts',
+    'log-throttle.ts',
     'api',
     'datasource-challenge.ts',
     'datasource-binding.ts',
