@@ -249,20 +249,27 @@ describe('datasource HTTP behaviour', () => {
   });
 });
 
+// A listener serving one VMI, `uid-a`, with these per-source limits; its
+// buckets run on `monotonicMs`.
+async function oneVmServer(limits: { ratePerSecond: number; burst: number }, monotonicMs: () => number) {
+  const dir = new MapDirectory();
+  dir.add({ namespace: 'n', name: 'a', uid: 'uid-a', seed: nocloudSeed('a') });
+  const keyring = new DatasourceKeyring([randomKey()]);
+  const server = await startDatasourceServer({
+    listen: { host: '127.0.0.1', port: 0 },
+    directory: dir,
+    keyring,
+    logger: quietLogger,
+    limits,
+    clock: { now: () => new Date(), monotonicMs },
+  });
+  return { server, keyring };
+}
+
 describe('rate limiting per source address', () => {
   test('token bucket: burst, then 429 with Retry-After, refills with time', async () => {
-    const dir = new MapDirectory();
-    dir.add({ namespace: 'n', name: 'a', uid: 'uid-a', seed: nocloudSeed('a') });
-    const keyring = new DatasourceKeyring([randomKey()]);
     let ms = 0;
-    const server = await startDatasourceServer({
-      listen: { host: '127.0.0.1', port: 0 },
-      directory: dir,
-      keyring,
-      logger: quietLogger,
-      limits: { ratePerSecond: 2, burst: 3 },
-      clock: { now: () => new Date(), monotonicMs: () => ms },
-    });
+    const { server, keyring } = await oneVmServer({ ratePerSecond: 2, burst: 3 }, () => ms);
     try {
       const path = `/v1/${keyring.sign('uid-a')}/user-data`;
       const statuses: number[] = [];
@@ -288,18 +295,8 @@ describe('rate limiting per source address', () => {
 
 describe('rate limiting: the refused connection', () => {
   test('a keep-alive connection refused 429 is not read again for its Retry-After second', async () => {
-    const dir = new MapDirectory();
-    dir.add({ namespace: 'n', name: 'a', uid: 'uid-a', seed: nocloudSeed('a') });
-    const keyring = new DatasourceKeyring([randomKey()]);
-    const server = await startDatasourceServer({
-      listen: { host: '127.0.0.1', port: 0 },
-      directory: dir,
-      keyring,
-      logger: quietLogger,
-      limits: { ratePerSecond: 2, burst: 1 },
-      // The bucket's clock stands still: one token, then refusals only.
-      clock: { now: () => new Date(), monotonicMs: () => 0 },
-    });
+    // The bucket's clock stands still: one token, then refusals only.
+    const { server, keyring } = await oneVmServer({ ratePerSecond: 2, burst: 1 }, () => 0);
     const c = new Client(`http://127.0.0.1:${server.address.port}`, { pipelining: 1 });
     const ask = async () => {
       const r = await c.request({ path: `/v1/${keyring.sign('uid-a')}/meta-data`, method: 'GET' });
