@@ -53,7 +53,8 @@ export function parseDatasourcePath(target: string, prefix: string): DatasourceR
   return { kind: 'token', token, file: name };
 }
 
-// The endpoint label for metrics: a file name, or `other`.
-export function endpointLabel(route: DatasourceRoute | undefined): DatasourceFile | 'other' {
-  return route?.file ?? 'other';
+// The endpoint label for metrics: a file name, `imds` for IMDS's paths
+// (vmseed_imds_requests_total has their families), or `other`.
+export function endpointLabel(route: DatasourceRoute | undefined, imds = false): DatasourceFile | 'imds' | 'other' {
+  return route?.file ?? (imds ? 'imds' : 'other');
 }

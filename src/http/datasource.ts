@@ -176,6 +176,8 @@ interface Clock {
 interface Outcome {
   status: number;
   route: DatasourceRoute | undefined;
+  // Answered by the IMDS endpoints.
+  imds?: true;
 }
 
 function send(
@@ -251,7 +253,7 @@ class SeedRequestHandler {
     const source = unwrapMapped(req.socket.remoteAddress ?? '');
     // IMDS's paths have guards of their own, per VM (imds-guards.ts).
     const imds = this.#imds.handle(req, res, target, source);
-    if (imds !== undefined) return { status: imds, route: undefined };
+    if (imds !== undefined) return { status: imds, route: undefined, imds: true };
     const refusal = this.#screen.check(req, target, source);
     if (refusal !== undefined) {
       if (refusal.holdMs !== undefined) holdConnection(req, res, refusal.holdMs);
@@ -302,8 +304,9 @@ function measured(handler: SeedRequestHandler, logger: Logger, metrics: Metrics 
     const started = performance.now();
     let status = 500;
     let route: DatasourceRoute | undefined;
+    let imds: true | undefined;
     try {
-      ({ status, route } = handler.handle(req, res));
+      ({ status, route, imds } = handler.handle(req, res));
     } catch (e) {
       // Never a stack trace or message to the client; the log gets the
       // message only (it cannot contain seed bytes: nothing here parses them).
@@ -312,7 +315,7 @@ function measured(handler: SeedRequestHandler, logger: Logger, metrics: Metrics 
       else res.destroy();
     }
     if (metrics) {
-      const endpoint = endpointLabel(route);
+      const endpoint = endpointLabel(route, imds);
       metrics.datasourceRequests.inc({ endpoint, status: String(status) });
       metrics.datasourceRequestDuration.observe({ endpoint }, (performance.now() - started) / 1000);
     }

@@ -238,6 +238,8 @@ test('rate limit per VM: A flooding gets 429 Retry-After 1, B is not limited', {
   const text = await metrics.registry.metrics();
   assert.match(text, /vmseed_imds_rate_limited_total\{family="identity",scope="vm"\} [1-9]/);
   assert.match(text, /vmseed_imds_requests_total\{family="identity",status="429"\} [1-9]/);
+  // The listener's own count files them as imds, not as other.
+  assert.match(text, /vmseed_datasource_requests_total\{endpoint="imds",status="429"\} [1-9]/);
   assert.match(text, /vmseed_imds_requests_total\{family="token",status="200"\} [1-9]/);
 });
 
