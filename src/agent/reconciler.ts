@@ -505,7 +505,9 @@ export class Reconciler {
       bus: result.bus,
       flags: result.flags,
       domainState: result.domainState,
-      seededAfterBoot: result.seededAfterBoot,
+      // A replaced disk on a running guest is a seed update, read at its next
+      // boot: the guest booted with our previous disk, unless that one came late.
+      seededAfterBoot: result.action === 'replaced' ? shownInjection?.seededAfterBoot === true : result.seededAfterBoot,
       resumed: result.resumed,
       at: new Date(this.#now()).toISOString(),
     };

@@ -54,3 +54,53 @@ test(
     assert.equal(counted?.value, 1, 'vmseed_seeded_after_boot_total{datasource="disk"}: once, not again by the resync');
   },
 );
+
+// The injector as LibvirtInjector reports a domain that is running from its
+// second call on: the first seed attached while it was paused (or running,
+// `firstLate`), every later one replacing it on the running guest.
+class UpdatedWhileRunningInjector extends RecordingInjector {
+  readonly #firstLate: boolean;
+  #calls = 0;
+  constructor(firstLate: boolean) {
+    super();
+    this.#firstLate = firstLate;
+  }
+  override async inject(t: InjectionTarget): Promise<InjectionResult> {
+    const r = await super.inject(t, `/seeds/${++this.#calls}.iso`);
+    const running = this.#calls > 1 || this.#firstLate;
+    const attached = r.action === 'attached' ? { uri: 'qemu:///system', attachedAt: Date.now() } : {};
+    return {
+      ...r,
+      flags: ['--live'],
+      domainState: running ? 'running' : 'paused',
+      seededAfterBoot: running,
+      ...attached,
+    };
+  }
+}
+
+for (const firstLate of [false, true])
+  test(
+    `a seed updated on a running guest: ${firstLate ? 'the late first seed stays the warning' : 'no seeded-after-boot warning'}`,
+    { timeout: 60_000 },
+    async (t) => {
+      const { fake, dir } = await fakeKubeAndDir(t);
+      const injector = new UpdatedWhileRunningInjector(firstLate);
+      const h = await startAgent(fake, { stateDir: dir.path, injector });
+      t.after(h.stop);
+      fake.applyVmi(vmi('edited'));
+      await waitFor('first seed', () => (injector.actions('inject', 'attached').length === 1 ? true : undefined));
+      fake.applyVmi(vmi('edited', { userData: 'second version' }));
+      await waitFor('seed replaced', () => (injector.actions('inject', 'replaced').length === 1 ? true : undefined));
+      await h.agent.queue.idle();
+      const rec = h.agent.status.get('default/edited')!;
+      assert.equal(rec.injection?.domainState, 'running');
+      assert.equal(rec.injection?.seededAfterBoot, firstLate);
+      assert.deepEqual(
+        rec.warnings.map((w) => w.code),
+        firstLate ? ['SEEDED_AFTER_BOOT'] : [],
+      );
+      const counted = (await h.metrics.seededAfterBoot.get()).values.find((v) => v.labels.datasource === 'disk');
+      assert.equal(counted?.value ?? 0, firstLate ? 1 : 0);
+    },
+  );
