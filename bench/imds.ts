@@ -35,7 +35,7 @@
 // costs, which a loaded machine stretches far less than it stretches p99.
 //
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
-//                         [--imds-flood 10000] [--imds-flood-queue] [--no-imds] [--no-nocloud]
+//                         [--imds-flood 10000] [--imds-flood-queue] [--imds-repeats 3] [--no-imds] [--no-nocloud]
 import { parseArgs } from 'node:util';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -60,6 +60,8 @@ const { values } = parseArgs({
     // The IMDS rows: identity and token paths; one VM flooding at this rate.
     'imds-flood': { type: 'string', default: '10000' },
     'imds-flood-queue': { type: 'boolean', default: false },
+    // Rows without and with the flood, each.
+    'imds-repeats': { type: 'string', default: '3' },
     'no-imds': { type: 'boolean', default: false },
     'no-nocloud': { type: 'boolean', default: false },
     redirect: { type: 'boolean', default: false },
@@ -68,6 +70,7 @@ const { values } = parseArgs({
 const seconds = Number(values.seconds);
 const rate = Number(values.rate);
 const vmis = Number(values.vmis);
+const repeats = Number(values['imds-repeats']);
 const FILES = ['meta-data', 'user-data', 'vendor-data', 'network-config'];
 
 async function startWorker(
@@ -170,9 +173,6 @@ if (!values['no-imds']) {
   const others = all.slice(2);
   await load('warm-up', origin, all, 1, rate, undefined, MD);
   results.push(await load(`vmseed IMDS identity+token, ${vmis} VMIs`, origin, all, seconds, rate, undefined, MD));
-  const cpuBefore = await cpuOf(worker);
-  const quiet = await load(`IMDS, ${vmis - 1} other VMIs, no flood`, origin, others, seconds, rate, undefined, MD);
-  const cpuQuiet = await cpuOf(worker);
   const floodRate = Number(values['imds-flood']);
   // The load generator's pool size (imds-load.ts): one request in flight per connection.
   const FLOOD_CONNECTIONS = 64;
@@ -190,20 +190,55 @@ if (!values['no-imds']) {
       },
     });
     const floodDone = new Promise<Result>((resolve, reject) => {
-      flooding.once('message', resolve);
       flooding.once('error', reject);
+      flooding.once('message', () => {
+        flooding.once('message', resolve);
+        flooding.postMessage('go');
+      });
     });
+    await new Promise((ready) => flooding.once('message', ready));
     const during = await load(name, origin, others, seconds, rate, undefined, MD);
     const floodResult = await floodDone;
     await flooding.terminate();
     return [during, floodResult] as const;
   };
-  const [during, floodResult] = await othersDuringFlood(
-    `IMDS, ${vmis - 1} other VMIs, VM 0 flooding`,
-    `IMDS, VM 0 flooding at ${floodRate}/s`,
-    origin,
-  );
-  const cpuFlood = await cpuOf(worker);
+  // Rows without and with the flood alternate (quiet first, then flood
+  // first, ...), so a drift of the machine falls on both; each condition's
+  // p99 is over all its rows' requests together.
+  const quiet: Result[] = [];
+  const during: Result[] = [];
+  const floods: Result[] = [];
+  let cpuQuiet = 0;
+  let cpuFlood = 0;
+  for (let r = 0; r < repeats; r++) {
+    for (const flooded of r % 2 === 0 ? [false, true] : [true, false]) {
+      const before = await cpuOf(worker);
+      if (flooded) {
+        const [d, f] = await othersDuringFlood(
+          `IMDS, ${vmis - 1} other VMIs, VM 0 flooding (${r + 1})`,
+          `IMDS, VM 0 flooding at ${floodRate}/s (${r + 1})`,
+          origin,
+        );
+        during.push(d);
+        floods.push(f);
+        results.push(d, f);
+        cpuFlood += (await cpuOf(worker)) - before;
+      } else {
+        const q = await load(
+          `IMDS, ${vmis - 1} other VMIs, no flood (${r + 1})`,
+          origin,
+          others,
+          seconds,
+          rate,
+          undefined,
+          MD,
+        );
+        quiet.push(q);
+        results.push(q);
+        cpuQuiet += (await cpuOf(worker)) - before;
+      }
+    }
+  }
   const floor = await startWorker('bare-429', key);
   const floorBefore = await cpuOf(floor.worker);
   const [duringFloor, floorFlood] = await othersDuringFlood(
@@ -214,14 +249,24 @@ if (!values['no-imds']) {
   const floorCpu = (await cpuOf(floor.worker)) - floorBefore;
   await floor.worker.terminate();
   // What the flood added to vmseed's server thread (its CPU with the flood
-  // less without), per flood request, beside the bare 429 server's.
-  const vmseedPer = (cpuFlood - cpuQuiet - (cpuQuiet - cpuBefore)) / floodResult.sent;
+  // less without), per flood request it read, beside the bare 429 server's.
+  const floodSent = floods.reduce((n, f) => n + f.sent, 0);
+  const vmseedPer = (cpuFlood - cpuQuiet) / floodSent;
   const barePer = floorCpu / floorFlood.sent;
   cpuPerFlooded = `vmseed ${vmseedPer.toFixed(1)} µs, bare 429 server ${barePer.toFixed(1)} µs (${(vmseedPer / barePer).toFixed(2)}x)`;
-  results.push(quiet, during, floodResult, duringFloor, floorFlood);
+  results.push(duringFloor, floorFlood);
+  const pooled = (rs: Result[]) => {
+    const all = new Float64Array(rs.reduce((n, r) => n + r.latenciesMs.length, 0));
+    let at = 0;
+    for (const r of rs) {
+      all.set(r.latenciesMs, at);
+      at += r.latenciesMs.length;
+    }
+    return pct(all.sort(), 99);
+  };
   const p99 = (r: Result) => pct(r.latenciesMs.slice().sort(), 99);
-  floodRatio = (p99(during) / p99(quiet)).toFixed(2);
-  floodOverFloor = (p99(during) / p99(duringFloor)).toFixed(2);
+  floodRatio = `${(pooled(during) / pooled(quiet)).toFixed(2)} (p99 ${pooled(quiet).toFixed(3)} → ${pooled(during).toFixed(3)} ms over ${repeats} rows each; per pair: ${during.map((d, i) => (p99(d) / p99(quiet[i])).toFixed(2)).join(', ')})`;
+  floodOverFloor = (pooled(during) / p99(duringFloor)).toFixed(2);
   await worker.terminate();
   await rm(podsDir, { recursive: true, force: true });
 }
