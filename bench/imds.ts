@@ -21,10 +21,11 @@
 // 429s, and the ratio of the others' p99. The flooding guest is a flood
 // tool on 64 keep-alive connections: it sends whenever a connection is
 // free, up to the rate, and a request due while all 64 wait is not sent
-// (wrk, hey -c 64). `--imds-flood-queue` makes it queue such requests in
-// its own memory instead, without bound: on this machine that queue's
-// upkeep shares the cores with the server and the others' client, where a
-// real guest's would be on its own vCPUs. On a machine of few cores the
+// (wrk, hey -c 64); a client that queued them instead would grow without
+// bound, since vmseed does not read a refused connection for a second or
+// two. A third kind of row has VM 0 well behaved at its bucket's rate
+// (100/s, --imds-allowance): what the flooding VM is entitled to costs the
+// others that much anyway. On a machine of few cores the
 // flood's own client takes CPU the others' server and client would have
 // had, whatever server answers it; the reference row sends the same flood to
 // a bare node:http server in its own thread that answers every request 429
@@ -35,7 +36,7 @@
 // costs, which a loaded machine stretches far less than it stretches p99.
 //
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
-//                         [--imds-flood 10000] [--imds-flood-queue] [--imds-repeats 3] [--no-imds] [--no-nocloud]
+//                         [--imds-flood 10000] [--imds-allowance 100] [--imds-repeats 3] [--no-imds] [--no-nocloud]
 import { parseArgs } from 'node:util';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -59,7 +60,8 @@ const { values } = parseArgs({
     'no-reference': { type: 'boolean', default: false },
     // The IMDS rows: identity and token paths; one VM flooding at this rate.
     'imds-flood': { type: 'string', default: '10000' },
-    'imds-flood-queue': { type: 'boolean', default: false },
+    // VM 0's well-behaved rate in the allowance rows: its bucket's.
+    'imds-allowance': { type: 'string', default: '100' },
     // Rows without and with the flood, each.
     'imds-repeats': { type: 'string', default: '3' },
     'no-imds': { type: 'boolean', default: false },
@@ -162,6 +164,7 @@ if (flood > 0) {
 // without VM 0 flooding from a load generator of its own.
 let floodRatio: string | undefined;
 let floodOverFloor: string | undefined;
+let floodOverAllowance: string | undefined;
 let cpuPerFlooded: string | undefined;
 if (!values['no-imds']) {
   const podsDir = await benchPodsTree(vmis);
@@ -176,20 +179,20 @@ if (!values['no-imds']) {
   const floodRate = Number(values['imds-flood']);
   // The load generator's pool size (imds-load.ts): one request in flight per connection.
   const FLOOD_CONNECTIONS = 64;
-  // The others' load on vmseed while a flood at floodRate goes to floodOrigin.
-  const othersDuringFlood = async (name: string, floodName: string, floodOrigin: string) => {
+  // The others' load on vmseed while VM 0 sends at vmRate to vmOrigin.
+  const othersBeside = async (name: string, vmName: string, vmOrigin: string, vmRate = floodRate) => {
     const flooding = new Worker(new URL('./imds-load-worker.ts', import.meta.url), {
       workerData: {
-        name: floodName,
-        origin: floodOrigin,
+        name: vmName,
+        origin: vmOrigin,
         paths: pathsOf(0),
         seconds,
-        rate: floodRate,
+        rate: vmRate,
         headers: MD,
-        ...(values['imds-flood-queue'] ? {} : { maxInFlight: FLOOD_CONNECTIONS }),
+        maxInFlight: FLOOD_CONNECTIONS,
       },
     });
-    const floodDone = new Promise<Result>((resolve, reject) => {
+    const vmDone = new Promise<Result>((resolve, reject) => {
       flooding.once('error', reject);
       flooding.once('message', () => {
         flooding.once('message', resolve);
@@ -198,31 +201,44 @@ if (!values['no-imds']) {
     });
     await new Promise((ready) => flooding.once('message', ready));
     const during = await load(name, origin, others, seconds, rate, undefined, MD);
-    const floodResult = await floodDone;
+    const vmResult = await vmDone;
     await flooding.terminate();
-    return [during, floodResult] as const;
+    return [during, vmResult] as const;
   };
-  // Rows without and with the flood alternate (quiet first, then flood
-  // first, ...), so a drift of the machine falls on both; each condition's
-  // p99 is over all its rows' requests together.
+  // The three kinds of rows take turns in a rotating order, so a drift of
+  // the machine falls on each; each kind's p99 is over all its rows'
+  // requests together.
+  const allowanceRate = Number(values['imds-allowance']);
   const quiet: Result[] = [];
   const during: Result[] = [];
-  const floods: Result[] = [];
+  const allowed: Result[] = [];
   let cpuQuiet = 0;
   let cpuFlood = 0;
+  let cpuAllowance = 0;
+  const kinds = ['quiet', 'flood', 'allowance'] as const;
   for (let r = 0; r < repeats; r++) {
-    for (const flooded of r % 2 === 0 ? [false, true] : [true, false]) {
+    for (let k = 0; k < kinds.length; k++) {
+      const kind = kinds[(k + r) % kinds.length];
       const before = await cpuOf(worker);
-      if (flooded) {
-        const [d, f] = await othersDuringFlood(
+      if (kind === 'flood') {
+        const [d, f] = await othersBeside(
           `IMDS, ${vmis - 1} other VMIs, VM 0 flooding (${r + 1})`,
           `IMDS, VM 0 flooding at ${floodRate}/s (${r + 1})`,
           origin,
         );
         during.push(d);
-        floods.push(f);
         results.push(d, f);
         cpuFlood += (await cpuOf(worker)) - before;
+      } else if (kind === 'allowance') {
+        const [d, v] = await othersBeside(
+          `IMDS, ${vmis - 1} other VMIs, VM 0 at ${allowanceRate}/s (${r + 1})`,
+          `IMDS, VM 0 at ${allowanceRate}/s, its allowance (${r + 1})`,
+          origin,
+          allowanceRate,
+        );
+        allowed.push(d);
+        results.push(d, v);
+        cpuAllowance += (await cpuOf(worker)) - before;
       } else {
         const q = await load(
           `IMDS, ${vmis - 1} other VMIs, no flood (${r + 1})`,
@@ -241,19 +257,19 @@ if (!values['no-imds']) {
   }
   const floor = await startWorker('bare-429', key);
   const floorBefore = await cpuOf(floor.worker);
-  const [duringFloor, floorFlood] = await othersDuringFlood(
+  const [duringFloor, floorFlood] = await othersBeside(
     `IMDS, ${vmis - 1} other VMIs, the flood sent to a bare 429 server (reference)`,
     `the same flood to a bare node:http answering 429`,
     `http://127.0.0.1:${floor.port}`,
   );
   const floorCpu = (await cpuOf(floor.worker)) - floorBefore;
   await floor.worker.terminate();
-  // What the flood added to vmseed's server thread (its CPU with the flood
-  // less without), per flood request it read, beside the bare 429 server's.
-  const floodSent = floods.reduce((n, f) => n + f.sent, 0);
-  const vmseedPer = (cpuFlood - cpuQuiet) / floodSent;
+  // What VM 0 added to vmseed's server thread (its CPU in those rows less
+  // in the rows without VM 0), per second: flooding and at its allowance;
+  // and the bare 429 server's CPU per flood request it answered.
+  const addedMsPerS = (cpu: number) => ((cpu - cpuQuiet) / repeats / seconds / 1000).toFixed(1);
   const barePer = floorCpu / floorFlood.sent;
-  cpuPerFlooded = `vmseed ${vmseedPer.toFixed(1)} µs, bare 429 server ${barePer.toFixed(1)} µs (${(vmseedPer / barePer).toFixed(2)}x)`;
+  cpuPerFlooded = `VM 0 flooding ${addedMsPerS(cpuFlood)} ms/s, VM 0 at its allowance ${addedMsPerS(cpuAllowance)} ms/s; the bare 429 server ${barePer.toFixed(1)} µs per request`;
   results.push(duringFloor, floorFlood);
   const pooled = (rs: Result[]) => {
     const all = new Float64Array(rs.reduce((n, r) => n + r.latenciesMs.length, 0));
@@ -267,6 +283,7 @@ if (!values['no-imds']) {
   const p99 = (r: Result) => pct(r.latenciesMs.slice().sort(), 99);
   floodRatio = `${(pooled(during) / pooled(quiet)).toFixed(2)} (p99 ${pooled(quiet).toFixed(3)} → ${pooled(during).toFixed(3)} ms over ${repeats} rows each; per pair: ${during.map((d, i) => (p99(d) / p99(quiet[i])).toFixed(2)).join(', ')})`;
   floodOverFloor = (pooled(during) / p99(duringFloor)).toFixed(2);
+  floodOverAllowance = `${(pooled(during) / pooled(allowed)).toFixed(2)} (VM 0 at ${allowanceRate}/s: p99 ${pooled(allowed).toFixed(3)} ms, ${(pooled(allowed) / pooled(quiet)).toFixed(2)}x the rows without VM 0)`;
   await worker.terminate();
   await rm(podsDir, { recursive: true, force: true });
 }
@@ -355,5 +372,7 @@ if (floodOverFloor !== undefined)
   console.log(
     `other VMIs' p99 with VM 0 flooding vmseed / with the same flood sent to a bare 429 server: ${floodOverFloor}x`,
   );
-if (cpuPerFlooded !== undefined) console.log(`server thread CPU per flood request: ${cpuPerFlooded}`);
+if (floodOverAllowance !== undefined)
+  console.log(`other VMIs' p99 with VM 0 flooding / with VM 0 well behaved at its allowance: ${floodOverAllowance}`);
+if (cpuPerFlooded !== undefined) console.log(`server thread CPU added: ${cpuPerFlooded}`);
 if (results.some((r) => r.errors > 0)) process.exitCode = 1;
