@@ -10,6 +10,7 @@ import {
   Decoder,
   Encoder,
   FrameSplitter,
+  KEEPALIVE_PROC,
   PROC,
   PROGRAM,
   STATUS,
@@ -131,6 +132,13 @@ export function handshakeDaemon(
 ): Promise<Fake> {
   return fakeDaemon((p, sock) => {
     if (extra?.(p, sock)) return;
+    // A keepalive PING has procedure number 1, as CONNECT_OPEN has: libvirtd
+    // tells them apart by program (virkeepaliveprotocol.x) and answers PONG.
+    if (p.header.prog === PROGRAM.KEEPALIVE) {
+      if (p.header.proc === KEEPALIVE_PROC.PING)
+        sock.write(frame({ ...p.header, proc: KEEPALIVE_PROC.PONG, type: TYPE.MESSAGE }, Buffer.alloc(0)));
+      return;
+    }
     switch (p.header.proc) {
       case PROC.AUTH_LIST: {
         if (!decodes(sock, p, noArgs)) return;
