@@ -174,7 +174,7 @@ export function createMetrics(options: MetricsOptions) {
     // (anything unrecognised), status the HTTP status code: both bounded.
     datasourceRequests: new Counter({
       name: 'vmseed_datasource_requests_total',
-      help: 'Requests to the NoCloud HTTP datasource by endpoint (file name or other) and HTTP status.',
+      help: 'Requests to the NoCloud HTTP datasource by endpoint (file name; imds for the IMDS paths, which vmseed_imds_requests_total breaks down by family; or other) and HTTP status.',
       labelNames: ['endpoint', 'status'] as const,
       registers,
     }),
