@@ -20,11 +20,13 @@ export interface ScreenLimits {
   now: () => number;
 }
 
+// The client is told to wait so long, and its connection is not read before then.
+const RETRY_AFTER_MS = 1000;
 const TOO_MANY: Refusal = {
   status: 429,
   body: Buffer.from('too many requests\n'),
-  headers: { 'Retry-After': '1' },
-  holdMs: 1000,
+  headers: { 'Retry-After': String(RETRY_AFTER_MS / 1000) },
+  holdMs: RETRY_AFTER_MS,
 };
 const TOO_LONG: Refusal = {
   status: 414,
