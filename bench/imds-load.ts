@@ -49,6 +49,7 @@ export async function load(
   let done = 0;
   let measured = 0;
   const start = performance.now();
+  let onFree = () => {};
   await new Promise<void>((resolveAll) => {
     const fire = (i: number) => {
       const due = start + (i * 1000) / rate;
@@ -71,12 +72,25 @@ export async function load(
           inFlight--;
           latencies[measured++] = performance.now() - due;
           if (++done === total) resolveAll();
+          else onFree();
         });
     };
+    // The generator wakes only when a request falls due, not on a fixed
+    // tick: its own wake-ups take CPU the server under test would have had,
+    // more so for a slow sender (VM 0 at its allowance) on a fixed 1 ms tick.
+    // A flood tool whose every connection waits does not wake at all: what
+    // fell due meanwhile is counted as not sent when a connection frees.
+    let timer: NodeJS.Timeout | undefined;
     const tick = () => {
+      timer = undefined;
       const due = Math.min(total, Math.floor(((performance.now() - start) * rate) / 1000) + 1);
       while (sent < due) fire(sent++);
-      if (sent < total) setTimeout(tick, 1);
+      if (sent >= total || (maxInFlight !== undefined && inFlight >= maxInFlight)) return;
+      const next = start + (sent * 1000) / rate;
+      timer = setTimeout(tick, Math.max(1, next - performance.now()));
+    };
+    onFree = () => {
+      if (timer === undefined && sent < total) tick();
     };
     tick();
   });
