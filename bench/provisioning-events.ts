@@ -16,14 +16,24 @@
 //    own reporting code), 20 ms apart within a stage and 3 s between stages
 //    (~13 s a boot; all 50 start within the first second).
 // The events are sent from a worker thread of their own, so their sending
-// does not delay the seed load's clock. A warm-up row (not counted) comes
-// first; then rows alternate without / with events, --rounds times each.
+// does not delay the seed load's clock. That thread is started once, before
+// the warm-up, and waits idle between its rows: starting a thread (an
+// isolate, this module compiled again) inside a row would weigh on that
+// row's seed fetches and is no part of what the guests do.
 //
-//   npm run bench:provisioning-events -- [--vms 50] [--seconds 16] [--rounds 2]
+// The reference (bench/provisioning-bare-worker.ts, unless --no-reference)
+// is a bare node:http server that serves a fixed body and drops the events:
+// the same load against it, in the same process and rounds, shows what the
+// events cost on this machine whatever the server does with them. Each
+// round runs, for each server in turn (the order rotating), a row without
+// events and a row with them; a warm-up (not counted) comes first.
+//
+//   npm run bench:provisioning-events -- [--vms 50] [--seconds 16] [--rounds 2] [--no-reference]
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
+import { connect } from 'node:net';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { quantile } from './stats.ts';
 import { DatasourceKeyring, signToken } from '../src/http/datasource-tokens.ts';
@@ -34,6 +44,7 @@ const { values } = parseArgs({
     vms: { type: 'string', default: '50' },
     seconds: { type: 'string', default: '16' },
     rounds: { type: 'string', default: '2' },
+    'no-reference': { type: 'boolean', default: false },
   },
 });
 const VMS = Number(values.vms);
@@ -46,60 +57,72 @@ const BOOT = JSON.parse(
 const wall = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const sender = !isMainThread ? (workerData as { key: Uint8Array; port: number }) : undefined;
+const sender = !isMainThread ? (workerData as { key: Uint8Array }) : undefined;
 const key = sender ? sender.key : new Uint8Array(randomBytes(32));
 const ring = new DatasourceKeyring([key]);
-const worker = sender
-  ? undefined
-  : new Worker(new URL('./provisioning-worker.ts', import.meta.url), { workerData: { key, vmis: VMS } });
-const port =
-  sender?.port ??
-  (await new Promise<number>((resolve, reject) => {
-    worker!.once('message', (m: { port: number }) => resolve(m.port));
-    worker!.once('error', reject);
-  }));
 const agents = Array.from(
   { length: VMS },
   (_, i) => new Agent({ keepAlive: true, maxSockets: 2, localAddress: `127.0.0.${10 + i}` }),
 );
 // cloud-init's url_helper.readurl opens a requests.Session per call and
 // closes it after, so its webhook handler posts each event on a connection
-// of its own (22.4 and 25.1 alike): the events do the same here.
-const eventAgents = Array.from(
-  { length: VMS },
-  (_, i) => new Agent({ keepAlive: false, localAddress: `127.0.0.${10 + i}` }),
-);
-
-function call(i: number, method: string, path: string, body?: string): Promise<number> {
+// of its own (22.4 and 25.1 alike): the events do the same here, written
+// straight to a socket as requests writes them (keep-alive asked, the
+// connection closed by the client once the answer is in) so that the
+// simulated guests' own CPU, which shares this machine's cores with the
+// server, is no more than sending takes.
+const HEAD_END = Buffer.from('\r\n\r\n');
+function post(port: number, i: number, path: string, body: string): Promise<number> {
   return new Promise((resolve) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port,
-        method,
-        path,
-        agent: body === undefined ? agents[i] : eventAgents[i],
-        headers: body ? { 'Content-Length': Buffer.byteLength(body) } : {},
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
+    const chunks: Buffer[] = [];
+    let settled = false;
+    const done = (status: number) => {
+      if (settled) return;
+      settled = true;
+      socket.end();
+      resolve(status);
+    };
+    const socket = connect({ host: '127.0.0.1', port, localAddress: `127.0.0.${10 + i}` }, () => {
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nHost: 169.254.169.254\r\nUser-Agent: Cloud-Init/22.4.2\r\n` +
+          `Accept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+    });
+    socket.on('data', (c: Buffer) => {
+      chunks.push(c);
+      const all = Buffer.concat(chunks);
+      const end = all.indexOf(HEAD_END);
+      if (end < 0) return;
+      const head = all.subarray(0, end).toString('latin1');
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+      if (all.length >= end + 4 + length) done(Number(head.slice(9, 12)));
+    });
+    socket.on('error', () => done(0));
+    socket.on('close', () => done(0));
+  });
+}
+
+function get(port: number, i: number, path: string): Promise<number> {
+  return new Promise((resolve) => {
+    const req = request({ host: '127.0.0.1', port, method: 'GET', path, agent: agents[i] }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
     req.on('error', () => resolve(0));
-    req.end(body);
+    req.end();
   });
 }
 
 // Every VM's four files once a second, each timed from when it was due.
-async function seedLoad(until: number, latencies: number[]): Promise<void> {
+async function seedLoad(port: number, until: number, latencies: number[]): Promise<void> {
   const one = async (i: number) => {
     const base = `/v1/${signToken(key, `uid-${i}`)}/`;
     let due = performance.now() + Math.random() * 1000;
     while (due < until) {
       await sleep(Math.max(0, due - performance.now()));
       for (const f of FILES) {
-        const status = await call(i, 'GET', base + f);
+        const status = await get(port, i, base + f);
         if (status === 200) latencies.push(performance.now() - due);
       }
       due += 1000;
@@ -114,7 +137,7 @@ interface Boot {
   finalSentAt: Map<string, number>;
 }
 
-async function boots(): Promise<Boot> {
+async function boots(port: number): Promise<Boot> {
   const out: Boot = { lost: 0, sent: 0, finalSentAt: new Map() };
   const one = async (i: number) => {
     await sleep(Math.random() * 1000);
@@ -126,106 +149,176 @@ async function boots(): Promise<Boot> {
       const last = n === BOOT.length - 1;
       if (last) out.finalSentAt.set(`vm-${i}`, wall());
       out.sent++;
-      if ((await call(i, 'POST', path, JSON.stringify(e))) !== 200) out.lost++;
+      if ((await post(port, i, path, JSON.stringify(e))) !== 200) out.lost++;
     }
   };
   await Promise.all(Array.from({ length: VMS }, (_, i) => one(i)));
   return out;
 }
 
-// The boots, run in a sender thread.
-async function bootsElsewhere(): Promise<Boot> {
-  const w = new Worker(new URL(import.meta.url), { workerData: { key, port }, argv: process.argv.slice(2) });
-  const r = await new Promise<{ lost: number; sent: number; finalSentAt: Array<[string, number]> }>(
-    (resolve, reject) => {
-      w.once('message', resolve);
-      w.once('error', reject);
+// The sender thread: ready once it has loaded, then one boot of every VM
+// for each port it is sent.
+interface BootReport {
+  lost: number;
+  sent: number;
+  finalSentAt: Array<[string, number]>;
+}
+async function startSender(): Promise<{ boots: (port: number) => Promise<Boot>; stop: () => Promise<void> }> {
+  const w = new Worker(new URL(import.meta.url), { workerData: { key }, argv: process.argv.slice(2) });
+  const next = <T>() =>
+    new Promise<T>((resolve, reject) => {
+      const fail = (e: Error) => reject(e);
+      w.once('error', fail);
+      w.once('message', (m: T) => {
+        w.off('error', fail);
+        resolve(m);
+      });
+    });
+  await next<'ready'>();
+  return {
+    boots: async (port) => {
+      const r = next<BootReport>();
+      w.postMessage(port);
+      const b = await r;
+      return { ...b, finalSentAt: new Map(b.finalSentAt) };
     },
-  );
-  await w.terminate();
-  return { ...r, finalSentAt: new Map(r.finalSentAt) };
+    stop: async () => {
+      await w.terminate();
+    },
+  };
 }
 
-async function collect(): Promise<{
+interface Collected {
   eventAt: Record<string, number>;
   statusAt: Record<string, number>;
   accepted: number;
   refused: number;
   busyMs: number;
-}> {
-  worker!.postMessage('collect');
-  return new Promise((resolve) => worker!.once('message', resolve));
+  cpuMs: number;
+}
+
+// A server in a worker thread of its own; collect() reads what it saw
+// since the last collect().
+interface Server {
+  name: string;
+  port: number;
+  collect: () => Promise<Collected>;
+  stop: () => Promise<number>;
+}
+async function startServer(name: string, file: string): Promise<Server> {
+  const w = new Worker(new URL(file, import.meta.url), { workerData: { key, vmis: VMS } });
+  const port = await new Promise<number>((resolve, reject) => {
+    w.once('message', (m: { port: number }) => resolve(m.port));
+    w.once('error', reject);
+  });
+  return {
+    name,
+    port,
+    collect: () => {
+      w.postMessage('collect');
+      return new Promise((resolve) => w.once('message', resolve));
+    },
+    stop: () => w.terminate(),
+  };
+}
+
+// What one server's rows came to.
+class Tally {
+  readonly without: number[] = [];
+  readonly with: number[] = [];
+  readonly toEvent: number[] = [];
+  readonly toStatus: number[] = [];
+  lost = 0;
+  sent = 0;
+  cpuWith = 0;
+  cpuWithout = 0;
+}
+
+async function main(): Promise<void> {
+  const servers = [await startServer('vmseed', './provisioning-worker.ts')];
+  if (!values['no-reference']) servers.push(await startServer('bare node:http', './provisioning-bare-worker.ts'));
+  const tallies = new Map(servers.map((s) => [s, new Tally()]));
+  const senderThread = await startSender();
+  for (const server of servers) {
+    await seedLoad(server.port, performance.now() + 3000, []);
+    await server.collect();
+  }
+  const rows: string[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    for (let k = 0; k < servers.length; k++) {
+      const server = servers[(k + round) % servers.length];
+      const t = tallies.get(server)!;
+      for (const events of [false, true]) {
+        const latencies: number[] = [];
+        const until = performance.now() + SECONDS * 1000;
+        const [, boot] = await Promise.all([
+          seedLoad(server.port, until, latencies),
+          events ? senderThread.boots(server.port) : Promise.resolve(undefined),
+        ]);
+        const c = await server.collect();
+        (events ? t.with : t.without).push(...latencies);
+        if (events) t.cpuWith += c.cpuMs;
+        else t.cpuWithout += c.cpuMs;
+        let extra = '';
+        if (boot) {
+          t.lost += boot.lost;
+          t.sent += boot.sent;
+          for (const [vm, sent] of boot.finalSentAt) {
+            if (c.eventAt[vm] !== undefined) t.toEvent.push(c.eventAt[vm] - sent);
+            if (c.statusAt[vm] !== undefined) t.toStatus.push(c.statusAt[vm] - sent);
+          }
+          extra = `events sent ${boot.sent}, answered 200 ${boot.sent - boot.lost}, lost ${boot.lost}`;
+          if (server === servers[0]) extra += `, Events ${Object.keys(c.eventAt).length}/${VMS}`;
+        }
+        rows.push(
+          `| ${round + 1} | ${server.name} | ${events ? 'with events' : 'seeds only'} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)} | ${c.busyMs.toFixed(0)} | ${c.cpuMs.toFixed(0)} | ${extra} |`,
+        );
+        console.log(rows.at(-1));
+      }
+    }
+  }
+  console.log(`\n${VMS} VMs, ${SECONDS} s rows, ${ROUNDS} rounds; seed fetches: ${VMS * 4}/s`);
+  console.log('| round | server | load | seed requests | p50 ms | p99 ms | server busy ms | server CPU ms | events |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
+  console.log(rows.join('\n'));
+  const ratios: number[] = [];
+  for (const server of servers) {
+    const t = tallies.get(server)!;
+    const p99Without = quantile(t.without, 0.99);
+    const p99With = quantile(t.with, 0.99);
+    ratios.push(p99With / p99Without);
+    console.log(`\n${server.name}:`);
+    console.log(
+      `  seed fetch p99: ${p99Without.toFixed(2)} ms without events, ${p99With.toFixed(2)} ms with (${(p99With / p99Without).toFixed(2)}x)`,
+    );
+    console.log(`  events: ${t.sent} sent, ${t.lost} lost`);
+    // The server thread's own CPU (user + system), whatever else ran.
+    const perSeedUs = (t.cpuWithout / Math.max(1, t.without.length)) * 1000;
+    const perEventUs = ((t.cpuWith - t.cpuWithout) / Math.max(1, t.sent)) * 1000;
+    console.log(
+      `  server thread CPU: ${perSeedUs.toFixed(0)} µs per seed request, ${perEventUs.toFixed(0)} µs more per event`,
+    );
+    if (t.toEvent.length > 0) {
+      console.log(
+        `  final event sent -> Event recorded: median ${quantile(t.toEvent, 0.5).toFixed(2)} ms, p99 ${quantile(t.toEvent, 0.99).toFixed(2)} ms (${t.toEvent.length} boots)`,
+      );
+      console.log(
+        `  final event sent -> status "succeeded": median ${quantile(t.toStatus, 0.5).toFixed(2)} ms, p99 ${quantile(t.toStatus, 0.99).toFixed(2)} ms`,
+      );
+    }
+  }
+  if (ratios.length > 1) console.log(`\nvmseed's ratio over the reference's: ${(ratios[0] / ratios[1]).toFixed(2)}x`);
+  for (const a of agents) a.destroy();
+  await senderThread.stop();
+  for (const server of servers) await server.stop();
 }
 
 if (sender) {
-  const b = await boots();
-  parentPort!.postMessage({ lost: b.lost, sent: b.sent, finalSentAt: [...b.finalSentAt] });
-  for (const a of agents) a.destroy();
+  parentPort!.on('message', (port: number) => {
+    void boots(port).then((b) => {
+      const report: BootReport = { lost: b.lost, sent: b.sent, finalSentAt: [...b.finalSentAt] };
+      parentPort!.postMessage(report);
+    });
+  });
+  parentPort!.postMessage('ready');
 } else await main();
-
-async function main(): Promise<void> {
-  const rows: string[] = [];
-  const withoutAll: number[] = [];
-  const withAll: number[] = [];
-  const toEvent: number[] = [];
-  const toStatus: number[] = [];
-  let lostTotal = 0;
-  let sentTotal = 0;
-  let acceptedBefore = 0;
-  const busyWith: number[] = [];
-  const busyWithout: number[] = [];
-  await seedLoad(performance.now() + 3000, []);
-  await collect();
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const events of [false, true]) {
-      const latencies: number[] = [];
-      const until = performance.now() + SECONDS * 1000;
-      const [, boot] = await Promise.all([
-        seedLoad(until, latencies),
-        events ? bootsElsewhere() : Promise.resolve(undefined),
-      ]);
-      const c = await collect();
-      const accepted = c.accepted - acceptedBefore;
-      acceptedBefore = c.accepted;
-      (events ? withAll : withoutAll).push(...latencies);
-      let extra = '';
-      if (boot) {
-        lostTotal += boot.lost;
-        sentTotal += boot.sent;
-        for (const [vm, sent] of boot.finalSentAt) {
-          if (c.eventAt[vm] !== undefined) toEvent.push(c.eventAt[vm] - sent);
-          if (c.statusAt[vm] !== undefined) toStatus.push(c.statusAt[vm] - sent);
-        }
-        extra = ` | events sent ${boot.sent}, accepted ${accepted}, lost ${boot.lost}, Events ${Object.keys(c.eventAt).length}/${VMS}`;
-      }
-      (events ? busyWith : busyWithout).push(c.busyMs);
-      rows.push(
-        `| ${round + 1} | ${events ? 'with events' : 'seeds only '} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)} | ${c.busyMs.toFixed(0)}${extra} |`,
-      );
-      console.log(rows.at(-1));
-    }
-  }
-  const p99Without = quantile(withoutAll, 0.99);
-  const p99With = quantile(withAll, 0.99);
-  console.log(`\n${VMS} VMs, ${SECONDS} s rows, ${ROUNDS} rounds; seed fetches: ${VMS * 4}/s`);
-  console.log('| round | load | seed requests | p50 ms | p99 ms | server busy ms | events |');
-  console.log(rows.join('\n'));
-  console.log(
-    `\nseed fetch p99: ${p99Without.toFixed(2)} ms without events, ${p99With.toFixed(2)} ms with (${(p99With / p99Without).toFixed(2)}x)`,
-  );
-  console.log(`events: ${sentTotal} sent, ${lostTotal} lost`);
-  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
-  const perEventUs = ((sum(busyWith) - sum(busyWithout)) / Math.max(1, sentTotal)) * 1000;
-  const perSeedUs = (sum(busyWithout) / Math.max(1, withoutAll.length)) * 1000;
-  console.log(
-    `server event loop busy: ${perSeedUs.toFixed(0)} µs per seed request, ${perEventUs.toFixed(0)} µs more per event`,
-  );
-  console.log(
-    `final event sent -> Event recorded: median ${quantile(toEvent, 0.5).toFixed(2)} ms, p99 ${quantile(toEvent, 0.99).toFixed(2)} ms (${toEvent.length} boots)`,
-  );
-  console.log(
-    `final event sent -> status "succeeded": median ${quantile(toStatus, 0.5).toFixed(2)} ms, p99 ${quantile(toStatus, 0.99).toFixed(2)} ms`,
-  );
-  for (const a of agents) a.destroy();
-  await worker!.terminate();
-}

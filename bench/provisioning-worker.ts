@@ -92,9 +92,13 @@ const server = await startDatasourceServer({
 // The worker's own event loop: how much of the row it was busy (per
 // thread, unlike process.cpuUsage()).
 let elu = performance.eventLoopUtilization();
+let cpu = process.threadCpuUsage();
 async function collect(): Promise<void> {
   const busy = performance.eventLoopUtilization(elu);
   elu = performance.eventLoopUtilization();
+  const used = process.threadCpuUsage(cpu);
+  cpu = process.threadCpuUsage();
+  const cpuMs = (used.user + used.system) / 1000;
   const refused = (await metrics.provisioningReportsRefused.get()).values.reduce((n, v) => n + v.value, 0);
   const accepted = (await metrics.provisioningReports.get()).values.reduce((n, v) => n + v.value, 0);
   parentPort!.postMessage({
@@ -103,6 +107,7 @@ async function collect(): Promise<void> {
     accepted,
     refused,
     busyMs: busy.active,
+    cpuMs,
   });
   eventAt.clear();
   statusAt.clear();
