@@ -73,6 +73,15 @@ export class TokenIndex {
     return this.grant(token)?.uid;
   }
 
+  // The grant this exact token holds: one hash, one lookup and one
+  // constant-time compare, the same work for a miss as for a hit.
+  verified(token: string): TokenGrant | undefined {
+    const grant = this.grant(token);
+    const given = isTokenShaped(token) ? Buffer.from(token, 'ascii') : DECOY_BYTES;
+    const same = timingSafeEqual(given, grant?.token ?? DECOY_BYTES);
+    return grant !== undefined && same && given !== DECOY_BYTES ? grant : undefined;
+  }
+
   // The grant whose token hashes like this one, or undefined. The caller
   // still compares the token itself (constant-time) before trusting it.
   grant(token: string): TokenGrant | undefined {
@@ -117,7 +126,7 @@ export class SeedIdentity {
     if (route.kind === 'compat') {
       return this.#compatSourceAddress ? this.#directory.byAddress(source) : undefined;
     }
-    const grant = this.#verified(route.token);
+    const grant = this.#index.verified(route.token);
     if (grant === undefined) return undefined;
     // The index may be stale by one VMI deletion or binding change; get() is
     // the truth.
@@ -128,14 +137,6 @@ export class SeedIdentity {
 
   // The work of a token lookup, for a path that names no route at all.
   unrouted(): void {
-    this.#verified(DECOY_TOKEN);
-  }
-
-  // The grant this exact token holds, with the same work for a miss.
-  #verified(token: string): TokenGrant | undefined {
-    const grant = this.#index.grant(token);
-    const given = isTokenShaped(token) ? Buffer.from(token, 'ascii') : DECOY_BYTES;
-    const same = timingSafeEqual(given, grant?.token ?? DECOY_BYTES);
-    return grant !== undefined && same && given !== DECOY_BYTES ? grant : undefined;
+    this.#index.verified(DECOY_TOKEN);
   }
 }

@@ -19,7 +19,7 @@ import { TokenIndex } from './datasource-identity.ts';
 import { TOKEN_LENGTH, isTokenShaped, type DatasourceKeyring } from './datasource-tokens.ts';
 import { RateLimiter } from './rate-limit.ts';
 import { parseReportedEvent, type ReportedEvent } from './report-event.ts';
-import { REPORT_PATH_NAME, reportMessage, verifyReportToken } from './report-token.ts';
+import { REPORT_PATH_NAME, reportMessage } from './report-token.ts';
 
 // Where verified events go (the agent's provisioning tracker).
 export interface ProgressSink {
@@ -93,7 +93,6 @@ const ANSWERS: Record<ReportRefusal, Answer> = {
   'invalid-event': { status: 400, body: Buffer.from('body is not a cloud-init reporting event\n') },
 };
 const ACCEPTED: Answer = { status: 200, body: Buffer.from('ok\n') };
-const DECOY_UID = '\0vmseed-decoy';
 
 // cloud-init sends no Content-Type (requests sets none for a str body);
 // anything that says it is not JSON is refused before it is read.
@@ -190,13 +189,13 @@ export class ReportReceiver {
     return entry;
   }
 
-  // The same work for a miss as for a hit: one index lookup, one verify.
+  // The same work for a miss as for a hit (TokenIndex.verified), and no
+  // HMAC: the index holds the tokens the keys in force accept.
   #resolve(token: string): SeedDirectoryEntry | undefined {
-    const uid = this.#index.resolve(token);
-    const ok = verifyReportToken(this.#o.keyring, token, uid ?? DECOY_UID);
-    if (uid === undefined || !ok) return undefined;
-    const entry = this.#o.directory.get(uid);
-    return entry?.uid === uid ? entry : undefined;
+    const grant = this.#index.verified(token);
+    if (grant === undefined) return undefined;
+    const entry = this.#o.directory.get(grant.uid);
+    return entry?.uid === grant.uid ? entry : undefined;
   }
 
   // The body as text, or the refusal that ended the read.
