@@ -2,7 +2,9 @@
 // apart from the load generator's. `kind` picks vmseed's datasource or a
 // bare node:http server answering a fixed body (the reference floor), or
 // answering every request 429 as a rate limiter would, with nothing else
-// (where a flood goes in the flood's reference row).
+// (where a flood goes in the flood's reference row), or the least server
+// that keeps IMDS's contract on the identity and token paths (bare-imds:
+// the reference the IMDS flood rows run against too).
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -13,9 +15,12 @@ import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } fr
 import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
 import { launcherTokenReader } from '../src/agent/launcher-token.ts';
 import { podUid } from './imds-pods.ts';
+import { jwt } from '../test/http/imds-support.ts';
+import { holdConnection } from '../src/http/connection-hold.ts';
+import { IMDS_GUARD_DEFAULTS, RETRY_AFTER_MS } from '../src/http/imds-guards.ts';
 
 const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
-  kind: 'vmseed' | 'bare' | 'bare-429';
+  kind: 'vmseed' | 'bare' | 'bare-429' | 'bare-imds';
   key: Uint8Array;
   vmis: number;
   perSourceCap?: boolean;
@@ -74,6 +79,50 @@ if (kind === 'vmseed') {
     ...(podsDir ? { readServiceAccountToken: launcherTokenReader(podsDir) } : {}),
   });
   parentPort!.postMessage({ port: server.address.port });
+} else if (kind === 'bare-imds') {
+  // `Metadata: true` required, a token bucket per VM (by the path's token)
+  // at IMDS's rate and burst, a refusal answered 429 with Retry-After and
+  // its connection not read for as long as vmseed holds one, and fixed
+  // answers: what any server keeping that contract must do, and no more.
+  const identity = JSON.stringify({ namespace: 'bench', serviceAccountName: 'sa', vmName: 'vm-0' });
+  const exp = Math.floor(Date.now() / 1000) + 3600;
+  const token = JSON.stringify({
+    token: jwt({ exp, sub: 'vm-0' }),
+    expirationTimestamp: new Date(exp * 1000).toISOString(),
+  });
+  const buckets = new Map<string, { tokens: number; at: number }>();
+  const { ratePerSecond, burst } = IMDS_GUARD_DEFAULTS;
+  const take = (vm: string) => {
+    const now = performance.now();
+    const b = buckets.get(vm) ?? { tokens: burst, at: now };
+    b.tokens = Math.min(burst, b.tokens + ((now - b.at) * ratePerSecond) / 1000);
+    b.at = now;
+    buckets.set(vm, b);
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  };
+  const server = createServer((req, res) => {
+    const parts = (req.url ?? '').split('/');
+    const send = (status: number, body: string, extra: Record<string, string> = {}) => {
+      res.writeHead(status, {
+        'Content-Type': 'application/json',
+        'Content-Length': String(Buffer.byteLength(body)),
+        'Cache-Control': 'no-store',
+        ...extra,
+      });
+      res.end(body);
+    };
+    if (req.headers.metadata !== 'true') return send(400, '{}');
+    if (!take(parts[2] ?? '')) {
+      send(429, '{}', { 'Retry-After': String(RETRY_AFTER_MS / 1000) });
+      holdConnection(req, res, RETRY_AFTER_MS);
+      return;
+    }
+    send(200, parts[3] === 'token' ? token : identity);
+  });
+  server.keepAliveTimeout = 5000;
+  server.listen(0, '127.0.0.1', () => parentPort!.postMessage({ port: (server.address() as AddressInfo).port }));
 } else if (kind === 'bare-429') {
   const body = 'too many requests\n';
   const server = createServer((_req, res) => {

@@ -34,6 +34,12 @@
 // the least any server could spend. Beside the latencies, the CPU time the
 // flood adds to each server's thread per flood request: what one refusal
 // costs, which a loaded machine stretches far less than it stretches p99.
+// Unless --no-reference, the three kinds of rows also run, in turn with
+// vmseed's, against bare-imds (imds-server-worker.ts): the least server that
+// keeps IMDS's contract (the Metadata header, a bucket per VM, 429 with
+// Retry-After and the refused connection held as vmseed holds it, fixed
+// answers). Its ratio is what VM 0 costs the others on this machine
+// whatever a server does beyond the contract.
 //
 //   npm run bench:imds -- [--seconds 30] [--rate 1000] [--flood 1000] [--no-reference] [--redirect]
 //                         [--imds-flood 10000] [--imds-allowance 100] [--imds-repeats 3] [--no-imds] [--no-nocloud]
@@ -76,7 +82,7 @@ const repeats = Number(values['imds-repeats']);
 const FILES = ['meta-data', 'user-data', 'vendor-data', 'network-config'];
 
 async function startWorker(
-  kind: 'vmseed' | 'bare' | 'bare-429',
+  kind: 'vmseed' | 'bare' | 'bare-429' | 'bare-imds',
   key: Uint8Array,
   perSourceCap = false,
   podsDir?: string,
@@ -161,11 +167,9 @@ if (flood > 0) {
 // IMDS's identity and token paths under each VMI's token path (one loopback
 // client stands for every guest), with IMDS's guards at their defaults:
 // 100/s and burst 100 per VMI. Then the other VMIs' latency with and
-// without VM 0 flooding from a load generator of its own.
-let floodRatio: string | undefined;
-let floodOverFloor: string | undefined;
-let floodOverAllowance: string | undefined;
-let cpuPerFlooded: string | undefined;
+// without VM 0 flooding from a load generator of its own, against vmseed
+// and (unless --no-reference) against the bare-imds reference in turn.
+const floodLines: string[] = [];
 if (!values['no-imds']) {
   const podsDir = await benchPodsTree(vmis);
   const { port, worker } = await startWorker('vmseed', key, false, podsDir);
@@ -179,8 +183,14 @@ if (!values['no-imds']) {
   const floodRate = Number(values['imds-flood']);
   // The load generator's pool size (imds-load.ts): one request in flight per connection.
   const FLOOD_CONNECTIONS = 64;
-  // The others' load on vmseed while VM 0 sends at vmRate to vmOrigin.
-  const othersBeside = async (name: string, vmName: string, vmOrigin: string, vmRate = floodRate) => {
+  // The others' load on a server while VM 0 sends at vmRate to vmOrigin.
+  const othersBeside = async (
+    name: string,
+    vmName: string,
+    serverOrigin: string,
+    vmOrigin: string,
+    vmRate = floodRate,
+  ) => {
     const flooding = new Worker(new URL('./imds-load-worker.ts', import.meta.url), {
       workerData: {
         name: vmName,
@@ -200,58 +210,87 @@ if (!values['no-imds']) {
       });
     });
     await new Promise((ready) => flooding.once('message', ready));
-    const during = await load(name, origin, others, seconds, rate, undefined, MD);
+    const during = await load(name, serverOrigin, others, seconds, rate, undefined, MD);
     const vmResult = await vmDone;
     await flooding.terminate();
     return [during, vmResult] as const;
   };
+  interface Subject {
+    name: string;
+    origin: string;
+    worker: Worker;
+    quiet: Result[];
+    during: Result[];
+    allowed: Result[];
+    cpuQuiet: number;
+    cpuFlood: number;
+    cpuAllowance: number;
+  }
+  const subject = (name: string, subjectOrigin: string, w: Worker): Subject => ({
+    name,
+    origin: subjectOrigin,
+    worker: w,
+    quiet: [],
+    during: [],
+    allowed: [],
+    cpuQuiet: 0,
+    cpuFlood: 0,
+    cpuAllowance: 0,
+  });
+  const subjects = [subject('vmseed', origin, worker)];
+  if (!values['no-reference']) {
+    const ref = await startWorker('bare-imds', key);
+    const refOrigin = `http://127.0.0.1:${ref.port}`;
+    await load('warm-up', refOrigin, all, 1, rate, undefined, MD);
+    subjects.push(subject('bare-imds', refOrigin, ref.worker));
+  }
   // The three kinds of rows take turns in a rotating order, so a drift of
-  // the machine falls on each; each kind's p99 is over all its rows'
-  // requests together.
+  // the machine falls on each, and each kind runs against each server in
+  // turn; each kind's p99 is over all its rows' requests together.
   const allowanceRate = Number(values['imds-allowance']);
-  const quiet: Result[] = [];
-  const during: Result[] = [];
-  const allowed: Result[] = [];
-  let cpuQuiet = 0;
-  let cpuFlood = 0;
-  let cpuAllowance = 0;
   const kinds = ['quiet', 'flood', 'allowance'] as const;
   for (let r = 0; r < repeats; r++) {
     for (let k = 0; k < kinds.length; k++) {
       const kind = kinds[(k + r) % kinds.length];
-      const before = await cpuOf(worker);
-      if (kind === 'flood') {
-        const [d, f] = await othersBeside(
-          `IMDS, ${vmis - 1} other VMIs, VM 0 flooding (${r + 1})`,
-          `IMDS, VM 0 flooding at ${floodRate}/s (${r + 1})`,
-          origin,
-        );
-        during.push(d);
-        results.push(d, f);
-        cpuFlood += (await cpuOf(worker)) - before;
-      } else if (kind === 'allowance') {
-        const [d, v] = await othersBeside(
-          `IMDS, ${vmis - 1} other VMIs, VM 0 at ${allowanceRate}/s (${r + 1})`,
-          `IMDS, VM 0 at ${allowanceRate}/s, its allowance (${r + 1})`,
-          origin,
-          allowanceRate,
-        );
-        allowed.push(d);
-        results.push(d, v);
-        cpuAllowance += (await cpuOf(worker)) - before;
-      } else {
-        const q = await load(
-          `IMDS, ${vmis - 1} other VMIs, no flood (${r + 1})`,
-          origin,
-          others,
-          seconds,
-          rate,
-          undefined,
-          MD,
-        );
-        quiet.push(q);
-        results.push(q);
-        cpuQuiet += (await cpuOf(worker)) - before;
+      for (let n = 0; n < subjects.length; n++) {
+        const sub = subjects[(n + r + k) % subjects.length];
+        const on = sub.name === 'vmseed' ? '' : ` [${sub.name}]`;
+        const before = await cpuOf(sub.worker);
+        if (kind === 'flood') {
+          const [d, f] = await othersBeside(
+            `IMDS, ${vmis - 1} other VMIs, VM 0 flooding (${r + 1})${on}`,
+            `IMDS, VM 0 flooding at ${floodRate}/s (${r + 1})${on}`,
+            sub.origin,
+            sub.origin,
+          );
+          sub.during.push(d);
+          results.push(d, f);
+          sub.cpuFlood += (await cpuOf(sub.worker)) - before;
+        } else if (kind === 'allowance') {
+          const [d, v] = await othersBeside(
+            `IMDS, ${vmis - 1} other VMIs, VM 0 at ${allowanceRate}/s (${r + 1})${on}`,
+            `IMDS, VM 0 at ${allowanceRate}/s, its allowance (${r + 1})${on}`,
+            sub.origin,
+            sub.origin,
+            allowanceRate,
+          );
+          sub.allowed.push(d);
+          results.push(d, v);
+          sub.cpuAllowance += (await cpuOf(sub.worker)) - before;
+        } else {
+          const q = await load(
+            `IMDS, ${vmis - 1} other VMIs, no flood (${r + 1})${on}`,
+            sub.origin,
+            others,
+            seconds,
+            rate,
+            undefined,
+            MD,
+          );
+          sub.quiet.push(q);
+          results.push(q);
+          sub.cpuQuiet += (await cpuOf(sub.worker)) - before;
+        }
       }
     }
   }
@@ -260,16 +299,11 @@ if (!values['no-imds']) {
   const [duringFloor, floorFlood] = await othersBeside(
     `IMDS, ${vmis - 1} other VMIs, the flood sent to a bare 429 server (reference)`,
     `the same flood to a bare node:http answering 429`,
+    origin,
     `http://127.0.0.1:${floor.port}`,
   );
   const floorCpu = (await cpuOf(floor.worker)) - floorBefore;
   await floor.worker.terminate();
-  // What VM 0 added to vmseed's server thread (its CPU in those rows less
-  // in the rows without VM 0), per second: flooding and at its allowance;
-  // and the bare 429 server's CPU per flood request it answered.
-  const addedMsPerS = (cpu: number) => ((cpu - cpuQuiet) / repeats / seconds / 1000).toFixed(1);
-  const barePer = floorCpu / floorFlood.sent;
-  cpuPerFlooded = `VM 0 flooding ${addedMsPerS(cpuFlood)} ms/s, VM 0 at its allowance ${addedMsPerS(cpuAllowance)} ms/s; the bare 429 server ${barePer.toFixed(1)} µs per request`;
   results.push(duringFloor, floorFlood);
   const pooled = (rs: Result[]) => {
     const all = new Float64Array(rs.reduce((n, r) => n + r.latenciesMs.length, 0));
@@ -281,9 +315,27 @@ if (!values['no-imds']) {
     return pct(all.sort(), 99);
   };
   const p99 = (r: Result) => pct(r.latenciesMs.slice().sort(), 99);
-  floodRatio = `${(pooled(during) / pooled(quiet)).toFixed(2)} (p99 ${pooled(quiet).toFixed(3)} → ${pooled(during).toFixed(3)} ms over ${repeats} rows each; per pair: ${during.map((d, i) => (p99(d) / p99(quiet[i])).toFixed(2)).join(', ')})`;
-  floodOverFloor = (pooled(during) / p99(duringFloor)).toFixed(2);
-  floodOverAllowance = `${(pooled(during) / pooled(allowed)).toFixed(2)} (VM 0 at ${allowanceRate}/s: p99 ${pooled(allowed).toFixed(3)} ms, ${(pooled(allowed) / pooled(quiet)).toFixed(2)}x the rows without VM 0)`;
+  const ratios: number[] = [];
+  for (const sub of subjects) {
+    const { quiet, during, allowed } = sub;
+    ratios.push(pooled(during) / pooled(quiet));
+    floodLines.push(
+      `${sub.name}: other VMIs' p99 with VM 0 flooding / without: ${(pooled(during) / pooled(quiet)).toFixed(2)}x (p99 ${pooled(quiet).toFixed(3)} → ${pooled(during).toFixed(3)} ms over ${repeats} rows each; per pair: ${during.map((d, i) => (p99(d) / p99(quiet[i])).toFixed(2)).join(', ')})`,
+      `${sub.name}: other VMIs' p99 with VM 0 flooding / with VM 0 well behaved at its allowance: ${(pooled(during) / pooled(allowed)).toFixed(2)}x (VM 0 at ${allowanceRate}/s: p99 ${pooled(allowed).toFixed(3)} ms, ${(pooled(allowed) / pooled(quiet)).toFixed(2)}x the rows without VM 0)`,
+    );
+    // What VM 0 added to the server's thread (its CPU in those rows less
+    // in the rows without VM 0), per second: flooding and at its allowance.
+    const addedMsPerS = (cpu: number) => ((cpu - sub.cpuQuiet) / repeats / seconds / 1000).toFixed(1);
+    floodLines.push(
+      `${sub.name}: server thread CPU added: VM 0 flooding ${addedMsPerS(sub.cpuFlood)} ms/s, VM 0 at its allowance ${addedMsPerS(sub.cpuAllowance)} ms/s`,
+    );
+  }
+  if (ratios.length > 1)
+    floodLines.push(`vmseed's flood ratio over the bare-imds reference's: ${(ratios[0] / ratios[1]).toFixed(2)}x`);
+  floodLines.push(
+    `other VMIs' p99 with VM 0 flooding vmseed / with the same flood sent to a bare 429 server: ${(pooled(subjects[0].during) / p99(duringFloor)).toFixed(2)}x (the bare 429 server: ${(floorCpu / floorFlood.sent).toFixed(1)} µs CPU per request)`,
+  );
+  for (const sub of subjects) if (sub !== subjects[0]) await sub.worker.terminate();
   await worker.terminate();
   await rm(podsDir, { recursive: true, force: true });
 }
@@ -367,12 +419,5 @@ console.log(
 console.log(line(cols));
 console.log('|' + width.map((w) => '-'.repeat(w + 2)).join('|') + '|');
 for (const r of rows) console.log(line(cols.map((c) => String(r[c]))));
-if (floodRatio !== undefined) console.log(`other VMIs' p99 with VM 0 flooding / without: ${floodRatio}x`);
-if (floodOverFloor !== undefined)
-  console.log(
-    `other VMIs' p99 with VM 0 flooding vmseed / with the same flood sent to a bare 429 server: ${floodOverFloor}x`,
-  );
-if (floodOverAllowance !== undefined)
-  console.log(`other VMIs' p99 with VM 0 flooding / with VM 0 well behaved at its allowance: ${floodOverAllowance}`);
-if (cpuPerFlooded !== undefined) console.log(`server thread CPU added: ${cpuPerFlooded}`);
+for (const l of floodLines) console.log(l);
 if (results.some((r) => r.errors > 0)) process.exitCode = 1;
