@@ -69,10 +69,6 @@ export class TokenIndex {
     return this.#byToken.size;
   }
 
-  resolve(token: string): string | undefined {
-    return this.grant(token)?.uid;
-  }
-
   // The grant this exact token holds: one hash, one lookup and one
   // constant-time compare, the same work for a miss as for a hit.
   verified(token: string): TokenGrant | undefined {

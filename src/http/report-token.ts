@@ -21,10 +21,6 @@ export function reportToken(keyring: DatasourceKeyring, uid: string): string {
   return keyring.sign(reportMessage(uid));
 }
 
-export function verifyReportToken(keyring: DatasourceKeyring, token: string, uid: string): boolean {
-  return keyring.verify(token, reportMessage(uid));
-}
-
 // `base` as the datasource's (e.g. http://169.254.169.254/v1), already
 // checked by datasourceSeedUrl where the seed URL is built.
 export function reportUrl(base: string, token: string): string {

@@ -11,7 +11,7 @@ import { REPORT_PROGRESS_ANNOTATION, reportingCloudConfig } from '../../src/clou
 import { readIso } from '../../src/disk/iso9660-read.ts';
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
 import { projectVmi } from '../../src/http/status-page.ts';
-import { reportToken, reportUrl, verifyReportToken } from '../../src/http/report-token.ts';
+import { reportMessage, reportToken, reportUrl } from '../../src/http/report-token.ts';
 import { randomKey } from '../http/datasource-fixtures.ts';
 import { fakeKubeAndDir, imageOf, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
 
@@ -28,8 +28,8 @@ test('the planner: the URL under the base URL with a token of the UID, or why no
   assert.ok('url' in plan);
   assert.equal(plan.url, reportUrl(BASE, reportToken(keyring, 'uid-a')));
   const token = plan.url.split('/').at(-2)!;
-  assert.ok(verifyReportToken(keyring, token, 'uid-a'));
-  assert.ok(!verifyReportToken(keyring, token, 'uid-b'), "another VMI's UID does not verify");
+  assert.ok(keyring.verify(token, reportMessage('uid-a')));
+  assert.ok(!keyring.verify(token, reportMessage('uid-b')), "another VMI's UID does not verify");
 
   const reason = (o: Parameters<typeof progressReportPlanner>[0], x: VmiObject = v) => {
     const p = progressReportPlanner(o)(x, 'uid-a');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { reportToken, reportUrl, verifyReportToken } from '../../src/http/report-token.ts';
+import { reportMessage, reportToken, reportUrl } from '../../src/http/report-token.ts';
 
 const key = (b: number) => new Uint8Array(32).fill(b);
 const UID = '6c3463a0-44c0-430a-9828-bd2198b39102';
@@ -9,11 +9,11 @@ const UID = '6c3463a0-44c0-430a-9828-bd2198b39102';
 test('a report token verifies for its VMI only, and is never the seed token', () => {
   const ring = new DatasourceKeyring([key(1)]);
   const t = reportToken(ring, UID);
-  assert.equal(verifyReportToken(ring, t, UID), true);
-  assert.equal(verifyReportToken(ring, t, '00000000-0000-4000-8000-000000000000'), false);
+  assert.equal(ring.verify(t, reportMessage(UID)), true);
+  assert.equal(ring.verify(t, reportMessage('00000000-0000-4000-8000-000000000000')), false);
   assert.notEqual(t, ring.sign(UID));
   assert.equal(ring.verify(t, UID), false, 'the report token does not open the seed');
-  assert.equal(verifyReportToken(new DatasourceKeyring([key(2)]), t, UID), false);
+  assert.equal(new DatasourceKeyring([key(2)]).verify(t, reportMessage(UID)), false);
 });
 
 test('a report URL is the base, the token and the events path', () => {
