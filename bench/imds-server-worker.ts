@@ -17,6 +17,7 @@ import { launcherTokenReader } from '../src/agent/launcher-token.ts';
 import { podUid } from './imds-pods.ts';
 import { jwt } from '../test/http/imds-support.ts';
 import { holdConnection } from '../src/http/connection-hold.ts';
+import { RateLimiter } from '../src/http/rate-limit.ts';
 import { IMDS_GUARD_DEFAULTS, RETRY_AFTER_MS } from '../src/http/imds-guards.ts';
 
 const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
@@ -90,18 +91,8 @@ if (kind === 'vmseed') {
     token: jwt({ exp, sub: 'vm-0' }),
     expirationTimestamp: new Date(exp * 1000).toISOString(),
   });
-  const buckets = new Map<string, { tokens: number; at: number }>();
   const { ratePerSecond, burst } = IMDS_GUARD_DEFAULTS;
-  const take = (vm: string) => {
-    const now = performance.now();
-    const b = buckets.get(vm) ?? { tokens: burst, at: now };
-    b.tokens = Math.min(burst, b.tokens + ((now - b.at) * ratePerSecond) / 1000);
-    b.at = now;
-    buckets.set(vm, b);
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
-  };
+  const perVm = new RateLimiter({ ratePerSecond, burst });
   const server = createServer((req, res) => {
     const parts = (req.url ?? '').split('/');
     const send = (status: number, body: string, extra: Record<string, string> = {}) => {
@@ -114,7 +105,7 @@ if (kind === 'vmseed') {
       res.end(body);
     };
     if (req.headers.metadata !== 'true') return send(400, '{}');
-    if (!take(parts[2] ?? '')) {
+    if (!perVm.take(parts[2] ?? '')) {
       send(429, '{}', { 'Retry-After': String(RETRY_AFTER_MS / 1000) });
       holdConnection(req, res, RETRY_AFTER_MS);
       return;

@@ -5,8 +5,10 @@
 // what the events cost on this machine whatever the server does with them.
 import { createServer } from 'node:http';
 import { parentPort } from 'node:worker_threads';
+import { threadUsage } from './thread-usage.ts';
 
 const BODY = Buffer.from('instance-id: iid-0\nlocal-hostname: vm-0\n');
+// Events answered, so far.
 let accepted = 0;
 const server = createServer((req, res) => {
   if (req.method === 'POST') {
@@ -20,16 +22,9 @@ const server = createServer((req, res) => {
   res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': BODY.length }).end(BODY);
 });
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-let elu = performance.eventLoopUtilization();
-let cpu = process.threadCpuUsage();
+const usage = threadUsage();
 parentPort!.on('message', (m: string) => {
-  if (m !== 'collect') return;
-  const busy = performance.eventLoopUtilization(elu);
-  elu = performance.eventLoopUtilization();
-  const used = process.threadCpuUsage(cpu);
-  cpu = process.threadCpuUsage();
-  const cpuMs = (used.user + used.system) / 1000;
-  parentPort!.postMessage({ eventAt: {}, statusAt: {}, accepted, refused: 0, busyMs: busy.active, cpuMs });
+  if (m === 'collect') parentPort!.postMessage({ eventAt: {}, statusAt: {}, accepted, ...usage() });
 });
 const address = server.address();
 parentPort!.postMessage({ port: typeof address === 'object' && address ? address.port : 0 });

@@ -14,6 +14,7 @@ import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
 import type { EventRecorder } from '../src/agent/events.ts';
 import { ProvisioningTracker } from '../src/agent/provisioning.ts';
 import { VmiRecords } from '../src/agent/vmi-records.ts';
+import { threadUsage } from './thread-usage.ts';
 
 const { key, vmis } = workerData as { key: Uint8Array; vmis: number };
 const wall = () => performance.timeOrigin + performance.now();
@@ -89,25 +90,15 @@ const server = await startDatasourceServer({
   metrics,
   reports: { sink },
 });
-// The worker's own event loop: how much of the row it was busy (per
-// thread, unlike process.cpuUsage()).
-let elu = performance.eventLoopUtilization();
-let cpu = process.threadCpuUsage();
+const usage = threadUsage();
 async function collect(): Promise<void> {
-  const busy = performance.eventLoopUtilization(elu);
-  elu = performance.eventLoopUtilization();
-  const used = process.threadCpuUsage(cpu);
-  cpu = process.threadCpuUsage();
-  const cpuMs = (used.user + used.system) / 1000;
-  const refused = (await metrics.provisioningReportsRefused.get()).values.reduce((n, v) => n + v.value, 0);
+  // Events the receiver took, so far (a counter).
   const accepted = (await metrics.provisioningReports.get()).values.reduce((n, v) => n + v.value, 0);
   parentPort!.postMessage({
     eventAt: Object.fromEntries(eventAt),
     statusAt: Object.fromEntries(statusAt),
     accepted,
-    refused,
-    busyMs: busy.active,
-    cpuMs,
+    ...usage(),
   });
   eventAt.clear();
   statusAt.clear();
