@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { FakeKube } from '../test/support/fake-kube.ts';
 import { findObject, loadYamlDocuments } from '../test/support/manifests.ts';
-import type { VmiObject } from '../src/api/types.ts';
+import type { VmiObject } from '../src/api/objects.ts';
 import { ImageStore } from '../src/disk/store.ts';
 import { quantile, until } from './stats.ts';
 

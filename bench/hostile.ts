@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { SecretObject, VmiObject } from '../src/api/types.ts';
+import type { SecretObject, VmiObject } from '../src/api/objects.ts';
 import { MemoryResolver } from '../src/cloudinit/refs/memory-resolver.ts';
 import { renderSeed, type RenderOptions } from '../src/cloudinit/render.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../src/cloudinit/limits.ts';

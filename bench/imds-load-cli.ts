@@ -2,7 +2,7 @@
 // pod" namespace through this entry point: the same open-loop load as the
 // loopback rows, against ORIGIN, printed as JSON for the parent.
 //   node bench/imds-load-cli.ts NAME ORIGIN KEY_BASE64 VMIS SECONDS RATE
-import { signToken } from '../src/http/datasource-tokens.ts';
+import { signToken } from '../src/datasource/tokens.ts';
 import { load } from './imds-load.ts';
 
 const [name, origin, keyB64, vmis, secs, rate] = process.argv.slice(2);

@@ -3,7 +3,7 @@
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { projectedToken, jwt } from '../test/http/imds-support.ts';
+import { projectedToken, jwt } from '../test/datasource/imds-support.ts';
 
 export function podUid(i: number): string {
   return `00000000-0000-4000-8000-${i.toString(16).padStart(12, '0')}`;

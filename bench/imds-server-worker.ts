@@ -11,14 +11,15 @@ import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import type { Seed } from '../src/cloudinit/seed.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
-import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } from '../src/http/datasource.ts';
-import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
-import { launcherTokenReader } from '../src/agent/launcher-token.ts';
+import { startDatasourceServer } from '../src/datasource/server.ts';
+import type { SeedDirectory, SeedDirectoryEntry } from '../src/datasource/types.ts';
+import { DatasourceKeyring } from '../src/datasource/tokens.ts';
+import { launcherTokenReader } from '../src/agent/domain/launcher-token.ts';
 import { podUid } from './imds-pods.ts';
-import { jwt } from '../test/http/imds-support.ts';
-import { holdConnection } from '../src/http/connection-hold.ts';
-import { RateLimiter } from '../src/http/rate-limit.ts';
-import { IMDS_GUARD_DEFAULTS, RETRY_AFTER_MS } from '../src/http/imds-guards.ts';
+import { jwt } from '../test/datasource/imds-support.ts';
+import { holdConnection } from '../src/datasource/flood/connection-hold.ts';
+import { RateLimiter } from '../src/datasource/flood/rate-limit.ts';
+import { IMDS_GUARD_DEFAULTS, RETRY_AFTER_MS } from '../src/datasource/imds/guards.ts';
 
 const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
   kind: 'vmseed' | 'bare' | 'bare-429' | 'bare-imds';

@@ -53,7 +53,7 @@ import pino from 'pino';
 import { load, type Result } from './imds-load.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
 import { makePodNode, startNodeDatasource, stopChild } from '../test/support/netns.ts';
-import { signToken } from '../src/http/datasource-tokens.ts';
+import { signToken } from '../src/datasource/tokens.ts';
 import { rm } from 'node:fs/promises';
 import { benchPodsTree } from './imds-pods.ts';
 

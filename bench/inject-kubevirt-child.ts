@@ -8,10 +8,10 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { timeSettled } from './timing.ts';
-import { loadConfig } from '../src/config.ts';
-import { makeInjector } from '../src/commands/agent.ts';
+import { loadConfig } from '../src/config/config.ts';
+import { makeInjector } from '../src/commands/agent/run.ts';
 import { buildSeedDiskXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import { readDaemonSetAgent } from '../e2e/support/daemonset-agent.ts';
 
 const run = promisify(execFile);

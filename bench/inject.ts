@@ -11,7 +11,7 @@
 // no guest vCPU runs beside libvirt's work.
 //
 // The `rpc:` rows use vmseed's native client of libvirt's RPC protocol
-// (src/libvirt/rpc-client.ts): one connection opened before the loop, no
+// (src/libvirt/rpc/rpc-client.ts): one connection opened before the loop, no
 // process per step; a detach waits for libvirt's device-removed event.
 // `rpc: injector.inject` is the injector itself on that client (what
 // `--libvirt rpc` runs). Then, with the targets (median ≤ 0.5×, p99 ≤ 1×)
@@ -46,8 +46,8 @@ import { VmseedError } from '../src/errors.ts';
 import { startAgentProcess, vmiYaml, waitUntil } from '../e2e/support/agent-process.ts';
 import { startPrivateLibvirtd } from '../e2e/support/private-libvirtd.ts';
 import { buildSeedDiskXml, type SeedBus } from '../src/libvirt/disk-xml.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
-import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
+import { RpcLibvirtClient } from '../src/libvirt/rpc/rpc-client.ts';
 import {
   ensureLibvirtd,
   defineDomain,

@@ -51,15 +51,15 @@ import { quantile } from './stats.ts';
 import { FakeKube } from '../test/support/fake-kube.ts';
 import { startAgent, tempDir, vmi, waitFor } from '../test/support/agent-harness.ts';
 import { loopbackDatasource, startedDatasource } from '../test/support/agent-datasource.ts';
-import { keyLine, randomKey } from '../test/http/datasource-fixtures.ts';
+import { keyLine, randomKey } from '../test/datasource/datasource-fixtures.ts';
 import { cloneRootfs, cloudInitFinished, ensureDebianGuest } from '../e2e/support/guest/debian.ts';
 import { runQemu } from '../e2e/support/guest/qemu.ts';
-import { prepareNocloudHttp } from '../src/agent/nocloud-http.ts';
-import { progressReportPlanner } from '../src/agent/progress-report.ts';
-import { PROVISIONING_ANNOTATION } from '../src/agent/provisioning-annotation.ts';
-import type { ReportedEvent } from '../src/http/report-event.ts';
-import { startHttpServer } from '../src/http/server.ts';
-import type { VmiStatusRecord } from '../src/status/types.ts';
+import { prepareNocloudHttp } from '../src/commands/agent/datasource.ts';
+import { progressReportPlanner } from '../src/agent/provisioning/report-plan.ts';
+import { PROVISIONING_ANNOTATION } from '../src/agent/provisioning/summary.ts';
+import type { ReportedEvent } from '../src/datasource/reports/event.ts';
+import { startHttpServer } from '../src/http/status-server.ts';
+import type { VmiStatusRecord } from '../src/status/snapshot.ts';
 
 const { values } = parseArgs({
   options: {

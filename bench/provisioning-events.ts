@@ -36,8 +36,8 @@ import { Agent, request } from 'node:http';
 import { connect } from 'node:net';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { quantile } from './stats.ts';
-import { DatasourceKeyring, signToken } from '../src/http/datasource-tokens.ts';
-import { reportToken } from '../src/http/report-token.ts';
+import { DatasourceKeyring, signToken } from '../src/datasource/tokens.ts';
+import { reportToken } from '../src/datasource/reports/report-token.ts';
 
 const { values } = parseArgs({
   options: {

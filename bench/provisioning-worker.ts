@@ -7,12 +7,13 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import type { Seed } from '../src/cloudinit/seed.ts';
-import type { VmiObject } from '../src/api/types.ts';
+import type { VmiObject } from '../src/api/objects.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
-import { startDatasourceServer, type SeedDirectory, type SeedDirectoryEntry } from '../src/http/datasource.ts';
-import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
+import { startDatasourceServer } from '../src/datasource/server.ts';
+import type { SeedDirectory, SeedDirectoryEntry } from '../src/datasource/types.ts';
+import { DatasourceKeyring } from '../src/datasource/tokens.ts';
 import type { EventRecorder } from '../src/agent/events.ts';
-import { ProvisioningTracker } from '../src/agent/provisioning.ts';
+import { ProvisioningTracker } from '../src/agent/provisioning/tracker.ts';
 import { VmiRecords } from '../src/agent/vmi-records.ts';
 import { threadUsage } from './thread-usage.ts';
 

@@ -29,9 +29,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { FakeKube } from '../test/support/fake-kube.ts';
-import type { VmiObject } from '../src/api/types.ts';
+import type { VmiObject } from '../src/api/objects.ts';
 import { ImageStore } from '../src/disk/store.ts';
-import { signToken } from '../src/http/datasource-tokens.ts';
+import { signToken } from '../src/datasource/tokens.ts';
 import { quantile, until } from './stats.ts';
 
 const { values } = parseArgs({

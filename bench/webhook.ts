@@ -14,11 +14,11 @@ import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import pino from 'pino';
 import { Pool } from 'undici';
-import { newNonce, serialMinter } from '../src/agent/admission.ts';
-import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
-import { startWebhookServer, WEBHOOK_PATH } from '../src/webhook/server.ts';
-import { mutateVmi } from '../src/webhook/mutate.ts';
-import { readReview, reviewResponse } from '../src/webhook/review.ts';
+import { newNonce, serialMinter } from '../src/commands/agent/webhook.ts';
+import { DatasourceKeyring } from '../src/datasource/tokens.ts';
+import { startWebhookServer, WEBHOOK_PATH } from '../src/cluster/webhook/webhook-server.ts';
+import { mutateVmi } from '../src/cluster/webhook/mutate.ts';
+import { readReview, reviewResponse } from '../src/cluster/webhook/review.ts';
 import { testPki } from '../test/support/test-pki.ts';
 import { quantile } from './stats.ts';
 

@@ -14,7 +14,7 @@ import { buildSeedImage } from '../src/disk/seed-image.ts';
 import { e2eInjector } from './support/libvirt-mode.ts';
 import { DirPublisher } from '../src/libvirt/publish.ts';
 import type { Seed } from '../src/cloudinit/seed.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import {
   ensureLibvirtd,
   uniqueName,

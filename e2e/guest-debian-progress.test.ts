@@ -22,13 +22,13 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { VmiObject } from '../src/api/types.ts';
+import type { VmiObject } from '../src/api/objects.ts';
 import { MemoryResolver } from '../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../src/cloudinit/render.ts';
 import { buildSeedImage } from '../src/disk/seed-image.ts';
-import { DatasourceKeyring } from '../src/http/datasource-tokens.ts';
-import { REPORT_PATH_NAME, reportToken, reportUrl } from '../src/http/report-token.ts';
-import { randomKey } from '../test/http/datasource-fixtures.ts';
+import { DatasourceKeyring } from '../src/datasource/tokens.ts';
+import { REPORT_PATH_NAME, reportToken, reportUrl } from '../src/datasource/reports/report-token.ts';
+import { randomKey } from '../test/datasource/datasource-fixtures.ts';
 import { cloneRootfs, cloudInitFinished, ensureDebianGuest } from './support/guest/debian.ts';
 import { runQemu } from './support/guest/qemu.ts';
 

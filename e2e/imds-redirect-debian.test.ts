@@ -16,7 +16,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
-import { signToken } from '../src/http/datasource-tokens.ts';
+import { signToken } from '../src/datasource/tokens.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
 import { cloneRootfs, ensureDebianGuest, cloudInitFinished } from './support/guest/debian.ts';
 import { qemuArgs } from './support/guest/qemu.ts';

@@ -13,11 +13,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import pino from 'pino';
-import { signToken } from '../src/http/datasource-tokens.ts';
+import { signToken } from '../src/datasource/tokens.ts';
 import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
 import { bootBusyboxInPod, masqueradeBinding } from './support/masquerade.ts';
 import { makePodNode, sh, startNodeDatasource, stopChild } from '../test/support/netns.ts';
-import { nocloudSeed } from '../test/http/datasource-fixtures.ts';
+import { nocloudSeed } from '../test/datasource/datasource-fixtures.ts';
 
 test(
   'busybox guest behind a masquerade-style tap fetches its seed from 169.254.169.254 over the node redirect; a made-up token gets nothing',

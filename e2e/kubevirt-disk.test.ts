@@ -11,14 +11,14 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig } from '../src/config.ts';
-import { makeInjector } from '../src/commands/agent.ts';
+import { loadConfig } from '../src/config/config.ts';
+import { makeInjector } from '../src/commands/agent/run.ts';
 import type { LibvirtInjector } from '../src/libvirt/injector.ts';
 import { closeLater, e2eAgentLibvirtFlag, e2eInjector } from './support/libvirt-mode.ts';
 
 const closeLaterInjector = (inj: LibvirtInjector) => (closeLater(inj.client), inj);
 import { VmseedError } from '../src/errors.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import {
   ensureLibvirtd,
   uniqueName,

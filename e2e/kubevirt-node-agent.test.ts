@@ -45,7 +45,7 @@ import { waitUntil } from './support/agent-process.ts';
 import { FakeKube } from '../test/support/fake-kube.ts';
 import { serviceAccountVolume } from '../test/support/in-cluster.ts';
 import { KubevirtSync, parseDomainDisks, type SyncResult } from '../test/support/kubevirt-sync.ts';
-import type { VmiObject } from '../src/api/types.ts';
+import type { VmiObject } from '../src/api/objects.ts';
 
 const NODE = 'replica-node';
 const NS = 'team-a';

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { e2eInjector } from './support/libvirt-mode.ts';
 import { VmseedError } from '../src/errors.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import {
   ensureLibvirtd,
   uniqueName,

@@ -10,7 +10,7 @@ import { e2eInjector } from './support/libvirt-mode.ts';
 import { DirPublisher } from '../src/libvirt/publish.ts';
 import { VmseedError } from '../src/errors.ts';
 import { parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import {
   ensureLibvirtd,
   uniqueName,

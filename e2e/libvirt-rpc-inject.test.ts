@@ -11,11 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LibvirtInjector } from '../src/libvirt/injector.ts';
-import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
-import type { DeviceFlags } from '../src/libvirt/client.ts';
+import { RpcLibvirtClient } from '../src/libvirt/rpc/rpc-client.ts';
+import type { DeviceFlags } from '../src/libvirt/libvirt-client.ts';
 import { parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../src/errors.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import {
   ensureLibvirtd,
   uniqueName,

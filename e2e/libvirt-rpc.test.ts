@@ -7,9 +7,9 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RpcLibvirtClient } from '../src/libvirt/rpc-client.ts';
-import { VirshLibvirtClient } from '../src/libvirt/virsh-client.ts';
-import type { LibvirtClient, LibvirtEvent } from '../src/libvirt/client.ts';
+import { RpcLibvirtClient } from '../src/libvirt/rpc/rpc-client.ts';
+import { VirshLibvirtClient } from '../src/libvirt/virsh/virsh-client.ts';
+import type { LibvirtClient, LibvirtEvent } from '../src/libvirt/libvirt-client.ts';
 import { buildSeedDiskXml, parseDomainXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../src/errors.ts';
 import {

@@ -10,7 +10,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { e2eInjector } from './support/libvirt-mode.ts';
 import { VmseedError } from '../src/errors.ts';
-import type { InjectionTarget } from '../src/libvirt/types.ts';
+import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import {
   ensureLibvirtd,
   uniqueName,

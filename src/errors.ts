@@ -104,7 +104,7 @@ export const ERROR_CODES = [
   'RENDER_WORKER_FAILED',
   'RENDER_QUEUE_FULL',
   'CANCELLED',
-  // the state directory's lock (src/agent/state-lock.ts)
+  // the state directory's lock (src/commands/agent/state-lock.ts)
   'STATE_DIR_LOCKED',
   'STATE_LOCK_FAILED',
   'DATASOURCE_OFF',

@@ -7,7 +7,7 @@ import type { Command, CliContext, ExitCode } from './commands/cli.ts';
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
   agent: {
     summary: 'keep seed images for the VMIs of this node (or of --local DIR)',
-    load: async () => (await import('./commands/agent.ts')).agent,
+    load: async () => (await import('./commands/agent/run.ts')).agent,
   },
   build: {
     summary: 'write a NoCloud or ConfigDrive seed image from files',
@@ -39,7 +39,7 @@ function usage(): string {
 export async function main(argv: string[], base: Omit<CliContext, 'argv'>): Promise<ExitCode> {
   const [name, ...rest] = argv;
   if (name === '--version' || name === '-V' || name === 'version') {
-    base.stdout.write((await import('./version.ts')).versionLine());
+    base.stdout.write((await import('./core/version.ts')).versionLine());
     return 0;
   }
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
@@ -60,7 +60,7 @@ export async function main(argv: string[], base: Omit<CliContext, 'argv'>): Prom
 const EXIT_GRACE_MS = 1000;
 
 if (import.meta.main) {
-  const { forceExit, processExitDeps } = await import('./process-exit.ts');
+  const { forceExit, processExitDeps } = await import('./commands/process-exit.ts');
   const controller = new AbortController();
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
     process.on(sig, () => {

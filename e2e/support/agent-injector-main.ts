@@ -7,9 +7,9 @@
 // imported here: its report would mix with the result.
 //
 //   node agent-injector-main.ts <virsh|rpc> <InjectionTarget JSON> <image path>
-import { makeInjector } from '../../src/commands/agent.ts';
-import { loadConfig } from '../../src/config.ts';
-import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import { makeInjector } from '../../src/commands/agent/run.ts';
+import { loadConfig } from '../../src/config/config.ts';
+import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { readDaemonSetAgent, withOverrides } from './daemonset-agent.ts';
 
 const [mode, targetJson, imagePath] = process.argv.slice(2);

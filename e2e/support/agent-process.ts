@@ -8,7 +8,7 @@ import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { AgentStatusSnapshot, VmiStatusRecord } from '../../src/status/types.ts';
+import type { AgentStatusSnapshot, VmiStatusRecord } from '../../src/status/snapshot.ts';
 import { destroyDomain } from './libvirtd.ts';
 
 const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;

@@ -7,13 +7,13 @@
 import { chown, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionResult, InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { agentViewArgv, ensurePodsMountPoint } from './agent-view.ts';
 import { runCommand, type KubeletTree } from './kubelet-tree.ts';
 import { E2E_LIBVIRT } from './libvirt-mode.ts';

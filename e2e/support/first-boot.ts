@@ -29,10 +29,10 @@ import type { GuestKind } from './kubevirt-domain.ts';
 import { waitUntil } from './agent-process.ts';
 import { FakeKube } from '../../test/support/fake-kube.ts';
 import { serviceAccountVolume } from '../../test/support/in-cluster.ts';
-import type { VmiObject } from '../../src/api/types.ts';
-import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
 import { kubevirtSeedDisk } from './replica-seed.ts';
-import type { VmiStatusRecord } from '../../src/status/types.ts';
+import type { VmiStatusRecord } from '../../src/status/snapshot.ts';
 
 export const NODE = 'replica-node';
 export const NS = 'first-boot';

@@ -3,7 +3,7 @@
 // URI, events). The same tests run on either; run a file once per mode.
 import { after } from 'node:test';
 import { LibvirtInjector, type LibvirtInjectorOptions } from '../../src/libvirt/injector.ts';
-import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
 
 export type E2eLibvirtMode = 'virsh' | 'rpc';
 

@@ -2,7 +2,7 @@
 // interfaces: the reconciler is wired to the real modules in the command
 // and can be driven by anything with these shapes.
 import type { Seed } from '../cloudinit/seed.ts';
-import type { RefResolver, VmiObject, Datasource } from '../api/types.ts';
+import type { RefResolver, VmiObject, Datasource } from '../api/objects.ts';
 import type { RenderContext, RenderOptions, RenderOutcome } from '../cloudinit/render.ts';
 import type { VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';

@@ -3,8 +3,8 @@
 // `lastTimestamp` on that Event with a PATCH instead of writing a new one.
 // Recording never throws and never blocks a reconcile.
 import type { Logger } from 'pino';
-import type { VmiObject } from '../api/types.ts';
-import type { KubeApi } from '../kube/api.ts';
+import type { VmiObject } from '../api/objects.ts';
+import type { KubeApi } from '../kube/api-client.ts';
 
 export type EventReason =
   'SeedReady' | 'SeedFailed' | 'SeedWarning' | 'SeedRead' | 'ProvisioningSucceeded' | 'ProvisioningFailed';

@@ -3,17 +3,17 @@
 // is recorded here: the status (written once), the reconcile and error
 // counts, the generation histogram, the Events and the log lines.
 import type { Logger } from 'pino';
-import type { VmiObject, Datasource } from '../api/types.ts';
+import type { VmiObject, Datasource } from '../api/objects.ts';
 import { asVmseedError, VmseedError } from '../errors.ts';
-import { formatSeconds } from '../format.ts';
+import { formatSeconds } from '../core/format.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { EventRecorder } from './events.ts';
 import type { StatusStore } from './status-store.ts';
 import { resetObjectFacts, type VmiRecords } from './vmi-records.ts';
 import { splitKey, type Problem, type StatusReport } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
-import { firstBootStatus, type Attach, type FirstBootFacts, type SeedReadWatch } from './seed-read.ts';
-import { lateSeedWarning, withLateSeed } from './late-seed.ts';
+import { firstBootStatus, type Attach, type FirstBootFacts, type SeedReadWatch } from './domain/seed-read.ts';
+import { lateSeedWarning, withLateSeed } from './provisioning/late-seed.ts';
 
 // An INTERNAL error is a bug or an input nothing else caught: retried this
 // many times in all (the backoff spaces them), then reported terminal, so a

@@ -5,7 +5,7 @@
 // generation of it waits. Its calls then end at once with CANCELLED, so a
 // hung libvirt call of a deleted VMI holds neither a worker nor the VMI's
 // next reconcile (queued behind it, which cleans up).
-import type { VmiObject } from '../api/types.ts';
+import type { VmiObject } from '../api/objects.ts';
 import { VmseedError } from '../errors.ts';
 import type { ShutdownDeadline } from './shutdown.ts';
 

@@ -11,12 +11,12 @@ import type { Logger } from 'pino';
 import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import { withHostNuma, type HostNumaReader } from '../libvirt/host-numa.ts';
-import type { RefResolver, VmiObject, Datasource } from '../api/types.ts';
+import type { RefResolver, VmiObject, Datasource } from '../api/objects.ts';
 import type { Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError, type ErrorCode } from '../errors.ts';
-import type { InjectionResult, InjectionTarget, InjectOptions, Injector } from '../libvirt/types.ts';
+import type { InjectionResult, InjectionTarget, InjectOptions, Injector } from '../libvirt/injector-contract.ts';
 import {
   launcherPodOf,
   launcherPodsOnNode,
@@ -27,7 +27,7 @@ import {
 } from '../libvirt/launcher-pod.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { RenderOutcome } from '../cloudinit/render.ts';
-import type { VmiStatusRecord } from '../status/types.ts';
+import type { VmiStatusRecord } from '../status/snapshot.ts';
 import type {
   AgentRenderOptions,
   BuildSeedImage,
@@ -38,15 +38,15 @@ import type {
 } from './deps.ts';
 import type { EventRecorder } from './events.ts';
 import { newProgress, ReconcileRecorder, type Outcome, type Progress, type StepFacts } from './reconcile-recorder.ts';
-import type { ReportPlan, ReportPlanner } from './progress-report.ts';
+import type { ReportPlan, ReportPlanner } from './provisioning/report-plan.ts';
 import { ReconcileSignals } from './reconcile-signals.ts';
-import { missingSeedGate, resumeAfterSeed, seedGateFacts } from './seed-gate.ts';
+import { missingSeedGate, resumeAfterSeed, seedGateFacts } from './domain/seed-gate.ts';
 import { throwIfCancelled, type ShutdownDeadline } from './shutdown.ts';
 import type { StatusStore } from './status-store.ts';
 import type { ImageFacts, VmiRecords } from './vmi-records.ts';
 import { splitKey, type Problem } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
-import type { Attach, FirstBootFacts, SeedReadWatch } from './seed-read.ts';
+import type { Attach, FirstBootFacts, SeedReadWatch } from './domain/seed-read.ts';
 
 export interface ReconcilerOptions {
   nodeName: string;

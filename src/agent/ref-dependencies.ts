@@ -5,7 +5,7 @@
 // depend on it are enqueued, at most once per `minIntervalMs` each: a
 // Secret rewritten every 100 ms costs a VMI a handful of re-renders a
 // second, not ten, and the first change of a quiet object goes at once.
-import type { RefResolver, VmiObject } from '../api/types.ts';
+import type { RefResolver, VmiObject } from '../api/objects.ts';
 import type { DependencyStatus, ObjectCache, RefReader } from '../kube/object-watches.ts';
 import { keyOf } from '../kube/vmi-source.ts';
 import type { RenderSeed } from './deps.ts';

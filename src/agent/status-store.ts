@@ -16,7 +16,7 @@ import type {
   VmiState,
   VmiStatusRecord,
   WatchStatus,
-} from '../status/types.ts';
+} from '../status/snapshot.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { VmiRecords, type VmiRecord } from './vmi-records.ts';
 import { mergeStatus, nextStatus, type StatusReport } from './vmi-status.ts';

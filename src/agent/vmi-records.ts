@@ -3,14 +3,32 @@
 // reconciler keeps between reconciles. Deleting a VMI is one forget(key);
 // the parts that index VMIs another way (served seeds by UID, domain waits
 // by domain) register to be told.
-import type { Datasource } from '../api/types.ts';
+import type { Datasource } from '../api/objects.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
-import type { VmiStatusRecord } from '../status/types.ts';
-import type { FirstBootFacts } from './seed-read.ts';
-import type { ProvisioningFacts } from './provisioning-timeline.ts';
-import type { LateSeedFacts } from './late-seed.ts';
+import type { VmiStatusRecord } from '../status/snapshot.ts';
+import type { ProvisioningFacts } from './provisioning/timeline.ts';
+import type { LateSeedFacts } from './provisioning/late-seed.ts';
 
 // What is on disk (and in the domain) for a key, for the object `uid`.
+/** What is known about a VMI's first boot with our disk (seed-read.ts fills it). */
+export interface FirstBootFacts {
+  uid: string;
+  uri: string;
+  domain: string;
+  targetDev: string;
+  // Epoch ms. startedAt: libvirt's start event as received; absent when this
+  // agent did not see the start.
+  startedAt?: number;
+  // Which start event (this agent's count), to tell two starts apart.
+  start?: number;
+  attachedAt: number;
+  readAt?: number;
+  // polling: between attach and read; read; not-read: the bound passed;
+  // domain-gone: the domain stopped or disappeared first; not-polled: over
+  // POLLING_MAX.
+  watch: 'polling' | 'read' | 'not-read' | 'domain-gone' | 'not-polled';
+}
+
 export interface ImageFacts {
   uid: string;
   datasource: Datasource | undefined;

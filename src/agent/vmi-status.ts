@@ -1,9 +1,9 @@
 // The status shown for a VMI, computed from what a reconcile concluded and
 // the status shown before: a pure function, so the store writes it once per
 // reconcile (copy, compute, compare, write).
-import type { Datasource } from '../api/types.ts';
+import type { Datasource } from '../api/objects.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
-import type { StatusProblem, VmiStatusRecord } from '../status/types.ts';
+import type { StatusProblem, VmiStatusRecord } from '../status/snapshot.ts';
 
 // A problem as the reconcile found it; the store stamps when it was shown.
 export interface Problem {

@@ -7,7 +7,7 @@
 // deadline, or answers garbage) share at most all workers but one, so a
 // key's first run never waits for retries: one hostile launcher per worker
 // cannot hold every new VMI back.
-import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
+import { backoffDelay, type BackoffPolicy } from '../core/backoff.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { aborted } from './shutdown.ts';
 

@@ -8,7 +8,7 @@
 //   first boot (per-instance modules again, SSH host keys regenerated).
 // Deterministic: the same content gives the same id, across agent restarts.
 import { createHash } from 'node:crypto';
-import type { VmiObject } from '../api/types.ts';
+import type { VmiObject } from '../api/objects.ts';
 import { VmseedError } from '../errors.ts';
 import { instanceId, uuidV5, KUBEVIRT_FIRMWARE_UUID_NAMESPACE } from './kubevirt/instance-id.ts';
 import type { Seed } from './seed.ts';

@@ -6,7 +6,7 @@ import { VmseedError } from '../errors.ts';
 import { ANNOTATION } from './annotation/annotation.ts';
 import type { ResolvedExtras } from './annotation/extras-input.ts';
 import { buildDevicesMetadata } from './devices-metadata.ts';
-import type { RefResolver, VmiObject, Datasource } from '../api/types.ts';
+import type { RefResolver, VmiObject, Datasource } from '../api/objects.ts';
 import { isPassableNetworkError, passThroughWarning } from './kubevirt/network-passthrough.ts';
 import type { ResolvedData } from './kubevirt/sources.ts';
 import { yieldToLoop, type SeedBudget } from './limits.ts';
@@ -15,9 +15,9 @@ import { INLINE_OFFLOAD, type Offload } from './pure-ops.ts';
 import type { RenderContext, RenderOptions } from './render-options.ts';
 import type { Seed, SeedWarning } from './seed.ts';
 import type { UserDataParts } from './userdata/compose.ts';
-import { withReportingPart } from './userdata/progress-report.ts';
+import { withReportingPart } from './userdata/reporting-config.ts';
 import { resolveVendorData, vendorDataFile } from './userdata/vendor-data.ts';
-import { mergeMetaData } from './virtlet/metadata-merge.ts';
+import { mergeMetaData } from './metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
 
 // What an input API hands the composition.

@@ -16,7 +16,7 @@
 // its host NUMA node (`hostNuma`, read from the host's sysfs by the caller)
 // when the VMI asks for guestMappingPassthrough, else, with
 // dedicatedCpuPlacement, the vCPUs pinned to a CPU of that node.
-import type { VmiObject } from '../api/types.ts';
+import type { VmiObject } from '../api/objects.ts';
 import type { SeedWarning } from './seed.ts';
 
 export interface DeviceData {

@@ -1,6 +1,6 @@
 // meta-data as KubeVirt and Virtlet write it: JSON (old cloud-init and CirrOS
 // parse JSON; JSON is also YAML for newer ones).
-import type { VmiObject, Datasource } from '../api/types.ts';
+import type { VmiObject, Datasource } from '../api/objects.ts';
 import { hostname } from './kubevirt/hostname.ts';
 import { instanceId } from './kubevirt/instance-id.ts';
 import type { DeviceData } from './devices-metadata.ts';

@@ -9,7 +9,7 @@ import { parseAnnotation } from './annotation/annotation.ts';
 import { SeedBudget, type BudgetSnapshot } from './limits.ts';
 import { chooseNetworkConfig } from './network/choose.ts';
 import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata/compose.ts';
-import { lintUserData } from './userdata/lint.ts';
+import { lintUserData } from './userdata/user-data-lint.ts';
 import { lintVendorData } from './userdata/vendor-data.ts';
 
 // composeUserData against a copy of the render's budget; the caller adopts

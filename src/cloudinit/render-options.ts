@@ -2,7 +2,7 @@
 // the limits on what a VMI owner can make it do, and where heavy steps run.
 import { DEFAULT_MAX_USER_DATA_BYTES } from './limits.ts';
 import type { DomainDevice, VcpuPin } from './devices-metadata.ts';
-import type { SaltProvider } from './ovirt/password-salt.ts';
+import type { SaltProvider } from './init/password-salt.ts';
 import type { Offload } from './pure-ops.ts';
 import type { VendorDataRef } from './userdata/vendor-data.ts';
 
@@ -20,7 +20,7 @@ export interface RenderOptions {
   // sets no vendorData/vendorDataFrom of its own.
   defaultVendorData?: VendorDataRef;
   // Salt for the SHA-512 crypt of init.users[].passwordFrom. Default:
-  // deriveSalt (from VMI uid and user name; see ovirt/password-salt.ts for why).
+  // deriveSalt (from VMI uid and user name; see init/password-salt.ts for why).
   passwordSalt?: SaltProvider;
   // Bound on all seed files together (default: see SeedBudget).
   maxSeedBytes?: number;
@@ -45,6 +45,6 @@ export interface RenderContext {
   // The domain's <cputune><vcpupin>s, for host devices' `alignedCPUs`.
   vcpuPins?: VcpuPin[];
   // Where this VMI's cloud-init posts its progress events (the agent's
-  // report URL, userdata/progress-report.ts); absent: no reporting part.
+  // report URL, userdata/reporting-config.ts); absent: no reporting part.
   reportUrl?: string;
 }

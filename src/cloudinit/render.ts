@@ -2,14 +2,14 @@
 // First which input API builds the seed (or why none does here); that API's
 // reader turns its fields into a SeedInput, and one composition
 // (compose-seed.ts) turns any SeedInput into the seed. KubeVirt IMDS's
-// annotations have their own small seed (imds/annotations.ts).
+// annotations have their own small seed (annotation/imds-annotations.ts).
 import { VmseedError } from '../errors.ts';
 import { ANNOTATION } from './annotation/annotation.ts';
 import { applyChangePolicy } from './change-policy.ts';
 import { readAnnotationInput } from './annotation/annotation-input.ts';
 import { composeSeed } from './compose-seed.ts';
-import { isImdsEnabled, renderImdsSeed } from './imds/annotations.ts';
-import type { RefResolver, VmiObject } from '../api/types.ts';
+import { isImdsEnabled, renderImdsSeed } from './annotation/imds-annotations.ts';
+import type { RefResolver, VmiObject } from '../api/objects.ts';
 import { firstCloudInitVolume, readVolumeInput, type CloudInitVolume } from './kubevirt/volume-input.ts';
 import { SeedBudget } from './limits.ts';
 import { memoize } from './refs/memo-resolver.ts';

@@ -1,7 +1,7 @@
 // The rendered seed: what src/cloudinit produces and src/disk lays out.
 // Plain data, so it can be hashed, compared, served over HTTP and written.
 
-import type { Datasource } from '../api/types.ts';
+import type { Datasource } from '../api/objects.ts';
 
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 
@@ -36,10 +36,10 @@ export interface Seed {
   // NoCloud: vendor-data. ConfigDrive: vendor_data.json text.
   vendorData?: Uint8Array;
   // 'http': served by the NoCloud HTTP datasource only, no seed image
-  // (KubeVirt IMDS-annotated VMIs, see imds/annotations.ts).
+  // (KubeVirt IMDS-annotated VMIs, see annotation/imds-annotations.ts).
   delivery?: 'http';
   // Why the seed carries no progress-reporting part though the render was
-  // given a report URL (userdata/progress-report.ts).
+  // given a report URL (userdata/reporting-config.ts).
   progressNotReported?: string;
   warnings: SeedWarning[];
 }

@@ -1,4 +1,4 @@
-import type { VmiObject } from '../api/types.ts';
+import type { VmiObject } from '../api/objects.ts';
 
 // The timestamp recorded in a VMI's seed image. It comes from the VMI, not
 // the clock, so the same seed always gives the same bytes and hash: across

@@ -2,7 +2,7 @@
 // external tool. Options are parsed once with one table; each seed source
 // (today the files; later `--vmi vmi.yaml [--secret s.yaml ...]`) reads the
 // parsed values and returns a Seed, and the rest (image, output) is shared.
-import type { Datasource } from '../api/types.ts';
+import type { Datasource } from '../api/objects.ts';
 import { readFile, writeFile, rename, unlink } from 'node:fs/promises';
 import { resolve, dirname, basename, join } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
@@ -14,7 +14,7 @@ import { VmseedError } from '../errors.ts';
 import { buildSeedImage } from '../disk/seed-image.ts';
 import { mergeManifests, parseManifests } from '../agent/local/manifests.ts';
 import { MemoryResolver } from '../cloudinit/refs/memory-resolver.ts';
-import type { RefResolver } from '../api/types.ts';
+import type { RefResolver } from '../api/objects.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';

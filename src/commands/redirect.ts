@@ -9,8 +9,8 @@ import { isVmseedError } from '../errors.ts';
 import { startRedirectHealth } from '../redirect/health-server.ts';
 import { execNft, RedirectKeeper } from '../redirect/keeper.ts';
 import { targetChecker } from '../redirect/target-check.ts';
-import { fileKeySource, parseKeyFile } from '../http/datasource-tokens.ts';
-import { createRedirectMetrics } from '../redirect/metrics.ts';
+import { fileKeySource, parseKeyFile } from '../datasource/tokens.ts';
+import { createRedirectMetrics } from '../redirect/redirect-metrics.ts';
 import {
   DEFAULT_POD_INTERFACES,
   DEFAULT_TABLE,

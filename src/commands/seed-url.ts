@@ -7,9 +7,9 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseYaml, where } from '../cloudinit/yaml.ts';
 import { isVmseedError } from '../errors.ts';
-import { DatasourceKeyring, fileKeySource } from '../http/datasource-tokens.ts';
-import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl, datasourceSerial } from '../http/datasource-url.ts';
-import { bindingMessage, NONCE_ANNOTATION, type BindingMeta } from '../datasource-binding.ts';
+import { DatasourceKeyring, fileKeySource } from '../datasource/tokens.ts';
+import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl, datasourceSerial } from '../datasource/url.ts';
+import { bindingMessage, NONCE_ANNOTATION, type BindingMeta } from '../datasource/binding.ts';
 import { UsageError, type Command } from './cli.ts';
 
 // The flags, for parseArgs and for the help text (and the README's table).
@@ -124,7 +124,7 @@ const VMI_UID_HINT = "the VMI's metadata.uid (kubectl get vmi <name> -o jsonpath
 const VM_UID_HINT = "the VirtualMachine's metadata.uid (kubectl get vm <name> -o jsonpath='{.metadata.uid}')";
 
 // The message the token signs: a VMI's UID, or a binding
-// (src/datasource-binding.ts) of a VM or of a VMI's admission nonce.
+// (src/datasource/binding.ts) of a VM or of a VMI's admission nonce.
 async function tokenSubject(values: Values, positional: string | undefined, cwd: string): Promise<string> {
   const given = (['uid', 'vmi', 'vm-uid', 'binding-from'] as const).filter((k) => values[k] !== undefined);
   if (given.length > 1)

@@ -6,8 +6,8 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../cloudinit/limits.ts';
-import { normalisePrefix } from '../http/datasource-path.ts';
-import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../http/datasource-url.ts';
+import { normalisePrefix } from '../datasource/nocloud-paths.ts';
+import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../datasource/url.ts';
 import { localUriSocket } from '../libvirt/rpc/uri.ts';
 import { encodeUriValue, parseTemplate, type TemplateKind } from '../libvirt/template.ts';
 import {

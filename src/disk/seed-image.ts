@@ -1,6 +1,6 @@
 // Seed → image bytes, with what callers log and compare: label, file list
 // and a content hash (same seed and timestamp → same hash → no rewrite).
-import type { Datasource } from '../api/types.ts';
+import type { Datasource } from '../api/objects.ts';
 import { createHash } from 'node:crypto';
 import type { Seed } from '../cloudinit/seed.ts';
 import { buildIso, SYSTEM_AREA_BYTES, type IsoFile } from './iso9660.ts';

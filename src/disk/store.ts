@@ -30,7 +30,7 @@
 // never on what a symlink points to. Node has no openat(), so a directory
 // swapped between the lstat and the use is not caught; the state dir is the
 // agent's own (0750), which such a swap already needs write access to.
-import type { Datasource } from '../api/types.ts';
+import type { Datasource } from '../api/objects.ts';
 import * as nodeFs from 'node:fs/promises';
 import * as nodeFsSync from 'node:fs';
 import { constants as fsConstants } from 'node:fs';
@@ -122,7 +122,7 @@ export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 const TMP_MARK = '.tmp-';
 // Small records of the agent's about one VMI, kept next to its images so
 // they go with them (remove()): `seed-gate-opened`, the seed gate's unpause
-// done (agent/kubevirt-resume.ts). Fixed names, never an image's.
+// done (agent/domain/kubevirt-resume.ts). Fixed names, never an image's.
 export const VMI_RECORDS = ['seed-gate-opened'] as const;
 export type VmiRecord = (typeof VMI_RECORDS)[number];
 export const MAX_RECORD_BYTES = 4096;

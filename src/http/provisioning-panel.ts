@@ -3,8 +3,8 @@
 // seen -> seed written -> attached -> read by guest -> each stage and its
 // modules -> done or failed). Pure; every string goes through esc(): the
 // step names and descriptions come from the guest.
-import type { ProvisioningStage, ProvisioningStatus, ProvisioningStep, VmiStatusRecord } from '../status/types.ts';
-import { formatSeconds, formatTime } from '../format.ts';
+import type { ProvisioningStage, ProvisioningStatus, ProvisioningStep, VmiStatusRecord } from '../status/snapshot.ts';
+import { formatSeconds, formatTime } from '../core/format.ts';
 import { esc } from './html.ts';
 import { defined, num, str } from './projection.ts';
 

@@ -2,7 +2,7 @@
 // /metrics belong to the probe listener, the status pages to the status
 // listener; a listener serving only one kind says where the other lives.
 import type pino from 'pino';
-import type { StatusSource } from '../status/types.ts';
+import type { StatusSource } from '../status/snapshot.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { EventLoopMonitor } from './health.ts';
 import { html, json, text, type Reply } from './reply.ts';

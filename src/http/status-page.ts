@@ -1,5 +1,5 @@
 // The node status page: AgentStatusSnapshot in, HTML out. Pure (the render
-// time is passed in). Only fields declared in status/types.ts are read: a
+// time is passed in). Only fields declared in status/snapshot.ts are read: a
 // snapshot object that carries anything more (a careless agent, a future
 // field) never leaks it, because projectSnapshot() copies field by field.
 import { createHash } from 'node:crypto';
@@ -13,8 +13,8 @@ import type {
   VmiState,
   VmiStatusRecord,
   WatchStatus,
-} from '../status/types.ts';
-import { formatAgo, formatBytes, formatSeconds, formatTime } from '../format.ts';
+} from '../status/snapshot.ts';
+import { formatAgo, formatBytes, formatSeconds, formatTime } from '../core/format.ts';
 import { esc } from './html.ts';
 import { defined, num, str } from './projection.ts';
 
@@ -77,7 +77,7 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     firstFetch: v.firstFetch
       ? Object.fromEntries(Object.entries(v.firstFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
-    // A flag, never the serial: its token is a capability (status/types.ts).
+    // A flag, never the serial: its token is a capability (status/snapshot.ts).
     servedOverHttp: v.servedOverHttp === true ? true : undefined,
     dependencies: v.dependencies?.map((d) =>
       defined({

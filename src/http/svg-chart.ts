@@ -1,7 +1,7 @@
 // Inline SVG line chart of recent seed generation latencies. Pure: points in,
 // markup out. Presentation attributes only (no style=""), so the page's
 // strict Content-Security-Policy needs no 'unsafe-inline'.
-import { formatSeconds, formatTime } from '../format.ts';
+import { formatSeconds, formatTime } from '../core/format.ts';
 import { esc } from './html.ts';
 
 export interface ChartPoint {

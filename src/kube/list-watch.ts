@@ -8,7 +8,7 @@
 // The lifecycle around it (restart after errors, watchdog, bounded watches)
 // is source.ts's and watch.ts's.
 import { setTimeout as delay } from 'node:timers/promises';
-import type { ObjectMeta } from '../api/types.ts';
+import type { ObjectMeta } from '../api/objects.ts';
 import type { DoneCallback, WatchCallback } from './watch.ts';
 
 export interface ListedObject {

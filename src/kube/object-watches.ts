@@ -26,10 +26,10 @@
 // API server has it. Any other failure is answered by a renewal after a
 // capped, jittered backoff.
 import type { Logger } from 'pino';
-import type { ConfigMapObject, RefResolver, SecretObject } from '../api/types.ts';
-import { backoffDelay, type BackoffPolicy } from '../backoff.ts';
+import type { ConfigMapObject, RefResolver, SecretObject } from '../api/objects.ts';
+import { backoffDelay, type BackoffPolicy } from '../core/backoff.ts';
 import { VmseedError } from '../errors.ts';
-import { statusError, type KubeApi } from './api.ts';
+import { statusError, type KubeApi } from './api-client.ts';
 import type { Watcher } from './list-watch.ts';
 import type { WatchError } from './watch.ts';
 

@@ -5,8 +5,8 @@
 // retryable KUBE_API_UNAVAILABLE. In namespaced mode (--namespaces) only
 // those namespaces are asked: a VMI can only reference objects in its own
 // namespace, and the agent holds no Role anywhere else.
-import type { ConfigMapObject, RefResolver, SecretObject } from '../api/types.ts';
-import { statusError, type KubeApi } from './api.ts';
+import type { ConfigMapObject, RefResolver, SecretObject } from '../api/objects.ts';
+import { statusError, type KubeApi } from './api-client.ts';
 import { VmseedError } from '../errors.ts';
 
 export class KubeRefResolver implements RefResolver {

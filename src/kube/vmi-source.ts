@@ -1,8 +1,8 @@
 // Where VMIs come from: the Kubernetes informer or a local directory. Both
 // keep a cache the reconciler reads by key and call `onKey` for every key
 // that may have changed. `onKey` only enqueues.
-import type { VmiObject } from '../api/types.ts';
-import type { WatchStatus } from '../status/types.ts';
+import type { VmiObject } from '../api/objects.ts';
+import type { WatchStatus } from '../status/snapshot.ts';
 
 export interface VmiSource {
   start(): Promise<void>;

@@ -11,7 +11,7 @@
 // (`requestTimeoutMs`) and would renew a quiet watch every 30 s.
 import { fetch } from 'undici';
 import type { KubeConnection } from './connection.ts';
-import { retryAfterMs, statusMessage } from './api.ts';
+import { retryAfterMs, statusMessage } from './api-client.ts';
 
 export type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
 export type DoneCallback = (err: unknown) => void;

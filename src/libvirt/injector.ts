@@ -3,7 +3,7 @@
 // Level-based: every call looks at the domain as it is now (live and
 // next-boot config, one read) and does only what is missing (one attach),
 // so it can be repeated.
-import type { DomainState } from '../api/types.ts';
+import type { DomainState } from '../api/objects.ts';
 import { domainFactsFromXml, type DomainFacts } from './domain-devices.ts';
 import { cancelledBy, VmseedError } from '../errors.ts';
 import {
@@ -23,10 +23,10 @@ import type {
   Injector,
   InjectorCallOptions,
   InjectOptions,
-} from './types.ts';
-import type { ProcessSpawner } from './virsh.ts';
-import { domainId, type LibvirtClient, type LibvirtEvent } from './client.ts';
-import { VirshLibvirtClient } from './virsh-client.ts';
+} from './injector-contract.ts';
+import type { ProcessSpawner } from './virsh/runner.ts';
+import { domainId, type LibvirtClient, type LibvirtEvent } from './libvirt-client.ts';
+import { VirshLibvirtClient } from './virsh/virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { PreparedAttaches } from './prepared-attach.ts';
 import { isPodUid } from './launcher-pod.ts';
@@ -49,7 +49,7 @@ export interface ResumeContext {
   signal?: AbortSignal;
 }
 
-// The seed gate's hook (the agent's src/agent/seed-gate.ts makes it): called
+// The seed gate's hook (the agent's src/agent/domain/seed-gate.ts makes it): called
 // for a paused domain, once the seed is in place, when the call said
 // `resume`. In KubeVirt it calls the VMI's `unpause` subresource.
 // `false`: the hook decided this pause is not the seed gate's to end.

@@ -6,7 +6,7 @@
 // become path components and a socket URI: anything that is not a UUID is
 // refused before it is used.
 import { VmseedError } from '../errors.ts';
-import type { InjectionTarget } from './types.ts';
+import type { InjectionTarget } from './injector-contract.ts';
 
 // Kubernetes pod UIDs are RFC 4122 UUIDs (apimachinery util/uuid).
 const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;

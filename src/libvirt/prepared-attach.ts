@@ -7,7 +7,7 @@
 // after the start event (queue, render check, image check, a read of the
 // domain) costs as much again as libvirt's attach itself; this sends the
 // attach from the event, and the reconcile that follows finds it done.
-import { domainId, type LibvirtClient, type LibvirtEvent } from './client.ts';
+import { domainId, type LibvirtClient, type LibvirtEvent } from './libvirt-client.ts';
 
 export interface Prepared {
   // The disk's XML and what identifies it in the live domain afterwards.

@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import { VmseedError } from '../errors.ts';
 import { parseTemplate, renderForTarget, usesPodUID, type Template } from './template.ts';
-import type { InjectionTarget } from './types.ts';
+import type { InjectionTarget } from './injector-contract.ts';
 
 export interface ImagePublisher {
   // Makes the image available to the target's domain; returns the host path

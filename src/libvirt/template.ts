@@ -7,7 +7,7 @@
 // reaches them.
 import { VmseedError } from '../errors.ts';
 import { launcherPodOf } from './launcher-pod.ts';
-import type { InjectionTarget } from './types.ts';
+import type { InjectionTarget } from './injector-contract.ts';
 
 export const TARGET_PLACEHOLDERS = ['namespace', 'name', 'uid', 'datasource', 'podUID'] as const;
 export const IMAGE_PLACEHOLDERS = [...TARGET_PLACEHOLDERS, 'path', 'basename'] as const;

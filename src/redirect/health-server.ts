@@ -6,7 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RedirectKeeper } from './keeper.ts';
-import type { RedirectMetrics } from './metrics.ts';
+import type { RedirectMetrics } from './redirect-metrics.ts';
 
 // Keeps the JSON well under the 4 KiB a poller reads (nft's stderr is
 // already cut to 300 characters inside the message).

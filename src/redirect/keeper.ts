@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import type { Logger } from 'pino';
 import { VmseedError } from '../errors.ts';
 import { renderRemoval, renderRuleset, ruleInPlace, type RedirectSpec } from './nft-ruleset.ts';
-import type { RedirectMetrics } from './metrics.ts';
+import type { RedirectMetrics } from './redirect-metrics.ts';
 import type { TargetVerdict } from './target-check.ts';
 
 export interface NftResult {

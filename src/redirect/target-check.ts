@@ -1,12 +1,12 @@
 // Whether the DNAT target is this node's datasource, not only whether the
 // rule exists: a rule pointing at a wrong port hands guests' requests (their
 // tokens in the path) to whatever listens there. The check sends the
-// datasource challenge (src/datasource-challenge.ts) to the target the rule
+// datasource challenge (src/redirect/challenge.ts) to the target the rule
 // rewrites to, from the node: the sidecar's own packets never cross a pod
 // interface, so it cannot go through the rule itself; the keeper has already
 // verified that the rule listed in nftables DNATs to exactly this address.
 import { request } from 'node:http';
-import { answerMatches, CHALLENGE_PREFIX, newNonce } from '../datasource-challenge.ts';
+import { answerMatches, CHALLENGE_PREFIX, newNonce } from './challenge.ts';
 
 // The datasource answers a few lines of 43 characters.
 const BODY_MAX = 4096;

@@ -3,7 +3,7 @@
 // effect on the libvirt settings is tested with the preset itself.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, loadConfig } from '../../src/config.ts';
+import { ConfigError, loadConfig } from '../../src/config/config.ts';
 
 const cluster = (args: string[], env: NodeJS.ProcessEnv = {}) =>
   loadConfig(args, { NODE_NAME: 'n1', ...env }, '/work')!;

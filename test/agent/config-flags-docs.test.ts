@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { AGENT_USAGE } from '../../src/config.ts';
+import { AGENT_USAGE } from '../../src/config/config.ts';
 import { AGENT_FLAGS, docOf, envName, type FlagName, type FlagSpec } from '../../src/config/flags.ts';
 
 const README = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');

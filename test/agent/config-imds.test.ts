@@ -1,7 +1,7 @@
 // --datasource-imds-compat: token-less answers for KubeVirt IMDS VMIs only.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, configSummary, loadConfig } from '../../src/config.ts';
+import { ConfigError, configSummary, loadConfig } from '../../src/config/config.ts';
 
 const local = ['--local', 'examples'];
 const ds = ['--datasource-listen', '127.0.0.1:8081', '--datasource-key-file', 'keys'];

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadConfig, configSummary } from '../../src/config.ts';
-import { makeInjector } from '../../src/commands/agent.ts';
+import { ConfigError, loadConfig, configSummary } from '../../src/config/config.ts';
+import { makeInjector } from '../../src/commands/agent/run.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
 

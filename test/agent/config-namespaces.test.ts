@@ -1,7 +1,7 @@
 // --namespaces: namespaced mode's flag.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, configSummary, loadConfig } from '../../src/config.ts';
+import { ConfigError, configSummary, loadConfig } from '../../src/config/config.ts';
 
 const cluster = (argv: string[], env: NodeJS.ProcessEnv = {}) => loadConfig(argv, { NODE_NAME: 'n1', ...env }, '/');
 

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, loadConfig } from '../../src/config.ts';
+import { ConfigError, loadConfig } from '../../src/config/config.ts';
 import { parseDuration } from '../../src/config/values.ts';
 
 test('local mode defaults', () => {
@@ -72,7 +72,7 @@ test('durations', () => {
 });
 
 test('--libvirt rpc: the RPC client under the injector, with the per-call timeout; virsh stays available', async () => {
-  const { makeInjector } = await import('../../src/commands/agent.ts');
+  const { makeInjector } = await import('../../src/commands/agent/run.ts');
   const c = loadConfig(['--local', 'd', '--libvirt', 'rpc', '--virsh-timeout', '7s'], {}, '/')!;
   assert.equal(c.libvirt.mode, 'rpc');
   const rpc = makeInjector(c)!;

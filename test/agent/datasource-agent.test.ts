@@ -12,14 +12,14 @@ import { join } from 'node:path';
 import { load as loadYaml } from 'js-yaml';
 import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
-import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
-import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { cloudInitReadSeeded, keyLine, randomKey } from '../datasource/datasource-fixtures.ts';
+import { prepareNocloudHttp } from '../../src/commands/agent/datasource.ts';
 import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
-import { startHttpServer } from '../../src/http/server.ts';
+import { startHttpServer } from '../../src/http/status-server.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
-import type { VmiStatusRecord } from '../../src/status/types.ts';
-import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
-import type { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
+import type { VmiStatusRecord } from '../../src/status/snapshot.ts';
+import { datasourceSerialFor } from '../../src/datasource/url.ts';
+import type { DatasourceKeyring } from '../../src/datasource/tokens.ts';
 
 // Written the way a Secret volume changes: a new file renamed over the old.
 async function writeKeys(path: string, text: string): Promise<void> {

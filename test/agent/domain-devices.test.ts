@@ -12,7 +12,7 @@ import { Reconciler } from '../../src/agent/reconciler.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { LogEventRecorder } from '../../src/agent/events.ts';
 import type { HostNumaReader } from '../../src/libvirt/host-numa.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';

@@ -5,8 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
-import type { KubeApi, KubeResponse } from '../../src/kube/api.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { KubeApi, KubeResponse } from '../../src/kube/api-client.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 // What the API server does with Event names: create once, 409 on a repeat.
 class NameCheckingApi implements KubeApi {

@@ -10,11 +10,11 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { imageOf, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
-import { cloudInitReadSeeded, keyLine, randomKey } from '../http/datasource-fixtures.ts';
-import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { cloudInitReadSeeded, keyLine, randomKey } from '../datasource/datasource-fixtures.ts';
+import { prepareNocloudHttp } from '../../src/commands/agent/datasource.ts';
 import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
-import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import { datasourceSerialFor } from '../../src/datasource/url.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 async function statusAt(url: string): Promise<number> {
   await new Promise((r) => setTimeout(r, 100));

@@ -11,11 +11,11 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
-import { keyLine, randomKey } from '../http/datasource-fixtures.ts';
-import { jwt, projectedToken } from '../http/imds-support.ts';
-import { prepareNocloudHttp } from '../../src/agent/nocloud-http.ts';
+import { keyLine, randomKey } from '../datasource/datasource-fixtures.ts';
+import { jwt, projectedToken } from '../datasource/imds-support.ts';
+import { prepareNocloudHttp } from '../../src/commands/agent/datasource.ts';
 import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 const POD_A = 'aaaaaaaa-0000-4000-8000-000000000001';
 const POD_B = 'bbbbbbbb-0000-4000-8000-000000000002';

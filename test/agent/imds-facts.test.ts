@@ -3,8 +3,8 @@
 // and whether KubeVirt mounts its token, and this node's launcher pods.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { imdsFacts } from '../../src/agent/imds-facts.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import { imdsFacts } from '../../src/datasource/imds/facts.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 const POD = '11111111-1111-4111-8111-111111111111';
 const OTHER = '22222222-2222-4222-8222-222222222222';

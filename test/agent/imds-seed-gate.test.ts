@@ -4,8 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, NODE, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import { kubevirtServedGate } from '../../src/agent/kubevirt-resume.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import { kubevirtServedGate } from '../../src/agent/domain/kubevirt-resume.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 function imdsVmi(name: string, phase: string, startPaused = true): VmiObject {
   const v = vmi(name);

@@ -17,7 +17,7 @@ import {
   type Harness,
 } from '../support/agent-harness.ts';
 import { fakeKubeAndDir } from '../support/agent-harness.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 function imagePath(h: Harness, v: VmiObject, ds: 'nocloud' | 'configdrive' = 'nocloud'): string {
   return imageOf(h.store, v, ds);

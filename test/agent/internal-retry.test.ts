@@ -8,7 +8,12 @@ import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harne
 import { MAX_INTERNAL_ATTEMPTS, MAX_RENDER_TIMEOUTS } from '../../src/agent/reconcile-recorder.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { RenderSeed } from '../../src/agent/deps.ts';
-import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
+import type {
+  EjectionResult,
+  InjectionResult,
+  InjectionTarget,
+  Injector,
+} from '../../src/libvirt/injector-contract.ts';
 
 class ThrowingInjector implements Injector {
   calls = 0;

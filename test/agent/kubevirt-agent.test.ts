@@ -13,8 +13,8 @@ import { FakeKube } from '../support/fake-kube.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { startAgent, tempDir, waitFor, NODE } from '../support/agent-harness.ts';
 import { EPHEMERAL, POD_1, POD_2, kubevirtInjector, launcherVmi } from '../support/kubevirt-scenario.ts';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
-import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
+import { KubeConnectionApi } from '../../src/kube/api-client.ts';
+import { kubevirtUnpause } from '../../src/agent/domain/kubevirt-resume.ts';
 
 test(
   "launcher pod unknown → retried; Paused condition awaited; then published into the pod, unpaused by KubeVirt; new pod → seeded again, the owner's pause kept; deleted → detached and removed",

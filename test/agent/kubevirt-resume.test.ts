@@ -7,14 +7,14 @@ import { vmi, tempDir, NODE } from '../support/agent-harness.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
-import { kubevirtUnpause, unpausePath } from '../../src/agent/kubevirt-resume.ts';
-import { resumeAfterSeed, storeGateRecord } from '../../src/agent/seed-gate.ts';
+import { KubeConnectionApi } from '../../src/kube/api-client.ts';
+import { kubevirtUnpause, unpausePath } from '../../src/agent/domain/kubevirt-resume.ts';
+import { resumeAfterSeed, storeGateRecord } from '../../src/agent/domain/seed-gate.ts';
 import { ImageStore } from '../../src/disk/store.ts';
 import { LibvirtInjector, type ResumeContext } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
-import type { VmiObject } from '../../src/api/types.ts';
-import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
+import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 
 async function setup(t: { after(fn: () => Promise<void>): void }) {
   const fake = await FakeKube.start();

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { SETTLE_MS } from '../../src/agent/local/source.ts';
+import { SETTLE_MS } from '../../src/agent/local/local-vmi-source.ts';
 import { AGENT_FLAGS } from '../../src/config/flags.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 

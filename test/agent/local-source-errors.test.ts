@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { LocalDirSource } from '../../src/agent/local/source.ts';
+import { LocalDirSource } from '../../src/agent/local/local-vmi-source.ts';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
 
 const vmi = (name: string) =>

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import pino from 'pino';
-import { LocalDirSource } from '../../src/agent/local/source.ts';
+import { LocalDirSource } from '../../src/agent/local/local-vmi-source.ts';
 
 const vmi = (name: string) =>
   `apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: ${name}, namespace: default}\nspec: {domain: {}}\n`;

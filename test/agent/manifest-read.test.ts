@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import pino from 'pino';
-import { LocalDirSource } from '../../src/agent/local/source.ts';
+import { LocalDirSource } from '../../src/agent/local/local-vmi-source.ts';
 import { MAX_MANIFEST_BYTES, readManifest } from '../../src/agent/local/manifest-read.ts';
 import { VmseedError } from '../../src/errors.ts';
 

@@ -5,14 +5,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
-import { progressReportPlanner } from '../../src/agent/progress-report.ts';
-import type { VmiObject } from '../../src/api/types.ts';
-import { REPORT_PROGRESS_ANNOTATION, reportingCloudConfig } from '../../src/cloudinit/userdata/progress-report.ts';
+import { progressReportPlanner } from '../../src/agent/provisioning/report-plan.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
+import { REPORT_PROGRESS_ANNOTATION, reportingCloudConfig } from '../../src/cloudinit/userdata/reporting-config.ts';
 import { readIso } from '../../src/disk/iso9660-read.ts';
-import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
+import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
 import { projectVmi } from '../../src/http/status-page.ts';
-import { reportMessage, reportToken, reportUrl } from '../../src/http/report-token.ts';
-import { randomKey } from '../http/datasource-fixtures.ts';
+import { reportMessage, reportToken, reportUrl } from '../../src/datasource/reports/report-token.ts';
+import { randomKey } from '../datasource/datasource-fixtures.ts';
 import { fakeKubeAndDir, imageOf, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
 
 const BASE = 'http://169.254.169.254/v1';

@@ -12,10 +12,10 @@ import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harne
 import { AttachingInjector, FakeClient } from '../support/seed-read-doubles.ts';
 import { loadManifestObjects, manifestRbacWithout } from '../support/kube-authz.ts';
 import { ROOT } from '../support/manifests.ts';
-import { progressReportPlanner } from '../../src/agent/progress-report.ts';
-import { PROVISIONING_ANNOTATION, type ProvisioningSummary } from '../../src/agent/provisioning-annotation.ts';
-import { startHttpServer } from '../../src/http/server.ts';
-import { configSummary, loadConfig } from '../../src/config.ts';
+import { progressReportPlanner } from '../../src/agent/provisioning/report-plan.ts';
+import { PROVISIONING_ANNOTATION, type ProvisioningSummary } from '../../src/agent/provisioning/summary.ts';
+import { startHttpServer } from '../../src/http/status-server.ts';
+import { configSummary, loadConfig } from '../../src/config/config.ts';
 
 test(
   'agent: seed read, no reports asked: not-reported on the VMI; without RBAC for it the agent seeds on, ready but degraded',

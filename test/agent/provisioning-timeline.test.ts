@@ -5,12 +5,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import pino from 'pino';
-import { applyEvent, moduleLabel, MAX_STEPS, type ProvisioningFacts } from '../../src/agent/provisioning-timeline.ts';
-import { EVENT_MIN_INTERVAL_MS, ProvisioningTracker } from '../../src/agent/provisioning.ts';
+import { applyEvent, moduleLabel, MAX_STEPS, type ProvisioningFacts } from '../../src/agent/provisioning/timeline.ts';
+import { EVENT_MIN_INTERVAL_MS, ProvisioningTracker } from '../../src/agent/provisioning/tracker.ts';
 import { VmiRecords } from '../../src/agent/vmi-records.ts';
 import type { EventRecorder } from '../../src/agent/events.ts';
-import type { ReportedEvent } from '../../src/http/report-event.ts';
-import { parseReportedEvent } from '../../src/http/report-event.ts';
+import type { ReportedEvent } from '../../src/datasource/reports/event.ts';
+import { parseReportedEvent } from '../../src/datasource/reports/event.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { parseExposition, sampleValue } from '../support/promtool.ts';
 

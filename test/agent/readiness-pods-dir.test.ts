@@ -9,11 +9,11 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/config.ts';
 import { readDaemonSetAgent, setprivOptions, withOverrides } from '../../e2e/support/daemonset-agent.ts';
 
 const run = promisify(execFile);
-const CHECKS = new URL('../../src/agent/readiness-checks.ts', import.meta.url).pathname;
+const CHECKS = new URL('../../src/commands/agent/readiness-checks.ts', import.meta.url).pathname;
 
 // mkdtemp's six random characters make the socket path too long.
 async function shortDir(): Promise<string> {

@@ -11,11 +11,11 @@ import { ReconcileSignals } from '../../src/agent/reconcile-signals.ts';
 import { ShutdownDeadline } from '../../src/agent/shutdown.ts';
 import { cancelledBy, VmseedError } from '../../src/errors.ts';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
-import { KubeConnectionApi, type KubeApi } from '../../src/kube/api.ts';
-import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
-import type { DeviceFlags } from '../../src/libvirt/client.ts';
-import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import { KubeConnectionApi, type KubeApi } from '../../src/kube/api-client.ts';
+import { kubevirtUnpause } from '../../src/agent/domain/kubevirt-resume.ts';
+import type { DeviceFlags } from '../../src/libvirt/libvirt-client.ts';
+import { VirshLibvirtClient } from '../../src/libvirt/virsh/virsh-client.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 const withMeta = (uid: string, generation?: number): VmiObject => {
   const v = vmi('a');

@@ -9,7 +9,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
 import { startRedirectHealth } from '../../src/redirect/health-server.ts';
-import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
+import { createRedirectMetrics } from '../../src/redirect/redirect-metrics.ts';
 import type { RedirectMissingReason } from '../../src/redirect/keeper.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;

@@ -2,11 +2,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { RedirectStatusPoller, REASON_MAX, RESPONSE_MAX } from '../../src/agent/redirect-status.ts';
+import { RedirectStatusPoller, REASON_MAX, RESPONSE_MAX } from '../../src/redirect/status-poller.ts';
 import { startRedirectHealth } from '../../src/redirect/health-server.ts';
-import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
+import { createRedirectMetrics } from '../../src/redirect/redirect-metrics.ts';
 import type { RedirectMissingReason } from '../../src/redirect/keeper.ts';
-import { configSummary, loadConfig } from '../../src/config.ts';
+import { configSummary, loadConfig } from '../../src/config/config.ts';
 
 function clock(start: string) {
   let t = Date.parse(start);

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import type { SecretObject } from '../../src/api/types.ts';
+import type { SecretObject } from '../../src/api/objects.ts';
 import {
   imageOf,
   fakeKubeAndDir,

@@ -3,10 +3,10 @@
 // (ambiguity answers nothing), and fetches routed to the status store.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AgentSeedDirectory, reportedAddresses } from '../../src/agent/seed-directory.ts';
+import { AgentSeedDirectory, reportedAddresses } from '../../src/datasource/directory.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
 import { renderStatusPage, renderVmiPage, statusJson } from '../../src/http/status-page.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 
 const seed = (n: string): Seed => ({

@@ -5,8 +5,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import { missingSeedGate, resumeAfterSeed } from '../../src/agent/seed-gate.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import { missingSeedGate, resumeAfterSeed } from '../../src/agent/domain/seed-gate.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 function gated(v: VmiObject): VmiObject {
   v.spec.startStrategy = 'Paused';

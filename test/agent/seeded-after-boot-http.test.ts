@@ -7,9 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { fakeKubeAndDir, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import { randomKey } from '../http/datasource-fixtures.ts';
-import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { startDatasourceServer, type DatasourceServer } from '../../src/http/datasource.ts';
+import { randomKey } from '../datasource/datasource-fixtures.ts';
+import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
+import { startDatasourceServer, type DatasourceServer } from '../../src/datasource/server.ts';
 
 test(
   'agent: a guest that fetched before its seed was served is SEEDED_AFTER_BOOT (status, Event, counter); one on time is not',

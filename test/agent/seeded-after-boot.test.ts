@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fakeKubeAndDir, RecordingInjector, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
-import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionResult, InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 
 class RunningDomainInjector extends RecordingInjector {
   override async inject(t: InjectionTarget, imagePath: string): Promise<InjectionResult> {

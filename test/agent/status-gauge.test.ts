@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { STATES, StatusStore } from '../../src/agent/status-store.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import type { VmiState } from '../../src/status/types.ts';
+import type { VmiState } from '../../src/status/snapshot.ts';
 
 type Op =
   { kind: 'update'; key: number; uid: number; state?: VmiState; atGate?: boolean } | { kind: 'remove'; key: number };

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { AGENT_USAGE, loadConfig } from '../../src/config.ts';
+import { AGENT_USAGE, loadConfig } from '../../src/config/config.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../../src/cloudinit/limits.ts';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/cloudinit/render.ts';
 

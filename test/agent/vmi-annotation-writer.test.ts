@@ -12,9 +12,13 @@ import { captureLogger } from '../support/capture-logger.ts';
 import { vmi } from '../support/agent-harness.ts';
 import { loadManifestObjects, manifestRbacWithout } from '../support/kube-authz.ts';
 import { ROOT } from '../support/manifests.ts';
-import { DEFAULT_RETRY, KubeConnectionApi } from '../../src/kube/api.ts';
+import { DEFAULT_RETRY, KubeConnectionApi } from '../../src/kube/api-client.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { FORBIDDEN_RETRY_MS, MIN_INTERVAL_MS, VmiAnnotationWriter } from '../../src/agent/vmi-annotation-writer.ts';
+import {
+  FORBIDDEN_RETRY_MS,
+  MIN_INTERVAL_MS,
+  VmiAnnotationWriter,
+} from '../../src/agent/provisioning/annotation-writer.ts';
 
 const ANNOTATION = 'vmseed.io/provisioning';
 

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { H2_MAX_STREAMS } from '../../src/kube/connection.ts';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
+import { KubeConnectionApi } from '../../src/kube/api-client.ts';
 import { ObjectWatches } from '../../src/kube/object-watches.ts';
 import { BoundedWatch } from '../../src/kube/watch.ts';
 import { FakeKube } from '../support/fake-kube.ts';

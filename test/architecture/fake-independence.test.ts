@@ -76,7 +76,7 @@ test('the rule itself: direct, `import type`, through a helper and dynamic impor
   const files: Record<string, string> = {
     'test/support/a.ts': `import { x } from './helper.ts';\nimport type { Y } from '../../src/libvirt/disk-xml.ts';`,
     'test/support/helper.ts': `export const x = await import('../../src/libvirt/rpc/xdr.ts');`,
-    'test/support/b.ts': `import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';`,
+    'test/support/b.ts': `import { VirshLibvirtClient } from '../../src/libvirt/virsh/virsh-client.ts';`,
   };
   const read = (f: string): string => files[f] ?? '';
   assert.deepEqual(violations('test/support/a.ts', read), [

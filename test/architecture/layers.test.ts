@@ -5,9 +5,9 @@
 // needs a place in the order first.
 //
 // The Kubernetes object types (VmiObject, SecretObject, RefResolver, ...)
-// are src/api/types.ts at the bottom: the pure cloudinit/ renders from them
+// are src/api/objects.ts at the bottom: the pure cloudinit/ renders from them
 // and kube/, a layer above it, fills them, so both import them downwards.
-// The status record's shapes (src/status/types.ts) sit below every folder
+// The status record's shapes (src/status/snapshot.ts) sit below every folder
 // that writes or shows them: agent/ computes them, kube/ reports its watch
 // in them, http/ renders them.
 import { test } from 'node:test';
@@ -20,26 +20,20 @@ import ts from 'typescript';
 const SRC = fileURLToPath(new URL('../../src/', import.meta.url));
 
 // Highest first. A group is a folder of src/, or a file at its root.
+// The node agent (agent/) and the cluster component (cluster/) are one
+// layer: neither imports the other, and both stand on the shared layers.
+// The datasource stands on the node's services (it reads nothing of the
+// agent but the contracts in datasource/types.ts, which the agent fills).
 const LAYERS: ReadonlyArray<readonly string[]> = [
   ['main.ts'],
-  ['commands', 'process-exit.ts'],
-  ['config.ts'],
+  ['commands'],
   ['config'],
-  ['agent'],
-  ['kube', 'libvirt', 'http', 'disk', 'redirect', 'webhook'],
+  ['agent', 'cluster'],
+  ['datasource'],
+  ['kube', 'libvirt', 'http', 'disk', 'redirect'],
   ['cloudinit'],
   ['status'],
-  [
-    'errors.ts',
-    'metrics',
-    'format.ts',
-    'backoff.ts',
-    'log-throttle.ts',
-    'api',
-    'datasource-challenge.ts',
-    'datasource-binding.ts',
-    'version.ts',
-  ],
+  ['errors.ts', 'metrics', 'core', 'api'],
 ];
 
 // What cloudinit/ must not reach: it renders from its input alone.
@@ -113,19 +107,19 @@ test('imports go down the layers, or stay in their folder', () => {
 });
 
 test('the rule itself: up, sideways and unknown are refused, down and within are not', () => {
-  assert.equal(violation({ from: 'agent/reconciler.ts', to: 'kube/api.ts' }), undefined);
-  assert.equal(violation({ from: 'cloudinit/render.ts', to: 'api/types.ts' }), undefined);
-  assert.equal(violation({ from: 'kube/source.ts', to: 'kube/watch.ts' }), undefined);
-  assert.equal(violation({ from: 'cloudinit/render.ts', to: 'kube/api.ts' }), 'kube is above cloudinit');
+  assert.equal(violation({ from: 'agent/reconciler.ts', to: 'kube/api-client.ts' }), undefined);
+  assert.equal(violation({ from: 'cloudinit/render.ts', to: 'api/objects.ts' }), undefined);
+  assert.equal(violation({ from: 'kube/kube-vmi-source.ts', to: 'kube/watch.ts' }), undefined);
+  assert.equal(violation({ from: 'cloudinit/render.ts', to: 'kube/api-client.ts' }), 'kube is above cloudinit');
   assert.equal(
-    violation({ from: 'http/server.ts', to: 'libvirt/client.ts' }),
+    violation({ from: 'http/status-server.ts', to: 'libvirt/libvirt-client.ts' }),
     'http and libvirt are one layer: neither imports the other',
   );
   assert.equal(
-    violation({ from: 'errors.ts', to: 'format.ts' }),
-    'errors.ts and format.ts are one layer: neither imports the other',
+    violation({ from: 'errors.ts', to: 'core/format.ts' }),
+    'errors.ts and core are one layer: neither imports the other',
   );
-  assert.equal(violation({ from: 'agent/agent.ts', to: 'somewhere/x.ts' }), 'somewhere is in no layer');
+  assert.equal(violation({ from: 'agent/controller.ts', to: 'somewhere/x.ts' }), 'somewhere is in no layer');
 });
 
 test('cloudinit/ reaches no filesystem, network, process or thread', () => {
@@ -135,4 +129,68 @@ test('cloudinit/ reaches no filesystem, network, process or thread', () => {
       .map((s) => `${f} imports ${s}`),
   );
   assert.deepEqual(impure, []);
+});
+
+// Import cycles between files, value or type: each strongly connected
+// group of more than one file (Tarjan), its files sorted.
+function cycles(edges: readonly Edge[]): string[][] {
+  const next = new Map<string, string[]>();
+  for (const e of edges) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (v: string): void => {
+    index.set(v, index.size);
+    low.set(v, index.get(v)!);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of next.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const group: string[] = [];
+    let w: string;
+    do {
+      w = stack.pop()!;
+      onStack.delete(w);
+      group.push(w);
+    } while (w !== v);
+    if (group.length > 1) found.push(group.sort());
+  };
+  for (const v of next.keys()) if (!index.has(v)) visit(v);
+  return found;
+}
+
+test('no import cycle between the files of src/, types included', () => {
+  assert.deepEqual(
+    cycles(internalEdges()).map((c) => c.join(' -> ')),
+    [],
+  );
+});
+
+test('the cycle finder: a loop through three files is one cycle, a chain none', () => {
+  const e = (from: string, to: string): Edge => ({ from, to });
+  assert.deepEqual(cycles([e('a', 'b'), e('b', 'c'), e('c', 'a'), e('c', 'd')]), [['a', 'b', 'c']]);
+  assert.deepEqual(cycles([e('a', 'b'), e('b', 'c')]), []);
+  assert.deepEqual(cycles([e('a', 'b'), e('b', 'a'), e('x', 'y'), e('y', 'x')]), [
+    ['a', 'b'],
+    ['x', 'y'],
+  ]);
+});
+
+test('no two files of src/ share a basename', () => {
+  const byName = new Map<string, string[]>();
+  for (const f of sourceFiles(SRC)) {
+    const name = f.split('/').pop()!;
+    byName.set(name, [...(byName.get(name) ?? []), f]);
+  }
+  assert.deepEqual(
+    [...byName.values()].filter((fs) => fs.length > 1),
+    [],
+  );
 });

@@ -2,7 +2,7 @@
 // content changes; reprovision derives it from the content as well.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { RefResolver, VmiObject } from '../../src/api/types.ts';
+import type { RefResolver, VmiObject } from '../../src/api/objects.ts';
 import { renderSeed, DEFAULT_RENDER_OPTIONS } from '../../src/cloudinit/render.ts';
 import { instanceId } from '../../src/cloudinit/kubevirt/instance-id.ts';
 

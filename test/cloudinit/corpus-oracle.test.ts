@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Seed } from '../../src/cloudinit/seed.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
-import { detectUserDataKind } from '../../src/cloudinit/userdata/lint.ts';
+import { detectUserDataKind } from '../../src/cloudinit/userdata/user-data-lint.ts';
 import { caseNames, runCase, runOracle, type OracleRequest, type OracleResponse } from './corpus-lib.ts';
 
 const seeds = new Map<string, Seed>();

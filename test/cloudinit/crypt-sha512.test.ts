@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fc from 'fast-check';
 import { isValidSalt, sha512Crypt } from '../../src/cloudinit/crypt-sha512.ts';
-import { deriveSalt } from '../../src/cloudinit/ovirt/password-salt.ts';
+import { deriveSalt } from '../../src/cloudinit/init/password-salt.ts';
 
 // https://www.akkadia.org/drepper/SHA-crypt.txt, "Test vectors" for SHA-512.
 const VECTORS: Array<[string, string, number | undefined, string]> = [

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { renderSeed, DEFAULT_RENDER_OPTIONS } from '../../src/cloudinit/render.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
 

@@ -7,7 +7,7 @@ import { decodeBase64Strict } from '../../src/cloudinit/base64.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { measureExpanded, parseYaml } from '../../src/cloudinit/yaml.ts';
 import { LIMITS } from '../../src/cloudinit/limits.ts';
 

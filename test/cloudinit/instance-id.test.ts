@@ -8,7 +8,7 @@ import {
   uuidV5,
 } from '../../src/cloudinit/kubevirt/instance-id.ts';
 import { hostname } from '../../src/cloudinit/kubevirt/hostname.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 
 const vmi = (name: string, namespace?: string, extra: Partial<VmiObject['spec']> = {}): VmiObject => ({
   metadata: { name, ...(namespace ? { namespace } : {}) },

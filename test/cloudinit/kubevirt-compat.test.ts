@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { buildDevicesMetadata } from '../../src/cloudinit/devices-metadata.ts';
 import { domainDevicesFromXml, domainFactsFromXml } from '../../src/libvirt/domain-devices.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { VmseedError } from '../../src/errors.ts';

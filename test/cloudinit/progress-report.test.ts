@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';
@@ -31,10 +31,10 @@ import {
   reportingCloudConfig,
   reportProgressWanted,
   withReportingPart,
-} from '../../src/cloudinit/userdata/progress-report.ts';
+} from '../../src/cloudinit/userdata/reporting-config.ts';
 import { VmseedError } from '../../src/errors.ts';
-import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { REPORT_PATH_NAME, reportToken, reportUrl } from '../../src/http/report-token.ts';
+import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
+import { REPORT_PATH_NAME, reportToken, reportUrl } from '../../src/datasource/reports/report-token.ts';
 import { ensureCloudInitRelease } from '../support/cloud-init-release.ts';
 import { runCase } from './corpus-lib.ts';
 

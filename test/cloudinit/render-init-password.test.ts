@@ -5,9 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed, type RenderOptions } from '../../src/cloudinit/render.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { sha512Crypt } from '../../src/cloudinit/crypt-sha512.ts';
-import { deriveSalt } from '../../src/cloudinit/ovirt/password-salt.ts';
+import { deriveSalt } from '../../src/cloudinit/init/password-salt.ts';
 import { instanceId } from '../../src/cloudinit/kubevirt/instance-id.ts';
 import { VmseedError } from '../../src/errors.ts';
 

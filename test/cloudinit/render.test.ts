@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { VmseedError } from '../../src/errors.ts';
-import type { RefResolver, SecretObject, VmiObject } from '../../src/api/types.ts';
+import type { RefResolver, SecretObject, VmiObject } from '../../src/api/objects.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';

@@ -13,7 +13,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { chmod, copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir, waitFor } from '../support/agent-harness.ts';
-import { planExit, forceExit } from '../../src/process-exit.ts';
+import { planExit, forceExit } from '../../src/commands/process-exit.ts';
 import { RemoteProc } from '../../src/libvirt/rpc/protocol.ts';
 import { handshakeDaemon } from '../support/fake-rpc-daemon.ts';
 

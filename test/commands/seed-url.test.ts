@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { main } from '../../src/main.ts';
-import { datasourceSeedUrl, datasourceSerial, datasourceSerialFor } from '../../src/http/datasource-url.ts';
-import { startDatasourceServer, type DatasourceServer } from '../../src/http/datasource.ts';
-import { DatasourceKeyring, signToken } from '../../src/http/datasource-tokens.ts';
+import { datasourceSeedUrl, datasourceSerial, datasourceSerialFor } from '../../src/datasource/url.ts';
+import { startDatasourceServer, type DatasourceServer } from '../../src/datasource/server.ts';
+import { DatasourceKeyring, signToken } from '../../src/datasource/tokens.ts';
 import { VmseedError } from '../../src/errors.ts';
 import {
   MapDirectory,
@@ -17,7 +17,7 @@ import {
   nocloudSeed,
   quietLogger,
   randomKey,
-} from '../http/datasource-fixtures.ts';
+} from '../datasource/datasource-fixtures.ts';
 
 async function run(argv: string[], cwd: string): Promise<{ code: number; out: string; err: string }> {
   const stdout = new PassThrough();
@@ -56,7 +56,7 @@ print(json.dumps({"ok": ok, **fill}))
 
 import { aliasBomb } from '../hostile/corpus.ts';
 import { readFileSync } from 'node:fs';
-import { bindingMessage, NONCE_ANNOTATION } from '../../src/datasource-binding.ts';
+import { bindingMessage, NONCE_ANNOTATION } from '../../src/datasource/binding.ts';
 import { OPTIONS, OPTION_HELP } from '../../src/commands/seed-url.ts';
 import { fixtureReview } from '../support/webhook.ts';
 

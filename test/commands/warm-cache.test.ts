@@ -105,7 +105,7 @@ test('the local-mode agent runs from the warmed cache without stripping TypeScri
   const trace = transpileTrace(stderr);
   assert.deepEqual(trace.misses, []);
   assert.ok(
-    trace.hits.some((m) => m.endsWith('/src/agent/local/source.ts')),
+    trace.hits.some((m) => m.endsWith('/src/agent/local/local-vmi-source.ts')),
     "the agent's modules came from the cache",
   );
 });

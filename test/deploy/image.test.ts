@@ -174,7 +174,10 @@ test(
     // The root filesystem is read-only: every module came from the cache.
     const trace = transpileTrace(r.stderr);
     assert.deepEqual(trace.misses, []);
-    assert.ok(trace.hits.includes('file:///opt/vmseed/src/commands/agent.ts'), 'the agent command came from the cache');
+    assert.ok(
+      trace.hits.includes('file:///opt/vmseed/src/commands/agent/run.ts'),
+      'the agent command came from the cache',
+    );
   },
 );
 

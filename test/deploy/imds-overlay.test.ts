@@ -10,7 +10,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { ROOT, findObject, loadYamlDocuments, type KubeObject } from '../support/manifests.ts';
 import { kustomize, objectId } from '../support/kustomize.ts';
 import { runCli } from '../support/cli.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/config.ts';
 
 type Any = any;
 

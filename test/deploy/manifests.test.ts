@@ -257,10 +257,10 @@ test('every manifest file parses', () => {
   assert.equal(dashboard.uid, 'vmseed-agent');
 });
 
-// The contract with src/config.ts: the DaemonSet's args and environment
+// The contract with src/config/config.ts: the DaemonSet's args and environment
 // must be accepted by the agent as they are.
 test("the agent's config parser accepts the DaemonSet's args and environment", async () => {
-  const { loadConfig } = (await import('../../src/config.ts')) as unknown as {
+  const { loadConfig } = (await import('../../src/config/config.ts')) as unknown as {
     loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string): Any;
   };
   const env: NodeJS.ProcessEnv = {};

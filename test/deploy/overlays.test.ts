@@ -227,10 +227,10 @@ test('a base whose flags moved fails to build (the overlays never patch the wron
   }
 });
 
-// The contract with src/config.ts, per variant: the rendered args and
+// The contract with src/config/config.ts, per variant: the rendered args and
 // environment load as they are.
 test("the agent's config parser accepts every variant's args and environment", async () => {
-  const { loadConfig } = await import('../../src/config.ts');
+  const { loadConfig } = await import('../../src/config/config.ts');
   const load = (objects: KubeObject[]) => {
     const agent = agentOf(objects);
     const env: NodeJS.ProcessEnv = {};
@@ -324,7 +324,7 @@ test("namespaced RBAC for the operator's own namespaces: the overlay in the docs
   const { stdout, stderr } = await kustomizeText(dir);
   assert.equal(stderr, '');
   const objects = (await import('js-yaml')).loadAll(stdout) as KubeObject[];
-  const { loadConfig } = await import('../../src/config.ts');
+  const { loadConfig } = await import('../../src/config/config.ts');
   const agent = agentOf(objects);
   const config = loadConfig(agent.args, { NODE_NAME: 'node-a' }, '/')!;
   const bound = objects.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);

@@ -16,10 +16,10 @@ import { isDeepStrictEqual } from 'node:util';
 import * as yaml from 'js-yaml';
 import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
 import { objectId } from '../support/kustomize.ts';
-import { loadConfig } from '../../src/config.ts';
-import { WEBHOOK_PATH } from '../../src/webhook/server.ts';
+import { loadConfig } from '../../src/config/config.ts';
+import { WEBHOOK_PATH } from '../../src/cluster/webhook/webhook-server.ts';
 import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
-import { IMDS_ENABLED } from '../../src/cloudinit/imds/annotations.ts';
+import { IMDS_ENABLED } from '../../src/cloudinit/annotation/imds-annotations.ts';
 import { testPki } from '../support/test-pki.ts';
 
 type Any = any;
@@ -124,7 +124,7 @@ test('the configuration: CREATE of VMIs only, opted-in VMIs only, no side effect
   // Never worse than KubeVirt: an unanswered review never refuses a VMI.
   assert.equal(hook.failurePolicy, 'Ignore');
   const [condition] = hook.matchConditions;
-  // The same two opt-ins the agent's own check (src/webhook/mutate.ts inScope) reads.
+  // The same two opt-ins the agent's own check (src/cluster/webhook/mutate.ts inScope) reads.
   assert.ok(condition.expression.includes(`'${ANNOTATION}' in object.metadata.annotations`));
   assert.ok(condition.expression.includes(`object.metadata.annotations['${IMDS_ENABLED}'] == 'true'`));
 });

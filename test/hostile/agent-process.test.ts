@@ -28,7 +28,7 @@ import { mkdtempSync } from 'node:fs';
 import * as yaml from 'js-yaml';
 import { HOSTILE_CASES, NAMESPACE, caseManifest, normalVmi, vmiObject } from './corpus.ts';
 import { put, startLocalAgent, treeDigest, waitUntil, type LocalAgent } from './agent-run.ts';
-import type { VmiStatusRecord } from '../../src/status/types.ts';
+import type { VmiStatusRecord } from '../../src/status/snapshot.ts';
 
 // Peak RSS (VmHWM) of this run, with bin/vmseed's NODE_OPTIONS: Node's own
 // ~80 MiB at start (code, ICU data, threads), the main thread's heap up to

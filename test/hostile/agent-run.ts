@@ -8,7 +8,7 @@ import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { findObject, loadYamlDocuments } from '../support/manifests.ts';
-import type { AgentStatusSnapshot } from '../../src/status/types.ts';
+import type { AgentStatusSnapshot } from '../../src/status/snapshot.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 

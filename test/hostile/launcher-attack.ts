@@ -35,8 +35,8 @@ import {
 import { RemoteProc, writeDomain, type Packet } from '../../src/libvirt/rpc/protocol.ts';
 import { XdrReader, XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import type { VmiObject } from '../../src/api/types.ts';
-import type { AgentStatusSnapshot } from '../../src/status/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
+import type { AgentStatusSnapshot } from '../../src/status/snapshot.ts';
 
 const run = promisify(execFile);
 const ROOT = new URL('../../', import.meta.url).pathname;

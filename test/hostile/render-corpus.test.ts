@@ -3,7 +3,7 @@
 // and `__proto__`/`constructor` keys come out as data.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../src/api/types.ts';
+import type { ConfigMapObject, RefResolver, SecretObject, VmiObject } from '../../src/api/objects.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import { serializeMetaData } from '../../src/cloudinit/seed-files.ts';

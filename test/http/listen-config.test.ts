@@ -3,7 +3,7 @@
 // listener) in local mode; both shown in the config summary.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { configSummary, loadConfig, AGENT_USAGE } from '../../src/config.ts';
+import { configSummary, loadConfig, AGENT_USAGE } from '../../src/config/config.ts';
 
 const cluster = (argv: string[] = []) => loadConfig(['--node-name', 'n1', ...argv], {}, '/')!;
 const local = (argv: string[] = []) => loadConfig(['--local', 'dir', ...argv], {}, '/')!;

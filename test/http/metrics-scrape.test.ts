@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { startHttpServer } from '../../src/http/server.ts';
+import { startHttpServer } from '../../src/http/status-server.ts';
 import { FakeStatusSource } from '../support/fake-status.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { histogramBuckets, parseExposition, promtoolCheck, sampleValue } from '../support/promtool.ts';

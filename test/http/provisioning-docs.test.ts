@@ -3,12 +3,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { REPORT_LIMITS, REPORT_REFUSALS } from '../../src/http/report-receiver.ts';
-import { MAX_DESCRIPTION_LENGTH, MAX_NAME_LENGTH } from '../../src/http/report-event.ts';
-import { MAX_STAGES, MAX_STEPS } from '../../src/agent/provisioning-timeline.ts';
-import { NOT_REPORTED_AFTER_MS } from '../../src/agent/provisioning.ts';
-import { MAX_ANNOTATION_LENGTH, PROVISIONING_ANNOTATION } from '../../src/agent/provisioning-annotation.ts';
-import { FORBIDDEN_RETRY_MS, MIN_INTERVAL_MS, SWEEP_MS } from '../../src/agent/vmi-annotation-writer.ts';
+import { REPORT_LIMITS, REPORT_REFUSALS } from '../../src/datasource/reports/receiver.ts';
+import { MAX_DESCRIPTION_LENGTH, MAX_NAME_LENGTH } from '../../src/datasource/reports/event.ts';
+import { MAX_STAGES, MAX_STEPS } from '../../src/agent/provisioning/timeline.ts';
+import { NOT_REPORTED_AFTER_MS } from '../../src/agent/provisioning/tracker.ts';
+import { MAX_ANNOTATION_LENGTH, PROVISIONING_ANNOTATION } from '../../src/agent/provisioning/summary.ts';
+import { FORBIDDEN_RETRY_MS, MIN_INTERVAL_MS, SWEEP_MS } from '../../src/agent/provisioning/annotation-writer.ts';
 
 const doc = readFileSync(new URL('../../docs/provisioning.md', import.meta.url), 'utf8');
 const rows = new Map(

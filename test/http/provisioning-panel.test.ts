@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { renderStatusPage, renderVmiPage, statusJson } from '../../src/http/status-page.ts';
 import { sampleSnapshot, vmi } from '../support/fake-status.ts';
-import type { ProvisioningStatus } from '../../src/status/types.ts';
+import type { ProvisioningStatus } from '../../src/status/snapshot.ts';
 
 const EVIL = `<script>alert("x")</script><img src=x onerror=alert(1)>'&`;
 

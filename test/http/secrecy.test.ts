@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { startHttpServer } from '../../src/http/server.ts';
+import { startHttpServer } from '../../src/http/status-server.ts';
 import { FakeStatusSource, sampleSnapshot } from '../support/fake-status.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { fetchAll } from '../support/fetch-all.ts';

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { parseListen, startHttpServer, MAX_URL_LENGTH } from '../../src/http/server.ts';
+import { parseListen, startHttpServer, MAX_URL_LENGTH } from '../../src/http/status-server.ts';
 import { CONTENT_SECURITY_POLICY } from '../../src/http/status-page.ts';
 import { FakeStatusSource } from '../support/fake-status.ts';
 import { captureLogger } from '../support/capture-logger.ts';

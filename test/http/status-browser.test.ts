@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { startHttpServer } from '../../src/http/server.ts';
+import { startHttpServer } from '../../src/http/status-server.ts';
 import { FakeStatusSource } from '../support/fake-status.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { launchBrowser } from '../support/browser.ts';

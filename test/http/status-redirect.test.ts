@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { renderStatusPage, statusJson } from '../../src/http/status-page.ts';
 import { StatusStore } from '../../src/agent/status-store.ts';
-import type { RedirectStatus } from '../../src/status/types.ts';
+import type { RedirectStatus } from '../../src/status/snapshot.ts';
 import { sampleSnapshot } from '../support/fake-status.ts';
 
 const now = new Date('2026-11-22T03:00:00.000Z');

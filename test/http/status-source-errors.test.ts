@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { renderStatusPage, renderVmiPage, statusJson } from '../../src/http/status-page.ts';
-import type { SourceError } from '../../src/status/types.ts';
+import type { SourceError } from '../../src/status/snapshot.ts';
 import { sampleSnapshot, vmi } from '../support/fake-status.ts';
 
 const now = new Date('2026-11-22T03:00:00.000Z');

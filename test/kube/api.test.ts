@@ -11,10 +11,10 @@ import { testPki } from '../support/test-pki.ts';
 import { captureLogger } from '../support/capture-logger.ts';
 import { tempDir, vmi, NODE } from '../support/agent-harness.ts';
 import { KubeConnection } from '../../src/kube/connection.ts';
-import { KubeConnectionApi, retryAfterMs, type KubeRetryPolicy } from '../../src/kube/api.ts';
+import { KubeConnectionApi, retryAfterMs, type KubeRetryPolicy } from '../../src/kube/api-client.ts';
 import { KubeRefResolver } from '../../src/kube/resolver.ts';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
-import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
+import { kubevirtUnpause } from '../../src/agent/domain/kubevirt-resume.ts';
 import { VmseedError } from '../../src/errors.ts';
 import type { ResumeContext } from '../../src/libvirt/injector.ts';
 

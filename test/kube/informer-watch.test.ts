@@ -10,10 +10,10 @@ import { vmi, waitFor, NODE } from '../support/agent-harness.ts';
 import { namespacedRbac } from '../support/kube-authz.ts';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
+import { KubeConnectionApi } from '../../src/kube/api-client.ts';
 import { KubeConnection } from '../../src/kube/connection.ts';
 import { tempDir } from '../support/agent-harness.ts';
-import { KubeVmiSource, newerVmi, type KubeSourceOptions } from '../../src/kube/source.ts';
+import { KubeVmiSource, newerVmi, type KubeSourceOptions } from '../../src/kube/kube-vmi-source.ts';
 
 async function start(
   t: { after(fn: () => Promise<void>): void },

@@ -7,8 +7,8 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
-import type { SecretObject } from '../../src/api/types.ts';
-import type { KubeApi } from '../../src/kube/api.ts';
+import type { SecretObject } from '../../src/api/objects.ts';
+import type { KubeApi } from '../../src/kube/api-client.ts';
 import type { KubeConnection } from '../../src/kube/connection.ts';
 import type { Watcher } from '../../src/kube/list-watch.ts';
 import type { WatchError } from '../../src/kube/watch.ts';

@@ -4,10 +4,10 @@
 // domblkstat's output as libvirt prints it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
-import { parseVirshBlockStats } from '../../src/libvirt/virsh-client.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
+import { parseVirshBlockStats } from '../../src/libvirt/virsh/virsh-client.ts';
 import { RemoteSession } from '../../src/libvirt/rpc/remote.ts';
-import { now } from '../../src/libvirt/rpc/connection.ts';
+import { now } from '../../src/libvirt/rpc/rpc-connection.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
 import { Decoder, Encoder, PROC } from '../support/libvirt-wire.ts';

@@ -5,9 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Socket } from 'node:net';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
-import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
 import type { ImagePublisher } from '../../src/libvirt/publish.ts';
-import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
 import { Encoder, PROC } from '../support/libvirt-wire.ts';
 

@@ -8,9 +8,9 @@ import { renderTemplate } from '../../src/libvirt/template.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { changeCalls as mutating, EventingFakeClient, FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
-import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import type { ImagePublisher } from '../../src/libvirt/publish.ts';
-import type { ProcessSpawner } from '../../src/libvirt/virsh.ts';
+import type { ProcessSpawner } from '../../src/libvirt/virsh/runner.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
 
 const other = (dev: string): DomainDisk => ({

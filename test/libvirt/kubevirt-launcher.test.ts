@@ -14,7 +14,7 @@ import { checkLauncherPods, launcherPodsOnNode } from '../../src/libvirt/launche
 import { DirPublisher, identityPublisher, isPublishedName } from '../../src/libvirt/publish.ts';
 import { encodeUriValue, parseTemplate } from '../../src/libvirt/template.ts';
 import { VmseedError } from '../../src/errors.ts';
-import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { changeCalls, FakeLibvirt } from '../support/fake-libvirt.ts';
 
 const EPHEMERAL = 'volumes/kubernetes.io~empty-dir/ephemeral-disks';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { EventingFakeClient, FakeLibvirt, type FakeDomain } from '../support/fake-libvirt.ts';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { VmseedError } from '../../src/errors.ts';
-import type { InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import type { DomainDisk } from '../../src/libvirt/disk-xml.ts';
 
 const URI = 'qemu:///system';

@@ -8,10 +8,10 @@ import { type Socket } from 'node:net';
 import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RpcConnection, now } from '../../src/libvirt/rpc/connection.ts';
+import { RpcConnection, now } from '../../src/libvirt/rpc/rpc-connection.ts';
 import { RemoteSession } from '../../src/libvirt/rpc/remote.ts';
 import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
-import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
 import { XdrReader } from '../../src/libvirt/rpc/xdr.ts';
 import {
   KEEPALIVE_PROGRAM,

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
 import fc from 'fast-check';
-import { now } from '../../src/libvirt/rpc/connection.ts';
+import { now } from '../../src/libvirt/rpc/rpc-connection.ts';
 import { MemoryBudget } from '../../src/libvirt/rpc/budget.ts';
 import {
   FrameDecoder,

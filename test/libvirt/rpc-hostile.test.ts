@@ -6,11 +6,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
-import { RpcConnection, now, type CutReason } from '../../src/libvirt/rpc/connection.ts';
+import { RpcConnection, now, type CutReason } from '../../src/libvirt/rpc/rpc-connection.ts';
 import { FrameDecoder, KEEPALIVE_PROGRAM, RemoteProc, type Packet } from '../../src/libvirt/rpc/protocol.ts';
 import { DOMAIN_CACHE_BYTES, DOMAIN_NAME_MAX_BYTES, RemoteSession } from '../../src/libvirt/rpc/remote.ts';
 import { ConnectionManager } from '../../src/libvirt/rpc/manager.ts';
-import { RpcLibvirtClient } from '../../src/libvirt/rpc-client.ts';
+import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { parseDomainXml } from '../../src/libvirt/disk-xml.ts';
 import { fakeDaemon, handshakeDaemon, lifecycleFrame, reply } from '../support/fake-rpc-daemon.ts';

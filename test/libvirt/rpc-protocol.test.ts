@@ -18,7 +18,7 @@ import {
   writeDomain,
   type Header,
 } from '../../src/libvirt/rpc/protocol.ts';
-import { mapRemoteError } from '../../src/libvirt/rpc/errors.ts';
+import { mapRemoteError } from '../../src/libvirt/rpc/remote-error.ts';
 import { resolveUri } from '../../src/libvirt/rpc/uri.ts';
 import { VmseedError } from '../../src/errors.ts';
 

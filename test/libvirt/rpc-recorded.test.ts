@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { RemoteSession } from '../../src/libvirt/rpc/remote.ts';
-import { now } from '../../src/libvirt/rpc/connection.ts';
+import { now } from '../../src/libvirt/rpc/rpc-connection.ts';
 import { AFFECT_LIVE, DomainEventId, type DomainEventMessage } from '../../src/libvirt/rpc/protocol.ts';
 import { fakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
 import { Decoder, PROC, PROGRAM, TYPE, unframe, type WirePacket } from '../support/libvirt-wire.ts';

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { holdSocket } from '../../src/libvirt/rpc/socket-hold.ts';
 import { VmseedError } from '../../src/errors.ts';
-import { libvirtSocketCheck } from '../../src/agent/readiness-checks.ts';
+import { libvirtSocketCheck } from '../../src/commands/agent/readiness-checks.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
 
 function code(f: () => unknown): string | undefined {

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseTemplate, renderForTarget } from '../../src/libvirt/template.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/config.ts';
 import { VmseedError } from '../../src/errors.ts';
 
 const T = { namespace: 'ns', name: 'vm', uid: 'u', datasource: 'nocloud' as const, annotations: {} };

@@ -3,9 +3,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { VirshLibvirtClient, parseVirshDominfo } from '../../src/libvirt/virsh-client.ts';
+import { VirshLibvirtClient, parseVirshDominfo } from '../../src/libvirt/virsh/virsh-client.ts';
 import { VmseedError } from '../../src/errors.ts';
-import type { ProcessSpawner, SpawnResult } from '../../src/libvirt/virsh.ts';
+import type { ProcessSpawner, SpawnResult } from '../../src/libvirt/virsh/runner.ts';
 
 function recorder(stdout = '') {
   const calls: Array<{ args: string[]; xml?: string }> = [];

@@ -6,7 +6,7 @@
 // launcher has its own) or by error code, as one JSON line. It stops early
 // after SECONDS, so a starved run ends.
 // Usage: node virsh-swap-client.ts URI COUNT SECONDS
-import { NodeProcessSpawner, Virsh } from '../../src/libvirt/virsh.ts';
+import { NodeProcessSpawner, Virsh } from '../../src/libvirt/virsh/runner.ts';
 
 const [uri, countArg, secondsArg] = process.argv.slice(2);
 const end = Date.now() + Number(secondsArg) * 1000;

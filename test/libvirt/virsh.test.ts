@@ -9,7 +9,7 @@ import {
   type ProcessSpawner,
   type SpawnOptions,
   type SpawnResult,
-} from '../../src/libvirt/virsh.ts';
+} from '../../src/libvirt/virsh/runner.ts';
 import { fstatSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';

@@ -5,7 +5,7 @@
 // windows, and the kinds tracked are capped. The clock is the test's.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LOG_EVERY_MS, LogThrottle, MAX_KINDS } from '../../src/log-throttle.ts';
+import { LOG_EVERY_MS, LogThrottle, MAX_KINDS } from '../../src/core/log-throttle.ts';
 
 test('the first line of a kind is admitted without a count', () => {
   const t = new LogThrottle<string>();

@@ -10,8 +10,8 @@ import { statSync } from 'node:fs';
 import { FakeKube } from '../support/fake-kube.ts';
 import { RecordingInjector, startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { histogramBuckets, parseExposition, promtoolCheck, sampleValue, type Sample } from '../support/promtool.ts';
-import { startHttpServer } from '../../src/http/server.ts';
-import type { EjectionResult, InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
+import { startHttpServer } from '../../src/http/status-server.ts';
+import type { EjectionResult, InjectionResult, InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { VmseedError } from '../../src/errors.ts';
 
 function count(s: Sample[], name: string, labels: Record<string, string> = {}): number {

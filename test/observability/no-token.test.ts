@@ -18,11 +18,11 @@ import { join } from 'node:path';
 import { NODE, tempDir, waitFor } from '../support/agent-harness.ts';
 import { FakeKube } from '../support/fake-kube.ts';
 import { load as loadYaml } from 'js-yaml';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { fetchAll, type FetchedRoute } from '../support/fetch-all.ts';
 import { runCli } from '../support/cli.ts';
-import { datasourceSerialFor } from '../../src/http/datasource-url.ts';
-import { DatasourceKeyring, parseKeyFile } from '../../src/http/datasource-tokens.ts';
+import { datasourceSerialFor } from '../../src/datasource/url.ts';
+import { DatasourceKeyring, parseKeyFile } from '../../src/datasource/tokens.ts';
 import { findSecret, secretForms } from '../support/secret-forms.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;

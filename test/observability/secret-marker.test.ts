@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { dump } from 'js-yaml';
-import type { SecretObject, VmiObject } from '../../src/api/types.ts';
+import type { SecretObject, VmiObject } from '../../src/api/objects.ts';
 import { FakeKube } from '../support/fake-kube.ts';
 import { NODE, tempDir, waitFor } from '../support/agent-harness.ts';
 import { fetchAll } from '../support/fetch-all.ts';

@@ -15,9 +15,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { execNft, RedirectKeeper } from '../../src/redirect/keeper.ts';
-import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
+import { createRedirectMetrics } from '../../src/redirect/redirect-metrics.ts';
 import { makePodNode, sh, stopChild, type PodNode } from '../support/netns.ts';
-import { jwt, projectedToken } from '../http/imds-support.ts';
+import { jwt, projectedToken } from '../datasource/imds-support.ts';
 
 const POD_UID = '44444444-4444-4444-8444-444444444444';
 const TOKEN = jwt({ exp: 1_700_000_000 });

@@ -4,11 +4,11 @@
 // (`ip netns exec NS node imds-node-datasource.ts HOST PORT POD_ADDRESS PODS_DIR POD_UID`).
 // Prints `ready <port>`; stops on SIGTERM.
 import pino from 'pino';
-import { startDatasourceServer } from '../../src/http/datasource.ts';
-import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { launcherTokenReader } from '../../src/agent/launcher-token.ts';
-import { MapDirectory, nocloudSeed, randomKey } from '../http/datasource-fixtures.ts';
-import { entry, facts } from '../http/imds-support.ts';
+import { startDatasourceServer } from '../../src/datasource/server.ts';
+import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
+import { launcherTokenReader } from '../../src/agent/domain/launcher-token.ts';
+import { MapDirectory, nocloudSeed, randomKey } from '../datasource/datasource-fixtures.ts';
+import { entry, facts } from '../datasource/imds-support.ts';
 
 const [host, port, podAddress, podsDir, podUid] = process.argv.slice(2);
 const dir = new MapDirectory();

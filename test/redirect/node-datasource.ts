@@ -3,9 +3,9 @@
 // namespace (`ip netns exec NS node node-datasource.ts HOST PORT KEY UID`).
 // Prints `ready <port>` once listening; stops on SIGTERM.
 import pino from 'pino';
-import { startDatasourceServer } from '../../src/http/datasource.ts';
-import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { MapDirectory, nocloudSeed } from '../http/datasource-fixtures.ts';
+import { startDatasourceServer } from '../../src/datasource/server.ts';
+import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
+import { MapDirectory, nocloudSeed } from '../datasource/datasource-fixtures.ts';
 
 // `bench N`: also uid-0 … uid-(N-1), and no per-source rate limit (one
 // load generator stands for every guest), for bench:imds --redirect.

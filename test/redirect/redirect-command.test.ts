@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signToken } from '../../src/http/datasource-tokens.ts';
+import { signToken } from '../../src/datasource/tokens.ts';
 import { getFrom, makePodNode, sh, startNodeDatasource } from '../support/netns.ts';
 import { runCli } from '../support/cli.ts';
 

@@ -12,12 +12,12 @@ import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import pino from 'pino';
-import { signToken } from '../../src/http/datasource-tokens.ts';
+import { signToken } from '../../src/datasource/tokens.ts';
 import { execNft, RedirectKeeper } from '../../src/redirect/keeper.ts';
-import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
+import { createRedirectMetrics } from '../../src/redirect/redirect-metrics.ts';
 import { startRedirectHealth, type RedirectHealthServer } from '../../src/redirect/health-server.ts';
 import type { RedirectSpec } from '../../src/redirect/nft-ruleset.ts';
-import { RedirectStatusPoller } from '../../src/agent/redirect-status.ts';
+import { RedirectStatusPoller } from '../../src/redirect/status-poller.ts';
 import { renderStatusPage, statusJson } from '../../src/http/status-page.ts';
 import { sampleSnapshot } from '../support/fake-status.ts';
 import { getFrom, makePodNode, sh, startNodeDatasource, stopChild, type PodNode } from '../support/netns.ts';
@@ -89,7 +89,7 @@ describe('169.254.169.254 redirect in network namespaces', () => {
     const { stdout } = await sh(
       env.inPod([
         '/usr/bin/python3',
-        'test/http/nocloud_datasource.py',
+        'test/datasource/nocloud_datasource.py',
         '',
         `ds=nocloud-net;s=${seedUrl}`,
         'NoCloudNet',

@@ -6,11 +6,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startDatasourceServer } from '../../src/http/datasource.ts';
-import { DatasourceKeyring } from '../../src/http/datasource-tokens.ts';
-import { answerMatches, CHALLENGE_PREFIX, newNonce } from '../../src/datasource-challenge.ts';
+import { startDatasourceServer } from '../../src/datasource/server.ts';
+import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
+import { answerMatches, CHALLENGE_PREFIX, newNonce } from '../../src/redirect/challenge.ts';
 import { httpGet, targetChecker } from '../../src/redirect/target-check.ts';
-import { MapDirectory, nocloudSeed, quietLogger, randomKey } from '../http/datasource-fixtures.ts';
+import { MapDirectory, nocloudSeed, quietLogger, randomKey } from '../datasource/datasource-fixtures.ts';
 
 async function datasource(keys: Uint8Array[], limits = {}) {
   const directory = new MapDirectory();

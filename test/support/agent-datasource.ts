@@ -2,8 +2,8 @@
 // the kernel picks a free port in the listener's own bind. (A port picked
 // beforehand and closed again can be taken by another process before the
 // listener binds it.) Where it listens is known once it does: baseUrl.
-import type { Agent } from '../../src/agent/agent.ts';
-import type { DatasourceConfig, NocloudHttp } from '../../src/agent/nocloud-http.ts';
+import type { Agent } from '../../src/agent/controller.ts';
+import type { DatasourceConfig, NocloudHttp } from '../../src/commands/agent/datasource.ts';
 
 // Where guests reach the datasource (what seeds and serials carry), the
 // default of --datasource-base-url; not where the test's listener is.

@@ -9,16 +9,21 @@ import type pino from 'pino';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import { Agent, type AgentOptions } from '../../src/agent/agent.ts';
+import { Agent, type AgentOptions } from '../../src/agent/controller.ts';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
-import { KubeConnectionApi, type KubeApi } from '../../src/kube/api.ts';
+import { KubeConnectionApi, type KubeApi } from '../../src/kube/api-client.ts';
 import { KubeRefResolver } from '../../src/kube/resolver.ts';
-import { KubeVmiSource } from '../../src/kube/source.ts';
+import { KubeVmiSource } from '../../src/kube/kube-vmi-source.ts';
 import { ObjectWatches, type ObjectWatchesOptions } from '../../src/kube/object-watches.ts';
 import { BoundedWatch } from '../../src/kube/watch.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
-import type { EjectionResult, InjectionResult, InjectionTarget, Injector } from '../../src/libvirt/types.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type {
+  EjectionResult,
+  InjectionResult,
+  InjectionTarget,
+  Injector,
+} from '../../src/libvirt/injector-contract.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import type { RenderSeed } from '../../src/agent/deps.ts';
 import { captureLogger } from './capture-logger.ts';
 import { FakeKube } from './fake-kube.ts';

@@ -18,7 +18,7 @@
 //   service accounts, a change to its reserved kubevirt.io/ labels.
 // 403 comes first, from the fake's RBAC (verb patch).
 import { isDeepStrictEqual } from 'node:util';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { failure, type Reply } from './fake-kube-objects.ts';
 
 export type PatchAnswer = { ok: true; object: VmiObject } | ({ ok: false } & Reply);

@@ -35,7 +35,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { KubeConnection } from '../../src/kube/connection.ts';
-import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/api/types.ts';
+import type { ConfigMapObject, SecretObject, VmiObject } from '../../src/api/objects.ts';
 import { requestAttributes, type RequestAttributes } from './rbac.ts';
 import {
   AGENT_SERVICE_ACCOUNT,

@@ -5,10 +5,10 @@
 // never by vmseed's.
 import { readFileSync } from 'node:fs';
 import { XmlRefused, parseDiskDevice, type FakeDisk } from './fake-device-xml.ts';
-import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh.ts';
+import type { ProcessSpawner, SpawnOptions, SpawnResult } from '../../src/libvirt/virsh/runner.ts';
 import { encodeUriValue } from '../../src/libvirt/template.ts';
-import type { DeviceFlags, LibvirtEvent } from '../../src/libvirt/client.ts';
-import { VirshLibvirtClient } from '../../src/libvirt/virsh-client.ts';
+import type { DeviceFlags, LibvirtEvent } from '../../src/libvirt/libvirt-client.ts';
+import { VirshLibvirtClient } from '../../src/libvirt/virsh/virsh-client.ts';
 
 export interface FakeDomain {
   state: 'running' | 'paused' | 'shut off' | 'in shutdown';

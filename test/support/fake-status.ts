@@ -1,5 +1,5 @@
 // A StatusSource that tests drive by hand: plain data, no agent behind it.
-import type { AgentStatusSnapshot, StatusSource, VmiStatusRecord } from '../../src/status/types.ts';
+import type { AgentStatusSnapshot, StatusSource, VmiStatusRecord } from '../../src/status/snapshot.ts';
 
 export const T0 = '2026-11-22T03:00:00.000Z';
 

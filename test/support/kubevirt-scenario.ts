@@ -11,11 +11,11 @@ import { join } from 'node:path';
 import { FakeKube, type RequestRecord } from './fake-kube.ts';
 import { FakeLibvirt } from './fake-libvirt.ts';
 import { startAgent, tempDir, vmi, waitFor, NODE } from './agent-harness.ts';
-import { KubeConnectionApi } from '../../src/kube/api.ts';
-import { kubevirtUnpause } from '../../src/agent/kubevirt-resume.ts';
+import { KubeConnectionApi } from '../../src/kube/api-client.ts';
+import { kubevirtUnpause } from '../../src/agent/domain/kubevirt-resume.ts';
 import { LibvirtInjector, type LibvirtInjectorOptions } from '../../src/libvirt/injector.ts';
 import { DirPublisher } from '../../src/libvirt/publish.ts';
-import type { VmiObject } from '../../src/api/types.ts';
+import type { VmiObject } from '../../src/api/objects.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
 import { FakeClient } from './seed-read-doubles.ts';
 

@@ -3,13 +3,13 @@
 // (watcher included) before its directory is removed.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Agent } from '../../src/agent/agent.ts';
+import { Agent } from '../../src/agent/controller.ts';
 import { LogEventRecorder } from '../../src/agent/events.ts';
-import { LocalDirSource, type LocalSourceOptions } from '../../src/agent/local/source.ts';
+import { LocalDirSource, type LocalSourceOptions } from '../../src/agent/local/local-vmi-source.ts';
 import { renderSeed } from '../../src/cloudinit/render.ts';
 import { buildSeedImage } from '../../src/disk/seed-image.ts';
 import { ImageStore } from '../../src/disk/store.ts';
-import type { Injector } from '../../src/libvirt/types.ts';
+import type { Injector } from '../../src/libvirt/injector-contract.ts';
 import type { Metrics } from '../../src/metrics/metrics.ts';
 import { captureLogger } from './capture-logger.ts';
 import { tempDir } from './agent-harness.ts';

@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import * as yaml from 'js-yaml';
 import type { Registry } from 'prom-client';
 import { createMetrics } from '../../src/metrics/metrics.ts';
-import { createRedirectMetrics } from '../../src/redirect/metrics.ts';
+import { createRedirectMetrics } from '../../src/redirect/redirect-metrics.ts';
 
 const run = promisify(execFile);
 

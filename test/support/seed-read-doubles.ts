@@ -1,9 +1,9 @@
-// Doubles for the guest's first read of its seed disk (src/agent/seed-read.ts):
+// Doubles for the guest's first read of its seed disk (src/agent/domain/seed-read.ts):
 // a libvirt client whose events and block statistics the test drives, and
 // an injector that reports an attach as the KubeVirt path does.
-import type { BlockStats, LibvirtEvent } from '../../src/libvirt/client.ts';
+import type { BlockStats, LibvirtEvent } from '../../src/libvirt/libvirt-client.ts';
 import type { VmseedError } from '../../src/errors.ts';
-import type { InjectionResult, InjectionTarget } from '../../src/libvirt/types.ts';
+import type { InjectionResult, InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { RecordingInjector } from './agent-harness.ts';
 
 export const URI = 'qemu+unix:///session?socket=/pods/p1/sock';

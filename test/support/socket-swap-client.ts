@@ -4,7 +4,7 @@
 // library version (every fake daemon answers its own) and prints a tally as
 // one JSON line. It stops early after SECONDS, so a starved run ends.
 // Usage: node socket-swap-client.ts SOCKET COUNT SECONDS
-import { RpcConnection, now } from '../../src/libvirt/rpc/connection.ts';
+import { RpcConnection, now } from '../../src/libvirt/rpc/rpc-connection.ts';
 import { RemoteProc } from '../../src/libvirt/rpc/protocol.ts';
 import { XdrReader } from '../../src/libvirt/rpc/xdr.ts';
 

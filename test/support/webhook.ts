@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { testPki, type TestPki } from './test-pki.ts';
-import { WEBHOOK_PATH } from '../../src/webhook/server.ts';
+import { WEBHOOK_PATH } from '../../src/cluster/webhook/webhook-server.ts';
 
 const run = promisify(execFile);
 

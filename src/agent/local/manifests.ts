@@ -4,7 +4,7 @@
 import { VmseedError } from '../../errors.ts';
 import { decodeBase64Strict } from '../../cloudinit/base64.ts';
 import { kubevirtFirmwareUuid } from '../../cloudinit/kubevirt/instance-id.ts';
-import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from '../../api/types.ts';
+import type { ConfigMapObject, ObjectMeta, SecretObject, VmiObject } from '../../api/objects.ts';
 import { isPlainObject, parseYamlAll, where } from '../../cloudinit/yaml.ts';
 
 export interface ManifestObjects {
@@ -101,7 +101,7 @@ function checkCredential(c: unknown, file: string, doc: number, field: string): 
   if (!isPlainObject(c)) throw junk(file, doc, `${field} must be a mapping`, field);
   const ssh = c.sshPublicKey;
   if (ssh === undefined || ssh === null) return;
-  // No source at all is for the admission check (cloudinit/kubevirt/admission.ts), which
+  // No source at all is for the admission check (cloudinit/kubevirt/volume-rules.ts), which
   // answers with KubeVirt's wording; a malformed one is a manifest error.
   if (
     isPlainObject(ssh) &&

@@ -4,14 +4,14 @@
 // accessCredentials and Virtlet's sshKeys, and the Virtlet/oVirt extras
 // (extras-input.ts). vmseed's own API, so the composition is strict.
 import type { SeedInput } from '../compose-seed.ts';
-import type { RefResolver, VmiObject } from '../../api/types.ts';
+import type { RefResolver, VmiObject } from '../../api/objects.ts';
 import { resolvePublicKeys } from '../kubevirt/access-credentials.ts';
-import { admitAccessCredentials, admitHostname } from '../kubevirt/admission.ts';
+import { admitAccessCredentials, admitHostname } from '../kubevirt/volume-rules.ts';
 import { hasAnyData, resolveSourceData, sourceMissing } from '../kubevirt/sources.ts';
 import { yieldToLoop, type SeedBudget } from '../limits.ts';
 import { INLINE_OFFLOAD } from '../pure-ops.ts';
 import type { RenderOptions } from '../render-options.ts';
-import { appendSshKeys } from '../virtlet/ssh-keys.ts';
+import { appendSshKeys } from '../userdata/ssh-keys.ts';
 import { ANNOTATION } from './annotation.ts';
 import type { AnnotationExtras } from './extras.ts';
 import { resolveExtras } from './extras-input.ts';

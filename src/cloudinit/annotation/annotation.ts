@@ -3,7 +3,7 @@
 // `datasource`. KubeVirt ignores annotations, so this never doubles up with
 // virt-launcher's own disk.
 import { VmseedError } from '../../errors.ts';
-import type { CloudInitSource, LocalObjectReference, Datasource } from '../../api/types.ts';
+import type { CloudInitSource, LocalObjectReference, Datasource } from '../../api/objects.ts';
 import { isPlainObject, parseYaml, where } from '../yaml.ts';
 import { EXTRA_FIELDS, parseExtras, type AnnotationExtras } from './extras.ts';
 import { LIMITS } from '../limits.ts';

@@ -1,19 +1,19 @@
 // The annotation's Virtlet and oVirt fields read into user-data parts, before
-// the composition merges them: `init` compiled (ovirt/), `files` as
-// write_files (virtlet/files.ts), `userDataFrom`'s object read. The other
+// the composition merges them: `init` compiled (init/), `files` as
+// write_files (userdata/write-files.ts), `userDataFrom`'s object read. The other
 // extras (sshKeys, metaData, forceDHCP, vendorData…) are used as they are
 // where the seed takes them.
-import type { RefResolver, VmiObject } from '../../api/types.ts';
+import type { RefResolver, VmiObject } from '../../api/objects.ts';
 import { instanceId } from '../kubevirt/instance-id.ts';
 import type { SeedBudget } from '../limits.ts';
 import type { NetModel } from '../network/model.ts';
-import { compileInit, type CompiledInit } from '../ovirt/init-compile.ts';
-import { parseInit } from '../ovirt/init-parse.ts';
-import { deriveSalt, type SaltProvider } from '../ovirt/password-salt.ts';
+import { compileInit, type CompiledInit } from '../init/init-compile.ts';
+import { parseInit } from '../init/init-parse.ts';
+import { deriveSalt, type SaltProvider } from '../init/password-salt.ts';
 import { readObject } from '../refs/object-refs.ts';
 import type { UserDataParts } from '../userdata/compose.ts';
 import { virtletMerge } from '../userdata/merge.ts';
-import { filesToWriteFiles } from '../virtlet/files.ts';
+import { filesToWriteFiles } from '../userdata/write-files.ts';
 import { ANNOTATION } from './annotation.ts';
 import type { AnnotationExtras, UserDataFrom } from './extras.ts';
 

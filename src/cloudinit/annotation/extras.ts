@@ -28,7 +28,7 @@ export interface AnnotationExtras {
   sshKeysFrom?: ObjectRef;
   files: FileSpec[];
   forceDHCP: boolean;
-  // Checked by ovirt/init-parse.ts.
+  // Checked by init/init-parse.ts.
   init?: Record<string, unknown>;
   vendorData?: string;
   vendorDataFrom?: ObjectRef;

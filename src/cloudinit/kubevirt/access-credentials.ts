@@ -2,7 +2,7 @@
 // KubeVirt's resolveSSHPublicKeys does: credentials in spec order, only those
 // whose propagationMethod matches the datasource, every non-empty key of each
 // Secret in the Secret's sorted key order, numbered "0", "1", … across all.
-import type { RefResolver, VmiObject, Datasource } from '../../api/types.ts';
+import type { RefResolver, VmiObject, Datasource } from '../../api/objects.ts';
 import { secretKeys, secretValue } from '../refs/secret-data.ts';
 import { fetchSecret } from '../refs/secret-refs.ts';
 import { checkListLength, LIMITS, listTooLong } from '../limits.ts';

@@ -8,7 +8,7 @@
 // empty Secret value does not replace the inline field. vmseed reads the same
 // key, so it fails the same way instead of writing an empty seed.
 import { VmseedError } from '../../errors.ts';
-import type { CloudInitSource, RefResolver } from '../../api/types.ts';
+import type { CloudInitSource, RefResolver } from '../../api/objects.ts';
 import { hasSecretKey } from '../refs/secret-data.ts';
 import { NETWORKDATA_SECRET_KEYS, USERDATA_SECRET_KEYS } from '../refs/secret-refs.ts';
 import type { ResolvedData } from './sources.ts';

@@ -1,4 +1,4 @@
-import type { VmiObject } from '../../api/types.ts';
+import type { VmiObject } from '../../api/objects.ts';
 
 // KubeVirt pkg/util/net/dns/sanitize.go: spec.hostname wins; otherwise the VMI
 // name up to its first dot (a dotted name would read as an FQDN), at most 63

@@ -2,7 +2,7 @@
 // treat the next boot as a first boot (per-instance modules re-run, SSH host
 // keys regenerated; KubeVirt #6305). So it is derived, never random.
 import { createHash } from 'node:crypto';
-import type { VmiObject } from '../../api/types.ts';
+import type { VmiObject } from '../../api/objects.ts';
 
 // KubeVirt's namespace for stable firmware UUIDs
 // (pkg/virt-controller/watch/vm firmware `magicUUID`).

@@ -23,7 +23,7 @@
 //   BrokenMetadata for the whole drive, so neither user-data nor keys are
 //   read. JSON is read, and convert_net_json turns it into whatever
 //   "links"/"networks" it has (none: an empty network config).
-import type { Datasource } from '../../api/types.ts';
+import type { Datasource } from '../../api/objects.ts';
 import { VmseedError } from '../../errors.ts';
 import type { SeedWarning } from '../seed.ts';
 import { isPlainObject, parseYaml } from '../yaml.ts';

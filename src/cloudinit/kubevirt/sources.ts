@@ -10,7 +10,7 @@
 //   content replaces inline data.
 import { VmseedError, type ErrorCode } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
-import type { CloudInitSource, LocalObjectReference, RefResolver } from '../../api/types.ts';
+import type { CloudInitSource, LocalObjectReference, RefResolver } from '../../api/objects.ts';
 import { NETWORKDATA_SECRET_KEYS, USERDATA_SECRET_KEYS, readSecretKey } from '../refs/secret-refs.ts';
 
 export type SourcePolicy = 'single' | 'kubevirt';

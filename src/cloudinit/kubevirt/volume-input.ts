@@ -3,9 +3,9 @@
 // "required" rule, and accessCredentials for the SSH keys. Written as KubeVirt
 // writes it, so the composition is lenient where KubeVirt is (strict: false).
 import type { SeedInput } from '../compose-seed.ts';
-import type { CloudInitSource, RefResolver, VmiObject, Datasource } from '../../api/types.ts';
+import type { CloudInitSource, RefResolver, VmiObject, Datasource } from '../../api/objects.ts';
 import { resolvePublicKeys } from './access-credentials.ts';
-import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './admission.ts';
+import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDatasources } from './volume-rules.ts';
 import { requireSomeData } from './empty-data.ts';
 import { hasAnyData, resolveSourceData, sourceMissing } from './sources.ts';
 

@@ -3,8 +3,8 @@
 // converted when it is in the other datasource's format). The first two are
 // generated, so combining either with given network data is a conflict.
 import { VmseedError } from '../../errors.ts';
-import type { VmiObject, Datasource } from '../../api/types.ts';
-import { lintNetworkData } from './lint.ts';
+import type { VmiObject, Datasource } from '../../api/objects.ts';
+import { lintNetworkData } from './network-lint.ts';
 import { modelToNetworkData, networkDataBytes } from './emit-nwdata.ts';
 import { modelToV2Bytes, withGlobalDnsOnInterfaces } from './emit-v2.ts';
 import { forcedDhcpNetwork } from './force-dhcp.ts';

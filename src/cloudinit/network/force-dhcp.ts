@@ -7,7 +7,7 @@
 // name glob (`match: {name: "e*"}`) would cover every NIC under netplan only:
 // cloud-init's ENI and sysconfig renderers take the ethernets id as a device
 // name and would configure a device that does not exist.
-import type { VmiObject, Datasource } from '../../api/types.ts';
+import type { VmiObject, Datasource } from '../../api/objects.ts';
 import { modelToNetworkData, networkDataBytes } from './emit-nwdata.ts';
 import { modelToV2Bytes } from './emit-v2.ts';
 import { emptyInterface, type NetModel, normalizeMac } from './model.ts';

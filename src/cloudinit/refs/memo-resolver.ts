@@ -3,7 +3,7 @@
 // naming one Secret made 100 API GETs and held 100 copies). A failure is
 // remembered too, so the render fails once, fast. Made fresh for every
 // render: a level-based reconcile must see the latest objects.
-import type { ConfigMapObject, RefResolver, SecretObject } from '../../api/types.ts';
+import type { ConfigMapObject, RefResolver, SecretObject } from '../../api/objects.ts';
 
 export class MemoResolver implements RefResolver {
   readonly #inner: RefResolver;

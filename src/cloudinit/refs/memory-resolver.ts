@@ -1,5 +1,5 @@
 // RefResolver over objects held in memory (local mode, `vmseed build`, tests).
-import type { ConfigMapObject, RefResolver, SecretObject } from '../../api/types.ts';
+import type { ConfigMapObject, RefResolver, SecretObject } from '../../api/objects.ts';
 
 const key = (namespace: string, name: string) => `${namespace}/${name}`;
 

@@ -4,7 +4,7 @@
 // object is often applied after the VMI.
 import { VmseedError } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
-import type { ConfigMapObject, RefResolver } from '../../api/types.ts';
+import type { ConfigMapObject, RefResolver } from '../../api/objects.ts';
 import { secretKeys, secretValue } from './secret-data.ts';
 import { fetchSecret } from './secret-refs.ts';
 

@@ -3,7 +3,7 @@
 // manifests and, as on the API server, wins over `data` for the same key.
 import { VmseedError } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
-import type { SecretObject } from '../../api/types.ts';
+import type { SecretObject } from '../../api/objects.ts';
 
 export function secretKeys(secret: SecretObject): string[] {
   const keys = new Set<string>([...Object.keys(secret.data ?? {}), ...Object.keys(secret.stringData ?? {})]);

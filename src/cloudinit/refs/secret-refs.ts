@@ -1,7 +1,7 @@
 // Fetching referenced Secrets. A missing Secret or key is retryable: the VMI
 // is often created before its Secret (kubectl apply -f dir/, GitOps ordering).
 import { VmseedError } from '../../errors.ts';
-import type { RefResolver, SecretObject } from '../../api/types.ts';
+import type { RefResolver, SecretObject } from '../../api/objects.ts';
 import { hasSecretKey, secretValue } from './secret-data.ts';
 
 // KubeVirt reads userdata then userData (PR #3929); `value` is the Cluster

@@ -16,7 +16,7 @@ import { VmseedError } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
 import type { UserDataFrom } from '../annotation/extras.ts';
 import type { ObjectEntry } from '../refs/object-refs.ts';
-import { detectUserDataKind } from './lint.ts';
+import { detectUserDataKind } from './user-data-lint.ts';
 import { mergeCloudConfig, type MergeMode } from './merge.ts';
 import { base64DecodedUpperBound, type SeedBudget } from '../limits.ts';
 import { dumpYaml, isPlainObject, measureExpanded, parseYaml, setKey, where } from '../yaml.ts';

@@ -11,10 +11,10 @@
 // form Nova's vendordata providers use, so other members can sit beside it.
 import { VmseedError } from '../../errors.ts';
 import type { AnnotationExtras } from '../annotation/extras.ts';
-import type { RefResolver, Datasource } from '../../api/types.ts';
+import type { RefResolver, Datasource } from '../../api/objects.ts';
 import { readObjectKey } from '../refs/object-refs.ts';
 import type { SeedWarning } from '../seed.ts';
-import { detectUserDataKind, lintUserData } from './lint.ts';
+import { detectUserDataKind, lintUserData } from './user-data-lint.ts';
 
 export const VENDORDATA_DEFAULT_KEY = 'vendor-data';
 

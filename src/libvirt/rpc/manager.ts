@@ -16,8 +16,8 @@ import {
   type ConnectionCounters,
   type CutReason,
   type RpcConnection,
-} from './connection.ts';
-import type { LibvirtConnectionStatus, LibvirtStatus } from '../../status/types.ts';
+} from './rpc-connection.ts';
+import type { LibvirtConnectionStatus, LibvirtStatus } from '../../status/snapshot.ts';
 import { MemoryBudget, LIBVIRT_MEMORY_BUDGET_BYTES } from './budget.ts';
 import { uuidString, type DomainEventMessage } from './protocol.ts';
 import { RemoteSession } from './remote.ts';
@@ -48,7 +48,7 @@ export interface ConnectionManagerOptions {
   floodPerWindow?: number;
 }
 
-// What the status page shows per URI (status/types.ts), with the cut
+// What the status page shows per URI (status/snapshot.ts), with the cut
 // reasons this client knows.
 export interface ConnectionStats extends LibvirtConnectionStatus {
   cuts: Partial<Record<CutReason, number>>;

@@ -2,7 +2,7 @@
 // *_args struct, sends it, and decodes its *_ret struct exactly (trailing
 // bytes are an error). Layouts: libvirt's src/remote/remote_protocol.x.
 import { VmseedError, isVmseedError } from '../../errors.ts';
-import { RpcConnection, now, unreadableAnswer, type RpcConnectionOptions } from './connection.ts';
+import { RpcConnection, now, unreadableAnswer, type RpcConnectionOptions } from './rpc-connection.ts';
 import { MemoryBudget } from './budget.ts';
 import {
   AuthType,

@@ -40,7 +40,7 @@ test('object references: kind is case-insensitive, unknown keys refused', () => 
 });
 
 test('init routes need a gateway of the destination family', async () => {
-  const { parseInit } = await import('../../../src/cloudinit/ovirt/init-parse.ts');
+  const { parseInit } = await import('../../../src/cloudinit/init/init-parse.ts');
   assert.throws(
     () =>
       parseInit(

@@ -10,7 +10,7 @@ import {
   NIC_FIELDS,
   USER_FIELDS,
   parseInit,
-} from '../../../src/cloudinit/ovirt/init-parse.ts';
+} from '../../../src/cloudinit/init/init-parse.ts';
 
 const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
 // Only the annotation's section: the README has other tables.

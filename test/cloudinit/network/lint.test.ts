@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { lintNetworkData } from '../../../src/cloudinit/network/lint.ts';
+import { lintNetworkData } from '../../../src/cloudinit/network/network-lint.ts';
 
 const b = (s: string) => new Uint8Array(Buffer.from(s));
 const code = (s: string, ds: 'nocloud' | 'configdrive') => {

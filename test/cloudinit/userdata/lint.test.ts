@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { gzipSync } from 'node:zlib';
 import { VmseedError } from '../../../src/errors.ts';
-import { USERDATA_HEADERS, detectUserDataKind, lintUserData } from '../../../src/cloudinit/userdata/lint.ts';
+import { USERDATA_HEADERS, detectUserDataKind, lintUserData } from '../../../src/cloudinit/userdata/user-data-lint.ts';
 
 const samples: Record<string, Uint8Array> = {};
 const add = (name: string, data: string | Uint8Array) =>

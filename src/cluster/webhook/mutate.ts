@@ -1,0 +1,134 @@
+// What the admission webhook changes in a VMI being created, as JSON Patch
+// operations (RFC 6902) against the object the API server sent. Pure: the
+// nonce and the serial come from the caller.
+//
+//  - The seed gate, for VMIs in scope (the vmseed annotation, or KubeVirt
+//    IMDS's opt-in): `spec.startStrategy: Paused` and
+//    `vmseed.io/resume-after-seed: "true"`, so the domain waits for its seed
+//    (disk attached, or served over HTTP) and the agent unpauses it. Not
+//    when the VMI opts out (`vmseed.io/gate: "false"`), sets a start
+//    strategy of its own, or sets the resume annotation to anything but
+//    "true" (nobody would unpause it).
+//  - The datasource serial (`spec.domain.firmware.serial`), unless the
+//    owner set a serial that is not one of ours; with a fresh nonce
+//    annotation when no owning VirtualMachine binds the token
+//    (src/datasource/binding.ts).
+import { ANNOTATION } from '../../cloudinit/annotation/annotation.ts';
+import { IMDS_ENABLED } from '../../cloudinit/annotation/imds-annotations.ts';
+import { bindingMessage, NONCE_ANNOTATION, owningVmUid } from '../../datasource/binding.ts';
+
+// The agent's seed gate reads this one (src/libvirt/injector.ts).
+export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
+export const GATE_ANNOTATION = 'vmseed.io/gate';
+
+export interface PatchOperation {
+  op: 'add' | 'replace';
+  path: string;
+  value: unknown;
+}
+
+export interface SerialMinter {
+  // The serial for a binding message, or undefined when none can be made
+  // now (no key loaded).
+  serial(binding: string): string | undefined;
+  // Whether a serial already on the VMI is one this webhook writes (so it
+  // is replaced, not kept as the owner's): a copied manifest carries the
+  // old VMI's serial, whose token is not this VMI's.
+  isOurs(serial: string): boolean;
+}
+
+export interface MutateOptions {
+  // Absent: the serial is not written (the datasource is off).
+  serials?: SerialMinter;
+  newNonce: () => string;
+}
+
+type Json = Record<string, unknown>;
+
+function isObject(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function stringMap(v: unknown): Record<string, string> {
+  if (!isObject(v)) return {};
+  const out: Record<string, string> = {};
+  for (const [k, x] of Object.entries(v)) if (typeof x === 'string') out[k] = x;
+  return out;
+}
+
+// JSON Pointer (RFC 6901) escaping of one path segment.
+function pointer(segment: string): string {
+  return segment.replaceAll('~', '~0').replaceAll('/', '~1');
+}
+
+// Whether the webhook acts on this VMI at all: the same test as the
+// configuration's matchConditions, repeated here so a VMI outside them is
+// never patched even when the configuration is edited wrongly.
+export function inScope(annotations: Record<string, string>): boolean {
+  return ANNOTATION in annotations || annotations[IMDS_ENABLED] === 'true';
+}
+
+// In scope (a seed disk, or a seed served over HTTP only for KubeVirt
+// IMDS's opt-in, which the agent unpauses once it serves it).
+function wantsGate(spec: Json, annotations: Record<string, string>): boolean {
+  if (annotations[GATE_ANNOTATION] === 'false') return false;
+  if (spec.startStrategy !== undefined && spec.startStrategy !== null) return false;
+  const resume = annotations[RESUME_ANNOTATION];
+  return resume === undefined || resume === 'true';
+}
+
+// The patch for a VMI being created in `namespace`; [] leaves it as it is.
+export function mutateVmi(vmi: unknown, namespace: string, options: MutateOptions): PatchOperation[] {
+  if (!isObject(vmi) || !isObject(vmi.metadata) || !isObject(vmi.spec)) return [];
+  const meta = vmi.metadata;
+  const spec = vmi.spec;
+  const hasAnnotations = isObject(meta.annotations);
+  const annotations = stringMap(meta.annotations);
+  if (!inScope(annotations)) return [];
+  const ops: PatchOperation[] = [];
+  const added: Record<string, string> = {};
+  if (wantsGate(spec, annotations)) {
+    ops.push({ op: 'add', path: '/spec/startStrategy', value: 'Paused' });
+    if (annotations[RESUME_ANNOTATION] === undefined) added[RESUME_ANNOTATION] = 'true';
+  }
+  const serialOps = serialPatch(spec, meta, namespace, options, added);
+  // Annotations first: one `add` of the whole map when there is none.
+  if (Object.keys(added).length > 0) {
+    if (!hasAnnotations) ops.unshift({ op: 'add', path: '/metadata/annotations', value: added });
+    else
+      for (const [k, v] of Object.entries(added))
+        ops.unshift({
+          op: k in annotations ? 'replace' : 'add',
+          path: `/metadata/annotations/${pointer(k)}`,
+          value: v,
+        });
+  }
+  return [...ops, ...serialOps];
+}
+
+function serialPatch(
+  spec: Json,
+  meta: Json,
+  namespace: string,
+  options: MutateOptions,
+  addedAnnotations: Record<string, string>,
+): PatchOperation[] {
+  const serials = options.serials;
+  if (!serials || !isObject(spec.domain)) return [];
+  const domain = spec.domain;
+  const firmware = isObject(domain.firmware) ? domain.firmware : undefined;
+  const current = firmware?.serial;
+  if (typeof current === 'string' && current !== '' && !serials.isOurs(current)) return [];
+  const name = typeof meta.name === 'string' && meta.name !== '' ? meta.name : undefined;
+  const ownerReferences = Array.isArray(meta.ownerReferences) ? (meta.ownerReferences as Json[]) : [];
+  const annotations: Record<string, string> = {};
+  // A VMI without an owning VM gets a nonce minted now, whatever one it
+  // came with: a nonce copied from an older VMI must not reopen its seed.
+  if (owningVmUid({ ownerReferences }) === undefined) annotations[NONCE_ANNOTATION] = options.newNonce();
+  const binding = bindingMessage(namespace, name, { ownerReferences, annotations });
+  const serial = binding === undefined ? undefined : serials.serial(binding);
+  if (serial === undefined) return [];
+  Object.assign(addedAnnotations, annotations);
+  if (firmware === undefined) return [{ op: 'add', path: '/spec/domain/firmware', value: { serial } }];
+  return [{ op: current === undefined ? 'add' : 'replace', path: '/spec/domain/firmware/serial', value: serial }];
+}

@@ -1,0 +1,97 @@
+// Wiring of the NoCloud HTTP datasource into the agent: the keyring from
+// --datasource-key-file (reloaded when it changes) and the datasource server
+// over the agent's seeds. The DMI serials are not computed here: only
+// `vmseed seed-url` prints them (a token on a page is a key to the seed).
+import type { Logger } from 'pino';
+import { startDatasourceServer, type DatasourceServer } from '../../datasource/server.ts';
+import { imdsOnlySourceAddress } from '../../datasource/imds/compat.ts';
+import { watchKeyFile } from '../../datasource/key-watch.ts';
+import { DatasourceKeyring, fileKeySource, parseKeyFile, type KeySource } from '../../datasource/tokens.ts';
+import type { DatasourceConfig } from '../../datasource/types.ts';
+import type { Metrics } from '../../metrics/metrics.ts';
+import type { Agent } from '../../agent/controller.ts';
+import { launcherTokenReader } from '../../agent/domain/launcher-token.ts';
+
+export type { DatasourceConfig };
+
+export interface NocloudHttp {
+  keyring: DatasourceKeyring;
+  // For AgentOptions.nocloudHttp.
+  agentOptions: Record<string, never>;
+  // Starts the listener over the agent's seeds; close() stops it and the key watch.
+  start(agent: Agent): Promise<{ server: DatasourceServer; close(): Promise<void> }>;
+}
+
+// The keyring from the key file. A file that is not there yet (its Secret
+// is optional, and not created) gives an empty keyring: the datasource
+// answers nothing until the file appears and the watch loads it, and the
+// agent still seeds disks. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE
+// / DATASOURCE_KEY_INVALID when the file is there but cannot be used.
+export async function loadDatasourceKeys(
+  keyFile: string,
+  log: Logger,
+): Promise<{ source: KeySource; text: string | undefined; keyring: DatasourceKeyring }> {
+  const source = fileKeySource(keyFile);
+  let text: string;
+  try {
+    text = await source.read();
+  } catch (e) {
+    if (((e as Error).cause as NodeJS.ErrnoException | undefined)?.code !== 'ENOENT') throw e;
+    log.warn(
+      { keyFile },
+      'datasource key file missing; no token is answered until it appears (create the vmseed-datasource-key Secret)',
+    );
+    return { source, text: undefined, keyring: DatasourceKeyring.empty() };
+  }
+  const keyring = new DatasourceKeyring(parseKeyFile(text, source.description));
+  log.info({ keys: keyring.size, signing: keyring.fingerprints()[0] }, 'datasource keys loaded');
+  return { source, text, keyring };
+}
+
+// Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE / DATASOURCE_KEY_INVALID
+// when the key file cannot be used at start-up (no old keys to fall back on).
+export async function prepareNocloudHttp(
+  config: DatasourceConfig,
+  logger: Logger,
+  metrics?: Metrics,
+): Promise<NocloudHttp> {
+  const log = logger.child({ component: 'datasource' });
+  const { source, text, keyring } = await loadDatasourceKeys(config.keyFile, log);
+  return {
+    keyring,
+    agentOptions: {},
+    async start(agent) {
+      if (!agent.seeds) throw new Error('the agent was made without nocloudHttp options');
+      const server = await startDatasourceServer({
+        listen: config.listen,
+        // IMDS compat alone: token-less answers for IMDS-annotated VMIs only.
+        directory: config.imdsCompat && !config.compatSourceAddress ? imdsOnlySourceAddress(agent.seeds) : agent.seeds,
+        keyring,
+        logger,
+        prefix: config.prefix,
+        ...(metrics ? { metrics } : {}),
+        compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
+        ...(config.podsDir !== undefined ? { readServiceAccountToken: launcherTokenReader(config.podsDir) } : {}),
+        reports: { sink: agent.provisioning },
+      }).catch((e: Error) => {
+        throw new Error(
+          `cannot listen on ${config.listen.host}:${config.listen.port} (--datasource-listen): ${e.message}`,
+        );
+      });
+      const watcher = watchKeyFile({
+        path: config.keyFile,
+        source,
+        keyring,
+        logger: log,
+        ...(text !== undefined ? { initialText: text } : {}),
+      });
+      return {
+        server,
+        close: async () => {
+          watcher.close();
+          await server.close();
+        },
+      };
+    },
+  };
+}

@@ -1,0 +1,96 @@
+// The datasource's contracts: what it needs from the agent (SeedDirectory),
+// its budgets and its settings. Types only, imported by every module of
+// the datasource and by the agent, so no module of the datasource needs
+// another's implementation for a type.
+import type { Seed } from '../cloudinit/seed.ts';
+import type { DatasourceFile } from './files.ts';
+import type { ImdsFacts } from './imds/identity-endpoint.ts';
+
+/** The datasource's settings, as the agent command hands them over. */
+export interface DatasourceConfig {
+  listen: { host: string; port: number };
+  keyFile: string;
+  // What guests use (the DMI serial's `s=`), not where we listen.
+  baseUrl: string;
+  // The base URL's path: what the listener serves under (default /v1).
+  prefix: string;
+  compatSourceAddress: boolean;
+  // Token-less requests answered by source address for VMIs with KubeVirt
+  // IMDS's annotations only (src/datasource/imds/compat.ts).
+  imdsCompat?: boolean;
+  // The kubelet's pods tree, where /v1/token reads launcher pods' tokens.
+  podsDir?: string;
+}
+
+/** One VMI's current seed and what the datasource needs to answer for it. */
+export interface SeedDirectoryEntry {
+  namespace: string;
+  name: string;
+  uid: string;
+  seed: Seed;
+  // What a token written at admission binds (src/datasource/binding.ts),
+  // when the VMI has one; a token of its UID is accepted as well.
+  binding?: string;
+  // For the IMDS endpoints (/v1/identity, /v1/token, OpenStack paths);
+  // absent or not enabled: they answer 404 for this VMI.
+  imds?: ImdsFacts;
+}
+
+/**
+ * What the datasource needs from the agent. The agent implements it over
+ * its own state; tests implement it over a Map.
+ */
+export interface SeedDirectory {
+  // The current seed of the VMI with this UID, or undefined when the agent
+  // has none (unknown VMI, not rendered yet, render failed).
+  get(uid: string): SeedDirectoryEntry | undefined;
+  // UIDs of every VMI that has a seed now. Read only when `revision` has
+  // moved, to rebuild the token -> UID index.
+  listUids(): Iterable<string>;
+  // Bumped (any change of value) whenever the set of UIDs, or the binding
+  // of one, may have changed.
+  // Changing seeds of existing UIDs need not bump it: get() is read on
+  // every request.
+  readonly revision: number;
+  // Compat mode only: the VMI whose reported addresses
+  // (status.interfaces[].ipAddress/ipAddresses) contain this address
+  // (plain IPv4 or IPv6 text, IPv4-mapped IPv6 already unwrapped).
+  // Must return undefined when zero VMIs OR MORE THAN ONE report it.
+  byAddress(address: string): SeedDirectoryEntry | undefined;
+  // A guest fetched a file (GET answered 200). For the status page's
+  // "the guest fetched user-data at ...". Must not throw.
+  recordFetch(namespace: string, name: string, file: DatasourceFile, at: Date): void;
+  // The guest asked with this VMI's token at `missedAt` and found no seed
+  // (not rendered yet, or the VMI not known yet); at `servedAt` the same
+  // token got the seed. Called once per such miss. Must not throw.
+  recordSeededAfterBoot?(entry: SeedDirectoryEntry, missedAt: Date, servedAt: Date): void;
+}
+
+/** The datasource listener's budgets; each has a default. */
+export interface DatasourceLimits {
+  // Longest request target accepted (414 beyond). Default 256: the longest
+  // real path is /v1/ + 43 + / + "network-config".
+  maxUrlLength?: number;
+  // Per source address token bucket (429 when empty). Defaults: 20/s, burst
+  // 40 (cloud-init fetches at most four files per boot, with retries).
+  ratePerSecond?: number;
+  burst?: number;
+  maxTrackedSources?: number;
+  // Header bytes per request (431 beyond), Node's own limit.
+  maxHeaderBytes?: number;
+  // Socket-level timeouts, so slow or idle clients do not hold sockets.
+  // A connection that has not sent its whole head within headersTimeoutMs
+  // (counted from the connection's start, silent ones included) is closed
+  // at the next check, every connectionsCheckingIntervalMs: Node's default
+  // interval is 30 s, during which one client could hold every slot.
+  requestTimeoutMs?: number;
+  headersTimeoutMs?: number;
+  keepAliveTimeoutMs?: number;
+  connectionsCheckingIntervalMs?: number;
+  maxConnections?: number;
+  // Open connections per source address; more are closed on arrival, so
+  // one client cannot take the slots every guest shares. Default 32
+  // (cloud-init uses one or two at a time). In compat mode behind NAT or
+  // QEMU user networking, all guests behind one address share it.
+  maxConnectionsPerSource?: number;
+}
