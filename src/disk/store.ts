@@ -39,12 +39,14 @@ import { basename, dirname, join, relative } from 'node:path';
 import { DATASOURCES } from '../cloudinit/seed.ts';
 import { VmseedError, cancelledBy } from '../errors.ts';
 
+/** The VMI an image belongs to; the store refuses names that could leave its root. */
 export interface ImageKey {
   namespace: string;
   name: string;
   uid: string;
 }
 
+/** An image found in the store (list()), with what its file name says. */
 export interface StoredImage extends ImageKey {
   datasource: Datasource;
   path: string;
@@ -112,11 +114,12 @@ export interface ImageStoreOptions {
 // Up to this size an image is written with synchronous calls. A seed write
 // is a few short syscalls and a copy into the page cache; through
 // fs/promises every call is a round trip to the thread pool, which costs more
-// than the call itself. At 16 KiB of user-data the synchronous path is 3.7x
-// faster (bench/iso.ts, the "through fs/promises only" row), and the event
-// loop is blocked for less time than those round trips would take. Larger
-// images, where copying dominates, go through the thread pool, and so does
-// fsync (file and directory) whenever it is asked for: it takes milliseconds.
+// than the call itself. At 16 KiB of user-data the synchronous path is the
+// faster one (`npm run bench:iso` compares it with the "through fs/promises
+// only" row), and the event loop is blocked for less time than those round
+// trips would take. Larger images, where copying dominates, go through the
+// thread pool, and so does fsync (file and directory) whenever it is asked
+// for: it takes milliseconds.
 export const DEFAULT_SYNC_MAX_BYTES = 256 * 1024;
 
 const TMP_MARK = '.tmp-';
@@ -171,10 +174,53 @@ async function settled<T extends readonly unknown[]>(ps: { [K in keyof T]: Promi
   return rs.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }
 
+// The calls one atomic write makes (ImageStore's atomicWrite), in one
+// flavour: each gives its result, or a promise of it. close and unlink
+// never fail (what they leave, cleanupTemporaries() removes).
+interface TempFileCalls<F> {
+  // The temporary, created exclusively; its directory made if missing.
+  open(tmp: string): F | Promise<F>;
+  // The bytes written and the store's mode set.
+  fill(file: F): void | Promise<unknown>;
+  sync(file: F): void | Promise<void>;
+  // The temporary's stat, and the temporary renamed over the image.
+  commit(file: F, tmp: string): StoreStat | Promise<StoreStat>;
+  close(file: F): void | Promise<void>;
+  unlink(tmp: string): void | Promise<void>;
+  syncDir(): void | Promise<void>;
+}
+
+// Runs a step list, handing each yielded value back, a promise once it
+// settled. Steps that give no promise run on at once: a list of
+// synchronous calls is over before this returns (undefined then).
+function runSteps(steps: Generator<unknown, void, unknown>): void | Promise<void> {
+  return resume(steps, () => steps.next());
+}
+
+function resume(
+  steps: Generator<unknown, void, unknown>,
+  step: () => IteratorResult<unknown, void>,
+): void | Promise<void> {
+  for (let r = step(); !r.done; r = steps.next(r.value)) {
+    const value = r.value;
+    if (value instanceof Promise) {
+      return value.then(
+        (v: unknown) => resume(steps, () => steps.next(v)),
+        (e: unknown) => resume(steps, () => steps.throw(e)),
+      );
+    }
+  }
+}
+
 function code(e: unknown): string | undefined {
   return (e as { code?: string } | null)?.code;
 }
 
+/**
+ * The seed images and per-VMI records under the state directory, one directory
+ * per VMI, content-addressed and written atomically. Unsafe keys or paths throw
+ * terminal STORE_KEY_INVALID / STORE_UNSAFE_PATH.
+ */
 export class ImageStore {
   readonly root: string;
   readonly fileMode: number;
@@ -264,44 +310,19 @@ export class ImageStore {
         throw this.#wrap(`write ${path}`, e);
       }
     }
-    const fs = this.#fs;
     return this.#io(`write ${path}`, async () => {
       await this.#verifyDirs(dir);
       let written = false;
       if (!(await this.#same(path, bytes, digest))) {
-        const tmp = this.#tmpFor(path);
-        // The directory usually exists: create it only when open says so.
-        const fh = await fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
-          if (code(e) !== 'ENOENT') throw e;
-          await fs.mkdir(dir, { recursive: true, mode: 0o750 });
-          return fs.open(tmp, 'wx', this.fileMode);
-        });
-        let renamed = false;
-        try {
-          // open()'s mode is filtered by the umask; the configured mode is a
-          // promise. Independent calls go to the thread pool together.
-          await settled([fh.writeFile(bytes), fh.chmod(this.fileMode)]);
-          if (fsync) await fh.sync();
-          throwIfAborted(signal, path);
-          const [st] = await settled([fh.stat(), fs.rename(tmp, path)] as const);
-          renamed = true;
-          this.#remember(path, digest, st);
-        } catch (e) {
-          this.#last.delete(path);
-          throw e;
-        } finally {
-          await fh.close().catch(() => {});
-          if (!renamed) await fs.unlink(tmp).catch(() => {});
-        }
-        if (fsync) await this.#syncDir(dir);
+        await runSteps(this.#atomicWrite(this.#poolCalls(dir, path, bytes), path, digest, fsync, signal));
         written = true;
       }
       return { path, written };
     });
   }
 
-  // The same steps as write()'s asynchronous path, in synchronous calls.
-  // Without fsync it runs to completion synchronously (no await is reached).
+  // write()'s steps (atomicWrite) in synchronous calls. Without fsync it
+  // runs to completion synchronously (no await is reached).
   async #writeSync(
     fs: StoreSyncFs,
     dir: string,
@@ -311,8 +332,6 @@ export class ImageStore {
     digest: Digest,
     signal: AbortSignal | undefined,
   ): Promise<{ path: string; written: boolean }> {
-    const fsyncFd = (fd: number) =>
-      new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
     let written = false;
     let freshDir = false;
     this.#verifyDirsSync(fs, dir);
@@ -323,55 +342,8 @@ export class ImageStore {
       this.#dirs.add(dir);
     }
     if (freshDir || !this.#sameSync(fs, path, bytes, digest)) {
-      const tmp = this.#tmpFor(path);
-      let fd: number;
-      try {
-        fd = fs.openSync(tmp, 'wx', this.fileMode);
-      } catch (e) {
-        // The directory went away behind the store's back.
-        if (code(e) !== 'ENOENT') throw e;
-        fs.mkdirSync(dir, { recursive: true, mode: 0o750 });
-        fd = fs.openSync(tmp, 'wx', this.fileMode);
-      }
-      let renamed = false;
-      try {
-        // A leading run of zero pages (an ISO's 32 KiB system area) is left
-        // as a hole: it reads back as zeros, and neither the page cache
-        // copy nor ext4's block allocation is paid for it.
-        let off = zeroPrefix(bytes);
-        while (off < bytes.length) off += fs.writeSync(fd, bytes, off, bytes.length - off, off);
-        fs.fchmodSync(fd, this.fileMode);
-        if (fsync) await fsyncFd(fd);
-        throwIfAborted(signal, path);
-        const st = fs.fstatSync(fd);
-        fs.renameSync(tmp, path);
-        renamed = true;
-        this.#remember(path, digest, st);
-      } catch (e) {
-        this.#last.delete(path);
-        throw e;
-      } finally {
-        try {
-          fs.closeSync(fd);
-        } catch {
-          // the data is already renamed into place or about to be unlinked
-        }
-        if (!renamed) {
-          try {
-            fs.unlinkSync(tmp);
-          } catch {
-            // cleanupTemporaries() removes it at the next start
-          }
-        }
-      }
-      if (fsync) {
-        const dfd = fs.openSync(dir, 'r');
-        try {
-          await fsyncFd(dfd);
-        } finally {
-          fs.closeSync(dfd);
-        }
-      }
+      const pending = runSteps(this.#atomicWrite(this.#syncCalls(fs, dir, path, bytes), path, digest, fsync, signal));
+      if (pending) await pending;
       written = true;
     }
     return { path, written };
@@ -579,6 +551,111 @@ export class ImageStore {
     };
     await this.#io(`clean ${this.root}`, () => visit(this.root, 0));
     return removed;
+  }
+
+  // One atomic write: the bytes go to a temporary in the image's directory,
+  // renamed over `path` once complete (and, with fsync, on disk), so a
+  // reader sees the old image or the new one, never part of one. Each
+  // `yield` is one call of `calls`, its result handed back (runSteps).
+  *#atomicWrite<F>(
+    calls: TempFileCalls<F>,
+    path: string,
+    digest: Digest,
+    fsync: boolean,
+    signal: AbortSignal | undefined,
+  ): Generator<unknown, void, unknown> {
+    const tmp = this.#tmpFor(path);
+    const file = (yield calls.open(tmp)) as F;
+    let renamed = false;
+    try {
+      yield calls.fill(file);
+      if (fsync) yield calls.sync(file);
+      throwIfAborted(signal, path);
+      const st = (yield calls.commit(file, tmp)) as StoreStat;
+      renamed = true;
+      this.#remember(path, digest, st);
+    } catch (e) {
+      this.#last.delete(path);
+      throw e;
+    } finally {
+      yield calls.close(file);
+      if (!renamed) yield calls.unlink(tmp);
+    }
+    if (fsync) yield calls.syncDir();
+  }
+
+  // The atomic write's calls through fs/promises (the thread pool).
+  #poolCalls(dir: string, path: string, bytes: Uint8Array): TempFileCalls<StoreFileHandle> {
+    const fs = this.#fs;
+    return {
+      // The directory usually exists: create it only when open says so.
+      open: (tmp) =>
+        fs.open(tmp, 'wx', this.fileMode).catch(async (e) => {
+          if (code(e) !== 'ENOENT') throw e;
+          await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+          return fs.open(tmp, 'wx', this.fileMode);
+        }),
+      // open()'s mode is filtered by the umask; the configured mode is a
+      // promise. Independent calls go to the thread pool together.
+      fill: (fh) => settled([fh.writeFile(bytes), fh.chmod(this.fileMode)]),
+      sync: (fh) => fh.sync(),
+      commit: async (fh, tmp) => (await settled([fh.stat(), fs.rename(tmp, path)] as const))[0],
+      close: (fh) => fh.close().catch(() => {}),
+      unlink: (tmp) => fs.unlink(tmp).catch(() => {}),
+      syncDir: () => this.#syncDir(dir),
+    };
+  }
+
+  // The atomic write's calls made synchronously; fsync alone goes to the
+  // thread pool.
+  #syncCalls(fs: StoreSyncFs, dir: string, path: string, bytes: Uint8Array): TempFileCalls<number> {
+    const fsyncFd = (fd: number) =>
+      new Promise<void>((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
+    const open = (tmp: string) => fs.openSync(tmp, 'wx', this.fileMode);
+    return {
+      open: (tmp) => {
+        try {
+          return open(tmp);
+        } catch (e) {
+          // The directory went away behind the store's back.
+          if (code(e) !== 'ENOENT') throw e;
+          fs.mkdirSync(dir, { recursive: true, mode: 0o750 });
+          return open(tmp);
+        }
+      },
+      fill: (fd) => {
+        // A leading run of zero pages (an ISO's 32 KiB system area) is left
+        // as a hole: it reads back as zeros, and neither the page cache
+        // copy nor ext4's block allocation is paid for it.
+        let off = zeroPrefix(bytes);
+        while (off < bytes.length) off += fs.writeSync(fd, bytes, off, bytes.length - off, off);
+        fs.fchmodSync(fd, this.fileMode);
+      },
+      sync: fsyncFd,
+      commit: (fd, tmp) => {
+        const st = fs.fstatSync(fd);
+        fs.renameSync(tmp, path);
+        return st;
+      },
+      close: (fd) => {
+        try {
+          fs.closeSync(fd);
+        } catch {
+          // the data is already renamed into place or about to be unlinked
+        }
+      },
+      unlink: (tmp) => {
+        try {
+          fs.unlinkSync(tmp);
+        } catch {
+          // cleanupTemporaries() removes it at the next start
+        }
+      },
+      syncDir: () => {
+        const dfd = fs.openSync(dir, 'r');
+        return fsyncFd(dfd).finally(() => fs.closeSync(dfd));
+      },
+    };
   }
 
   #tmpFor(path: string): string {

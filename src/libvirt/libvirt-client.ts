@@ -5,7 +5,9 @@
 // VmseedErrors with the same codes on both paths.
 import type { DomainState } from '../api/objects.ts';
 import type { LibvirtStatus } from '../status/snapshot.ts';
+import type { DomainTurn } from './domain-lock.ts';
 
+/** A domain's state, mapped to vmseed's four (toDomainState), and whether it is persistent. */
 export interface DomainInfo {
   state: DomainState;
   // libvirt's own state name, e.g. `blocked`, `crashed` (for messages).
@@ -13,41 +15,56 @@ export interface DomainInfo {
   persistent: boolean;
 }
 
-// Everything an injection reads, in one go: state, persistence, and the
-// live and next-boot XML (the same document for a shut-off domain; the
-// inactive one is meaningless for a transient domain, and absent when not
-// asked for or, with virsh, for a transient domain).
+/**
+ * Everything an injection reads, in one go: state, persistence, and the
+ * live and next-boot XML (the same document for a shut-off domain; the
+ * inactive one is meaningless for a transient domain, and absent when not
+ * asked for or, with virsh, for a transient domain).
+ */
 export interface DomainView {
   info: DomainInfo;
   liveXml: string;
   inactiveXml?: string;
 }
 
+/** Options of domainView(). */
 export interface ViewOptions extends CallOptions {
   // Read the next-boot XML too (default true).
   inactive?: boolean;
 }
 
+/** What every LibvirtClient call may be given; `timeoutMs` in milliseconds. */
 export interface CallOptions {
   timeoutMs?: number;
   // The reconcile's: when it aborts the call ends with CANCELLED at once
   // (one already sent may still take effect in libvirt).
   signal?: AbortSignal;
+  // The caller's turn on the domain (domain-lock.ts), when it holds one: a
+  // client that serializes its changes on the same lock runs the call in
+  // that turn rather than queueing behind it.
+  turn?: DomainTurn;
 }
 
+/** Which definitions a device change applies to: the running domain (`live`), the persistent one (`config`). */
 export interface DeviceFlags extends CallOptions {
   live: boolean;
   config: boolean;
 }
 
+/**
+ * What onEvent() delivers: a domain's lifecycle change or device removal,
+ * or a connection going up or down (RPC only; virsh has no events).
+ */
 export type LibvirtEvent =
   | { type: 'lifecycle'; uri: string; domain: string; uuid: string; event: string; detail: number }
   | { type: 'device-removed'; uri: string; domain: string; uuid: string; alias: string }
   // up with reconnected: events may have been missed; re-read the domains.
   | { type: 'connection'; uri: string; state: 'up' | 'down'; reconnected: boolean };
 
-// One disk's I/O counters since the domain started (virDomainBlockStats);
-// -1 where the driver keeps none.
+/**
+ * One disk's I/O counters since the domain started (virDomainBlockStats);
+ * -1 where the driver keeps none.
+ */
 export interface BlockStats {
   rdReq: number;
   rdBytes: number;
@@ -56,12 +73,18 @@ export interface BlockStats {
   errs: number;
 }
 
-// One domain of one libvirt connection: the key every per-domain map and
-// lock of the agent uses (a name is unique only within its daemon).
+/**
+ * One domain of one libvirt connection: the key every per-domain map and
+ * lock of the agent uses (a name is unique only within its daemon).
+ */
 export function domainId(uri: string, domain: string): string {
   return `${uri}\0${domain}`;
 }
 
+/**
+ * libvirt as the injector and the agent use it, over RPC or virsh; failures
+ * are VmseedErrors with the same codes on both (DOMAIN_NOT_FOUND, CANCELLED...).
+ */
 export interface LibvirtClient {
   readonly kind: 'rpc' | 'virsh';
   // false: onEvent never fires, poll instead.
@@ -87,6 +110,7 @@ export interface LibvirtClient {
   close(): Promise<void>;
 }
 
+/** libvirt's state name as vmseed's DomainState: `blocked` counts as running, anything unknown as `other`. */
 export function toDomainState(raw: string): DomainState {
   return raw === 'running' || raw === 'blocked'
     ? 'running'
@@ -97,6 +121,7 @@ export function toDomainState(raw: string): DomainState {
         : 'other';
 }
 
+/** libvirt's packed version number (major * 1,000,000 + minor * 1,000 + release) as `9.0.0`. */
 export function versionString(v: bigint): string {
   const n = Number(v);
   return `${Math.floor(n / 1_000_000)}.${Math.floor(n / 1000) % 1000}.${n % 1000}`;

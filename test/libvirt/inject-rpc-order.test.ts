@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { Socket } from 'node:net';
 import { LibvirtInjector } from '../../src/libvirt/injector.ts';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
+import { DomainLock } from '../../src/libvirt/domain-lock.ts';
 import type { ImagePublisher } from '../../src/libvirt/publish.ts';
 import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { handshakeDaemon, reply } from '../support/fake-rpc-daemon.ts';
@@ -36,7 +37,11 @@ test("RPC: the read's requests are written before the copy into the launcher's v
     }
     return false;
   });
-  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }) });
+  // Wired as the agent wires them: one per-domain lock, so the attach runs
+  // in the injection's turn (a second lock of the same domain would never
+  // be free while the injection holds the first).
+  const lock = new DomainLock();
+  const client = new RpcLibvirtClient({ resolve: (uri) => ({ socketPath: fake.path, name: uri }), lock });
   t.after(async () => {
     await client.close();
     await fake.close();
@@ -49,7 +54,7 @@ test("RPC: the read's requests are written before the copy into the launcher's v
     },
     unpublish: async () => {},
   };
-  const inj = new LibvirtInjector({ client, publisher, bus: 'scsi', liveOnly: true });
+  const inj = new LibvirtInjector({ client, publisher, bus: 'scsi', liveOnly: true, lock });
   const target: InjectionTarget = { namespace: 'ns1', name: 'vm1', uid: 'u', datasource: 'nocloud', annotations: {} };
   // Connected, the domain's handle known: an injection is the read and the attach.
   await client.domainInfo('qemu:///system', 'ns1_vm1');
@@ -70,4 +75,6 @@ test("RPC: the read's requests are written before the copy into the launcher's v
   assert.ok(copy > 0, `the copy after the read's requests: ${steps.join(', ')}`);
   assert.deepEqual(steps.slice(0, copy), Array(copy).fill('request'));
   assert.equal(steps.slice(copy + 1).filter((s) => s === 'request').length, 1, 'then one request: the attach');
+  await lock.idle();
+  assert.equal(lock.size, 0, 'the domain is let go once the injection is over');
 });

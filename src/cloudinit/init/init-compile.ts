@@ -7,11 +7,12 @@ import { sha512Crypt, isValidSalt } from '../crypt-sha512.ts';
 import type { RefResolver } from '../../api/objects.ts';
 import { emptyInterface, type NetModel } from '../network/model.ts';
 import type { SaltProvider } from './password-salt.ts';
-import { fetchSecret } from '../refs/secret-refs.ts';
+import { fetchObject } from '../refs/object-refs.ts';
 import { secretValue } from '../refs/secret-data.ts';
 import type { InitSpec } from './init-parse.ts';
 import { LIMITS } from '../limits.ts';
 
+/** `init:` compiled: its cloud-config mapping, and the network model when it has `nics`. */
 export interface CompiledInit {
   cloudConfig: Record<string, unknown>;
   network?: NetModel;
@@ -29,7 +30,7 @@ export interface CompileContext {
 async function hashedPassword(user: InitSpec['users'][number], i: number, ctx: CompileContext): Promise<string> {
   const ref = user.passwordFrom!;
   const field = `${ctx.prefix}.users[${i}].passwordFrom`;
-  const secret = await fetchSecret(ctx.refs, ctx.namespace, ref.name, field);
+  const secret = await fetchObject(ctx.refs, 'Secret', ctx.namespace, ref.name, field);
   const bytes = secretValue(secret, ref.key);
   if (bytes === undefined) {
     throw new VmseedError(
@@ -69,6 +70,11 @@ async function hashedPassword(user: InitSpec['users'][number], i: number, ctx: C
   return sha512Crypt(password, salt);
 }
 
+/**
+ * Compiles a checked `init:`; each passwordFrom Secret is read and its password stored as a
+ * SHA-512 crypt hash salted by ctx.salt. Throws VmseedError: SECRET_NOT_FOUND, SECRET_KEY_NOT_FOUND
+ * (retryable), INIT_INVALID (password empty or too long), CONFIG_INVALID (an invalid salt).
+ */
 export async function compileInit(spec: InitSpec, ctx: CompileContext): Promise<CompiledInit> {
   const cc: Record<string, unknown> = {};
   if (spec.hostname) cc.hostname = spec.hostname;

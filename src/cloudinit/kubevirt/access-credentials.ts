@@ -4,9 +4,14 @@
 // Secret in the Secret's sorted key order, numbered "0", "1", … across all.
 import type { RefResolver, VmiObject, Datasource } from '../../api/objects.ts';
 import { secretKeys, secretValue } from '../refs/secret-data.ts';
-import { fetchSecret } from '../refs/secret-refs.ts';
+import { fetchObject } from '../refs/object-refs.ts';
 import { checkListLength, LIMITS, listTooLong } from '../limits.ts';
 
+/**
+ * The public keys the VMI's accessCredentials propagate to `datasource`, keyed "0", "1", … for
+ * meta-data. Throws VmseedError: SECRET_NOT_FOUND (retryable), LIST_TOO_LONG past
+ * LIMITS.accessCredentials or LIMITS.sshKeys, SECRET_DATA_INVALID.
+ */
 export async function resolvePublicKeys(
   vmi: VmiObject,
   datasource: Datasource,
@@ -26,7 +31,7 @@ export async function resolvePublicKeys(
     const name = ssh.source?.secret?.secretName;
     if (!name) continue;
     const field = `spec.accessCredentials[${i}].sshPublicKey.source.secret.secretName`;
-    const secret = await fetchSecret(refs, ns, name, field);
+    const secret = await fetchObject(refs, 'Secret', ns, name, field);
     for (const key of secretKeys(secret)) {
       const value = secretValue(secret, key);
       if (!value || value.length === 0) continue;

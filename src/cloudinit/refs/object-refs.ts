@@ -2,20 +2,21 @@
 // (`{kind: configmap|secret, name, key?}`), read through RefResolver. Missing
 // objects and keys are retryable, like Secrets for KubeVirt's fields: the
 // object is often applied after the VMI.
-import { VmseedError } from '../../errors.ts';
+import { VmseedError, type ErrorCode } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
-import type { ConfigMapObject, RefResolver } from '../../api/objects.ts';
+import type { ConfigMapObject, RefResolver, SecretObject } from '../../api/objects.ts';
 import { secretKeys, secretValue } from './secret-data.ts';
-import { fetchSecret } from './secret-refs.ts';
 
 export type ObjectKind = 'configmap' | 'secret';
 
+/** The annotation's `{kind, name, key?}` reference to a ConfigMap or Secret of the VMI's namespace. */
 export interface ObjectRef {
   kind: ObjectKind;
   name: string;
   key?: string;
 }
 
+/** One key of a referenced object, with its value's bytes. */
 export interface ObjectEntry {
   key: string;
   bytes: Uint8Array;
@@ -42,26 +43,51 @@ function configMapValue(cm: ConfigMapObject, key: string, namespace: string): Ui
   return undefined;
 }
 
-export async function fetchConfigMap(
+/** The objects a reference can name, by kind. */
+export interface Referenced {
+  Secret: SecretObject;
+  ConfigMap: ConfigMapObject;
+}
+
+// What fetchObject reads for each kind, and what it throws while one is missing.
+const KINDS: {
+  [K in keyof Referenced]: {
+    missing: ErrorCode;
+    get(refs: RefResolver, namespace: string, name: string): Promise<Referenced[K] | undefined>;
+  };
+} = {
+  Secret: { missing: 'SECRET_NOT_FOUND', get: (refs, namespace, name) => refs.getSecret(namespace, name) },
+  ConfigMap: { missing: 'CONFIGMAP_NOT_FOUND', get: (refs, namespace, name) => refs.getConfigMap(namespace, name) },
+};
+
+/**
+ * The Secret or ConfigMap `namespace/name`; throws retryable SECRET_NOT_FOUND
+ * or CONFIGMAP_NOT_FOUND, naming `field`, while it does not exist.
+ */
+export async function fetchObject<K extends keyof Referenced>(
   refs: RefResolver,
+  kind: K,
   namespace: string,
   name: string,
   field: string,
-): Promise<ConfigMapObject> {
-  const cm = await refs.getConfigMap(namespace, name);
-  if (cm === undefined) {
+): Promise<Referenced[K]> {
+  const object = await KINDS[kind].get(refs, namespace, name);
+  if (object === undefined) {
     throw new VmseedError(
-      'CONFIGMAP_NOT_FOUND',
-      `ConfigMap ${namespace}/${name} referenced by ${field} does not exist; create it in namespace ${namespace} ` +
+      KINDS[kind].missing,
+      `${kind} ${namespace}/${name} referenced by ${field} does not exist; create it in namespace ${namespace} ` +
         '(vmseed retries until it appears)',
       { kind: 'retryable', field },
     );
   }
-  return cm;
+  return object;
 }
 
-// Every key of the object (sorted bytewise, as a mounted volume lists them),
-// or just `ref.key` (falling back to `defaultKey`) when one is wanted.
+/**
+ * Every key of the object (sorted bytewise, as a mounted volume lists them), or just `ref.key`
+ * (falling back to `defaultKey`) when one is wanted. Throws VmseedError: a missing object or key,
+ * retryable (`*_NOT_FOUND`); SECRET_DATA_INVALID for a value that is not base64, terminal.
+ */
 export async function readObject(
   refs: RefResolver,
   namespace: string,
@@ -71,7 +97,7 @@ export async function readObject(
 ): Promise<ObjectEntry[]> {
   const wanted = ref.key ?? defaultKey;
   if (ref.kind === 'secret') {
-    const secret = await fetchSecret(refs, namespace, ref.name, field);
+    const secret = await fetchObject(refs, 'Secret', namespace, ref.name, field);
     const keys = wanted === undefined ? secretKeys(secret) : [wanted];
     return keys.map((key) => {
       const bytes = secretValue(secret, key);
@@ -79,7 +105,7 @@ export async function readObject(
       return { key, bytes };
     });
   }
-  const cm = await fetchConfigMap(refs, namespace, ref.name, field);
+  const cm = await fetchObject(refs, 'ConfigMap', namespace, ref.name, field);
   const keys = wanted === undefined ? configMapKeys(cm) : [wanted];
   return keys.map((key) => {
     const bytes = configMapValue(cm, key, namespace);
@@ -96,6 +122,7 @@ function keyMissing(kind: 'Secret' | 'ConfigMap', ns: string, name: string, key:
   );
 }
 
+/** The bytes of one key, `ref.key` or else `defaultKey`; throws as readObject does. */
 export async function readObjectKey(
   refs: RefResolver,
   namespace: string,

@@ -1,34 +1,23 @@
 // Fetching referenced Secrets. A missing Secret or key is retryable: the VMI
 // is often created before its Secret (kubectl apply -f dir/, GitOps ordering).
 import { VmseedError } from '../../errors.ts';
-import type { RefResolver, SecretObject } from '../../api/objects.ts';
+import type { RefResolver } from '../../api/objects.ts';
 import { hasSecretKey, secretValue } from './secret-data.ts';
+import { fetchObject } from './object-refs.ts';
 
-// KubeVirt reads userdata then userData (PR #3929); `value` is the Cluster
-// API bootstrap-data convention (hypershift#1642), read last.
+/**
+ * The Secret keys user-data is read from, the first present wins: KubeVirt reads userdata then
+ * userData; `value` is the Cluster API bootstrap-data convention, read last.
+ */
 export const USERDATA_SECRET_KEYS = ['userdata', 'userData', 'value'] as const;
+/** The Secret keys network data is read from, the first present wins, as KubeVirt reads them. */
 export const NETWORKDATA_SECRET_KEYS = ['networkdata', 'networkData'] as const;
 
-export async function fetchSecret(
-  refs: RefResolver,
-  namespace: string,
-  name: string,
-  field: string,
-): Promise<SecretObject> {
-  const secret = await refs.getSecret(namespace, name);
-  if (secret === undefined) {
-    throw new VmseedError(
-      'SECRET_NOT_FOUND',
-      `Secret ${namespace}/${name} referenced by ${field} does not exist; create it in namespace ${namespace} ` +
-        '(vmseed retries until it appears)',
-      { kind: 'retryable', field },
-    );
-  }
-  return secret;
-}
-
-// The first of `keys` the Secret has, like KubeVirt's readFirstFoundFileFromDir:
-// an existing but empty key still wins over later keys.
+/**
+ * The value of the first of `keys` the Secret has, like KubeVirt's readFirstFoundFileFromDir: an
+ * existing but empty key still wins over later keys. Throws retryable SECRET_NOT_FOUND or
+ * SECRET_KEY_NOT_FOUND, terminal SECRET_DATA_INVALID.
+ */
 export async function readSecretKey(
   refs: RefResolver,
   namespace: string,
@@ -36,7 +25,7 @@ export async function readSecretKey(
   keys: readonly string[],
   field: string,
 ): Promise<Uint8Array> {
-  const secret = await fetchSecret(refs, namespace, name, field);
+  const secret = await fetchObject(refs, 'Secret', namespace, name, field);
   for (const key of keys) {
     if (hasSecretKey(secret, key)) return secretValue(secret, key) ?? new Uint8Array();
   }

@@ -9,6 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Metrics, WebhookResult } from '../../metrics/metrics.ts';
+import { readBoundedBody } from '../../core/bounded-body.ts';
 import { CertDir } from './certs.ts';
 import { mutateVmi, type MutateOptions } from './mutate.ts';
 import { readReview, reviewResponse } from './review.ts';
@@ -36,6 +37,7 @@ export interface WebhookServerOptions {
   metrics?: Metrics;
 }
 
+/** A running admission webhook listener; problem() feeds the agent's readiness. */
 export interface WebhookServer {
   readonly address: AddressInfo;
   // Why the webhook cannot serve (certificate missing, invalid, expired), or undefined.
@@ -58,41 +60,24 @@ function refuse(res: ServerResponse, status: number, message: string, close = fa
   return 'refused';
 }
 
-// The body, or undefined once a refusal has been sent (too large, aborted).
-function readBody(req: IncomingMessage, res: ServerResponse, max: number): Promise<Buffer | undefined> {
+// The body, or undefined when there is nothing to answer: the 413 is sent
+// (too large), or the request ended before its body did.
+async function readBody(req: IncomingMessage, res: ServerResponse, max: number): Promise<Buffer | undefined> {
+  const tooLarge = `the AdmissionReview is larger than ${max} bytes`;
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (declared > max) {
-    refuse(res, 413, `the AdmissionReview is larger than ${max} bytes`, true);
+    refuse(res, 413, tooLarge, true);
     req.resume();
-    return Promise.resolve(undefined);
+    return undefined;
   }
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let done = false;
-    const finish = (v: Buffer | undefined) => {
-      if (done) return;
-      done = true;
-      resolve(v);
-    };
-    req.on('data', (chunk: Buffer) => {
-      if (done) return;
-      size += chunk.length;
-      if (size > max) {
-        // The refusal is sent in full, then the connection goes with the
-        // rest of the body unread.
-        chunks.length = 0;
-        res.once('finish', () => req.destroy());
-        refuse(res, 413, `the AdmissionReview is larger than ${max} bytes`, true);
-        finish(undefined);
-        return;
-      }
-      chunks.push(chunk);
-    });
-    req.on('end', () => finish(Buffer.concat(chunks, size)));
-    req.on('error', () => finish(undefined));
-    req.on('close', () => finish(undefined));
-  });
+  const body = await readBoundedBody(req, max);
+  if (body === 'too-large') {
+    // The refusal is sent in full, then the connection goes with the rest
+    // of the body unread.
+    res.once('finish', () => req.destroy());
+    refuse(res, 413, tooLarge, true);
+  }
+  return typeof body === 'string' ? undefined : body;
 }
 
 class ReviewHandler {
@@ -149,6 +134,11 @@ function listening(server: Server, port: number, host: string): Promise<void> {
   });
 }
 
+/**
+ * Starts the admission webhook's HTTPS listener on `options.listen`, serving the
+ * certificate in `certDir` (reloaded when its files change); rejects when it
+ * cannot listen.
+ */
 export async function startWebhookServer(options: WebhookServerOptions): Promise<WebhookServer> {
   const log = options.logger.child({ component: 'webhook' });
   const limits = options.limits ?? {};

@@ -10,6 +10,7 @@ import { ImageStore } from '../../disk/store.ts';
 import { asVmseedError, VmseedError } from '../../errors.ts';
 import { LibvirtInjector, type ResumeHook } from '../../libvirt/injector.ts';
 import { RpcLibvirtClient } from '../../libvirt/rpc/rpc-client.ts';
+import { DomainLock } from '../../libvirt/domain-lock.ts';
 import { DirPublisher } from '../../libvirt/publish.ts';
 import type { ProcessSpawner } from '../../libvirt/virsh/runner.ts';
 import { createMetrics, type Metrics } from '../../metrics/metrics.ts';
@@ -43,10 +44,12 @@ const INJECTOR_IDLE_MS = 1000;
 // the command returns regardless.
 const CLOSE_GRACE_MS = CANCEL_GRACE_MS + INJECTOR_IDLE_MS + 3000;
 
-// A launcher's socket appears some time after its pod, and its domain is
-// defined and started soon after that: the agent waiting for it must be
-// connected and subscribed before the start, so a missing socket is tried
-// again at least this often (a refused unix connect costs microseconds).
+/**
+ * The RPC client's longest wait (ms) before retrying a missing libvirt socket.
+ * A launcher's socket appears some time after its pod, and its domain is defined
+ * and started soon after: the agent must be connected and subscribed before the
+ * start, and a refused unix connect costs microseconds.
+ */
 export const CONNECT_BACKOFF_MAX_MS = 500;
 
 // The RPC client's connections on the status page (a virsh client keeps none).
@@ -55,9 +58,12 @@ function showLibvirt(agent: Agent, injector: LibvirtInjector | undefined): void 
   if (client?.stats) agent.status.setLibvirtSource(() => client.stats!());
 }
 
-// `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode);
-// undefined keeps libvirt's resume. `spawner`: tests run virsh fakes.
-// The caller closes `injector.client` (the RPC client's sockets).
+/**
+ * The libvirt injector the flags ask for, or undefined with `--libvirt off`.
+ * `resume`: the seed gate's hook (KubeVirt's unpause in cluster mode); undefined
+ * keeps libvirt's resume. `spawner`: tests run virsh fakes. The caller closes
+ * `injector.client` (the RPC client's sockets).
+ */
 export function makeInjector(
   config: Config,
   resume?: ResumeHook,
@@ -68,12 +74,16 @@ export function makeInjector(
   if (spawner && config.libvirt.mode !== 'virsh')
     throw new VmseedError('INTERNAL', 'a virsh process spawner was given with --libvirt rpc', { kind: 'terminal' });
   const kubevirt = config.libvirt.platform === 'kubevirt';
+  // One turn per domain for the injector and the client it drives.
+  const lock = new DomainLock();
   return new LibvirtInjector({
+    lock,
     ...(config.libvirt.mode === 'rpc'
       ? {
           client: new RpcLibvirtClient({
             timeoutMs: config.libvirt.virshTimeoutMs,
             backoffMaxMs: CONNECT_BACKOFF_MAX_MS,
+            lock,
             ...(cancel ? { cancel } : {}),
           }),
         }
@@ -93,8 +103,11 @@ export function makeInjector(
   });
 }
 
-// With the RPC client: plain libvirt's one URI is watched all the time;
-// KubeVirt's launcher sockets while a VMI waits for its domain.
+/**
+ * Domain events for DomainWaits, with the RPC client only: plain libvirt's one
+ * URI is watched all the time, KubeVirt's launcher sockets while a VMI waits for
+ * its domain.
+ */
 export function domainEventsFor(config: Config, injector: LibvirtInjector | undefined): DomainEvents | undefined {
   if (!injector?.client.supportsEvents) return undefined;
   const fixed = !config.libvirt.uri.includes('{');
@@ -119,7 +132,10 @@ interface ModeAgent {
   close(): Promise<void>;
 }
 
-// Each mode loads only its own modules (the Kubernetes client is heavy).
+/**
+ * The agent of the configured mode, and close() for what it opened. Each mode
+ * loads only its own modules (the Kubernetes client is heavy).
+ */
 export async function makeAgent(
   config: Config,
   logger: Logger,
@@ -322,6 +338,11 @@ async function withDatasource(made: ModeAgent, parts: AgentParts): Promise<{ age
   };
 }
 
+/**
+ * `vmseed agent`: runs until SIGTERM/SIGINT, then stops within
+ * --shutdown-timeout. Exit 0 when everything finished in time, 2 on a flag
+ * error, 1 otherwise (failed to start, work cancelled or abandoned).
+ */
 export const agent: Command = async (ctx) => {
   const config = readConfig(ctx);
   if (typeof config === 'number') return config;

@@ -14,6 +14,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Metrics } from '../../metrics/metrics.ts';
 import { LogThrottle } from '../../core/log-throttle.ts';
+import { readBoundedBody, type BodyRefusal } from '../../core/bounded-body.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../types.ts';
 import { TokenIndex } from '../identity.ts';
 import { TOKEN_LENGTH, isTokenShaped, type DatasourceKeyring } from '../tokens.ts';
@@ -21,12 +22,13 @@ import { RateLimiter } from '../flood/rate-limit.ts';
 import { parseReportedEvent, type ReportedEvent } from './event.ts';
 import { REPORT_PATH_NAME, reportMessage } from './report-token.ts';
 
-// Where verified events go (the agent's provisioning tracker).
+/** Where verified events go (the agent's provisioning tracker). */
 export interface ProgressSink {
   // False when the VMI is not tracked any more (deleted meanwhile).
   report(entry: SeedDirectoryEntry, event: ReportedEvent, at: Date): boolean;
 }
 
+/** Overrides of REPORT_LIMITS; rates are per second. */
 export interface ReportLimits {
   // Body bytes (413 beyond). cloud-init's events are 150-400 bytes.
   maxBodyBytes?: number;
@@ -126,6 +128,11 @@ export interface ReportReceiverOptions {
   monotonicMs?: () => number;
 }
 
+/**
+ * The datasource's progress-report endpoint. The server asks claims() for
+ * each request target and hands the ones it claims to handle(), which
+ * answers the request itself, refusals included.
+ */
 export class ReportReceiver {
   readonly #o: ReportReceiverOptions;
   readonly #limits: Required<ReportLimits>;
@@ -169,7 +176,7 @@ export class ReportReceiver {
     }
     if (typeof refusal === 'string') return this.#refuse(req, res, refusal, source);
     this.#inFlight++;
-    void this.#readBody(req, this.#limits.maxBodyBytes)
+    void readBoundedBody(req, this.#limits.maxBodyBytes)
       .then((body) => this.#accept(req, res, refusal, body, source))
       .finally(() => this.#inFlight--);
   }
@@ -198,39 +205,15 @@ export class ReportReceiver {
     return entry?.uid === grant.uid ? entry : undefined;
   }
 
-  // The body as text, or the refusal that ended the read.
-  #readBody(req: IncomingMessage, max: number): Promise<string | ReportRefusal> {
-    return new Promise((resolve) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let done = false;
-      const end = (v: string | ReportRefusal) => {
-        if (done) return;
-        done = true;
-        resolve(v);
-      };
-      req.on('data', (c: Buffer) => {
-        size += c.length;
-        if (size > max) {
-          req.pause();
-          end('too-large');
-        } else if (!done) chunks.push(c);
-      });
-      req.on('end', () => end(Buffer.concat(chunks).toString('utf8')));
-      req.on('error', () => end('aborted'));
-      req.on('close', () => end('aborted'));
-    });
-  }
-
   #accept(
     req: IncomingMessage,
     res: ServerResponse,
     entry: SeedDirectoryEntry,
-    body: string | ReportRefusal,
+    body: Buffer | BodyRefusal,
     source: string,
   ): void {
-    if (body === 'too-large' || body === 'aborted') return this.#refuse(req, res, body, source, entry);
-    const parsed = parseReportedEvent(body);
+    if (typeof body === 'string') return this.#refuse(req, res, body, source, entry);
+    const parsed = parseReportedEvent(body.toString('utf8'));
     if (!parsed.ok) return this.#refuse(req, res, parsed.reason, source, entry);
     let kept: boolean;
     try {

@@ -19,6 +19,7 @@ import { now } from './rpc-connection.ts';
 import { ConnectionManager, type ConnectionManagerOptions, type ManagerStats } from './manager.ts';
 import { AFFECT_CONFIG, AFFECT_LIVE, XML_INACTIVE } from './protocol.ts';
 import type { RemoteSession } from './remote.ts';
+import { DomainLock, untilAborted } from '../domain-lock.ts';
 
 export interface RpcLibvirtClientOptions extends ConnectionManagerOptions {
   // Per call, including waiting for a (re)connect.
@@ -27,6 +28,9 @@ export interface RpcLibvirtClientOptions extends ConnectionManagerOptions {
   // with CANCELLED at once (a call already sent may still take effect in
   // libvirt; the injection is level-based and re-reads at the next start).
   cancel?: AbortSignal;
+  // Serializes the changes per domain; the injector driving this client
+  // shares it (LibvirtInjectorOptions.lock), and its changes pass their turn.
+  lock?: DomainLock;
 }
 
 const WHAT = 'the libvirt call';
@@ -35,18 +39,24 @@ const WHAT = 'the libvirt call';
 // comes close; a longer one is a template bug.
 const DOMAIN_NAME_MAX = 1024;
 
+/**
+ * The LibvirtClient the agent runs with `--libvirt rpc`: one connection per
+ * URI, with domain events, and changes serialized per domain on the lock it
+ * shares with the injector. Calls end at `timeoutMs` (default 30 s).
+ */
 export class RpcLibvirtClient implements LibvirtClient {
   readonly kind = 'rpc';
   readonly supportsEvents = true;
   readonly #manager: ConnectionManager;
   readonly #timeoutMs: number;
-  readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #lock: DomainLock;
   readonly #cancel: AbortSignal | undefined;
 
   constructor(o: RpcLibvirtClientOptions = {}) {
     this.#manager = new ConnectionManager(o);
     this.#timeoutMs = o.timeoutMs ?? 30_000;
     this.#cancel = o.cancel;
+    this.#lock = o.lock ?? new DomainLock();
   }
 
   // The stop signal and the call's own (its reconcile's), either of which
@@ -62,13 +72,7 @@ export class RpcLibvirtClient implements LibvirtClient {
   #cancellable<T>(signal: AbortSignal | undefined, call: () => Promise<T>): Promise<T> {
     if (!signal) return call();
     if (signal.aborted) return Promise.reject(cancelledBy(signal, WHAT));
-    return new Promise<T>((resolve, reject) => {
-      const onAbort = () => reject(cancelledBy(signal, WHAT));
-      signal.addEventListener('abort', onAbort, { once: true });
-      call()
-        .then(resolve, reject)
-        .finally(() => signal.removeEventListener('abort', onAbort));
-    });
+    return untilAborted(call(), signal, WHAT);
   }
 
   get manager(): ConnectionManager {
@@ -103,24 +107,20 @@ export class RpcLibvirtClient implements LibvirtClient {
     o: CallOptions | undefined,
     fn: (s: RemoteSession, deadline: number) => Promise<T>,
   ): Promise<T> {
-    const key = domainId(uri, domain);
     const signal = this.#signalFor(o);
     const run = () => {
-      // Its turn came after the stop (or its reconcile's end): not sent at all.
-      if (signal?.aborted) return Promise.reject(cancelledBy(signal, WHAT));
       const deadline = this.#deadline(o);
       return this.#manager.withSession(uri, { deadline, idempotent: false }, (s) => fn(s, deadline));
     };
-    const prev = this.#locks.get(key) ?? Promise.resolve();
-    const next = prev.then(run, run);
-    const tail = next.catch(() => {});
-    this.#locks.set(key, tail);
-    void tail.then(() => {
-      if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    // A turn that comes after the stop (or its reconcile's end) is not sent
+    // at all. The caller is released at the stop; the domain stays held
+    // until libvirt answered (or the deadline passed), so nothing overtakes
+    // the call.
+    return this.#lock.run(domainId(uri, domain), run, {
+      what: WHAT,
+      ...(signal ? { signal } : {}),
+      ...(o?.turn ? { within: o.turn } : {}),
     });
-    // The caller is released at the stop; the lock is held until libvirt
-    // answered (or the deadline passed), so nothing overtakes the call.
-    return this.#cancellable(signal, () => next);
   }
 
   async version(uri: string, o?: CallOptions): Promise<string> {
