@@ -13,7 +13,7 @@ import { DomainWaits, type DomainEvents } from './domain/waits.ts';
 import { AgentSeedDirectory } from '../datasource/directory.ts';
 import { ShutdownDeadline } from './shutdown.ts';
 import { StatusStore } from './status-store.ts';
-import { VmiRecords } from './vmi-records.ts';
+import { asPerVmiState, VmiRecords } from './vmi-records.ts';
 import type { VmiSource, KeyHandler } from '../kube/vmi-source.ts';
 import { WorkQueue } from './work-queue.ts';
 import type { ReportPlanner } from './provisioning/report-plan.ts';
@@ -30,6 +30,10 @@ import {
   type WantedAnnotation,
 } from './provisioning/annotation-writer.ts';
 
+/**
+ * What an Agent is built from (commands/agent/run.ts fills it for cluster or local
+ * mode); the optional members switch features on.
+ */
 export interface AgentOptions {
   version: string;
   nodeName: string;
@@ -82,7 +86,7 @@ export interface AgentOptions {
   // The seed gate of VMIs served over HTTP only (KubeVirt's unpause).
   openServedGate?: (target: InjectionTarget, signal: AbortSignal) => Promise<boolean>;
   // Cluster mode: keep each VMI's provisioning summary in its annotation
-  // vmseed.io/provisioning (provisioning-annotation.ts), through this client.
+  // vmseed.io/provisioning (provisioning/summary.ts, provisioning/annotation-writer.ts), through this client.
   annotateVmis?: { api: KubeApi } & Pick<VmiAnnotationWriterOptions, 'minIntervalMs' | 'sweepMs' | 'forbiddenRetryMs'>;
   // The stop deadline (armed by stop()): each reconcile's steps get a
   // signal that follows it, and the clients made for reconciles (virsh
@@ -91,12 +95,18 @@ export interface AgentOptions {
   shutdown?: ShutdownDeadline;
 }
 
+/**
+ * The node agent: the VMI source feeds keys to the work queue, the reconciler
+ * drains it. start() opens the queue after the first list and garbage
+ * collection; stop() drains within its deadline, then cancels.
+ */
 export class Agent {
   readonly source: VmiSource;
   readonly queue: WorkQueue;
   readonly reconciler: Reconciler;
   readonly status: StatusStore;
-  // Everything held about each VMI; forget(key) drops all of it.
+  // Everything held about each VMI, and the registry of the per-VMI tables
+  // beside it: the reconciler's end(key) drops all of it.
   readonly records = new VmiRecords();
   readonly events: EventRecorder;
   readonly shutdown: ShutdownDeadline;
@@ -186,16 +196,26 @@ export class Agent {
             ...(options.seedReadPolicy ? { policy: options.seedReadPolicy } : {}),
           })
         : undefined;
-    // Kept by UID and by domain, for the datasource and libvirt's events.
-    this.records.onForget((key) => {
-      this.seeds?.drop(key);
-      this.#waits?.forget(key);
-      this.dependencies?.forget(key);
-      this.#seedReads?.forget(key);
-      this.annotations?.forget(key);
-    });
+    this.#registerPerVmiState();
     this.reconciler = this.#makeReconciler(injector, refs);
     if (deps) this.status.setDependencySource((key) => deps.dependencies(key));
+  }
+
+  // Every table that holds something per VMI outside its record, told when
+  // the reconciler ends the VMI (the status store registers itself; the
+  // provisioning tracker keys by record and goes with it).
+  #registerPerVmiState(): void {
+    const r = this.records;
+    r.register('queue', this.queue);
+    if (this.seeds) r.register('seeds', this.seeds);
+    if (this.#waits) r.register('domain-waits', this.#waits);
+    if (this.dependencies) r.register('ref-dependencies', this.dependencies);
+    if (this.#seedReads) r.register('seed-reads', this.#seedReads);
+    if (this.annotations) r.register('annotations', this.annotations);
+    const injector = asPerVmiState(this.#o.injector);
+    if (injector) r.register('injector', injector);
+    const events = asPerVmiState(this.events);
+    if (events) r.register('events', events);
   }
 
   #makeProvisioning(): ProvisioningTracker {

@@ -5,18 +5,29 @@
 import type { Logger } from 'pino';
 import type { VmiObject } from '../api/objects.ts';
 import type { KubeApi } from '../kube/api-client.ts';
+import { keyOf } from '../kube/vmi-source.ts';
 
+/** The `reason` of a VMI Event vmseed records. */
 export type EventReason =
   'SeedReady' | 'SeedFailed' | 'SeedWarning' | 'SeedRead' | 'ProvisioningSucceeded' | 'ProvisioningFailed';
+/** The Event's `type`, as core/v1 spells it. */
 export type EventType = 'Normal' | 'Warning';
 
+/**
+ * Where VMI Events go: the Events API in a cluster, the log in local mode.
+ * record() never throws and never blocks a reconcile.
+ */
 export interface EventRecorder {
   record(vmi: VmiObject, type: EventType, reason: EventReason, message: string): void;
   // Wait for pending API calls (graceful stop, tests).
   flush(): Promise<void>;
+  // Recorders that keep state per VMI (Event aggregation) drop it when the
+  // VMI under `key` ends, and say whether they hold any.
+  forget?(key: string): void;
+  holds?(key: string): boolean;
 }
 
-// Local mode: no Events API, the log is where they go.
+/** Local mode: no Events API, the log is where they go. */
 export class LogEventRecorder implements EventRecorder {
   readonly #log: Logger;
 
@@ -37,6 +48,8 @@ interface Seen {
   name: string;
   namespace: string;
   count: number;
+  // The VMI's key: its aggregates go when it ends.
+  vmi: string;
 }
 
 const MAX_CACHED = 4096;
@@ -53,8 +66,15 @@ interface Pending {
   at: Date;
   // Nanoseconds for the Event name, unique within this recorder.
   nanos: bigint;
+  // The VMI ended before this was sent: sent, but not kept for aggregation.
+  ended?: boolean;
 }
 
+/**
+ * Writes core/v1 Events like client-go's recorder: a repeat PATCHes the
+ * existing Event's count. At most 2 requests in flight and a backlog of 1,000
+ * (the oldest dropped past it).
+ */
 export class KubeEventRecorder implements EventRecorder {
   readonly #api: KubeApi;
   readonly #log: Logger;
@@ -64,6 +84,7 @@ export class KubeEventRecorder implements EventRecorder {
   readonly #seen = new Map<string, Seen>();
   readonly #backlog: Pending[] = [];
   readonly #busy = new Set<string>();
+  readonly #sending = new Set<Pending>();
   #inFlight = 0;
   #dropped = 0;
   #lastNanos = 0n;
@@ -110,6 +131,7 @@ export class KubeEventRecorder implements EventRecorder {
       if (i < 0) return;
       const e = this.#backlog.splice(i, 1)[0];
       this.#busy.add(e.aggKey);
+      this.#sending.add(e);
       this.#inFlight++;
       void this.#send(e)
         .catch((err: unknown) => {
@@ -120,6 +142,7 @@ export class KubeEventRecorder implements EventRecorder {
         })
         .finally(() => {
           this.#busy.delete(e.aggKey);
+          this.#sending.delete(e);
           this.#inFlight--;
           this.#pump();
           if (this.#inFlight === 0 && this.#backlog.length === 0) {
@@ -134,6 +157,21 @@ export class KubeEventRecorder implements EventRecorder {
   flush(): Promise<void> {
     if (this.#inFlight === 0 && this.#backlog.length === 0) return Promise.resolve();
     return new Promise((r) => this.#flushWaiters.push(r));
+  }
+
+  /**
+   * The VMI under `key` ended: its aggregates go, and its Events still
+   * waiting or in flight are sent without being kept.
+   */
+  forget(key: string): void {
+    for (const [aggKey, seen] of this.#seen) if (seen.vmi === key) this.#seen.delete(aggKey);
+    for (const e of [...this.#backlog, ...this.#sending]) if (vmiKey(e) === key) e.ended = true;
+  }
+
+  /** Whether an aggregate of the VMI under `key` is kept. */
+  holds(key: string): boolean {
+    for (const seen of this.#seen.values()) if (seen.vmi === key) return true;
+    return false;
   }
 
   async #send(e: Pending): Promise<void> {
@@ -183,7 +221,12 @@ export class KubeEventRecorder implements EventRecorder {
     // 409 AlreadyExists: a retried POST whose first try was stored before its 5xx answer.
     if (res.status !== 201 && res.status !== 200 && res.status !== 409)
       throw new Error(`POST Event answered ${res.status}`);
+    if (e.ended) return;
     if (this.#seen.size >= MAX_CACHED) this.#seen.delete(this.#seen.keys().next().value!);
-    this.#seen.set(aggKey, { name, namespace: ns, count: 1 });
+    this.#seen.set(aggKey, { name, namespace: ns, count: 1, vmi: vmiKey(e) });
   }
+}
+
+function vmiKey(e: Pending): string {
+  return keyOf(e.vmi);
 }

@@ -39,7 +39,7 @@ const MAX_RENDER_TIMEOUT_PARK_MS = 24 * 60 * 60_000;
 // What a reconcile found, for the handler around it: the status to show, the
 // Events, the metrics and the log line follow from it.
 export type Outcome =
-  // Not here any more: everything about it is forgotten.
+  // Not here any more: the reconciler ended it, nothing about it is shown.
   | { kind: 'gone' }
   // Local mode: labelled for another node, shown as skipped.
   | { kind: 'other-node'; node: string; warning: Problem }
@@ -134,10 +134,7 @@ export class ReconcileRecorder {
   }
 
   #show(key: string, vmi: VmiObject | undefined, outcome: Outcome): void {
-    if (outcome.kind === 'gone') {
-      this.#o.records.forget(key);
-      return;
-    }
+    if (outcome.kind === 'gone') return;
     const r = this.#o.records.of(key);
     delete r.renderTimeouts;
     const uid = vmi?.metadata.uid ?? key;

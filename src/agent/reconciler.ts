@@ -272,9 +272,13 @@ export class Reconciler {
 
   async #sync(key: string, vmi: VmiObject | undefined, run: Run): Promise<Outcome> {
     if (!vmi || !this.isHere(vmi)) {
-      await this.#cleanup(key, run);
       const other = vmi && this.#o.reportOtherNodes ? nodeOf(vmi) : undefined;
-      return vmi && other !== undefined && other !== this.#o.nodeName ? this.#otherNode(vmi, other) : { kind: 'gone' };
+      if (vmi && other !== undefined && other !== this.#o.nodeName) {
+        await this.#cleanup(key, run);
+        return this.#otherNode(vmi, other);
+      }
+      await this.#end(key, run);
+      return { kind: 'gone' };
     }
     const uid = vmi.metadata.uid ?? key;
     const r = this.#records.of(key);
@@ -659,6 +663,15 @@ export class Reconciler {
     if (!entry.needsPrune) return;
     await this.#o.store.prune({ namespace: target.namespace, name: target.name, uid: entry.uid }, entry.path);
     entry.needsPrune = false;
+  }
+
+  // The VMI is gone from this node (deleted, finished, moved away): its disk
+  // and image go, then its record and every per-VMI table registered with
+  // the records. A failed removal throws first, so the VMI stays known and
+  // the retry finds what is left.
+  async #end(key: string, run: Run): Promise<void> {
+    await this.#cleanup(key, run);
+    this.#records.end(key);
   }
 
   async #cleanup(key: string, run: { progress: Progress; signal: AbortSignal }): Promise<void> {

@@ -78,13 +78,23 @@ export class RefDependencies {
     return this.#o.cache.dependencies(key);
   }
 
-  // The VMI is gone: nothing of it is watched any more.
+  /** The VMI ended: nothing of it is watched any more. */
   forget(key: string): void {
     this.#o.cache.release(key);
     this.#changes.delete(key);
     this.#lastEnqueue.delete(key);
     clearTimeout(this.#timers.get(key));
     this.#timers.delete(key);
+  }
+
+  /** Whether the VMI's change count, enqueue pacing or dependencies are held. */
+  holds(key: string): boolean {
+    return (
+      this.#changes.has(key) ||
+      this.#lastEnqueue.has(key) ||
+      this.#timers.has(key) ||
+      this.#o.cache.dependencies(key).length > 0
+    );
   }
 
   async stop(): Promise<void> {

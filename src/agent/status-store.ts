@@ -18,7 +18,7 @@ import type {
   WatchStatus,
 } from '../status/snapshot.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { VmiRecords, type VmiRecord } from './vmi-records.ts';
+import { VmiRecords, type PerVmiState, type VmiRecord } from './vmi-records.ts';
 import { mergeStatus, nextStatus, type StatusReport } from './vmi-status.ts';
 
 export const STATES: VmiState[] = ['pending', 'ready', 'warning', 'error', 'skipped'];
@@ -43,7 +43,7 @@ export interface StatusStoreOptions {
   records?: VmiRecords;
 }
 
-export class StatusStore implements StatusSource {
+export class StatusStore implements StatusSource, PerVmiState {
   readonly records: VmiRecords;
   readonly #opts: StatusStoreOptions;
   // VMIs per state, kept with every change: the gauge is set from it
@@ -68,10 +68,8 @@ export class StatusStore implements StatusSource {
     this.#config = { ...options.config };
     this.#startedAt = this.#now().toISOString();
     this.records = options.records ?? new VmiRecords();
-    this.records.onForget((_key, r) => {
-      if (r.status) this.#count(r.status.state, -1);
-      if (atGate(r.status)) this.#gateWaiting(-1);
-    });
+    // The gauges count records' statuses: an ended record leaves them.
+    this.records.register('status', this);
     for (const state of STATES) this.#gauge(state);
   }
 
@@ -119,6 +117,17 @@ export class StatusStore implements StatusSource {
 
   get(key: string): VmiStatusRecord | undefined {
     return this.records.get(key)?.status;
+  }
+
+  /** The VMI ended (VmiRecords.end): its status leaves the gauges. */
+  forget(_key: string, ended: VmiRecord | undefined): void {
+    if (ended?.status) this.#count(ended.status.state, -1);
+    if (atGate(ended?.status)) this.#gateWaiting(-1);
+  }
+
+  /** Whether a status is shown for `key`. */
+  holds(key: string): boolean {
+    return this.get(key) !== undefined;
   }
 
   // What a reconcile concluded, shown: the status computed from it and the

@@ -1,15 +1,15 @@
 // Everything the agent holds about one VMI key, in one record: what the
 // status page shows, what is on disk and in the domain, and the facts the
-// reconciler keeps between reconciles. Deleting a VMI is one forget(key);
-// the parts that index VMIs another way (served seeds by UID, domain waits
-// by domain) register to be told.
+// reconciler keeps between reconciles. Ending a VMI is one end(key); the
+// tables kept beside the record (served seeds by UID, domain waits by
+// domain, the queue's backoff) register to be told.
 import type { Datasource } from '../api/objects.ts';
+import { VmseedError } from '../errors.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import type { VmiStatusRecord } from '../status/snapshot.ts';
 import type { ProvisioningFacts } from './provisioning/timeline.ts';
 import type { LateSeedFacts } from './provisioning/late-seed.ts';
 
-// What is on disk (and in the domain) for a key, for the object `uid`.
 /** What is known about a VMI's first boot with our disk (seed-read.ts fills it). */
 export interface FirstBootFacts {
   uid: string;
@@ -29,6 +29,7 @@ export interface FirstBootFacts {
   watch: 'polling' | 'read' | 'not-read' | 'domain-gone' | 'not-polled';
 }
 
+/** What is on disk (and in the domain) for a key, for the object `uid`. */
 export interface ImageFacts {
   uid: string;
   datasource: Datasource | undefined;
@@ -50,6 +51,10 @@ export interface ImageFacts {
   stagedPods?: string[];
 }
 
+/**
+ * Everything the agent holds about one VMI key; dropped as a whole when the
+ * VMI ends (VmiRecords.end).
+ */
 export interface VmiRecord {
   readonly key: string;
   // What the status page shows; absent until the VMI is first seen.
@@ -74,9 +79,31 @@ export interface VmiRecord {
   lateSeed?: LateSeedFacts;
 }
 
+/**
+ * Per-VMI state held outside the record, by VMI key or by something the key
+ * leads to (a UID, a domain). Every such table registers with VmiRecords, so
+ * ending a VMI reaches all of them. Structural: the layers below agent/
+ * (datasource, libvirt, kube) implement it without importing it.
+ */
+export interface PerVmiState {
+  /**
+   * The VMI under `key` ended: drop everything held for it. `ended` is its
+   * record as it was (absent when there was none). Called again for a key
+   * already forgotten, it does nothing.
+   */
+  forget(key: string, ended: VmiRecord | undefined): void;
+  /** Whether anything is held for `key` (the lifecycle test, diagnostics). */
+  holds(key: string): boolean;
+}
+
+/**
+ * The agent's records by VMI key, and the registry of the per-VMI tables
+ * kept beside them: end(key) drops the record and tells every registered
+ * table, so nothing about an ended VMI stays.
+ */
 export class VmiRecords {
   readonly #byKey = new Map<string, VmiRecord>();
-  readonly #forgetHooks: Array<(key: string, record: VmiRecord) => void> = [];
+  readonly #tables = new Map<string, PerVmiState>();
 
   get(key: string): VmiRecord | undefined {
     return this.#byKey.get(key);
@@ -93,18 +120,46 @@ export class VmiRecords {
     return this.#byKey.values();
   }
 
-  // Called with the record forget(key) dropped.
-  onForget(hook: (key: string, record: VmiRecord) => void): void {
-    this.#forgetHooks.push(hook);
+  /** Adds a table that end(key) tells; one name per table. */
+  register(name: string, table: PerVmiState): void {
+    if (this.#tables.has(name) || name === RECORD)
+      throw new VmseedError('INTERNAL', `the per-VMI table name '${name}' is taken`);
+    this.#tables.set(name, table);
   }
 
-  // The VMI is gone: nothing about it stays.
-  forget(key: string): void {
-    const r = this.#byKey.get(key);
-    if (!r) return;
-    this.#byKey.delete(key);
-    for (const hook of this.#forgetHooks) hook(key, r);
+  /** The names of the registered tables, in registration order. */
+  tables(): string[] {
+    return [...this.#tables.keys()];
   }
+
+  /**
+   * The VMI ended (deleted, or not this node's any more): its record and
+   * what every registered table holds for it go. Tables are told even when
+   * there was no record, since some hold a key before its record exists.
+   */
+  end(key: string): void {
+    const ended = this.#byKey.get(key);
+    this.#byKey.delete(key);
+    for (const table of this.#tables.values()) table.forget(key, ended);
+  }
+
+  /** Which of the record and the registered tables hold something for `key`. */
+  holding(key: string): string[] {
+    const held = this.#byKey.has(key) ? [RECORD] : [];
+    for (const [name, table] of this.#tables) if (table.holds(key)) held.push(name);
+    return held;
+  }
+}
+
+// The name holding() gives the record itself.
+const RECORD = 'record';
+
+/**
+ * A part whose contract makes per-VMI state optional (an Injector, an
+ * EventRecorder) as a table to register, when it keeps any.
+ */
+export function asPerVmiState(part: Partial<PerVmiState> | undefined): PerVmiState | undefined {
+  return part?.forget && part.holds ? (part as PerVmiState) : undefined;
 }
 
 // The facts that belong to one object, not to the key: a VMI that is not

@@ -79,10 +79,20 @@ export class WorkQueue {
     this.#pump();
   }
 
-  // Forget a key's failure history (the object was deleted).
+  /**
+   * The key's VMI ended: its failure count, backoff timer and park go. A
+   * run in flight or a pending add is work, not state, and stays.
+   */
   forget(key: string): void {
     this.#failures.delete(key);
+    clearTimeout(this.#timers.get(key));
+    this.#timers.delete(key);
     this.#unpark(key);
+  }
+
+  /** Whether failures, a backoff timer or a park are held for `key`. */
+  holds(key: string): boolean {
+    return this.#failures.has(key) || this.#timers.has(key) || this.#parked.has(key) || this.#parkTimers.has(key);
   }
 
   #unpark(key: string): void {

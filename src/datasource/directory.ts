@@ -14,6 +14,11 @@ interface Held extends SeedDirectoryEntry {
   addresses: string[];
 }
 
+/**
+ * The SeedDirectory the agent's controller fills: put() on every successful
+ * reconcile, drop() when the image is removed. Fetches are reported back
+ * through the `onFetch` and `onSeededAfterBoot` callbacks.
+ */
 export class AgentSeedDirectory implements SeedDirectory {
   readonly #byUid = new Map<string, Held>();
   readonly #uidByKey = new Map<string, string>();
@@ -69,6 +74,18 @@ export class AgentSeedDirectory implements SeedDirectory {
     this.#uidByKey.delete(key);
     this.#byUid.delete(uid);
     this.#revision++;
+  }
+
+  /** The VMI ended: its seed is not served any more. */
+  forget(key: string): void {
+    this.drop(key);
+  }
+
+  /** Whether a seed is held for `key`, by key or by UID. */
+  holds(key: string): boolean {
+    if (this.#uidByKey.has(key)) return true;
+    for (const h of this.#byUid.values()) if (h.key === key) return true;
+    return false;
   }
 
   get size(): number {

@@ -33,15 +33,17 @@ import { statusError, type KubeApi } from './api-client.ts';
 import type { Watcher } from './list-watch.ts';
 import type { WatchError } from './watch.ts';
 
+/** The kinds of object a seed may reference. */
 export type RefKind = 'Secret' | 'ConfigMap';
 
+/** One referenced object, by kind, namespace and name (refKey() gives its cache key). */
 export interface RefId {
   kind: RefKind;
   namespace: string;
   name: string;
 }
 
-// What the status page shows of one dependency.
+/** What the status page shows of one dependency. */
 export interface DependencyStatus extends RefId {
   // exists: the last read or event had it; absent: 404 or DELETED.
   state: 'exists' | 'absent' | 'unknown';
@@ -51,7 +53,10 @@ export interface DependencyStatus extends RefId {
   changedAt?: string;
 }
 
-// A reader for one reconcile: a RefResolver whose reads are remembered.
+/**
+ * A reader for one reconcile: a RefResolver whose reads are remembered and
+ * pinned in the cache until done().
+ */
 export interface RefReader extends RefResolver {
   // The objects read so far (in the order first read).
   read(): RefId[];
@@ -59,7 +64,10 @@ export interface RefReader extends RefResolver {
   done(): void;
 }
 
-// What the agent needs of the watches (a fake in its tests).
+/**
+ * What the agent needs of the watches (a fake in its tests). `user` is the
+ * VMI's key; onChange handlers get the users of an object that changed.
+ */
 export interface ObjectCache {
   reader(user: string): RefReader;
   use(user: string, refs: readonly RefId[]): void;
@@ -69,6 +77,7 @@ export interface ObjectCache {
   stop(): Promise<void>;
 }
 
+/** How ObjectWatches reads, watches and bounds; times in milliseconds. */
 export interface ObjectWatchesOptions {
   api: KubeApi;
   // BoundedWatch (watch.ts): server-side timeoutSeconds, cut past a grace.
@@ -88,17 +97,23 @@ export interface ObjectWatchesOptions {
   onWatchCount?: (n: number) => void;
 }
 
-// A VMI references a handful (user-data, network-data, vendor-data, a few
-// files); 64 covers any sane spec while bounding one tenant's watches.
+/**
+ * A VMI references a handful (user-data, network-data, vendor-data, a few
+ * files); 64 covers any sane spec while bounding one tenant's watches.
+ */
 export const MAX_OBJECTS_PER_VMI = 64;
+/** Renewal after a failed watch: 1 s, doubling (jittered) to 60 s. */
 export const DEFAULT_WATCH_BACKOFF: BackoffPolicy = { baseMs: 1000, maxMs: 60_000 };
-// After 410 Gone the fresh read waits a random moment up to this: an API
-// server that restarts hands every watch of every node a 410 at once, and
-// the reads that answer it are spread instead of arriving together.
+/**
+ * After 410 Gone the fresh read waits a random moment up to this: an API
+ * server that restarts hands every watch of every node a 410 at once, and
+ * the reads that answer it are spread instead of arriving together.
+ */
 export const GONE_READ_SPREAD_MS = 2000;
 
 type RefObject = SecretObject | ConfigMapObject;
 
+/** The cache key of a referenced object (NUL-separated, so no name can collide). */
 export function refKey(r: RefId): string {
   return `${r.kind}\0${r.namespace}\0${r.name}`;
 }
@@ -150,6 +165,12 @@ class Entry {
   }
 }
 
+/**
+ * The ObjectCache over the API server, as the module comment describes.
+ * A reader's reads throw KUBE_API_FORBIDDEN (terminal) outside `namespaces`,
+ * REFERENCES_TOO_MANY (terminal) past `maxPerVmi` objects, CANCELLED once
+ * stopped, and the read's own error when the first GET fails.
+ */
 export class ObjectWatches implements ObjectCache {
   readonly #o: ObjectWatchesOptions;
   readonly #log: Logger;

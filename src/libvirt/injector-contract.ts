@@ -2,6 +2,7 @@
 import type { Datasource, DomainState } from '../api/objects.ts';
 import type { DomainFacts } from './domain-devices.ts';
 
+/** The VMI an injection is for, as the agent read it. */
 export interface InjectionTarget {
   namespace: string;
   name: string;
@@ -24,6 +25,7 @@ export interface InjectionTarget {
   };
 }
 
+/** What inject() did to the domain, for the status page, metrics and the seed gate. */
 export interface InjectionResult {
   // none: our disk was already there with this source.
   action: 'none' | 'attached' | 'replaced';
@@ -59,14 +61,18 @@ export interface InjectorCallOptions {
   signal?: AbortSignal;
 }
 
+/** Options of one inject() call. */
 export interface InjectOptions extends InjectorCallOptions {
   // Once the seed is in place, resume the domain if it is paused, through
   // the resume hook (the agent's seed gate decides when: seed-gate.ts).
   resume?: boolean;
 }
 
-// Errors are VmseedErrors: DOMAIN_NOT_FOUND is retryable (the launcher may
-// not have defined the domain yet), VIRSH_TIMEOUT retryable, etc.
+/**
+ * Puts a VMI's seed image into its libvirt domain and takes it out again.
+ * Errors are VmseedErrors: DOMAIN_NOT_FOUND is retryable (the launcher may
+ * not have defined the domain yet), VIRSH_TIMEOUT retryable, etc.
+ */
 export interface Injector {
   inject(target: InjectionTarget, imagePath: string, options?: InjectOptions): Promise<InjectionResult>;
   eject(target: InjectionTarget, options?: InjectorCallOptions): Promise<EjectionResult>;
@@ -91,4 +97,9 @@ export interface Injector {
   // The seed's attach sent from `domain`'s start event, until libvirt has
   // answered it (never rejects); undefined when none is in flight.
   attachingAtStart?(uri: string, domain: string): Promise<void> | undefined;
+  // Injectors that keep state per VMI (attaches prepared for a domain's
+  // start) drop it when the VMI under `key` ends, and say whether they hold
+  // any: the agent registers them with its per-VMI tables.
+  forget?(key: string): void;
+  holds?(key: string): boolean;
 }

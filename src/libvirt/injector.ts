@@ -26,6 +26,7 @@ import type {
 } from './injector-contract.ts';
 import type { ProcessSpawner } from './virsh/runner.ts';
 import { domainId, type LibvirtClient, type LibvirtEvent } from './libvirt-client.ts';
+import { DomainLock, type DomainTurn } from './domain-lock.ts';
 import { VirshLibvirtClient } from './virsh/virsh-client.ts';
 import { identityPublisher, type ImagePublisher } from './publish.ts';
 import { PreparedAttaches } from './prepared-attach.ts';
@@ -47,22 +48,30 @@ export interface ResumeContext {
   // The reconcile's: the resume (a libvirt call, or KubeVirt's unpause)
   // ends when the VMI goes or the agent stops, as every other step does.
   signal?: AbortSignal;
+  // The injection's turn on the domain: a libvirt resume runs in it.
+  turn?: DomainTurn;
 }
 
-// The seed gate's hook (the agent's src/agent/domain/seed-gate.ts makes it): called
-// for a paused domain, once the seed is in place, when the call said
-// `resume`. In KubeVirt it calls the VMI's `unpause` subresource.
-// `false`: the hook decided this pause is not the seed gate's to end.
+/**
+ * The seed gate's hook (the agent's src/agent/domain/seed-gate.ts makes it):
+ * called for a paused domain, once the seed is in place, when the call said
+ * `resume`. In KubeVirt it calls the VMI's `unpause` subresource.
+ * `false`: the hook decided this pause is not the seed gate's to end.
+ */
 export type ResumeHook = (ctx: ResumeContext) => Promise<void | false>;
 
-export const libvirtResume: ResumeHook = async ({ domain, uri, client, signal }) => {
-  await client.resume(uri, domain, signal ? { signal } : undefined);
+/** The default ResumeHook: libvirt's own resume, in the injection's turn on the domain. */
+export const libvirtResume: ResumeHook = async ({ domain, uri, client, signal, turn }) => {
+  await client.resume(uri, domain, { ...(signal ? { signal } : {}), ...(turn ? { turn } : {}) });
 };
 
 export interface LibvirtInjectorOptions {
   // How libvirt is reached; default: one virsh process per call (the
   // virsh* and spawner options below configure that one only).
   client?: LibvirtClient;
+  // One change at a time per domain: the same lock as the RPC client's
+  // (RpcLibvirtClientOptions.lock), so a change takes the domain's turn once.
+  lock?: DomainLock;
   virshPath?: string;
   // Placeholders: {namespace} {name} {uid} {datasource} {podUID} (the
   // VMI's launcher pod on this node, see launcher-pod.ts). The templates
@@ -99,10 +108,12 @@ const DEFAULT_IMAGE_PATH = parseTemplate('image-path', '{path}');
 
 type Flag = '--live' | '--config';
 
-// Per libvirt call: the injector's deadline and the caller's signal.
+// Per libvirt call: the injector's deadline, the caller's signal and, for
+// a change, the domain's turn it runs in.
 interface Call {
   timeoutMs: number;
   signal?: AbortSignal;
+  turn?: DomainTurn;
 }
 
 const deviceFlags = (flags: Flag[], call: Call) => ({
@@ -128,6 +139,11 @@ interface DomainView {
   scsiControllers: DomainXmlInfo['scsiControllers'];
 }
 
+/**
+ * The Injector over a LibvirtClient (virsh by default), one change at a
+ * time per domain. The constructor throws VmseedError CONFIG_INVALID for a
+ * bus other than virtio or scsi.
+ */
 export class LibvirtInjector implements Injector {
   readonly #client: LibvirtClient;
   readonly #domainTemplate: Template<'domain'>;
@@ -142,7 +158,7 @@ export class LibvirtInjector implements Injector {
   readonly #publisher: ImagePublisher;
   readonly #sleep: (ms: number) => Promise<void>;
   // One change at a time per domain; different domains run concurrently.
-  readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #lock: DomainLock;
   // Live-only (KubeVirt): the seed's attach, ready for a defined domain's start.
   readonly #prepared: PreparedAttaches | undefined;
 
@@ -160,6 +176,7 @@ export class LibvirtInjector implements Injector {
       );
     }
     this.#liveOnly = options.liveOnly ?? false;
+    this.#lock = options.lock ?? new DomainLock();
     this.#timeoutMs = options.timeoutMs ?? 30_000;
     this.#client =
       options.client ??
@@ -190,6 +207,16 @@ export class LibvirtInjector implements Injector {
 
   attachingAtStart(uri: string, domain: string): Promise<void> | undefined {
     return this.#prepared?.sending(uri, domain);
+  }
+
+  /** The VMI under `key` ended: its prepared attaches go. */
+  forget(key: string): void {
+    this.#prepared?.forget(key);
+  }
+
+  /** Whether an attach is prepared (or sent, not yet reported) for the VMI under `key`. */
+  holds(key: string): boolean {
+    return this.#prepared?.holds(key) ?? false;
   }
 
   domainName(target: InjectionTarget): string {
@@ -223,34 +250,26 @@ export class LibvirtInjector implements Injector {
     return { uri: this.uri(target), domain: this.domainName(target) };
   }
 
-  #call(signal: AbortSignal | undefined): Call {
-    return signal ? { timeoutMs: this.#timeoutMs, signal } : { timeoutMs: this.#timeoutMs };
+  #call(signal: AbortSignal | undefined, turn?: DomainTurn): Call {
+    return { timeoutMs: this.#timeoutMs, ...(signal ? { signal } : {}), ...(turn ? { turn } : {}) };
   }
 
   // `after`: work on the domain's behalf that the caller does not wait for;
   // the next change to the domain still does. A call whose signal aborts
   // while it waits for its turn does not run.
-  async #serialize<T>(
+  #serialize<T>(
     key: string,
     signal: AbortSignal | undefined,
-    fn: () => Promise<T>,
+    fn: (turn: DomainTurn) => Promise<T>,
     after?: (value: T) => Promise<unknown>,
   ): Promise<T> {
-    const prev = this.#locks.get(key) ?? Promise.resolve();
-    const turn = signal ? () => (checkSignal(signal), fn()) : fn;
-    const next = prev.then(turn, turn);
-    const tail = (after ? next.then(after) : next).catch(() => undefined);
-    this.#locks.set(key, tail);
-    void tail.then(() => {
-      if (this.#locks.get(key) === tail) this.#locks.delete(key);
-    });
-    return signal ? untilAborted(next, signal) : next;
+    return this.#lock.run(key, fn, { what: WHAT, ...(signal ? { signal } : {}), ...(after ? { after } : {}) });
   }
 
   // Resolves once every change in flight, and the work that follows one
   // (pruning older copies), is over; or after `timeoutMs`, false then.
   async idle(timeoutMs = Infinity): Promise<boolean> {
-    const all = Promise.all([...this.#locks.values()]).then(() => true);
+    const all = this.#lock.idle().then(() => true);
     if (timeoutMs === Infinity) return all;
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<false>((r) => (timer = setTimeout(() => r(false), timeoutMs)));
@@ -269,7 +288,7 @@ export class LibvirtInjector implements Injector {
     return this.#serialize(
       domainId(uri, domain),
       signal,
-      async () => {
+      async (turn) => {
         // The copy into the launcher's volume and the read of the domain do
         // not depend on each other. The read's requests go out first (they
         // are written once the microtasks queued here have run), so libvirt
@@ -277,15 +296,15 @@ export class LibvirtInjector implements Injector {
         // failed copy does not wait for the read (with the launcher not up
         // yet, its socket may not answer until the deadline); the read's
         // answer is then dropped. Without a copy there is nothing to overlap,
-        // and the turn of the event loop would only add to the wait (a
-        // quarter of a millisecond, median, on an idle agent).
+        // and the turn of the event loop would only add to the wait
+        // (measured: docs/libvirt-rpc.md, "Tests and figures").
         const viewing = this.#view(uri, domain, signal);
         viewing.catch(() => {});
         if (!this.#publisher.passThrough) await new Promise((resolve) => setImmediate(resolve));
         checkSignal(signal);
         published = await this.#publisher.publish(target, imagePath);
         const source = this.imagePathForDomain(target, published);
-        return this.#inject(target, domain, uri, source, await viewing, options);
+        return this.#inject(target, domain, uri, source, await viewing, options, turn);
       },
       async () => {
         // Both views of the domain name `published` now: older copies (an
@@ -384,10 +403,10 @@ export class LibvirtInjector implements Injector {
     const domain = this.domainName(target);
     const uri = this.uri(target);
     this.#prepared?.drop(uri, domain);
-    return this.#serialize(domainId(uri, domain), signal, async () => {
+    return this.#serialize(domainId(uri, domain), signal, async (turn) => {
       let result: EjectionResult;
       try {
-        result = await this.#eject(domain, uri, signal);
+        result = await this.#eject(domain, uri, signal, turn);
       } catch (e) {
         // A per-pod socket that no longer answers: the pod is gone.
         if (!(this.perPod && e instanceof VmseedError && e.code === 'LIBVIRT_UNREACHABLE')) throw e;
@@ -434,9 +453,10 @@ export class LibvirtInjector implements Injector {
     source: string,
     view: DomainView,
     options: InjectOptions,
+    turn: DomainTurn,
   ): Promise<InjectionResult> {
     if (this.#prepared && view.state === 'shutoff' && !view.live)
-      await this.#prepare(this.#prepared, uri, domain, source, options.signal);
+      await this.#prepare(this.#prepared, `${target.namespace}/${target.name}`, uri, domain, source, options.signal);
     const views = this.#changeableViews(domain, view);
     const bus = seedBusFor(this.#bus, view.scsiControllers);
     const targetDev = SEED_TARGETS[bus];
@@ -445,12 +465,12 @@ export class LibvirtInjector implements Injector {
       views,
       (d) => d.sourceFile === source && d.targetDev === targetDev && d.bus === bus,
     );
-    const call = this.#call(options.signal);
+    const call = this.#call(options.signal, turn);
     let action: InjectionResult['action'] = 'none';
     let attachedAt: number | undefined;
     if (stale.length > 0) {
       // The seed changed: take the old disk out where it is, then attach.
-      await this.#detach(uri, domain, stale, options.signal);
+      await this.#detach(uri, domain, stale, options.signal, turn);
       action = 'replaced';
     }
     let flags: string[] = missing;
@@ -472,7 +492,7 @@ export class LibvirtInjector implements Injector {
     const resumed =
       view.state === 'paused' &&
       options.resume === true &&
-      (await this.#resumeGate(domain, uri, target, options.signal));
+      (await this.#resumeGate(domain, uri, target, options.signal, turn));
     return {
       action,
       domain,
@@ -495,6 +515,7 @@ export class LibvirtInjector implements Injector {
   // disk) is left to the reconcile after the start, which reports it.
   async #prepare(
     prepared: PreparedAttaches,
+    key: string,
     uri: string,
     domain: string,
     source: string,
@@ -512,7 +533,7 @@ export class LibvirtInjector implements Injector {
     const targetDev = SEED_TARGETS[bus];
     if (defined.disks.some((d) => d.targetDev === targetDev && !isOurs(d))) return;
     const xml = buildSeedDiskXml({ sourceFile: source, targetDev, bus, alias: SEED_ALIAS });
-    prepared.prepare(uri, domain, { xml, source, targetDev, bus });
+    prepared.prepare(uri, domain, { xml, source, targetDev, bus, key });
   }
 
   // The views of the domain a change goes to (live, next-boot config), or
@@ -544,14 +565,21 @@ export class LibvirtInjector implements Injector {
     uri: string,
     target: InjectionTarget,
     signal: AbortSignal | undefined,
+    turn: DomainTurn,
   ): Promise<boolean> {
     // Cancelled (the stop deadline, or the VMI went) the guest stays paused:
     // the next reconcile resumes it.
     if (signal?.aborted) throw cancelledBy(signal, "the seed gate's resume");
-    return (await this.#resume({ domain, uri, target, client: this.#client, ...(signal ? { signal } : {}) })) !== false;
+    const ctx = { domain, uri, target, client: this.#client, turn, ...(signal ? { signal } : {}) };
+    return (await this.#resume(ctx)) !== false;
   }
 
-  async #eject(domain: string, uri: string, signal: AbortSignal | undefined): Promise<EjectionResult> {
+  async #eject(
+    domain: string,
+    uri: string,
+    signal: AbortSignal | undefined,
+    turn: DomainTurn,
+  ): Promise<EjectionResult> {
     let view: DomainView;
     try {
       view = await this.#view(uri, domain, signal);
@@ -568,7 +596,7 @@ export class LibvirtInjector implements Injector {
       for (const d of disks ?? []) if (isOurs(d)) found.push({ flag, disk: d });
     }
     if (found.length === 0) return { action: 'none', domain };
-    await this.#detach(uri, domain, found, signal);
+    await this.#detach(uri, domain, found, signal, turn);
     return { action: 'detached', domain };
   }
 
@@ -581,6 +609,7 @@ export class LibvirtInjector implements Injector {
     domain: string,
     where: Array<{ flag: Flag; disk: DomainDisk }>,
     signal: AbortSignal | undefined,
+    turn: DomainTurn,
   ): Promise<void> {
     const aliases = new Set(where.filter((w) => w.flag === '--live').map((w) => w.disk.alias ?? SEED_ALIAS));
     // Listening before the detach: a SCSI disk's event can come before
@@ -590,7 +619,7 @@ export class LibvirtInjector implements Injector {
         ? new RemovalWait(this.#client, uri, domain, aliases, signal)
         : undefined;
     try {
-      for (const { flag, disk } of where) await this.#detachOne(uri, domain, flag, disk, signal);
+      for (const { flag, disk } of where) await this.#detachOne(uri, domain, flag, disk, signal, turn);
       if (aliases.size === 0) return;
       const gone = removal
         ? await this.#removed(uri, domain, aliases, removal, signal)
@@ -612,6 +641,7 @@ export class LibvirtInjector implements Injector {
     flag: Flag,
     disk: DomainDisk,
     signal: AbortSignal | undefined,
+    turn: DomainTurn,
   ): Promise<void> {
     // Matched by libvirt on the target dev; the alias names our disk.
     const xml = buildSeedDiskXml({
@@ -622,7 +652,7 @@ export class LibvirtInjector implements Injector {
       address: null,
     });
     try {
-      await this.#client.detachDevice(uri, domain, xml, deviceFlags([flag], this.#call(signal)));
+      await this.#client.detachDevice(uri, domain, xml, deviceFlags([flag], this.#call(signal, turn)));
     } catch (e) {
       if (!(e instanceof VmseedError && e.code === 'DEVICE_NOT_FOUND')) throw e;
     }
@@ -720,21 +750,6 @@ function diskChanges(
     if (!ours.some(wanted)) missing.push(v.flag);
   }
   return { stale, missing };
-}
-
-// Settles as `work` does, or with CANCELLED once `signal` aborts (the work
-// itself still ends in the background, holding the domain's turn until it
-// does).
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    work.catch(() => {});
-    return Promise.reject(cancelledBy(signal, WHAT));
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(cancelledBy(signal, WHAT));
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
 }
 
 // Waits for libvirt's device-removed events of `aliases` on one domain.

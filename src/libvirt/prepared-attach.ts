@@ -8,6 +8,7 @@
 // domain) costs as much again as libvirt's attach itself; this sends the
 // attach from the event, and the reconcile that follows finds it done.
 import { domainId, type LibvirtClient, type LibvirtEvent } from './libvirt-client.ts';
+import type { DomainTurn } from './domain-lock.ts';
 
 export interface Prepared {
   // The disk's XML and what identifies it in the live domain afterwards.
@@ -15,6 +16,8 @@ export interface Prepared {
   source: string;
   targetDev: string;
   bus: 'virtio' | 'scsi';
+  // The VMI's key (namespace/name): the attach goes when the VMI ends.
+  key: string;
 }
 
 export interface Sent extends Omit<Prepared, 'xml'> {
@@ -30,8 +33,8 @@ export class PreparedAttaches {
   readonly #client: LibvirtClient;
   // Runs one change of a domain at a time (the injector's per-domain lock):
   // the attach takes its turn at once, from the event's callback, ahead of
-  // the reconcile the same event starts.
-  readonly #serialize: (id: string, fn: () => Promise<void>) => Promise<void>;
+  // the reconcile the same event starts, and the client's call runs in it.
+  readonly #serialize: (id: string, fn: (turn: DomainTurn) => Promise<void>) => Promise<void>;
   readonly #timeoutMs: number;
   readonly #prepared = new Map<string, Prepared>();
   readonly #sent = new Map<string, Sent>();
@@ -41,7 +44,7 @@ export class PreparedAttaches {
 
   constructor(options: {
     client: LibvirtClient;
-    serialize: (id: string, fn: () => Promise<void>) => Promise<void>;
+    serialize: (id: string, fn: (turn: DomainTurn) => Promise<void>) => Promise<void>;
     timeoutMs: number;
   }) {
     this.#client = options.client;
@@ -75,7 +78,7 @@ export class PreparedAttaches {
 
   // The attach sent for `domain` at its start, if it placed exactly this
   // disk; told once.
-  take(uri: string, domain: string, wanted: Omit<Prepared, 'xml'>): Sent | undefined {
+  take(uri: string, domain: string, wanted: Pick<Prepared, 'source' | 'targetDev' | 'bus'>): Sent | undefined {
     const id = domainId(uri, domain);
     const s = this.#sent.get(id);
     if (!s) return undefined;
@@ -85,6 +88,21 @@ export class PreparedAttaches {
 
   get size(): number {
     return this.#prepared.size;
+  }
+
+  /**
+   * The VMI under `key` ended: its attaches, prepared or sent and not yet
+   * taken, go whichever domain they were for (its launcher pod may have
+   * changed since). One sent and not answered yet is left to finish.
+   */
+  forget(key: string): void {
+    for (const map of [this.#prepared, this.#sent]) for (const [id, p] of map) if (p.key === key) map.delete(id);
+  }
+
+  /** Whether an attach is prepared or sent for the VMI under `key`. */
+  holds(key: string): boolean {
+    for (const map of [this.#prepared, this.#sent]) for (const p of map.values()) if (p.key === key) return true;
+    return false;
   }
 
   // The attach sent at `domain`'s start, until libvirt answered it.
@@ -115,9 +133,14 @@ export class PreparedAttaches {
     // A failure is left to the reconcile this event also starts (once this
     // is answered): it reads the domain and attaches (or reports why not)
     // as it always does.
-    const sending = this.#serialize(id, async () => {
-      await this.#client.attachDevice(uri, domain, p.xml, { live: true, config: false, timeoutMs: this.#timeoutMs });
-      remember(this.#sent, id, { source: p.source, targetDev: p.targetDev, bus: p.bus, at: Date.now() });
+    const sending = this.#serialize(id, async (turn) => {
+      await this.#client.attachDevice(uri, domain, p.xml, {
+        live: true,
+        config: false,
+        timeoutMs: this.#timeoutMs,
+        turn,
+      });
+      remember(this.#sent, id, { source: p.source, targetDev: p.targetDev, bus: p.bus, key: p.key, at: Date.now() });
     }).catch(() => {});
     // At most one per prepared domain, gone once answered.
     this.#sending.set(id, sending);

@@ -128,10 +128,12 @@ test('other failures keep polling; past the bound: not-read, polling ends', asyn
 
 test('the VMI deleted while polled: no more polls, nothing reported', async () => {
   const { client, changes, watch, records } = setup();
-  records.onForget((key) => watch.forget(key));
+  records.register('seed-reads', watch);
   watch.attached('ns/vm', 'u1', { uri: URI, domain: 'ns_vm', targetDev: 'sdzz', attachedAt: Date.now() });
   await waitFor('a poll', () => client.calls.length >= 1);
-  records.forget('ns/vm');
+  assert.equal(watch.holds('ns/vm'), true);
+  records.end('ns/vm');
+  assert.equal(watch.holds('ns/vm'), false);
   const n = client.calls.length;
   client.reads = 5;
   await sleep(100);

@@ -53,7 +53,7 @@ test('vmseed_vmis{state} and vmseed_seed_gate_waiting equal a recount of the rec
           store.update(key, `uid-${o.uid}`, { ...(o.state ? { state: o.state } : { retries: 1 }), ...gate });
           keys.add(key);
         } else {
-          store.records.forget(key);
+          store.records.end(key);
           keys.delete(key);
         }
       }

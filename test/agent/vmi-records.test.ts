@@ -1,5 +1,5 @@
-// One record per VMI key: forget(key) drops all of it in one call and tells
-// the parts that index VMIs another way; the status shown is a pure function
+// One record per VMI key: end(key) drops all of it in one call and tells
+// every per-VMI table registered beside it; the status shown is a pure function
 // of what the reconcile found and the status shown before.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,10 +10,20 @@ import { createMetrics } from '../../src/metrics/metrics.ts';
 
 const AT = '2026-11-25T00:00:00.000Z';
 
-test('forget(key): the record is gone, every hook hears of it once, other keys stay', () => {
+test('end(key): the record is gone, every table is told with the record it ended, other keys stay', () => {
   const records = new VmiRecords();
   const heard: string[] = [];
-  records.onForget((key, r) => heard.push(`${key} ${r.image?.path ?? '-'}`));
+  const held = new Set<string>(['ns/a', 'ns/b']);
+  for (const name of ['one', 'two'])
+    records.register(name, {
+      forget: (key, r) => {
+        heard.push(`${name} ${key} ${r?.image?.path ?? '-'}`);
+        held.delete(key);
+      },
+      holds: (key) => held.has(key),
+    });
+  assert.throws(() => records.register('one', { forget: () => {}, holds: () => false }), { code: 'INTERNAL' });
+  assert.deepEqual(records.tables(), ['one', 'two']);
   records.of('ns/a').image = {
     uid: 'u',
     datasource: 'nocloud',
@@ -25,12 +35,17 @@ test('forget(key): the record is gone, every hook hears of it once, other keys s
   };
   records.of('ns/a').otherNode = 'n2';
   records.of('ns/b');
-  records.forget('ns/a');
-  records.forget('ns/a');
-  records.forget('ns/never');
+  assert.deepEqual(records.holding('ns/a'), ['record', 'one', 'two']);
+  records.end('ns/a');
   assert.equal(records.get('ns/a'), undefined);
-  assert.ok(records.get('ns/b'));
-  assert.deepEqual(heard, ['ns/a /p']);
+  assert.deepEqual(records.holding('ns/a'), []);
+  assert.deepEqual(records.holding('ns/b'), ['record', 'one', 'two']);
+  assert.deepEqual(heard, ['one ns/a /p', 'two ns/a /p']);
+  // Ended again, or never recorded: the tables are still told (a table may
+  // hold a key its record never had), without the record.
+  records.end('ns/a');
+  records.end('ns/never');
+  assert.deepEqual(heard.slice(2), ['one ns/a -', 'two ns/a -', 'one ns/never -', 'two ns/never -']);
 });
 
 test('resetObjectFacts keeps what belongs to the key (image, status, other node) and drops the per-object facts', () => {
@@ -57,7 +72,7 @@ test('the status gauge and the status page lose a forgotten VMI', async () => {
   });
   store.write('ns/a', 'u', { kind: 'error', problem: { code: 'INTERNAL', message: 'm' }, retries: 1 });
   assert.equal(store.get('ns/a')?.state, 'error');
-  store.records.forget('ns/a');
+  store.records.end('ns/a');
   assert.equal(store.get('ns/a'), undefined);
   assert.deepEqual(store.snapshot().vmis, []);
   const { values } = await metrics.vmis.get();

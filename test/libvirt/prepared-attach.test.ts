@@ -173,3 +173,26 @@ test('without libvirt events (virsh), or where the config may be changed (not li
   assert.deepEqual([r.action, r.flags], ['attached', ['--config']]);
   assert.equal(plain.preparedAttaches, 0);
 });
+
+test("a VMI that ended: its attaches go, prepared or sent and not reported, other VMIs' stay", async () => {
+  const { lv, client, injector } = setup();
+  lv.domains.set('ns_vm', defined());
+  lv.domains.set('ns_other', defined());
+  await assert.rejects(injector.inject(target, '/seeds/nocloud-1.iso'), notRunning);
+  await assert.rejects(injector.inject({ ...target, name: 'other' }, '/seeds/nocloud-2.iso'), notRunning);
+  assert.equal(injector.holds('ns/vm'), true);
+  injector.forget('ns/vm');
+  assert.equal(injector.holds('ns/vm'), false);
+  assert.equal(injector.holds('ns/other'), true);
+  start(lv, client);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.deepEqual(attaches(lv), [], 'nothing sent for the VMI that ended');
+
+  // Sent at the start, ended before its reconcile reported it.
+  start(lv, client, 'ns_other');
+  await injector.attachingAtStart(URI, 'ns_other');
+  assert.equal(lv.domains.get('ns_other')!.live.length, 1);
+  assert.equal(injector.holds('ns/other'), true, 'sent, not reported yet');
+  injector.forget('ns/other');
+  assert.equal(injector.holds('ns/other'), false);
+});

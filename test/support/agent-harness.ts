@@ -159,6 +159,8 @@ export async function startAgent(
   options: {
     stateDir: string;
     injector?: Injector;
+    // libvirt's domain events, for VMIs waiting for their domain.
+    domainEvents?: AgentOptions['domainEvents'];
     staleAfterMs?: number;
     resyncPeriodMs?: number;
     restartBaseMs?: number;
@@ -235,6 +237,7 @@ export async function startAgent(
     build: buildSeedImage,
     store,
     ...(options.injector ? { injector: options.injector } : {}),
+    ...(options.domainEvents ? { domainEvents: options.domainEvents } : {}),
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: NODE }),
     metrics,
     logger,

@@ -15,11 +15,19 @@ import { domainId, type BlockStats, type LibvirtEvent } from '../../libvirt/libv
 import type { VmiStatusRecord } from '../../status/snapshot.ts';
 import type { FirstBootFacts, VmiRecords } from '../vmi-records.ts';
 
+/**
+ * What the seed-read watch needs of libvirt: its events (domain starts) and a
+ * disk's block statistics (the RPC client has both).
+ */
 export interface SeedReadClient {
   onEvent(listener: (e: LibvirtEvent) => void): () => void;
   blockStats(uri: string, domain: string, target: string, o?: { timeoutMs?: number }): Promise<BlockStats>;
 }
 
+/**
+ * How the seed disk's block statistics are polled after the attach (all in ms);
+ * SEED_READ_POLICY is the default.
+ */
 export interface SeedReadPolicy {
   // The first poll after the attach, doubled after each poll up to maxMs.
   firstMs: number;
@@ -38,6 +46,7 @@ export const STARTS_MAX = 4096;
 // VMIs polled at once; an attach beyond it is recorded but not polled.
 export const POLLING_MAX = 1024;
 
+/** Our disk's attach to a domain, as the reconciler reports it (`attachedAt`: epoch ms). */
 export interface Attach {
   uri: string;
   domain: string;
@@ -65,6 +74,11 @@ interface Poll {
 // The domain (or our disk in it) is not there, or not running, any more.
 const GONE = new Set(['DOMAIN_NOT_FOUND', 'DEVICE_NOT_FOUND', 'DOMAIN_STATE_UNSUPPORTED']);
 
+/**
+ * Records when each domain started and when its guest first read our seed disk
+ * (VmiRecord.firstBoot): start() before any watch so no start event is missed,
+ * attached() after each attach, forget() when the VMI goes.
+ */
 export class SeedReadWatch {
   readonly #o: SeedReadWatchOptions;
   readonly #policy: SeedReadPolicy;
@@ -146,9 +160,14 @@ export class SeedReadWatch {
     return facts;
   }
 
-  // The VMI is gone: nothing is polled for it any more.
+  /** The VMI ended: nothing is polled for it any more. */
   forget(key: string): void {
     this.#end(key);
+  }
+
+  /** Whether the VMI's disk is being polled. */
+  holds(key: string): boolean {
+    return this.#polls.has(key);
   }
 
   #schedule(key: string, p: Poll): void {
@@ -201,9 +220,9 @@ export class SeedReadWatch {
   }
 }
 
-// The facts as the status page shows them.
 export type { FirstBootFacts };
 
+/** The facts as the status page shows them: ISO times, margins in seconds. */
 export function firstBootStatus(f: FirstBootFacts): NonNullable<VmiStatusRecord['firstBoot']> {
   const iso = (ms: number) => new Date(ms).toISOString();
   const seconds = (from: number | undefined, to: number | undefined) =>

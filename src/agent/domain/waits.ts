@@ -9,6 +9,10 @@ import { isVmseedError } from '../../errors.ts';
 import type { InjectionTarget, Injector } from '../../libvirt/injector-contract.ts';
 import { domainId, type LibvirtEvent } from '../../libvirt/libvirt-client.ts';
 
+/**
+ * The libvirt domain events DomainWaits listens to (AgentOptions.domainEvents);
+ * clientDomainEvents makes one from the RPC client.
+ */
 export interface DomainEvents {
   // `domain` undefined: the connection to `uri` came (back) up; events may
   // have been missed.
@@ -39,6 +43,11 @@ interface Tracked {
   unwatch: (() => void) | undefined;
 }
 
+/**
+ * Enqueues a VMI the moment its awaited domain appears instead of after its
+ * backoff: wrap() the injector, and an inject that fails for want of the domain
+ * watches that domain's libvirt until it is defined or started.
+ */
 export class DomainWaits {
   readonly #events: DomainEvents;
   readonly #enqueue: (key: string) => void;
@@ -70,9 +79,16 @@ export class DomainWaits {
     for (const key of [...this.#byKey.keys()]) this.#release(key);
   }
 
-  // The VMI is gone: its domain is not awaited any more.
+  /** The VMI ended: its domain is not awaited any more. */
   forget(key: string): void {
     this.#release(key);
+  }
+
+  /** Whether the VMI's domain is tracked. */
+  holds(key: string): boolean {
+    if (this.#byKey.has(key)) return true;
+    for (const keys of this.#byDomain.values()) if (keys.has(key)) return true;
+    return false;
   }
 
   // Keys whose domain is awaited (tests, status).
@@ -179,7 +195,7 @@ export class DomainWaits {
   }
 }
 
-// DomainEvents from a LibvirtClient that has them (the RPC client).
+/** DomainEvents from a LibvirtClient that has them (the RPC client). */
 export function clientDomainEvents(
   client: { onEvent(l: (e: LibvirtEvent) => void): () => void; watch(uri: string): () => void },
   locate: DomainEvents['locate'],

@@ -24,6 +24,7 @@ export const SWEEP_MS = 5_000;
 export const FORBIDDEN_RETRY_MS = 60_000;
 const MAX_IN_FLIGHT = 2;
 
+/** The value one VMI (by namespace/name and UID) should carry, and what it carries. */
 export interface WantedAnnotation {
   namespace: string;
   name: string;
@@ -33,6 +34,11 @@ export interface WantedAnnotation {
   current: string | undefined;
 }
 
+/**
+ * The API client, the annotation's name, and how to learn each VMI's wanted value
+ * and the keys to sweep; the intervals are in ms (defaults MIN_INTERVAL_MS,
+ * SWEEP_MS, FORBIDDEN_RETRY_MS).
+ */
 export interface VmiAnnotationWriterOptions {
   api: KubeApi;
   annotation: string;
@@ -59,6 +65,11 @@ interface KeyState {
 
 type FailureKind = Exclude<AnnotationWriteResult, 'success'>;
 
+/**
+ * Keeps one annotation on this node's VMIs at the wanted value with bounded,
+ * UID-guarded merge patches: touch(key) after a change, the sweep catches the
+ * rest. Failures never throw to the caller; a 403 shows in degraded().
+ */
 export class VmiAnnotationWriter {
   readonly #o: VmiAnnotationWriterOptions;
   readonly #keys = new Map<string, KeyState>();
@@ -105,9 +116,15 @@ export class VmiAnnotationWriter {
     for (const key of this.#o.keys()) this.touch(key);
   }
 
+  /** The VMI ended: what was written for it and its wait for a slot go. */
   forget(key: string): void {
     this.#keys.delete(key);
     this.#waiting.delete(key);
+  }
+
+  /** Whether a write state or a wait for a slot is held for `key`. */
+  holds(key: string): boolean {
+    return this.#keys.has(key) || this.#waiting.has(key);
   }
 
   // Why the annotations are not being written, while the API server refuses them.
