@@ -1,7 +1,8 @@
 // The reconciler with the KubeVirt-mode injector (LibvirtInjector over a fake
 // libvirt daemon per launcher pod, DirPublisher into a temp pods tree):
 // migration staging (cross-node and same-node, from status.migrationState and
-// status.activePods), the source side cleaned up when it completes, the seed
+// status.activePods), the source side cleaned up when it completes, a
+// launcher pod re-created (per-pod libvirt or one for the node), the seed
 // gate on startStrategy Paused, and launcher pod UIDs that are not UUIDs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -75,18 +76,21 @@ const seedDisk = (source: string): DomainDisk => ({
   readonly: true,
 });
 
-async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi) {
+// `shared`: one libvirt and one publish directory for every pod of the node
+// (templates without {podUID}), so the injector is not per pod.
+async function setup(t: { after(fn: () => Promise<void>): void }, api?: KubeApi, { shared = false } = {}) {
   const root = await mkdtemp(join(tmpdir(), 'vmseed-mig-'));
   t.after(() => rm(root, { recursive: true, force: true }));
   const pods = join(root, 'pods');
   for (const p of [SRC, TGT]) await mkdir(join(pods, p, EPHEMERAL), { recursive: true });
+  await mkdir(join(root, 'shared'));
   const lv = new FakeLibvirt();
   const injector = new LibvirtInjector({
     spawner: lv,
-    uriTemplate: parseTemplate('uri', `qemu+unix:///session?socket=${pods}/{podUID}/sock`),
+    uriTemplate: parseTemplate('uri', `qemu+unix:///session?socket=${shared ? root : `${pods}/{podUID}`}/sock`),
     imagePathTemplate: parseTemplate('image-path', `${IN_DOMAIN}{basename}`),
     publisher: new DirPublisher({
-      dirTemplate: parseTemplate('publish-dir', `${pods}/{podUID}/${EPHEMERAL}`),
+      dirTemplate: parseTemplate('publish-dir', shared ? join(root, 'shared') : `${pods}/{podUID}/${EPHEMERAL}`),
       subdir: 'vmseed',
     }),
     bus: 'scsi',
@@ -315,6 +319,56 @@ test('same-node migration completed while the agent was restarted: the pod whose
   s.set(vmiOn(HERE, { [SRC]: HERE, [TGT]: HERE }));
   assert.equal(await r2.reconcile('ns/web'), 'retry');
   assert.equal(s.status.get('ns/web')?.lastError?.code, 'LAUNCHER_POD_UNKNOWN');
+});
+
+const liveSources = (d: FakeDomain | undefined) => d?.live.map((x) => x.sourceFile);
+
+test("the launcher pod re-created on this node: the seed is attached to the new pod's domain, the old pod's copy released", async (t) => {
+  const s = await setup(t);
+  const r = s.make();
+  s.lv.daemons.set(SRC, new Map([['ns_web', domain()]]));
+  s.set(vmiOn(HERE, { [SRC]: HERE }));
+  assert.equal(await r.reconcile('ns/web'), 'success');
+  const name = await s.expectedName();
+  assert.deepEqual(liveSources(s.lv.daemons.get(SRC)!.get('ns_web')), [IN_DOMAIN + name]);
+
+  // KubeVirt replaced the launcher (no migration): the same seed, a new pod
+  // whose libvirt holds a new domain without our disk.
+  s.lv.daemons.delete(SRC);
+  s.lv.daemons.set(TGT, new Map([['ns_web', domain()]]));
+  s.set(vmiOn(HERE, { [TGT]: HERE }));
+  assert.equal(await r.reconcile('ns/web'), 'success');
+  assert.deepEqual(liveSources(s.lv.daemons.get(TGT)!.get('ns_web')), [IN_DOMAIN + name]);
+  const attaches = s.lv.uris.filter((_, i) => s.lv.calls[i][0] === 'attach-device');
+  assert.equal(attaches.length, 2);
+  assert.ok(attaches[1].includes(`${TGT}/sock`), attaches[1]);
+  assert.deepEqual(await s.files(TGT), [name]);
+  assert.deepEqual(await s.files(SRC), [], "the old pod's copy released");
+  assert.equal(s.status.get('ns/web')?.injection?.targetDev, 'sdzz');
+});
+
+test("the launcher pod re-created, one libvirt for the node's pods: the new domain gets the seed again", async (t) => {
+  const s = await setup(t, undefined, { shared: true });
+  const r = s.make();
+  s.lv.domains.set('ns_web', domain());
+  s.set(vmiOn(HERE, { [SRC]: HERE }));
+  assert.equal(await r.reconcile('ns/web'), 'success');
+  const name = await s.expectedName();
+  assert.deepEqual(liveSources(s.lv.domains.get('ns_web')), [IN_DOMAIN + name]);
+  // A resync with the same pod: nothing to do.
+  assert.equal(await r.reconcile('ns/web'), 'success');
+  assert.equal(s.mutations().length, 1);
+
+  // The same domain name under the same libvirt, but a new launcher pod
+  // defined it afresh: only the pod UID tells it is not the one we attached to.
+  s.lv.domains.set('ns_web', domain());
+  s.set(vmiOn(HERE, { [TGT]: HERE }));
+  assert.equal(await r.reconcile('ns/web'), 'success');
+  assert.deepEqual(liveSources(s.lv.domains.get('ns_web')), [IN_DOMAIN + name]);
+  assert.deepEqual(
+    s.mutations().map((c) => c[0]),
+    ['attach-device', 'attach-device'],
+  );
 });
 
 test('status.activePods with a UID that is not a UUID: LAUNCHER_POD_INVALID, terminal, naming status.activePods; nothing written in the pods tree', async (t) => {

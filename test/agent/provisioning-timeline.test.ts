@@ -77,6 +77,29 @@ test('a guest cannot make the agent keep more than the bound of steps', () => {
   assert.equal(f.dropped, 50);
 });
 
+// cloud-init finishes a stage with the worst result of its steps, so a
+// failing module is always followed by its stage's own FAIL: the module is
+// what failed, the stage only carries it.
+test("the first failing step is the failure, not its stage's FAIL that follows", () => {
+  const f = run([
+    ev('modules-final', 'start'),
+    ev('modules-final/config-scripts-user', 'start'),
+    { ...ev('modules-final/config-scripts-user', 'finish', 'FAIL'), description: 'scripts-user failed' },
+    ev('modules-final/config-final-message', 'start'),
+    { ...ev('modules-final/config-final-message', 'finish', 'FAIL'), description: 'final-message failed' },
+    { ...ev('modules-final', 'finish', 'FAIL'), description: 'running modules for final' },
+  ]);
+  assert.deepEqual(f.failure, { step: 'modules-final/config-scripts-user', description: 'scripts-user failed' });
+  assert.equal(f.result, 'FAIL');
+  assert.equal(f.stages[0].result, 'FAIL', "the stage's own result is still kept");
+  assert.ok(f.finishedAt !== undefined);
+
+  // The same from the events cloud-init 22.4's own reporting code posts.
+  const recorded = run(fixture('boot-scripts-user-fails.json'));
+  assert.equal(recorded.failure?.step, 'modules-final/config-scripts-user');
+  assert.equal(moduleLabel(recorded.failure.step), 'scripts_user');
+});
+
 test('module labels are cloud-init module names in either spelling, anything else other', () => {
   assert.equal(moduleLabel('modules-final/config-scripts-user'), 'scripts_user');
   assert.equal(moduleLabel('modules-final/config-scripts_user'), 'scripts_user');

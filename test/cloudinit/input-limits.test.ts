@@ -110,6 +110,35 @@ test('YAML: the expanded size is bounded, counting shared nodes each time they a
   assert.equal(parseYaml(bomb, { field: 'f', maxExpandedBytes: 100_000 }).ok, true);
 });
 
+test('YAML over 256 KiB: its own size × 4, not the 1 MiB default, bounds its expansion (~3× accepted, ~5× refused)', () => {
+  // One anchored scalar of 400 KiB and `aliases` aliases to it: the text is
+  // ~400 KiB (over 1 MiB / 4), the expansion ~(aliases + 1) × that.
+  const big = 'x'.repeat(400 * 1024);
+  const doc = (aliases: number) =>
+    `a: &a ${big}\n${Array.from({ length: aliases }, (_, i) => `b${i}: *a`).join('\n')}\n`;
+  const ratio = (aliases: number, text: string) => {
+    const value: Record<string, string> = { a: big };
+    for (let i = 0; i < aliases; i++) value[`b${i}`] = big;
+    return (measureExpanded(value, Infinity) as number) / text.length;
+  };
+  const three = doc(2);
+  const five = doc(4);
+  assert.ok(three.length > LIMITS.yamlExpandedBytes / 4 && five.length > LIMITS.yamlExpandedBytes / 4);
+  const r3 = ratio(2, three);
+  const r5 = ratio(4, five);
+  assert.ok(r3 > 2.9 && r3 < 3.1 && r3 * three.length > LIMITS.yamlExpandedBytes, `~3×, past 1 MiB: ${r3}`);
+  assert.ok(r5 > 4.9 && r5 < 5.1, `~5×: ${r5}`);
+  const ok = parseYaml(three, { field: 'f' });
+  assert.equal(ok.ok, true);
+  assert.equal((ok as { value: Record<string, string> }).value.b1, big);
+  assert.throws(() => parseYaml(five, { field: 'f' }), {
+    code: 'YAML_TOO_COMPLEX',
+    field: 'f',
+    kind: 'terminal',
+    message: new RegExp(`more than ${4 * five.length} bytes`),
+  });
+});
+
 const vmi = (annotation: string): VmiObject => ({
   metadata: {
     name: 'vm',

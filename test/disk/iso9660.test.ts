@@ -95,6 +95,25 @@ test('the same input gives the same bytes; a multiple of 4096 bytes', () => {
   assert.ok(!Buffer.from(a).equals(c), 'the timestamp is part of the image');
 });
 
+test('above the 68 KiB floor an image is its natural size rounded up to 4 KiB: an odd sector count gains one, an even one none', (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  // One file at the root: the image ends where its extent ends (its LBA in
+  // the directory record, from isoinfo, plus its sectors), before padding.
+  for (const size of [10 * 2048, 10 * 2048 + 1, 15 * 2048, 15 * 2048 + 1, 100 * 2048 - 7, 101 * 2048]) {
+    const data = new Uint8Array(size).fill(0x61);
+    const bytes = buildIso({ label: 'cidata', files: [{ path: 'user-data', data }], timestamp: ts });
+    const iso = writeImage(tmp.dir, `r${size}.iso`, bytes);
+    const lba = /\[\s*(\d+) 00\]\s\suser-data $/m.exec(run('isoinfo', ['-R', '-l', '-i', iso]).stdout.toString());
+    assert.ok(lba, 'user-data listed');
+    const natural = Number(lba[1]) + Math.ceil(size / 2048);
+    assert.ok(natural > 34, `natural ${natural} sectors is above the floor`);
+    const want = natural % 2 === 0 ? natural : natural + 1;
+    assert.equal(bytes.length, want * 2048, `user-data of ${size} bytes: ${natural} sectors`);
+    assert.equal(readIso(bytes).volumeSectors, want, 'the PVD gives the padded size');
+  }
+});
+
 test('primary names are unique valid 8.3 d-character names; Rock Ridge and Joliet keep the real ones', (t) => {
   const tmp = tempDir();
   t.after(tmp.cleanup);
@@ -143,6 +162,62 @@ test('Rock Ridge modes: files 0444 by default, the given mode otherwise, directo
   assert.equal(mode('a'), 0o100444);
   assert.equal(mode('d/b'), 0o100600);
   assert.equal(mode('d'), 0o040555);
+});
+
+test("Rock Ridge link counts (isoinfo -R): a directory's is 2 + its subdirectories, in its own `.`, its children's `..` and its parent's record; a file's is 1", (t) => {
+  const tmp = tempDir();
+  t.after(tmp.cleanup);
+  const paths = [
+    'openstack/latest/meta_data.json',
+    'openstack/latest/user_data',
+    'openstack/latest/network_data.json',
+    'openstack/2012-08-10/meta_data.json',
+    'openstack/content/0000',
+    'openstack/README',
+    'ec2/latest/meta-data.json',
+    'a/b/c/d/e',
+    'a/x',
+    'user-data',
+  ];
+  const iso = writeImage(
+    tmp.dir,
+    'l.iso',
+    buildIso({ label: 'config-2', files: paths.map((p) => f(p)), timestamp: ts }),
+  );
+  // Subdirectory counts from the input alone: '' is the root.
+  const subdirs = new Map<string, Set<string>>([['', new Set()]]);
+  for (const p of paths) {
+    const parts = p.split('/');
+    for (let i = 1; i < parts.length; i++) {
+      const parent = parts.slice(0, i - 1).join('/');
+      const dir = parts.slice(0, i).join('/');
+      if (!subdirs.has(dir)) subdirs.set(dir, new Set());
+      subdirs.get(parent)!.add(dir);
+    }
+  }
+  const nlink = (dir: string) => 2 + subdirs.get(dir)!.size;
+  assert.equal(nlink(''), 5, 'the root has a, ec2, openstack');
+  assert.equal(nlink('openstack'), 5);
+  // Listings in record order: `.` then `..` (both printed without a name), then the children.
+  const listings = new Map<string, Array<{ dir: boolean; links: number; name: string }>>();
+  let current: Array<{ dir: boolean; links: number; name: string }> = [];
+  for (const line of run('isoinfo', ['-R', '-l', '-i', iso]).stdout.toString().split('\n')) {
+    const m = /^Directory listing of \/(.*)$/.exec(line);
+    if (m) listings.set(m[1].replace(/\/$/, ''), (current = []));
+    const e = /^([-d])[-rwx]{9}\s+(\d+)\s.*\]\s\s(.*) $/.exec(line);
+    if (e) current.push({ dir: e[1] === 'd', links: Number(e[2]), name: e[3] });
+  }
+  assert.deepEqual([...listings.keys()].sort(), [...subdirs.keys()].sort(), 'every directory listed');
+  for (const [dir, records] of listings) {
+    const parent = dir === '' ? '' : dir.split('/').slice(0, -1).join('/');
+    const [dot, dotdot, ...children] = records;
+    assert.equal(dot.links, nlink(dir), `'.' of /${dir}`);
+    assert.equal(dotdot.links, nlink(parent), `'..' of /${dir}`);
+    for (const c of children) {
+      const path = dir === '' ? c.name : `${dir}/${c.name}`;
+      assert.equal(c.links, c.dir ? nlink(path) : 1, `/${path}`);
+    }
+  }
 });
 
 test('an empty file list still makes a valid image', () => {

@@ -210,6 +210,27 @@ test('shared by its readers, stopped when the last one stops reading it', async 
   assert.equal(s.w.cachedObjects, 0);
 });
 
+// A reconcile reads an object, renders, and only then makes what it read
+// its VMI's dependencies: an edit in between (already streamed, since the
+// watch starts at the read's resourceVersion) goes to the reader, or the
+// seed keeps the content read before it until some other change.
+test('an edit between the first read and use() is reported to the VMI reading it', async (t) => {
+  const s = setup(t);
+  const r = s.w.reader('ns/vm');
+  assert.equal((await r.getSecret('ns', 's'))?.metadata.resourceVersion, '5');
+  await settle();
+  assert.equal(s.opened.length, 1, 'watched from the read');
+  assert.equal(s.last().query.resourceVersion, '5');
+  s.last().event('MODIFIED', secret('6'));
+  assert.deepEqual(s.users, [['ns/vm']], 'the reader hears of it before it depends on the object');
+  s.w.use('ns/vm', r.read());
+  r.done();
+  assert.equal(s.last().aborted, false, 'the same watch goes on');
+  s.last().event('MODIFIED', secret('7'));
+  assert.deepEqual(s.users, [['ns/vm'], ['ns/vm']]);
+  assert.equal(s.gets(), 1);
+});
+
 test("renewals are spread: each watch asks a timeoutSeconds at random in 5-10 min, client-go's reflector's bound", async () => {
   const { BoundedWatch, MIN_WATCH_TIMEOUT_MS } = await import('../../src/kube/watch.ts');
   const asked = (r: number) =>

@@ -180,6 +180,38 @@ test('frame decoder: an oversized or undersized length fails on its 4 bytes', ()
   assert.deepEqual(new FrameDecoder(1024).push(Buffer.from('00000400', 'hex')), []); // 1 KiB: waits for the rest
 });
 
+test('frame decoder: a length word cut across reads is checked against the cap once whole, before any frame is held', () => {
+  const word = (n: number) => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(n);
+    return b;
+  };
+  for (const cuts of [[2], [1], [3], [1, 2, 3]]) {
+    const bounds = [0, ...cuts, 4];
+    const pieces = (b: Buffer) => bounds.slice(1).map((end, i) => b.subarray(bounds[i], end));
+    for (const len of [1025, 8 * 1024 * 1024]) {
+      const d = new FrameDecoder(1024);
+      const parts = pieces(word(len));
+      const last = parts.pop()!;
+      for (const p of parts) assert.deepEqual(d.push(p), [], 'a partial length word waits');
+      assert.throws(() => d.push(last), {
+        code: 'LIBVIRT_PROTOCOL',
+        message: new RegExp(`frame of ${len} bytes exceeds the limit of 1024`),
+      });
+      assert.equal(d.retainedBytes, 0, `cut at ${cuts.join('+')}: nothing held for a ${len}-byte frame`);
+    }
+    // At the cap, the same cut frame arrives whole.
+    const d = new FrameDecoder(1024);
+    const frame = encodePacket(sample[0].header, Buffer.alloc(1024 - 28, 7));
+    assert.equal(frame.length, 1024);
+    const got = [];
+    for (const p of pieces(frame.subarray(0, 4))) got.push(...d.push(p));
+    got.push(...d.push(frame.subarray(4)));
+    assert.equal(got.length, 1, `cut at ${cuts.join('+')}`);
+    assert.deepEqual(Buffer.from(got[0].payload), Buffer.alloc(1024 - 28, 7));
+  }
+});
+
 const uuid = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
 
 test('events: lifecycle and device-removed callback messages decode; others are ignored', () => {

@@ -16,8 +16,13 @@
 // anything may arrive: the description is cut, stripped of control
 // characters, and anything shaped like a credential is replaced.
 
+/** The `result` of a finish event. */
 export type ReportedResult = 'SUCCESS' | 'WARN' | 'FAIL';
 
+/**
+ * A progress event as kept: the guest's fields, checked, with the description
+ * cut and redacted (parseReportedEvent).
+ */
 export interface ReportedEvent {
   // Full name, `<stage>` or `<stage>/<step>[/...]`.
   name: string;
@@ -64,22 +69,48 @@ function eventOf(v: unknown): ReportedEvent | undefined {
   };
 }
 
-// Credentials as they could appear in a line of text: URL user-info, `key=
-// value` / `key: value` for secret-sounding keys, bearer tokens, and long
-// runs of base64 or hex (keys, hashes, tokens, encoded blobs).
-const SECRET_PATTERNS: RegExp[] = [
-  /\b[a-z][a-z0-9+.-]*:\/\/[^\s/@]*@/gi,
-  /\b(pass(word|wd)?|secret|token|key|auth\w*|credential\w*)\b\s*[:=]\s*\S+/gi,
-  /\bbearer\s+\S+/gi,
-  /[A-Za-z0-9+/_-]{32,}={0,2}/g,
-];
+// Credentials as they could appear in a line of text: URL user-info, bearer
+// tokens, `key=value` / `key: value` for secret-sounding keys, and long runs
+// of base64 or hex (keys, hashes, tokens, encoded blobs). Bearer goes before
+// key=value: in `Authorization: Bearer x` the latter would take `Bearer` for
+// the value and leave the token.
+const REDACTED = '[redacted]';
+const USER_INFO = /\b[a-z][a-z0-9+.-]*:\/\/[^\s/@]*@/gi;
+const BEARER = /\bbearer\s+\S+/gi;
+const LONG_RUN = /[A-Za-z0-9+/_-]{32,}={0,2}/g;
+
+// A key is secret-sounding when any part of its name is: snake_case and
+// camelCase names too (DB_PASSWORD, client_secret, accessToken).
+const SECRET_PART = /^(?:pass(?:word|wd|phrase)?|secret|token|key|auth[a-z]*|credential[a-z]*)$/i;
+const SECRET_WORD = /pass|secret|token|key|auth|credential/i;
+const NAME_PARTS = /_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])/;
+const KEY_SEP = /(?<![A-Za-z0-9_])([A-Za-z0-9_]+)\s*[:=]\s*/g;
+const NOT_SPACE_RUN = /\S+/y;
+
+// One scan, names first: a pattern that searched for the secret word inside
+// a name (`\w*?key\w*`) backtracks quadratically on a long word, and the
+// guest chooses the text. The value of any other key is scanned in turn, so
+// `user: password=x` loses x.
+function redactKeyValues(s: string): string {
+  let out = '';
+  let kept = 0;
+  KEY_SEP.lastIndex = 0;
+  for (let m = KEY_SEP.exec(s); m !== null; m = KEY_SEP.exec(s)) {
+    if (!SECRET_WORD.test(m[1]) || !m[1].split(NAME_PARTS).some((part) => SECRET_PART.test(part))) continue;
+    NOT_SPACE_RUN.lastIndex = KEY_SEP.lastIndex;
+    if (!NOT_SPACE_RUN.test(s)) continue;
+    out += s.slice(kept, m.index) + REDACTED;
+    kept = KEY_SEP.lastIndex = NOT_SPACE_RUN.lastIndex;
+  }
+  return out + s.slice(kept);
+}
 
 export function redactDescription(text: string): string {
   let s = text.slice(0, MAX_DESCRIPTION_LENGTH * 4);
   // Control characters (newlines included) would let one event fake lines
   // in a log or an Event message.
   s = s.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]+/gu, ' ');
-  for (const re of SECRET_PATTERNS) s = s.replace(re, '[redacted]');
+  s = redactKeyValues(s.replace(USER_INFO, REDACTED).replace(BEARER, REDACTED)).replace(LONG_RUN, REDACTED);
   s = s.replace(/\s+/g, ' ').trim();
   const chars = [...s];
   return chars.length > MAX_DESCRIPTION_LENGTH ? `${chars.slice(0, MAX_DESCRIPTION_LENGTH - 1).join('')}…` : s;
