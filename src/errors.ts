@@ -118,10 +118,16 @@ export const ERROR_CODES = [
   'SOURCE_STALE',
 ] as const;
 
+/**
+ * A stable error code, one of ERROR_CODES: the same in Events, logs, metric
+ * labels and the status page.
+ */
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
-// retryable: backoff and requeue (the world may fix itself: a Secret appears,
-// a domain gets defined). terminal: wait until the object changes.
+/**
+ * retryable: backoff and requeue (the world may fix itself: a Secret appears, a
+ * domain gets defined). terminal: wait until the object changes.
+ */
 export type ErrorKind = 'retryable' | 'terminal';
 
 export interface VmseedErrorOptions {
@@ -132,6 +138,10 @@ export interface VmseedErrorOptions {
   cause?: unknown;
 }
 
+/**
+ * An error with a stable code, a kind (default terminal) and the input field it
+ * is about; toJSON() leaves the cause out, since a cause may quote user input.
+ */
 export class VmseedError extends Error {
   readonly code: ErrorCode;
   readonly kind: ErrorKind;
@@ -156,27 +166,34 @@ export class VmseedError extends Error {
   }
 }
 
+/** Whether `e` is a VmseedError. */
 export function isVmseedError(e: unknown): e is VmseedError {
   return e instanceof VmseedError;
 }
 
-// Anything that is not ours becomes INTERNAL, without echoing its message
-// (it may contain user data from a parser).
+/**
+ * `e` as a VmseedError: anything that is not ours becomes a retryable INTERNAL,
+ * without echoing its message (it may contain user data from a parser).
+ */
 export function asVmseedError(e: unknown): VmseedError {
   if (e instanceof VmseedError) return e;
   return new VmseedError('INTERNAL', 'internal error; see the agent log for details', { kind: 'retryable', cause: e });
 }
 
-// The agent's stop deadline passed while this work ran (or waited): it is
-// not a failure of the VMI and runs again at the next start.
+/**
+ * The retryable CANCELLED of work the agent's stop deadline passed on: not a
+ * failure of the VMI, it runs again at the next start.
+ */
 export function cancelledError(what = 'the work'): VmseedError {
   return new VmseedError('CANCELLED', `the agent is stopping; ${what} was cancelled and runs again at the next start`, {
     kind: 'retryable',
   });
 }
 
-// What a step ended by `signal` throws: the signal's own CANCELLED reason
-// (its VMI was deleted or changed under the reconcile), else the stop's.
+/**
+ * What a step ended by `signal` throws: the signal's own CANCELLED reason (its
+ * VMI was deleted or changed under the reconcile), else the stop's.
+ */
 export function cancelledBy(signal: AbortSignal | undefined, what?: string): VmseedError {
   const reason: unknown = signal?.reason;
   return reason instanceof VmseedError && reason.code === 'CANCELLED' ? reason : cancelledError(what);

@@ -16,8 +16,10 @@ export interface AgentRenderOptions {
   signal?: AbortSignal;
 }
 
-// context: facts from the domain (the reconciler passes them only for the
-// VMIs that need them, see devicesNeedingDomain).
+/**
+ * Renders a VMI's seed. `context`: facts from the domain, which the reconciler
+ * passes only for the VMIs that need them (see devicesNeedingDomain).
+ */
 export type RenderSeed = (
   vmi: VmiObject,
   refs: RefResolver,

@@ -23,20 +23,23 @@ export interface RenderPoolOptions {
   // Steps waiting for a worker beyond the running ones (default 64).
   maxQueue?: number;
   // A step's time on a worker before the worker is terminated (default 10 s:
-  // the largest document the limits allow takes under a second).
+  // far more than the largest document the limits allow takes; `npm run
+  // bench:hostile`, row dense-userdata-merge-1mib).
   deadlineMs?: number;
   // How long a new worker may take to load its modules (default 30 s: a
   // cold start strips and compiles the TypeScript sources, slow on a busy
   // node). Not counted in a step's deadline.
   startMs?: number;
-  // Documents below this many bytes run inline (default 64 KiB: about 4 ms
-  // to check, 40 ms to merge and serialise at worst, against ~1 ms for a
-  // round trip to a worker).
+  // Documents below this many bytes run inline (default 64 KiB: below it a
+  // step holds the loop a few tens of milliseconds at worst, and on a small
+  // document the round trip to a worker costs more than the step itself;
+  // docs/threat-model.md, "Measured").
   minBytes?: number;
   // Each worker's old-generation heap, MiB (default 48: merging 1 MiB of
-  // one-line keys needs ~40). Past it the worker dies (RENDER_WORKER_FAILED),
-  // not the agent. The young generation is kept small as bin/vmseed keeps
-  // the main thread's (--max-semi-space-size=1): RSS, not speed, is short.
+  // one-line keys needs most of it; docs/threat-model.md, "Measured"). Past
+  // it the worker dies (RENDER_WORKER_FAILED), not the agent. The young
+  // generation is kept small as bin/vmseed keeps the main thread's
+  // (--max-semi-space-size=1): RSS, not speed, is short.
   maxOldGenerationSizeMb?: number;
   // A worker idle this long is ended (default 30 s).
   idleMs?: number;
@@ -66,6 +69,11 @@ interface Slot {
   idle: NodeJS.Timeout | undefined;
 }
 
+/**
+ * The render's Offload: run() does a pure step inline below `minBytes`, else on
+ * a worker thread. Rejects with retryable RENDER_QUEUE_FULL or RENDER_TIMEOUT,
+ * or CANCELLED on abort or close().
+ */
 export class RenderPool implements Offload {
   readonly #size: number;
   readonly #maxQueue: number;

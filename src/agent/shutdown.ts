@@ -7,9 +7,14 @@
 // clock, not one timer per file.
 import { cancelledBy } from '../errors.ts';
 
-// After the cancel, how long stop() waits for the cancelled work to settle.
+/** After the cancel, how long (ms) stop() waits for the cancelled work to settle. */
 export const CANCEL_GRACE_MS = 1000;
 
+/**
+ * The one stop deadline of the agent, as AbortSignals: `reconciles` at the
+ * deadline, `settled` CANCEL_GRACE_MS later, `closed` after the close grace.
+ * arm() starts the clock (the first call counts).
+ */
 export class ShutdownDeadline {
   readonly #reconciles = new AbortController();
   readonly #settled = new AbortController();
@@ -69,7 +74,7 @@ export class ShutdownDeadline {
   }
 }
 
-// Resolves when `signal` aborts (at once if it has).
+/** Resolves when `signal` aborts (at once if it has). */
 export function aborted(signal: AbortSignal): Promise<void> {
   if (signal.aborted) return Promise.resolve();
   return new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));

@@ -5,7 +5,7 @@ import type { Datasource } from '../api/objects.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 import type { StatusProblem, VmiStatusRecord } from '../status/snapshot.ts';
 
-// A problem as the reconcile found it; the store stamps when it was shown.
+/** A problem as the reconcile found it; the status store stamps when it was shown. */
 export interface Problem {
   code: ErrorCode;
   message: string;

@@ -4,6 +4,7 @@
 // at the bottom of the layers: the pure cloudinit/ renders from them and
 // kube/ fills them, so neither imports the other for them.
 
+/** The metadata fields vmseed reads of any object. */
 export interface ObjectMeta {
   name: string;
   namespace?: string;
@@ -25,6 +26,7 @@ export interface OwnerReference {
   controller?: boolean;
 }
 
+/** A core/v1 Secret: `data` base64 as on the wire, `stringData` only in manifests. */
 export interface SecretObject {
   apiVersion?: string;
   kind?: 'Secret';
@@ -36,6 +38,7 @@ export interface SecretObject {
   stringData?: Record<string, string>;
 }
 
+/** A core/v1 ConfigMap: `data` plain text, `binaryData` base64. */
 export interface ConfigMapObject {
   apiVersion?: string;
   kind?: 'ConfigMap';
@@ -45,10 +48,15 @@ export interface ConfigMapObject {
   binaryData?: Record<string, string>;
 }
 
+/** A reference by name to an object in the referrer's namespace. */
 export interface LocalObjectReference {
   name: string;
 }
 
+/**
+ * A KubeVirt cloudInitNoCloud or cloudInitConfigDrive volume source: user-data
+ * and network-data inline, base64, or from a Secret.
+ */
 export interface CloudInitSource {
   userData?: string;
   userDataBase64?: string;
@@ -58,6 +66,7 @@ export interface CloudInitSource {
   networkDataSecretRef?: LocalObjectReference;
 }
 
+/** A VMI volume; only the cloud-init sources are typed, other kinds pass through. */
 export interface VmiVolume {
   name: string;
   cloudInitNoCloud?: CloudInitSource;
@@ -65,6 +74,7 @@ export interface VmiVolume {
   [other: string]: unknown;
 }
 
+/** A VMI's spec.accessCredentials entry: SSH keys or a password from a Secret. */
 export interface AccessCredential {
   sshPublicKey?: {
     source?: { secret?: { secretName: string } };
@@ -77,6 +87,7 @@ export interface AccessCredential {
   userPassword?: unknown;
 }
 
+/** A KubeVirt VirtualMachineInstance, the fields vmseed reads (others pass through). */
 export interface VmiObject {
   apiVersion?: string;
   kind?: 'VirtualMachineInstance';
@@ -104,16 +115,18 @@ export interface VmiObject {
   };
 }
 
-// How src/cloudinit reaches referenced objects. The Kubernetes client and
-// local mode both implement it. `undefined` means "does not exist (404)";
-// transport failures throw a retryable VmseedError (KUBE_API_UNAVAILABLE).
+/**
+ * How src/cloudinit reaches referenced objects; the Kubernetes client and local
+ * mode both implement it. `undefined` means "does not exist (404)"; transport
+ * failures throw a retryable VmseedError (KUBE_API_UNAVAILABLE).
+ */
 export interface RefResolver {
   getSecret(namespace: string, name: string): Promise<SecretObject | undefined>;
   getConfigMap(namespace: string, name: string): Promise<ConfigMapObject | undefined>;
 }
 
-// The seed's two formats (cloud-init's NoCloud and ConfigDrive datasources).
+/** The seed's two formats (cloud-init's NoCloud and ConfigDrive datasources). */
 export type Datasource = 'nocloud' | 'configdrive';
 
-// A libvirt domain's state as vmseed tells them apart.
+/** A libvirt domain's state as vmseed tells them apart. */
 export type DomainState = 'running' | 'paused' | 'shutoff' | 'other';

@@ -12,6 +12,10 @@ export type Base64Result = { ok: true; bytes: Uint8Array } | { ok: false; positi
 const STRICT = /^[A-Za-z0-9+/]*$/;
 const LINE_BREAKS = /[\r\n]/g;
 
+/**
+ * Decodes base64 as Go's StdEncoding reads it (header). Never throws: a refusal gives the 1-based
+ * position where the text stops being strict base64 and a reason for the message.
+ */
 export function decodeBase64Strict(text: string): Base64Result {
   const clean = /[\r\n]/.test(text) ? text.replace(LINE_BREAKS, '') : text;
   const pad = clean.endsWith('==') ? 2 : clean.endsWith('=') ? 1 : 0;

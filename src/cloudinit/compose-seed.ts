@@ -20,7 +20,7 @@ import { resolveVendorData, vendorDataFile } from './userdata/vendor-data.ts';
 import { mergeMetaData } from './metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
 
-// What an input API hands the composition.
+/** What an input API (kubevirt/volume-input.ts, annotation/annotation-input.ts) hands composeSeed. */
 export interface SeedInput {
   datasource: Datasource;
   namespace: string;

@@ -11,6 +11,7 @@ import { convertNetworkConfigToNetworkData } from './network/convert-v1v2-to-nwd
 import { vendorDataFile } from './userdata/vendor-data.ts';
 import { isPlainObject, parseYaml } from './yaml.ts';
 
+/** A seed's files under their ConfigDrive v2 names (relative to openstack/latest/). */
 export interface ConfigDriveFiles {
   'meta_data.json': Uint8Array;
   user_data: Uint8Array;
@@ -20,6 +21,10 @@ export interface ConfigDriveFiles {
 
 const utf8 = (s: string) => new Uint8Array(Buffer.from(s, 'utf8'));
 
+/**
+ * The seed's files as the OpenStack metadata paths serve them (header). Pure and never throws:
+ * network config or vendor-data that has no ConfigDrive form is left out.
+ */
 export function configDriveView(seed: Seed): ConfigDriveFiles {
   if (seed.datasource === 'configdrive') return fromImage(seed);
   const out: ConfigDriveFiles = { 'meta_data.json': metaDataJson(seed), user_data: seed.userData };

@@ -5,19 +5,21 @@
 // child processes to ask openssl.
 //
 // Not the unixcrypt package (3.0.4): it gives the same hashes (300 random
-// passwords and salts compared), but takes 14.8 ms of CPU for a 28-byte
-// password against 9.8 ms here (25.5 against 23.0 ms at the 1 KiB password
-// limit), since it feeds a Hash object piece by piece; it takes string
-// passwords only; and it truncates a long salt or picks a random one where
-// this refuses the call.
+// passwords and salts compared), but takes more CPU per hash, short
+// passwords most of all (docs/threat-model.md, "Measured"; this one's cost:
+// `npm run bench:crypt`), since it feeds a Hash object piece by piece; it
+// takes string passwords only; and it truncates a long salt or picks a
+// random one where this refuses the call.
 import { hash } from 'node:crypto';
 
 const ALPHABET = './0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+/** The longest salt SHA-512 crypt takes, in characters. */
 export const SALT_MAX = 16;
 const ROUNDS_DEFAULT = 5000;
 
 // One-shot crypto.hash over the concatenation: the 5000-round loop is
-// dominated by per-call overhead, which Hash objects triple.
+// dominated by per-call overhead, which a Hash object per round adds to
+// (docs/threat-model.md, "Measured").
 const sha512 = (...parts: Buffer[]): Buffer =>
   hash('sha512', parts.length === 1 ? parts[0] : Buffer.concat(parts), 'buffer');
 
@@ -50,10 +52,16 @@ function encode(d: Buffer): string {
   return out;
 }
 
+/** Whether `salt` is 1 to SALT_MAX characters of crypt's alphabet [./0-9A-Za-z]. */
 export function isValidSalt(salt: string): boolean {
   return salt.length > 0 && salt.length <= SALT_MAX && [...salt].every((c) => ALPHABET.includes(c));
 }
 
+/**
+ * The "$6$" hash of `password` (a string is taken as UTF-8). `rounds` is clamped to
+ * 1000..999,999,999 and written into the hash unless it is the default 5000. Throws TypeError for
+ * an invalid salt. CPU-bound, growing with the password's length: callers bound it first.
+ */
 export function sha512Crypt(password: string | Uint8Array, salt: string, rounds = ROUNDS_DEFAULT): string {
   if (!isValidSalt(salt)) throw new TypeError('salt must be 1-16 characters of [./0-9A-Za-z]');
   const key = Buffer.from(typeof password === 'string' ? Buffer.from(password, 'utf8') : password);

@@ -29,11 +29,13 @@ export interface DeviceData {
   tags: string[];
 }
 
+/** One <cputune><vcpupin> of the domain: a guest vCPU and the host cpuset it is pinned to. */
 export interface VcpuPin {
   vcpu: number;
   cpuset: string;
 }
 
+/** A libvirt PCI <address>, its attributes as the domain XML has them (with or without "0x"). */
 export interface PciAddress {
   type: string;
   domain: string;
@@ -42,6 +44,7 @@ export interface PciAddress {
   function: string;
 }
 
+/** An interface or host device of the running domain, read from its XML by the caller. */
 export interface DomainDevice {
   kind: 'interface' | 'hostdev';
   // The libvirt alias, e.g. "ua-default", "ua-sriov-net1", "ua-hostdevice-dev1", "ua-gpu-gpu1".
@@ -188,9 +191,10 @@ function fromSpec(vmi: VmiObject): { devices: DeviceData[]; missing: string[] } 
   return { devices: out, missing };
 }
 
-// Field paths of the tagged devices whose address needs the domain's XML;
-// empty when the spec alone gives KubeVirt's `devices` list (the agent then
-// never reads the domain before rendering).
+/**
+ * Field paths of the tagged devices whose address needs the domain's XML; empty when the spec
+ * alone gives KubeVirt's `devices` list (the agent then never reads the domain before rendering).
+ */
 export function devicesNeedingDomain(vmi: VmiObject): string[] {
   return fromSpec(vmi).missing;
 }

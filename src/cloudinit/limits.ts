@@ -5,14 +5,16 @@
 // budget that is generous for one VM is what keeps the others seeded.
 import { VmseedError } from '../errors.ts';
 
-// The agent's defaults for --max-user-data-bytes / --max-network-data-bytes.
-// 1 MiB: the largest Secret the API server stores, so any user-data KubeVirt
-// can take from a secretRef fits, and one tenant's seed stays small beside
-// the agent's 128 MiB heap (KubeVirt itself has no bound but the object
-// size). Network data: 1 MiB is far above any real network config.
+/**
+ * The agent's default for --max-user-data-bytes. 1 MiB: the largest Secret the API server stores,
+ * so any user-data KubeVirt can take from a secretRef fits, and one tenant's seed stays small
+ * beside the agent's 128 MiB heap (KubeVirt itself has no bound but the object size).
+ */
 export const DEFAULT_MAX_USER_DATA_BYTES = 1024 * 1024;
+/** The agent's default for --max-network-data-bytes: 1 MiB is far above any real network config. */
 export const DEFAULT_MAX_NETWORK_DATA_BYTES = 1024 * 1024;
 
+/** Fixed budgets (bytes, entries) on what one VMI's seed may ask for, each checked before its work. */
 export const LIMITS = Object.freeze({
   // Kubernetes refuses an object whose annotations add up to more than
   // 256 KiB (apimachinery TotalAnnotationSizeLimitB); local manifests are
@@ -45,6 +47,7 @@ export const LIMITS = Object.freeze({
   passwordBytes: 1024,
 });
 
+/** The terminal LIST_TOO_LONG error for `field` holding `length` entries, more than `max`. */
 export function listTooLong(field: string, length: number, max: number): VmseedError {
   return new VmseedError(
     'LIST_TOO_LONG',
@@ -56,6 +59,7 @@ export function listTooLong(field: string, length: number, max: number): VmseedE
   );
 }
 
+/** Throws listTooLong's error when `list` has more than `max` entries. */
 export function checkListLength(list: readonly unknown[], max: number, field: string): void {
   if (list.length > max) throw listTooLong(field, list.length, max);
 }
@@ -80,9 +84,11 @@ export interface BudgetSnapshot {
   seed: number;
 }
 
-// A running count of the bytes one render has committed to, so a seed too
-// large is refused before its big buffers (base64 of files, the merged
-// cloud-config, its serialisation) are made.
+/**
+ * A running count of the bytes one render has committed to, so a seed too large is refused
+ * (terminal USERDATA_TOO_LARGE or SEED_TOO_LARGE) before its big buffers (base64 of files, the
+ * merged cloud-config, its serialisation) are made. One per render.
+ */
 export class SeedBudget {
   readonly maxUserDataBytes: number;
   readonly maxSeedBytes: number;
@@ -158,19 +164,24 @@ export class SeedBudget {
   }
 }
 
-// Decoded size of standard base64 text, without decoding it (CR/LF ignored
-// approximately: an upper bound is what a budget needs).
+/**
+ * Decoded size of standard base64 text, without decoding it: an upper bound (CR/LF count as
+ * data), which is what a budget needs.
+ */
 export function base64DecodedUpperBound(encodedLength: number): number {
   return Math.ceil(encodedLength / 4) * 3;
 }
 
+/** Length of the padded standard base64 of `bytes` bytes, without line breaks. */
 export function base64EncodedLength(bytes: number): number {
   return Math.ceil(bytes / 3) * 4;
 }
 
-// Lets the event loop run between the stages of a render (each parse or
-// serialisation is one synchronous block; together they would be one long
-// one when the referenced objects come from memory).
+/**
+ * Lets the event loop run between the stages of a render (each parse or serialisation is one
+ * synchronous block; together they would be one long one when the referenced objects come from
+ * memory).
+ */
 export function yieldToLoop(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }

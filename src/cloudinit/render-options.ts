@@ -6,6 +6,7 @@ import type { SaltProvider } from './init/password-salt.ts';
 import type { Offload } from './pure-ops.ts';
 import type { VendorDataRef } from './userdata/vendor-data.ts';
 
+/** renderSeed's options: whose volumes vmseed builds, the size limits, defaults, and where heavy steps run. */
 export interface RenderOptions {
   // 'own': vmseed builds the seed for cloudInitNoCloud/cloudInitConfigDrive
   // volumes (local mode, plain libvirt). 'ignore': virt-launcher builds them.

@@ -18,6 +18,7 @@ import type { Seed, SeedWarning } from './seed.ts';
 
 export { DEFAULT_RENDER_OPTIONS, type RenderContext, type RenderOptions } from './render-options.ts';
 
+/** A render's answer: the seed, or why vmseed builds none for this VMI (with a warning to surface, if any). */
 export type RenderOutcome = { kind: 'seed'; seed: Seed } | { kind: 'skip'; reason: string; warning?: SeedWarning };
 
 type Route =
@@ -26,6 +27,11 @@ type Route =
   | { kind: 'volume'; volume: CloudInitVolume }
   | Extract<RenderOutcome, { kind: 'skip' }>;
 
+/**
+ * VMI + referenced objects → seed, or a skip. Reads only through `resolver` (memoized for this
+ * render). Throws VmseedError: terminal for what the VMI must fix (KUBEVIRT_VOLUME_CONFLICT when
+ * annotation and volume are both vmseed's), retryable for missing references or a busy worker.
+ */
 export async function renderSeed(
   vmi: VmiObject,
   resolver: RefResolver,

@@ -10,17 +10,20 @@ export interface SeedFile {
 
 export const CONFIGDRIVE_DIR = 'openstack/latest';
 
-// meta-data is compact JSON (JSON.stringify, no trailing newline), as
-// KubeVirt's json.Marshal writes it, unless the user's own file is kept.
+/**
+ * The meta-data file: compact JSON (JSON.stringify, no trailing newline), as KubeVirt's
+ * json.Marshal writes it, unless the user's own file is kept (metaDataRaw).
+ */
 export function metaDataBytes(seed: Seed): Uint8Array {
   if (seed.metaDataRaw) return seed.metaDataRaw;
   return new Uint8Array(Buffer.from(JSON.stringify(seed.metaData), 'utf8'));
 }
 
-// Files of the seed, in a stable order.
-// NoCloud (KubeVirt layout): meta-data, user-data (always, even empty; both
-// are required by cloud-init), network-config and vendor-data when present.
-// ConfigDrive v2: openstack/latest/{meta_data.json,user_data,network_data.json,vendor_data.json}.
+/**
+ * Every file of the seed, in a stable order. NoCloud (KubeVirt layout): meta-data, user-data
+ * (always, even empty; cloud-init requires both), network-config and vendor-data when present.
+ * ConfigDrive v2: openstack/latest/{meta_data.json,user_data,network_data.json,vendor_data.json}.
+ */
 export function serializeMetaData(seed: Seed): SeedFile[] {
   const files: SeedFile[] = [];
   if (seed.datasource === 'nocloud') {

@@ -3,8 +3,10 @@
 
 import type { Datasource } from '../api/objects.ts';
 
+/** Every datasource a seed can be written for. */
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
 
+/** A problem that does not stop the seed, reported to the VMI's owner (an Event, the status page). */
 export interface SeedWarning {
   code:
     | 'USERDATA_NO_HEADER'
@@ -20,6 +22,7 @@ export interface SeedWarning {
   field?: string;
 }
 
+/** A rendered seed; seed-files.ts decides its file names and bytes. */
 export interface Seed {
   datasource: Datasource;
   // Serialised as JSON: `meta-data` (NoCloud) or `openstack/latest/meta_data.json`

@@ -10,13 +10,12 @@
 // alias bomb costs its own length, not its expansion. Only then are the
 // objects constructed from the same events. A recursive alias is refused.
 //
-// js-yaml, not the `yaml` package (2.9.1, measured in CPU time): `yaml`
-// parses a typical 0.9 KB cloud-config in 0.37 ms against 0.08 ms here and
-// 1 MiB of one-line keys in 1.16 s against 0.23 s; it refuses the alias
-// bombs of test/hostile only after 0.4-0.8 ms of work where the measure
-// above stops at 0.03 ms; its error messages quote the source line; and its
-// stringify quotes differently ("0644" for '0644'), so every merged seed's
-// bytes would change.
+// js-yaml, not the `yaml` package (2.9.1): `yaml` takes several times the
+// CPU to parse typical cloud-config and 1 MiB of one-line keys, and refuses
+// the alias bombs of test/hostile only after many times the work of the
+// measure above (docs/threat-model.md, "Measured"); its error messages quote
+// the source line; and its stringify quotes differently ("0644" for '0644'),
+// so every merged seed's bytes would change.
 import { constructFromEvents, dump, parseEvents, YAMLException, type Event } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 import { LIMITS } from './limits.ts';
@@ -93,6 +92,11 @@ function construct(text: string, events: Event[], options: YamlOptions): unknown
   });
 }
 
+/**
+ * Parses one YAML document, bounded (header). Bad YAML is `ok: false` with a 1-based line and
+ * column, never a throw; an empty document is null. Throws terminal YAML_TOO_COMPLEX past the
+ * alias, depth or expanded-size bound.
+ */
 export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<unknown> {
   try {
     const { events } = parseMeasured(text, options);
@@ -106,11 +110,12 @@ export function parseYaml(text: string, options: YamlOptions = {}): YamlResult<u
   }
 }
 
-// What a linter needs without building the objects (a 1 MiB document of
-// one-line keys costs ~3x more to construct than to parse): is it one valid
-// document, and is its top a mapping. Constructed anyway when only
-// construction could find the error (explicit tags, an unknown alias);
-// duplicate keys are allowed, as PyYAML allows them.
+/**
+ * What a linter needs without building the objects (on a large document, building them costs a
+ * multiple of parsing: docs/threat-model.md, "Measured"): is it one valid document, and what is
+ * its top node. Constructed anyway when only construction could find the error (explicit tags, an
+ * unknown alias); duplicate keys are allowed, as PyYAML allows them. Throws as parseYaml does.
+ */
 export function checkYaml(
   text: string,
   options: Omit<YamlOptions, 'allowDuplicateKeys'> = {},
@@ -126,7 +131,7 @@ export function checkYaml(
   }
 }
 
-// Several documents (local manifests). `maxExpandedBytes` bounds each.
+/** Several documents (local manifests), as parseYaml reads one; `maxExpandedBytes` bounds each. */
 export function parseYamlAll(
   text: string,
   options: Omit<YamlOptions, 'allowDuplicateKeys'> = {},
@@ -140,26 +145,31 @@ export function parseYamlAll(
   }
 }
 
+/** Where a parse failed, as "line L, column C", for messages. */
 export function where(r: { line?: number; column?: number }): string {
   return r.line !== undefined ? `line ${r.line}, column ${r.column}` : 'unknown position';
 }
 
+/** Whether `v` is a non-null object that is not an array: a parsed YAML mapping. */
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-// Sets a key that comes from users as an own property: `obj['__proto__'] = v`
-// would replace the prototype instead (js-yaml defines such keys the same way).
+/**
+ * Sets a key that comes from users as an own property: `obj['__proto__'] = v` would replace the
+ * prototype instead (js-yaml defines such keys the same way).
+ */
 export function setKey(obj: Record<string, unknown>, key: string, value: unknown): void {
   if (key === '__proto__')
     Object.defineProperty(obj, key, { value, enumerable: true, configurable: true, writable: true });
   else obj[key] = value;
 }
 
-// YAML that vmseed generates (merged cloud-config, network-config v2). js-yaml
-// quotes strings PyYAML's YAML 1.1 would read as something else ('0644',
-// '52:54:00:12:34:00', 'yes'); no line folding, no anchors, so the bytes
-// depend on the content only.
+/**
+ * YAML that vmseed generates (merged cloud-config, network-config v2). js-yaml quotes strings
+ * PyYAML's YAML 1.1 would read as something else ('0644', '52:54:00:12:34:00', 'yes'); no line
+ * folding, no anchors, so the bytes depend on the content only.
+ */
 export function dumpYaml(value: unknown): string {
   return dump(value, { lineWidth: -1, noRefs: true });
 }

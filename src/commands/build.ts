@@ -20,6 +20,7 @@ import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
 import { domainDevicesFromXml } from '../libvirt/domain-devices.ts';
 
+/** `vmseed build --help`: both modes (files, or a VMI manifest) and their flags. */
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso
        vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]]
@@ -44,7 +45,10 @@ export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdriv
   JSON). SOURCE_DATE_EPOCH fixes the timestamp.
 `;
 
-// One table for every mode, so a new mode adds its options beside these.
+/**
+ * `vmseed build`'s flags: one table for every mode, so a new mode adds its
+ * options beside these.
+ */
 export const BUILD_OPTIONS = {
   // No default here: the files mode defaults to nocloud, a VMI mode takes it
   // from the VMI unless given.
@@ -61,8 +65,13 @@ export const BUILD_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
+/** The parsed flags of `vmseed build`. */
 export type BuildValues = ReturnType<typeof parseBuildArgs>['values'];
 
+/**
+ * Parses `vmseed build`'s arguments; throws UsageError on an unknown or
+ * malformed flag.
+ */
 export function parseBuildArgs(argv: string[]) {
   try {
     return parseArgs({ args: argv, options: BUILD_OPTIONS, strict: true, allowPositionals: false });
@@ -71,7 +80,10 @@ export function parseBuildArgs(argv: string[]) {
   }
 }
 
-// Reads a file argument; '-' is stdin, which can be consumed once.
+/**
+ * Reads a file argument (relative to the context's cwd); '-' is stdin, which can
+ * be consumed once. Throws UsageError when the file cannot be read.
+ */
 export class InputReader {
   readonly ctx: CliContext;
   #stdinUsedBy: string | undefined;
@@ -146,6 +158,11 @@ function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
   return v as Record<string, unknown>;
 }
 
+/**
+ * The files mode: the seed from --user-data (required) and the optional
+ * --meta-data, --network-config and --vendor-data. Throws UsageError, or
+ * METADATA_INVALID for meta-data that is not a mapping.
+ */
 export async function seedFromFiles(values: BuildValues, datasource: Datasource, input: InputReader): Promise<Seed> {
   const userFile = values['user-data'];
   if (userFile === undefined) throw new UsageError('--user-data is required (use an empty file for none)');
@@ -170,8 +187,11 @@ export async function seedFromFiles(values: BuildValues, datasource: Datasource,
 
 const FILE_MODE_OPTIONS = ['user-data', 'meta-data', 'network-config', 'vendor-data', 'datasource'] as const;
 
-// The VMI mode: the same renderSeed the agent runs, over manifests on disk.
-// KubeVirt volumes are read (`own`): with no cluster nothing else builds them.
+/**
+ * The VMI mode: the same renderSeed the agent runs, over manifests on disk.
+ * KubeVirt volumes are read (`own`): with no cluster nothing else builds them.
+ * Throws UsageError for file-mode flags or not exactly one VMI.
+ */
 export async function seedFromVmi(values: BuildValues, input: InputReader): Promise<{ seed: Seed; timestamp: Date }> {
   for (const o of FILE_MODE_OPTIONS) {
     if (values[o] !== undefined) throw new UsageError(`--${o} cannot be combined with --vmi: the VMI defines its seed`);
@@ -276,6 +296,10 @@ async function writeOutput(path: string, bytes: Uint8Array): Promise<void> {
   }
 }
 
+/**
+ * `vmseed build`: writes the seed image to -o atomically. Exit 2 on bad input or
+ * usage, 1 when the output cannot be written.
+ */
 export const build: Command = async (ctx): Promise<ExitCode> => {
   let values: BuildValues;
   let seed: Seed;

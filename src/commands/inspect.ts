@@ -7,10 +7,13 @@ import type { Command, CliContext, ExitCode } from './cli.ts';
 import { VmseedError } from '../errors.ts';
 import { readIso, type IsoImage } from '../disk/iso9660-read.ts';
 
+/** `vmseed inspect --help`. */
 export const INSPECT_USAGE = 'usage: vmseed inspect IMAGE.iso [--cat NAME]\n';
 
-// What cloud-init would take the image for (label match is exact, in one
-// of the two cases cloud-init accepts, plus the files it requires).
+/**
+ * What cloud-init would take the image for: the label matches exactly, in one of
+ * the two cases cloud-init accepts, and the files it requires are there.
+ */
 export function guessDatasource(img: IsoImage): 'nocloud' | 'configdrive' | 'unknown' {
   const has = (p: string) => img.entries.some((e) => e.kind === 'file' && e.path === p);
   if ((img.label === 'cidata' || img.label === 'CIDATA') && has('user-data') && has('meta-data')) return 'nocloud';
@@ -19,6 +22,10 @@ export function guessDatasource(img: IsoImage): 'nocloud' | 'configdrive' | 'unk
   return 'unknown';
 }
 
+/**
+ * `vmseed inspect`: an ISO 9660 image's label, datasource guess and files, or
+ * one file's bytes with --cat. Exit 2 for an unreadable image or a missing file.
+ */
 export const inspect: Command = async (ctx): Promise<ExitCode> => {
   let parsed;
   try {

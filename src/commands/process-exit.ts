@@ -6,6 +6,10 @@
 // that request forever. Then the only way out is a fatal signal: SIGTERM
 // with its default action, which is what the kubelet would send anyway.
 
+/**
+ * What forceExit does to the process; processExitDeps gives the real ones,
+ * tests hand in fakes.
+ */
 export interface ExitDeps {
   // process.getActiveResourcesInfo(): what still holds the loop.
   activeResources(): string[];
@@ -16,16 +20,28 @@ export interface ExitDeps {
   terminate(): void;
 }
 
+/**
+ * How the process will leave: process.exit(code), or SIGTERM when exit would
+ * hang; `pending`: the resources still holding the loop.
+ */
 export type ExitPlan = { how: 'exit'; code: number; pending: string[] } | { how: 'signal'; pending: string[] };
 
 // Handles that are not work: stdio, and the timer that calls us.
 const NOT_WORK = new Set(['TTYWrap', 'PipeWrap', 'Timeout', 'Immediate']);
 
+/**
+ * The exit plan for these active resources: a stuck file-system request
+ * (`FSReq*`) means SIGTERM, since process.exit would wait for it forever.
+ */
 export function planExit(code: number, resources: string[]): ExitPlan {
   const pending = resources.filter((r) => !NOT_WORK.has(r));
   return pending.some((r) => r.startsWith('FSReq')) ? { how: 'signal', pending } : { how: 'exit', code, pending };
 }
 
+/**
+ * Leaves the process now, with one warning log line naming what still held the
+ * loop and why; main.ts calls it after its exit grace or on a second signal.
+ */
 export function forceExit(code: number, reason: string, deps: ExitDeps): ExitPlan {
   const plan = planExit(code, deps.activeResources());
   const counts: Record<string, number> = {};
@@ -47,6 +63,7 @@ export function forceExit(code: number, reason: string, deps: ExitDeps): ExitPla
   return plan;
 }
 
+/** The ExitDeps of this process (stderr, process.exit, a default-action SIGTERM). */
 export function processExitDeps(): ExitDeps {
   return {
     activeResources: () => process.getActiveResourcesInfo(),

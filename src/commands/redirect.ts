@@ -63,6 +63,10 @@ function specFrom(values: Record<string, string | string[] | boolean | undefined
   });
 }
 
+/**
+ * `vmseed redirect`: keeps the nftables DNAT of the metadata address to --to
+ * until SIGTERM, which removes it; --print and --remove act once and exit.
+ */
 export const redirect: Command = async (ctx) => {
   let values;
   let spec: RedirectSpec;

@@ -12,7 +12,10 @@ import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl, datasourceSerial } from '..
 import { bindingMessage, NONCE_ANNOTATION, type BindingMeta } from '../datasource/binding.ts';
 import { UsageError, type Command } from './cli.ts';
 
-// The flags, for parseArgs and for the help text (and the README's table).
+/**
+ * `vmseed seed-url`'s flags, for parseArgs and for the help text (and the
+ * README's table).
+ */
 export const OPTIONS = {
   uid: { type: 'string' },
   vmi: { type: 'string' },
@@ -26,6 +29,7 @@ export const OPTIONS = {
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
+/** One help line per flag of OPTIONS (a test keeps the two in step). */
 export const OPTION_HELP: ReadonlyArray<[string, string]> = [
   ['--uid UID', "bind the token to this VMI's metadata.uid (this VMI only)"],
   ['--vmi FILE', 'read namespace, name and uid from a VMI manifest (YAML/JSON)'],
@@ -188,6 +192,11 @@ function vmBinding(namespace: string, name: string, vmUid: string): string {
   })!;
 }
 
+/**
+ * `vmseed seed-url`: prints the DMI serial (or, with --url-only, the URL) of a
+ * VMI's or VM's signed seed URL. Exit 2 on bad input, 1 when the key file
+ * cannot be read.
+ */
 export const seedUrl: Command = async (ctx) => {
   try {
     const { values, positionals } = parseArgs({

@@ -1,20 +1,26 @@
 // `vmseed warm-cache`: load every module of vmseed once, so that Node's
 // compile cache (NODE_COMPILE_CACHE, which bin/vmseed sets) holds the
 // stripped TypeScript and V8's code of each. A start with a warm cache never
-// loads Node's TypeScript stripper, whose ~18 MB of RSS would otherwise stay
-// for the life of the agent. The container image runs this at build time, as
-// the user the pod runs as (Node keys the cache by uid).
+// loads Node's TypeScript stripper, whose RSS would otherwise stay for the
+// life of the agent (docs/operations.md, "The container image", gives the
+// measurement). The container image runs this at build time, as the user the
+// pod runs as (Node keys the cache by uid).
 import { readdir } from 'node:fs/promises';
 import { flushCompileCache, getCompileCacheDir } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Command, ExitCode } from './cli.ts';
 
+/** `vmseed warm-cache --help`. */
 export const WARM_CACHE_USAGE =
   "usage: vmseed warm-cache\n\nLoads every module of vmseed once so that Node's compile cache (NODE_COMPILE_CACHE,\nset by bin/vmseed) holds them; run it where the agent will run, as its user.\n";
 
 const SRC = fileURLToPath(new URL('../', import.meta.url));
 
+/**
+ * `vmseed warm-cache`: imports every module of src/ so Node's compile cache
+ * holds them. Exit 1 when the cache is off (run it through bin/vmseed).
+ */
 export const warmCache: Command = async (ctx): Promise<ExitCode> => {
   if (ctx.argv.includes('--help') || ctx.argv.includes('-h')) {
     ctx.stdout.write(WARM_CACHE_USAGE);

@@ -14,6 +14,10 @@ export { AGENT_USAGE } from './usage.ts';
 export type { DatasourceConfig, LibvirtMode, LogLevel, Platform };
 export type KubevirtVolumes = RenderOptions['kubevirtVolumes'];
 
+/**
+ * The agent's validated configuration, made by loadConfig from the flags and
+ * their environment fallbacks; durations in ms, sizes in bytes.
+ */
 export interface Config {
   mode: 'kubernetes' | 'local';
   // local mode: the directory of YAML manifests.
@@ -87,8 +91,12 @@ export interface WebhookConfig {
 // sun_path holds 108 bytes with the terminating NUL.
 const MAX_SOCKET_PATH = 107;
 
-// Returns undefined when --help was asked for. The flags are read in a fixed
-// order, so of several bad values the same one is reported every time.
+/**
+ * Reads and checks the agent's flags (`env` for fallbacks, `cwd` for relative
+ * paths); throws ConfigError on a bad value and returns undefined for --help.
+ * The flags are read in a fixed order, so of several bad values the same one is
+ * reported every time.
+ */
 export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string): Config | undefined {
   const flags = readFlags(argv, env, cwd);
   if (!flags) return undefined;
@@ -237,7 +245,10 @@ function webhookConfig(flags: FlagReader, config: Config): WebhookConfig | undef
   return { listen: flags.get('webhook-listen')!, certDir: flags.get('webhook-cert-dir'), serial };
 }
 
-// What the status page shows: no credentials (the kubeconfig path only).
+/**
+ * What the status page shows of the configuration: no credentials (the
+ * kubeconfig path only).
+ */
 export function configSummary(c: Config): Record<string, string | number | boolean> {
   return {
     mode: c.mode,

@@ -1,6 +1,7 @@
 // The value checks of the flags: each turns one flag's text into its value
 // or throws the one-line ConfigError printed before exiting 2.
 
+/** A bad flag value; its message is the one line printed before exiting 2. */
 export class ConfigError extends Error {
   constructor(message: string) {
     super(message);
@@ -50,6 +51,10 @@ export function oneOf<T extends string>(text: string, flag: string, allowed: rea
   return text as T;
 }
 
+/**
+ * A HOST:PORT flag value (`[v6]:port` allowed, empty host is 0.0.0.0); throws
+ * ConfigError naming --`flag`.
+ */
 export function parseListen(text: string, flag = 'listen'): { host: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]*)):(\d+)$/.exec(text.trim());
   if (!m) throw new ConfigError(`--${flag}: '${text}' is not HOST:PORT (e.g. 127.0.0.1:8080 or :8080)`);

@@ -2,6 +2,7 @@
 // readiness reasons and in Event messages. Pure; a relative time takes the
 // render time from its caller.
 
+/** A duration in seconds as people read it (µs up to h); '—' when unknown. */
 export function formatSeconds(seconds: number | undefined): string {
   if (seconds === undefined || !Number.isFinite(seconds)) return '—';
   if (seconds === 0) return '0';
@@ -12,6 +13,7 @@ export function formatSeconds(seconds: number | undefined): string {
   return `${(seconds / 3600).toFixed(1)} h`;
 }
 
+/** A size in bytes as B, KiB or MiB; '—' when unknown. */
 export function formatBytes(bytes: number | undefined): string {
   if (bytes === undefined || !Number.isFinite(bytes)) return '—';
   if (bytes < 1024) return `${bytes} B`;
@@ -19,7 +21,7 @@ export function formatBytes(bytes: number | undefined): string {
   return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
 }
 
-// "2026-11-22 03:04:05Z"; the raw value when it does not parse.
+/** An ISO time as "2026-11-22 03:04:05Z"; the raw value when it does not parse. */
 export function formatTime(iso: string | undefined): string {
   if (!iso) return '—';
   const t = Date.parse(iso);
@@ -30,7 +32,7 @@ export function formatTime(iso: string | undefined): string {
     .replace(/\.\d+Z$/, 'Z');
 }
 
-// "3m ago", relative to the render time passed in (renderers take no clock).
+/** "3m ago", relative to the render time passed in (renderers take no clock). */
 export function formatAgo(iso: string | undefined, now: Date): string {
   if (!iso) return '';
   const t = Date.parse(iso);

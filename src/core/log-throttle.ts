@@ -24,6 +24,11 @@ interface Window {
   suppressed: number;
 }
 
+/**
+ * Decides which failure log lines to write: admit(kind, now) answers undefined
+ * to hold a line back, else fields that count the lines held back since the
+ * kind's last one (at most one per kind per \`everyMs\`, default LOG_EVERY_MS).
+ */
 export class LogThrottle<K> {
   readonly #everyMs: number;
   readonly #maxKinds: number;

@@ -20,13 +20,19 @@ interface OwnerRef {
   controller?: unknown;
 }
 
-// The parts of a VMI's metadata read here (structural: the webhook passes
-// the raw admitted object's, the agent its VmiObject's).
+/**
+ * The parts of a VMI's metadata read here (structural: the webhook passes
+ * the raw admitted object's, the agent its VmiObject's).
+ */
 export interface BindingMeta {
   ownerReferences?: readonly OwnerRef[];
   annotations?: Record<string, string>;
 }
 
+/**
+ * Annotation holding the nonce a token binds to when the VMI has no owning
+ * VirtualMachine; the admission webhook mints it, the agent only reads it.
+ */
 export const NONCE_ANNOTATION = 'vmseed.io/datasource-nonce';
 const LABEL = 'vmseed datasource binding\0';
 // 16 random bytes, base64url.
@@ -36,7 +42,10 @@ export function isNonce(s: unknown): s is string {
   return typeof s === 'string' && NONCE_RE.test(s);
 }
 
-// The VirtualMachine that controls this VMI, by UID.
+/**
+ * The UID of the VirtualMachine that controls this VMI: the controller
+ * ownerReference, if it is a kubevirt.io VirtualMachine; else undefined.
+ */
 export function owningVmUid(meta: Pick<BindingMeta, 'ownerReferences'>): string | undefined {
   const refs: readonly unknown[] = Array.isArray(meta.ownerReferences) ? meta.ownerReferences : [];
   const ref = refs.find(
@@ -47,11 +56,13 @@ export function owningVmUid(meta: Pick<BindingMeta, 'ownerReferences'>): string 
   return typeof ref.uid === 'string' && ref.uid !== '' ? ref.uid : undefined;
 }
 
-// The message a bound token is the HMAC of, or undefined when the VMI has
-// neither an owning VM nor a nonce. `namespace` and `name` are the VMI's
-// as the caller knows them: a VMI made with generateName has no name at
-// admission, so the nonce form leaves the name out (the nonce alone is
-// unique); a VM's VMI is always named after the VM.
+/**
+ * The message a bound token is the HMAC of, or undefined when the VMI has
+ * neither an owning VM nor a nonce. `namespace` and `name` are the VMI's
+ * as the caller knows them: a VMI made with generateName has no name at
+ * admission, so the nonce form leaves the name out (the nonce alone is
+ * unique); a VM's VMI is always named after the VM.
+ */
 export function bindingMessage(namespace: string, name: string | undefined, meta: BindingMeta): string | undefined {
   const vm = owningVmUid(meta);
   if (vm !== undefined && name) return `${LABEL}vm\0${namespace}\0${name}\0${vm}`;

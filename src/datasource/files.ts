@@ -3,6 +3,7 @@ import type { Seed } from '../cloudinit/seed.ts';
 import { metaDataBytes } from '../cloudinit/seed-files.ts';
 
 export const DATASOURCE_FILES = ['meta-data', 'user-data', 'vendor-data', 'network-config'] as const;
+/** One of the NoCloud files the datasource serves, by name. */
 export type DatasourceFile = (typeof DATASOURCE_FILES)[number];
 
 export function isDatasourceFile(s: string): s is DatasourceFile {

@@ -43,10 +43,12 @@ function seedMessages(uid: string, entry: SeedDirectoryEntry | undefined): strin
   return entry?.binding === undefined ? [uid] : [uid, entry.binding];
 }
 
-// Token -> UID of the directory's VMIs, rebuilt when the directory or the
-// keys change. `messagesOf` says what a VMI's tokens are signed over. Its
-// size is bounded by the directory's: keys x messages per VMI; tokens that
-// verify nothing are never added.
+/**
+ * Token -> UID of the directory's VMIs, rebuilt when the directory or the
+ * keys change. `messagesOf` says what a VMI's tokens are signed over. Its
+ * size is bounded by the directory's: keys x messages per VMI; tokens that
+ * verify nothing are never added.
+ */
 export class TokenIndex {
   #byToken = new Map<string, TokenGrant | typeof AMBIGUOUS>();
   #revision: number | undefined;
@@ -106,6 +108,10 @@ export class TokenIndex {
   }
 }
 
+/**
+ * Which directory entry a datasource request may read: by verified token, or
+ * by source address when compat mode is on. A miss costs what a hit does.
+ */
 export class SeedIdentity {
   readonly #directory: SeedDirectory;
   readonly #compatSourceAddress: boolean;

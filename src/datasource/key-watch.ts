@@ -17,6 +17,11 @@ export interface KeyFileWatcher {
   close(): void;
 }
 
+/**
+ * Keeps `keyring` in step with the key file at `path`: watches its directory
+ * (debounced, default 100 ms) and polls every `pollMs` (default 60 s). Never
+ * throws: a read or parse failure is logged and the keys in force stay.
+ */
 export function watchKeyFile(options: {
   path: string;
   source: KeySource;

@@ -29,6 +29,11 @@ export type DatasourceRoute =
   // pre-23.1 cloud-init with a base lacking its trailing slash).
   | { kind: 'compat'; file: DatasourceFile };
 
+/**
+ * The datasource path prefix without trailing slashes (`/v1/` -> `/v1`).
+ * Throws RangeError, worded for the CLI, unless it is empty or `/`-separated
+ * segments of URL-unreserved characters.
+ */
 export function normalisePrefix(prefix: string): string {
   const p = prefix.replace(/\/+$/, '');
   if (p !== '' && !/^(\/[A-Za-z0-9._~-]+)+$/.test(p)) {

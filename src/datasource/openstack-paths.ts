@@ -17,6 +17,10 @@ const NOT_FOUND: ImdsReply = {
 
 const ok = (body: Uint8Array, type: string): ImdsReply => ({ status: 200, body, headers: { 'Content-Type': type } });
 
+/**
+ * Answers the OpenStack tree from a VMI's seed; the ConfigDrive view is
+ * built once per Seed object and dropped with it.
+ */
 export class OpenstackTree {
   readonly #views = new WeakMap<Seed, ConfigDriveFiles>();
 

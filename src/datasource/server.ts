@@ -59,14 +59,15 @@ export interface DatasourceServerOptions {
   // Answer an empty 200 instead of 404 for vendor-data when the seed has
   // none. cloud-init's NoCloud calls read_seeded with retries=10 and a 1 s
   // pause, and retries 404s too: a missing vendor-data costs every boot of
-  // a 22.x guest ~10 s (measured: 10.4 s with Debian's 22.4). Empty
-  // vendor-data means "none" to cloud-init, exactly what the image's missing
-  // vendor-data file means, so this is on by default.
+  // a 22.x guest those ten pauses (measured: docs/operations.md, "NoCloud
+  // over HTTP"). Empty vendor-data means "none" to cloud-init, exactly what
+  // the image's missing vendor-data file means, so this is on by default.
   serveEmptyVendorData?: boolean;
   // The same for network-config: cloud-init 24.3+ fetches it first, with the
-  // same 10 retries, so a 404 costs every boot ~10 s (measured: 10.1 s with
-  // 25.1). An empty network-config is no config to cloud-init (load_yaml
-  // gives None), exactly what a 404 means: it falls back to DHCP. On by default.
+  // same 10 retries, so a 404 costs every boot those pauses too (measured:
+  // docs/operations.md, "NoCloud over HTTP"). An empty network-config is no
+  // config to cloud-init (load_yaml gives None), exactly what a 404 means: it
+  // falls back to DHCP. On by default.
   serveEmptyNetworkConfig?: boolean;
   // Tokens that found no seed, remembered to tell a guest that looked
   // before its seed existed (src/datasource/early.ts).
@@ -81,6 +82,7 @@ export interface DatasourceServerOptions {
   reports?: { sink: ProgressSink; limits?: ReportLimits };
 }
 
+/** A listening datasource, as startDatasourceServer resolves it. */
 export interface DatasourceServer {
   readonly address: AddressInfo;
   // `http://host:port` + prefix, for building seed URLs in tests.
@@ -280,6 +282,11 @@ function withReports(
   };
 }
 
+/**
+ * Starts the datasource listener (NoCloud files, IMDS endpoints, and the
+ * progress-report receiver when `reports` is set). Rejects with RangeError
+ * for a bad prefix, or with the listen error itself (EADDRINUSE, EACCES).
+ */
 export async function startDatasourceServer(options: DatasourceServerOptions): Promise<DatasourceServer> {
   const logger = options.logger.child({ component: 'datasource' });
   const prefix = normalisePrefix(options.prefix ?? '/v1');

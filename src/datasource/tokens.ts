@@ -14,18 +14,25 @@ import { readFile } from 'node:fs/promises';
 import { VmseedError } from '../errors.ts';
 import { challengeAnswer, MAX_ANSWERS } from '../redirect/challenge.ts';
 
+/** Characters in every token: an HMAC-SHA256 in base64url, unpadded. */
 export const TOKEN_LENGTH = 43;
 export const MIN_KEY_BYTES = 32;
 const TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;
 
-// Where key material comes from (a mounted Secret in production, a string
-// in tests). Returns the raw file text; parsing and checks are ours.
+/**
+ * Where key material comes from (a mounted Secret in production, a string
+ * in tests). Returns the raw file text; parsing and checks are ours.
+ */
 export interface KeySource {
   read(): Promise<string>;
   // For messages only: never the content.
   readonly description: string;
 }
 
+/**
+ * A KeySource reading `path`. read() throws VmseedError
+ * DATASOURCE_KEY_FILE_UNREADABLE (retryable) when the file cannot be read.
+ */
 export function fileKeySource(path: string): KeySource {
   return {
     description: path,
@@ -43,11 +50,13 @@ export function fileKeySource(path: string): KeySource {
   };
 }
 
-// One key per line, base64 or base64url (what `openssl rand -base64 32`
-// prints). Blank lines and `#` comments are skipped. The first key signs.
-// Weak keys are refused: fewer than 32 bytes, or so few distinct byte values
-// that they cannot be random (all zeros, a repeated pattern). Messages name
-// the line, never the key.
+/**
+ * One key per line, base64 or base64url (what `openssl rand -base64 32`
+ * prints). Blank lines and `#` comments are skipped. The first key signs.
+ * Weak keys are refused: fewer than 32 bytes, or so few distinct byte values
+ * that they cannot be random (all zeros, a repeated pattern). Throws
+ * VmseedError DATASOURCE_KEY_INVALID; messages name the line, never the key.
+ */
 export function parseKeyFile(text: string, where = 'key file'): Uint8Array[] {
   const keys: Uint8Array[] = [];
   const seen = new Set<string>();
@@ -97,10 +106,16 @@ export function signToken(key: Uint8Array | KeyObject, uid: string): string {
   return createHmac('sha256', key).update(uid, 'utf8').digest('base64url');
 }
 
+/** Whether `s` has a token's form (43 base64url characters); says nothing of its validity. */
 export function isTokenShaped(s: string): boolean {
   return TOKEN_RE.test(s);
 }
 
+/**
+ * The datasource keys in force: the first signs, every one verifies.
+ * replace() and reload() swap them atomically (a bad set throws VmseedError
+ * DATASOURCE_KEY_INVALID and leaves the old keys) and bump `generation`.
+ */
 export class DatasourceKeyring {
   #keys: Uint8Array[] = [];
   // The same keys as KeyObjects: an HMAC over a raw key pays for turning it

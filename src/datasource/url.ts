@@ -3,16 +3,22 @@
 import { VmseedError } from '../errors.ts';
 import type { DatasourceKeyring } from './tokens.ts';
 
+/** The seed base guests are pointed at unless configured: IMDS's link-local address. */
 export const DEFAULT_DATASOURCE_BASE = 'http://169.254.169.254/v1';
 
-// `nocloud` is what cloud-init 23.2+ wants (an http seed switches it to
-// network mode itself). Guests with older cloud-init need `nocloud-net` for
-// an http seed; it is deprecated since 24.1 but still honoured.
+/**
+ * `nocloud` is what cloud-init 23.2+ wants (an http seed switches it to
+ * network mode itself). Guests with older cloud-init need `nocloud-net` for
+ * an http seed; it is deprecated since 24.1 but still honoured.
+ */
 export type SerialDatasourceId = 'nocloud' | 'nocloud-net';
 
-// The seed URL of one VMI: base + `/` + token + `/`. Always with the
-// trailing slash, so cloud-init before 23.1 (which appends file names raw)
-// and after (which adds a slash only when missing) request the same paths.
+/**
+ * The seed URL of one VMI: base + `/` + token + `/`. Always with the
+ * trailing slash, so cloud-init before 23.1 (which appends file names raw)
+ * and after (which adds a slash only when missing) request the same paths.
+ * Throws VmseedError DATASOURCE_URL_INVALID for a base cloud-init would misread.
+ */
 export function datasourceSeedUrl(base: string, token: string): string {
   let url: URL;
   try {
@@ -44,6 +50,7 @@ export function datasourceSeedUrl(base: string, token: string): string {
   return `${base.replace(/\/+$/, '')}/${token}/`;
 }
 
+/** The DMI serial that points cloud-init at `seedUrl`: `ds=<ds>;s=<seedUrl>`. */
 export function datasourceSerial(seedUrl: string, ds: SerialDatasourceId = 'nocloud'): string {
   return `ds=${ds};s=${seedUrl}`;
 }

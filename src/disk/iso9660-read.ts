@@ -17,6 +17,7 @@ export interface IsoEntry {
   mode?: number;
 }
 
+/** An ISO 9660 image as read: labels, extensions, the tree and each file's bytes. */
 export interface IsoImage {
   // The label blkid reports: the Joliet volume id merged with the PVD's.
   label: string;
@@ -161,6 +162,10 @@ function jolietName(id: Uint8Array): string {
   return s;
 }
 
+/**
+ * Reads a seed image (ours, genisoimage's, xorrisofs's) from its bytes; throws
+ * ISO_NOT_AN_IMAGE when they are not a readable ISO 9660 image.
+ */
 export function readIso(bytes: Uint8Array): IsoImage {
   if (bytes.length < 17 * SECTOR)
     bad(`it is ${bytes.length} bytes, smaller than the 16-sector system area plus a descriptor`);

@@ -22,15 +22,20 @@ export function seedFiles(seed: Seed): IsoFile[] {
 
 // The sha256 of the image, exactly as `sha256sum` gives it, without hashing
 // the 32 KiB zero system area every time: the hash state after those bytes
-// is computed once and copied. At 16 KiB of user-data (a 68 KiB image) this
-// halves the hashing (40 → ~20 µs; the whole hash costs more than building
-// the image).
+// is computed once and copied. For a seed-sized image this about halves the
+// hashing, which costs more than building the image (docs/operations.md,
+// "Measured" under the seed images' names).
 const AFTER_SYSTEM_AREA = createHash('sha256').update(new Uint8Array(SYSTEM_AREA_BYTES));
 
 export function imageSha256(bytes: Uint8Array): string {
   return AFTER_SYSTEM_AREA.copy().update(bytes.subarray(SYSTEM_AREA_BYTES)).digest('hex');
 }
 
+/**
+ * A seed's ISO 9660 image, with its label, file list and sha256 (the same seed
+ * and timestamp give the same bytes). Throws a terminal VmseedError when the
+ * seed cannot be laid out.
+ */
 export function buildSeedImage(seed: Seed, timestamp: Date): SeedImage {
   const files = seedFiles(seed);
   const label = LABELS[seed.datasource];
@@ -43,12 +48,14 @@ export function buildSeedImage(seed: Seed, timestamp: Date): SeedImage {
   };
 }
 
-// An image's bytes are dead once the store has written them (or found them
-// already on disk). Detaching the buffer hands its memory back at once;
-// left to the garbage collector, the ~68 KB of each image is external
-// memory V8 collects only after tens of megabytes of it, so a cold start of
-// 1,000 VMIs held up to ~60 MB of dead images at its peak. The caller must
-// not touch `bytes` afterwards (a detached view reads as empty).
+/**
+ * Hands an image's memory back at once: its bytes are dead once the store
+ * has written them (or found them already on disk). Left to the garbage
+ * collector, each image is external memory V8 collects only after tens of
+ * megabytes of it, so a cold start of many VMIs holds dead images at its
+ * peak (docs/operations.md, "Measured" under Resources). The caller must not
+ * touch `bytes` afterwards (a detached view reads as empty).
+ */
 export function releaseImageBytes(bytes: Uint8Array): void {
   const buf = bytes.buffer;
   if (buf instanceof ArrayBuffer && !buf.detached && bytes.byteOffset === 0 && bytes.byteLength === buf.byteLength)

@@ -160,6 +160,11 @@ function closeOnce(server: Server, monitor: EventLoopMonitor): () => Promise<voi
   };
 }
 
+/**
+ * Starts one of the agent's HTTP listeners (probes, /metrics and/or the status
+ * pages, by `serve`). Throws a terminal CONFIG_INVALID when the address does not
+ * parse or cannot be listened on.
+ */
 export async function startHttpServer(options: HttpServerOptions): Promise<HttpServer> {
   const log = options.logger.child({ component: 'http' });
   const at = parseListen(options.listen);

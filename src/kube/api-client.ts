@@ -11,8 +11,14 @@ import { fetch } from 'undici';
 import { VmseedError, cancelledBy } from '../errors.ts';
 import type { KubeConnection } from './connection.ts';
 
+/** The HTTP methods the agent's Kubernetes calls use. */
 export type KubeMethod = 'GET' | 'POST' | 'PATCH' | 'PUT';
 
+/**
+ * An API server answer: any status comes back here (request() throws only
+ * for transport failures and cancellation); `body` is the parsed JSON, or
+ * undefined when it was empty or not JSON.
+ */
 export interface KubeResponse {
   status: number;
   body: unknown;
@@ -20,6 +26,10 @@ export interface KubeResponse {
   retryAfterMs?: number;
 }
 
+/**
+ * The Kubernetes calls the agent makes, as a path and a JSON body. What the
+ * agent's parts take, so tests hand them a fake API server.
+ */
 export interface KubeApi {
   // `signal`: the caller's own end (a reconcile's), besides the client's
   // stop signal; aborted, the call and its retries end with CANCELLED.
@@ -32,6 +42,7 @@ export interface KubeApi {
   ): Promise<KubeResponse>;
 }
 
+/** How KubeConnectionApi retries a 429 or 5xx before the caller sees it. */
 export interface KubeRetryPolicy {
   // Further attempts after a 429 or 5xx (0: none).
   retries: number;
@@ -42,12 +53,20 @@ export interface KubeRetryPolicy {
   maxRetryAfterMs: number;
 }
 
+/** Three retries, 250 ms doubling to 2 s, Retry-After honoured up to 5 s. */
 export const DEFAULT_RETRY: KubeRetryPolicy = { retries: 3, baseMs: 250, maxMs: 2000, maxRetryAfterMs: 5000 };
 
+/** The statuses retried before the caller sees them: 429 and 500–504. */
 export function isRetryableStatus(status: number): boolean {
   return status === 429 || (status >= 500 && status <= 504);
 }
 
+/**
+ * KubeApi over a KubeConnection (see the module comment for retries and the
+ * 401 re-read). request() throws VmseedError KUBE_API_UNAVAILABLE (retryable)
+ * when the server cannot be reached or the call times out (default 30 s),
+ * CANCELLED when its signal or the agent's stop aborts.
+ */
 export class KubeConnectionApi implements KubeApi {
   readonly #conn: KubeConnection;
   readonly #timeoutMs: number;
@@ -143,7 +162,10 @@ export class KubeConnectionApi implements KubeApi {
   }
 }
 
-// Retry-After as delay-seconds or an HTTP date (RFC 9110 10.2.3).
+/**
+ * Retry-After in milliseconds, from delay-seconds or an IMF-fixdate (RFC
+ * 9110 10.2.3); undefined when absent or malformed, 0 for a past date.
+ */
 export function retryAfterMs(header: string | null | undefined, now = Date.now()): number | undefined {
   if (header === null || header === undefined || header.trim() === '') return undefined;
   const text = header.trim();
@@ -153,14 +175,18 @@ export function retryAfterMs(header: string | null | undefined, now = Date.now()
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
-// A Status's message: any JSON a server put there, shown as String() shows it.
+/** A Status's message: any JSON a server put there, shown as String() shows it. */
 export function statusMessage(body: unknown): string {
   return String((body as { message?: unknown } | null | undefined)?.message ?? '');
 }
 
-// The typed error for a status the caller cannot use. The API server's
-// Status message is quoted for 403 only: it names the user, verb, resource
-// and namespace RBAC refused, never object content.
+/**
+ * The typed error for a status the caller cannot use: KUBE_API_THROTTLED,
+ * KUBE_API_UNAVAILABLE, KUBE_API_UNAUTHORIZED and KUBE_API_FORBIDDEN are
+ * retryable, any other status KUBE_API_ERROR (terminal). The API server's
+ * Status message is quoted for 403 only: it names the user, verb, resource
+ * and namespace RBAC refused, never object content.
+ */
 export function statusError(method: string, path: string, res: number | KubeResponse): VmseedError {
   const status = typeof res === 'number' ? res : res.status;
   const where = `${method} ${path.split('?')[0]}`;
@@ -196,7 +222,10 @@ export function statusError(method: string, path: string, res: number | KubeResp
   return new VmseedError('KUBE_API_ERROR', `Kubernetes API answered ${status} to ${where}`, { kind: 'terminal' });
 }
 
-// The transport's own reason (ECONNREFUSED, TimeoutError...), never a body.
+/**
+ * The transport's own reason (ECONNREFUSED, TimeoutError...), never a body;
+ * TLS verification failures are explained. At most 120 characters.
+ */
 export function transportReason(e: unknown): string {
   const err = e as { name?: string; code?: string; message?: string; cause?: { code?: string; message?: string } };
   const code = err.cause?.code ?? err.code;

@@ -1,14 +1,16 @@
 // Where the API server is and how to authenticate, from a kubeconfig file or
 // the in-cluster service account. client-node's KubeConfig does this too,
-// but importing it loads every generated API client (~36 MB of RSS, a
-// quarter of the agent's budget); the agent needs one server, a CA, and a
-// bearer token or client certificate.
+// but importing it loads every generated API client, a large share of the
+// agent's memory budget (measured: docs/operations.md, "The agent and the
+// API server"); the agent needs one server, a CA, and a bearer token or
+// client certificate.
 import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Agent } from 'undici';
 import { load as loadYaml } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 
+/** Where the kubelet mounts the pod's service-account token, CA and namespace. */
 export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 // Bound service-account tokens rotate: kubelet rewrites the projected file
 // at 80% of the token's TTL (1 h by default, so after ~48 min), and the old
@@ -16,11 +18,16 @@ export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 // minute (transport.NewCachedFileTokenSource); so does this, and at once
 // after a 401.
 const TOKEN_REREAD_MS = 60_000;
-// Go's HTTP/2 server default, which kube-apiserver keeps.
+/** Streams per HTTP/2 connection: Go's HTTP/2 server default, which kube-apiserver keeps. */
 export const H2_MAX_STREAMS = 250;
 // A service-account JWT is ~1-2 KiB.
 const MAX_TOKEN_BYTES = 64 * 1024;
 
+/**
+ * Server, TLS and credentials of one connection, as a kubeconfig or the
+ * in-cluster service account gives them (PEM text, not paths). A
+ * `tokenFile` is re-read every `tokenRereadMs` (default 60 s) and after a 401.
+ */
 export interface ConnectionSpec {
   server: string;
   skipTLSVerify?: boolean;
@@ -33,6 +40,11 @@ export interface ConnectionSpec {
   tokenRereadMs?: number;
 }
 
+/**
+ * One API server: its URL, the keep-alive pool every call and watch shares
+ * (HTTP/2 when offered) and the current bearer token. The constructor throws
+ * VmseedError CONFIG_INVALID (terminal) when `server` is not an http(s) URL.
+ */
 export class KubeConnection {
   readonly #spec: ConnectionSpec;
   readonly #dispatcher: Agent;
@@ -136,6 +148,11 @@ function invalid(message: string): VmseedError {
   return new VmseedError('CONFIG_INVALID', `kubeconfig: ${message}`, { kind: 'terminal', field: 'kubeconfig' });
 }
 
+/**
+ * The in-cluster connection, as client-go's rest.InClusterConfig builds it.
+ * Throws VmseedError CONFIG_INVALID when KUBERNETES_SERVICE_HOST is unset or
+ * the service account's ca.crt cannot be read.
+ */
 export function inClusterConnection(env: NodeJS.ProcessEnv = process.env, saDir = SA_DIR): KubeConnection {
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT ?? '443';
@@ -157,8 +174,12 @@ export function inClusterConnection(env: NodeJS.ProcessEnv = process.env, saDir 
 
 type Named<T> = { name: string } & T;
 
-// Token, token file, client certificate and CA, as files or inline data;
-// exec and auth-provider plugins are refused with a clear message.
+/**
+ * The current context of the kubeconfig at `path`: token, token file, client
+ * certificate and CA, as files or inline data. Throws VmseedError
+ * CONFIG_INVALID (terminal) for an unreadable file, a missing context or
+ * cluster, or an exec or auth-provider plugin, which vmseed does not run.
+ */
 export function connectionFromKubeconfig(path: string): KubeConnection {
   let doc: Record<string, unknown>;
   try {
@@ -211,6 +232,10 @@ export function connectionFromKubeconfig(path: string): KubeConnection {
   }
 }
 
+/**
+ * `--kubeconfig` when given, else the in-cluster service account; throws as
+ * connectionFromKubeconfig and inClusterConnection do.
+ */
 export function loadConnection(kubeconfig: string | undefined, env: NodeJS.ProcessEnv = process.env): KubeConnection {
   return kubeconfig ? connectionFromKubeconfig(kubeconfig) : inClusterConnection(env);
 }

@@ -34,19 +34,28 @@ import { ListWatch, type ObjectList } from './list-watch.ts';
 import { VmseedError } from '../errors.ts';
 import { keyOf, type KeyHandler, type VmiSource } from './vmi-source.ts';
 
+/** The cluster-wide VMI collection; vmiPath() gives a namespace's. */
 export const VMI_PATH = '/apis/kubevirt.io/v1/virtualmachineinstances';
+/** The label virt-controller sets to the node a VMI runs on. */
 export const NODE_NAME_LABEL = 'kubevirt.io/nodeName';
+/** The label naming the node a VMI is migrating to, while it migrates. */
 export const MIGRATION_TARGET_LABEL = 'kubevirt.io/migrationTargetNodeName';
 
 // Which label a watch selects on: the VMI's node, or the node it migrates to.
 type WatchRole = 'node' | 'migrationTarget';
 
+/** The VMI collection of `namespace`, or the cluster-wide one when undefined. */
 export function vmiPath(namespace?: string): string {
   return namespace === undefined
     ? VMI_PATH
     : `/apis/kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances`;
 }
 
+/**
+ * What KubeVmiSource watches with and how hard. Times are milliseconds; the
+ * defaults are client-go's (5 min minimum watch timeout) or the agent's
+ * (restart backoff 1 s to 60 s, stale after 3 min).
+ */
 export interface KubeSourceOptions {
   connection: KubeConnection;
   api: KubeApi;
@@ -321,12 +330,14 @@ class ScopedInformer {
   }
 }
 
-// Both labels can name this node at once (a migration between two launcher
-// pods of this node, or the moment one to this node completes): both caches
-// hold the VMI, each at the version its own watch last delivered, and the
-// later one wins. resourceVersions are opaque to clients in general; the
-// API server's are etcd revisions, and anything else falls back to the node
-// watch's copy.
+/**
+ * Both labels can name this node at once (a migration between two launcher
+ * pods of this node, or the moment one to this node completes): both caches
+ * hold the VMI, each at the version its own watch last delivered, and the
+ * later one wins. resourceVersions are opaque to clients in general; the
+ * API server's are etcd revisions, and anything else falls back to `a`, the
+ * node watch's copy.
+ */
 export function newerVmi(a: VmiObject | undefined, b: VmiObject | undefined): VmiObject | undefined {
   if (!a || !b) return a ?? b;
   const [ra, rb] = [a.metadata.resourceVersion, b.metadata.resourceVersion];
@@ -334,6 +345,11 @@ export function newerVmi(a: VmiObject | undefined, b: VmiObject | undefined): Vm
   return BigInt(rb) > BigInt(ra) ? b : a;
 }
 
+/**
+ * The node's VMIs from the API server, as the module comment describes: two
+ * watches per scope, restarted on errors and by a watchdog. status() feeds
+ * the status page and vmseed_informer_synced.
+ */
 export class KubeVmiSource implements VmiSource {
   readonly #opts: KubeSourceOptions;
   readonly #informers: ScopedInformer[];

@@ -9,6 +9,11 @@ import type { ConfigMapObject, RefResolver, SecretObject } from '../api/objects.
 import { statusError, type KubeApi } from './api-client.ts';
 import { VmseedError } from '../errors.ts';
 
+/**
+ * Reads Secrets and ConfigMaps straight from the API server (see the module
+ * comment). Throws KUBE_API_FORBIDDEN (terminal) for a namespace outside
+ * `namespaces`, and statusError()'s error for any answer but 200 or 404.
+ */
 export class KubeRefResolver implements RefResolver {
   readonly #api: KubeApi;
   readonly #namespaces: ReadonlySet<string> | undefined;

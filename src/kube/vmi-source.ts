@@ -4,6 +4,10 @@
 import type { VmiObject } from '../api/objects.ts';
 import type { WatchStatus } from '../status/snapshot.ts';
 
+/**
+ * A cache of the node's VMIs by `namespace/name` key (keyOf), filled from
+ * the API server or a local directory; changes are announced by key only.
+ */
 export interface VmiSource {
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -17,8 +21,10 @@ export interface VmiSource {
   resync?(): void;
 }
 
+/** Called with every key that may have changed; it only enqueues, never reconciles. */
 export type KeyHandler = (key: string) => void;
 
+/** An object's cache and work-queue key: `namespace/name` (an empty namespace for none). */
 export function keyOf(obj: { metadata: { namespace?: string; name: string } }): string {
   return `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
 }

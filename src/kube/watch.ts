@@ -13,9 +13,15 @@ import { fetch } from 'undici';
 import type { KubeConnection } from './connection.ts';
 import { retryAfterMs, statusMessage } from './api-client.ts';
 
+/** Receives each watch event: its type (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR), object, and the whole event. */
 export type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
+/**
+ * Called once when a watch ends: null for a clean end, else the error (a
+ * WatchError for a status). Not called after the caller's own abort().
+ */
 export type DoneCallback = (err: unknown) => void;
 
+/** Bounds of a BoundedWatch; times in milliseconds (grace default 30 s, lines 8 MiB). */
 export interface BoundedWatchOptions {
   connection: KubeConnection;
   // client-go's default minWatchTimeout is 5 minutes.
@@ -27,15 +33,23 @@ export interface BoundedWatchOptions {
   maxLineBytes?: number;
 }
 
-// Errors a watch request ends with; `statusCode` and `code` as ListWatch
-// reads them (410 → relist).
+/**
+ * Errors a watch request ends with; `statusCode` and `code` as ListWatch
+ * reads them (410 → relist).
+ */
 export interface WatchError extends Error {
   statusCode?: number;
   retryAfterMs?: number;
 }
 
+/** client-go's default minWatchTimeout: a watch asks to be ended after 5 to 10 minutes. */
 export const MIN_WATCH_TIMEOUT_MS = 5 * 60_000;
 
+/**
+ * Starts watch requests bounded as the module comment describes; the
+ * `watch` method ListWatch expects. watch() reports failures, a non-200
+ * answer included, through `done` rather than rejecting.
+ */
 export class BoundedWatch {
   readonly #conn: KubeConnection;
   readonly #minMs: number;

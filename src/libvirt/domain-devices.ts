@@ -33,6 +33,7 @@ function hostAddress(a: Attrs | undefined): string | undefined {
   return `${d}:${b}:${s}.${f}`;
 }
 
+/** What the ConfigDrive `devices` metadata reads of a domain's XML. */
 export interface DomainFacts {
   devices: DomainDevice[];
   // <cputune><vcpupin vcpu= cpuset=>: which host CPUs each vCPU is pinned to.
@@ -90,8 +91,11 @@ class DeviceReader {
   }
 }
 
-// Devices in document order, interfaces and hostdevs each. Returns undefined
-// when the text is not a domain (the caller then renders from the spec).
+/**
+ * Devices in document order, interfaces and hostdevs each. Returns undefined
+ * when the text is not a domain, or is over 1 MiB or malformed (the caller
+ * then renders from the spec); never throws.
+ */
 export function domainDevicesFromXml(xml: string): DomainDevice[] | undefined {
   return domainFactsFromXml(xml)?.devices;
 }

@@ -9,6 +9,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DomainDevice } from '../cloudinit/devices-metadata.ts';
 
+/** The host's NUMA facts for PCI devices; undefined for anything unknown or unreadable. */
 export interface HostNumaReader {
   // undefined: no such device, unreadable, or no NUMA affinity (-1).
   deviceNumaNode(pciAddress: string): Promise<number | undefined>;
@@ -50,6 +51,7 @@ export function parseCpuList(text: string): number[] | undefined {
   return out;
 }
 
+/** The HostNumaReader over sysfs at `sysRoot` (`/sys`, or a fake tree in tests). */
 export function sysfsNumaReader(sysRoot = '/sys'): HostNumaReader {
   return {
     async deviceNumaNode(pciAddress) {
@@ -68,9 +70,11 @@ export function sysfsNumaReader(sysRoot = '/sys'): HostNumaReader {
   };
 }
 
-// Host devices with a host address get their NUMA node and its CPUs; the
-// rest are returned as they are. Unknown facts stay unset (KubeVirt then
-// writes neither key).
+/**
+ * Host devices with a host address get their NUMA node and its CPUs; the
+ * rest are returned as they are. Unknown facts stay unset (KubeVirt then
+ * writes neither key).
+ */
 export async function withHostNuma(devices: DomainDevice[], reader: HostNumaReader): Promise<DomainDevice[]> {
   const out: DomainDevice[] = [];
   for (const d of devices) {

@@ -14,10 +14,15 @@ const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 // ones are being deleted. Anything beyond is not KubeVirt's.
 const MAX_ACTIVE_PODS = 16;
 
+/** Whether `uid` is a UUID, and so safe to use as a path component or in a socket URI. */
 export function isPodUid(uid: string): boolean {
   return UUID_RE.test(uid);
 }
 
+/**
+ * The pod UIDs `status.activePods` places on `nodeName`, sorted; not yet
+ * checked as UUIDs (checkLauncherPods, isPodUid). Any malformed map gives [].
+ */
 export function launcherPodsOnNode(activePods: unknown, nodeName: string): string[] {
   if (activePods === null || typeof activePods !== 'object') return [];
   return Object.entries(activePods as Record<string, unknown>)
@@ -43,7 +48,10 @@ export function checkLauncherPods(target: { namespace: string; name: string }, p
   }
 }
 
-// The one launcher pod UID of the target, or a retryable LAUNCHER_POD_UNKNOWN.
+/**
+ * The one launcher pod UID of the target, or a retryable LAUNCHER_POD_UNKNOWN
+ * (none or several); LAUNCHER_POD_INVALID (terminal) when a UID is not one.
+ */
 export function launcherPodOf(target: InjectionTarget): string {
   const pods = target.launcherPods ?? [];
   checkLauncherPods(target, pods);
@@ -75,6 +83,7 @@ export interface MigrationState {
   failed?: boolean;
 }
 
+/** The migration state of a VMI's `status`, its strings checked; undefined when there is none. */
 export function migrationStateOf(status: unknown): MigrationState | undefined {
   const m = (status as { migrationState?: unknown } | undefined)?.migrationState;
   if (m === null || typeof m !== 'object') return undefined;
@@ -88,7 +97,7 @@ export function migrationStateOf(status: unknown): MigrationState | undefined {
   return out;
 }
 
-// A migration KubeVirt has not finished, one way or the other.
+/** A migration KubeVirt has not finished, one way or the other. */
 export function migrationInProgress(m: MigrationState | undefined): m is MigrationState & { targetNode: string } {
   return m !== undefined && m.targetNode !== undefined && !m.completed && !m.failed;
 }
@@ -101,6 +110,7 @@ export interface LauncherMemory {
   stagedPods: string[];
 }
 
+/** What the reconciler does with each of the VMI's launcher pods on this node (planLaunchers). */
 export interface LauncherPlan {
   // The pod whose domain gets (or keeps) the seed disk; none while this node
   // only receives a migration or nothing is known yet.
@@ -118,6 +128,12 @@ export interface LauncherPlan {
 // only waits for an incoming migration); undefined: cannot tell.
 export type ActiveDomainProbe = (pods: string[]) => Promise<string[] | undefined>;
 
+/**
+ * Which of the node's launcher pods gets the disk, which only the image (a
+ * migration arriving) and which lose our copy. Throws LAUNCHER_POD_INVALID
+ * (terminal) for UIDs that are not ones, and LAUNCHER_POD_UNKNOWN
+ * (retryable) while several pods remain and nothing tells which runs the VM.
+ */
 export async function planLaunchers(
   target: { namespace: string; name: string },
   pods: string[],

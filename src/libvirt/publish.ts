@@ -218,6 +218,13 @@ function holds(path: string, bytes: Uint8Array): boolean {
   }
 }
 
+/**
+ * Copies images into a directory per target, KubeVirt's launcher
+ * `ephemeral-disks` volume (see the module comment; forDir() builds it from
+ * --publish-dir). Failures are VmseedErrors: SEED_PUBLISH_FAILED (retryable;
+ * terminal for an image over maxBytes) and STORE_UNSAFE_PATH (terminal) for
+ * a symlink or non-directory in the way.
+ */
 export class DirPublisher implements ImagePublisher {
   readonly #dirTemplate: Template<'publish-dir'>;
   readonly #subdir: string | undefined;

@@ -22,9 +22,10 @@ export const TEMPLATE_PLACEHOLDERS = {
   'publish-dir': TARGET_PLACEHOLDERS,
 } as const;
 
+/** What a template is for: `uri`, `domain`, `image-path` or `publish-dir`. */
 export type TemplateKind = keyof typeof TEMPLATE_PLACEHOLDERS;
 
-// A checked template of one kind (the brand exists only for the type checker).
+/** A checked template of one kind (the brand exists only for the type checker). */
 export type Template<K extends TemplateKind> = string & { readonly __template: K };
 
 // Why `text` is no template of `kind` (in words for the flag that gave it),
@@ -38,8 +39,10 @@ export function templateProblem(kind: TemplateKind, text: string): string | unde
   return undefined;
 }
 
-// The one way to make a Template. `fail` makes the caller's error of the
-// problem (the flag's ConfigError); by default CONFIG_INVALID.
+/**
+ * The one way to make a Template. `fail` makes the caller's error of the
+ * problem (the flag's ConfigError); by default VmseedError CONFIG_INVALID.
+ */
 export function parseTemplate<K extends TemplateKind>(
   kind: K,
   text: string,
@@ -66,10 +69,12 @@ export function renderTemplate(
   });
 }
 
-// A value placed into a libvirt URI (e.g. the socket path of
-// `qemu+unix:///session?socket=...`): libvirt unescapes query values
-// (virURIParseParams), so everything but unreserved characters and `/` is
-// percent-encoded and cannot start another parameter or end the URI.
+/**
+ * A value placed into a libvirt URI (e.g. the socket path of
+ * `qemu+unix:///session?socket=...`): libvirt unescapes query values
+ * (virURIParseParams), so everything but unreserved characters and `/` is
+ * percent-encoded and cannot start another parameter or end the URI.
+ */
 export function encodeUriValue(value: string): string {
   return Array.from(new TextEncoder().encode(value), (b) => {
     const c = String.fromCharCode(b);

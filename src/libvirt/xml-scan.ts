@@ -8,11 +8,10 @@
 //
 // Why not a general parser: the injector reads a domain's XML on every
 // injection, and a callback walk that keeps only what the caller asks for
-// builds no object tree. Against fast-xml-parser 5.12 (a whole tree) it
-// reads a 4.2 KB dumpxml's devices in 0.07 ms instead of 0.28 ms, and a
-// hostile 1 MiB document of ~150k elements in 55 ms and 8 MiB of heap
-// instead of 0.9 s and 29 MiB (1 MiB of 150k attributes: 0.4 s and 15 MiB
-// instead of 2.7 s and 64 MiB).
+// builds no object tree: against a whole fast-xml-parser tree it reads a
+// domain's devices several times faster, and a hostile 1 MiB document in a
+// fraction of the time and heap (measured: docs/libvirt-rpc.md, "Tests and
+// figures"; `npm run bench:inject` re-runs the launcher-XML comparison).
 import { VmseedError } from '../errors.ts';
 
 export interface XmlVisitor {

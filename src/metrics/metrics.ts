@@ -16,8 +16,10 @@ const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 
 // A guest's boot to cloud-init's final stage: 5 s to 2 h.
 const PROVISIONING_BUCKETS = [5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600, 7200];
 export const WEBHOOK_RESULTS = ['patched', 'unchanged', 'refused', 'error'] as const;
+/** The `result` label of vmseed_webhook_requests_total. */
 export type WebhookResult = (typeof WEBHOOK_RESULTS)[number];
 export const ANNOTATION_WRITE_RESULTS = ['success', 'forbidden', 'refused', 'error'] as const;
+/** The `result` label of vmseed_vmi_annotation_writes_total. */
 export type AnnotationWriteResult = (typeof ANNOTATION_WRITE_RESULTS)[number];
 
 // 4 KiB (minimum image) to 64 MiB.
@@ -44,13 +46,18 @@ export interface LiveProbes {
   provisioning?: () => { counts: Record<string, number>; oldestRunningSeconds: number };
 }
 
+/**
+ * Every vmseed metric, in a registry of its own; bounded label sets start at
+ * 0 so a series exists from the first scrape.
+ */
 export function createMetrics(options: MetricsOptions) {
   const registry = new Registry();
   const live: LiveProbes = {};
   if (options.processMetrics !== false) {
     // Event-loop lag sampled every 100 ms, not prom-client's 10 ms: a 100 Hz
-    // timer is most of an idle agent's CPU (~0.7 of ~0.9 % on a 2-core VM),
-    // and the lag that matters here (blocks of tens of ms and more) still shows.
+    // timer is most of an idle agent's CPU (docs/operations.md, "Measured"
+    // under Resources), and the lag that matters here (blocks of tens of ms
+    // and more) still shows.
     // prom-client's own delay histogram reports the resolution as lag; it is
     // left idle (one tick an hour) and replaced by one that subtracts it.
     collectDefaultMetrics({ register: registry, prefix: 'vmseed_', eventLoopMonitoringPrecision: 3_600_000 });
@@ -334,4 +341,8 @@ export function createMetrics(options: MetricsOptions) {
   };
 }
 
+/**
+ * The agent's metrics (createMetrics), with setLiveProbes() for the gauges read
+ * at scrape time.
+ */
 export type Metrics = ReturnType<typeof createMetrics>;

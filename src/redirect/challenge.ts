@@ -12,20 +12,24 @@ export const CHALLENGE_PREFIX = '/.vmseed/redirect-challenge/';
 const NONCE_RE = /^[0-9a-f]{32}$/;
 // A NUL: no Kubernetes UID (a token's HMAC input) can be this label.
 const LABEL = 'vmseed redirect challenge\0';
-// Keys a datasource answers for; a key file holds one to a few.
+/** Keys a datasource answers a challenge for; a key file holds one to a few. */
 export const MAX_ANSWERS = 8;
 
 export function newNonce(): string {
   return randomBytes(16).toString('hex');
 }
 
-// The nonce of a challenge request target; undefined for any other target.
+/** The nonce of a challenge request target; undefined for any other target. */
 export function challengeNonce(target: string): string | undefined {
   if (!target.startsWith(CHALLENGE_PREFIX)) return undefined;
   const nonce = target.slice(CHALLENGE_PREFIX.length);
   return NONCE_RE.test(nonce) ? nonce : undefined;
 }
 
+/**
+ * The answer to `nonce` under one datasource key (base64url), which the redirect
+ * sidecar compares with its own; never usable as a token.
+ */
 export function challengeAnswer(key: Uint8Array, nonce: string): string {
   const derived = createHmac('sha256', key).update(LABEL).digest();
   return createHmac('sha256', derived).update(nonce).digest('base64url');

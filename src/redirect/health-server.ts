@@ -17,6 +17,10 @@ export interface RedirectHealthServer {
   close(): Promise<void>;
 }
 
+/**
+ * Starts the redirect container's /healthz, /readyz and /metrics listener;
+ * rejects when it cannot listen.
+ */
 export async function startRedirectHealth(options: {
   listen: { host: string; port: number };
   keeper: Pick<RedirectKeeper, 'inPlace' | 'lastError' | 'reason'>;

@@ -20,7 +20,11 @@ export interface NftRunner {
   run(args: string[], stdin?: string): Promise<NftResult>;
 }
 
-// `prefix` runs nft through another program (tests: `ip netns exec NS`).
+/**
+ * Runs nft as a child process, killed after `timeoutMs` (default 10 s); a
+ * missing binary is exit 127. `prefix` runs nft through another program
+ * (tests: `ip netns exec NS`).
+ */
 export function execNft(options: { binary?: string; prefix?: string[]; timeoutMs?: number } = {}): NftRunner {
   const binary = options.binary ?? 'nft';
   const prefix = options.prefix ?? [];
@@ -77,6 +81,11 @@ export interface RedirectKeeperOptions {
   verifyTarget?: () => Promise<TargetVerdict>;
 }
 
+/**
+ * Keeps the DNAT ruleset in place: start() applies it and re-checks every
+ * interval, re-applying when it is gone; stop() removes the table. inPlace and
+ * reason are what /readyz answers.
+ */
 export class RedirectKeeper {
   readonly #o: RedirectKeeperOptions;
   readonly #log: Logger;

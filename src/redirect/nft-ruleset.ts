@@ -12,6 +12,10 @@ import { createHash } from 'node:crypto';
 import { isIPv4 } from 'node:net';
 import { VmseedError } from '../errors.ts';
 
+/**
+ * What the redirect rule is made of (the `vmseed redirect` flags); checkSpec
+ * validates it before any of it reaches nft.
+ */
 export interface RedirectSpec {
   // Our table (family ip). Default `vmseed`.
   table: string;
@@ -27,7 +31,12 @@ export interface RedirectSpec {
   metadata: { address: string; port: number };
 }
 
+/**
+ * The --pod-interface default: the interface names of the common CNI plugins
+ * (see RedirectSpec.podInterfaces).
+ */
 export const DEFAULT_POD_INTERFACES = ['veth*', 'cali*', 'lxc*', 'cni0', 'cbr0'];
+/** The --table default: the nftables table (family ip) of vmseed's own. */
 export const DEFAULT_TABLE = 'vmseed';
 export const CHAIN = 'prerouting';
 
@@ -38,8 +47,11 @@ function invalid(field: string, message: string): VmseedError {
   return new VmseedError('REDIRECT_INVALID', message, { kind: 'terminal', field });
 }
 
-// Everything that goes into the ruleset text is checked here, so nothing
-// can be injected into nft's input language through a flag.
+/**
+ * Checks everything that goes into the ruleset text, so nothing can be injected
+ * into nft's input language through a flag; throws a terminal REDIRECT_INVALID
+ * naming the flag.
+ */
 export function checkSpec(spec: RedirectSpec): RedirectSpec {
   if (!NAME_RE.test(spec.table))
     throw invalid(
@@ -89,6 +101,10 @@ export function ruleComment(spec: RedirectSpec): string {
   return `vmseed-redirect ${specDigest(spec)}`;
 }
 
+/**
+ * The `nft -f -` input that replaces our table with the redirect rule in one
+ * transaction (atomic, idempotent); checks the spec first.
+ */
 export function renderRuleset(spec: RedirectSpec): string {
   checkSpec(spec);
   const ifaces = spec.podInterfaces.map((p) => `"${p}"`).join(', ');

@@ -2,6 +2,7 @@
 // separate process (the agent's metrics reference does not list these).
 import { Counter, Gauge, Registry } from 'prom-client';
 
+/** The redirect container's metrics, in a registry of their own. */
 export function createRedirectMetrics() {
   const registry = new Registry();
   return {

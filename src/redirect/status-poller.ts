@@ -18,6 +18,10 @@ export interface RedirectStatusPollerOptions {
   fetch?: typeof fetch;
 }
 
+/**
+ * Polls the redirect sidecar's /readyz (JSON) for the agent's status page;
+ * `status` is undefined until the first poll has finished.
+ */
 export class RedirectStatusPoller {
   readonly #o: RedirectStatusPollerOptions;
   #status: RedirectStatus | undefined;

@@ -54,6 +54,10 @@ export function httpGet(url: string, timeoutMs: number): Promise<HttpAnswer> {
   });
 }
 
+/**
+ * A check that the redirect's target answers the datasource challenge with one
+ * of our keys; unreadable keys or no answer come back as the verdict's reason.
+ */
 export function targetChecker(o: TargetCheckOptions): () => Promise<TargetVerdict> {
   const target = `${o.to.host}:${o.to.port}`;
   const get = o.get ?? httpGet;

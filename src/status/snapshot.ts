@@ -5,6 +5,7 @@
 import type { Datasource, DomainState } from '../api/objects.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 
+/** A VMI's state on the status page (each member says when it applies). */
 export type VmiState =
   | 'pending' // seen, not reconciled yet (or waiting in backoff)
   | 'ready' // image on disk (and injected, when libvirt is on)
@@ -12,6 +13,7 @@ export type VmiState =
   | 'error' // last reconcile failed
   | 'skipped'; // not vmseed's (no annotation, or KubeVirt owns its volume)
 
+/** An error or warning as the status page shows it, with when it was found. */
 export interface StatusProblem {
   code: ErrorCode;
   message: string;
@@ -20,6 +22,10 @@ export interface StatusProblem {
   at: string; // ISO 8601
 }
 
+/**
+ * Everything the status page shows about one VMI: names, sizes, hashes, codes
+ * and our own messages, never seed content.
+ */
 export interface VmiStatusRecord {
   namespace: string;
   name: string;
@@ -87,10 +93,12 @@ export interface VmiStatusRecord {
 
 export type ProvisioningResult = 'SUCCESS' | 'WARN' | 'FAIL';
 
-// One stage of a boot (init-local, init-network, modules-config,
-// modules-final) or one module within it (config-runcmd, ...). Times are
-// when this agent received the event; seconds are cloud-init's own
-// (finish timestamp - start timestamp, the guest's clock).
+/**
+ * One stage of a boot (init-local, init-network, modules-config, modules-final)
+ * or one module within it (config-runcmd, ...). Times are when this agent
+ * received the event; seconds are cloud-init's own (finish timestamp - start
+ * timestamp, the guest's clock).
+ */
 export interface ProvisioningStep {
   name: string;
   startedAt?: string; // ISO 8601
@@ -101,10 +109,15 @@ export interface ProvisioningStep {
   description?: string;
 }
 
+/** A stage of a boot with the modules reported under it. */
 export interface ProvisioningStage extends ProvisioningStep {
   modules: ProvisioningStep[];
 }
 
+/**
+ * A VMI's current boot as its guest's cloud-init reported it, or why nothing was
+ * reported.
+ */
 export interface ProvisioningStatus {
   // running: events came, modules-final has not finished; succeeded /
   // failed: modules-final finished (failed when any step reported FAIL);
@@ -129,6 +142,7 @@ export interface ProvisioningStatus {
   reason?: string;
 }
 
+/** A Secret or ConfigMap a VMI's seed was rendered from, as last seen. */
 export interface DependencyRecord {
   kind: 'Secret' | 'ConfigMap';
   namespace: string;
@@ -138,6 +152,7 @@ export interface DependencyRecord {
   changedAt?: string;
 }
 
+/** The VMI source's state: the informer's (cluster) or the directory watch's (local). */
 export interface WatchStatus {
   mode: 'kubernetes' | 'local';
   synced: boolean;
@@ -150,6 +165,7 @@ export interface WatchStatus {
   sourceErrors?: SourceError[];
 }
 
+/** Local mode: a manifest that does not read or parse now, and the VMIs it may hold back. */
 export interface SourceError {
   file: string; // relative to the --local directory
   code: ErrorCode;
@@ -159,6 +175,7 @@ export interface SourceError {
   vmis: string[];
 }
 
+/** The last readiness check, as /readyz answered it. */
 export interface ReadinessStatus {
   ready: boolean;
   reasons: string[];
@@ -168,6 +185,10 @@ export interface ReadinessStatus {
   degraded?: string[];
 }
 
+/**
+ * What /status and /status.json render: the agent, its configuration, queue and
+ * every VMI it shows.
+ */
 export interface AgentStatusSnapshot {
   version: string;
   nodeName: string;
@@ -189,9 +210,11 @@ export interface AgentStatusSnapshot {
   libvirt?: LibvirtStatus;
 }
 
-// One libvirt URI. Counts include the connections already closed; a cut is
-// the agent closing a daemon that broke a bound (flood, slow frame, memory
-// budget, malformed data), backed off by backoffMs before the next try.
+/**
+ * One libvirt URI. Counts include the connections already closed; a cut is the
+ * agent closing a daemon that broke a bound (flood, slow frame, memory budget,
+ * malformed data), backed off by backoffMs before the next try.
+ */
 export interface LibvirtConnectionStatus {
   uri: string;
   connected: boolean;
@@ -208,16 +231,20 @@ export interface LibvirtConnectionStatus {
   backoffMs: number;
 }
 
+/** The RPC client's connections to libvirt and their shared memory budget (bytes). */
 export interface LibvirtStatus {
   // Bytes of partial frames and cached domain handles across connections.
   memoryBudget: { limit: number; used: number };
   connections: LibvirtConnectionStatus[];
 }
 
-// in-place: its /readyz said 200; missing: it answered that the rule is not
-// in place (reason: its code and message); elsewhere: the rule is there but
-// its target did not answer as this node's datasource (another service gets
-// guests' requests); unreachable: no usable answer.
+/**
+ * The redirect sidecar as its poll found it. in-place: its /readyz said 200;
+ * missing: it answered that the rule is not in place (reason: its code and
+ * message); elsewhere: the rule is there but its target did not answer as this
+ * node's datasource (another service gets guests' requests); unreachable: no
+ * usable answer.
+ */
 export interface RedirectStatus {
   state: 'in-place' | 'missing' | 'elsewhere' | 'unreachable';
   reason?: string;
@@ -225,6 +252,7 @@ export interface RedirectStatus {
   checkedAt: string; // ISO 8601, the last poll
 }
 
+/** What the HTTP server reads the agent's status from (the agent's StatusStore). */
 export interface StatusSource {
   snapshot(): AgentStatusSnapshot;
   // /readyz: informer synced and not stale; state directory writable with

@@ -9,15 +9,24 @@ import type { InjectionTarget } from '../../libvirt/injector-contract.ts';
 import { statusError, statusMessage, type KubeApi } from '../../kube/api-client.ts';
 import { kubevirtGateOpener, kubevirtSeedGate, memoryGateRecord, type SeedGateRecord } from './seed-gate.ts';
 
+/** The API path of KubeVirt's `unpause` subresource for a VMI (names URL-encoded). */
 export function unpausePath(namespace: string, name: string): string {
   return `/apis/subresources.kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances/${encodeURIComponent(name)}/unpause`;
 }
 
+/**
+ * The seed gate's resume hook in a KubeVirt cluster: PUTs KubeVirt's `unpause`
+ * once per VMI, remembered in `record` (pass storeGateRecord to survive restarts).
+ * Refusals the VMI may outgrow (409, 404) throw a retryable VMI_UNPAUSE_FAILED.
+ */
 export function kubevirtUnpause(api: KubeApi, record: SeedGateRecord = memoryGateRecord()): ResumeHook {
   return kubevirtSeedGate(record, (target, signal) => unpause(api, target, signal));
 }
 
-// The gate of a VMI served over HTTP only: opened once its seed is served.
+/**
+ * The gate of a VMI served over HTTP only: opened once its seed is served.
+ * Resolves true when it unpaused the VMI.
+ */
 export function kubevirtServedGate(
   api: KubeApi,
   record: SeedGateRecord = memoryGateRecord(),

@@ -124,6 +124,11 @@ function readPodToken(podsDir: string, pod: string, names: VolumeNames): string 
   return undefined;
 }
 
+/**
+ * Reads a VMI's launcher-pod ServiceAccount token from the kubelet's pods tree
+ * under `podsDir` (--pods-dir), for the datasource. Undefined when no launcher
+ * pod has one; never throws, and the token is never kept.
+ */
 export function launcherTokenReader(podsDir: string): ServiceAccountTokenReader {
   const names = new VolumeNames();
   return (vmi: { facts: ImdsFacts }) => {

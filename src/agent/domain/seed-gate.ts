@@ -18,13 +18,15 @@ type GateFacts = NonNullable<InjectionTarget['vmi']>;
 // The VMI's opt-in: its paused domain is resumed once the seed is attached.
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 
-// Whether the gate ends this VMI's pause once its seed is in place (the
-// hook still decides whether a given pause is the gate's).
+/**
+ * Whether the gate ends this VMI's pause once its seed is in place (the hook
+ * still decides whether a given pause is the gate's).
+ */
 export function resumeAfterSeed(vmi: VmiObject): boolean {
   return vmi.metadata.annotations?.[RESUME_ANNOTATION] === 'true';
 }
 
-// What the gate reads of a VMI's status and spec (KubeVirt's view of it).
+/** What the gate reads of a VMI's status and spec (KubeVirt's view of it). */
 export function seedGateFacts(vmi: VmiObject): GateFacts {
   const conditions = Array.isArray(vmi.status?.conditions)
     ? (vmi.status.conditions as Array<{ type?: unknown; status?: unknown }>)
@@ -36,9 +38,11 @@ export function seedGateFacts(vmi: VmiObject): GateFacts {
   };
 }
 
-// How the gate ends a pause, by --platform and --resume-via: `unpause`
-// (KubeVirt's API, cluster mode), else libvirt's resume where the agent
-// owns the domain. Which combinations are allowed is config/config.ts's resumeViaProblem.
+/**
+ * How the gate ends a pause, by --platform and --resume-via: `unpause` (KubeVirt's
+ * API, cluster mode), else libvirt's resume where the agent owns the domain.
+ * Which combinations are allowed is config/config.ts's resumeViaProblem.
+ */
 export function seedGateHook(platform: 'libvirt' | 'kubevirt', unpause?: ResumeHook): ResumeHook {
   if (unpause) return unpause;
   return platform === 'kubevirt' ? noKubevirtUnpause : libvirtResume;
@@ -81,9 +85,11 @@ export function memoryGateRecord(): SeedGateRecord {
   };
 }
 
-// In the state directory, next to the VMI's images (the image store's
-// `seed-gate-opened` record): an agent restart does not forget it, and it
-// goes with the images when the VMI goes.
+/**
+ * The gate's record in the state directory, next to the VMI's images (the image
+ * store's `seed-gate-opened` record): an agent restart does not forget it, and
+ * it goes with the images when the VMI goes.
+ */
 export function storeGateRecord(
   store: Pick<ImageStore, 'readRecord' | 'writeRecord'>,
   options: { fsync?: boolean; now?: () => Date } = {},
@@ -156,10 +162,13 @@ export function kubevirtGateOpener(
 const CLOUD_INIT_ANNOTATION = 'vmseed.io/cloud-init';
 const GATE_ANNOTATION = 'vmseed.io/gate';
 
-// A vmseed VMI (its seed from the annotation) that starts unpaused: no
-// admission webhook set the gate (none installed, or none answered when it
-// was created), and its first boot races the attach. Said once as a warning, with the three ways out; an owner who
-// accepts the race says so with vmseed.io/gate: "false".
+/**
+ * A vmseed VMI (its seed from the annotation) that starts unpaused: no
+ * admission webhook set the gate (none installed, or none answered when it
+ * was created), and its first boot races the attach. Said once as a warning,
+ * with the three ways out; undefined when gated, or when the owner accepts the
+ * race with `vmseed.io/gate: "false"`.
+ */
 export function missingSeedGate(vmi: VmiObject): { code: ErrorCode; message: string; field: string } | undefined {
   const annotations = vmi.metadata.annotations ?? {};
   if (annotations[CLOUD_INIT_ANNOTATION] === undefined) return undefined;

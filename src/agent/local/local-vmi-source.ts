@@ -22,8 +22,10 @@ import { keyOf, type KeyHandler, type VmiSource } from '../../kube/vmi-source.ts
 
 const MANIFEST = /\.(ya?ml|json)$/i;
 
-// How long a manifest must be quiet before it is read; a removal (the file
-// gone, or objects gone from it) waits for a second read this much later.
+/**
+ * How long (ms) a manifest must be quiet before it is read; a removal (the file
+ * gone, or objects gone from it) waits for a second read this much later.
+ */
 export const SETTLE_MS = 250;
 // A file rewritten without pause is still read this often.
 const MAX_WAIT_SETTLES = 10;
@@ -31,6 +33,7 @@ const MAX_WAIT_SETTLES = 10;
 const NEW_DIR_LISTINGS = 3;
 const INITIAL_READS = 16;
 
+/** What a LocalDirSource watches (`dir`) and whom it tells (`onKey`). */
 export interface LocalSourceOptions {
   dir: string;
   logger: Logger;
@@ -59,6 +62,10 @@ type FileRead = { kind: 'missing' } | { kind: 'text'; text: string } | { kind: '
 // A removal waiting for its confirming read: the content's hash, or this.
 const MISSING = 'missing';
 
+/**
+ * Local mode's VMI source and RefResolver: the VMIs, Secrets and ConfigMaps in
+ * the YAML/JSON files under a directory, re-read once each file has settled.
+ */
 export class LocalDirSource implements VmiSource, RefResolver {
   readonly #opts: LocalSourceOptions;
   readonly #root: string;

@@ -221,7 +221,11 @@ function addObject(out: ManifestObjects, obj: unknown, file: string, doc: number
   }
 }
 
-// Documents are numbered from 1 in errors, as editors count them.
+/**
+ * The VMIs, Secrets and ConfigMaps in a multi-document YAML text; `file` only
+ * labels errors. Throws a terminal MANIFEST_INVALID, whose documents are
+ * numbered from 1, as editors count them.
+ */
 export function parseManifests(text: string, file: string): ManifestObjects {
   const parsed = parseYamlAll(text);
   if (!parsed.ok) {
@@ -235,6 +239,7 @@ export function parseManifests(text: string, file: string): ManifestObjects {
   return out;
 }
 
+/** The objects of several files as one set, in the order given (no dedup). */
 export function mergeManifests(parts: ManifestObjects[]): ManifestObjects {
   return {
     vmis: parts.flatMap((p) => p.vmis),

@@ -5,15 +5,18 @@
 import type { VmiObject } from '../../api/objects.ts';
 import type { Problem } from '../vmi-status.ts';
 
+/** A VMI's late-seed warning, kept in its record for the object of `uid`. */
 export interface LateSeedFacts {
   uid: string;
   warning: Problem;
 }
 
-// The warning, or undefined when the miss cannot have been this VMI's
-// guest: it came before the VMI was created (a token bound to a VM, asked
-// for by the guest of an earlier VMI of it). creationTimestamp has whole
-// seconds, so a miss in the VMI's first second counts.
+/**
+ * The warning, or undefined when the miss cannot have been this VMI's guest:
+ * it came before the VMI was created (a token bound to a VM, asked for by the
+ * guest of an earlier VMI of it). creationTimestamp has whole seconds, so a miss
+ * in the VMI's first second counts.
+ */
 export function lateSeedWarning(vmi: VmiObject, missedAt: Date, servedAt: Date): Problem | undefined {
   const created = Date.parse(vmi.metadata.creationTimestamp ?? '');
   if (Number.isFinite(created) && missedAt.getTime() < created) return undefined;
@@ -27,8 +30,10 @@ export function lateSeedWarning(vmi: VmiObject, missedAt: Date, servedAt: Date):
   };
 }
 
-// The kept warning joins every later status of the same object: the guest
-// booted without its seed, and that stays true while the VMI lives.
+/**
+ * Adds the kept warning to every later status of the same object (`uid`): the
+ * guest booted without its seed, and that stays true while the VMI lives.
+ */
 export function withLateSeed(warnings: Problem[], facts: LateSeedFacts | undefined, uid: string): Problem[] {
   if (!facts || facts.uid !== uid || warnings.some((w) => w.code === facts.warning.code)) return warnings;
   return [...warnings, facts.warning];

@@ -8,7 +8,12 @@ import { REPORT_PROGRESS_ANNOTATION, reportProgressWanted } from '../../cloudini
 import type { DatasourceKeyring } from '../../datasource/tokens.ts';
 import { reportToken, reportUrl } from '../../datasource/reports/report-token.ts';
 
+/** Where a VMI's seed tells cloud-init to post its progress, or why it does not. */
 export type ReportPlan = { url: string } | { reason: string };
+/**
+ * Plans a VMI's progress reporting at each render (`uid`: the object's, which
+ * the report credential is bound to).
+ */
 export type ReportPlanner = (vmi: VmiObject, uid: string) => ReportPlan;
 
 export interface ProgressReportOptions {
@@ -21,6 +26,10 @@ export interface ProgressReportOptions {
 
 export const REPORT_PROGRESS_FLAG = '--report-progress';
 
+/**
+ * The ReportPlanner of this node: a signed report URL when reporting is on, the
+ * VMI does not opt out and the datasource has a key loaded, else the reason.
+ */
 export function progressReportPlanner(o: ProgressReportOptions): ReportPlanner {
   return (vmi, uid) => {
     if (!o.enabled) return { reason: `progress reporting is off on this node (${REPORT_PROGRESS_FLAG}=false)` };

@@ -16,6 +16,7 @@
 import type { ProvisioningStatus } from '../../status/snapshot.ts';
 import { moduleLabel } from './timeline.ts';
 
+/** The annotation that carries a VMI's provisioning summary (annotationValue). */
 export const PROVISIONING_ANNOTATION = 'vmseed.io/provisioning';
 // The value's bound (the API server allows 256 KiB of annotations in all;
 // this one stays a line).
@@ -44,7 +45,10 @@ export interface ProvisioningSummary {
   reason?: string;
 }
 
-// Undefined while there is nothing to say (the seed not read yet).
+/**
+ * A VMI's provisioning as its annotation summarises it (`seedReadAt`: epoch ms);
+ * undefined while there is nothing to say (the seed not read yet).
+ */
 export function provisioningSummary(
   p: ProvisioningStatus | undefined,
   seedReadAt: number | undefined,
@@ -71,9 +75,11 @@ export function provisioningSummary(
   };
 }
 
-// The annotation's value: one line of JSON within MAX_ANNOTATION_LENGTH.
-// Without the reason it is far below (two names of at most 128 characters,
-// a timestamp and short words), so only the reason is ever dropped.
+/**
+ * The annotation's value: one line of JSON within MAX_ANNOTATION_LENGTH. Without
+ * the reason it is far below (two names of at most 128 characters, a timestamp
+ * and short words), so only the reason is ever dropped.
+ */
 export function annotationValue(s: ProvisioningSummary): string {
   const text = JSON.stringify(s);
   if (text.length <= MAX_ANNOTATION_LENGTH) return text;

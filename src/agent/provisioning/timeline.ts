@@ -33,6 +33,11 @@ export interface StageFacts extends StepFacts {
   steps: StepFacts[];
 }
 
+/**
+ * A VMI's current boot as its guest's cloud-init reported it (object `uid`;
+ * times in epoch ms on this agent's clock); stages and steps past the caps are
+ * counted in `dropped`.
+ */
 export interface ProvisioningFacts {
   uid: string;
   boot: number;

@@ -38,6 +38,11 @@ export interface ProvisioningTrackerOptions {
   onChange?: (key: string) => void;
 }
 
+/**
+ * The datasource's ProgressSink: keeps each VMI's reported cloud-init boot in
+ * its record, for the status page, Events and metrics. report() answers false
+ * when the event's VMI (by UID) is not the one held.
+ */
 export class ProvisioningTracker implements ProgressSink {
   readonly #o: ProvisioningTrackerOptions;
   // When each record's object last got a provisioning Event (gone with the record).
@@ -154,7 +159,10 @@ export class ProvisioningTracker implements ProgressSink {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-// The guest's first read of its seed: the disk's, or the first meta-data fetch.
+/**
+ * The guest's first read of its seed (epoch ms): the disk's, or the first
+ * meta-data fetch; undefined before either.
+ */
 export function seedReadAt(r: VmiRecord): number | undefined {
   const uid = r.status?.uid;
   if (r.firstBoot?.uid === uid && r.firstBoot?.readAt !== undefined) return r.firstBoot.readAt;

@@ -16,6 +16,12 @@ import { ANNOTATION } from './annotation.ts';
 import type { AnnotationExtras } from './extras.ts';
 import { resolveExtras } from './extras-input.ts';
 
+/**
+ * Reads the annotation's text into a SeedInput: parsed (through options.offload), KubeVirt's
+ * accessCredentials and hostname rules applied, data, SSH keys and extras resolved. Throws
+ * VmseedError: CLOUDINIT_SOURCE_MISSING when nothing yields data, else the parse, admission and
+ * reference errors of those steps (missing objects retryable).
+ */
 export async function readAnnotationInput(
   vmi: VmiObject,
   text: string,

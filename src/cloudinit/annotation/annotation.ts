@@ -8,6 +8,7 @@ import { isPlainObject, parseYaml, where } from '../yaml.ts';
 import { EXTRA_FIELDS, parseExtras, type AnnotationExtras } from './extras.ts';
 import { LIMITS } from '../limits.ts';
 
+/** The annotation that carries vmseed's own cloud-init document; also the prefix of its field paths. */
 export const ANNOTATION = 'vmseed.io/cloud-init';
 
 export interface AnnotationSpec {
@@ -40,6 +41,11 @@ function readRef(value: unknown, field: string): LocalObjectReference {
   return { name: value.name };
 }
 
+/**
+ * The annotation's YAML checked into a spec; no reference is read. Pure (a PURE_OPS step). Throws
+ * terminal VmseedError: ANNOTATION_TOO_LARGE (over LIMITS.annotationBytes), ANNOTATION_INVALID,
+ * YAML_TOO_COMPLEX, DATASOURCE_UNKNOWN, USERDATA_SOURCE_CONFLICT, or an extras field's code.
+ */
 export function parseAnnotation(text: string): AnnotationSpec {
   // Checked on the UTF-16 length first: no byte count of a huge string is made.
   if (text.length > LIMITS.annotationBytes || Buffer.byteLength(text, 'utf8') > LIMITS.annotationBytes) {

@@ -17,6 +17,7 @@ import { filesToWriteFiles } from '../userdata/write-files.ts';
 import { ANNOTATION } from './annotation.ts';
 import type { AnnotationExtras, UserDataFrom } from './extras.ts';
 
+/** The annotation's extras with their references read, as the composition takes them. */
 export interface ResolvedExtras {
   fields: AnnotationExtras;
   // init's cloud-config with files' write_files merged over it; an empty

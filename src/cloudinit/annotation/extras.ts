@@ -9,16 +9,19 @@ import type { ObjectRef } from '../refs/object-refs.ts';
 import { isPlainObject } from '../yaml.ts';
 import { checkListLength, LIMITS } from '../limits.ts';
 
+/** Virtlet's `userDataFrom`: a ConfigMap or Secret, and how its value is encoded. */
 export interface UserDataFrom extends ObjectRef {
   encoding: 'plain' | 'base64';
 }
 
+/** One `files[]` entry: an object, or one key of it, written into the guest under `path`. */
 export interface FileSpec {
   from: ObjectRef;
   path: string;
   permissions?: string;
 }
 
+/** The annotation's fields beyond KubeVirt's volume API, shape-checked by parseExtras. */
 export interface AnnotationExtras {
   metaData?: Record<string, unknown>;
   userDataFrom?: UserDataFrom;
@@ -58,9 +61,11 @@ export function invalidField(annotation: string, field: string, message: string)
 // Unix permissions as cloud-init's write_files takes them: an octal string.
 export const PERMISSIONS = /^0?[0-7]{3,4}$/;
 
-// An unquoted `permissions: 0644` is the number 644 to js-yaml (YAML 1.2) but
-// octal 420 to PyYAML (YAML 1.1); either way the user wrote the digits 0644,
-// so a number is read back as the digits it was written with.
+/**
+ * Octal permissions as 4 digits ("0644"), or undefined when `value` is not one. An unquoted
+ * `permissions: 0644` is the number 644 to js-yaml (YAML 1.2) but octal 420 to PyYAML (YAML 1.1);
+ * either way the user wrote the digits 0644, so a number is read back as those digits.
+ */
 export function permissionsText(value: unknown): string | undefined {
   const text = typeof value === 'number' ? String(value) : typeof value === 'string' ? value : undefined;
   if (text === undefined || !PERMISSIONS.test(text)) return undefined;

@@ -36,11 +36,13 @@ import { lintUserData } from '../userdata/user-data-lint.ts';
 import { withReportingPart } from '../userdata/reporting-config.ts';
 import { lintVendorData, resolveVendorData, type VendorDataRef } from '../userdata/vendor-data.ts';
 
+/** KubeVirt IMDS's opt-in annotation; only the exact value "true" opts in. */
 export const IMDS_ENABLED = 'imds.kubevirt.io/enabled';
 export const IMDS_USER_DATA = 'imds.kubevirt.io/user-data';
 export const IMDS_USER_DATA_CONFIGMAP = 'imds.kubevirt.io/user-data-configmap';
 export const IMDS_USER_DATA_KEY = 'user-data';
 
+/** Whether the VMI opts in to KubeVirt IMDS compatibility (IMDS_ENABLED is exactly "true"). */
 export function isImdsEnabled(vmi: VmiObject): boolean {
   return vmi.metadata.annotations?.[IMDS_ENABLED] === 'true';
 }
@@ -113,8 +115,11 @@ async function userDataOf(
   return { bytes, field };
 }
 
-// The seed IMDS would serve for this VMI. Call only when isImdsEnabled(vmi).
-// reportUrl: as RenderContext's.
+/**
+ * The seed IMDS would serve for this VMI (HTTP delivery only). Call only when isImdsEnabled(vmi);
+ * reportUrl as RenderContext's. Throws VmseedError: ANNOTATION_INVALID, USERDATA_SOURCE_CONFLICT,
+ * USERDATA_TOO_LARGE, VENDORDATA_INVALID (terminal), or a missing ConfigMap or key (retryable).
+ */
 export async function renderImdsSeed(
   vmi: VmiObject,
   refs: RefResolver,

@@ -79,6 +79,10 @@ const HOSTNAME =
   /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 const TIMEZONE = /^[A-Za-z0-9_+-]+(\/[A-Za-z0-9_+-]+)*$/;
 
+/**
+ * Checks a raw `init:` mapping into an InitSpec. Pure; throws terminal VmseedError INIT_INVALID
+ * (or LIST_TOO_LONG) naming the field under `prefix`.
+ */
 export function parseInit(raw: Record<string, unknown>, prefix: string): InitSpec {
   const c = checks(prefix);
   c.known(raw, INIT_FIELDS, '');

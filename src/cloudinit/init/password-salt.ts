@@ -20,10 +20,15 @@ export interface SaltInput {
   user: string;
 }
 
+/**
+ * The crypt salt for one user of one VMI: 1 to 16 characters of [./0-9A-Za-z], the same for the
+ * same input (a seed is a pure function of its inputs).
+ */
 export type SaltProvider = (input: SaltInput) => string;
 
 const ALPHABET = './0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 
+/** The default SaltProvider: 16 characters of SHA-256 over VMI uid and user name, never the password. */
 export const deriveSalt: SaltProvider = ({ vmiUid, user }) => {
   const digest = createHash('sha256')
     .update('vmseed/password-salt/v1\0')

@@ -35,6 +35,7 @@ const PASSABLE = new Set([
   'NETWORKDATA_UNSUPPORTED_FOR_DATASOURCE',
 ]);
 
+/** Whether a network-data error is one a KubeVirt volume turns into a warning, its bytes written as given. */
 export function isPassableNetworkError(e: unknown): e is VmseedError {
   return e instanceof VmseedError && PASSABLE.has(e.code);
 }
@@ -81,8 +82,10 @@ function guestOutcome(bytes: Uint8Array, datasource: Datasource): string {
   );
 }
 
-// The seed keeps the given bytes; the warning names the field, what vmseed
-// could not do, and what the guest will see.
+/**
+ * The warning for network data kept as given after error `e`: it names the field, what vmseed
+ * could not do, and what the guest's cloud-init will make of the bytes.
+ */
 export function passThroughWarning(
   e: VmseedError,
   bytes: Uint8Array,

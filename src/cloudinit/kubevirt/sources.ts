@@ -77,6 +77,7 @@ async function resolveKind(spec: KindSpec, policy: SourcePolicy, ns: string, ref
   return inline ?? { field: spec.rawField };
 }
 
+/** A source's user-data and network data as bytes (absent when unset), and the field each came from. */
 export interface ResolvedData {
   userData?: Uint8Array;
   networkData?: Uint8Array;
@@ -84,6 +85,11 @@ export interface ResolvedData {
   networkDataField: string;
 }
 
+/**
+ * Reads a source's user-data and network data under `policy` (header). Throws VmseedError:
+ * `*_SOURCE_CONFLICT` (policy 'single') and `*_BASE64_INVALID`, terminal; SECRET_NOT_FOUND and
+ * SECRET_KEY_NOT_FOUND, retryable.
+ */
 export async function resolveSourceData(
   source: CloudInitSource,
   fieldPrefix: string,
@@ -122,6 +128,7 @@ export async function resolveSourceData(
   return { userData: u.bytes, networkData: n.bytes, userDataField: u.field, networkDataField: n.field };
 }
 
+/** Whether the source sets any of its six data fields (an empty string does not count). */
 export function hasAnyData(source: CloudInitSource): boolean {
   return !!(
     source.userData ||
@@ -133,8 +140,10 @@ export function hasAnyData(source: CloudInitSource): boolean {
   );
 }
 
-// A source that sets none of the data fields; `alsoAccepted` names the other
-// fields that would have been enough.
+/**
+ * The terminal CLOUDINIT_SOURCE_MISSING error for a source that sets none of the data fields;
+ * `alsoAccepted` (appended to the message) names the other fields that would have been enough.
+ */
 export function sourceMissing(fieldPrefix: string, alsoAccepted: string): VmseedError {
   return new VmseedError(
     'CLOUDINIT_SOURCE_MISSING',

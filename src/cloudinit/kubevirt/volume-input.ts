@@ -9,6 +9,7 @@ import { admitAccessCredentials, admitCloudInitVolumes, admitHostname, volumeDat
 import { requireSomeData } from './empty-data.ts';
 import { hasAnyData, resolveSourceData, sourceMissing } from './sources.ts';
 
+/** A VMI's cloud-init volume: its index in spec.volumes (for field paths), name and datasource. */
 export interface CloudInitVolume {
   index: number;
   name: string;
@@ -16,7 +17,7 @@ export interface CloudInitVolume {
   source: CloudInitSource;
 }
 
-// KubeVirt scans volumes in order and uses the first cloud-init one.
+/** The VMI's cloud-init volume, or undefined: KubeVirt scans volumes in order and uses the first one. */
 export function firstCloudInitVolume(vmi: VmiObject): CloudInitVolume | undefined {
   const volumes = vmi.spec?.volumes ?? [];
   for (let i = 0; i < volumes.length; i++) {
@@ -28,6 +29,11 @@ export function firstCloudInitVolume(vmi: VmiObject): CloudInitVolume | undefine
   return undefined;
 }
 
+/**
+ * Reads a cloud-init volume into a SeedInput as virt-launcher would (header). Throws VmseedError:
+ * what KubeVirt's webhook rejects, CLOUDINIT_DATA_EMPTY, CLOUDINIT_SOURCE_MISSING (terminal), or a
+ * missing Secret or key (retryable).
+ */
 export async function readVolumeInput(vmi: VmiObject, volume: CloudInitVolume, refs: RefResolver): Promise<SeedInput> {
   const kind = volume.datasource === 'nocloud' ? 'cloudInitNoCloud' : 'cloudInitConfigDrive';
   const fieldPrefix = `spec.volumes[${volume.index}].${kind}`;

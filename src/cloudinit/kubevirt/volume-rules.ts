@@ -190,8 +190,11 @@ export function admitCloudInitVolumes(vmi: VmiObject): SeedWarning[] {
   return warnings;
 }
 
-// validateAccessCredentials. `has` says which datasources the VMI has: its
-// volumes, plus the vmseed annotation's datasource when it carries the seed.
+/**
+ * KubeVirt's validateAccessCredentials: throws terminal ACCESS_CREDENTIAL_INVALID where its webhook
+ * rejects the VMI. `has` says which datasources the VMI has: its volumes, plus the vmseed
+ * annotation's datasource when it carries the seed.
+ */
 export function admitAccessCredentials(vmi: VmiObject, has: Datasources): void {
   const creds = vmi.spec?.accessCredentials ?? [];
   creds.forEach((cred, i) => {
@@ -327,8 +330,10 @@ function dns1123LabelErrors(value: string): string[] {
   return errs;
 }
 
-// validateHostNameNotConformingToDNSLabelRules: the guest would get a
-// hostname cloud-init and DNS do not accept as one label.
+/**
+ * KubeVirt's validateHostNameNotConformingToDNSLabelRules: throws terminal HOSTNAME_INVALID for a
+ * spec.hostname that cloud-init and DNS would not accept as one label.
+ */
 export function admitHostname(vmi: VmiObject): void {
   const h = vmi.spec?.hostname;
   if (typeof h !== 'string' || h === '') return;

@@ -20,6 +20,11 @@ export interface NetworkChoice {
   given?: { bytes: Uint8Array; field: string };
 }
 
+/**
+ * The seed's network config in the datasource's format, or undefined for none (order in the
+ * header). Pure (a PURE_OPS step). Throws terminal VmseedError: NETWORKDATA_SOURCE_CONFLICT, or
+ * what lintNetworkData refuses in the given data.
+ */
 export function chooseNetworkConfig(c: NetworkChoice): Uint8Array | undefined {
   if ((c.forceDHCP || c.initNetwork) && c.given) {
     const which = c.forceDHCP ? `${c.prefix}.forceDHCP` : `${c.prefix}.init.nics`;

@@ -35,6 +35,11 @@ export function hoistDns(model: NetModel, field: string): NetModel {
   };
 }
 
+/**
+ * Parsed network-config v1/v2 as network_data.json bytes; `field` names it in messages. Throws
+ * terminal VmseedError NETWORKDATA_INVALID, or NETWORK_CONVERSION_UNSUPPORTED for what
+ * network_data.json cannot express.
+ */
 export function convertNetworkConfigToNetworkData(doc: Record<string, unknown>, field: string): Uint8Array {
   const model = hoistDns(networkConfigToModel(doc, field), field);
   const ids = model.interfaces.map((n) => n.id);

@@ -28,21 +28,25 @@ export interface NetInterface {
   dnsSearch: string[];
 }
 
+/** A network setup in the terms every format vmseed converts between can express (header). */
 export interface NetModel {
   interfaces: NetInterface[];
   // Global DNS (v1 nameserver entries, network_data.json services).
   dns: { servers: string[]; search: string[] };
 }
 
+/** An interface `id` that configures nothing yet (no DHCP, addresses, routes or DNS). */
 export function emptyInterface(id: string): NetInterface {
   return { id, dhcp4: false, dhcp6: false, slaac: false, addresses: [], routes: [], dnsServers: [], dnsSearch: [] };
 }
 
+/** Whether an address or CIDR is IPv6, by its ":" alone: it does not validate. */
 export const isV6 = (addr: string): boolean => addr.includes(':');
 
 export const isDefaultRoute = (to: string): boolean => to === '0.0.0.0/0' || to === '::/0';
 
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+/** A MAC address in lower case ("52:54:00:12:34:56"), or undefined when `mac` is not one. */
 export function normalizeMac(mac: string): string | undefined {
   const m = mac.trim().toLowerCase();
   return MAC.test(m) ? m : undefined;
@@ -62,12 +66,13 @@ function parseV6(addr: string): number[] | undefined {
   return all.map((w) => parseInt(w, 16));
 }
 
-// IPv4 dotted or IPv6 textual address, without prefix.
+/** Whether `addr` is an IPv4 dotted or IPv6 textual address, without prefix (no zone, no embedded IPv4). */
 export function isIp(addr: string): boolean {
   if (/^\d{1,3}(\.\d{1,3}){3}$/.test(addr)) return addr.split('.').every((o) => Number(o) <= 255);
   return isV6(addr) && parseV6(addr) !== undefined;
 }
 
+/** An "address/prefix" split up (prefix at most 32 or 128), or undefined when `cidr` is not one. */
 export function parseCidr(cidr: string): { ip: string; prefix: number; v6: boolean } | undefined {
   const m = /^([^/]+)\/(\d{1,3})$/.exec(cidr.trim());
   if (!m || !isIp(m[1])) return undefined;

@@ -37,7 +37,10 @@ function once<T>(memo: Map<string, Promise<T>>, key: string, fetch: () => Promis
   return p;
 }
 
-// Wraps a resolver unless it already is one render's view.
+/**
+ * One render's view of `refs` (each object fetched once, a failure remembered), or `refs` itself
+ * when it already is one. Make a new one per render, so each sees the latest objects.
+ */
 export function memoize(refs: RefResolver): RefResolver {
   return refs instanceof MemoResolver ? refs : new MemoResolver(refs);
 }

@@ -3,6 +3,7 @@ import type { ConfigMapObject, RefResolver, SecretObject } from '../../api/objec
 
 const key = (namespace: string, name: string) => `${namespace}/${name}`;
 
+/** A RefResolver over Secrets and ConfigMaps held in memory; an object without namespace is in "default". */
 export class MemoryResolver implements RefResolver {
   readonly #secrets = new Map<string, SecretObject>();
   readonly #configMaps = new Map<string, ConfigMapObject>();

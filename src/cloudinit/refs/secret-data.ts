@@ -5,6 +5,7 @@ import { VmseedError } from '../../errors.ts';
 import { decodeBase64Strict } from '../base64.ts';
 import type { SecretObject } from '../../api/objects.ts';
 
+/** The Secret's keys (data and stringData), sorted as KubeVirt lists the mounted Secret. */
 export function secretKeys(secret: SecretObject): string[] {
   const keys = new Set<string>([...Object.keys(secret.data ?? {}), ...Object.keys(secret.stringData ?? {})]);
   // KubeVirt lists the mounted Secret with os.ReadDir, which sorts file names
@@ -12,6 +13,7 @@ export function secretKeys(secret: SecretObject): string[] {
   return [...keys].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
 }
 
+/** Whether the Secret has `key`, in stringData or data, empty or not. */
 export function hasSecretKey(secret: SecretObject, key: string): boolean {
   return (
     (secret.stringData !== undefined && Object.hasOwn(secret.stringData, key)) ||
@@ -19,6 +21,10 @@ export function hasSecretKey(secret: SecretObject, key: string): boolean {
   );
 }
 
+/**
+ * The bytes of `key` (stringData wins over data), or undefined when the Secret has no such key.
+ * Throws terminal SECRET_DATA_INVALID when the data value is not strict base64.
+ */
 export function secretValue(secret: SecretObject, key: string): Uint8Array | undefined {
   if (secret.stringData && Object.hasOwn(secret.stringData, key)) {
     return new Uint8Array(Buffer.from(String(secret.stringData[key]), 'utf8'));

@@ -21,6 +21,7 @@ import { mergeCloudConfig, type MergeMode } from './merge.ts';
 import { base64DecodedUpperBound, type SeedBudget } from '../limits.ts';
 import { dumpYaml, isPlainObject, measureExpanded, parseYaml, setKey, where } from '../yaml.ts';
 
+/** One render's user-data parts, merged in the order of the header, and how to merge them. */
 export interface UserDataParts {
   // Generated cloud-config (init, files); empty mapping when none.
   generated: Record<string, unknown>;
@@ -32,6 +33,7 @@ export interface UserDataParts {
   budget?: SeedBudget;
 }
 
+/** The final user-data bytes, and the field they are attributed to. */
 export interface ComposedUserData {
   bytes: Uint8Array;
   // Where the bytes came from, for size errors and lint warnings.
@@ -118,6 +120,11 @@ function fromKeys(from: NonNullable<UserDataParts['from']>, budget: SeedBudget |
   return out;
 }
 
+/**
+ * User-data from its parts (header), or undefined when there are none. Pure (a PURE_OPS step).
+ * Throws terminal VmseedError: USERDATA_SOURCE_CONFLICT, USERDATA_MERGE_UNSUPPORTED,
+ * USERDATA_CLOUDCONFIG_INVALID, USERDATA_BASE64_INVALID, USERDATA_TOO_LARGE, YAML_TOO_COMPLEX.
+ */
 export function composeUserData(parts: UserDataParts): ComposedUserData | undefined {
   const hasGenerated = Object.keys(parts.generated).length > 0;
   if (parts.script) {

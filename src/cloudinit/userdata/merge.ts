@@ -10,8 +10,13 @@
 // it vanished from meta-data and made the YAML dumper throw.
 import { isPlainObject, setKey } from '../yaml.ts';
 
+/** How a later user-data part goes over the earlier: Virtlet's merge, or top-level keys replaced. */
 export type MergeMode = 'merge' | 'overwrite';
 
+/**
+ * `override` merged over `base` as Virtlet merges (header); `key: null` deletes the key. Builds new
+ * mappings and lists and leaves its arguments as they were.
+ */
 export function virtletMerge(base: unknown, override: unknown): unknown {
   if (isPlainObject(base) && isPlainObject(override)) {
     const out: Record<string, unknown> = { ...base };

@@ -15,6 +15,7 @@ import type { VmiObject } from '../../api/objects.ts';
 import { VmseedError } from '../../errors.ts';
 import { detectUserDataKind } from './user-data-lint.ts';
 
+/** A VMI's opt-out of progress reporting: "false" turns it off; unset or "true" keeps it. */
 export const REPORT_PROGRESS_ANNOTATION = 'vmseed.io/report-progress';
 
 // The handler's name in cloud-init's registry: what a user's user-data sets
@@ -28,8 +29,10 @@ export const REPORTING_HANDLER = 'vmseed';
 export const REPORT_TIMEOUT_SECONDS = 5;
 export const REPORT_RETRIES = 1;
 
-// false when the VMI opts out; anything but "true"/"false" is refused, as
-// the other vmseed.io/ annotations are.
+/**
+ * false when the VMI opts out; anything but "true"/"false" is refused (terminal ANNOTATION_INVALID),
+ * as the other vmseed.io/ annotations are.
+ */
 export function reportProgressWanted(vmi: VmiObject): boolean {
   const value = vmi.metadata.annotations?.[REPORT_PROGRESS_ANNOTATION];
   if (value === undefined || value.trim() === '') return true;
@@ -58,13 +61,13 @@ export function reportingCloudConfig(endpoint: string): string {
 
 export type ReportingVendorData = { bytes: Uint8Array } | { reason: string };
 
-// Vendor-data carrying the reporting part beside the VMI's own vendor-data
-// (`existing`, as the VMI or the operator gave it), which goes first in a
-// MIME multipart message, base64-encoded so its bytes reach cloud-init as
-// they are, in a part whose type makes cloud-init treat it as it treats the
-// whole of vendor-data (user_data.py: text/x-not-multipart is typed by its
-// first line; a gzip type is decompressed first). A MIME message of the
-// VMI's own is not rewritten: then nothing is reported, and `reason` says why.
+/**
+ * Vendor-data carrying the reporting part beside the VMI's own (`existing`, as the VMI or the
+ * operator gave it). That goes first in a MIME multipart message, base64-encoded so its bytes reach
+ * cloud-init as they are, in a part whose type makes cloud-init treat it as the whole of
+ * vendor-data (user_data.py: text/x-not-multipart is typed by its first line; a gzip type is
+ * decompressed first). A MIME message of the VMI's own is not rewritten: `reason` says why.
+ */
 export function withReportingPart(existing: Uint8Array | undefined, endpoint: string): ReportingVendorData {
   const part = reportingCloudConfig(endpoint);
   if (!existing || existing.length === 0) return { bytes: new Uint8Array(Buffer.from(part, 'utf8')) };

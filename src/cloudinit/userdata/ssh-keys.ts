@@ -15,6 +15,10 @@ export function splitAuthorizedKeys(text: string): string[] {
     .filter((l) => l !== '' && !l.startsWith('#'));
 }
 
+/**
+ * `base` (accessCredentials' keys) with sshKeysFrom's keys, then `inline`, numbered on after it.
+ * Throws terminal LIST_TOO_LONG past LIMITS.sshKeys, and readObjectKey's errors.
+ */
 export async function appendSshKeys(
   base: Record<string, string>,
   inline: readonly string[],

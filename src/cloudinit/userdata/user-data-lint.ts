@@ -75,8 +75,11 @@ export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payl
   return { kind: 'unknown', payload };
 }
 
-// Lints user-data: a warning when cloud-init will ignore it, an error when a
-// #cloud-config part cannot be loaded (cloud-init would log and skip it).
+/**
+ * Lints user-data: a USERDATA_NO_HEADER warning when cloud-init will ignore it; a terminal
+ * USERDATA_CLOUDCONFIG_INVALID (or YAML_TOO_COMPLEX) thrown when a #cloud-config part cannot be
+ * loaded (cloud-init would log and skip it). Pure (a PURE_OPS step).
+ */
 export function lintUserData(data: Uint8Array, field: string): SeedWarning[] {
   const { kind, payload } = detectUserDataKind(data);
   if (kind === 'unknown') {

@@ -18,6 +18,7 @@ import { detectUserDataKind, lintUserData } from './user-data-lint.ts';
 
 export const VENDORDATA_DEFAULT_KEY = 'vendor-data';
 
+/** The operator's default vendor-data ConfigMap (`--vendor-data-from namespace/name[/key]`). */
 export interface VendorDataRef {
   namespace: string;
   name: string;
@@ -26,6 +27,11 @@ export interface VendorDataRef {
 
 export const VENDOR_DATA_FLAG = '--vendor-data-from';
 
+/**
+ * The seed's vendor-data and the field it came from: the VMI's own (vendorData, vendorDataFrom),
+ * else the operator's default; undefined for none or `vendorData: ""`. Throws readObjectKey's
+ * errors (a missing object or key is retryable).
+ */
 export async function resolveVendorData(
   extras: AnnotationExtras | undefined,
   operatorDefault: VendorDataRef | undefined,
@@ -57,6 +63,10 @@ function invalid(field: string, message: string): VmseedError {
   return new VmseedError('VENDORDATA_INVALID', `${field}: ${message}`, { kind: 'terminal', field });
 }
 
+/**
+ * Lints vendor-data as user-data is linted: warnings become VENDORDATA_NO_HEADER, errors and a size
+ * over `max` bytes a terminal VENDORDATA_INVALID. Pure (a PURE_OPS step).
+ */
 export function lintVendorData(bytes: Uint8Array, field: string, max: number): SeedWarning[] {
   if (bytes.length > max)
     throw invalid(
@@ -80,6 +90,10 @@ export function lintVendorData(bytes: Uint8Array, field: string, max: number): S
   }));
 }
 
+/**
+ * The vendor-data file's bytes: as given for NoCloud, `{"cloud-init": text}` for ConfigDrive.
+ * Throws terminal VENDORDATA_INVALID for ConfigDrive vendor-data that is not UTF-8 text.
+ */
 export function vendorDataFile(bytes: Uint8Array, datasource: Datasource, field: string): Uint8Array {
   if (datasource === 'nocloud') return bytes;
   const { kind } = detectUserDataKind(bytes);
@@ -96,8 +110,10 @@ export function vendorDataFile(bytes: Uint8Array, datasource: Datasource, field:
   return new Uint8Array(Buffer.from(JSON.stringify({ 'cloud-init': text }), 'utf8'));
 }
 
-// `--vendor-data-from namespace/name[/key]` → RenderOptions.defaultVendorData.
-// Names follow Kubernetes' DNS-1123 rules; keys ConfigMap key rules.
+/**
+ * `--vendor-data-from namespace/name[/key]` → RenderOptions.defaultVendorData. Names follow
+ * Kubernetes' DNS-1123 rules; keys ConfigMap key rules. Throws terminal CONFIG_INVALID otherwise.
+ */
 export function parseVendorDataFrom(value: string): VendorDataRef {
   const parts = value.split('/');
   const dns = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;

@@ -13,6 +13,11 @@ import type { RefResolver } from '../../api/objects.ts';
 import { readObject } from '../refs/object-refs.ts';
 import { base64EncodedLength, type SeedBudget } from '../limits.ts';
 
+/**
+ * The `files[]` entries as cloud-init write_files entries (header). Throws VmseedError:
+ * REFERENCE_KEY_INVALID for a key that cannot be a file name, USERDATA_TOO_LARGE from `budget`,
+ * and readObject's errors.
+ */
 export async function filesToWriteFiles(
   files: readonly FileSpec[],
   namespace: string,

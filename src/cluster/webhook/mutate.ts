@@ -17,7 +17,7 @@ import { ANNOTATION } from '../../cloudinit/annotation/annotation.ts';
 import { IMDS_ENABLED } from '../../cloudinit/annotation/imds-annotations.ts';
 import { bindingMessage, NONCE_ANNOTATION, owningVmUid } from '../../datasource/binding.ts';
 
-// The agent's seed gate reads this one (src/libvirt/injector.ts).
+// The agent's seed gate reads this one (src/agent/domain/seed-gate.ts).
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 export const GATE_ANNOTATION = 'vmseed.io/gate';
 
@@ -27,6 +27,10 @@ export interface PatchOperation {
   value: unknown;
 }
 
+/**
+ * Makes and recognises the datasource serials the webhook writes (the agent
+ * builds one from its datasource keyring).
+ */
 export interface SerialMinter {
   // The serial for a binding message, or undefined when none can be made
   // now (no key loaded).

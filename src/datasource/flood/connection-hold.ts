@@ -12,12 +12,14 @@ import type { Socket } from 'node:net';
 
 const held = new WeakSet<Socket>();
 
-// Stops reading the request's connection for `ms` to `2 * ms` once the
-// answer is on the wire. Connections a flood tool had refused together would
-// come back together, a burst every `ms` on the listener every guest shares;
-// a random share of one more `ms` spreads them out. A connection already
-// held is left as it is: the first refusal's time stands, so a pipelined
-// burst cannot lengthen it.
+/**
+ * Stops reading the request's connection for `ms` to `2 * ms` once the
+ * answer is on the wire. Connections a flood tool had refused together would
+ * come back together, a burst every `ms` on the listener every guest shares;
+ * a random share of one more `ms` spreads them out. A connection already
+ * held is left as it is: the first refusal's time stands, so a pipelined
+ * burst cannot lengthen it.
+ */
 export function holdConnection(req: IncomingMessage, res: ServerResponse, ms: number): void {
   // Node detaches the socket from the response when it finishes: taken now.
   const socket = req.socket;

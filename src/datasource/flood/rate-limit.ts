@@ -14,6 +14,10 @@ interface Bucket {
   at: number;
 }
 
+/**
+ * A token bucket per key, with bounded memory (see the module comment).
+ * The constructor throws a RangeError unless ratePerSecond > 0 and burst >= 1.
+ */
 export class RateLimiter {
   readonly #rate: number;
   readonly #burst: number;

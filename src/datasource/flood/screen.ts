@@ -44,6 +44,10 @@ const HAS_BODY: Refusal = {
   headers: { Connection: 'close' },
 };
 
+/**
+ * The server's first check on every datasource request: check() answers the
+ * refusal to send (429 with a connection hold, 414, 405 or 400), or undefined.
+ */
 export class RequestScreen {
   readonly #limiter: RateLimiter;
   readonly #maxUrlLength: number;

@@ -16,6 +16,10 @@
 import type { DatasourceFile } from '../files.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../types.ts';
 
+/**
+ * `directory` with byAddress() narrowed to VMIs whose seed is delivered over
+ * HTTP (IMDS opt-in); every other method passes through.
+ */
 export function imdsOnlySourceAddress(directory: SeedDirectory): SeedDirectory {
   return {
     get: (uid) => directory.get(uid),

@@ -47,6 +47,11 @@ function send(res: ServerResponse, reply: ImdsReply, head: boolean): void {
   res.end(head ? undefined : reply.body);
 }
 
+/**
+ * The IMDS paths on the datasource listener. The server calls handle() for
+ * every request before its own screen (these paths have guards of their
+ * own); it answers IMDS paths and returns undefined for the rest.
+ */
 export class ImdsEndpoints {
   readonly #o: ImdsEndpointOptions;
   readonly #guards: ImdsGuards;

@@ -17,6 +17,10 @@ function serviceAccountVolume(vmi: VmiObject): string | undefined {
   return undefined;
 }
 
+/**
+ * The ImdsFacts of a VMI on `nodeName`, for the datasource directory to hold
+ * beside its seed. Launcher pods are those on this node with a UUID UID.
+ */
 export function imdsFacts(vmi: VmiObject, nodeName: string): ImdsFacts {
   const volume = serviceAccountVolume(vmi);
   const named = vmi.spec.serviceAccountName;

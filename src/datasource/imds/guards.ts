@@ -18,6 +18,7 @@ import { RateLimiter } from '../flood/rate-limit.ts';
 import { imdsError, type ImdsReply } from './identity-endpoint.ts';
 import type { ImdsFamily } from './imds-paths.ts';
 
+/** Overrides of IMDS_GUARD_DEFAULTS; rates are per second. */
 export interface ImdsGuardLimits {
   // Per VM (IMDS: 100 and 100).
   ratePerSecond?: number;

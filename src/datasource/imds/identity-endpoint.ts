@@ -4,8 +4,10 @@
 // its launcher pod: the namespace, the `kubevirt.io/domain` label (the VMI's
 // name) and the pod's spec.serviceAccountName.
 
-// What the IMDS endpoints need to know of a VMI beyond its seed; the agent
-// fills it in (src/datasource/imds/facts.ts).
+/**
+ * What the IMDS endpoints need to know of a VMI beyond its seed; the agent
+ * fills it in (src/datasource/imds/facts.ts).
+ */
 export interface ImdsFacts {
   // IMDS-annotated (`imds.kubevirt.io/enabled: "true"`) or opted in with
   // `vmseed.io/imds: "true"`: only these are answered.
@@ -22,6 +24,7 @@ export interface ImdsFacts {
   launcherPods: string[];
 }
 
+/** A complete IMDS answer; the caller adds Content-Length and the common headers. */
 export interface ImdsReply {
   status: number;
   body: Uint8Array;

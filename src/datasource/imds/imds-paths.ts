@@ -12,9 +12,10 @@ import { TOKEN_LENGTH, isTokenShaped } from '../tokens.ts';
 export const IMDS_FAMILIES = ['identity', 'token', 'openstack'] as const;
 export type ImdsFamily = (typeof IMDS_FAMILIES)[number];
 
-// The OpenStack tree as cloud-init's MetadataReader and cloudbase-init walk it.
+/** The OpenStack tree as cloud-init's MetadataReader and cloudbase-init walk it. */
 export const OPENSTACK_FILES = ['meta_data.json', 'user_data', 'network_data.json', 'vendor_data.json'] as const;
 export type OpenstackFile = (typeof OPENSTACK_FILES)[number];
+/** A parsed `/openstack...` path: the version list, the `latest/` listing, or one file. */
 export type OpenstackPath = { kind: 'versions' } | { kind: 'listing' } | { kind: 'file'; file: OpenstackFile };
 
 export type ImdsCaller = { via: 'address' } | { via: 'token'; token: string };

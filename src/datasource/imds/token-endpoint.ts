@@ -6,8 +6,10 @@
 // kubelet rotates it) and never cached, logged or counted by value.
 import { goJson, imdsError, type ImdsFacts, type ImdsReply } from './identity-endpoint.ts';
 
-// Reads the ServiceAccount token of the VMI's launcher pod on this node;
-// undefined when there is none to read. Never throws.
+/**
+ * Reads the ServiceAccount token of the VMI's launcher pod on this node;
+ * undefined when there is none to read. Never throws.
+ */
 export type ServiceAccountTokenReader = (vmi: {
   namespace: string;
   name: string;

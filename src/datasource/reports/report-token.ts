@@ -17,12 +17,19 @@ export function reportMessage(uid: string): string {
   return `${LABEL}${uid}`;
 }
 
+/**
+ * The report token of the VMI with this UID, under the signing key. Throws
+ * VmseedError DATASOURCE_KEY_FILE_UNREADABLE while no key is loaded.
+ */
 export function reportToken(keyring: DatasourceKeyring, uid: string): string {
   return keyring.sign(reportMessage(uid));
 }
 
-// `base` as the datasource's (e.g. http://169.254.169.254/v1), already
-// checked by datasourceSeedUrl where the seed URL is built.
+/**
+ * Where a guest posts its events. `base` as the datasource's (e.g.
+ * http://169.254.169.254/v1), already checked by datasourceSeedUrl where the
+ * seed URL is built.
+ */
 export function reportUrl(base: string, token: string): string {
   return `${base.replace(/\/+$/, '')}/${token}/${REPORT_PATH_NAME}`;
 }

@@ -3,15 +3,16 @@
 // A launcher's daemon is not trusted (a guest that escaped owns it), so
 // what it can make the agent keep is reserved here before it is allocated.
 
-// 32 MiB. The DaemonSet's memory limit is 256 MiB against a measured peak
-// of ~150 MB for 1,000 VMIs (165 MiB with eight launchers serving 1 MiB of
-// domain XML beside them: bench/hostile-launcher.ts); the rest is headroom
-// for GC and virsh children, and a third of it is what libvirt traffic may
-// take. Real
-// frames are a few KiB of domain XML that arrive whole. One connection
-// holds at most a partial frame (4 MiB, the frame limit) and 1 MiB of
-// handles, so it takes six or more misbehaving launchers at once to reach
-// the budget; then the connection that asks for more is closed.
+// 32 MiB. The DaemonSet's memory limit is 256 MiB; what lies above the
+// agent's peak with 1,000 VMIs, hostile launchers or not (measured:
+// `npm run bench:agent` and `npm run bench:hostile-launcher`, figures in
+// docs/operations.md and docs/libvirt-rpc.md, "An untrusted daemon"), is
+// headroom for GC and virsh children, and a third of it is what libvirt
+// traffic may take. Real frames are a few KiB of domain XML that arrive
+// whole. One connection holds at most a partial frame (4 MiB, the frame
+// limit) and 1 MiB of handles, so it takes six or more misbehaving
+// launchers at once to reach the budget; then the connection that asks for
+// more is closed.
 export const LIBVIRT_MEMORY_BUDGET_BYTES = 32 * 1024 * 1024;
 
 export class MemoryBudget {

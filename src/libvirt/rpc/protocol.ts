@@ -118,8 +118,9 @@ export function encodePacket(header: Header, payload: Buffer = Buffer.alloc(0)):
 // arrives whole is decoded in place; one cut across reads is copied into a
 // single buffer of its announced length, reserved from the budget first, so
 // what a daemon makes us hold is the frame's size however it is dripped
-// (one Buffer per read would cost ~190 bytes per one-byte read). A screen,
-// when given, sees each frame's header and length as soon as they are in,
+// (one Buffer per read would cost far more than the byte it holds:
+// measured in docs/libvirt-rpc.md, "An untrusted daemon"). A screen, when
+// given, sees each frame's header and length as soon as they are in,
 // before the body is copied, and refuses a frame by throwing.
 export type FrameScreen = (header: Header, frameBytes: number) => void;
 

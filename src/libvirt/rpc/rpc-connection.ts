@@ -70,8 +70,9 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
-// A real daemon writes a frame in one go (a 4 MiB one is milliseconds over
-// a unix socket); 10 s from its first byte only a dripping daemon misses.
+// A real daemon writes a frame in one go, which arrives over a unix socket
+// far inside this (measured: docs/libvirt-rpc.md, "An untrusted daemon");
+// 10 s from its first byte only a dripping daemon misses.
 export const DEFAULT_FRAME_DEADLINE_MS = 10_000;
 // Unsolicited packets per window. libvirtd sends a handful of lifecycle
 // events per domain state change and a PING every 5 s: 1,000 in 2 s is
@@ -122,10 +123,12 @@ export function unreachable(socketPath: string, why: string): VmseedError {
   );
 }
 
-// Dialled through a descriptor of the socket's own inode (socket-hold.ts),
-// so the path cannot be swapped between the check and the connect. A path
-// that does not resolve is LIBVIRT_UNREACHABLE (retried), a refused one
-// LIBVIRT_ACCESS_DENIED.
+/**
+ * Dialled through a descriptor of the socket's own inode (socket-hold.ts),
+ * so the path cannot be swapped between the check and the connect. A path
+ * that does not resolve is LIBVIRT_UNREACHABLE (retried), a refused one
+ * LIBVIRT_ACCESS_DENIED (terminal). The caller closes what it returns.
+ */
 export function holdForDial(socketPath: string, holder: (path: string) => HeldSocket = holdSocket): HeldSocket {
   try {
     return holder(socketPath);

@@ -21,6 +21,7 @@ const O_PATH = (C as Record<string, number | undefined>).O_PATH ?? 0o10000000;
 // Linux's own limit on symlinks in one lookup.
 const MAX_LINKS = 40;
 
+/** An O_PATH descriptor held open on a verified inode; close() it when done. */
 export interface HeldSocket {
   // What to connect() to (or access()): the held inode, through /proc.
   readonly path: string;
@@ -60,13 +61,20 @@ function components(path: string): string[] {
   return path.split('/').reverse();
 }
 
-// Throws a VmseedError when the path is refused, an errno error (ENOENT,
-// EACCES, ENOTDIR, ELOOP) when it cannot be resolved.
+/**
+ * The socket at `socketPath`, walked as the module comment describes.
+ * Throws VmseedError LIBVIRT_ACCESS_DENIED (terminal) when the path is
+ * refused, an errno error (ENOENT, EACCES, ENOTDIR, ELOOP) when it cannot be
+ * resolved.
+ */
 export function holdSocket(socketPath: string): HeldSocket {
   return holdInode(socketPath, 'socket');
 }
 
-// A directory by the same walk (the last component no symlink either).
+/**
+ * A directory by the same walk (the last component no symlink either),
+ * throwing as holdSocket does.
+ */
 export function holdDirectory(path: string): HeldSocket {
   return holdInode(path, 'directory');
 }

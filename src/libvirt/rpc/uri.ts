@@ -30,6 +30,11 @@ function invalid(uri: string, why: string): VmseedError {
   );
 }
 
+/**
+ * The socket to dial and the URI to open on it, as libvirt's remote driver
+ * picks them. Throws VmseedError CONFIG_INVALID (terminal) for a URI the RPC
+ * client cannot dial (not local qemu, another parameter than `socket`).
+ */
 export function resolveUri(uri: string, o: ResolveOptions = {}): SocketTarget {
   const exists = o.exists ?? existsSync;
   const m = /^(qemu)(?:\+unix)?:\/\/\/(system|session)(?:\?(.*))?$/.exec(uri);
@@ -57,9 +62,11 @@ export function resolveUri(uri: string, o: ResolveOptions = {}): SocketTarget {
   return { socketPath: candidates.find((s) => exists(s)) ?? candidates[1], name };
 }
 
-// Whether the RPC client dials `uriTemplate` itself (a local qemu URI; ssh,
-// tls and tcp need virsh), and its raw `socket=` value when it has one
-// (still percent-encoded, possibly with {placeholders}).
+/**
+ * Whether the RPC client dials `uriTemplate` itself (a local qemu URI; ssh,
+ * tls and tcp need virsh), and its raw `socket=` value when it has one
+ * (still percent-encoded, possibly with {placeholders}).
+ */
 export function localUriSocket(uriTemplate: string): { socket: string | undefined } | undefined {
   const m = /^qemu(?:\+unix)?:\/\/\/(?:system|session)(?:\?socket=([^&]+))?$/.exec(uriTemplate);
   return m ? { socket: m[1] } : undefined;

@@ -6,6 +6,10 @@
 import { cancelledBy } from '../../errors.ts';
 import type { ProcessSpawner, SpawnOptions, SpawnResult } from './runner.ts';
 
+/**
+ * `inner`, with every run() also ended by `signal` (the agent's stop): the
+ * process group is killed and run() throws CANCELLED.
+ */
 export function cancellableSpawner(inner: ProcessSpawner, signal: AbortSignal): ProcessSpawner {
   return {
     holdSocket: (socketPath) => inner.holdSocket(socketPath),

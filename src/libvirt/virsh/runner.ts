@@ -33,14 +33,22 @@ export interface SpawnResult {
   spawnError?: 'not-found' | 'not-executable';
 }
 
-// The only place a process is started, and where the libvirt socket it is
-// to dial is held (virsh-dial.ts); tests pass a fake.
+/**
+ * The only place a process is started, and where the libvirt socket it is
+ * to dial is held (virsh-dial.ts); tests pass a fake.
+ */
 export interface ProcessSpawner {
   run(file: string, args: readonly string[], options: SpawnOptions): Promise<SpawnResult>;
   // Throws as holdSocket does (libvirt/rpc/socket-hold.ts).
   holdSocket(socketPath: string): HeldSocket;
 }
 
+/**
+ * The real ProcessSpawner: no shell, the child in a process group of its
+ * own that a timeout, the output bound or the signal kills whole. run()
+ * resolves with how the process ended (timed out, truncated, aborted, not
+ * startable) rather than rejecting.
+ */
 export class NodeProcessSpawner implements ProcessSpawner {
   holdSocket(socketPath: string): HeldSocket {
     return holdSocket(socketPath);

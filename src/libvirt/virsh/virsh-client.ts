@@ -52,6 +52,10 @@ export function parseVirshDominfo(out: string): DomainInfo {
   return { state: toDomainState(rawState), rawState, persistent: persistent === 'yes' };
 }
 
+/**
+ * The LibvirtClient with one `virsh` process per call (default 30 s each,
+ * 4 MiB of output): the injector's default, and `--libvirt virsh`. No events.
+ */
 export class VirshLibvirtClient implements LibvirtClient {
   readonly kind = 'virsh';
   readonly supportsEvents: boolean = false;
