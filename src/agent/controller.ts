@@ -11,6 +11,7 @@ import type { EventRecorder } from './events.ts';
 import { nodeOf, Reconciler } from './reconciler.ts';
 import { DomainWaits, type DomainEvents } from './domain/waits.ts';
 import { AgentSeedDirectory } from '../datasource/directory.ts';
+import type { NodePods } from '../datasource/types.ts';
 import { ShutdownDeadline } from './shutdown.ts';
 import { StatusStore } from './status-store.ts';
 import { asPerVmiState, VmiRecords } from './vmi-records.ts';
@@ -31,7 +32,7 @@ import {
 } from './provisioning/annotation-writer.ts';
 
 /**
- * What an Agent is built from (commands/agent/run.ts fills it for cluster or local
+ * What an Agent is built from (commands/agent/agent-command.ts fills it for cluster or local
  * mode); the optional members switch features on.
  */
 export interface AgentOptions {
@@ -63,6 +64,9 @@ export interface AgentOptions {
   // NoCloud over HTTP on: the agent keeps each VMI's seed for the
   // datasource (agent.seeds). Its DMI serial is shown nowhere (seed-url).
   nocloudHttp?: Record<string, never>;
+  // KubeVirt: this node's pods, so the datasource answers a VMI only from its
+  // launcher pod's address (SeedDirectory.launcherAt).
+  nodePods?: NodePods;
   // Local mode: show VMIs whose node is another one as skipped (with the
   // reason) instead of ignoring them; a cluster's informer never lists them.
   reportOtherNodes?: boolean;
@@ -179,6 +183,7 @@ export class Agent {
             if (file === 'meta-data') this.annotations?.touch(key);
           },
           nodeName: options.nodeName,
+          ...(options.nodePods ? { pods: options.nodePods } : {}),
           onSeededAfterBoot: (key, uid, missedAt, servedAt) =>
             this.reconciler.seededAfterBootOverHttp(key, uid, missedAt, servedAt),
         })

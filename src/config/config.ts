@@ -29,6 +29,9 @@ export interface Config {
   // Equal to `listen`: one listener serves everything.
   statusListen: { host: string; port: number };
   kubeconfig?: string;
+  // Secrets and ConfigMaps read through the cluster component's object
+  // service (--objects-url) instead of the API server.
+  objects?: { url: string; tokenFile: string; caFile?: string };
   concurrency: number;
   kubevirtVolumes: KubevirtVolumes;
   resyncPeriodMs: number;
@@ -77,15 +80,8 @@ export interface Config {
   namespaces?: string[];
   // The redirect sidecar's /readyz, polled for the status page only.
   redirectStatusUrl?: string;
-  // The mutating admission webhook (absent: off).
-  webhook?: WebhookConfig;
-}
-
-export interface WebhookConfig {
-  listen: { host: string; port: number };
-  certDir: string;
-  // The serial's ds= id; off: the serial is not written.
-  serial: 'off' | 'nocloud' | 'nocloud-net';
+  // Where the agent writes its launcher pod addresses for the redirect.
+  launcherAddressesFile?: string;
 }
 
 // sun_path holds 108 bytes with the terminating NUL.
@@ -151,6 +147,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
       );
     }
   }
+  const objectsUrl = flags.get('objects-url');
+  if (objectsUrl !== undefined) {
+    if (local) throw new ConfigError('--objects-url needs a cluster; local mode reads its directory');
+    config.objects = {
+      url: objectsUrl,
+      tokenFile: flags.get('objects-token-file'),
+      ...optional('caFile', flags.get('objects-ca-file')),
+    };
+  }
   const datasource = datasourceConfig(flags);
   if (datasource) config.datasource = datasource;
   if (flags.get('datasource-imds-compat')) {
@@ -162,8 +167,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
   }
   const redirectStatusUrl = flags.get('redirect-status-url');
   if (redirectStatusUrl !== undefined) config.redirectStatusUrl = redirectStatusUrl;
-  const webhook = webhookConfig(flags, config);
-  if (webhook) config.webhook = webhook;
+  const launcherAddressesFile = flags.get('launcher-addresses-file');
+  if (launcherAddressesFile !== undefined) config.launcherAddressesFile = launcherAddressesFile;
   checkCombinations(config, flags);
   return deepFreeze(config);
 }
@@ -229,22 +234,6 @@ function datasourceConfig(flags: FlagReader): DatasourceConfig | undefined {
   };
 }
 
-function webhookConfig(flags: FlagReader, config: Config): WebhookConfig | undefined {
-  if (flags.given('webhook-listen') === undefined) {
-    for (const flag of ['webhook-cert-dir', 'webhook-serial'] as const) {
-      if (flags.given(flag) !== undefined)
-        throw new ConfigError(`--${flag} needs --webhook-listen HOST:PORT (the webhook is off without it)`);
-    }
-    return undefined;
-  }
-  const serial = flags.get('webhook-serial');
-  if (serial !== 'off' && !config.datasource)
-    throw new ConfigError(
-      `--webhook-serial ${serial} needs --datasource-listen HOST:PORT and its key file (the serial points at the datasource); or --webhook-serial off`,
-    );
-  return { listen: flags.get('webhook-listen')!, certDir: flags.get('webhook-cert-dir'), serial };
-}
-
 /**
  * What the status page shows of the configuration: no credentials (the
  * kubeconfig path only).
@@ -280,13 +269,6 @@ export function configSummary(c: Config): Record<string, string | number | boole
     reportProgress: c.reportProgress,
     ...(c.mode === 'kubernetes' ? { provisioningAnnotation: c.provisioningAnnotation } : {}),
     ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
-    ...(c.webhook
-      ? {
-          webhookListen: `${c.webhook.listen.host}:${c.webhook.listen.port}`,
-          webhookCertDir: c.webhook.certDir,
-          webhookSerial: c.webhook.serial,
-        }
-      : {}),
     ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),
     ...(c.vendorDataFrom
       ? {

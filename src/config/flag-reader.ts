@@ -1,7 +1,15 @@
 // The agent's flags as given on the command line or in the environment,
 // each turned into its value (or its default's) the first time it is read.
 import { parseArgs } from 'node:util';
-import { AGENT_FLAGS, envName, type DefaultContext, type FlagName, type FlagSpec, type FlagValue } from './flags.ts';
+import {
+  AGENT_FLAGS,
+  MOVED_FLAGS,
+  envName,
+  type DefaultContext,
+  type FlagName,
+  type FlagSpec,
+  type FlagValue,
+} from './flags.ts';
 import { ConfigError } from './values.ts';
 
 const PARSE_OPTIONS = {
@@ -16,6 +24,7 @@ const PARSE_OPTIONS = {
 
 // Undefined when --help was asked for.
 export function readFlags(argv: string[], env: NodeJS.ProcessEnv, cwd: string): FlagReader | undefined {
+  refuseMoved(argv, env);
   let parsed;
   try {
     parsed = parseArgs({ args: argv, options: PARSE_OPTIONS, strict: true, allowPositionals: false });
@@ -24,6 +33,21 @@ export function readFlags(argv: string[], env: NodeJS.ProcessEnv, cwd: string): 
   }
   if (parsed.values.help) return undefined;
   return new FlagReader(parsed.values, env, cwd);
+}
+
+// The admission webhook runs off the VM nodes: a node agent must not hold
+// its certificate or take its traffic, so its old flags are an error, not
+// a no-op an operator would not notice.
+function refuseMoved(argv: string[], env: NodeJS.ProcessEnv): void {
+  for (const [name, command] of Object.entries(MOVED_FLAGS)) {
+    const variable = `VMSEED_${name.toUpperCase().replaceAll('-', '_')}`;
+    const onCommandLine = argv.some((a) => a === `--${name}` || a.startsWith(`--${name}=`));
+    if (onCommandLine || (env[variable] ?? '') !== '') {
+      throw new ConfigError(
+        `${onCommandLine ? `--${name}` : variable} is not a flag of the node agent any more: the admission webhook runs as \`${command}\` (a Deployment off the VM nodes, deploy/webhook); remove it from the agent's arguments and environment`,
+      );
+    }
+  }
 }
 
 export class FlagReader implements DefaultContext {

@@ -295,6 +295,28 @@ export const AGENT_FLAGS = {
     default: { doc: 'cluster-wide' },
     parse: parseNamespaces,
   }),
+  'objects-url': optionalFlag({
+    arg: 'URL',
+    help: "read Secrets/ConfigMaps through the cluster component's node-scoped object service (`vmseed cluster`) instead of the API server",
+    default: { doc: 'the API server' },
+    parse: (t, f) => {
+      if (!/^https:\/\/[^/?#\s]+\/?$/.test(t))
+        throw new ConfigError(`--${f}: '${t}' is not an https://HOST[:PORT] URL`);
+      return t.replace(/\/$/, '');
+    },
+  }),
+  'objects-token-file': flag({
+    arg: 'FILE',
+    help: 'with --objects-url: the projected service-account token (audience vmseed-cluster) sent to it, re-read as it rotates',
+    default: '/var/run/secrets/vmseed/objects/token',
+    parse: path,
+  }),
+  'objects-ca-file': optionalFlag({
+    arg: 'FILE',
+    help: "with --objects-url: the CA that signed the object service's certificate",
+    default: { doc: 'the system CAs' },
+    parse: path,
+  }),
   'datasource-listen': optionalFlag({
     arg: 'HOST:PORT',
     help: 'serve seeds as NoCloud over HTTP on this address',
@@ -330,31 +352,15 @@ export const AGENT_FLAGS = {
     help: "the redirect sidecar's /readyz (e.g. http://$(HOST_IP):8082/readyz): polled for the status page, not part of the agent's own /readyz",
     parse: parseRedirectStatusUrl,
   }),
+  'launcher-addresses-file': optionalFlag({
+    arg: 'FILE',
+    help: "write this node's launcher pod addresses here (atomically, when they change), for the redirect sidecar's --launchers-file: only they are redirected",
+    parse: path,
+  }),
   'datasource-compat-source-address': flag({
     help: "also answer token-less /v1/... by the caller's source address (weak identity: read the operations guide before enabling)",
     default: 'false',
     parse: switched,
-  }),
-  'webhook-listen': optionalFlag({
-    arg: 'HOST:PORT',
-    help: 'serve the mutating admission webhook (HTTPS) on this address: seed gate and datasource serial for VMIs that opt into vmseed',
-    default: { doc: 'off' },
-    parse: parseListen,
-  }),
-  'webhook-cert-dir': flag({
-    arg: 'DIR',
-    help: "the webhook's tls.crt and tls.key (a kubernetes.io/tls Secret); reloaded when they change",
-    default: '/etc/vmseed/webhook-tls',
-    parse: path,
-  }),
-  'webhook-serial': flag({
-    arg: 'off|nocloud|nocloud-net',
-    help: 'write the datasource serial (spec.domain.firmware.serial) into VMIs without one, with this ds= id; nocloud needs cloud-init 23.2 or later, nocloud-net works with older ones too',
-    default: {
-      text: (c) => (c.text('datasource-listen') === undefined ? 'off' : 'nocloud-net'),
-      doc: 'nocloud-net with --datasource-listen, else off',
-    },
-    parse: choice(['off', 'nocloud', 'nocloud-net'] as const),
   }),
   'report-progress': flag({
     arg: 'true|false',
@@ -368,6 +374,14 @@ export const AGENT_FLAGS = {
     default: 'true',
     parse: (t, f) => oneOf(t, f, ['true', 'false'] as const) === 'true',
   }),
+};
+
+// Flags the agent once had for a service that now runs elsewhere: given to
+// the agent (or as VMSEED_<FLAG>), they are refused with where they went.
+export const MOVED_FLAGS: Readonly<Record<string, string>> = {
+  'webhook-listen': 'vmseed cluster',
+  'webhook-cert-dir': 'vmseed cluster',
+  'webhook-serial': 'vmseed cluster',
 };
 
 export type FlagName = keyof typeof AGENT_FLAGS;

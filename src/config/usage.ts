@@ -37,11 +37,16 @@ function entry(name: string, spec: FlagSpec<unknown>): string[] {
   return lines;
 }
 
+/** The option lines of a flag table, as `--help` shows them. */
+export function flagLines(flags: Record<string, FlagSpec<unknown>>): string {
+  return Object.entries(flags)
+    .flatMap(([name, spec]) => entry(name, spec))
+    .join('\n');
+}
+
 export const AGENT_USAGE = `usage: vmseed agent [options]
 
-${Object.entries(AGENT_FLAGS)
-  .flatMap(([name, spec]: [string, FlagSpec<unknown>]) => entry(name, spec))
-  .join('\n')}
+${flagLines(AGENT_FLAGS)}
 
 Every flag can also be set as VMSEED_<FLAG> in the environment (e.g. VMSEED_STATE_DIR).
 `;

@@ -2,16 +2,44 @@
 // was last built from, by VMI UID. The reconciler puts a seed when the image
 // is on disk and drops it when the image is removed, so the datasource serves
 // exactly what the disk holds, and nothing for a VMI without an image.
+// Given this node's pods (KubeVirt), it also says which VMI a source address
+// is: the one whose current launcher pod has it (launcherAt), never what
+// status.interfaces says, which includes addresses the guest reported.
 import type { VmiObject } from '../api/objects.ts';
 import type { Seed } from '../cloudinit/seed.ts';
 import { bindingMessage } from './binding.ts';
 import type { DatasourceFile } from './files.ts';
-import type { SeedDirectory, SeedDirectoryEntry } from './types.ts';
+import type { NodePod, NodePods, SeedDirectory, SeedDirectoryEntry } from './types.ts';
 import { imdsFacts } from './imds/facts.ts';
+import {
+  isPodUid,
+  launcherPodsOnNode,
+  migrationInProgress,
+  migrationStateOf,
+  type MigrationState,
+} from '../libvirt/launcher-pod.ts';
 
 interface Held extends SeedDirectoryEntry {
   key: string;
   addresses: string[];
+  // status.activePods on this node, and the migration state that says
+  // which of them runs the VM.
+  activePods: string[];
+  migration: MigrationState | undefined;
+}
+
+// Which launcher pod KubeVirt says runs the VM, by name: the source until a
+// migration completes (and after one fails), the target once it has.
+function runningPodName(m: MigrationState | undefined): string | undefined {
+  if (m === undefined) return undefined;
+  if (m.completed) return m.targetPod;
+  if (m.failed || migrationInProgress(m)) return m.sourcePod;
+  return undefined;
+}
+
+// A fingerprint of what decides a VMI's launcher addresses.
+function launcherKey(h: Pick<Held, 'activePods' | 'migration'>): string {
+  return JSON.stringify([h.activePods, runningPodName(h.migration) ?? null]);
 }
 
 /**
@@ -27,16 +55,30 @@ export class AgentSeedDirectory implements SeedDirectory {
   #revision = 0;
 
   readonly #nodeName: string | undefined;
+  readonly #pods: NodePods | undefined;
+  // Launcher address -> VMI UID (null: claimed by several), rebuilt when
+  // the pods or a VMI's launcher pods move.
+  #byLauncherAddress = new Map<string, string | null>();
+  #launchersChanged = 0;
+  #builtFor: [number, number] | undefined;
+
+  /** See SeedDirectory.launcherAt; present only when `pods` is given. */
+  readonly launcherAt?: (address: string) => string | undefined;
 
   // nodeName: this node, for the launcher pods the IMDS endpoints read.
+  // pods: this node's pods (KubeVirt): a VMI's requests must then come from
+  // its current launcher pod's address (SeedDirectory.launcherAt).
   constructor(options: {
     onFetch: (key: string, uid: string, file: DatasourceFile, at: Date) => void;
     nodeName?: string;
     onSeededAfterBoot?: (key: string, uid: string, missedAt: Date, servedAt: Date) => void;
+    pods?: NodePods;
   }) {
     this.#onFetch = options.onFetch;
     this.#nodeName = options.nodeName;
     this.#onLate = options.onSeededAfterBoot;
+    this.#pods = options.pods;
+    if (this.#pods !== undefined) this.launcherAt = (address) => this.#launcherAt(address);
   }
 
   get revision(): number {
@@ -55,6 +97,11 @@ export class AgentSeedDirectory implements SeedDirectory {
     const binding = bindingMessage(namespace, name, vmi.metadata);
     const had = this.#byUid.get(uid);
     if (had === undefined || had.binding !== binding) this.#revision++;
+    const launchers = {
+      activePods: launcherPodsOnNode(vmi.status?.activePods, this.#nodeName ?? '').filter(isPodUid),
+      migration: migrationStateOf(vmi.status),
+    };
+    if (had === undefined || launcherKey(had) !== launcherKey(launchers)) this.#launchersChanged++;
     this.#byUid.set(uid, {
       key,
       namespace,
@@ -62,6 +109,7 @@ export class AgentSeedDirectory implements SeedDirectory {
       uid,
       seed,
       addresses: reportedAddresses(vmi),
+      ...launchers,
       ...(binding !== undefined ? { binding } : {}),
       imds: imdsFacts(vmi, this.#nodeName ?? ''),
     });
@@ -74,6 +122,7 @@ export class AgentSeedDirectory implements SeedDirectory {
     this.#uidByKey.delete(key);
     this.#byUid.delete(uid);
     this.#revision++;
+    this.#launchersChanged++;
   }
 
   /** The VMI ended: its seed is not served any more. */
@@ -101,18 +150,80 @@ export class AgentSeedDirectory implements SeedDirectory {
         uid: h.uid,
         seed: h.seed,
         ...(h.binding !== undefined ? { binding: h.binding } : {}),
-        ...(h.imds !== undefined ? { imds: h.imds } : {}),
+        ...(h.imds !== undefined ? { imds: this.#pods ? this.#launcherFacts(h, h.imds) : h.imds } : {}),
       }
     );
+  }
+
+  // With the pods watched, /v1/token reads and checks the current launcher
+  // pods only.
+  #launcherFacts(h: Held, facts: NonNullable<Held['imds']>): NonNullable<Held['imds']> {
+    const pods = this.#launchers(h);
+    return {
+      ...facts,
+      launcherPods: pods.map((p) => p.uid),
+      launcherPodNames: Object.fromEntries(pods.map((p) => [p.uid, p.name])),
+    };
+  }
+
+  // The VMI's launcher pods on this node that run the VM now: in
+  // status.activePods, known to the API as pods of this VMI (its namespace,
+  // owned by it), and, while KubeVirt's migration state names one, that one.
+  #launchers(h: Held): NodePod[] {
+    const pods: NodePod[] = [];
+    for (const uid of h.activePods) {
+      const p = this.#pods?.get(uid);
+      if (p !== undefined && p.namespace === h.namespace && p.owners.includes(h.uid)) pods.push(p);
+    }
+    const running = runningPodName(h.migration);
+    return running === undefined ? pods : pods.filter((p) => p.name === running);
+  }
+
+  /**
+   * Every address a current launcher pod of a held VMI has, from the Pod
+   * objects (status.podIPs), never from what a guest reports; empty
+   * without the node's pods. Feeds the redirect's set of VM sources.
+   */
+  launcherAddresses(): Iterable<string> {
+    if (this.#pods === undefined) return [];
+    this.#launcherMap();
+    return this.#byLauncherAddress.keys();
+  }
+
+  #launcherAt(address: string): string | undefined {
+    return this.#launcherMap().get(address) ?? undefined;
+  }
+
+  #launcherMap(): Map<string, string | null> {
+    const pods = this.#pods!;
+    if (this.#builtFor?.[0] !== this.#launchersChanged || this.#builtFor[1] !== pods.revision) {
+      const built: [number, number] = [this.#launchersChanged, pods.revision];
+      const next = new Map<string, string | null>();
+      for (const h of this.#byUid.values()) {
+        for (const p of this.#launchers(h)) {
+          for (const ip of p.ips) {
+            const had = next.get(ip);
+            next.set(ip, had === undefined || had === h.uid ? h.uid : null);
+          }
+        }
+      }
+      this.#byLauncherAddress = next;
+      this.#builtFor = built;
+    }
+    return this.#byLauncherAddress;
   }
 
   listUids(): Iterable<string> {
     return this.#byUid.keys();
   }
 
-  // Compat mode: linear in the node's VMIs (a few hundred at most), and only
+  // Compat mode without pods: linear in the node's VMIs (a few hundred at most), and only
   // for token-less requests. Ambiguity answers nothing.
   byAddress(address: string): SeedDirectoryEntry | undefined {
+    if (this.launcherAt !== undefined) {
+      const uid = this.launcherAt(address);
+      return uid === undefined ? undefined : this.get(uid);
+    }
     let found: Held | undefined;
     for (const h of this.#byUid.values()) {
       if (!h.addresses.includes(address)) continue;

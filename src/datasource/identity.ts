@@ -1,6 +1,10 @@
 // Which VMI's seed a datasource request may read: the VMI its capability
 // token was signed for (its UID, or its binding: src/datasource/binding.ts),
-// or (compat mode only) the VMI reporting the caller's source address. Every
+// or (compat mode only) the VMI at the caller's source address. Where the
+// directory ties addresses to launcher pods (SeedDirectory.launcherAt), a
+// token is no bearer credential: it opens its VMI's seed only from that
+// VMI's launcher pod's address, because the token sits in the VMI's spec
+// (firmware serial), which every namespace viewer can read. Every
 // miss costs the same work as a hit, so response time does not tell a known
 // token from an unknown one.
 //
@@ -109,6 +113,15 @@ export class TokenIndex {
 }
 
 /**
+ * Whether `source` may speak for the VMI `uid`: its current launcher pod's
+ * address where the directory knows launcher pods, any address where it
+ * does not (local mode, --platform libvirt).
+ */
+export function fromLauncherOf(directory: SeedDirectory, uid: string, source: string): boolean {
+  return directory.launcherAt === undefined || directory.launcherAt(source) === uid;
+}
+
+/**
  * Which directory entry a datasource request may read: by verified token, or
  * by source address when compat mode is on. A miss costs what a hit does.
  */
@@ -134,6 +147,7 @@ export class SeedIdentity {
     // the truth.
     const entry = this.#directory.get(grant.uid);
     if (entry === undefined || entry.uid !== grant.uid) return undefined;
+    if (!fromLauncherOf(this.#directory, grant.uid, source)) return undefined;
     return grant.message === grant.uid || grant.message === entry.binding ? entry : undefined;
   }
 

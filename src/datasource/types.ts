@@ -56,7 +56,15 @@ export interface SeedDirectory {
   // (status.interfaces[].ipAddress/ipAddresses) contain this address
   // (plain IPv4 or IPv6 text, IPv4-mapped IPv6 already unwrapped).
   // Must return undefined when zero VMIs OR MORE THAN ONE report it.
+  // With launcherAt: the VMI launcherAt names, never status.interfaces.
   byAddress(address: string): SeedDirectoryEntry | undefined;
+  // Platforms with launcher pods (KubeVirt): the UID of the VMI whose current
+  // launcher pod has this address in its status.podIPs (as the kubelet
+  // reports it); undefined when none or more than one does. When present,
+  // every answer by identity (token paths included) requires the source to
+  // be this VMI's. Absent (local mode, --platform libvirt): addresses are
+  // not tied to launcher pods. A Map lookup: called on every request.
+  launcherAt?(address: string): string | undefined;
   // A guest fetched a file (GET answered 200). For the status page's
   // "the guest fetched user-data at ...". Must not throw.
   recordFetch(namespace: string, name: string, file: DatasourceFile, at: Date): void;
@@ -93,4 +101,24 @@ export interface DatasourceLimits {
   // (cloud-init uses one or two at a time). In compat mode behind NAT or
   // QEMU user networking, all guests behind one address share it.
   maxConnectionsPerSource?: number;
+}
+
+/** A pod on this node as the API reports it: what a source address and a /v1/token are checked against. */
+export interface NodePod {
+  uid: string;
+  name: string;
+  namespace: string;
+  // The UIDs of its ownerReferences (a launcher pod's VMI).
+  owners: string[];
+  // status.podIPs, as the kubelet reports them.
+  ips: string[];
+}
+
+/**
+ * This node's pods by UID (a Pod watch restricted to spec.nodeName);
+ * `revision` changes whenever any pod's entry may have.
+ */
+export interface NodePods {
+  readonly revision: number;
+  get(uid: string): NodePod | undefined;
 }

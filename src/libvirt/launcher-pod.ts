@@ -71,7 +71,7 @@ export function launcherPodOf(target: InjectionTarget): string {
   );
 }
 
-// The fields of KubeVirt's VirtualMachineInstanceMigrationState vmseed reads.
+/** The fields of KubeVirt's VirtualMachineInstanceMigrationState vmseed reads (pods by name). */
 export interface MigrationState {
   targetNode?: string;
   targetPod?: string;

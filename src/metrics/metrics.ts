@@ -190,6 +190,13 @@ export function createMetrics(options: MetricsOptions) {
       help: 'Connections to the NoCloud HTTP datasource closed on arrival because their source address already had its share open.',
       registers,
     }),
+    // reason is the header found, one of two (FORWARDING_HEADERS).
+    datasourceForwardedRefused: new Counter({
+      name: 'vmseed_datasource_forwarded_refused_total',
+      help: 'Requests to the datasource listener refused with 400 because they carried a forwarding header, by reason: x-forwarded-for or forwarded.',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     datasourceRequestDuration: new Histogram({
       name: 'vmseed_datasource_request_duration_seconds',
       help: 'Time to answer a NoCloud HTTP datasource request, by endpoint.',
@@ -237,6 +244,14 @@ export function createMetrics(options: MetricsOptions) {
       name: 'vmseed_imds_rate_limited_total',
       help: "IMDS endpoint requests answered 429, by path family and the bucket that refused them: vm (the VMI's own), source (requests that resolve to no VMI) or node (all together).",
       labelNames: ['family', 'scope'] as const,
+      registers,
+    }),
+    // /v1/token refused a token whose claims do not name the VMI's
+    // namespace, ServiceAccount and launcher pod (TOKEN_REFUSALS).
+    imdsTokenRefused: new Counter({
+      name: 'vmseed_imds_token_refused_total',
+      help: "/v1/token requests answered 404 because the launcher pod's token did not match the VMI, by reason: unreadable (no kubernetes.io claims), namespace, serviceaccount or pod.",
+      labelNames: ['reason'] as const,
       registers,
     }),
     provisioningSeconds: new Histogram({

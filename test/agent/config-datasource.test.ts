@@ -112,7 +112,7 @@ test('bad datasource and vendor-data values are one clear line', () => {
 });
 
 // A key file that is not there at all is not an error: its Secret is
-// optional (test/cluster/webhook/agent-webhook.test.ts).
+// optional (test/cluster/webhook/cluster-webhook.test.ts).
 test('vmseed agent: no key file flag or a bad key file stops start-up (exit 2) with one line', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'vmseed-cfg-'));
   t.after(() => rm(dir, { recursive: true, force: true }));

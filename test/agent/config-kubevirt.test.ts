@@ -6,7 +6,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig, configSummary } from '../../src/config/config.ts';
-import { makeInjector } from '../../src/commands/agent/run.ts';
+import { makeInjector } from '../../src/commands/agent/agent-command.ts';
 import { FakeLibvirt } from '../support/fake-libvirt.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
 

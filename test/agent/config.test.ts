@@ -72,7 +72,7 @@ test('durations', () => {
 });
 
 test('--libvirt rpc: the RPC client under the injector, with the per-call timeout; virsh stays available', async () => {
-  const { makeInjector } = await import('../../src/commands/agent/run.ts');
+  const { makeInjector } = await import('../../src/commands/agent/agent-command.ts');
   const c = loadConfig(['--local', 'd', '--libvirt', 'rpc', '--virsh-timeout', '7s'], {}, '/')!;
   assert.equal(c.libvirt.mode, 'rpc');
   const rpc = makeInjector(c)!;

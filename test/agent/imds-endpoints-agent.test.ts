@@ -12,15 +12,21 @@ import { join } from 'node:path';
 import { FakeKube } from '../support/fake-kube.ts';
 import { startAgent, tempDir, vmi, waitFor } from '../support/agent-harness.ts';
 import { keyLine, randomKey } from '../datasource/datasource-fixtures.ts';
-import { jwt, projectedToken } from '../datasource/imds-support.ts';
+import { launcherJwt, projectedToken } from '../datasource/imds-support.ts';
 import { prepareNocloudHttp } from '../../src/commands/agent/datasource.ts';
 import { loopbackDatasource, startedDatasource } from '../support/agent-datasource.ts';
 import type { VmiObject } from '../../src/api/objects.ts';
 
 const POD_A = 'aaaaaaaa-0000-4000-8000-000000000001';
 const POD_B = 'bbbbbbbb-0000-4000-8000-000000000002';
-const TOKEN_A = jwt({ exp: 1_700_000_000, sub: 'a' });
-const TOKEN_B = jwt({ exp: 1_800_000_000, sub: 'b' });
+const TOKEN_A = launcherJwt(
+  { exp: 1_700_000_000, sub: 'a' },
+  { namespace: 'default', serviceAccount: 'builder', pod: POD_A },
+);
+const TOKEN_B = launcherJwt(
+  { exp: 1_800_000_000, sub: 'b' },
+  { namespace: 'default', serviceAccount: 'deployer', pod: POD_B },
+);
 const MD = { Metadata: 'true' };
 
 function withPodAndAccount(v: VmiObject, pod: string, account: string | undefined, ip?: string): VmiObject {

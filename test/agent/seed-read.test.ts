@@ -211,7 +211,7 @@ test(
 test("the README's numbers for the seed-read polls and the launcher reconnect are the code's", async () => {
   const { readFileSync } = await import('node:fs');
   const { SEED_READ_POLICY, POLLING_MAX } = await import('../../src/agent/domain/seed-read.ts');
-  const { CONNECT_BACKOFF_MAX_MS } = await import('../../src/commands/agent/run.ts');
+  const { CONNECT_BACKOFF_MAX_MS } = await import('../../src/commands/agent/agent-command.ts');
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
   const at = readme.indexOf("### Without the gate: the seed at the domain's start");
   assert.ok(at >= 0, 'the section is there');

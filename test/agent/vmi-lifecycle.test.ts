@@ -76,6 +76,15 @@ const FIELDS: Record<string, Class> = {
   'kube/object-watches.ts #entries': { not: 'referenced objects, dropped once no VMI holds them' },
   'datasource/directory.ts #byUid': { table: 'seeds' },
   'datasource/directory.ts #uidByKey': { table: 'seeds' },
+  'datasource/directory.ts #byLauncherAddress': {
+    not: "launcher addresses, rebuilt from the held VMIs and the node's pods when either moves",
+  },
+  'datasource/reports/receiver.ts #inFlightPerVm': {
+    not: 'bodies being read, each entry gone when its last body ends',
+  },
+  'kube/node-pods.ts #byUid': { not: "this node's pods as the API lists them: a pod's deletion removes it" },
+  'kube/node-pods.ts #uidByName': { not: "this node's pods as the API lists them: a pod's deletion removes it" },
+  'kube/node-pods.ts #timers': { not: 'watch restarts backing off' },
   'datasource/identity.ts #byToken': { not: "rebuilt from the seed directory at the directory's next revision" },
   'datasource/early.ts #misses': { not: 'hashes of tokens that verified nothing yet: bounded, expiring' },
   'datasource/early.ts #perSource': { not: 'per source address, bounded' },

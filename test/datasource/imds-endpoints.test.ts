@@ -17,13 +17,19 @@ import pino from 'pino';
 import { Client } from 'undici';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { MapDirectory, nocloudSeed, quietLogger, randomKey } from './datasource-fixtures.ts';
-import { TIMESTAMP_DIR, entry, facts, get, jwt, projectedToken } from './imds-support.ts';
+import { TIMESTAMP_DIR, entry, facts, get, jwt, launcherJwt, projectedToken } from './imds-support.ts';
 
 const POD_A = '11111111-1111-4111-8111-111111111111';
 const POD_B = '22222222-2222-4222-8222-222222222222';
 const POD_C = '33333333-3333-4333-8333-333333333333';
-const TOKEN_A = jwt({ exp: 1_700_000_000, sub: 'system:serviceaccount:tenant:sa-a' });
-const TOKEN_B = jwt({ exp: 1_800_000_000, sub: 'system:serviceaccount:tenant:sa-b' });
+const TOKEN_A = launcherJwt(
+  { exp: 1_700_000_000, sub: 'system:serviceaccount:tenant:sa-a' },
+  { namespace: 'tenant', serviceAccount: 'sa-a', pod: POD_A },
+);
+const TOKEN_B = launcherJwt(
+  { exp: 1_800_000_000, sub: 'system:serviceaccount:tenant:sa-b' },
+  { namespace: 'tenant', serviceAccount: 'sa-b', pod: POD_B },
+);
 const MD = { Metadata: 'true' };
 
 let server: DatasourceServer;
@@ -111,11 +117,19 @@ test('token: the launcher pod token with exp from the JWT, IMDS shape', { timeou
 
 test('two VMs on one node: A never gets B token by forged headers or addresses', { timeout: 60_000 }, async () => {
   refill();
-  const forged: Array<Record<string, string>> = [
-    { 'X-Forwarded-For': '127.0.0.2' },
-    { 'X-Real-IP': '127.0.0.2' },
+  // The forwarding headers are refused outright (forwarded-headers.test.ts).
+  for (const h of [
+    { 'X-Forwarded-For': '127.0.0.2' } as Record<string, string>,
     { Forwarded: 'for=127.0.0.2' },
     { 'X-Forwarded-For': '127.0.0.2, 127.0.0.1', 'X-Original-Forwarded-For': '127.0.0.2' },
+  ]) {
+    const r = await get(port, '/v1/token', { ...MD, ...h }, '127.0.0.1');
+    assert.equal(r.status, 400, JSON.stringify(h));
+    assert.ok(!r.body.includes(TOKEN_A) && !r.body.includes(TOKEN_B));
+  }
+  const forged: Array<Record<string, string>> = [
+    { 'X-Real-IP': '127.0.0.2' },
+    { 'X-Original-Forwarded-For': '127.0.0.2' },
     { Host: '127.0.0.2' },
   ];
   for (const h of forged) {
@@ -204,7 +218,7 @@ test(
     await unlink(join(volB, TIMESTAMP_DIR, 'token'));
     await rename(join(volB, TIMESTAMP_DIR, 'token.keep'), join(volB, TIMESTAMP_DIR, 'token'));
     assert.equal(JSON.parse((await tokenOf()).body).token, TOKEN_B);
-    const rotated = jwt({ exp: 1_900_000_000 });
+    const rotated = launcherJwt({ exp: 1_900_000_000 }, { namespace: 'tenant', serviceAccount: 'sa-b', pod: POD_B });
     await projectedToken(join(podsDir, 'rotation'), POD_B, rotated);
     const fresh = join(podsDir, 'rotation', POD_B, 'volumes', 'kubernetes.io~projected', 'kube-api-access-x7k2p');
     await rename(join(fresh, TIMESTAMP_DIR), join(volB, '..2026_11_26_00_00_00.1'));

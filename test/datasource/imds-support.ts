@@ -15,6 +15,23 @@ export function jwt(claims: Record<string, unknown>): string {
   return `${part({ alg: 'RS256', typ: 'JWT' })}.${part(claims)}.${Buffer.from('sig').toString('base64url')}`;
 }
 
+// A projected ServiceAccount token's claims as the API server signs them:
+// /v1/token hands out only one whose kubernetes.io claims name the VMI's
+// namespace, ServiceAccount and launcher pod.
+export function launcherJwt(
+  claims: Record<string, unknown>,
+  who: { namespace: string; serviceAccount: string; pod: string; podName?: string },
+): string {
+  return jwt({
+    ...claims,
+    'kubernetes.io': {
+      namespace: who.namespace,
+      serviceaccount: { name: who.serviceAccount },
+      pod: { name: who.podName ?? `virt-launcher-${who.pod.slice(0, 8)}`, uid: who.pod },
+    },
+  });
+}
+
 // <pods>/<pod>/volumes/kubernetes.io~projected/kube-api-access-<5>/{..<ts>/token, ..data -> ..<ts>, token -> ..data/token}
 export async function projectedToken(podsDir: string, pod: string, token: string, volume = 'kube-api-access-x7k2p') {
   const dir = join(podsDir, pod, 'volumes', 'kubernetes.io~projected', volume);

@@ -175,7 +175,7 @@ test(
     const trace = transpileTrace(r.stderr);
     assert.deepEqual(trace.misses, []);
     assert.ok(
-      trace.hits.includes('file:///opt/vmseed/src/commands/agent/run.ts'),
+      trace.hits.includes('file:///opt/vmseed/src/commands/agent/agent-command.ts'),
       'the agent command came from the cache',
     );
   },

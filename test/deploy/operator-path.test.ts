@@ -408,7 +408,16 @@ test('the agent is authorized by the RBAC objects applied, nothing else', async 
   assert.equal((await asAgent(fake, token, vmis('team-a'))).status, 200, 'granted by the RoleBinding in team-a');
   assert.equal((await asAgent(fake, token, vmis())).status, 403, 'no cluster-wide grant');
   assert.equal((await asAgent(fake, token, vmis('team-c'))).status, 403, 'no RoleBinding in team-c');
-  assert.equal((await asAgent(fake, token, '/api/v1/namespaces/team-a/pods')).status, 403, 'pods are not granted');
+  assert.equal(
+    (await asAgent(fake, token, '/api/v1/namespaces/team-a/pods/virt-launcher-x')).status,
+    403,
+    "pods: list and watch (the node's launchers), no get",
+  );
+  assert.equal(
+    (await asAgent(fake, token, '/api/v1/namespaces/team-a/services')).status,
+    403,
+    'services are not granted',
+  );
   assert.equal(
     (await asAgent(fake, token, '/api/v1/namespaces/team-a/secrets')).status,
     403,

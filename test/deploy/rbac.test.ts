@@ -60,6 +60,8 @@ test('the scenario made every kind of call the agent has', () => {
     '/configmaps:watch',
     '/events:create',
     '/events:patch',
+    '/pods:list',
+    '/pods:watch',
     '/secrets:get',
     '/secrets:watch',
     'kubevirt.io/virtualmachineinstances:list',
@@ -126,12 +128,12 @@ test('a call outside the role is reported as denied', () => {
 });
 
 test('a granted rule that no call uses is reported as unused', () => {
-  const wider: PolicyRule[] = [...role.rules, { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list'] }];
+  const wider: PolicyRule[] = [...role.rules, { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list'] }];
   const report = checkRbac(wider, AGENT_CALLS);
   assert.deepEqual(report.denied, []);
   assert.deepEqual(report.unused, [
-    { apiGroup: '', resource: 'pods', verb: 'get' },
-    { apiGroup: '', resource: 'pods', verb: 'list' },
+    { apiGroup: '', resource: 'nodes', verb: 'get' },
+    { apiGroup: '', resource: 'nodes', verb: 'list' },
   ]);
   // Dropping a call the agent makes leaves its grant unused.
   const withoutWatch = AGENT_CALLS.filter((c) => requestAttributes(c).verb !== 'watch');
@@ -139,6 +141,7 @@ test('a granted rule that no call uses is reported as unused', () => {
     { apiGroup: 'kubevirt.io', resource: 'virtualmachineinstances', verb: 'watch' },
     { apiGroup: '', resource: 'secrets', verb: 'watch' },
     { apiGroup: '', resource: 'configmaps', verb: 'watch' },
+    { apiGroup: '', resource: 'pods', verb: 'watch' },
   ]);
 });
 
@@ -294,12 +297,17 @@ test('namespaced (deploy/namespaced): every call the namespaced agent made is al
     'the fake API server, authorizing with the same objects, refused nothing',
   );
 
-  // The cluster-wide informer of the default mode is refused here, and so is
-  // anything in a namespace that is not listed.
+  // The cluster-wide informer and pod watch of the default mode are refused
+  // here, and so is anything in a namespace that is not listed.
   const refused = checkScopedRbac(scoped, AGENT_CALLS).denied.map(
     (d) => `${d.attributes.resource} ${d.attributes.verb} ${d.attributes.namespace || '*'}`,
   );
-  assert.deepEqual([...new Set(refused)].sort(), ['virtualmachineinstances list *', 'virtualmachineinstances watch *']);
+  assert.deepEqual([...new Set(refused)].sort(), [
+    'pods list *',
+    'pods watch *',
+    'virtualmachineinstances list *',
+    'virtualmachineinstances watch *',
+  ]);
   for (const path of [
     '/api/v1/namespaces/elsewhere/secrets/s',
     '/api/v1/namespaces/vmseed/configmaps/c',

@@ -133,10 +133,10 @@ test("RBAC: a verb the role does not grant is 403 with the API server's message,
     details: { name: 'vm1', group: 'subresources.kubevirt.io', kind: 'virtualmachineinstances' },
     code: 403,
   });
-  const pods = await api.request('GET', '/api/v1/pods');
+  const services = await api.request('GET', '/api/v1/services');
   assert.equal(
-    (pods.body as { message: string }).message,
-    'pods is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot list resource "pods" in API group "" at the cluster scope',
+    (services.body as { message: string }).message,
+    'services is forbidden: User "system:serviceaccount:vmseed:vmseed" cannot list resource "services" in API group "" at the cluster scope',
   );
 });
 

@@ -24,6 +24,7 @@ import { runCli } from '../support/cli.ts';
 import { datasourceSerialFor } from '../../src/datasource/url.ts';
 import { DatasourceKeyring, parseKeyFile } from '../../src/datasource/tokens.ts';
 import { findSecret, secretForms } from '../support/secret-forms.ts';
+import { get as getFrom } from '../datasource/imds-support.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -85,8 +86,12 @@ spec:
 
 interface Mode {
   name: string;
-  // Puts the VMIs where the agent finds them; returns the agent's own flags.
-  setup(dir: string, all: Vm[]): Promise<{ args: string[]; env: Record<string, string>; events(): string[] }>;
+  // Puts the VMIs where the agent finds them; returns the agent's own flags,
+  // and where each guest's requests come from (its launcher pod's IP).
+  setup(
+    dir: string,
+    all: Vm[],
+  ): Promise<{ args: string[]; env: Record<string, string>; events(): string[]; from?(v: Vm): string }>;
 }
 
 const LOCAL: Mode = {
@@ -104,17 +109,23 @@ function clusterMode(fake: FakeKube): Mode {
   return {
     name: 'cluster mode',
     async setup(dir, all) {
+      // A VM is its launcher pod: the datasource answers each only from
+      // its pod's IP, one 127.0.0.x per VMI.
+      const ip = (v: Vm) => `127.0.0.${10 + all.indexOf(v)}`;
       for (const v of all) {
         const obj = loadYaml(manifest(v)) as VmiObject;
+        const pod = randomUUID();
         obj.metadata.labels = { 'kubevirt.io/nodeName': NODE };
-        obj.status = { nodeName: NODE, phase: 'Scheduled' };
+        obj.status = { nodeName: NODE, phase: 'Scheduled', activePods: { [pod]: NODE } };
         assert.equal(fake.applyVmi(obj).metadata.uid, v.uid);
+        fake.setLauncherPod(`tenant-${v.name}`, `virt-launcher-${v.name}`, pod, NODE, [ip(v)], v.uid);
       }
       const kubeconfig = await fake.writeKubeconfig(dir);
       return {
         args: ['--kubeconfig', kubeconfig, '--libvirt', 'off'],
         env: { NODE_NAME: NODE },
         events: () => fake.events().map((e) => JSON.stringify(e)),
+        from: ip,
       };
     },
   };
@@ -234,13 +245,14 @@ async function noToken(t: { after(fn: () => unknown): void }, mode: Mode): Promi
       { vm: v.name, what: 'second-key token', value: other },
     );
     // Guests fetch with it (so the serving paths log what they log).
+    const from = setup.from?.(v) ?? '127.0.0.1';
+    const guestGet = async (u: string) => (await getFrom(dsPort, new URL(u).pathname, {}, from)).status;
     for (const f of ['meta-data', 'user-data', 'vendor-data', 'network-config']) {
-      const res = await fetch(`${seedUrl}${f}`);
-      await res.arrayBuffer();
-      if (v.served && f !== 'network-config') assert.equal(res.status, 200, `${v.name} ${f}`);
-      if (!v.served) assert.equal(res.status, 404, `${v.name} ${f}`);
+      const status = await guestGet(`${seedUrl}${f}`);
+      if (v.served && f !== 'network-config') assert.equal(status, 200, `${v.name} ${f}`);
+      if (!v.served) assert.equal(status, 404, `${v.name} ${f}`);
     }
-    assert.equal((await fetch(`${base}/${other}/user-data`)).status, v.served ? 200 : 404);
+    assert.equal(await guestGet(`${base}/${other}/user-data`), v.served ? 200 : 404);
   }
   // The fetches are recorded (the pages below are the ones that know about them).
   await waitFor(

@@ -13,6 +13,7 @@ import { Agent, type AgentOptions } from '../../src/agent/controller.ts';
 import { KubeEventRecorder } from '../../src/agent/events.ts';
 import { KubeConnectionApi, type KubeApi } from '../../src/kube/api-client.ts';
 import { KubeRefResolver } from '../../src/kube/resolver.ts';
+import type { KubeConnection } from '../../src/kube/connection.ts';
 import { KubeVmiSource } from '../../src/kube/kube-vmi-source.ts';
 import { ObjectWatches, type ObjectWatchesOptions } from '../../src/kube/object-watches.ts';
 import { BoundedWatch } from '../../src/kube/watch.ts';
@@ -176,6 +177,9 @@ export async function startAgent(
     renderTimeoutParkMs?: number;
     // false: Secrets and ConfigMaps read at each reconcile (no watches).
     watchRefs?: boolean | (Partial<ObjectWatchesOptions> & { minWatchTimeoutMs?: number });
+    // Secrets and ConfigMaps read through this connection (the agent's
+    // --objects-url) instead of the fake's.
+    objects?: KubeConnection;
     seedReads?: AgentOptions['seedReads'];
     seedReadPolicy?: AgentOptions['seedReadPolicy'];
     warnMissingGate?: boolean;
@@ -196,14 +200,16 @@ export async function startAgent(
   // request cut by its timeout is an informer restart that tests count.
   const api = new KubeConnectionApi(connection, { timeoutMs: 10_000 });
   const store = new ImageStore({ root: options.stateDir });
+  const objectsConnection = options.objects ?? connection;
+  const objectsApi = options.objects ? new KubeConnectionApi(options.objects, { timeoutMs: 10_000 }) : api;
   const watchOptions = typeof options.watchRefs === 'object' ? options.watchRefs : {};
   const watches =
     options.watchRefs === false
       ? undefined
       : new ObjectWatches({
-          api,
+          api: objectsApi,
           watcher: new BoundedWatch({
-            connection,
+            connection: objectsConnection,
             ...(watchOptions.minWatchTimeoutMs !== undefined
               ? { minWatchTimeoutMs: watchOptions.minWatchTimeoutMs }
               : {}),
@@ -232,7 +238,7 @@ export async function startAgent(
         staleAfterMs: options.staleAfterMs ?? 60_000,
         ...(options.namespaces ? { namespaces: options.namespaces } : {}),
       }),
-    refs: new KubeRefResolver(api, options.namespaces ? { namespaces: options.namespaces } : {}),
+    refs: new KubeRefResolver(objectsApi, options.namespaces ? { namespaces: options.namespaces } : {}),
     render: options.render ?? renderSeed,
     build: buildSeedImage,
     store,

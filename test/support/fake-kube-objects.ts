@@ -35,6 +35,8 @@ export const RESOURCE_TYPES: readonly ResourceType[] = [
   t('', 'v1', 'configmaps', 'ConfigMap'),
   t('', 'v1', 'events', 'Event'),
   t('apps', 'v1', 'daemonsets', 'DaemonSet'),
+  t('apps', 'v1', 'deployments', 'Deployment'),
+  t('policy', 'v1', 'poddisruptionbudgets', 'PodDisruptionBudget'),
   t('rbac.authorization.k8s.io', 'v1', 'clusterroles', 'ClusterRole', false),
   t('rbac.authorization.k8s.io', 'v1', 'clusterrolebindings', 'ClusterRoleBinding', false),
   t('rbac.authorization.k8s.io', 'v1', 'roles', 'Role'),

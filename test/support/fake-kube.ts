@@ -5,6 +5,10 @@
 //   HTTP/2 as the API server does (ALPN h2, HTTP/1.1 still served).
 // - Authentication: a bearer token from the accepted set (the service
 //   account's; `acceptTokens()` rotates it), else 401 Unauthorized.
+// - TokenReview (POST authentication.k8s.io/v1 tokenreviews), answered from
+//   the tokens a test registers (`registerReviewToken()`: user, audiences,
+//   extra as a pod-bound projected token has them), and Pod GETs of the pods
+//   such tokens name (`setPod()`).
 // - RBAC: the rules manifests/daemonset.yaml grants the agent's service
 //   account (or other manifests: ClusterRole/Role with their bindings),
 //   else 403 Forbidden with the API server's own message.
@@ -154,6 +158,13 @@ function status(code: number, reason: string, message: string, details?: Record<
   };
 }
 
+/** What TokenReview tells of a registered token. */
+export interface ReviewedToken {
+  username: string;
+  audiences: string[];
+  extra?: Record<string, string[]>;
+}
+
 export const DEFAULT_TOKEN = 'fake-token';
 // The identity of `adminTokens` (kubeadm's admin kubeconfig user).
 export const ADMIN_USER = 'kubernetes-admin';
@@ -222,6 +233,21 @@ export class FakeKube {
   #historyLimit = Infinity;
   #watchTimeScale = 1;
   readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
+  // TokenReview: what each registered token is (tokens other services were given).
+  readonly #reviewTokens = new Map<string, ReviewedToken>();
+  readonly #pods = new Map<
+    string,
+    {
+      metadata: {
+        name: string;
+        namespace: string;
+        uid: string;
+        ownerReferences?: Array<{ kind: string; uid: string }>;
+      };
+      spec: { nodeName?: string };
+      status?: { podIPs: Array<{ ip: string }> };
+    }
+  >();
 
   private constructor(
     pki: TestPki | undefined,
@@ -313,6 +339,35 @@ export class FakeKube {
 
   setRbac(rbac: false | unknown[] | RbacPolicy | 'applied'): void {
     this.#rbac = toPolicy(rbac);
+  }
+
+  // A token TokenReview authenticates (it is not accepted as a bearer token
+  // of this server): its user, audiences and extra, as a projected
+  // service-account token bound to a pod would have them.
+  registerReviewToken(token: string, identity: ReviewedToken): void {
+    this.#reviewTokens.set(token, identity);
+  }
+
+  forgetReviewToken(token: string): void {
+    this.#reviewTokens.delete(token);
+  }
+
+  // A Pod GET answers (TokenReview's pod-bound tokens name one).
+  setPod(namespace: string, name: string, uid: string, nodeName?: string): void {
+    this.#pods.set(`${namespace}/${name}`, {
+      metadata: { name, namespace, uid },
+      spec: nodeName ? { nodeName } : {},
+    });
+  }
+
+  // A VMI's launcher pod on a node, with the IPs the kubelet reports
+  // (status.podIPs), as the list of a node's pods returns it.
+  setLauncherPod(namespace: string, name: string, uid: string, nodeName: string, ips: string[], vmiUid: string): void {
+    this.#pods.set(`${namespace}/${name}`, {
+      metadata: { name, namespace, uid, ownerReferences: [{ kind: 'VirtualMachineInstance', uid: vmiUid }] },
+      spec: { nodeName },
+      status: { podIPs: ips.map((ip) => ({ ip })) },
+    });
   }
 
   // Answer the next matching request(s) with this fault.
@@ -809,6 +864,37 @@ export class FakeKube {
       );
     }
 
+    if (url.pathname === '/apis/authentication.k8s.io/v1/tokenreviews' && req.method === 'POST')
+      return reply(201, this.#tokenReview(body));
+    if (p.group === '' && p.resource === 'pods' && p.namespace && p.name && req.method === 'GET') {
+      const pod = this.#pods.get(`${p.namespace}/${p.name}`);
+      return pod
+        ? reply(200, pod)
+        : reply(404, status(404, 'NotFound', `pods "${p.name}" not found`, { name: p.name, kind: 'pods' }));
+    }
+    // A node's pods (fieldSelector=spec.nodeName=<node>, what the agent
+    // watches its launcher pods with): the list, and a watch that stays
+    // open and silent (setPod tells no watch).
+    if (p.group === '' && p.resource === 'pods' && !p.name && req.method === 'GET') {
+      const node = /^spec\.nodeName=(.+)$/.exec(url.searchParams.get('fieldSelector') ?? '')?.[1];
+      if (node === undefined) return reply(400, status(400, 'BadRequest', 'unsupported fieldSelector'));
+      if (!watch) {
+        const items = [...this.#pods.values()].filter(
+          (x) => x.spec.nodeName === node && (!p.namespace || x.metadata.namespace === p.namespace),
+        );
+        return reply(200, {
+          apiVersion: 'v1',
+          kind: 'PodList',
+          metadata: { resourceVersion: String(this.#rv) },
+          items,
+        });
+      }
+      this.#record(req, url, 200, verb, p);
+      res.writeHead(200, { 'content-type': 'application/json', ...chunked(req) });
+      res.flushHeaders();
+      return;
+    }
+
     const vmiNamespace =
       url.pathname === VMI_PATH
         ? null
@@ -986,6 +1072,42 @@ export class FakeKube {
     const created = this.#createObject(req, p, body);
     if (created) return reply(created.code, created.body);
     return reply(404, status(404, 'NotFound', 'the server could not find the requested resource'));
+  }
+
+  // The API server's TokenReview: authenticated when the token is registered
+  // and valid for one of the audiences asked (status.audiences: those).
+  #tokenReview(body: string): unknown {
+    let spec: { token?: string; audiences?: string[] } = {};
+    try {
+      spec = (JSON.parse(body) as { spec?: typeof spec }).spec ?? {};
+    } catch {
+      // an empty spec: not authenticated
+    }
+    const known = spec.token === undefined ? undefined : this.#reviewTokens.get(spec.token);
+    const asked = spec.audiences ?? [];
+    const audiences = known ? known.audiences.filter((a) => asked.length === 0 || asked.includes(a)) : [];
+    const review = { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', metadata: {}, spec };
+    if (!known || audiences.length === 0)
+      return {
+        ...review,
+        status: {
+          authenticated: false,
+          error: known ? 'token audiences is invalid for the target audiences' : 'invalid bearer token',
+        },
+      };
+    return {
+      ...review,
+      status: {
+        authenticated: true,
+        audiences,
+        user: {
+          username: known.username,
+          uid: randomUUID(),
+          groups: ['system:serviceaccounts', 'system:authenticated'],
+          extra: known.extra ?? {},
+        },
+      },
+    };
   }
 
   // kubectl's create, get and server-side apply of the install's objects;

@@ -2,7 +2,9 @@
 // API call the agent has: the informer (list, watch), a Secret and a
 // ConfigMap read for cloud-init sources, Events created and (on repeats)
 // patched, the seed gate's unpause, and the provisioning annotation patched
-// onto a VMI once its guest read the seed. libvirt is FakeLibvirt behind the
+// onto a VMI once its guest read the seed, and the launcher pods' watch
+// (list + watch of this node's pods, as the agent's run.ts starts it for the
+// datasource). libvirt is FakeLibvirt behind the
 // real LibvirtInjector with {podUID} templates; images are published into
 // launcher "pods" under a temp directory. The fake API server's recorded
 // requests are what the RBAC test checks the ClusterRole against.
@@ -18,6 +20,9 @@ import { DirPublisher } from '../../src/libvirt/publish.ts';
 import type { VmiObject } from '../../src/api/objects.ts';
 import { parseTemplate } from '../../src/libvirt/template.ts';
 import { FakeClient } from './seed-read-doubles.ts';
+import { NodePodWatch } from '../../src/kube/node-pods.ts';
+import { BoundedWatch } from '../../src/kube/watch.ts';
+import { pino } from 'pino';
 
 // The launcher's emptyDir the seed is published into (a `vmseed` directory
 // of ours inside it), as the kubelet lays it out under its pods directory.
@@ -123,6 +128,19 @@ export async function runKubevirtScenario(
     // Every guest reads its seed at once.
     const seedReads = new FakeClient();
     seedReads.reads = 1;
+    for (const [name, uid] of [
+      ['virt-launcher-vm1', POD_1],
+      ['virt-launcher-files', POD_2],
+    ])
+      fake.setPod('team-a', name, uid, NODE);
+    const nodePods = new NodePodWatch({
+      api,
+      watcher: new BoundedWatch({ connection }),
+      nodeName: NODE,
+      logger: pino({ level: 'silent' }),
+      ...(options.namespaces ? { namespaces: options.namespaces } : {}),
+    });
+    nodePods.start();
     const h = await startAgent(fake, {
       stateDir: join(dir.path, 'seeds'),
       injector,
@@ -131,6 +149,12 @@ export async function runKubevirtScenario(
       ...(options.namespaces ? { namespaces: options.namespaces } : {}),
     });
     try {
+      await waitFor('launcher pods listed', () => nodePods.get(POD_1) !== undefined, 20_000);
+      await waitFor(
+        'launcher pods watched',
+        () => fake.requests.some((r) => r.resource === 'pods' && r.verb === 'watch'),
+        20_000,
+      );
       await waitFor('unpause', () => fake.unpaused.includes('team-a/vm1'), 20_000);
       await waitFor(
         'files seeded',
@@ -148,6 +172,7 @@ export async function runKubevirtScenario(
         20_000,
       );
     } finally {
+      await nodePods.stop();
       await h.stop();
     }
     return { requests: [...fake.requests], unpaused: [...fake.unpaused], lv };

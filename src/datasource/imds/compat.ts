@@ -4,15 +4,17 @@
 // it. A node agent serves every pod on the node, so it needs another way to
 // tell guests apart: the source address, which the node-level redirect
 // (DNAT, src/redirect) keeps as the launcher pod's IP, matched against the
-// addresses the VMI reports.
+// VMI's launcher pod's IP where the node's pods are known
+// (SeedDirectory.launcherAt), else against the addresses the VMI reports.
 //
 // This directory answers token-less requests for VMIs that opted in to
 // IMDS only (their seed is delivery 'http'), so turning IMDS compatibility
 // on does not expose every other VMI's seed to source-address guessing;
-// token requests are unchanged. The weaknesses of source-address identity
-// (documented at DatasourceServerOptions.compatSourceAddress) still apply
-// to the opted-in VMIs: they are what IMDS users had, and the way out is a
-// token serial (`vmseed seed-url`).
+// token requests are unchanged. Without launcher pods, the weaknesses of
+// source-address identity (documented at
+// DatasourceServerOptions.compatSourceAddress) still apply to the opted-in
+// VMIs: they are what IMDS users had, and the way out is a token serial
+// (`vmseed seed-url`).
 import type { DatasourceFile } from '../files.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../types.ts';
 
@@ -31,6 +33,7 @@ export function imdsOnlySourceAddress(directory: SeedDirectory): SeedDirectory {
       const e = directory.byAddress(address);
       return e?.seed.delivery === 'http' ? e : undefined;
     },
+    ...(directory.launcherAt !== undefined ? { launcherAt: (address: string) => directory.launcherAt?.(address) } : {}),
     recordFetch: (namespace: string, name: string, file: DatasourceFile, at: Date) =>
       directory.recordFetch(namespace, name, file, at),
     recordSeededAfterBoot: (entry: SeedDirectoryEntry, missedAt: Date, servedAt: Date) =>

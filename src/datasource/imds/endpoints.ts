@@ -58,7 +58,7 @@ export class ImdsEndpoints {
   readonly #openstack = new OpenstackTree();
   // One warning per kind of refusal per minute: a flood is seen, not logged
   // request by request.
-  readonly #logThrottle = new LogThrottle<Throttle | number>();
+  readonly #logThrottle = new LogThrottle<Throttle | number | 'token-mismatch'>();
 
   constructor(options: ImdsEndpointOptions) {
     this.#o = options;
@@ -105,18 +105,32 @@ export class ImdsEndpoints {
     switch (route.family) {
       case 'identity':
         return identityReply(entry, entry.imds);
-      case 'token':
-        return tokenReply({ namespace: entry.namespace, name: entry.name, facts: entry.imds }, this.#o.readToken);
+      case 'token': {
+        const reply = tokenReply(
+          { namespace: entry.namespace, name: entry.name, facts: entry.imds },
+          this.#o.readToken,
+        );
+        if ('status' in reply) return reply;
+        this.#o.metrics?.imdsTokenRefused.inc({ reason: reply.refused });
+        this.#note('token-mismatch', route.family);
+        return NOT_FOUND;
+      }
       case 'openstack':
         return this.#openstack.reply(entry.seed, route.openstack);
     }
   }
 
-  // `kind`: the bucket that refused, or the status of a guard's refusal.
-  #note(kind: Throttle | number, family: ImdsFamily): void {
+  // `kind`: the bucket that refused, the status of a guard's refusal, or a
+  // launcher token that did not match its VMI.
+  #note(kind: Throttle | number | 'token-mismatch', family: ImdsFamily): void {
     const held = this.#logThrottle.admit(kind, this.#o.now?.() ?? performance.now());
     if (held === undefined) return;
-    if (typeof kind === 'number')
+    if (kind === 'token-mismatch')
+      this.#o.logger.warn(
+        { family, kind, ...held },
+        `IMDS token refused: its claims do not name the VMI's namespace, ServiceAccount and launcher pod${ONCE}`,
+      );
+    else if (typeof kind === 'number')
       this.#o.logger.warn({ family, status: kind, kind: `refused-${kind}`, ...held }, `IMDS request refused${ONCE}`);
     else
       this.#o.logger.warn(

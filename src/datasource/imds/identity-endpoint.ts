@@ -20,8 +20,12 @@ export interface ImdsFacts {
   // ServiceAccount's token into the launcher pod; without one there is no
   // token to hand out.
   serviceAccountToken: boolean;
-  // Launcher pod UIDs on this node (status.activePods), checked UUIDs.
+  // Launcher pod UIDs on this node (status.activePods), checked UUIDs; with
+  // the node's pods watched, only the VMI's current launcher pods.
   launcherPods: string[];
+  // Their names by UID, when the node's pods are watched: what /v1/token
+  // checks a token's pod claims against.
+  launcherPodNames?: Record<string, string>;
 }
 
 /** A complete IMDS answer; the caller adds Content-Length and the common headers. */

@@ -1,5 +1,6 @@
 // `vmseed agent`: the DaemonSet process (cluster mode) or the embedded
 // default on a directory of manifests (`--local DIR`).
+import { readFileSync } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../../cloudinit/render.ts';
@@ -20,6 +21,7 @@ import { aborted, CANCEL_GRACE_MS, ShutdownDeadline } from '../../agent/shutdown
 import { clientDomainEvents, type DomainEvents } from '../../agent/domain/waits.ts';
 import { LogEventRecorder, type EventRecorder } from '../../agent/events.ts';
 import { prepareNocloudHttp } from './datasource.ts';
+import { launcherAddresses, startLauncherFileWriter } from './launcher-addresses.ts';
 import { progressReportPlanner } from '../../agent/provisioning/report-plan.ts';
 import { lockStateDir, type StateLock } from './state-lock.ts';
 import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from './readiness-checks.ts';
@@ -30,9 +32,9 @@ import { NodeProcessSpawner } from '../../libvirt/virsh/runner.ts';
 import type { RenderSeed } from '../../agent/deps.ts';
 import { RedirectStatusPoller } from '../../redirect/status-poller.ts';
 import type { KubeApi } from '../../kube/api-client.ts';
+import type { KubeConnection } from '../../kube/connection.ts';
 import type { CliContext, Command, ExitCode } from '../cli.ts';
 import { VERSION } from '../../core/version.ts';
-import { startAdmission, type Admission } from './webhook.ts';
 
 // What closing waits for the injector's last file work (an older seed's copy
 // removed after an attach); a copy left behind goes with the next seed's
@@ -232,11 +234,12 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
   const [
     { KubeEventRecorder },
     { KubeConnectionApi },
-    { loadConnection },
+    { loadConnection, KubeConnection },
     { KubeRefResolver },
     { KubeVmiSource },
     { ObjectWatches },
     { BoundedWatch },
+    { NodePodWatch },
   ] = await Promise.all([
     import('../../agent/events.ts'),
     import('../../kube/api-client.ts'),
@@ -245,6 +248,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     import('../../kube/kube-vmi-source.ts'),
     import('../../kube/object-watches.ts'),
     import('../../kube/watch.ts'),
+    import('../../kube/node-pods.ts'),
   ]);
   const { logger, metrics } = parts.options;
   const connection = loadConnection(config.kubeconfig);
@@ -253,8 +257,29 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
   // deadline; Events and the informer keep their own client (the agent
   // flushes Events after the deadline).
   const reconcileApi = new KubeConnectionApi(connection, { cancel: parts.shutdown.reconciles });
+  // --objects-url: Secrets and ConfigMaps come from the cluster component's
+  // node-scoped service (same client, another server and credential), so
+  // this node's own credential needs no access to them.
+  const objectsConnection = config.objects ? objectsConnectionFor(config.objects, KubeConnection) : connection;
+  const objectsApi =
+    objectsConnection === connection
+      ? reconcileApi
+      : new KubeConnectionApi(objectsConnection, { cancel: parts.shutdown.reconciles });
   const { injector, options } = libvirtParts(config, parts, await kubevirtResume(config, parts, reconcileApi));
   const namespaces = config.namespaces ? { namespaces: config.namespaces } : {};
+  // KubeVirt's launcher pods: the datasource answers a VMI only from its
+  // launcher pod's address. --platform libvirt has none.
+  const nodePods =
+    parts.nocloudHttp && config.libvirt.platform === 'kubevirt'
+      ? new NodePodWatch({
+          api,
+          watcher: new BoundedWatch({ connection }),
+          nodeName: config.nodeName,
+          logger: logger.child({ component: 'pod-watch' }),
+          ...namespaces,
+        })
+      : undefined;
+  nodePods?.start();
   const agent = new Agent({
     ...parts.options,
     ...options,
@@ -263,6 +288,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     ...(config.libvirt.platform === 'kubevirt' && config.libvirt.mode !== 'off' ? { warnMissingGate: true } : {}),
     ...(await kubevirtServedGate(config, reconcileApi)),
     ...(config.provisioningAnnotation ? { annotateVmis: { api } } : {}),
+    ...(nodePods ? { nodePods } : {}),
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
     makeSource: (onKey) =>
       new KubeVmiSource({
@@ -274,10 +300,10 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
         onKey,
         ...namespaces,
       }),
-    refs: new KubeRefResolver(reconcileApi, namespaces),
+    refs: new KubeRefResolver(objectsApi, namespaces),
     objectCache: new ObjectWatches({
-      api: reconcileApi,
-      watcher: new BoundedWatch({ connection }),
+      api: objectsApi,
+      watcher: new BoundedWatch({ connection: objectsConnection }),
       logger: logger.child({ component: 'object-watches' }),
       ...namespaces,
       ...(metrics ? { onWatchCount: (n: number) => metrics.objectWatches.set(n) } : {}),
@@ -287,10 +313,31 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     agent,
     injector,
     close: async () => {
+      await nodePods?.stop();
       await closeInjector(injector);
       await connection.close();
+      if (objectsConnection !== connection) await objectsConnection.close();
     },
   };
+}
+
+// The object service's connection: its URL, the CA of its certificate (else
+// the system's), and the projected token, re-read as the kubelet rotates it.
+function objectsConnectionFor(
+  objects: NonNullable<Config['objects']>,
+  Connection: typeof KubeConnection,
+): KubeConnection {
+  let ca: string | undefined;
+  if (objects.caFile) {
+    try {
+      ca = readFileSync(objects.caFile, 'utf8');
+    } catch (e) {
+      throw new ConfigError(
+        `--objects-ca-file: cannot read ${objects.caFile} (${(e as NodeJS.ErrnoException).code ?? 'error'})`,
+      );
+    }
+  }
+  return new Connection({ server: objects.url, tokenFile: objects.tokenFile, ...(ca ? { ca } : {}) });
 }
 
 // Its last file work (bounded), then the RPC client's sockets.
@@ -360,6 +407,11 @@ export const agent: Command = async (ctx) => {
     ? new RedirectStatusPoller({ url: config.redirectStatusUrl })
     : undefined;
   if (redirectPoller) made.agent.status.setRedirectSource(() => redirectPoller.status);
+  if (config.launcherAddressesFile !== undefined) {
+    const writer = startLauncherFileWriter(config.launcherAddressesFile, launcherAddresses(made.agent), logger);
+    // The file stays after a stop: the redirect keeps the VMs it has.
+    ctx.stopSignal.addEventListener('abort', () => void writer.close(), { once: true });
+  }
   let http: Listeners;
   try {
     http = await listen(config, made.agent, metrics, logger);
@@ -462,7 +514,6 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
   const statusListen = hostPort(config.statusListen);
   const split = listen !== statusListen;
   const servers: Array<Awaited<ReturnType<typeof startHttpServer>>> = [];
-  let admission: Admission | undefined;
   try {
     for (const [addr, serve] of split
       ? ([
@@ -480,12 +531,10 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
         }),
       );
     }
-    if (config.webhook) admission = await startAdmission(config.webhook, config.datasource, logger, metrics);
   } catch (e) {
     await Promise.all(servers.map((s) => s.close()));
     throw e;
   }
-  if (admission) agent.status.addReadinessCheck(admission.readiness);
   agent.status.setConfig({
     listen: hostPort(servers[0].address),
     statusListen: hostPort(servers.at(-1)!.address),
@@ -494,7 +543,6 @@ async function listen(config: Config, agent: Agent, metrics: Metrics, logger: Lo
     url: servers[0].url,
     statusUrl: servers.at(-1)!.url,
     close: async () => {
-      await admission?.close();
       await Promise.all(servers.map((s) => s.close()));
     },
   };
