@@ -1,7 +1,10 @@
 // `vmseed redirect`: the small privileged part of the NoCloud-over-HTTP
 // setup. Runs in its own container with CAP_NET_ADMIN on the host network
-// and keeps a DNAT of 169.254.169.254:80 from pod interfaces to the agent's
-// datasource listener (src/redirect). The agent itself stays unprivileged.
+// and keeps a DNAT of 169.254.169.254:80 from launcher pods (the addresses
+// the agent writes to --launchers-file) to the agent's datasource listener
+// (src/redirect). The agent itself stays unprivileged.
+import { watch, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { parseListen, ConfigError } from '../config/values.ts';
@@ -11,6 +14,7 @@ import { execNft, RedirectKeeper } from '../redirect/keeper.ts';
 import { targetChecker } from '../redirect/target-check.ts';
 import { fileKeySource, parseKeyFile } from '../datasource/tokens.ts';
 import { createRedirectMetrics } from '../redirect/redirect-metrics.ts';
+import { LAUNCHER_FILE_NAME, readLauncherFile } from '../redirect/launcher-file.ts';
 import {
   DEFAULT_POD_INTERFACES,
   DEFAULT_TABLE,
@@ -20,12 +24,17 @@ import {
 } from '../redirect/nft-ruleset.ts';
 import { UsageError, type Command } from './cli.ts';
 
+/** The --launchers-file default: the agent's file in the directory both containers mount. */
+export const DEFAULT_LAUNCHERS_FILE = `/run/vmseed/launchers/${LAUNCHER_FILE_NAME}`;
+
 const HELP = `usage: vmseed redirect --to HOST:PORT [options]
 
 Keeps an nftables DNAT of tcp 169.254.169.254:80 arriving on pod interfaces
-to the NoCloud datasource listener, in a table of its own (never kube-proxy's
-or the CNI's); re-applies it when it is flushed and removes it on SIGTERM.
-Needs CAP_NET_ADMIN in the host network namespace.
+from this node's launcher pods (the addresses the agent writes to
+--launchers-file) to the NoCloud datasource listener, in a table of its own
+(never kube-proxy's or the CNI's); every other pod keeps the cloud's own
+metadata service. Re-applies it when it is flushed, follows the file, and
+removes it on SIGTERM. Needs CAP_NET_ADMIN in the host network namespace.
 
 options:
   --to HOST:PORT          the datasource listener as the node reaches it (e.g. $(HOST_IP):8081)
@@ -36,6 +45,12 @@ options:
                           the agent's datasource key file (the same Secret): /readyz is 200 only
                           once the --to target answers the datasource's challenge with these keys,
                           so a rule pointing at another service is not "in place"
+  --launchers-file FILE   the agent's list of this node's launcher pod addresses (its
+                          --launcher-addresses-file, in a directory both containers mount);
+                          read when it changes and every --interval; missing: no pod redirected
+                          (default ${DEFAULT_LAUNCHERS_FILE})
+  --all-pods              redirect every pod's 169.254.169.254, not only launchers' (takes the
+                          cloud's metadata service from every pod on the node)
   --interval SECONDS      how often the rule is checked and re-applied when gone (default 5)
   --table NAME            the nftables table, family ip (default ${DEFAULT_TABLE})
   --metadata-address IP   default 169.254.169.254
@@ -60,6 +75,7 @@ function specFrom(values: Record<string, string | string[] | boolean | undefined
       .map((s) => s.trim())
       .filter((s) => s !== ''),
     metadata: { address: (values['metadata-address'] as string | undefined) ?? '169.254.169.254', port },
+    ...(values['all-pods'] === true ? { allPods: true } : {}),
   });
 }
 
@@ -79,6 +95,8 @@ export const redirect: Command = async (ctx) => {
         listen: { type: 'string', default: '0.0.0.0:8082' },
         'datasource-key-file': { type: 'string' },
         interval: { type: 'string', default: '5' },
+        'launchers-file': { type: 'string', default: DEFAULT_LAUNCHERS_FILE },
+        'all-pods': { type: 'boolean', default: false },
         table: { type: 'string' },
         'metadata-address': { type: 'string' },
         'metadata-port': { type: 'string' },
@@ -124,7 +142,16 @@ export const redirect: Command = async (ctx) => {
   const logger = pino({ level: values['log-level'] }, ctx.stderr);
   const metrics = createRedirectMetrics();
   const keyFile = values['datasource-key-file'];
+  const launchersFile = values['launchers-file'];
+  let skippedLogged = -1;
   const keeper = new RedirectKeeper({
+    launchers: async () => {
+      const { addresses, skipped } = await readLauncherFile(launchersFile);
+      if (skipped !== skippedLogged && skipped > 0)
+        logger.warn({ launchersFile, skipped }, 'lines of the launcher file that are no IPv4 address were skipped');
+      skippedLogged = skipped;
+      return addresses;
+    },
     spec,
     runner: execNft(),
     logger,
@@ -149,10 +176,12 @@ export const redirect: Command = async (ctx) => {
   const health = await startRedirectHealth({ listen, keeper, metrics });
   logger.info({ listen: `${health.address.address}:${health.address.port}` }, 'redirect health listening');
   await keeper.start();
+  const watcher = spec.allPods === true ? undefined : watchLaunchers(launchersFile, () => void keeper.refresh());
   await new Promise<void>((resolve) => {
     if (ctx.stopSignal.aborted) resolve();
     ctx.stopSignal.addEventListener('abort', () => resolve(), { once: true });
   });
+  watcher?.close();
   let code: 0 | 1 = 0;
   try {
     await keeper.stop();
@@ -163,3 +192,20 @@ export const redirect: Command = async (ctx) => {
   await health.close();
   return code;
 };
+
+// The file is replaced by a rename, so its directory is watched; the
+// interval's reads cover a directory that cannot be watched (not there yet).
+function watchLaunchers(path: string, changed: () => void): FSWatcher | undefined {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const w = watch(dirname(path), (_event, name) => {
+      if (name !== null && name !== basename(path)) return;
+      clearTimeout(timer);
+      timer = setTimeout(changed, 50);
+    });
+    w.on('error', () => w.close());
+    return w;
+  } catch {
+    return undefined;
+  }
+}

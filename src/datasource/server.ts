@@ -28,6 +28,8 @@ import type { ServiceAccountTokenReader } from './imds/token-endpoint.ts';
 import { ReportReceiver, type ProgressSink, type ReportLimits } from './reports/receiver.ts';
 import { EarlyMisses, type EarlyMissLimits } from './early.ts';
 import { holdConnection } from './flood/connection-hold.ts';
+import { FORWARDING_HEADERS, forwardingHeader, refuseForwarded, type ForwardingHeader } from './forwarded.ts';
+import { LogThrottle } from '../core/log-throttle.ts';
 
 export interface DatasourceServerOptions {
   listen: { host: string; port: number };
@@ -38,9 +40,12 @@ export interface DatasourceServerOptions {
   limits?: DatasourceLimits;
   // Default `/v1`.
   prefix?: string;
-  // Answer token-less `<prefix>/<file>` by the caller's source address
-  // matched against the addresses VMIs report. Off by default, because the
-  // source address is weak evidence of identity:
+  // Answer token-less `<prefix>/<file>` by the caller's source address:
+  // where the directory knows launcher pods (SeedDirectory.launcherAt), the
+  // VMI whose launcher pod has it, and none of what follows applies but the
+  // last two points. Otherwise it is matched against the addresses VMIs
+  // report. Off by default, because the source address is weak evidence of
+  // identity:
   //  - reported addresses come from the guest agent / DHCP leases, i.e. from
   //    the guest itself: a guest that claims (or spoofs, without
   //    anti-spoofing on the network) another VMI's address reads its seed,
@@ -282,6 +287,26 @@ function withReports(
   };
 }
 
+// Every path, the reports' and the redirect's challenge included, refuses a
+// request that says it was forwarded (forwarded.ts), before anything else.
+function refusingForwarded(next: RequestListener, logger: Logger, metrics: Metrics | undefined): RequestListener {
+  const throttle = new LogThrottle<ForwardingHeader>();
+  for (const reason of FORWARDING_HEADERS) metrics?.datasourceForwardedRefused.inc({ reason }, 0);
+  return (req, res) => {
+    const reason = forwardingHeader(req);
+    if (reason === undefined) return next(req, res);
+    refuseForwarded(req, res);
+    metrics?.datasourceForwardedRefused.inc({ reason });
+    metrics?.datasourceRequests.inc({ endpoint: 'other', status: '400' });
+    const admitted = throttle.admit(reason, performance.now());
+    if (admitted !== undefined)
+      logger.warn(
+        { reason, source: unwrapMapped(req.socket.remoteAddress ?? ''), ...admitted },
+        'forwarded request refused (logged at most once a minute per header)',
+      );
+  };
+}
+
 /**
  * Starts the datasource listener (NoCloud files, IMDS endpoints, and the
  * progress-report receiver when `reports` is set). Rejects with RangeError
@@ -294,7 +319,11 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
   const server = createDatasourceListener(
     options.limits ?? {},
     options.metrics,
-    withReports(measured(handler, logger, options.metrics), options, prefix, logger),
+    refusingForwarded(
+      withReports(measured(handler, logger, options.metrics), options, prefix, logger),
+      logger,
+      options.metrics,
+    ),
   );
   await listen(server, options.listen.port, options.listen.host);
   const address = server.address() as AddressInfo;

@@ -1,12 +1,21 @@
 // Keeps the 169.254.169.254 redirect in place: applies the ruleset at start,
 // checks it every interval and re-applies it when it is gone or not ours
 // (a `nft flush ruleset`, a firewall reload, a node agent that rebuilds
-// tables), and removes it on a clean stop. nft is run through an injected
+// tables), keeps its set of launcher pod addresses equal to what the agent
+// says (checked every interval and when told the list changed), and
+// removes it on a clean stop. nft is run through an injected
 // runner, so tests drive it in a network namespace of their own.
 import { spawn } from 'node:child_process';
 import type { Logger } from 'pino';
 import { VmseedError } from '../errors.ts';
-import { renderRemoval, renderRuleset, ruleInPlace, type RedirectSpec } from './nft-ruleset.ts';
+import {
+  launcherSetElements,
+  renderLauncherSync,
+  renderRemoval,
+  renderRuleset,
+  ruleInPlace,
+  type RedirectSpec,
+} from './nft-ruleset.ts';
 import type { RedirectMetrics } from './redirect-metrics.ts';
 import type { TargetVerdict } from './target-check.ts';
 
@@ -79,6 +88,9 @@ export interface RedirectKeeperOptions {
   // Whether the rule's target is this node's datasource, asked after every
   // check that found the rule; without it, the rule alone counts.
   verifyTarget?: () => Promise<TargetVerdict>;
+  // This node's launcher pod addresses, the only sources redirected (unless
+  // spec.allPods); read at every check. Absent: none (nothing redirected).
+  launchers?: () => Promise<readonly string[]>;
 }
 
 /**
@@ -98,6 +110,10 @@ export class RedirectKeeper {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
   #stopped = false;
+  // The last `nft -j list table` output, for the set's elements.
+  #listing = '';
+  // Rounds run one at a time: the interval's and refresh()'s.
+  #serial: Promise<void> = Promise.resolve();
 
   constructor(options: RedirectKeeperOptions) {
     this.#o = options;
@@ -126,7 +142,7 @@ export class RedirectKeeper {
   }
 
   async apply(reason: ApplyReason): Promise<void> {
-    const r = await this.#o.runner.run(['-f', '-'], renderRuleset(this.#o.spec));
+    const r = await this.#o.runner.run(['-f', '-'], renderRuleset(this.#o.spec, await this.#launchers()));
     if (r.code !== 0) {
       this.#o.metrics?.errors.inc({ operation: 'apply' });
       throw new VmseedError(
@@ -147,13 +163,51 @@ export class RedirectKeeper {
     const r = await this.#o.runner.run(['-j', 'list', 'table', 'ip', this.#o.spec.table]);
     // Exit non-zero: no such table.
     const ok = r.code === 0 && ruleInPlace(r.stdout, this.#o.spec);
+    this.#listing = r.code === 0 ? r.stdout : '';
     this.#setInPlace(ok);
     if (!ok) this.#reason = 'missing';
     return ok;
   }
 
-  // One round: check, and re-apply when the rule is not in place.
-  async tick(reason: ApplyReason = 'missing'): Promise<void> {
+  async #launchers(): Promise<readonly string[]> {
+    if (this.#o.spec.allPods === true || this.#o.launchers === undefined) return [];
+    return this.#o.launchers();
+  }
+
+  // The set made equal to the launcher list, in one transaction, when the
+  // last listing shows it differs.
+  async #syncLaunchers(): Promise<void> {
+    if (this.#o.spec.allPods === true) return;
+    const want = [...new Set(await this.#launchers())].sort();
+    const have = launcherSetElements(this.#listing, this.#o.spec) ?? [];
+    if (want.length === have.length && want.every((a, i) => a === have[i])) return;
+    const r = await this.#o.runner.run(['-f', '-'], renderLauncherSync(this.#o.spec, want));
+    if (r.code !== 0) {
+      this.#o.metrics?.errors.inc({ operation: 'launchers' });
+      throw new VmseedError(
+        'REDIRECT_APPLY_FAILED',
+        `nft could not update the launcher set of table ip ${this.#o.spec.table} (exit ${r.code}): ${r.stderr.trim().slice(0, 300)}`,
+        { kind: 'retryable', field: 'redirect' },
+      );
+    }
+    this.#o.metrics?.applies.inc({ reason: 'launchers' });
+    this.#log.info({ launchers: want.length, was: have.length }, 'redirect launcher set updated');
+  }
+
+  /** A round now (after the one running): the launcher list changed. */
+  refresh(): Promise<void> {
+    return this.tick('missing');
+  }
+
+  // One round: check, re-apply when the rule is not in place, and bring the
+  // launcher set up to date.
+  tick(reason: ApplyReason = 'missing'): Promise<void> {
+    const run = this.#serial.then(() => this.#round(reason));
+    this.#serial = run.catch(() => {});
+    return run;
+  }
+
+  async #round(reason: ApplyReason): Promise<void> {
     if (this.#stopped) return;
     try {
       if (!(await this.check())) {
@@ -166,6 +220,7 @@ export class RedirectKeeper {
           return;
         }
       }
+      await this.#syncLaunchers();
       this.#lastError = undefined;
       await this.#verifyTarget();
     } catch (e) {

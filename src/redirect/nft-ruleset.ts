@@ -4,6 +4,12 @@
 // Calico's, Cilium's): they are other tables, and nftables runs every base
 // chain hooked at prerouting, in priority order.
 //
+// Only VMs are redirected: the rule matches sources in the table's set of
+// this node's launcher pod addresses (kept current by the keeper from the
+// agent's file, launcher-file.ts). Every other pod's 169.254.169.254 is left
+// alone, so on a cloud node ordinary pods keep the provider's metadata
+// service (instance credentials, the GKE metadata server).
+//
 // One `nft -f -` transaction creates the table if it is missing, deletes it
 // and defines it again, so applying is atomic (no moment without the rule)
 // and idempotent (applying twice gives one rule), whatever state the table
@@ -29,6 +35,10 @@ export interface RedirectSpec {
   podInterfaces: string[];
   // The metadata address and port guests ask for.
   metadata: { address: string; port: number };
+  // Redirect every pod, not only the launcher pods in the set: takes the
+  // cloud's metadata service from every pod on the node. For nodes with
+  // no such service whose agent writes no launcher file.
+  allPods?: boolean;
 }
 
 /**
@@ -39,6 +49,8 @@ export const DEFAULT_POD_INTERFACES = ['veth*', 'cali*', 'lxc*', 'cni0', 'cbr0']
 /** The --table default: the nftables table (family ip) of vmseed's own. */
 export const DEFAULT_TABLE = 'vmseed';
 export const CHAIN = 'prerouting';
+/** The table's set of this node's launcher pod addresses: the only sources redirected. */
+export const LAUNCHER_SET = 'launchers';
 
 const NAME_RE = /^[A-Za-z][A-Za-z0-9_-]{0,30}$/;
 const IFACE_RE = /^[A-Za-z0-9_.:-]{1,15}\*?$/;
@@ -93,6 +105,7 @@ export function specDigest(spec: RedirectSpec): string {
     [...spec.podInterfaces].sort(),
     spec.metadata.address,
     spec.metadata.port,
+    spec.allPods === true ? 'all-pods' : LAUNCHER_SET,
   ]);
   return createHash('sha256').update(canonical).digest('hex').slice(0, 16);
 }
@@ -105,22 +118,58 @@ export function ruleComment(spec: RedirectSpec): string {
  * The `nft -f -` input that replaces our table with the redirect rule in one
  * transaction (atomic, idempotent); checks the spec first.
  */
-export function renderRuleset(spec: RedirectSpec): string {
+export function renderRuleset(spec: RedirectSpec, launchers: readonly string[] = []): string {
   checkSpec(spec);
   const ifaces = spec.podInterfaces.map((p) => `"${p}"`).join(', ');
+  const sources = spec.allPods === true ? '' : `ip saddr @${LAUNCHER_SET} `;
   return [
     `table ip ${spec.table} {}`,
     `delete table ip ${spec.table}`,
     `table ip ${spec.table} {`,
+    ...(spec.allPods === true ? [] : [`  set ${LAUNCHER_SET} {`, `    type ipv4_addr;`, `  }`]),
     `  chain ${CHAIN} {`,
     // Before iptables-nft's nat PREROUTING (dstnat, -100), so kube-proxy's
     // rules never see these packets; they do not match 169.254.169.254 anyway.
     `    type nat hook prerouting priority dstnat - 10; policy accept;`,
-    `    iifname { ${ifaces} } ip daddr ${spec.metadata.address} tcp dport ${spec.metadata.port} counter dnat to ${spec.to.host}:${spec.to.port} comment "${ruleComment(spec)}"`,
+    `    iifname { ${ifaces} } ${sources}ip daddr ${spec.metadata.address} tcp dport ${spec.metadata.port} counter dnat to ${spec.to.host}:${spec.to.port} comment "${ruleComment(spec)}"`,
     `  }`,
     `}`,
+    ...(spec.allPods === true ? [] : addElements(spec, launchers)),
     '',
   ].join('\n');
+}
+
+// Only IPv4 text reaches nft's input (the set's type, and no injection).
+function addElements(spec: RedirectSpec, launchers: readonly string[]): string[] {
+  const valid = launchers.filter((a) => isIPv4(a));
+  return valid.length === 0 ? [] : [`add element ip ${spec.table} ${LAUNCHER_SET} { ${valid.join(', ')} }`];
+}
+
+/**
+ * The `nft -f -` input that makes the launcher set exactly `launchers` in
+ * one transaction (no moment with a launcher missing); addresses that are
+ * not IPv4 are left out.
+ */
+export function renderLauncherSync(spec: RedirectSpec, launchers: readonly string[]): string {
+  checkSpec(spec);
+  return [`flush set ip ${spec.table} ${LAUNCHER_SET}`, ...addElements(spec, launchers), ''].join('\n');
+}
+
+/**
+ * The launcher set's elements in `nft -j list table` output, sorted; undefined
+ * when the set is not there.
+ */
+export function launcherSetElements(listJson: string, spec: RedirectSpec): string[] | undefined {
+  let doc: { nftables?: Array<Record<string, Record<string, unknown>>> };
+  try {
+    doc = JSON.parse(listJson) as typeof doc;
+  } catch {
+    return undefined;
+  }
+  const set = (doc.nftables ?? []).find((i) => i.set && i.set.table === spec.table && i.set.name === LAUNCHER_SET)?.set;
+  if (set === undefined) return undefined;
+  const elem = Array.isArray(set.elem) ? (set.elem as unknown[]) : [];
+  return elem.filter((e): e is string => typeof e === 'string').sort();
 }
 
 export function renderRemoval(spec: RedirectSpec): string {
@@ -143,6 +192,7 @@ export function ruleInPlace(listJson: string, spec: RedirectSpec): boolean {
   const items = doc.nftables ?? [];
   const chain = items.find((i) => i.chain && i.chain.table === spec.table && i.chain.name === CHAIN)?.chain;
   if (!chain || chain.type !== 'nat' || chain.hook !== 'prerouting') return false;
+  if (spec.allPods !== true && launcherSetElements(listJson, spec) === undefined) return false;
   const want = ruleComment(spec);
   return items.some((i) => {
     const r = i.rule;

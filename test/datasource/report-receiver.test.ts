@@ -5,13 +5,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { readFileSync } from 'node:fs';
 import pino from 'pino';
 import { startDatasourceServer, type DatasourceServer } from '../../src/datasource/server.ts';
 import type { SeedDirectoryEntry } from '../../src/datasource/types.ts';
 import { DatasourceKeyring } from '../../src/datasource/tokens.ts';
 import { reportToken } from '../../src/datasource/reports/report-token.ts';
-import type { ProgressSink, ReportLimits } from '../../src/datasource/reports/receiver.ts';
+import { REPORT_LIMITS, type ProgressSink, type ReportLimits } from '../../src/datasource/reports/receiver.ts';
 import type { ReportedEvent } from '../../src/datasource/reports/event.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { MapDirectory, nocloudSeed, randomKey } from './datasource-fixtures.ts';
@@ -81,12 +82,13 @@ interface Reply {
 function post(
   url: string,
   body: string | Buffer,
-  o: { method?: string; headers?: Record<string, string>; chunked?: boolean } = {},
+  o: { method?: string; headers?: Record<string, string>; chunked?: boolean; localAddress?: string } = {},
 ): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { ...o.headers };
     if (!o.chunked) headers['Content-Length'] = String(Buffer.byteLength(body));
-    const req = request(url, { method: o.method ?? 'POST', headers, agent: false }, (res) => {
+    const at = o.localAddress ? { localAddress: o.localAddress } : {};
+    const req = request(url, { method: o.method ?? 'POST', headers, agent: false, ...at }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
@@ -278,3 +280,68 @@ test('seed requests are answered as before next to the receiver', { timeout: 60_
   // A POST to a seed path is the seed server's refusal, not the receiver's.
   assert.equal((await post(seedUrl, '{}')).status, 405);
 });
+
+// A guest holding report bodies open: `count` connections from `from`, each
+// announcing a 300-byte event and sending it a byte every 100 ms, never
+// finishing. Resolves each connection's end: when it closed and what it got.
+function drip(
+  server: DatasourceServer,
+  path: string,
+  from: string,
+  count: number,
+): Array<Promise<{ closedAfterMs: number; answer: string }>> {
+  const started = performance.now();
+  return Array.from({ length: count }, () => {
+    const socket: Socket = connect({ host: '127.0.0.1', port: server.address.port, localAddress: from });
+    socket.on('error', () => undefined);
+    socket.write(`POST ${path} HTTP/1.1\r\nHost: 169.254.169.254\r\nContent-Length: 300\r\n\r\n`);
+    const timer = setInterval(() => socket.writable && socket.write('{'), 100);
+    let answer = '';
+    socket.on('data', (c: Buffer) => (answer += c.toString()));
+    return new Promise((resolve) =>
+      socket.once('close', () => {
+        clearInterval(timer);
+        resolve({ closedAfterMs: performance.now() - started, answer: answer.split('\r\n')[0] });
+      }),
+    );
+  });
+}
+
+test(
+  "two guests dripping report bodies never finishing deny no other guest's reports, and are cut at the deadline",
+  { timeout: 60_000 },
+  async (t) => {
+    const m = await rig(t);
+    m.dir.add({ namespace: 'ns', name: 'vm-c', uid: 'uid-c', seed: nocloudSeed('c') });
+    const pathOf = (uid: string) => new URL(m.url(uid)).pathname;
+    // Each dripper as many connections as the listener lets one source open.
+    const drips = [
+      ...drip(m.server, pathOf('uid-a'), '127.0.0.2', 32),
+      ...drip(m.server, pathOf('uid-b'), '127.0.0.3', 32),
+    ];
+    await new Promise((r) => setTimeout(r, 300));
+    const statuses: number[] = [];
+    for (const e of BOOT.slice(0, 20))
+      statuses.push((await post(m.url('uid-c'), JSON.stringify(e), { localAddress: '127.0.0.4' })).status);
+    assert.deepEqual(
+      statuses,
+      statuses.map(() => 200),
+      'the third guest reports while the other two drip',
+    );
+    const ends = await Promise.all(drips);
+    const cut = ends.filter((e) => e.answer === 'HTTP/1.1 408 Request Timeout');
+    // The bodies that got a slot were cut at the deadline (+ a margin for
+    // a loaded machine), not left to the listener's whole-request timeout.
+    assert.equal(cut.length, 2 * REPORT_LIMITS.perVmInFlight);
+    const last = Math.max(...cut.map((e) => e.closedAfterMs));
+    assert.ok(last < REPORT_LIMITS.bodyDeadlineMs + 1_500, `the last dripper was cut after ${last.toFixed(0)} ms`);
+    // The rest were refused on arrival.
+    assert.ok(
+      ends.every((e) => e.answer !== ''),
+      'every dripping connection was answered',
+    );
+    assert.equal(await refused(m, 'slow'), 2 * REPORT_LIMITS.perVmInFlight);
+    assert.equal(m.sink.got.filter((g) => g.uid !== 'uid-c').length, 0);
+    assert.ok(!JSON.stringify(m.logs).includes(reportToken(m.ring, 'uid-a')), 'no token in the log');
+  },
+);

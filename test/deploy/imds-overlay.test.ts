@@ -66,6 +66,7 @@ test('only the DaemonSet and the Service differ; host network; the agent contain
     ...hostBound,
     '--datasource-imds-compat',
     '--redirect-status-url=http://$(HOST_IP):8082/readyz',
+    '--launcher-addresses-file=/run/vmseed/launchers/launcher-addresses',
   ]);
   assert.ok(
     !(agent.args as string[]).some((a) => /^--(listen|datasource-listen)=(0\.0\.0\.0|\[::\]|:)/.test(a)),
@@ -75,10 +76,30 @@ test('only the DaemonSet and the Service differ; host network; the agent contain
     ...baseAgent.env,
     { name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } },
   ]);
+  // The launcher addresses' directory, shared with the redirect container.
+  assert.deepEqual(agent.volumeMounts, [
+    ...baseAgent.volumeMounts,
+    { name: 'launchers', mountPath: '/run/vmseed/launchers' },
+  ]);
+  assert.deepEqual(pod.volumes.find((v: Any) => v.name === 'launchers').emptyDir, {
+    medium: 'Memory',
+    sizeLimit: '1Mi',
+  });
   assert.deepEqual(
-    { ...agent, args: undefined, env: undefined },
-    { ...baseAgent, args: undefined, env: undefined },
+    { ...agent, args: undefined, env: undefined, volumeMounts: undefined },
+    { ...baseAgent, args: undefined, env: undefined, volumeMounts: undefined },
     'nothing else changed for the agent: no capability',
+  );
+  assert.equal(
+    loadConfig(
+      (agent.args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10')),
+      { NODE_NAME: 'node-a' },
+      '/',
+    )!.launcherAddressesFile,
+    (pod.containers.find((c: Any) => c.name === 'redirect').args as string[])
+      .find((a) => a.startsWith('--launchers-file='))!
+      .slice('--launchers-file='.length),
+    'the agent writes the file the redirect reads',
   );
   const args = (agent.args as string[]).map((a) => a.replaceAll('$(HOST_IP)', '192.0.2.10'));
   const config = loadConfig(args, { NODE_NAME: 'node-a' }, '/')!;
@@ -111,8 +132,12 @@ test('the redirect container: root with NET_ADMIN only, read-only, ready only wh
   assert.equal(r.readinessProbe.httpGet.path, '/readyz');
   assert.equal(r.env.find((e: Any) => e.name === 'HOST_IP').valueFrom.fieldRef.fieldPath, 'status.hostIP');
   // No host path; only the agent's datasource key Secret, read-only, which
-  // its readiness checks the DNAT target's challenge answer with.
-  assert.deepEqual(r.volumeMounts, [{ name: 'datasource-key', mountPath: '/etc/vmseed/datasource', readOnly: true }]);
+  // its readiness checks the DNAT target's challenge answer with, and the
+  // agent's launcher addresses, read-only.
+  assert.deepEqual(r.volumeMounts, [
+    { name: 'datasource-key', mountPath: '/etc/vmseed/datasource', readOnly: true },
+    { name: 'launchers', mountPath: '/run/vmseed/launchers', readOnly: true },
+  ]);
   const keyVolume = pod.volumes.find((v: Any) => v.name === 'datasource-key');
   assert.equal(keyVolume.secret.secretName, 'vmseed-datasource-key');
   assert.ok(r.args.includes('--datasource-key-file=/etc/vmseed/datasource/keys'));
@@ -131,7 +156,7 @@ test("the redirect's args (with the node address substituted) load in vmseed red
   assert.match(out.out.toString(), new RegExp(`dnat to 192\\.0\\.2\\.10:${port} `));
   assert.match(
     out.out.toString(),
-    /iifname \{ "veth\*", "cali\*", "lxc\*", "cni0", "cbr0" \} ip daddr 169\.254\.169\.254 tcp dport 80/,
+    /iifname \{ "veth\*", "cali\*", "lxc\*", "cni0", "cbr0" \} ip saddr @launchers ip daddr 169\.254\.169\.254 tcp dport 80/,
   );
   const health = /^--listen=\$\(HOST_IP\):(\d+)$/.exec(r.args.find((a: string) => a.startsWith('--listen=')))![1];
   assert.equal(String(r.ports[0].containerPort), health);

@@ -4,7 +4,7 @@
 // whose address an IMDS VMI reports. From the pod: cloud-init's own
 // OpenStack MetadataReader reads the VMI's tree at http://169.254.169.254
 // (its EC2 probe included, answered 404), /v1/identity and /v1/token answer
-// as IMDS does, forged forwarding headers change nothing, and the node
+// as IMDS does, forwarding headers are refused, and the node
 // itself (not a pod interface) reaches nothing.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,10 +17,10 @@ import pino from 'pino';
 import { execNft, RedirectKeeper } from '../../src/redirect/keeper.ts';
 import { createRedirectMetrics } from '../../src/redirect/redirect-metrics.ts';
 import { makePodNode, sh, stopChild, type PodNode } from '../support/netns.ts';
-import { jwt, projectedToken } from '../datasource/imds-support.ts';
+import { launcherJwt, projectedToken } from '../datasource/imds-support.ts';
 
 const POD_UID = '44444444-4444-4444-8444-444444444444';
-const TOKEN = jwt({ exp: 1_700_000_000 });
+const TOKEN = launcherJwt({ exp: 1_700_000_000 }, { namespace: 'tenant', serviceAccount: 'sa-vm', pod: POD_UID });
 
 // One request from the pod with headers (python urllib, no proxy).
 const GET = `
@@ -81,6 +81,8 @@ describe('IMDS endpoints through the 169.254.169.254 redirect', { timeout: 180_0
       logger: pino({ level: 'silent' }),
       metrics: createRedirectMetrics(),
       intervalMs: 60_000,
+      // The pod is a launcher: the only sources redirected.
+      launchers: async () => [env.podAddress],
     });
     await keeper.tick('start');
     assert.equal(keeper.inPlace, true);
@@ -123,14 +125,17 @@ describe('IMDS endpoints through the 169.254.169.254 redirect', { timeout: 180_0
     assert.match(Buffer.from(r.userdata, 'base64').toString(), /secret-of-vm/);
   });
 
-  test('identity and token as IMDS answers them; forged forwarding headers change nothing', async () => {
+  test('identity and token as IMDS answers them; forwarding headers are refused', async () => {
     const id = await from(env.pod, 'http://169.254.169.254/v1/identity', { Metadata: 'true' });
     assert.equal(id.status, 200);
     assert.equal(id.body, '{"namespace":"tenant","serviceAccountName":"sa-vm","vmName":"vm"}\n');
-    const tok = await from(env.pod, 'http://169.254.169.254/v1/token', {
+    const forwarded = await from(env.pod, 'http://169.254.169.254/v1/token', {
       Metadata: 'true',
       'X-Forwarded-For': '192.0.2.99',
     });
+    assert.equal(forwarded.status, 400);
+    assert.ok(!forwarded.body.includes(TOKEN));
+    const tok = await from(env.pod, 'http://169.254.169.254/v1/token', { Metadata: 'true', 'X-Real-IP': '192.0.2.99' });
     assert.equal(tok.body, `{"token":"${TOKEN}","expirationTimestamp":"2023-11-14T22:13:20Z"}\n`);
     const bare = await from(env.pod, 'http://169.254.169.254/v1/token');
     assert.equal(bare.status, 400);
@@ -140,7 +145,6 @@ describe('IMDS endpoints through the 169.254.169.254 redirect', { timeout: 180_0
     assert.equal((await from(env.node, 'http://169.254.169.254/v1/identity', { Metadata: 'true' })).status, 0);
     const direct = await from(env.node, `http://${env.nodeAddress}:8081/v1/token`, {
       Metadata: 'true',
-      'X-Forwarded-For': env.podAddress,
       'X-Real-IP': env.podAddress,
     });
     assert.equal(direct.status, 404);

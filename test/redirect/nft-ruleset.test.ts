@@ -4,7 +4,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { VmseedError } from '../../src/errors.ts';
-import { checkSpec, renderRuleset, ruleInPlace, type RedirectSpec } from '../../src/redirect/nft-ruleset.ts';
+import {
+  checkSpec,
+  launcherSetElements,
+  renderLauncherSync,
+  renderRuleset,
+  ruleInPlace,
+  type RedirectSpec,
+} from '../../src/redirect/nft-ruleset.ts';
 import { sh } from '../support/netns.ts';
 import { randomBytes } from 'node:crypto';
 
@@ -37,13 +44,20 @@ test('inputs that could reach nft syntax are refused with REDIRECT_INVALID and t
   assert.doesNotThrow(() => checkSpec(spec));
 });
 
-test('the ruleset: its own table re-created in one transaction, a nat prerouting chain before iptables-nft, one DNAT rule', () => {
-  const text = renderRuleset(spec);
+test('the ruleset: its own table re-created in one transaction, a nat prerouting chain before iptables-nft, one DNAT rule for launchers only', () => {
+  const text = renderRuleset(spec, ['192.0.2.7', '192.0.2.8', '192.0.2.9 } ; flush ruleset', '::1']);
+  assert.match(text, /set launchers \{\n\s+type ipv4_addr;\n\s+\}/);
+  // Only IPv4 addresses reach nft's input.
+  assert.match(text, /\nadd element ip vmseed launchers \{ 192\.0\.2\.7, 192\.0\.2\.8 \}\n$/);
+  assert.equal(renderLauncherSync(spec, []), 'flush set ip vmseed launchers\n');
+  const every = renderRuleset({ ...spec, allPods: true });
+  assert.doesNotMatch(every, /launchers/);
+  assert.match(every, /iifname \{ "veth\*", "cali\*" \} ip daddr 169\.254\.169\.254 tcp dport 80 counter dnat/);
   assert.match(text, /^table ip vmseed \{\}\ndelete table ip vmseed\ntable ip vmseed \{/);
   assert.match(text, /type nat hook prerouting priority dstnat - 10;/);
   assert.match(
     text,
-    /iifname \{ "veth\*", "cali\*" \} ip daddr 169\.254\.169\.254 tcp dport 80 counter dnat to 192\.0\.2\.1:8081 comment "vmseed-redirect [0-9a-f]{16}"/,
+    /iifname \{ "veth\*", "cali\*" \} ip saddr @launchers ip daddr 169\.254\.169\.254 tcp dport 80 counter dnat to 192\.0\.2\.1:8081 comment "vmseed-redirect [0-9a-f]{16}"/,
   );
   assert.doesNotMatch(text, /\b(nat|filter) (PREROUTING|INPUT)\b|table ip nat/, 'never another table');
 });
@@ -57,6 +71,10 @@ test("ruleInPlace reads nft's own JSON: ours is in place; another target, a flus
   const list = async () => (await nft(['-j', 'list', 'table', 'ip', 'vmseed'])).stdout;
   await nft(['-f', '-'], renderRuleset(spec));
   assert.equal(ruleInPlace(await list(), spec), true);
+  assert.deepEqual(launcherSetElements(await list(), spec), []);
+  await nft(['-f', '-'], renderLauncherSync(spec, ['192.0.2.9', '192.0.2.3']));
+  assert.deepEqual(launcherSetElements(await list(), spec), ['192.0.2.3', '192.0.2.9']);
+  assert.equal(ruleInPlace(await list(), { ...spec, allPods: true }), false, 'the every-pod rule is another rule');
   assert.equal(
     ruleInPlace(await list(), { ...spec, to: { host: '192.0.2.9', port: 8081 } }),
     false,

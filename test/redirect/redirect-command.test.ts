@@ -1,6 +1,7 @@
 // `vmseed redirect` as the sidecar runs it, inside the test's "node"
 // namespace: /readyz turns 200 once the rule is in, a pod's request reaches
-// the datasource, SIGTERM removes the table and exits 0. Bad flags exit 2.
+// the datasource while it is in --launchers-file and not once the agent's
+// file leaves it out, SIGTERM removes the table and exits 0. Bad flags exit 2.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -9,6 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signToken } from '../../src/datasource/tokens.ts';
+import { writeLauncherFile } from '../../src/redirect/launcher-file.ts';
 import { getFrom, makePodNode, sh, startNodeDatasource } from '../support/netns.ts';
 import { runCli } from '../support/cli.ts';
 
@@ -21,6 +23,10 @@ test(
     const key = randomBytes(32);
     const ds = await startNodeDatasource(env, key, 'uid-1');
     t.after(() => void ds.kill('SIGTERM'));
+    const shared = mkdtempSync(join(tmpdir(), 'vmseed-launchers-'));
+    t.after(() => rmSync(shared, { recursive: true, force: true }));
+    const launchers = join(shared, 'launcher-addresses');
+    await writeLauncherFile(launchers, [env.podAddress]);
     const child = spawn(
       'ip',
       [
@@ -37,7 +43,9 @@ test(
         '--listen',
         '127.0.0.1:18082',
         '--interval',
-        '0.2',
+        '60',
+        '--launchers-file',
+        launchers,
       ],
       {
         stdio: ['ignore', 'ignore', 'pipe'],
@@ -53,6 +61,24 @@ test(
     const md = await getFrom(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(key), 'uid-1')}/meta-data`);
     assert.equal(md.status, 200);
     assert.match((await getFrom(env.node, 'http://127.0.0.1:18082/metrics')).body, /vmseed_redirect_in_place 1/);
+    // The agent's file without the pod: followed on change (the interval is
+    // a minute), and the pod is redirected no more.
+    await writeLauncherFile(launchers, []);
+    const gone = Date.now() + 10_000;
+    while (
+      Date.now() < gone &&
+      (await sh(env.inNode(['nft', 'list', 'set', 'ip', 'vmseed', 'launchers']))).stdout.includes(env.podAddress)
+    )
+      await new Promise((r) => setTimeout(r, 100));
+    assert.doesNotMatch(
+      (await sh(env.inNode(['nft', 'list', 'set', 'ip', 'vmseed', 'launchers']))).stdout,
+      /192\.0\.2\.2/,
+    );
+    assert.equal(
+      (await getFrom(env.pod, `http://169.254.169.254/v1/${signToken(new Uint8Array(key), 'uid-1')}/meta-data`, 1))
+        .status,
+      0,
+    );
     child.kill('SIGTERM');
     assert.equal(await exited, 0, stderr);
     assert.doesNotMatch((await sh(env.inNode(['nft', 'list', 'tables']))).stdout, /vmseed/);

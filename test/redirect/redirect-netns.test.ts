@@ -48,6 +48,8 @@ describe('169.254.169.254 redirect in network namespaces', () => {
       logger: pino({ level: 'silent' }),
       metrics,
       intervalMs: 200,
+      // The pod is a launcher: the only sources redirected.
+      launchers: async () => [env.podAddress],
     });
     health = await startRedirectHealth({ listen: { host: '127.0.0.1', port: 0 }, keeper, metrics });
   });

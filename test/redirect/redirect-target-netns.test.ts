@@ -76,6 +76,7 @@ describe('a redirect pointed at the wrong port', () => {
       runner: execNft({ prefix: env.inNode([]) }),
       logger: pino({ level: 'silent' }),
       metrics,
+      launchers: async () => [env.podAddress],
       verifyTarget: targetChecker({
         to,
         keys: async () => [new Uint8Array(key)],

@@ -6,8 +6,9 @@
 // guards: the method and path; the source's bucket (before any HMAC); the
 // token (a miss costs what a hit does); the VMI's own bucket, then the
 // node's (a flooding VM empties its own bucket, not the one the others
-// share); the body's announced size and type; the bodies read at once; the
-// body's real size while it is read. A refused request gets a fixed body
+// share); the body's announced size and type; the bodies read at once for
+// the VMI, then for the node; the body's real size and its deadline while it
+// is read. A refused request gets a fixed body
 // that repeats nothing it sent, is counted by reason, and logged at most
 // once a minute per reason.
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -16,7 +17,7 @@ import type { Metrics } from '../../metrics/metrics.ts';
 import { LogThrottle } from '../../core/log-throttle.ts';
 import { readBoundedBody, type BodyRefusal } from '../../core/bounded-body.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../types.ts';
-import { TokenIndex } from '../identity.ts';
+import { TokenIndex, fromLauncherOf } from '../identity.ts';
 import { TOKEN_LENGTH, isTokenShaped, type DatasourceKeyring } from '../tokens.ts';
 import { RateLimiter } from '../flood/rate-limit.ts';
 import { parseReportedEvent, type ReportedEvent } from './event.ts';
@@ -42,8 +43,17 @@ export interface ReportLimits {
   // The whole node.
   globalRatePerSecond?: number;
   globalBurst?: number;
-  // Bodies being read at once (503 beyond).
+  // Bodies being read at once on the node (503 beyond).
   maxInFlight?: number;
+  // Bodies being read at once for one VMI (503 beyond). The token is in the
+  // path, so the VMI is known before a body byte is read: a request whose
+  // token names no VMI is refused unread and takes no slot. cloud-init's
+  // webhook handler posts one event at a time.
+  perVmInFlight?: number;
+  // How long a body may take to arrive, from its head (408 beyond): an
+  // event is one small write, so a body still coming after this is being
+  // dripped to hold a slot.
+  bodyDeadlineMs?: number;
 }
 
 export const REPORT_LIMITS: Required<ReportLimits> = {
@@ -55,6 +65,8 @@ export const REPORT_LIMITS: Required<ReportLimits> = {
   globalRatePerSecond: 1000,
   globalBurst: 4000,
   maxInFlight: 64,
+  perVmInFlight: 4,
+  bodyDeadlineMs: 2_000,
 };
 
 export const REPORT_REFUSALS = [
@@ -63,10 +75,12 @@ export const REPORT_REFUSALS = [
   'token',
   'vm-rate',
   'global-rate',
+  'vm-busy',
   'busy',
   'too-large',
   'content-type',
   'aborted',
+  'slow',
   'invalid-json',
   'invalid-event',
   'gone',
@@ -87,9 +101,11 @@ const ANSWERS: Record<ReportRefusal, Answer> = {
   gone: NOT_FOUND,
   'vm-rate': { status: 429, body: Buffer.from('too many requests\n'), headers: { 'Retry-After': '1' } },
   'global-rate': { status: 429, body: Buffer.from('too many requests\n'), headers: { 'Retry-After': '1' } },
+  'vm-busy': { status: 503, body: Buffer.from('busy\n'), headers: { 'Retry-After': '1', Connection: 'close' } },
   busy: { status: 503, body: Buffer.from('busy\n'), headers: { 'Retry-After': '1', Connection: 'close' } },
   'too-large': { status: 413, body: Buffer.from('request body too large\n'), headers: { Connection: 'close' } },
   'content-type': { status: 415, body: Buffer.from('body must be JSON\n'), headers: { Connection: 'close' } },
+  slow: { status: 408, body: Buffer.from('request body too slow\n'), headers: { Connection: 'close' } },
   aborted: { status: 400, body: Buffer.from('request body incomplete\n'), headers: { Connection: 'close' } },
   'invalid-json': { status: 400, body: Buffer.from('body is not JSON\n') },
   'invalid-event': { status: 400, body: Buffer.from('body is not a cloud-init reporting event\n') },
@@ -142,6 +158,8 @@ export class ReportReceiver {
   readonly #global: RateLimiter;
   readonly #logThrottle = new LogThrottle<ReportRefusal>();
   #inFlight = 0;
+  // Bodies being read per VMI uid; a uid with none is not kept.
+  readonly #inFlightPerVm = new Map<string, number>();
 
   constructor(options: ReportReceiverOptions) {
     this.#o = options;
@@ -175,32 +193,62 @@ export class ReportReceiver {
       return;
     }
     if (typeof refusal === 'string') return this.#refuse(req, res, refusal, source);
-    this.#inFlight++;
+    const entry = refusal;
+    const release = this.#takeSlot(entry.uid);
+    let late = false;
+    // The slot is given back at the deadline, not when the dripping client
+    // lets go: the connection is cut once the 408 is out.
+    const deadline = setTimeout(() => {
+      late = true;
+      release();
+      this.#refuse(req, res, 'slow', source, entry);
+    }, this.#limits.bodyDeadlineMs);
     void readBoundedBody(req, this.#limits.maxBodyBytes)
-      .then((body) => this.#accept(req, res, refusal, body, source))
-      .finally(() => this.#inFlight--);
+      .then((body) => {
+        clearTimeout(deadline);
+        if (!late) this.#accept(req, res, entry, body, source);
+      })
+      .finally(release);
+  }
+
+  // One body slot of the node's and of the VMI's; the function gives both
+  // back, once however often it is called.
+  #takeSlot(uid: string): () => void {
+    this.#inFlight++;
+    this.#inFlightPerVm.set(uid, (this.#inFlightPerVm.get(uid) ?? 0) + 1);
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      this.#inFlight--;
+      const left = (this.#inFlightPerVm.get(uid) ?? 1) - 1;
+      if (left <= 0) this.#inFlightPerVm.delete(uid);
+      else this.#inFlightPerVm.set(uid, left);
+    };
   }
 
   // A refusal, or the VMI the request may report for.
   #screen(req: IncomingMessage, token: string, source: string): ReportRefusal | SeedDirectoryEntry {
     if (req.method !== 'POST') return 'method';
     if (!this.#perSource.take(source)) return 'source-rate';
-    const entry = this.#resolve(token);
+    const entry = this.#resolve(token, source);
     if (entry === undefined) return 'token';
     if (!this.#perVm.take(entry.uid)) return 'vm-rate';
     if (!this.#global.take('')) return 'global-rate';
     const cl = req.headers['content-length'];
     if (cl !== undefined && !(/^\d{1,9}$/.test(cl) && Number(cl) <= this.#limits.maxBodyBytes)) return 'too-large';
     if (!acceptableType(req.headers['content-type'])) return 'content-type';
+    if ((this.#inFlightPerVm.get(entry.uid) ?? 0) >= this.#limits.perVmInFlight) return 'vm-busy';
     if (this.#inFlight >= this.#limits.maxInFlight) return 'busy';
     return entry;
   }
 
   // The same work for a miss as for a hit (TokenIndex.verified), and no
   // HMAC: the index holds the tokens the keys in force accept.
-  #resolve(token: string): SeedDirectoryEntry | undefined {
+  // Where launcher pods are known, only from the VMI's launcher address.
+  #resolve(token: string, source: string): SeedDirectoryEntry | undefined {
     const grant = this.#index.verified(token);
-    if (grant === undefined) return undefined;
+    if (grant === undefined || !fromLauncherOf(this.#o.directory, grant.uid, source)) return undefined;
     const entry = this.#o.directory.get(grant.uid);
     return entry?.uid === grant.uid ? entry : undefined;
   }
