@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import pino from 'pino';
 import { Pool } from 'undici';
-import { newNonce, serialMinter } from '../src/commands/agent/webhook.ts';
+import { newNonce, serialMinter } from '../src/commands/cluster/webhook.ts';
 import { DatasourceKeyring } from '../src/datasource/tokens.ts';
 import { startWebhookServer, WEBHOOK_PATH } from '../src/cluster/webhook/webhook-server.ts';
 import { mutateVmi } from '../src/cluster/webhook/mutate.ts';

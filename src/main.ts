@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// vmseed command line: `vmseed agent`, `vmseed build`, `vmseed inspect`.
+// vmseed command line: `vmseed agent`, `vmseed cluster`, `vmseed build`, `vmseed inspect`, ...
 // Commands are loaded on demand so `vmseed build` does not pay for the
 // Kubernetes client.
 import type { Command, CliContext, ExitCode } from './commands/cli.ts';
@@ -7,7 +7,11 @@ import type { Command, CliContext, ExitCode } from './commands/cli.ts';
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
   agent: {
     summary: 'keep seed images for the VMIs of this node (or of --local DIR)',
-    load: async () => (await import('./commands/agent/run.ts')).agent,
+    load: async () => (await import('./commands/agent/agent-command.ts')).agent,
+  },
+  cluster: {
+    summary: 'the cluster component (a Deployment off the VM nodes): the admission webhook',
+    load: async () => (await import('./commands/cluster/cluster-command.ts')).cluster,
   },
   build: {
     summary: 'write a NoCloud or ConfigDrive seed image from files',

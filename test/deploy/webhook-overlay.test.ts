@@ -1,9 +1,11 @@
 // deploy/webhook rendered by the real `kubectl kustomize`, without a warning:
-// the base plus the webhook's Service, MutatingWebhookConfiguration and
+// the base unchanged plus the cluster component's Deployment (off the VM
+// nodes), the webhook's Service, MutatingWebhookConfiguration and
 // cert-manager objects, whose names, ports and paths all meet: the flags
-// load into the agent's config, the Service reaches the container port the
-// agent listens on, the configuration calls the path the agent serves, the
-// Secret cert-manager writes is the one mounted where the agent reads it.
+// load into `vmseed cluster`'s config, the Service selects the cluster
+// component (never an agent) and reaches the port it listens on, the
+// configuration calls the path it serves, the Secret cert-manager writes is
+// the one mounted where it reads it.
 // The component also combines with another variant (deploy/imds).
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +19,7 @@ import * as yaml from 'js-yaml';
 import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
 import { objectId } from '../support/kustomize.ts';
 import { loadConfig } from '../../src/config/config.ts';
+import { loadClusterConfig } from '../../src/config/cluster-config.ts';
 import { WEBHOOK_PATH } from '../../src/cluster/webhook/webhook-server.ts';
 import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
 import { IMDS_ENABLED } from '../../src/cloudinit/annotation/imds-annotations.ts';
@@ -35,20 +38,28 @@ let stderr: string;
 const base = loadYamlDocuments('manifests/daemonset.yaml');
 const podOf = (o: KubeObject[]): Any => (findObject(o, 'DaemonSet', 'vmseed') as Any).spec.template.spec;
 const agentOf = (o: KubeObject[]): Any => podOf(o).containers.find((c: Any) => c.name === 'agent');
+const clusterOf = (o: KubeObject[]): Any =>
+  (findObject(o, 'Deployment', 'vmseed-cluster') as Any).spec.template.spec.containers.find(
+    (c: Any) => c.name === 'cluster',
+  );
 
 before(async () => {
   ({ objects, stderr } = await render(join(ROOT, 'deploy', 'webhook')));
 });
 
-test('renders without a warning; the base objects are unchanged but the DaemonSet and the NetworkPolicy', async () => {
+test('renders without a warning; the base objects are unchanged: the webhook is all in objects of its own', async () => {
   assert.equal(stderr.trim(), '', 'kubectl kustomize printed nothing on stderr (no deprecated field)');
   const ids = objects.map(objectId).sort();
   const added = ids.filter((id) => !base.some((b) => objectId(b) === id));
   assert.deepEqual(added, [
     'Certificate/vmseed/vmseed-webhook',
+    'Deployment/vmseed/vmseed-cluster',
     'Issuer/vmseed/vmseed-webhook-selfsigned',
     'MutatingWebhookConfiguration//vmseed',
+    'NetworkPolicy/vmseed/vmseed-cluster',
+    'PodDisruptionBudget/vmseed/vmseed-cluster',
     'Service/vmseed/vmseed-webhook',
+    'ServiceAccount/vmseed/vmseed-cluster',
   ]);
   const changed = objects
     .filter((o) => base.some((b) => objectId(b) === objectId(o)))
@@ -61,23 +72,48 @@ test('renders without a warning; the base objects are unchanged but the DaemonSe
     )
     .map(objectId)
     .sort();
-  assert.deepEqual(changed, ['DaemonSet/vmseed/vmseed', 'NetworkPolicy/vmseed/vmseed-agent']);
+  assert.deepEqual(changed, [], 'the DaemonSet and the agent NetworkPolicy are as in the base');
   for (const o of objects.filter((x) => !x.apiVersion.startsWith('cert-manager.io/'))) await validateBuiltin(o);
 });
 
-test('the agent flags load; the listener, Service, configuration, Secret and mount all meet', () => {
+test('the DaemonSet has no webhook args, port, volume or mount; the agent flags load', () => {
   const agent = agentOf(objects);
-  const config = loadConfig(agent.args as string[], { NODE_NAME: 'node-a' }, '/')!;
+  assert.ok(!(agent.args as string[]).some((a) => a.startsWith('--webhook-')), (agent.args as string[]).join(' '));
+  assert.ok(!agent.ports.some((p: Any) => p.name === 'webhook' || p.containerPort === 8443));
+  assert.ok(!agent.volumeMounts.some((m: Any) => m.name === 'webhook-tls' || m.mountPath.includes('webhook')));
+  assert.ok(!podOf(objects).volumes.some((v: Any) => v.secret?.secretName === 'vmseed-webhook-tls'));
+  assert.ok(loadConfig(agent.args as string[], { NODE_NAME: 'node-a' }, '/'));
+  const policy = findObject(objects, 'NetworkPolicy', 'vmseed-agent') as Any;
+  assert.ok(!policy.spec.ingress.some((r: Any) => r.ports?.some((p: Any) => p.port === 8443)));
+});
+
+test('the cluster component: its flags load; the Service selects it and not the DaemonSet; listener, Service, configuration, Secret and mount all meet', () => {
+  const deployment = findObject(objects, 'Deployment', 'vmseed-cluster') as Any;
+  const pod = deployment.spec.template.spec;
+  const container = clusterOf(objects);
+  assert.deepEqual(container.command, ['tini', '--', 'vmseed', 'cluster']);
+  const podIp = container.env.find((e: Any) => e.name === 'POD_IP');
+  assert.equal(podIp.valueFrom.fieldRef.fieldPath, 'status.podIP', 'the listener is pinned to the pod address');
+  assert.ok((container.args as string[]).includes('--webhook-listen=$(POD_IP):8443'));
+  const config = loadClusterConfig(
+    (container.args as string[]).map((a) => a.replaceAll('$(POD_IP)', '10.244.1.7')),
+    {},
+    '/',
+  )!;
   assert.deepEqual(config.webhook, {
-    listen: { host: '0.0.0.0', port: 8443 },
+    listen: { host: '10.244.1.7', port: 8443 },
     certDir: '/etc/vmseed/webhook-tls',
     serial: 'nocloud-net',
   });
-  const port = agent.ports.find((p: Any) => p.name === 'webhook');
+  const port = container.ports.find((p: Any) => p.name === 'webhook');
   assert.equal(port.containerPort, config.webhook.listen.port);
-  const mount = agent.volumeMounts.find((m: Any) => m.mountPath === config.webhook!.certDir);
+  const probePort = container.ports.find((p: Any) => p.name === 'http-metrics');
+  assert.equal(probePort.containerPort, config.probeListen.port);
+  assert.equal(container.readinessProbe.httpGet.path, '/readyz');
+  assert.equal(container.livenessProbe.httpGet.path, '/healthz');
+  const mount = container.volumeMounts.find((m: Any) => m.mountPath === config.webhook.certDir);
   assert.equal(mount.readOnly, true);
-  const volume = podOf(objects).volumes.find((v: Any) => v.name === mount.name);
+  const volume = pod.volumes.find((v: Any) => v.name === mount.name);
   const certificate = findObject(objects, 'Certificate', 'vmseed-webhook') as Any;
   assert.equal(volume.secret.secretName, certificate.spec.secretName);
   assert.equal(volume.secret.optional, true, 'the pod starts before the certificate is issued');
@@ -85,13 +121,18 @@ test('the agent flags load; the listener, Service, configuration, Secret and mou
     volume.secret.items.map((i: Any) => i.path),
     ['tls.crt', 'tls.key'],
   );
+  const keyMount = container.volumeMounts.find((m: Any) => config.datasource!.keyFile.startsWith(`${m.mountPath}/`));
+  const keyVolume = pod.volumes.find((v: Any) => v.name === keyMount.name);
+  assert.equal(keyVolume.secret.secretName, 'vmseed-datasource-key', "the agents' key: the serial's token verifies");
 
   const service = findObject(objects, 'Service', 'vmseed-webhook') as Any;
   assert.equal(service.spec.ports[0].targetPort, 'webhook');
-  assert.deepEqual(
-    service.spec.selector,
-    (findObject(objects, 'DaemonSet', 'vmseed') as Any).spec.selector.matchLabels,
-  );
+  assert.deepEqual(service.spec.selector, deployment.spec.selector.matchLabels);
+  assert.deepEqual(deployment.spec.template.metadata.labels, deployment.spec.selector.matchLabels);
+  const daemonSet = findObject(objects, 'DaemonSet', 'vmseed') as Any;
+  const selects = (labels: Record<string, string>) =>
+    Object.entries(service.spec.selector).every(([k, v]) => labels[k] === v);
+  assert.equal(selects(daemonSet.spec.template.metadata.labels), false, 'the Service never selects an agent pod');
   const mwc = findObject(objects, 'MutatingWebhookConfiguration', 'vmseed') as Any;
   assert.equal(mwc.metadata.annotations['cert-manager.io/inject-ca-from'], `vmseed/${certificate.metadata.name}`);
   assert.ok(certificate.spec.dnsNames.includes(`${service.metadata.name}.${service.metadata.namespace}.svc`));
@@ -102,8 +143,58 @@ test('the agent flags load; the listener, Service, configuration, Secret and mou
     path: WEBHOOK_PATH,
     port: service.spec.ports[0].port,
   });
-  const policy = findObject(objects, 'NetworkPolicy', 'vmseed-agent') as Any;
-  assert.ok(policy.spec.ingress[0].ports.some((p: Any) => p.port === port.containerPort));
+});
+
+test('the cluster component runs off the VM nodes, spread, unprivileged, with its own ServiceAccount and no API token', () => {
+  const deployment = findObject(objects, 'Deployment', 'vmseed-cluster') as Any;
+  assert.equal(deployment.spec.replicas, 2);
+  const pod = deployment.spec.template.spec;
+  assert.equal(pod.serviceAccountName, 'vmseed-cluster');
+  assert.ok(findObject(objects, 'ServiceAccount', 'vmseed-cluster'));
+  assert.equal(pod.automountServiceAccountToken, false);
+  assert.ok(
+    !objects.some(
+      (o: Any) =>
+        (o.kind === 'RoleBinding' || o.kind === 'ClusterRoleBinding') &&
+        o.subjects?.some((s: Any) => s.name === 'vmseed-cluster'),
+    ),
+    'bound to no role',
+  );
+  // Each term is ORed: no kubevirt.io/schedulable label, or "false".
+  const terms = pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms;
+  assert.deepEqual(
+    terms.map((t: Any) => t.matchExpressions),
+    [
+      [{ key: 'kubevirt.io/schedulable', operator: 'DoesNotExist' }],
+      [{ key: 'kubevirt.io/schedulable', operator: 'In', values: ['false'] }],
+    ],
+  );
+  assert.equal(pod.tolerations, undefined, 'tolerates no taint a VM pool carries');
+  const [spread] = pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution;
+  assert.equal(spread.podAffinityTerm.topologyKey, 'kubernetes.io/hostname');
+  assert.deepEqual(spread.podAffinityTerm.labelSelector.matchLabels, deployment.spec.selector.matchLabels);
+  assert.equal(pod.hostNetwork, undefined);
+  assert.equal(pod.securityContext.runAsNonRoot, true);
+  assert.notEqual(pod.securityContext.runAsUser, 0);
+  assert.equal(pod.securityContext.seccompProfile.type, 'RuntimeDefault');
+  // The same container security context as the agent's.
+  assert.deepEqual(clusterOf(objects).securityContext, agentOf(objects).securityContext);
+  assert.deepEqual(clusterOf(objects).securityContext, {
+    allowPrivilegeEscalation: false,
+    readOnlyRootFilesystem: true,
+    capabilities: { drop: ['ALL'] },
+  });
+  assert.ok(!pod.volumes.some((v: Any) => v.hostPath), 'nothing of a node');
+});
+
+test("the cluster component's NetworkPolicy: in on 8443 and the probe port only, no egress", () => {
+  const policy = findObject(objects, 'NetworkPolicy', 'vmseed-cluster') as Any;
+  const deployment = findObject(objects, 'Deployment', 'vmseed-cluster') as Any;
+  assert.deepEqual(policy.spec.podSelector.matchLabels, deployment.spec.selector.matchLabels);
+  assert.deepEqual(policy.spec.policyTypes, ['Ingress', 'Egress']);
+  const ports = policy.spec.ingress.flatMap((r: Any) => r.ports.map((p: Any) => p.port)).sort();
+  assert.deepEqual(ports, [8080, 8443]);
+  assert.deepEqual(policy.spec.egress ?? [], []);
 });
 
 test('the configuration: CREATE of VMIs only, opted-in VMIs only, no side effects, short timeout, reinvoked, Fail', () => {
@@ -154,7 +245,8 @@ test('the component on top of deploy/imds: both variants in one agent', async (t
     '/',
   )!;
   assert.equal(config.datasource?.imdsCompat, true);
-  assert.equal(config.webhook?.listen.port, 8443);
+  assert.ok(!(agentOf(both).args as string[]).some((a) => a.startsWith('--webhook-')));
+  assert.ok(findObject(both, 'Deployment', 'vmseed-cluster'));
   assert.ok(pod.containers.some((c: Any) => c.name === 'redirect'));
 });
 
@@ -182,7 +274,9 @@ test("docs/webhook.md's certificates by hand: its kustomization renders without 
   assert.equal(mwc.metadata.annotations?.['cert-manager.io/inject-ca-from'], undefined);
   await validateBuiltin(mwc);
   assert.equal(
-    podOf(manual).volumes.find((v: Any) => v.name === 'webhook-tls').secret.secretName,
+    (findObject(manual, 'Deployment', 'vmseed-cluster') as Any).spec.template.spec.volumes.find(
+      (v: Any) => v.name === 'webhook-tls',
+    ).secret.secretName,
     'vmseed-webhook-tls',
   );
 });

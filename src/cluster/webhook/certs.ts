@@ -68,6 +68,10 @@ export async function readCertPair(dir: string): Promise<CertPair> {
   return { cert, key, notBefore: new Date(x509.validFrom), notAfter: new Date(x509.validTo) };
 }
 
+/**
+ * A certificate directory kept loaded: check() reads the pair now, start()
+ * watches and polls, problem() says why it cannot serve (for /readyz).
+ */
 export class CertDir {
   readonly #o: CertDirOptions;
   #pair: CertPair | undefined;

@@ -4,12 +4,18 @@
 // clients are cut by the socket timeouts; every failure is an answer, never
 // a crash. The certificate is swapped in place (setSecureContext) when the
 // directory's files change.
+// A connection that says nothing is cut within the header deadline (5 s)
+// from its TCP accept: TLS never starts on a silent TCP connection, so
+// Node's headersTimeout (which starts after the handshake) would not apply;
+// the TLS handshake timeout and a timer on the raw socket do. One source
+// holds at most maxConnectionsPerSource of the slots.
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Metrics, WebhookResult } from '../../metrics/metrics.ts';
 import { readBoundedBody } from '../../core/bounded-body.ts';
+import { capConnectionsPerSource } from '../../core/connection-cap.ts';
 import { CertDir } from './certs.ts';
 import { mutateVmi, type MutateOptions } from './mutate.ts';
 import { readReview, reviewResponse } from './review.ts';
@@ -21,6 +27,12 @@ export interface WebhookLimits {
   // API server stores (etcd's default request limit is 1.5 MiB) fits.
   maxBodyBytes?: number;
   maxConnections?: number;
+  // Open connections one source address may hold (default 16: an API
+  // server keeps a few per replica).
+  maxConnectionsPerSource?: number;
+  // From the TCP accept to the first request's headers, TLS handshake
+  // included (default 5 s).
+  headerDeadlineMs?: number;
   requestTimeoutMs?: number;
   headersTimeoutMs?: number;
   keepAliveTimeoutMs?: number;
@@ -37,7 +49,7 @@ export interface WebhookServerOptions {
   metrics?: Metrics;
 }
 
-/** A running admission webhook listener; problem() feeds the agent's readiness. */
+/** A running admission webhook listener; problem() feeds the cluster component's readiness. */
 export interface WebhookServer {
   readonly address: AddressInfo;
   // Why the webhook cannot serve (certificate missing, invalid, expired), or undefined.
@@ -124,6 +136,36 @@ class ReviewHandler {
   }
 }
 
+// Destroys each accepted socket whose first request has not arrived (headers
+// read) within `ms` of its accept. The raw socket is the one that exists
+// from the accept on; a request names its TLS socket, which shares its
+// peer address and port, so the two meet on those.
+function headerDeadline(server: Server, ms: number): { arrived(socket: Socket): void } {
+  const timers = new Map<string, NodeJS.Timeout>();
+  const keyOf = (s: Socket) => `${s.remoteAddress}|${s.remotePort}`;
+  server.on('connection', (raw: Socket) => {
+    // Refused by the per-source cap already.
+    if (raw.destroyed) return;
+    const key = keyOf(raw);
+    const timer = setTimeout(() => raw.destroy(), ms);
+    timer.unref();
+    timers.set(key, timer);
+    raw.once('close', () => {
+      clearTimeout(timer);
+      if (timers.get(key) === timer) timers.delete(key);
+    });
+  });
+  return {
+    arrived(socket) {
+      const key = keyOf(socket);
+      const timer = timers.get(key);
+      if (timer === undefined) return;
+      clearTimeout(timer);
+      timers.delete(key);
+    },
+  };
+}
+
 function listening(server: Server, port: number, host: string): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -143,17 +185,22 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
   const log = options.logger.child({ component: 'webhook' });
   const limits = options.limits ?? {};
   const handler = new ReviewHandler(options, log);
+  const headerDeadlineMs = limits.headerDeadlineMs ?? 5_000;
   // No certificate yet: handshakes fail until one is loaded.
   const server = createServer({
+    handshakeTimeout: headerDeadlineMs,
     requestTimeout: limits.requestTimeoutMs ?? 10_000,
-    headersTimeout: limits.headersTimeoutMs ?? 5_000,
+    headersTimeout: limits.headersTimeoutMs ?? headerDeadlineMs,
     keepAliveTimeout: limits.keepAliveTimeoutMs ?? 30_000,
     connectionsCheckingInterval: 1_000,
     maxHeaderSize: 16 * 1024,
   });
-  server.maxConnections = limits.maxConnections ?? 32;
+  server.maxConnections = limits.maxConnections ?? 64;
+  capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 16);
+  const firstRequest = headerDeadline(server, headerDeadlineMs);
   const metrics = options.metrics;
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    firstRequest.arrived(req.socket);
     const started = performance.now();
     void handler
       .handle(req, res)
@@ -169,7 +216,7 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
       });
   });
   server.on('clientError', (_err, socket) => socket.destroy());
-  server.on('tlsClientError', () => undefined);
+  server.on('tlsClientError', (_err, socket) => socket.destroy());
   const certs = new CertDir({
     dir: options.certDir,
     logger: log,

@@ -22,11 +22,13 @@ export interface NocloudHttp {
   start(agent: Agent): Promise<{ server: DatasourceServer; close(): Promise<void> }>;
 }
 
-// The keyring from the key file. A file that is not there yet (its Secret
-// is optional, and not created) gives an empty keyring: the datasource
-// answers nothing until the file appears and the watch loads it, and the
-// agent still seeds disks. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE
-// / DATASOURCE_KEY_INVALID when the file is there but cannot be used.
+/**
+ * The keyring from the key file. A file that is not there yet (its Secret
+ * is optional, and not created) gives an empty keyring: the datasource
+ * answers nothing until the file appears and the watch loads it, and the
+ * agent still seeds disks. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE
+ * / DATASOURCE_KEY_INVALID when the file is there but cannot be used.
+ */
 export async function loadDatasourceKeys(
   keyFile: string,
   log: Logger,

@@ -10,7 +10,7 @@ import { connect } from 'node:tls';
 import pino from 'pino';
 import { DatasourceKeyring } from '../../../src/datasource/tokens.ts';
 import { bindingMessage, NONCE_ANNOTATION } from '../../../src/datasource/binding.ts';
-import { serialMinter } from '../../../src/commands/agent/webhook.ts';
+import { serialMinter } from '../../../src/commands/cluster/webhook.ts';
 import { startWebhookServer, type WebhookServer } from '../../../src/cluster/webhook/webhook-server.ts';
 import { RESUME_ANNOTATION } from '../../../src/cluster/webhook/mutate.ts';
 import { RESUME_ANNOTATION as SEED_GATE_RESUME_ANNOTATION } from '../../../src/agent/domain/seed-gate.ts';
