@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { timeSettled } from './timing.ts';
 import { loadConfig } from '../src/config/config.ts';
-import { makeInjector } from '../src/commands/agent/run.ts';
+import { makeInjector } from '../src/commands/agent/agent-command.ts';
 import { buildSeedDiskXml, SEED_ALIAS } from '../src/libvirt/disk-xml.ts';
 import type { InjectionTarget } from '../src/libvirt/injector-contract.ts';
 import { readDaemonSetAgent } from '../e2e/support/daemonset-agent.ts';

@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config/config.ts';
-import { makeInjector } from '../src/commands/agent/run.ts';
+import { makeInjector } from '../src/commands/agent/agent-command.ts';
 import type { LibvirtInjector } from '../src/libvirt/injector.ts';
 import { closeLater, e2eAgentLibvirtFlag, e2eInjector } from './support/libvirt-mode.ts';
 

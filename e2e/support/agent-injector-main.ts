@@ -7,7 +7,7 @@
 // imported here: its report would mix with the result.
 //
 //   node agent-injector-main.ts <virsh|rpc> <InjectionTarget JSON> <image path>
-import { makeInjector } from '../../src/commands/agent/run.ts';
+import { makeInjector } from '../../src/commands/agent/agent-command.ts';
 import { loadConfig } from '../../src/config/config.ts';
 import type { InjectionTarget } from '../../src/libvirt/injector-contract.ts';
 import { readDaemonSetAgent, withOverrides } from './daemonset-agent.ts';

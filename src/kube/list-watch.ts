@@ -1,12 +1,12 @@
 // List, then watch from the list's resourceVersion, keeping a cache by
 // namespace and name: the informer loop of client-node's ListWatch
-// (@kubernetes/client-node 2.0.1, src/cache.ts), step for step, so the
+// (@kubernetes/client-node 2.0.1, its src/cache.ts), step for step, so the
 // informer behaves as it did on it. Owned here because that module's only
 // use of the rest of the package (serialising the label selector, a string)
 // loads every generated model class with it: ~1,000 modules at start.
 //
 // The lifecycle around it (restart after errors, watchdog, bounded watches)
-// is source.ts's and watch.ts's.
+// is kube-vmi-source.ts's and watch.ts's.
 import { setTimeout as delay } from 'node:timers/promises';
 import type { ObjectMeta } from '../api/objects.ts';
 import type { DoneCallback, WatchCallback } from './watch.ts';
@@ -15,12 +15,13 @@ export interface ListedObject {
   metadata: Pick<ObjectMeta, 'name' | 'namespace' | 'resourceVersion'>;
 }
 
+/** A list answer: its items and the resourceVersion to watch from. */
 export interface ObjectList<T> {
   metadata?: { resourceVersion?: string };
   items: T[];
 }
 
-// What the loop needs of a watch: BoundedWatch's shape.
+/** What the loop needs of a watch: BoundedWatch's shape. */
 export interface Watcher {
   watch(
     path: string,
@@ -39,6 +40,11 @@ type Cache<T> = Map<string, Map<string, T>>;
 const BASE_RECONNECT_DELAY_MS = 1000;
 const MAX_RECONNECT_DELAY_MS = 30_000;
 
+/**
+ * An informer loop: list, then watch from the list's resourceVersion,
+ * keeping a cache by namespace and name; re-lists after a 410, and stops
+ * on any other error, reported to its owner, which restarts it.
+ */
 export class ListWatch<T extends ListedObject> {
   readonly #path: string;
   readonly #watch: Watcher;
@@ -105,7 +111,7 @@ export class ListWatch<T extends ListedObject> {
 
   // A watch ended (or the first start): 410 Gone relists, a watch cut past
   // its timeout is renewed at once, any other error stops the loop and is
-  // reported (source.ts restarts it).
+  // reported (its owner, e.g. kube-vmi-source.ts, restarts it).
   async #done(err: unknown): Promise<void> {
     this.#abort();
     const e = err as { statusCode?: number; code?: number; name?: string } | null;
