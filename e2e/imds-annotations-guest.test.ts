@@ -118,6 +118,8 @@ status:
       },
       runner: execNft({ prefix: env.inNode([]) }),
       logger: pino({ level: 'silent' }),
+      // The pod is a launcher: the only sources redirected.
+      launchers: async () => [env.podAddress],
     });
     await keeper.tick('start');
     assert.equal(keeper.inPlace, true);

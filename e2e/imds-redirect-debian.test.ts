@@ -59,6 +59,8 @@ test(
       },
       runner: execNft({ prefix: env.inNode([]) }),
       logger: pino({ level: 'silent' }),
+      // The pod is a launcher: the only sources redirected.
+      launchers: async () => [env.podAddress],
     });
     await keeper.tick('start');
     assert.equal(keeper.inPlace, true);
