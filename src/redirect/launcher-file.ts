@@ -5,7 +5,8 @@
 // the reader sees the old list or the new one, never half of one. The
 // reader takes only IPv4 lines and at most MAX_LAUNCHERS of them; a missing
 // file is an empty list (no VM redirected, no other pod touched).
-import { readFile, rename, writeFile, unlink } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { open, rename, writeFile, unlink } from 'node:fs/promises';
 import { isIPv4 } from 'node:net';
 import { dirname, join } from 'node:path';
 
@@ -29,7 +30,7 @@ export function launcherFileText(addresses: Iterable<string>): string {
 export async function readLauncherFile(path: string): Promise<{ addresses: string[]; skipped: number }> {
   let text: string;
   try {
-    text = (await readFile(path)).subarray(0, MAX_BYTES).toString('utf8');
+    text = await readBounded(path);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { addresses: [], skipped: 0 };
     throw e;
@@ -38,6 +39,27 @@ export async function readLauncherFile(path: string): Promise<{ addresses: strin
   const good = lines.filter((l) => isIPv4(l));
   const skipped = lines.filter((l) => l !== '' && !isIPv4(l)).length;
   return { addresses: [...new Set(good)].sort().slice(0, MAX_LAUNCHERS), skipped };
+}
+
+// At most MAX_BYTES of a regular file, read without following a symlink
+// and without blocking on a FIFO: the directory is shared with another
+// container, so the reader's cost must not depend on what stands there.
+async function readBounded(path: string): Promise<string> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    if (!(await fh.stat()).isFile())
+      throw Object.assign(new Error(`${path} is not a regular file`), { code: 'EINVAL' });
+    const buf = Buffer.alloc(MAX_BYTES);
+    let got = 0;
+    while (got < MAX_BYTES) {
+      const { bytesRead } = await fh.read(buf, got, MAX_BYTES - got, got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    return buf.subarray(0, got).toString('utf8');
+  } finally {
+    await fh.close();
+  }
 }
 
 /**

@@ -4,7 +4,8 @@
 // a missing file is no launcher).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { VmiObject } from '../../src/api/objects.ts';
@@ -112,4 +113,21 @@ test('the file: written atomically, only on change; read back as IPv4 lines only
   await writeLauncherFile(path, ['10.0.0.5']);
   assert.deepEqual((await readLauncherFile(path)).addresses, ['10.0.0.5']);
   assert.deepEqual(errors, []);
+});
+
+test('the reader: a symlink or a FIFO in its place is refused without blocking; a huge file costs only the cap', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-launcher-file-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const target = join(dir, 'elsewhere');
+  await writeFile(target, '10.0.0.9\n');
+  const link = join(dir, 'link');
+  await symlink(target, link);
+  await assert.rejects(readLauncherFile(link), { code: 'ELOOP' });
+  const fifo = join(dir, 'fifo');
+  execFileSync('mkfifo', [fifo]);
+  await assert.rejects(readLauncherFile(fifo), { code: 'EINVAL' });
+  // One address, then far more than the cap: only the cap's bytes are read.
+  const big = join(dir, 'big');
+  await writeFile(big, `10.0.0.1\n${'x'.repeat(8 * 1024 * 1024)}\n10.0.0.2\n`);
+  assert.deepEqual(await readLauncherFile(big), { addresses: ['10.0.0.1'], skipped: 1 });
 });
