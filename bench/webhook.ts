@@ -11,11 +11,9 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { randomBytes } from 'node:crypto';
 import pino from 'pino';
 import { Pool } from 'undici';
-import { newNonce, serialMinter } from '../src/commands/cluster/webhook.ts';
-import { DatasourceKeyring } from '../src/datasource/tokens.ts';
+import { serialMinter } from '../src/commands/cluster/webhook.ts';
 import { startWebhookServer, WEBHOOK_PATH } from '../src/cluster/webhook/webhook-server.ts';
 import { mutateVmi } from '../src/cluster/webhook/mutate.ts';
 import { readReview, reviewResponse } from '../src/cluster/webhook/review.ts';
@@ -32,12 +30,11 @@ const pki = await testPki('bench-webhook');
 const dir = await mkdtemp(join(tmpdir(), 'vmseed-bench-webhook-'));
 await writeFile(join(dir, 'tls.crt'), pki.serverCert);
 await writeFile(join(dir, 'tls.key'), pki.serverKey);
-const keyring = new DatasourceKeyring([new Uint8Array(randomBytes(32))]);
 const server = await startWebhookServer({
   listen: { host: '127.0.0.1', port: 0 },
   certDir: dir,
   logger: pino({ level: 'silent' }),
-  mutate: { serials: serialMinter(keyring, 'http://169.254.169.254/v1', 'nocloud-net'), newNonce },
+  mutate: { serials: serialMinter('http://169.254.169.254/v1', 'nocloud-net') },
 });
 const review = JSON.parse(
   await readFile(new URL('../test/fixtures/webhook/vmi-from-vm.json', import.meta.url), 'utf8'),
@@ -83,14 +80,13 @@ async function run(secs: number): Promise<{ latencies: number[]; errors: number;
 
 // One review's work without the network, 5,000 times.
 function inProcess(): number[] {
-  const mutate = { serials: serialMinter(keyring, 'http://169.254.169.254/v1', 'nocloud-net'), newNonce };
+  const mutate = { serials: serialMinter('http://169.254.169.254/v1', 'nocloud-net') };
   const out: number[] = [];
   for (let i = 0; i < 5000; i++) {
     const body = Buffer.from(JSON.stringify({ ...review, request: { ...review.request, uid: `p-${i}` } }));
     const t = performance.now();
     const read = readReview(body);
-    if (read.kind === 'vmi-create')
-      reviewResponse(read.review.uid, mutateVmi(read.review.object, read.review.namespace, mutate));
+    if (read.kind === 'vmi-create') reviewResponse(read.review.uid, mutateVmi(read.review.object, mutate));
     out.push(performance.now() - t);
   }
   return out.sort((a, b) => a - b);

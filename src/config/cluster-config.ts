@@ -15,14 +15,20 @@ type Listen = { host: string; port: number };
 
 const path = (text: string, _flag: string, cwd: string) => resolve(cwd, text);
 
+function namespacedName(text: string, flag: string): { namespace: string; name: string } {
+  const m = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.exec(text);
+  if (!m || m[1].length > 63 || m[3].length > 253) throw new ConfigError(`--${flag}: '${text}' is not NAMESPACE/NAME`);
+  return { namespace: m[1], name: m[3] };
+}
+
 // In --help's order. Every listener is a `--<service>-listen` flag, so a
 // service added to the command brings one entry here.
 export const CLUSTER_FLAGS = {
   'webhook-listen': {
-    arg: 'HOST:PORT',
-    help: 'serve the mutating admission webhook (HTTPS) on this address; the manifests pin it to the pod address ($(POD_IP):8443)',
+    arg: 'HOST:PORT|off',
+    help: 'serve the mutating admission webhook (HTTPS) on this address, or off; the webhook component of the manifests pins it to the pod address ($(POD_IP):8443), the base turns it off',
     default: '0.0.0.0:8443',
-    parse: parseListen,
+    parse: (t: string, f: string): Listen | undefined => (t === 'off' ? undefined : parseListen(t, f)),
   },
   'webhook-cert-dir': {
     arg: 'DIR',
@@ -30,21 +36,30 @@ export const CLUSTER_FLAGS = {
     default: '/etc/vmseed/webhook-tls',
     parse: path,
   },
+  'webhook-client-ca': {
+    arg: 'FILE',
+    help: "require the webhook's callers to present a client certificate signed by a CA in this PEM bundle (the one that signs the API server's webhook client certificate); reloaded when it changes; missing fails /readyz. Unset: any TLS client is answered",
+    optional: true,
+    default: { doc: 'none' },
+    parse: path,
+  },
+  'webhook-client-names': {
+    arg: 'NAME,...',
+    help: "with --webhook-client-ca: also require the client certificate's subject CN or a DNS name to be one of these",
+    optional: true,
+    default: { doc: 'any name the CA signed' },
+    parse: (t: string, f: string): string[] => {
+      const names = t.split(',').map((n) => n.trim());
+      const bad = names.find((n) => !/^[A-Za-z0-9][A-Za-z0-9:._@*-]{0,252}$/.test(n));
+      if (bad !== undefined) throw new ConfigError(`--${f}: '${bad}' is not a certificate name`);
+      return names;
+    },
+  },
   'webhook-serial': {
     arg: 'off|nocloud|nocloud-net',
-    help: 'write the datasource serial (spec.domain.firmware.serial) into VMIs without one, with this ds= id (needs --datasource-key-file)',
-    default: {
-      text: (c) => (c.text('datasource-key-file') === undefined ? 'off' : 'nocloud-net'),
-      doc: 'nocloud-net with --datasource-key-file, else off',
-    },
+    help: 'write the datasource serial (spec.domain.firmware.serial) into VMIs without one, with this ds= id and a fresh random token (the webhook holds no key; the node agent serves a VMI to the token in its own serial)',
+    default: 'nocloud-net',
     parse: (t, f) => oneOf(t, f, ['off', 'nocloud', 'nocloud-net'] as const),
-  },
-  'datasource-key-file': {
-    arg: 'FILE',
-    help: "the datasource's token keys (the vmseed-datasource-key Secret): the serial's token is signed with its first key; reloaded when it changes",
-    optional: true,
-    default: { doc: 'none: no serial is written' },
-    parse: path,
   },
   'datasource-base-url': {
     arg: 'URL',
@@ -62,16 +77,29 @@ export const CLUSTER_FLAGS = {
   },
   'objects-listen': {
     arg: 'HOST:PORT',
-    help: "serve the node agents' --objects-url (HTTPS): each node gets and watches only the Secrets/ConfigMaps its VMIs reference; the manifests give 0.0.0.0:8444",
+    help: "serve the node agents' --objects-url (HTTPS): each node gets and watches only the Secrets/ConfigMaps its VMIs reference; the manifests pin it to the pod address ($(POD_IP):8444)",
     optional: true,
     default: { doc: 'off' },
     parse: parseListen,
   },
   'objects-cert-dir': {
     arg: 'DIR',
-    help: "the object service's tls.crt and tls.key; reloaded when they change",
+    help: "the object service's tls.crt and tls.key (from cert-manager, say); reloaded when they change. Ignored with --objects-cert-secret",
     default: '/etc/vmseed/objects-tls',
     parse: path,
+  },
+  'objects-cert-secret': {
+    arg: 'NS/NAME',
+    help: 'the object service issues its own self-signed certificate into this kubernetes.io/tls Secret (shared by the replicas) and renews it 30 days before it expires (validity 365 days)',
+    optional: true,
+    default: { doc: 'none: the certificate comes from --objects-cert-dir' },
+    parse: namespacedName,
+  },
+  'objects-ca-configmap': {
+    arg: 'NS/NAME',
+    help: "with --objects-cert-secret: publish the certificate (the agents' CA, the previous one kept until it expires) as ca.crt of this ConfigMap, which the node agents mount as --objects-ca-file",
+    default: 'vmseed/vmseed-cluster-ca',
+    parse: namespacedName,
   },
   'agent-service-account': {
     arg: 'NS:NAME',
@@ -122,19 +150,23 @@ type ClusterFlag = keyof typeof CLUSTER_FLAGS;
 /** The cluster component's validated configuration (`vmseed cluster`). */
 export interface ClusterConfig {
   webhook: {
-    listen: Listen;
+    // Absent: --webhook-listen off.
+    listen: Listen | undefined;
     certDir: string;
     serial: 'off' | 'nocloud' | 'nocloud-net';
+    // --webhook-client-ca (and --webhook-client-names); absent: any TLS client.
+    clientAuth?: { caFile: string; names?: string[] };
   };
-  // The serial's token keys and where guests reach the datasource; absent
-  // when no serial is written.
-  datasource?: { keyFile: string; baseUrl: string };
+  // Where guests reach the datasource (the serial's base).
+  datasource: { baseUrl: string };
   probeListen: Listen;
   logLevel: LogLevel;
   // The node-scoped object service (--objects-listen); absent: off.
   objects?: {
     listen: Listen;
     certDir: string;
+    // Self-issued certificate: its Secret and the CA's ConfigMap.
+    selfSigned?: { secret: { namespace: string; name: string }; caConfigMap: { namespace: string; name: string } };
     agentServiceAccount: string;
     kubeconfig?: string;
     defaultVendorData?: VendorDataRef;
@@ -144,9 +176,12 @@ export interface ClusterConfig {
 /** `vmseed cluster --help`. */
 export const CLUSTER_USAGE = `usage: vmseed cluster [options]
 
-The cluster component: runs as a Deployment off the VM nodes and serves the
-mutating admission webhook, with /healthz, /readyz and /metrics on
---probe-listen. It holds no node's seeds and reads no VMI's data.
+The cluster component: runs as a Deployment off the VM nodes and serves what
+no VM node should hold: the node-scoped object service (--objects-listen:
+each node agent gets the Secrets and ConfigMaps its own VMIs reference, and
+the unpause of its own VMIs) and the mutating admission webhook
+(--webhook-listen), with /healthz, /readyz and /metrics on --probe-listen.
+It holds no node's seeds.
 
 ${flagLines(CLUSTER_FLAGS)}
 
@@ -198,25 +233,33 @@ export function loadClusterConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: s
     return t === undefined ? undefined : (spec.parse(t, name, cwd) as ReturnType<(typeof CLUSTER_FLAGS)[K]['parse']>);
   }
   const serial = get('webhook-serial')!;
-  const keyFile = get('datasource-key-file');
   const baseUrl = get('datasource-base-url')!;
-  if (serial !== 'off' && keyFile === undefined)
-    throw new ConfigError(
-      `--webhook-serial ${serial} needs --datasource-key-file FILE (the serial's token is signed with the datasource key); or --webhook-serial off`,
-    );
   const config: ClusterConfig = {
-    webhook: { listen: get('webhook-listen')!, certDir: get('webhook-cert-dir')!, serial },
-    ...(serial !== 'off' && keyFile !== undefined ? { datasource: { keyFile, baseUrl } } : {}),
+    webhook: { listen: get('webhook-listen'), certDir: get('webhook-cert-dir')!, serial },
+    datasource: { baseUrl },
     probeListen: get('probe-listen')!,
     logLevel: get('log-level')!,
   };
+  const clientCa = get('webhook-client-ca');
+  const clientNames = get('webhook-client-names');
+  if (clientNames !== undefined && clientCa === undefined)
+    throw new ConfigError('--webhook-client-names: needs --webhook-client-ca (the CA that signs those names)');
+  if (clientCa !== undefined)
+    config.webhook.clientAuth = { caFile: clientCa, ...(clientNames !== undefined ? { names: clientNames } : {}) };
   const objectsListen = get('objects-listen');
   if (objectsListen !== undefined) {
     const kubeconfig = get('kubeconfig');
     const vendorData = get('objects-vendor-data-from');
+    const certSecret = get('objects-cert-secret');
+    const caConfigMap = get('objects-ca-configmap')!;
+    if (certSecret && caConfigMap.namespace !== certSecret.namespace)
+      throw new ConfigError(
+        `--objects-ca-configmap ${caConfigMap.namespace}/${caConfigMap.name}: must be in the namespace of --objects-cert-secret (${certSecret.namespace})`,
+      );
     config.objects = {
       listen: objectsListen,
       certDir: get('objects-cert-dir')!,
+      ...(certSecret ? { selfSigned: { secret: certSecret, caConfigMap } } : {}),
       agentServiceAccount: get('agent-service-account')!,
       ...(kubeconfig !== undefined ? { kubeconfig } : {}),
       ...(vendorData !== undefined ? { defaultVendorData: vendorData } : {}),

@@ -207,7 +207,7 @@ function checkCombinations(config: Config, flags: FlagReader): void {
 function datasourceConfig(flags: FlagReader): DatasourceConfig | undefined {
   const compat = flags.get('datasource-compat-source-address');
   if (flags.given('datasource-listen') === undefined) {
-    for (const flag of ['datasource-key-file', 'datasource-base-url'] as const) {
+    for (const flag of ['datasource-key-file', 'datasource-key-create', 'datasource-base-url'] as const) {
       if (flags.given(flag) !== undefined)
         throw new ConfigError(`--${flag} needs --datasource-listen HOST:PORT (the datasource is off without it)`);
     }
@@ -220,13 +220,14 @@ function datasourceConfig(flags: FlagReader): DatasourceConfig | undefined {
   const keyFile = flags.get('datasource-key-file');
   if (keyFile === undefined) {
     throw new ConfigError(
-      "--datasource-key-file FILE is required with --datasource-listen; create one with 'openssl rand -base64 32 > FILE'",
+      "--datasource-key-file FILE is required with --datasource-listen; create one with 'openssl rand -base64 32 > FILE' (one per node), or give --datasource-key-create true",
     );
   }
   const { baseUrl, prefix } = flags.get('datasource-base-url');
   return {
     listen: flags.get('datasource-listen')!,
     keyFile,
+    ...(flags.get('datasource-key-create') ? { keyCreate: true } : {}),
     baseUrl,
     prefix,
     compatSourceAddress: compat,
@@ -281,6 +282,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
           datasourceListen: `${c.datasource.listen.host}:${c.datasource.listen.port}`,
           datasourceBaseUrl: c.datasource.baseUrl,
           datasourceKeyFile: c.datasource.keyFile,
+          ...(c.datasource.keyCreate ? { datasourceKeyCreate: true } : {}),
           datasourceCompatSourceAddress: c.datasource.compatSourceAddress,
           ...(c.datasource.imdsCompat ? { datasourceImdsCompat: true } : {}),
         }

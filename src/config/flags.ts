@@ -325,8 +325,14 @@ export const AGENT_FLAGS = {
   }),
   'datasource-key-file': optionalFlag({
     arg: 'FILE',
-    help: 'token keys, one base64 key per line, signing key first (required with --datasource-listen; reloaded when it changes)',
+    help: "this node's own keys for the tokens of VMI UIDs (`vmseed seed-url --uid`) and progress reports, one base64 key per line, signing key first; never share it between nodes (required with --datasource-listen; reloaded when it changes)",
     parse: path,
+  }),
+  'datasource-key-create': flag({
+    arg: 'true|false',
+    help: 'when --datasource-key-file does not exist at start, create it (mode 0640) with a fresh random key: a key of this node alone; its directory must exist',
+    default: 'false',
+    parse: (t, f) => oneOf(t, f, ['true', 'false'] as const) === 'true',
   }),
   'datasource-base-url': flag({
     arg: 'URL',

@@ -7,10 +7,10 @@
 // status.interfaces says, which includes addresses the guest reported.
 import type { VmiObject } from '../api/objects.ts';
 import type { Seed } from '../cloudinit/seed.ts';
-import { bindingMessage } from './binding.ts';
 import type { DatasourceFile } from './files.ts';
 import type { NodePod, NodePods, SeedDirectory, SeedDirectoryEntry } from './types.ts';
 import { imdsFacts } from './imds/facts.ts';
+import { serialToken } from './url.ts';
 import {
   isPodUid,
   launcherPodsOnNode,
@@ -94,9 +94,9 @@ export class AgentSeedDirectory implements SeedDirectory {
     const slash = key.indexOf('/');
     const namespace = key.slice(0, slash);
     const name = key.slice(slash + 1);
-    const binding = bindingMessage(namespace, name, vmi.metadata);
+    const token = serialToken(vmi.spec?.domain?.firmware?.serial);
     const had = this.#byUid.get(uid);
-    if (had === undefined || had.binding !== binding) this.#revision++;
+    if (had === undefined || had.serialToken !== token) this.#revision++;
     const launchers = {
       activePods: launcherPodsOnNode(vmi.status?.activePods, this.#nodeName ?? '').filter(isPodUid),
       migration: migrationStateOf(vmi.status),
@@ -110,7 +110,7 @@ export class AgentSeedDirectory implements SeedDirectory {
       seed,
       addresses: reportedAddresses(vmi),
       ...launchers,
-      ...(binding !== undefined ? { binding } : {}),
+      ...(token !== undefined ? { serialToken: token } : {}),
       imds: imdsFacts(vmi, this.#nodeName ?? ''),
     });
     this.#uidByKey.set(key, uid);
@@ -149,7 +149,7 @@ export class AgentSeedDirectory implements SeedDirectory {
         name: h.name,
         uid: h.uid,
         seed: h.seed,
-        ...(h.binding !== undefined ? { binding: h.binding } : {}),
+        ...(h.serialToken !== undefined ? { serialToken: h.serialToken } : {}),
         ...(h.imds !== undefined ? { imds: this.#pods ? this.#launcherFacts(h, h.imds) : h.imds } : {}),
       }
     );

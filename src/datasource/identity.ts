@@ -1,18 +1,24 @@
-// Which VMI's seed a datasource request may read: the VMI its capability
-// token was signed for (its UID, or its binding: src/datasource/binding.ts),
-// or (compat mode only) the VMI at the caller's source address. Where the
-// directory ties addresses to launcher pods (SeedDirectory.launcherAt), a
-// token is no bearer credential: it opens its VMI's seed only from that
-// VMI's launcher pod's address, because the token sits in the VMI's spec
-// (firmware serial), which every namespace viewer can read. Every
-// miss costs the same work as a hit, so response time does not tell a known
-// token from an unknown one.
+// Which VMI's seed a datasource request may read: the VMI whose own DMI
+// serial (spec.domain.firmware.serial) carries the token, the VMI whose UID
+// the token is signed over with this node's key, or (compat mode only) the
+// VMI at the caller's source address. A serial token is minted at random
+// (by the admission webhook or `vmseed seed-url --new-token`): no key makes
+// it, it is recognised because it is in the VMI's spec. That spec is
+// readable by every namespace viewer, so a token is no bearer credential:
+// where the directory ties addresses to launcher pods
+// (SeedDirectory.launcherAt), it opens its VMI's seed only from that VMI's
+// launcher pod's address. A token several VMIs carry (a serial copied from
+// a neighbour) opens, from a launcher address, the one VMI of them that
+// address is; without launcher knowledge (local mode, --platform libvirt)
+// it opens none of them. Every miss costs the same work as a hit, so
+// response time does not tell a known token from an unknown one.
 //
-// No HMAC is computed per request: the index holds every token the keys in
-// force accept for the directory's VMIs, with the message each is signed
-// over, rebuilt whenever the keys or the directory's revision move. A
-// request costs one hash, one lookup and one constant-time compare, which
-// keeps a flooding guest's refusals cheap for the node's other guests.
+// No HMAC is computed per request: the index holds every token the
+// directory's VMIs carry in their serials and every token the keys in force
+// accept for them, with the VMIs each one opens, rebuilt whenever the keys
+// or the directory's revision move. A request costs one hash, one lookup
+// and one constant-time compare, which keeps a flooding guest's refusals
+// cheap for the node's other guests.
 import { hash, timingSafeEqual } from 'node:crypto';
 import type { DatasourceRoute } from './nocloud-paths.ts';
 import { TOKEN_LENGTH, isTokenShaped, type DatasourceKeyring } from './tokens.ts';
@@ -30,45 +36,49 @@ function indexKey(token: string): string {
   return hash('sha256', token, 'base64');
 }
 
-// A token the keys accept, the VMI it opens, and what it is signed over (the
-// UID or the VMI's binding at the time the index was built).
-export interface TokenGrant {
+/**
+ * One VMI a token opens: signed by the keys over `message` (its UID, or a
+ * message of its own such as a report token's), or, with no message, the
+ * token of the VMI's own serial.
+ */
+export interface TokenClaim {
   uid: string;
-  message: string;
-  token: Buffer;
+  message?: string;
 }
 
-// Two VMIs answering to one token (a copied nonce annotation): neither is
-// served, so no VMI can be handed another's seed.
-const AMBIGUOUS = null;
+/** A token in the index and every VMI that claims it. */
+export interface TokenGrant {
+  token: Buffer;
+  claims: TokenClaim[];
+}
 
-// What a seed token may be signed over: the VMI's UID, or its binding.
-function seedMessages(uid: string, entry: SeedDirectoryEntry | undefined): string[] {
-  return entry?.binding === undefined ? [uid] : [uid, entry.binding];
+export interface TokenIndexOptions {
+  // What a VMI's keyed tokens are signed over; default: its UID.
+  messagesOf?: (uid: string, entry: SeedDirectoryEntry | undefined) => string[];
+  // Whether the tokens of the VMIs' own serials are indexed; default true.
+  serials?: boolean;
 }
 
 /**
- * Token -> UID of the directory's VMIs, rebuilt when the directory or the
- * keys change. `messagesOf` says what a VMI's tokens are signed over. Its
- * size is bounded by the directory's: keys x messages per VMI; tokens that
- * verify nothing are never added.
+ * Token -> the directory's VMIs it opens, rebuilt when the directory or the
+ * keys change. Its size is bounded by the directory's: keys x messages per
+ * VMI, plus one serial token per VMI; tokens that open nothing are never
+ * added.
  */
 export class TokenIndex {
-  #byToken = new Map<string, TokenGrant | typeof AMBIGUOUS>();
+  #byToken = new Map<string, TokenGrant>();
   #revision: number | undefined;
   #generation: number | undefined;
   readonly #directory: SeedDirectory;
   readonly #keyring: DatasourceKeyring;
   readonly #messagesOf: (uid: string, entry: SeedDirectoryEntry | undefined) => string[];
+  readonly #serials: boolean;
 
-  constructor(
-    directory: SeedDirectory,
-    keyring: DatasourceKeyring,
-    messagesOf: (uid: string, entry: SeedDirectoryEntry | undefined) => string[] = seedMessages,
-  ) {
+  constructor(directory: SeedDirectory, keyring: DatasourceKeyring, options: TokenIndexOptions = {}) {
     this.#directory = directory;
     this.#keyring = keyring;
-    this.#messagesOf = messagesOf;
+    this.#messagesOf = options.messagesOf ?? ((uid) => [uid]);
+    this.#serials = options.serials ?? true;
   }
 
   get size(): number {
@@ -88,28 +98,56 @@ export class TokenIndex {
   // still compares the token itself (constant-time) before trusting it.
   grant(token: string): TokenGrant | undefined {
     if (this.#revision !== this.#directory.revision || this.#generation !== this.#keyring.generation) this.#rebuild();
-    return this.#byToken.get(indexKey(token)) ?? undefined;
+    return this.#byToken.get(indexKey(token));
+  }
+
+  /**
+   * The directory entry this token opens for a request from `source`, or
+   * undefined: the claimant whose launcher address `source` is where the
+   * directory knows launcher pods; the only claimant where it does not (two
+   * or more: none). The entry is re-read, so an index stale by one deletion
+   * or serial change answers nothing wrong.
+   */
+  open(token: string, source: string): SeedDirectoryEntry | undefined {
+    const grant = this.verified(token);
+    if (grant === undefined) return undefined;
+    const claim = pickClaim(this.#directory, grant.claims, source);
+    if (claim === undefined) return undefined;
+    const entry = this.#directory.get(claim.uid);
+    if (entry === undefined || entry.uid !== claim.uid) return undefined;
+    if (claim.message === undefined && entry.serialToken !== token) return undefined;
+    return entry;
   }
 
   #rebuild(): void {
-    const next = new Map<string, TokenGrant | typeof AMBIGUOUS>();
+    const next = new Map<string, TokenGrant>();
     const revision = this.#directory.revision;
     const generation = this.#keyring.generation;
-    const add = (token: string, uid: string, message: string) => {
+    const add = (token: string, claim: TokenClaim) => {
       const k = indexKey(token);
       const had = next.get(k);
-      if (had === undefined) next.set(k, { uid, message, token: Buffer.from(token, 'ascii') });
-      else if (had !== AMBIGUOUS && had.uid !== uid) next.set(k, AMBIGUOUS);
+      if (had === undefined) next.set(k, { token: Buffer.from(token, 'ascii'), claims: [claim] });
+      else if (!had.claims.some((c) => c.uid === claim.uid && c.message === claim.message)) had.claims.push(claim);
     };
     for (const uid of this.#directory.listUids()) {
-      for (const m of this.#messagesOf(uid, this.#directory.get(uid)))
-        for (const t of this.#keyring.acceptedTokens(m)) add(t, uid, m);
+      const entry = this.#directory.get(uid);
+      for (const m of this.#messagesOf(uid, entry))
+        for (const t of this.#keyring.acceptedTokens(m)) add(t, { uid, message: m });
+      const serial = entry?.serialToken;
+      if (this.#serials && serial !== undefined && isTokenShaped(serial) && entry?.uid === uid) add(serial, { uid });
     }
     // Only a whole index counts as built: a directory that threw is asked again.
     this.#byToken = next;
     this.#revision = revision;
     this.#generation = generation;
   }
+}
+
+// Which of a token's claimants a request from `source` speaks for.
+function pickClaim(directory: SeedDirectory, claims: readonly TokenClaim[], source: string): TokenClaim | undefined {
+  if (directory.launcherAt !== undefined) return claims.find((c) => fromLauncherOf(directory, c.uid, source));
+  const uid = claims[0]?.uid;
+  return claims.every((c) => c.uid === uid) ? claims[0] : undefined;
 }
 
 /**
@@ -141,14 +179,7 @@ export class SeedIdentity {
     if (route.kind === 'compat') {
       return this.#compatSourceAddress ? this.#directory.byAddress(source) : undefined;
     }
-    const grant = this.#index.verified(route.token);
-    if (grant === undefined) return undefined;
-    // The index may be stale by one VMI deletion or binding change; get() is
-    // the truth.
-    const entry = this.#directory.get(grant.uid);
-    if (entry === undefined || entry.uid !== grant.uid) return undefined;
-    if (!fromLauncherOf(this.#directory, grant.uid, source)) return undefined;
-    return grant.message === grant.uid || grant.message === entry.binding ? entry : undefined;
+    return this.#index.open(route.token, source);
   }
 
   // The work of a token lookup, for a path that names no route at all.

@@ -1,16 +1,23 @@
-// Per-VMI capability tokens for the NoCloud HTTP datasource.
-//
-// token = base64url(HMAC-SHA256(key, VMI UID)), 43 characters, no padding:
-// URL-safe and free of `;`, `=` and whitespace, which cloud-init's
-// `ds=nocloud;s=...` line parser would split on. Whoever holds a token can
-// read that one VMI's seed and nothing else; the UID alone is not enough
-// because the key never leaves the node.
+// Per-VMI capability tokens for the NoCloud HTTP datasource, 43 base64url
+// characters, no padding: URL-safe and free of `;`, `=` and whitespace,
+// which cloud-init's `ds=nocloud;s=...` line parser would split on. Two kinds:
+//  - serial tokens: 32 random bytes (randomToken), minted by the admission
+//    webhook (or `vmseed seed-url --new-token`) and kept in the VMI's own
+//    spec.domain.firmware.serial; the agent accepts one for the VMI whose
+//    serial carries it (src/datasource/identity.ts). No key makes them.
+//  - UID tokens: base64url(HMAC-SHA256(key, VMI UID)) under the node's own
+//    key (`vmseed seed-url --uid`, plain libvirt), and the report tokens
+//    (src/datasource/reports/report-token.ts). The UID alone is not enough
+//    because the key never leaves the node; each node has its own
+//    (--datasource-key-create makes it).
 //
 // Rotation without downtime: the key file lists the signing key first and
 // any number of still-accepted keys after it. Deploy `new\nold`, re-point
 // the VMIs' serials at their new URLs at leisure, then drop `old`.
-import { createHash, createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { createHash, createHmac, createSecretKey, randomBytes, timingSafeEqual, type KeyObject } from 'node:crypto';
+import { constants } from 'node:fs';
+import { link, open, readFile, unlink } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { VmseedError } from '../errors.ts';
 import { challengeAnswer, MAX_ANSWERS } from '../redirect/challenge.ts';
 
@@ -106,6 +113,11 @@ export function signToken(key: Uint8Array | KeyObject, uid: string): string {
   return createHmac('sha256', key).update(uid, 'utf8').digest('base64url');
 }
 
+/** A fresh serial token: 32 random bytes, base64url (TOKEN_LENGTH characters). */
+export function randomToken(): string {
+  return randomBytes(32).toString('base64url');
+}
+
 /** Whether `s` has a token's form (43 base64url characters); says nothing of its validity. */
 export function isTokenShaped(s: string): boolean {
   return TOKEN_RE.test(s);
@@ -173,7 +185,7 @@ export class DatasourceKeyring {
   }
 
   // The token a VMI should be given now (signing key). `uid` is a VMI's UID
-  // or a binding message (src/datasource/binding.ts).
+  // or a message of its own (a report token's).
   sign(uid: string): string {
     if (this.#keys.length === 0)
       throw new VmseedError('DATASOURCE_KEY_FILE_UNREADABLE', 'no datasource key is loaded yet; nothing can be signed');
@@ -207,5 +219,65 @@ export class DatasourceKeyring {
   // logs ("which key is signing?") without exposing key material.
   fingerprints(): string[] {
     return this.#keys.map((k) => createHash('sha256').update(k).digest('hex').slice(0, 12));
+  }
+}
+
+/**
+ * Creates the key file `path` with one fresh random key (32 bytes, base64,
+ * one line) unless it exists. Atomic: the key is written to a temporary
+ * file in the same directory (O_EXCL, mode 0640: the group, the agent pod's, lets its redirect container check the challenge), synced, then linked to
+ * `path`; when another process made `path` first, theirs stays and this
+ * one's is discarded. Returns whether this call created it. The directory
+ * must exist. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE when the
+ * file cannot be made.
+ */
+export async function createKeyFileIfMissing(path: string): Promise<boolean> {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  const fail = (e: unknown): never => {
+    throw new VmseedError(
+      'DATASOURCE_KEY_FILE_UNREADABLE',
+      `cannot create the datasource key file ${path} (${(e as NodeJS.ErrnoException).code ?? 'error'}); its directory must exist and be writable`,
+      { kind: 'retryable', field: 'datasourceKeyFile', cause: e },
+    );
+  };
+  try {
+    await readFile(path);
+    return false;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') fail(e);
+  }
+  try {
+    const fh = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o640);
+    try {
+      await fh.writeFile(`${randomBytes(MIN_KEY_BYTES).toString('base64')}\n`);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    try {
+      // link() fails with EEXIST where rename() would replace: whoever came
+      // first keeps the file, and every process then reads the same key.
+      await link(tmp, path);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw e;
+    }
+    await syncDirectory(dirname(path));
+    return true;
+  } catch (e) {
+    return fail(e);
+  } finally {
+    await unlink(tmp).catch(() => undefined);
+  }
+}
+
+async function syncDirectory(dir: string): Promise<void> {
+  const fh = await open(dir, constants.O_RDONLY);
+  try {
+    await fh.sync();
+  } catch {
+    // Some filesystems refuse fsync on a directory; the link is made.
+  } finally {
+    await fh.close();
   }
 }

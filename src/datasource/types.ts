@@ -9,7 +9,10 @@ import type { ImdsFacts } from './imds/identity-endpoint.ts';
 /** The datasource's settings, as the agent command hands them over. */
 export interface DatasourceConfig {
   listen: { host: string; port: number };
+  // This node's own keys (UID and report tokens).
   keyFile: string;
+  // Create keyFile with a fresh random key when it does not exist at start.
+  keyCreate?: boolean;
   // What guests use (the DMI serial's `s=`), not where we listen.
   baseUrl: string;
   // The base URL's path: what the listener serves under (default /v1).
@@ -28,9 +31,11 @@ export interface SeedDirectoryEntry {
   name: string;
   uid: string;
   seed: Seed;
-  // What a token written at admission binds (src/datasource/binding.ts),
-  // when the VMI has one; a token of its UID is accepted as well.
-  binding?: string;
+  // The token of the VMI's own DMI serial (spec.domain.firmware.serial,
+  // src/datasource/url.ts serialToken), when it carries one: it opens this
+  // VMI, from its launcher address only. A token of its UID (under the
+  // node's key) is accepted as well.
+  serialToken?: string;
   // For the IMDS endpoints (/v1/identity, /v1/token, OpenStack paths);
   // absent or not enabled: they answer 404 for this VMI.
   imds?: ImdsFacts;
@@ -47,8 +52,8 @@ export interface SeedDirectory {
   // UIDs of every VMI that has a seed now. Read only when `revision` has
   // moved, to rebuild the token -> UID index.
   listUids(): Iterable<string>;
-  // Bumped (any change of value) whenever the set of UIDs, or the binding
-  // of one, may have changed.
+  // Bumped (any change of value) whenever the set of UIDs, or the serial
+  // token of one, may have changed.
   // Changing seeds of existing UIDs need not bump it: get() is read on
   // every request.
   readonly revision: number;

@@ -55,6 +55,30 @@ export function datasourceSerial(seedUrl: string, ds: SerialDatasourceId = 'nocl
   return `ds=${ds};s=${seedUrl}`;
 }
 
+const SERIAL_TOKEN_RE = /\/([A-Za-z0-9_-]{43})\/$/;
+
+/**
+ * The token of a NoCloud DMI serial (`ds=nocloud;s=<base>/<token>/`, or
+ * `ds=nocloud-net`, any base, `seedfrom=` as cloud-init reads it too), or
+ * undefined when the serial is none or its seed URL does not end in
+ * `/<token>/`.
+ */
+export function serialToken(serial: unknown): string | undefined {
+  if (typeof serial !== 'string') return undefined;
+  const [ds, ...fields] = serial.split(';');
+  if (ds !== 'ds=nocloud' && ds !== 'ds=nocloud-net') return undefined;
+  let found: string | undefined;
+  for (const f of fields) {
+    const eq = f.indexOf('=');
+    const k = f.slice(0, eq);
+    if (eq < 0 || (k !== 's' && k !== 'seedfrom')) continue;
+    // Two seed URLs: which one cloud-init follows is not ours to guess.
+    if (found !== undefined) return undefined;
+    found = SERIAL_TOKEN_RE.exec(f.slice(eq + 1))?.[1] ?? '';
+  }
+  return found === '' ? undefined : found;
+}
+
 // What the status page shows for a VMI: the serial string to paste.
 export function datasourceSerialFor(
   keyring: DatasourceKeyring,

@@ -61,6 +61,22 @@ test('datasource flags, defaults and environment fallbacks', () => {
   assert.equal(s.datasourceKeyFile, '/k');
 });
 
+test('--datasource-key-create: off by default; true asks the agent to create the key file when it is missing', () => {
+  const ds = ['--datasource-listen', '127.0.0.1:8081', '--datasource-key-file', 'keys'];
+  assert.equal(loadConfig([...local, ...ds], {}, '/srv')!.datasource?.keyCreate, undefined);
+  assert.equal(
+    loadConfig([...local, ...ds, '--datasource-key-create', 'false'], {}, '/srv')!.datasource?.keyCreate,
+    undefined,
+  );
+  const on = loadConfig([...local, ...ds, '--datasource-key-create', 'true'], {}, '/srv')!;
+  assert.equal(on.datasource?.keyCreate, true);
+  assert.equal(configSummary(on).datasourceKeyCreate, true);
+  assert.equal(
+    loadConfig([...local, ...ds], { VMSEED_DATASOURCE_KEY_CREATE: 'true' }, '/')!.datasource?.keyCreate,
+    true,
+  );
+});
+
 test('--vendor-data-from parses namespace/name[/key]', () => {
   assert.deepEqual(loadConfig([...local, '--vendor-data-from', 'vmseed-system/vendor'], {}, '/')!.vendorDataFrom, {
     namespace: 'vmseed-system',
@@ -83,6 +99,11 @@ test('bad datasource and vendor-data values are one clear line', () => {
     [['--datasource-key-file', 'k'], /^--datasource-key-file needs --datasource-listen/],
     [['--datasource-base-url', 'http://x/v1'], /^--datasource-base-url needs --datasource-listen/],
     [['--datasource-compat-source-address'], /^--datasource-compat-source-address needs --datasource-listen/],
+    [['--datasource-key-create', 'true'], /^--datasource-key-create needs --datasource-listen/],
+    [
+      ['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-key-create', 'yes'],
+      /^--datasource-key-create: 'yes' is not one of/,
+    ],
     [['--datasource-listen', 'nope', '--datasource-key-file', 'k'], /^--datasource-listen: 'nope' is not HOST:PORT/],
     [
       ['--datasource-listen', ':1', '--datasource-key-file', 'k', '--datasource-base-url', 'ftp://x/v1'],

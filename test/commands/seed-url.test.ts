@@ -56,12 +56,8 @@ print(json.dumps({"ok": ok, **fill}))
 
 import { aliasBomb } from '../hostile/corpus.ts';
 import { readFileSync } from 'node:fs';
-import { bindingMessage, NONCE_ANNOTATION } from '../../src/datasource/binding.ts';
 import { OPTIONS, OPTION_HELP } from '../../src/commands/seed-url.ts';
-import { fixtureReview } from '../support/webhook.ts';
-
-const VM_UID = 'b2f7e0a4-5c1d-4e9b-8a3f-7d6c5b4a3921';
-const NONCE = 'AbCdEfGhIjKlMnOpQrStUv';
+import { serialToken } from '../../src/datasource/url.ts';
 
 describe('vmseed seed-url', () => {
   let dir: string;
@@ -85,22 +81,6 @@ describe('vmseed seed-url', () => {
     await writeFile(
       join(dir, 'vmi-bomb.yaml'),
       `metadata: {name: vm-a, namespace: ns1, uid: ${uid}}\n${aliasBomb(8, 10)}\n`,
-    );
-    await writeFile(
-      join(dir, 'vm.yaml'),
-      `apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: vm-cirros\n  namespace: default\n  uid: ${VM_UID}\nspec: {}\n`,
-    );
-    await writeFile(
-      join(dir, 'vmi-nonce.yaml'),
-      `kind: VirtualMachineInstance\nmetadata:\n  name: direct\n  namespace: ns1\n  annotations:\n    ${NONCE_ANNOTATION}: ${NONCE}\n`,
-    );
-    await writeFile(
-      join(dir, 'vmi-unbound.yaml'),
-      `kind: VirtualMachineInstance\nmetadata:\n  name: direct\n  namespace: ns1\n  uid: ${uid}\n`,
-    );
-    await writeFile(
-      join(dir, 'vm-bad-uid.yaml'),
-      `kind: VirtualMachine\nmetadata: {name: vm-x, namespace: ns1, uid: nope}\n`,
     );
     const directory = new MapDirectory();
     directory.add({ namespace: 'ns1', name: 'vm-a', uid, seed });
@@ -144,48 +124,36 @@ describe('vmseed seed-url', () => {
     assert.equal(url.out, `http://169.254.169.254/v1/${signToken(key, uid)}/\n`);
   });
 
-  test("--vm/--vm-uid and --binding-from print the serial the agent accepts for the VM's VMIs (and the webhook writes)", async () => {
-    // A VMI as virt-controller makes it for VM vm-cirros (the AdmissionReview fixture).
-    const vmi = (await fixtureReview('vmi-from-vm')).request.object as {
-      metadata: { namespace: string; name: string; ownerReferences: [] };
-    };
-    const binding = bindingMessage(vmi.metadata.namespace, vmi.metadata.name, vmi.metadata)!;
-    assert.ok(binding, 'the fixture VMI is bound to its VM');
-    const want = `ds=nocloud;s=http://169.254.169.254/v1/${signToken(key, binding)}/\n`;
-    for (const argv of [
-      ['--vm', 'default/vm-cirros', '--vm-uid', VM_UID],
-      ['default/vm-cirros', '--vm-uid', VM_UID],
-      ['--binding-from', 'vm.yaml'],
-      ['default/vm-cirros', '--binding-from', 'vm.yaml'],
-    ]) {
-      const r = await run([...argv, '--key-file', 'keys'], dir);
-      assert.equal(r.code, 0, `${argv.join(' ')}: ${r.err}`);
-      assert.equal(r.out, want, argv.join(' '));
-    }
-    // The VMI's own manifest, exported with its owner: the same VM binding.
-    await writeFile(join(dir, 'vmi-owned.json'), JSON.stringify(vmi));
-    assert.equal((await run(['--binding-from', 'vmi-owned.json', '--key-file', 'keys'], dir)).out, want);
-    // A VMI admitted with a nonce: its nonce binding, served by the datasource.
-    const nonceBinding = bindingMessage('ns1', 'direct', { annotations: { [NONCE_ANNOTATION]: NONCE } })!;
+  test('--new-token: a fresh random token each time, no key; the serial is what the agent reads as the VMI own', async () => {
+    const a = await run(['--new-token'], dir);
+    const b = await run(['--new-token', '--ds', 'nocloud-net'], dir);
+    assert.equal(a.code, 0, a.err);
+    assert.equal(b.code, 0, b.err);
+    assert.match(a.out, /^ds=nocloud;s=http:\/\/169\.254\.169\.254\/v1\/[A-Za-z0-9_-]{43}\/\n$/);
+    assert.match(b.out, /^ds=nocloud-net;s=http:\/\/169\.254\.169\.254\/v1\/[A-Za-z0-9_-]{43}\/\n$/);
+    const [ta, tb] = [serialToken(a.out.trim()), serialToken(b.out.trim())];
+    assert.ok(ta !== undefined && tb !== undefined);
+    assert.notEqual(ta, tb);
+    const parsed = await cloudInitParseSerial(a.out.trim());
+    assert.equal(parsed.ok, true);
+    // A VMI whose serial carries it is served by it.
     const directory = new MapDirectory();
-    directory.add({ namespace: 'ns1', name: 'direct', uid: 'uid-direct', seed, binding: nonceBinding });
-    const nonceServer = await startDatasourceServer({
+    directory.add({ namespace: 'ns1', name: 'own', uid: 'uid-own', seed, serialToken: ta });
+    const own = await startDatasourceServer({
       listen: { host: '127.0.0.1', port: 0 },
       directory,
-      keyring: new DatasourceKeyring([key]),
+      keyring: DatasourceKeyring.empty(),
       logger: quietLogger,
     });
     try {
-      const r = await run(
-        ['--binding-from', 'vmi-nonce.yaml', '--key-file', 'keys', '--url-only', '--base', nonceServer.baseUrl],
-        dir,
-      );
+      const r = await run(['--new-token', '--url-only', '--base', own.baseUrl], dir);
       assert.equal(r.code, 0, r.err);
-      const got = await cloudInitReadSeeded(r.out.trim());
+      assert.equal((await cloudInitReadSeeded(r.out.trim())).ok, false, 'a token no VMI carries opens nothing');
+      const got = await cloudInitReadSeeded(`${own.baseUrl}/${ta}/`);
       assert.equal(got.ok, true, got.error);
       assert.deepEqual(got.md, seed.metaData);
     } finally {
-      await nonceServer.close();
+      await own.close();
     }
   });
 
@@ -224,28 +192,15 @@ describe('vmseed seed-url', () => {
       ],
       [['ns1/vm-a', '--uid', uid + '0', '--key-file', 'keys'], 2, /not a UUID/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'keys', '--bogus'], 2, /bogus/],
-      [['--vm', 'ns1/vm-a', '--key-file', 'keys'], 2, /--vm needs --vm-uid/],
-      [['--vm-uid', VM_UID, '--key-file', 'keys'], 2, /--vm-uid needs --vm/],
-      [
-        ['--vm', 'ns1/vm-a', '--vm-uid', 'vm-a', '--key-file', 'keys'],
-        2,
-        /--vm-uid 'vm-a' is not a UUID; give the VirtualMachine's/,
-      ],
-      [['ns1/vm-b', '--vm', 'ns1/vm-a', '--vm-uid', VM_UID, '--key-file', 'keys'], 2, /is ns1\/vm-a, not ns1\/vm-b/],
-      [['--vm', 'bad name', '--vm-uid', VM_UID, '--key-file', 'keys'], 2, /namespace/],
-      [['ns1/vm-a', '--uid', uid, '--vm-uid', VM_UID, '--key-file', 'keys'], 2, /give one of/],
-      [
-        ['--binding-from', 'vmi-unbound.yaml', '--key-file', 'keys'],
-        2,
-        /neither a VirtualMachine .* nor an admission nonce/,
-      ],
-      [['--binding-from', 'vm-bad-uid.yaml', '--key-file', 'keys'], 2, /metadata\.uid 'nope' is not a UUID/],
-      [['--binding-from', 'missing.yaml', '--key-file', 'keys'], 2, /cannot read manifest .*ENOENT/],
-      [
-        ['ns1/other', '--binding-from', 'vm.yaml', '--key-file', 'keys'],
-        2,
-        /vm\.yaml is default\/vm-cirros, not ns1\/other/,
-      ],
+      [['ns1/vm-a', '--uid', uid, '--vmi', 'vmi.yaml', '--key-file', 'keys'], 2, /give one of --uid, --vmi/],
+      [['--new-token', '--key-file', 'keys'], 2, /--new-token takes no key and no VMI: drop --key-file/],
+      [['--new-token', '--uid', uid], 2, /drop --uid/],
+      [['--new-token', 'ns1/vm-a'], 2, /--new-token takes no <namespace>\/<name>/],
+      [['--new-token', '--ds', 'ec2'], 2, /--ds/],
+      [['--new-token', '--base', 'ftp://x/v1'], 2, /DATASOURCE_URL_INVALID/],
+      // The modes that signed a VM or nonce binding are gone.
+      [['--vm', 'ns1/vm-a', '--vm-uid', uid, '--key-file', 'keys'], 2, /Unknown option '--vm'/],
+      [['--binding-from', 'vmi.yaml', '--key-file', 'keys'], 2, /Unknown option '--binding-from'/],
       [['ns1/vm-a', '--uid', uid, '--key-file', 'missing'], 1, /DATASOURCE_KEY_FILE_UNREADABLE/],
     ];
     for (const [argv, code, re] of cases) {
@@ -263,6 +218,30 @@ test('exported helpers for the status page', () => {
   assert.equal(datasourceSerialFor(ring, 'u'), `ds=nocloud;s=http://169.254.169.254/v1/${ring.sign('u')}/`);
   assert.equal(datasourceSeedUrl('http://10.0.0.1:8081/v1///', 'T'), 'http://10.0.0.1:8081/v1/T/');
   assert.equal(datasourceSerial('http://h/v1/T/', 'nocloud-net'), 'ds=nocloud-net;s=http://h/v1/T/');
+  // The token the agent reads from a VMI's serial: any base, either ds= id,
+  // `s=` or `seedfrom=`; nothing from a serial that is not a NoCloud seed URL
+  // ending in /<token>/, or names two.
+  const t = 'AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_AbCdE';
+  for (const serial of [
+    `ds=nocloud;s=http://169.254.169.254/v1/${t}/`,
+    `ds=nocloud-net;s=https://seeds.example:8443/x/y/${t}/`,
+    `ds=nocloud;seedfrom=http://h/${t}/;h=host`,
+  ])
+    assert.equal(serialToken(serial), t, serial);
+  for (const serial of [
+    undefined,
+    42,
+    '',
+    'my-own-serial',
+    `s=http://h/v1/${t}/`,
+    `ds=configdrive;s=http://h/v1/${t}/`,
+    `ds=nocloud;s=http://h/v1/${t}`,
+    `ds=nocloud;s=http://h/v1/${t}x/`,
+    `ds=nocloud;s=http://h/v1/${t.slice(1)}/`,
+    `ds=nocloud;s=http://h/v1/${t}/;s=http://h/v1/${t}/`,
+    `ds=nocloud;h=http://h/v1/${t}/`,
+  ])
+    assert.equal(serialToken(serial), undefined, String(serial));
   for (const bad of ['http://h/v1;x', 'http://h/v 1', 'http://h/%s', 'http://u:p@h/v1', 'http://h/v1#x', 'not a url']) {
     assert.throws(
       () => datasourceSeedUrl(bad, 'T'),

@@ -35,7 +35,9 @@ async function render(dir: string): Promise<{ objects: KubeObject[]; stderr: str
 
 let objects: KubeObject[];
 let stderr: string;
-const base = loadYamlDocuments('manifests/daemonset.yaml');
+const base = ['daemonset.yaml', 'cluster.yaml', 'admission-policy.yaml'].flatMap((f) =>
+  loadYamlDocuments(`manifests/${f}`),
+);
 const podOf = (o: KubeObject[]): Any => (findObject(o, 'DaemonSet', 'vmseed') as Any).spec.template.spec;
 const agentOf = (o: KubeObject[]): Any => podOf(o).containers.find((c: Any) => c.name === 'agent');
 const clusterOf = (o: KubeObject[]): Any =>
@@ -47,19 +49,15 @@ before(async () => {
   ({ objects, stderr } = await render(join(ROOT, 'deploy', 'webhook')));
 });
 
-test('renders without a warning; the base objects are unchanged: the webhook is all in objects of its own', async () => {
+test("renders without a warning; the base objects are unchanged but the cluster component's Deployment and NetworkPolicy, which the webhook joins", async () => {
   assert.equal(stderr.trim(), '', 'kubectl kustomize printed nothing on stderr (no deprecated field)');
   const ids = objects.map(objectId).sort();
   const added = ids.filter((id) => !base.some((b) => objectId(b) === id));
   assert.deepEqual(added, [
     'Certificate/vmseed/vmseed-webhook',
-    'Deployment/vmseed/vmseed-cluster',
     'Issuer/vmseed/vmseed-webhook-selfsigned',
     'MutatingWebhookConfiguration//vmseed',
-    'NetworkPolicy/vmseed/vmseed-cluster',
-    'PodDisruptionBudget/vmseed/vmseed-cluster',
     'Service/vmseed/vmseed-webhook',
-    'ServiceAccount/vmseed/vmseed-cluster',
   ]);
   const changed = objects
     .filter((o) => base.some((b) => objectId(b) === objectId(o)))
@@ -72,7 +70,11 @@ test('renders without a warning; the base objects are unchanged: the webhook is 
     )
     .map(objectId)
     .sort();
-  assert.deepEqual(changed, [], 'the DaemonSet and the agent NetworkPolicy are as in the base');
+  assert.deepEqual(
+    changed,
+    ['Deployment/vmseed/vmseed-cluster', 'NetworkPolicy/vmseed/vmseed-cluster'],
+    'the DaemonSet and the agent NetworkPolicy are as in the base',
+  );
   for (const o of objects.filter((x) => !x.apiVersion.startsWith('cert-manager.io/'))) await validateBuiltin(o);
 });
 
@@ -121,9 +123,9 @@ test('the cluster component: its flags load; the Service selects it and not the 
     volume.secret.items.map((i: Any) => i.path),
     ['tls.crt', 'tls.key'],
   );
-  const keyMount = container.volumeMounts.find((m: Any) => config.datasource!.keyFile.startsWith(`${m.mountPath}/`));
-  const keyVolume = pod.volumes.find((v: Any) => v.name === keyMount.name);
-  assert.equal(keyVolume.secret.secretName, 'vmseed-datasource-key', "the agents' key: the serial's token verifies");
+  // The webhook holds no key: its serials carry random tokens.
+  assert.ok(!(container.args as string[]).some((a) => a.includes('datasource-key')));
+  assert.ok(!pod.volumes.some((v: Any) => v.secret?.secretName === 'vmseed-datasource-key'), 'no datasource key');
 
   const service = findObject(objects, 'Service', 'vmseed-webhook') as Any;
   assert.equal(service.spec.ports[0].targetPort, 'webhook');
@@ -145,31 +147,40 @@ test('the cluster component: its flags load; the Service selects it and not the 
   });
 });
 
-test('the cluster component runs off the VM nodes, spread, unprivileged, with its own ServiceAccount and no API token', () => {
+test('the cluster component runs off the VM nodes, spread, unprivileged, with its own ServiceAccount and only its own roles', () => {
   const deployment = findObject(objects, 'Deployment', 'vmseed-cluster') as Any;
   assert.equal(deployment.spec.replicas, 2);
   const pod = deployment.spec.template.spec;
   assert.equal(pod.serviceAccountName, 'vmseed-cluster');
   assert.ok(findObject(objects, 'ServiceAccount', 'vmseed-cluster'));
-  assert.equal(pod.automountServiceAccountToken, false);
-  assert.ok(
-    !objects.some(
-      (o: Any) =>
-        (o.kind === 'RoleBinding' || o.kind === 'ClusterRoleBinding') &&
-        o.subjects?.some((s: Any) => s.name === 'vmseed-cluster'),
-    ),
-    'bound to no role',
+  assert.deepEqual(
+    objects
+      .filter(
+        (o: Any) =>
+          (o.kind === 'RoleBinding' || o.kind === 'ClusterRoleBinding') &&
+          o.subjects?.some((s: Any) => s.name === 'vmseed-cluster'),
+      )
+      .map((o: Any) => `${o.kind}/${o.roleRef.kind}/${o.roleRef.name}`)
+      .sort(),
+    ['ClusterRoleBinding/ClusterRole/vmseed-cluster', 'RoleBinding/Role/vmseed-cluster-cert'],
+    'bound to its own roles only (test/deploy/rbac.test.ts checks their rules against its calls)',
   );
-  // Each term is ORed: no kubevirt.io/schedulable label, or "false".
+  // Each term is ORed: no kubevirt.io/schedulable label, or "false"; and
+  // in both, no plain-libvirt VM node's vmseed.io/libvirt.
   const terms = pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms;
+  const noLibvirt = { key: 'vmseed.io/libvirt', operator: 'DoesNotExist' };
   assert.deepEqual(
     terms.map((t: Any) => t.matchExpressions),
     [
-      [{ key: 'kubevirt.io/schedulable', operator: 'DoesNotExist' }],
-      [{ key: 'kubevirt.io/schedulable', operator: 'In', values: ['false'] }],
+      [{ key: 'kubevirt.io/schedulable', operator: 'DoesNotExist' }, noLibvirt],
+      [{ key: 'kubevirt.io/schedulable', operator: 'In', values: ['false'] }, noLibvirt],
     ],
   );
-  assert.equal(pod.tolerations, undefined, 'tolerates no taint a VM pool carries');
+  assert.deepEqual(
+    pod.tolerations,
+    [{ key: 'node-role.kubernetes.io/control-plane', operator: 'Exists', effect: 'NoSchedule' }],
+    "tolerates the control plane's taint only, none a VM pool carries",
+  );
   const [spread] = pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution;
   assert.equal(spread.podAffinityTerm.topologyKey, 'kubernetes.io/hostname');
   assert.deepEqual(spread.podAffinityTerm.labelSelector.matchLabels, deployment.spec.selector.matchLabels);
@@ -187,14 +198,14 @@ test('the cluster component runs off the VM nodes, spread, unprivileged, with it
   assert.ok(!pod.volumes.some((v: Any) => v.hostPath), 'nothing of a node');
 });
 
-test("the cluster component's NetworkPolicy: in on 8443 and the probe port only, no egress", () => {
+test("the cluster component's NetworkPolicy: in on 8443, 8444 and the probe port only, out to the API server only", () => {
   const policy = findObject(objects, 'NetworkPolicy', 'vmseed-cluster') as Any;
   const deployment = findObject(objects, 'Deployment', 'vmseed-cluster') as Any;
   assert.deepEqual(policy.spec.podSelector.matchLabels, deployment.spec.selector.matchLabels);
   assert.deepEqual(policy.spec.policyTypes, ['Ingress', 'Egress']);
   const ports = policy.spec.ingress.flatMap((r: Any) => r.ports.map((p: Any) => p.port)).sort();
-  assert.deepEqual(ports, [8080, 8443]);
-  assert.deepEqual(policy.spec.egress ?? [], []);
+  assert.deepEqual(ports, [8080, 8443, 8444]);
+  assert.deepEqual(policy.spec.egress.flatMap((r: Any) => r.ports.map((p: Any) => p.port)).sort(), [443, 6443]);
 });
 
 test('the configuration: CREATE of VMIs only, opted-in VMIs only, no side effects, short timeout, reinvoked, Fail', () => {
@@ -220,11 +231,15 @@ test('the configuration: CREATE of VMIs only, opted-in VMIs only, no side effect
   assert.ok(condition.expression.includes(`object.metadata.annotations['${IMDS_ENABLED}'] == 'true'`));
 });
 
-test('a fresh install: the base mounts the datasource key Secret as optional, so the pod starts without it', () => {
+test("a fresh install: each agent creates its node's own datasource key, on the node's disk; no key Secret is shared", () => {
   const pod = podOf(base);
-  const key = pod.volumes.find((v: Any) => v.name === 'datasource-key');
-  assert.equal(key.secret.secretName, 'vmseed-datasource-key');
-  assert.equal(key.secret.optional, true);
+  assert.ok(!pod.volumes.some((v: Any) => v.secret?.secretName === 'vmseed-datasource-key'), 'no shared key Secret');
+  const config = loadConfig(agentOf(base).args as string[], { NODE_NAME: 'node-a' }, '/')!;
+  assert.equal(config.datasource?.keyCreate, true);
+  const mount = agentOf(base).volumeMounts.find((m: Any) => config.datasource!.keyFile.startsWith(`${m.mountPath}/`));
+  assert.notEqual(mount.readOnly, true, 'the agent writes its key there');
+  const key = pod.volumes.find((v: Any) => v.name === mount.name);
+  assert.ok(key.hostPath, 'kept across the pod restarts of this node only');
 });
 
 test('the component on top of deploy/imds: both variants in one agent', async (t) => {

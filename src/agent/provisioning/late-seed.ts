@@ -13,8 +13,9 @@ export interface LateSeedFacts {
 
 /**
  * The warning, or undefined when the miss cannot have been this VMI's guest:
- * it came before the VMI was created (a token bound to a VM, asked for by the
- * guest of an earlier VMI of it). creationTimestamp has whole seconds, so a miss
+ * it came before the VMI was created (a serial its owner set in a VM's
+ * template, which every VMI of that VM carries, asked for by the guest of an
+ * earlier one). creationTimestamp has whole seconds, so a miss
  * in the VMI's first second counts.
  */
 export function lateSeedWarning(vmi: VmiObject, missedAt: Date, servedAt: Date): Problem | undefined {

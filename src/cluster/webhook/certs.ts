@@ -69,21 +69,97 @@ export async function readCertPair(dir: string): Promise<CertPair> {
 }
 
 /**
- * A certificate directory kept loaded: check() reads the pair now, start()
- * watches and polls, problem() says why it cannot serve (for /readyz).
+ * Runs `load` one at a time (a call during a run triggers one more) and,
+ * once started, when `dir` changes (debounced) and every `pollMs`. A
+ * directory that cannot be watched (missing: an optional Secret not there
+ * yet) is polled for. `what` names the files in the log.
  */
-export class CertDir {
-  readonly #o: CertDirOptions;
-  #pair: CertPair | undefined;
-  #failure: string | undefined;
+export class Reloader {
+  readonly #o: {
+    dir: string;
+    what: string;
+    logger: Logger;
+    load: () => Promise<void>;
+    pollMs?: number;
+    debounceMs?: number;
+  };
   #running: Promise<void> | undefined;
   #again = false;
   #watcher: FSWatcher | undefined;
   #poll: NodeJS.Timeout | undefined;
   #debounce: NodeJS.Timeout | undefined;
 
+  constructor(options: {
+    dir: string;
+    what: string;
+    logger: Logger;
+    load: () => Promise<void>;
+    pollMs?: number;
+    debounceMs?: number;
+  }) {
+    this.#o = options;
+  }
+
+  check(): Promise<void> {
+    if (this.#running) {
+      this.#again = true;
+      return this.#running;
+    }
+    this.#running = this.#o.load().finally(() => {
+      this.#running = undefined;
+      if (this.#again) {
+        this.#again = false;
+        void this.check();
+      }
+    });
+    return this.#running;
+  }
+
+  start(): void {
+    const { what, logger } = this.#o;
+    try {
+      this.#watcher = watch(this.#o.dir, { persistent: false }, () => {
+        if (this.#debounce) clearTimeout(this.#debounce);
+        this.#debounce = setTimeout(() => void this.check(), this.#o.debounceMs ?? 100);
+        this.#debounce.unref();
+      });
+      this.#watcher.on('error', (e) =>
+        logger.warn({ err: { message: e.message } }, `${what} watch failed; polling only`),
+      );
+    } catch (e) {
+      logger.warn({ err: { message: (e as Error).message } }, `cannot watch the ${what} directory; polling only`);
+    }
+    this.#poll = setInterval(() => void this.check(), this.#o.pollMs ?? 30_000);
+    this.#poll.unref();
+  }
+
+  stop(): void {
+    this.#watcher?.close();
+    if (this.#poll) clearInterval(this.#poll);
+    if (this.#debounce) clearTimeout(this.#debounce);
+  }
+}
+
+/**
+ * A certificate directory kept loaded: check() reads the pair now, start()
+ * watches and polls, problem() says why it cannot serve (for /readyz).
+ */
+export class CertDir {
+  readonly #o: CertDirOptions;
+  readonly #reloader: Reloader;
+  #pair: CertPair | undefined;
+  #failure: string | undefined;
+
   constructor(options: CertDirOptions) {
     this.#o = options;
+    this.#reloader = new Reloader({
+      dir: options.dir,
+      what: 'webhook certificate',
+      logger: options.logger,
+      load: () => this.#once(),
+      ...(options.pollMs !== undefined ? { pollMs: options.pollMs } : {}),
+      ...(options.debounceMs !== undefined ? { debounceMs: options.debounceMs } : {}),
+    });
   }
 
   get pair(): CertPair | undefined {
@@ -104,18 +180,7 @@ export class CertDir {
   // Loads the pair now; one read at a time, a change during one triggers
   // one more.
   check(): Promise<void> {
-    if (this.#running) {
-      this.#again = true;
-      return this.#running;
-    }
-    this.#running = this.#once().finally(() => {
-      this.#running = undefined;
-      if (this.#again) {
-        this.#again = false;
-        void this.check();
-      }
-    });
-    return this.#running;
+    return this.#reloader.check();
   }
 
   async #once(): Promise<void> {
@@ -141,29 +206,10 @@ export class CertDir {
 
   // Watches the directory and polls; the first check() is the caller's.
   start(): void {
-    try {
-      this.#watcher = watch(this.#o.dir, { persistent: false }, () => {
-        if (this.#debounce) clearTimeout(this.#debounce);
-        this.#debounce = setTimeout(() => void this.check(), this.#o.debounceMs ?? 100);
-        this.#debounce.unref();
-      });
-      this.#watcher.on('error', (e) =>
-        this.#o.logger.warn({ err: { message: e.message } }, 'webhook certificate watch failed; polling only'),
-      );
-    } catch (e) {
-      // A missing directory (optional Secret not there yet) is polled for.
-      this.#o.logger.warn(
-        { err: { message: (e as Error).message } },
-        'cannot watch the webhook certificate directory; polling only',
-      );
-    }
-    this.#poll = setInterval(() => void this.check(), this.#o.pollMs ?? 30_000);
-    this.#poll.unref();
+    this.#reloader.start();
   }
 
   stop(): void {
-    this.#watcher?.close();
-    if (this.#poll) clearInterval(this.#poll);
-    if (this.#debounce) clearTimeout(this.#debounce);
+    this.#reloader.stop();
   }
 }

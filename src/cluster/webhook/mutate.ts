@@ -1,6 +1,6 @@
 // What the admission webhook changes in a VMI being created, as JSON Patch
 // operations (RFC 6902) against the object the API server sent. Pure: the
-// nonce and the serial come from the caller.
+// serial comes from the caller.
 //
 //  - The seed gate, for VMIs in scope (the vmseed annotation, or KubeVirt
 //    IMDS's opt-in): `spec.startStrategy: Paused` and
@@ -9,13 +9,14 @@
 //    when the VMI opts out (`vmseed.io/gate: "false"`), sets a start
 //    strategy of its own, or sets the resume annotation to anything but
 //    "true" (nobody would unpause it).
-//  - The datasource serial (`spec.domain.firmware.serial`), unless the
-//    owner set a serial that is not one of ours; with a fresh nonce
-//    annotation when no owning VirtualMachine binds the token
-//    (src/datasource/binding.ts).
+//  - The datasource serial (`spec.domain.firmware.serial`) with a fresh
+//    random token, unless the owner set a serial that is not one of ours.
+//    The token is the VMI's because it is in the VMI's spec: the node agent
+//    serves a VMI's seed to the token its own serial carries
+//    (src/datasource/identity.ts). Nothing in the request decides the token,
+//    so an AdmissionReview sent by anyone yields a token that opens nothing.
 import { ANNOTATION } from '../../cloudinit/annotation/annotation.ts';
 import { IMDS_ENABLED } from '../../cloudinit/annotation/imds-annotations.ts';
-import { bindingMessage, NONCE_ANNOTATION, owningVmUid } from '../../datasource/binding.ts';
 
 // The agent's seed gate reads this one (src/agent/domain/seed-gate.ts).
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
@@ -28,23 +29,20 @@ export interface PatchOperation {
 }
 
 /**
- * Makes and recognises the datasource serials the webhook writes (the agent
- * builds one from its datasource keyring).
+ * Makes and recognises the datasource serials the webhook writes.
  */
 export interface SerialMinter {
-  // The serial for a binding message, or undefined when none can be made
-  // now (no key loaded).
-  serial(binding: string): string | undefined;
+  // A serial with a fresh random token.
+  serial(): string;
   // Whether a serial already on the VMI is one this webhook writes (so it
   // is replaced, not kept as the owner's): a copied manifest carries the
-  // old VMI's serial, whose token is not this VMI's.
+  // old VMI's serial, whose token must not open the new VMI.
   isOurs(serial: string): boolean;
 }
 
 export interface MutateOptions {
-  // Absent: the serial is not written (the datasource is off).
+  // Absent: the serial is not written (--webhook-serial off).
   serials?: SerialMinter;
-  newNonce: () => string;
 }
 
 type Json = Record<string, unknown>;
@@ -81,8 +79,8 @@ function wantsGate(spec: Json, annotations: Record<string, string>): boolean {
   return resume === undefined || resume === 'true';
 }
 
-// The patch for a VMI being created in `namespace`; [] leaves it as it is.
-export function mutateVmi(vmi: unknown, namespace: string, options: MutateOptions): PatchOperation[] {
+// The patch for a VMI being created; [] leaves it as it is.
+export function mutateVmi(vmi: unknown, options: MutateOptions): PatchOperation[] {
   if (!isObject(vmi) || !isObject(vmi.metadata) || !isObject(vmi.spec)) return [];
   const meta = vmi.metadata;
   const spec = vmi.spec;
@@ -95,7 +93,7 @@ export function mutateVmi(vmi: unknown, namespace: string, options: MutateOption
     ops.push({ op: 'add', path: '/spec/startStrategy', value: 'Paused' });
     if (annotations[RESUME_ANNOTATION] === undefined) added[RESUME_ANNOTATION] = 'true';
   }
-  const serialOps = serialPatch(spec, meta, namespace, options, added);
+  const serialOps = serialPatch(spec, options);
   // Annotations first: one `add` of the whole map when there is none.
   if (Object.keys(added).length > 0) {
     if (!hasAnnotations) ops.unshift({ op: 'add', path: '/metadata/annotations', value: added });
@@ -110,29 +108,16 @@ export function mutateVmi(vmi: unknown, namespace: string, options: MutateOption
   return [...ops, ...serialOps];
 }
 
-function serialPatch(
-  spec: Json,
-  meta: Json,
-  namespace: string,
-  options: MutateOptions,
-  addedAnnotations: Record<string, string>,
-): PatchOperation[] {
+function serialPatch(spec: Json, options: MutateOptions): PatchOperation[] {
   const serials = options.serials;
   if (!serials || !isObject(spec.domain)) return [];
   const domain = spec.domain;
   const firmware = isObject(domain.firmware) ? domain.firmware : undefined;
   const current = firmware?.serial;
   if (typeof current === 'string' && current !== '' && !serials.isOurs(current)) return [];
-  const name = typeof meta.name === 'string' && meta.name !== '' ? meta.name : undefined;
-  const ownerReferences = Array.isArray(meta.ownerReferences) ? (meta.ownerReferences as Json[]) : [];
-  const annotations: Record<string, string> = {};
-  // A VMI without an owning VM gets a nonce minted now, whatever one it
-  // came with: a nonce copied from an older VMI must not reopen its seed.
-  if (owningVmUid({ ownerReferences }) === undefined) annotations[NONCE_ANNOTATION] = options.newNonce();
-  const binding = bindingMessage(namespace, name, { ownerReferences, annotations });
-  const serial = binding === undefined ? undefined : serials.serial(binding);
-  if (serial === undefined) return [];
-  Object.assign(addedAnnotations, annotations);
+  // A serial of ours already there (copied from an older VMI, or written at
+  // an earlier invocation) is replaced: its token is not this VMI's.
+  const serial = serials.serial();
   if (firmware === undefined) return [{ op: 'add', path: '/spec/domain/firmware', value: { serial } }];
   return [{ op: current === undefined ? 'add' : 'replace', path: '/spec/domain/firmware/serial', value: serial }];
 }

@@ -9,14 +9,20 @@
 // Node's headersTimeout (which starts after the handshake) would not apply;
 // the TLS handshake timeout and a timer on the raw socket do. One source
 // holds at most maxConnectionsPerSource of the slots.
+// With a client CA (--webhook-client-ca) the handshake requires a client
+// certificate that CA signed (the API server's, configured in its
+// AdmissionConfiguration), and, with names, one whose CN or DNS name is one
+// of them; any other client gets no HTTP answer at all.
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import type { Metrics, WebhookResult } from '../../metrics/metrics.ts';
 import { readBoundedBody } from '../../core/bounded-body.ts';
 import { capConnectionsPerSource } from '../../core/connection-cap.ts';
 import { CertDir } from './certs.ts';
+import { ClientCaFile, clientNames } from './client-ca.ts';
 import { mutateVmi, type MutateOptions } from './mutate.ts';
 import { readReview, reviewResponse } from './review.ts';
 
@@ -47,14 +53,18 @@ export interface WebhookServerOptions {
   certPollMs?: number;
   now?: () => Date;
   metrics?: Metrics;
+  // Require a client certificate signed by the CA bundle in `file`
+  // (reloaded when it changes), and, with `names`, one whose subject CN or
+  // a DNS name is one of them. Absent: any TLS client is answered.
+  clientAuth?: { caFile: string; names?: readonly string[] };
 }
 
 /** A running admission webhook listener; problem() feeds the cluster component's readiness. */
 export interface WebhookServer {
   readonly address: AddressInfo;
-  // Why the webhook cannot serve (certificate missing, invalid, expired), or undefined.
+  // Why the webhook cannot serve (certificate or client CA missing, invalid, expired), or undefined.
   problem(): string | undefined;
-  // Re-reads the certificate now (tests; the watch and poll do it otherwise).
+  // Re-reads the certificate and the client CA now (tests; the watch and poll do it otherwise).
   reloadCertificate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -120,7 +130,7 @@ class ReviewHandler {
       return 'unchanged';
     }
     const { uid, namespace, object } = read.review;
-    const patch = mutateVmi(object, namespace, this.#o.mutate);
+    const patch = mutateVmi(object, this.#o.mutate);
     this.#log.debug({ uid, namespace, operations: patch.length }, 'VMI admitted');
     this.#answer(res, reviewResponse(uid, patch));
     return patch.length > 0 ? 'patched' : 'unchanged';
@@ -166,6 +176,35 @@ function headerDeadline(server: Server, ms: number): { arrived(socket: Socket): 
   };
 }
 
+// A handshake refused for its client certificate, logged at most once a
+// minute with the number left unlogged: a misconfigured CA shows in the log
+// (the API server's calls fail, and with failurePolicy Ignore its VMIs are
+// created without the gate), a scanner does not flood it.
+function refusalLog(log: Logger, everyMs = 60_000): (reason: string, address: string | undefined) => void {
+  let last = -Infinity;
+  let unlogged = 0;
+  return (reason, address) => {
+    const now = performance.now();
+    if (now - last < everyMs) {
+      unlogged++;
+      return;
+    }
+    log.warn({ reason, address, unlogged }, 'webhook client refused: no client certificate the client CA accepts');
+    last = now;
+    unlogged = 0;
+  };
+}
+
+// What was wrong with the client's certificate, when that is why the
+// handshake failed: none sent (OpenSSL's error), or one that does not verify
+// against the client CA (Node's check after the handshake, which leaves the
+// reason on the socket).
+function clientCertificateProblem(err: Error & { code?: string }, socket: TLSSocket): string | undefined {
+  if (socket.authorizationError) return `client certificate: ${String(socket.authorizationError)}`;
+  if (err.code === 'ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE') return 'no client certificate';
+  return undefined;
+}
+
 function listening(server: Server, port: number, host: string): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -186,8 +225,13 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
   const limits = options.limits ?? {};
   const handler = new ReviewHandler(options, log);
   const headerDeadlineMs = limits.headerDeadlineMs ?? 5_000;
-  // No certificate yet: handshakes fail until one is loaded.
+  const clientAuth = options.clientAuth;
+  // No certificate yet: handshakes fail until one is loaded. With a client
+  // CA, the client's certificate is verified against the CA installed with
+  // the serving certificate (install() below); neither is installed before
+  // the CA loads, so the default root CAs never verify a client.
   const server = createServer({
+    ...(clientAuth ? { requestCert: true, rejectUnauthorized: true } : {}),
     handshakeTimeout: headerDeadlineMs,
     requestTimeout: limits.requestTimeoutMs ?? 10_000,
     headersTimeout: limits.headersTimeoutMs ?? headerDeadlineMs,
@@ -199,8 +243,39 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
   capConnectionsPerSource(server, limits.maxConnectionsPerSource ?? 16);
   const firstRequest = headerDeadline(server, headerDeadlineMs);
   const metrics = options.metrics;
+  const refused = refusalLog(log);
+  // Connections whose handshake passed the client checks, with the client
+  // CA generation they passed under: one made under an earlier CA is
+  // answered once more, with Connection: close, so every caller is checked
+  // against the CA in force.
+  const verified = new WeakMap<Socket, number>();
+  let caGeneration = 0;
+  const names = clientAuth?.names?.length ? new Set(clientAuth.names) : undefined;
+  if (clientAuth) {
+    server.on('secureConnection', (socket: TLSSocket) => {
+      if (!socket.authorized) {
+        socket.destroy();
+        return;
+      }
+      if (names && !clientNames(socket.getPeerCertificate()).some((n) => names.has(n))) {
+        refused('client certificate name not in --webhook-client-names', socket.remoteAddress);
+        socket.destroy();
+        return;
+      }
+      verified.set(socket, caGeneration);
+    });
+  }
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     firstRequest.arrived(req.socket);
+    if (clientAuth) {
+      const generation = verified.get(req.socket);
+      // secureConnection refused it; never answered.
+      if (generation === undefined) {
+        req.socket.destroy();
+        return;
+      }
+      if (generation !== caGeneration) res.setHeader('Connection', 'close');
+    }
     const started = performance.now();
     void handler
       .handle(req, res)
@@ -216,34 +291,81 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
       });
   });
   server.on('clientError', (_err, socket) => socket.destroy());
-  server.on('tlsClientError', (_err, socket) => socket.destroy());
+  server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
+    const problem = clientAuth ? clientCertificateProblem(err, socket) : undefined;
+    if (problem) refused(problem, socket.remoteAddress);
+    socket.destroy();
+  });
+  // The serving pair and, with client authentication, the client CA: one
+  // context, installed once both are loaded.
+  const install = (): void => {
+    const pair = certs.pair;
+    if (pair === undefined) return;
+    if (clientAuth === undefined) {
+      server.setSecureContext({ cert: pair.cert, key: pair.key });
+      return;
+    }
+    const bundle = clientCa?.bundle;
+    if (bundle !== undefined) server.setSecureContext({ cert: pair.cert, key: pair.key, ca: bundle.pem });
+  };
   const certs = new CertDir({
     dir: options.certDir,
     logger: log,
     onLoad: (pair) => {
-      server.setSecureContext({ cert: pair.cert, key: pair.key });
+      install();
       metrics?.webhookCertificateExpiry.set(pair.notAfter.getTime() / 1000);
     },
     ...(options.certPollMs !== undefined ? { pollMs: options.certPollMs } : {}),
     ...(options.now ? { now: options.now } : {}),
   });
-  await certs.check();
+  const clientCa = clientAuth
+    ? new ClientCaFile({
+        file: clientAuth.caFile,
+        logger: log,
+        onLoad: () => {
+          caGeneration++;
+          install();
+          // Idle connections made under the previous CA go now, busy ones
+          // after their answer (Connection: close).
+          server.closeIdleConnections();
+        },
+        ...(options.certPollMs !== undefined ? { pollMs: options.certPollMs } : {}),
+        ...(options.now ? { now: options.now } : {}),
+      })
+    : undefined;
+  await Promise.all([certs.check(), clientCa?.check()]);
   certs.start();
+  clientCa?.start();
+  const stopReload = (): void => {
+    certs.stop();
+    clientCa?.stop();
+  };
   try {
     await listening(server, options.listen.port, options.listen.host);
   } catch (e) {
-    certs.stop();
+    stopReload();
     throw e;
   }
   const address = server.address() as AddressInfo;
-  log.info({ address: address.address, port: address.port, path: WEBHOOK_PATH }, 'admission webhook listening');
+  log.info(
+    {
+      address: address.address,
+      port: address.port,
+      path: WEBHOOK_PATH,
+      clientCa: clientAuth?.caFile ?? null,
+      ...(names ? { clientNames: [...names] } : {}),
+    },
+    'admission webhook listening',
+  );
   return {
     address,
-    problem: () => certs.problem(),
-    reloadCertificate: () => certs.check(),
+    problem: () => [certs.problem(), clientCa?.problem()].filter((p) => p !== undefined).join('; ') || undefined,
+    reloadCertificate: async () => {
+      await Promise.all([certs.check(), clientCa?.check()]);
+    },
     close: () =>
       new Promise<void>((resolve, reject) => {
-        certs.stop();
+        stopReload();
         server.close((err) => (err ? reject(err) : resolve()));
         server.closeAllConnections();
       }),

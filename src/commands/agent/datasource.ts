@@ -1,12 +1,19 @@
-// Wiring of the NoCloud HTTP datasource into the agent: the keyring from
-// --datasource-key-file (reloaded when it changes) and the datasource server
-// over the agent's seeds. The DMI serials are not computed here: only
-// `vmseed seed-url` prints them (a token on a page is a key to the seed).
+// Wiring of the NoCloud HTTP datasource into the agent: the node's own
+// keyring from --datasource-key-file (created with --datasource-key-create,
+// reloaded when it changes) and the datasource server over the agent's
+// seeds. The DMI serials are not computed here: the webhook writes them,
+// or `vmseed seed-url` prints them (a token on a page is a key to the seed).
 import type { Logger } from 'pino';
 import { startDatasourceServer, type DatasourceServer } from '../../datasource/server.ts';
 import { imdsOnlySourceAddress } from '../../datasource/imds/compat.ts';
 import { watchKeyFile } from '../../datasource/key-watch.ts';
-import { DatasourceKeyring, fileKeySource, parseKeyFile, type KeySource } from '../../datasource/tokens.ts';
+import {
+  createKeyFileIfMissing,
+  DatasourceKeyring,
+  fileKeySource,
+  parseKeyFile,
+  type KeySource,
+} from '../../datasource/tokens.ts';
 import type { DatasourceConfig } from '../../datasource/types.ts';
 import type { Metrics } from '../../metrics/metrics.ts';
 import type { Agent } from '../../agent/controller.ts';
@@ -23,16 +30,23 @@ export interface NocloudHttp {
 }
 
 /**
- * The keyring from the key file. A file that is not there yet (its Secret
- * is optional, and not created) gives an empty keyring: the datasource
- * answers nothing until the file appears and the watch loads it, and the
- * agent still seeds disks. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE
- * / DATASOURCE_KEY_INVALID when the file is there but cannot be used.
+ * The keyring from the key file. With `create`, a file that does not exist
+ * is made first with a fresh random key (createKeyFileIfMissing: once,
+ * atomically; another process's file wins a race). A file that is not there
+ * (and not created) gives an empty keyring: UID and report tokens answer
+ * nothing until the file appears and the watch loads it, and the agent still
+ * seeds disks. Throws VmseedError DATASOURCE_KEY_FILE_UNREADABLE /
+ * DATASOURCE_KEY_INVALID when the file is there but cannot be used, or
+ * cannot be created.
  */
 export async function loadDatasourceKeys(
   keyFile: string,
   log: Logger,
+  create = false,
 ): Promise<{ source: KeySource; text: string | undefined; keyring: DatasourceKeyring }> {
+  // Only that it was made is logged, never the key.
+  if (create && (await createKeyFileIfMissing(keyFile)))
+    log.info({ keyFile }, "datasource key file created with a fresh random key (this node's own)");
   const source = fileKeySource(keyFile);
   let text: string;
   try {
@@ -41,7 +55,7 @@ export async function loadDatasourceKeys(
     if (((e as Error).cause as NodeJS.ErrnoException | undefined)?.code !== 'ENOENT') throw e;
     log.warn(
       { keyFile },
-      'datasource key file missing; no token is answered until it appears (create the vmseed-datasource-key Secret)',
+      'datasource key file missing; no UID or report token is answered until it appears (give --datasource-key-create true, or create it)',
     );
     return { source, text: undefined, keyring: DatasourceKeyring.empty() };
   }
@@ -58,7 +72,7 @@ export async function prepareNocloudHttp(
   metrics?: Metrics,
 ): Promise<NocloudHttp> {
   const log = logger.child({ component: 'datasource' });
-  const { source, text, keyring } = await loadDatasourceKeys(config.keyFile, log);
+  const { source, text, keyring } = await loadDatasourceKeys(config.keyFile, log, config.keyCreate === true);
   return {
     keyring,
     agentOptions: {},

@@ -19,7 +19,7 @@ import { startObjects } from './object-service.ts';
 // flag in src/config/cluster-config.ts, its module, and one entry here.
 // Started in this order, closed in the reverse.
 const SERVICES: ReadonlyArray<(config: ClusterConfig) => StartService | undefined> = [
-  () => startAdmission,
+  (config) => (config.webhook.listen ? startAdmission : undefined),
   (config) => (config.objects ? startObjects : undefined),
 ];
 

@@ -17,7 +17,7 @@ import type { Metrics } from '../../metrics/metrics.ts';
 import { LogThrottle } from '../../core/log-throttle.ts';
 import { readBoundedBody, type BodyRefusal } from '../../core/bounded-body.ts';
 import type { SeedDirectory, SeedDirectoryEntry } from '../types.ts';
-import { TokenIndex, fromLauncherOf } from '../identity.ts';
+import { TokenIndex } from '../identity.ts';
 import { TOKEN_LENGTH, isTokenShaped, type DatasourceKeyring } from '../tokens.ts';
 import { RateLimiter } from '../flood/rate-limit.ts';
 import { parseReportedEvent, type ReportedEvent } from './event.ts';
@@ -165,7 +165,10 @@ export class ReportReceiver {
     this.#o = options;
     const l = (this.#limits = { ...REPORT_LIMITS, ...options.limits });
     const now = options.monotonicMs ?? (() => performance.now());
-    this.#index = new TokenIndex(options.directory, options.keyring, (uid) => [reportMessage(uid)]);
+    this.#index = new TokenIndex(options.directory, options.keyring, {
+      messagesOf: (uid) => [reportMessage(uid)],
+      serials: false,
+    });
     this.#perSource = new RateLimiter({ ratePerSecond: l.perSourceRatePerSecond, burst: l.perSourceBurst, now });
     this.#perVm = new RateLimiter({ ratePerSecond: l.perVmRatePerSecond, burst: l.perVmBurst, now });
     this.#global = new RateLimiter({ ratePerSecond: l.globalRatePerSecond, burst: l.globalBurst, maxKeys: 1, now });
@@ -244,13 +247,11 @@ export class ReportReceiver {
   }
 
   // The same work for a miss as for a hit (TokenIndex.verified), and no
-  // HMAC: the index holds the tokens the keys in force accept.
-  // Where launcher pods are known, only from the VMI's launcher address.
+  // HMAC: the index holds the report tokens the keys in force accept (never
+  // a serial's token). Where launcher pods are known, only from the VMI's
+  // launcher address.
   #resolve(token: string, source: string): SeedDirectoryEntry | undefined {
-    const grant = this.#index.verified(token);
-    if (grant === undefined || !fromLauncherOf(this.#o.directory, grant.uid, source)) return undefined;
-    const entry = this.#o.directory.get(grant.uid);
-    return entry?.uid === grant.uid ? entry : undefined;
+    return this.#index.open(token, source);
   }
 
   #accept(

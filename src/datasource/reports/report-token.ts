@@ -3,9 +3,9 @@
 // own. It must not be the seed token: cloud-init keeps its reporting
 // configuration where the guest's own logs and instance data may show it,
 // and a credential read there must not open the seed (which can hold
-// passwords). The label holds a NUL, which neither a Kubernetes UID nor a
-// binding message (src/datasource/binding.ts) starts with, so no report
-// token is ever a seed token.
+// passwords). The label holds a NUL, which no Kubernetes UID starts with,
+// so no report token is the node's token of a UID; the seed's serial tokens
+// are random, and report tokens are never looked up among them.
 import type { DatasourceKeyring } from '../tokens.ts';
 
 const LABEL = 'vmseed progress report\0';

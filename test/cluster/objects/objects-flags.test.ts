@@ -34,3 +34,30 @@ test('cluster: --objects-listen turns the service on, with its defaults', () => 
     /agent-service-account/,
   );
 });
+
+test('cluster: --objects-cert-secret issues its own certificate, its CA published beside it', () => {
+  const c = loadClusterConfig(
+    ['--objects-listen', '0.0.0.0:8444', '--objects-cert-secret', 'vmseed/vmseed-cluster-tls'],
+    {},
+    '/',
+  )!;
+  assert.deepEqual(c.objects?.selfSigned, {
+    secret: { namespace: 'vmseed', name: 'vmseed-cluster-tls' },
+    caConfigMap: { namespace: 'vmseed', name: 'vmseed-cluster-ca' },
+  });
+  assert.throws(
+    () =>
+      loadClusterConfig(
+        ['--objects-listen', ':8444', '--objects-cert-secret', 'a/x', '--objects-ca-configmap', 'b/y'],
+        {},
+        '/',
+      ),
+    /must be in the namespace of --objects-cert-secret/,
+  );
+  assert.throws(
+    () => loadClusterConfig(['--objects-listen', ':8444', '--objects-cert-secret', 'x'], {}, '/'),
+    /--objects-cert-secret: 'x' is not NAMESPACE\/NAME/,
+  );
+  // The webhook off (the base manifests' cluster component serves objects only).
+  assert.equal(loadClusterConfig(['--webhook-listen', 'off'], {}, '/')!.webhook.listen, undefined);
+});

@@ -8,21 +8,16 @@ import assert from 'node:assert/strict';
 import { rm } from 'node:fs/promises';
 import { connect } from 'node:tls';
 import pino from 'pino';
-import { DatasourceKeyring } from '../../../src/datasource/tokens.ts';
-import { bindingMessage, NONCE_ANNOTATION } from '../../../src/datasource/binding.ts';
 import { serialMinter } from '../../../src/commands/cluster/webhook.ts';
 import { startWebhookServer, type WebhookServer } from '../../../src/cluster/webhook/webhook-server.ts';
 import { RESUME_ANNOTATION } from '../../../src/cluster/webhook/mutate.ts';
 import { RESUME_ANNOTATION as SEED_GATE_RESUME_ANNOTATION } from '../../../src/agent/domain/seed-gate.ts';
 import { applyPatch, certDir, fixtureReview, patchOf, post, testPki, type Json } from '../../support/webhook.ts';
-import { randomKey } from '../../datasource/datasource-fixtures.ts';
 
 const BASE = 'http://169.254.169.254/v1';
-const keyring = new DatasourceKeyring([randomKey()]);
 let server: WebhookServer;
 let ca: string;
 let dir: string;
-let nonces = 0;
 
 before(async () => {
   const pki = await testPki('webhook');
@@ -32,10 +27,7 @@ before(async () => {
     listen: { host: '127.0.0.1', port: 0 },
     certDir: dir,
     logger: pino({ level: 'silent' }),
-    mutate: {
-      serials: serialMinter(keyring, BASE, 'nocloud-net'),
-      newNonce: () => `nonce-${String(++nonces).padStart(16, '0')}`,
-    },
+    mutate: { serials: serialMinter(BASE, 'nocloud-net') },
   });
 });
 
@@ -59,7 +51,14 @@ test('the resume annotation written is the one the seed gate reads', () => {
   assert.equal(RESUME_ANNOTATION, SEED_GATE_RESUME_ANNOTATION);
 });
 
-test('a VM-made VMI: paused, resumed after its seed, and a serial bound to the VM; nothing else changes', async () => {
+// The token of a serial the webhook wrote: random, 43 base64url characters.
+function tokenOf(serial: string): string {
+  const m = /^ds=nocloud-net;s=http:\/\/169\.254\.169\.254\/v1\/([A-Za-z0-9_-]{43})\/$/.exec(serial);
+  assert.ok(m, serial);
+  return m[1];
+}
+
+test('a VM-made VMI: paused, resumed after its seed, and a serial with a fresh token; nothing else changes', async () => {
   const r = await fixtureReview('vmi-from-vm');
   const { answer, patch } = await review(r);
   assert.equal(answer.status, 200);
@@ -69,31 +68,30 @@ test('a VM-made VMI: paused, resumed after its seed, and a serial bound to the V
   assert.equal(answer.json!.response.allowed, true);
   assert.equal(answer.json!.response.patchType, 'JSONPatch');
   const after = await applyPatch(r.request.object, patch!);
-  const token = keyring.sign(bindingMessage('default', 'vm-cirros', r.request.object.metadata)!);
+  const token = tokenOf(after.spec.domain.firmware.serial);
   const want = structuredClone(r.request.object);
   want.spec.startStrategy = 'Paused';
   want.metadata.annotations['vmseed.io/resume-after-seed'] = 'true';
   want.spec.domain.firmware.serial = `ds=nocloud-net;s=${BASE}/${token}/`;
   assert.deepEqual(after, want);
-  assert.equal(after.metadata.annotations[NONCE_ANNOTATION], undefined, 'the VM binds the token: no nonce');
+  // The same VM's next VMI (a restart): another token, nothing derived from the VM.
+  const next = await applyPatch(r.request.object, (await review(r)).patch!);
+  assert.notEqual(tokenOf(next.spec.domain.firmware.serial), token);
 });
 
-test('a VMI created directly: a nonce of its own binds the serial; firmware is added when missing', async () => {
+test('a VMI created directly: a serial with a fresh token, no annotation of ours but the gate; firmware is added when missing', async () => {
   const r = await fixtureReview('vmi-direct');
   const { patch } = await review(r);
   const after = await applyPatch(r.request.object, patch!);
-  const nonce = after.metadata.annotations[NONCE_ANNOTATION];
-  assert.match(nonce, /^[A-Za-z0-9_-]{22}$/);
-  const token = keyring.sign(bindingMessage('tenant-a', undefined, after.metadata)!);
+  const token = tokenOf(after.spec.domain.firmware.serial);
   const want = structuredClone(r.request.object);
   want.spec.startStrategy = 'Paused';
   want.metadata.annotations['vmseed.io/resume-after-seed'] = 'true';
-  want.metadata.annotations[NONCE_ANNOTATION] = nonce;
   want.spec.domain.firmware = { serial: `ds=nocloud-net;s=${BASE}/${token}/` };
   assert.deepEqual(after, want);
 });
 
-test('a copied manifest: its nonce and our serial are replaced, so the old token is not carried over', async () => {
+test('a copied manifest: our serial is replaced (in either ds= form), so the old token is not carried over', async () => {
   const r = await fixtureReview('vmi-direct');
   const first = await applyPatch(r.request.object, (await review(r)).patch!);
   const again = withObject(r, (o) => {
@@ -101,9 +99,13 @@ test('a copied manifest: its nonce and our serial are replaced, so the old token
     o.spec.domain.firmware = { ...first.spec.domain.firmware };
   });
   const second = await applyPatch(again.request.object, (await review(again)).patch!);
-  assert.notEqual(second.metadata.annotations[NONCE_ANNOTATION], first.metadata.annotations[NONCE_ANNOTATION]);
   assert.notEqual(second.spec.domain.firmware.serial, first.spec.domain.firmware.serial);
   assert.equal(second.metadata.annotations['vmseed.io/resume-after-seed'], 'true');
+  const nocloud = withObject(r, (o) => {
+    o.spec.domain.firmware = { serial: first.spec.domain.firmware.serial.replace('ds=nocloud-net;', 'ds=nocloud;') };
+  });
+  const third = await applyPatch(nocloud.request.object, (await review(nocloud)).patch!);
+  assert.notEqual(tokenOf(third.spec.domain.firmware.serial), tokenOf(first.spec.domain.firmware.serial));
 });
 
 test("the owner's own choices stand: a start strategy, a serial, the gate's opt-out, a resume annotation", async () => {
@@ -132,12 +134,7 @@ test("KubeVirt IMDS's opt-in is in scope (the gate, which the agent opens once i
   const imds = withObject(r, (o) => (o.metadata.annotations = { 'imds.kubevirt.io/enabled': 'true' }));
   assert.deepEqual(
     (await review(imds)).patch?.map((o) => o.path),
-    [
-      '/metadata/annotations/vmseed.io~1datasource-nonce',
-      '/metadata/annotations/vmseed.io~1resume-after-seed',
-      '/spec/startStrategy',
-      '/spec/domain/firmware',
-    ],
+    ['/metadata/annotations/vmseed.io~1resume-after-seed', '/spec/startStrategy', '/spec/domain/firmware'],
   );
   const optedOut = withObject(
     r,
@@ -145,7 +142,7 @@ test("KubeVirt IMDS's opt-in is in scope (the gate, which the agent opens once i
   );
   assert.deepEqual(
     (await review(optedOut)).patch?.map((o) => o.path),
-    ['/metadata/annotations/vmseed.io~1datasource-nonce', '/spec/domain/firmware'],
+    ['/spec/domain/firmware'],
   );
   const cases: Json[] = [
     withObject(r, (o) => delete o.metadata.annotations),
@@ -220,7 +217,7 @@ test('a client that sends a body slowly and stops is cut by the request timeout,
     listen: { host: '127.0.0.1', port: 0 },
     certDir: dir,
     logger: pino({ level: 'silent' }),
-    mutate: { newNonce: () => 'n'.repeat(22) },
+    mutate: {},
     limits: { requestTimeoutMs: 1000, headersTimeoutMs: 500 },
   });
   t.after(() => slow.close());

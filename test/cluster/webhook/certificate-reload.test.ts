@@ -46,7 +46,7 @@ test('rotation by a ..data swap is served without a restart; a broken pair keeps
     listen: { host: '127.0.0.1', port: 0 },
     certDir: dir,
     logger: pino({ level: 'silent' }),
-    mutate: { newNonce: () => 'n'.repeat(22) },
+    mutate: {},
   });
   t.after(async () => {
     await server.close();
@@ -77,7 +77,7 @@ test('missing, then expired: /readyz reasons name the files and the date', async
     listen: { host: '127.0.0.1', port: 0 },
     certDir: dir,
     logger: pino({ level: 'silent' }),
-    mutate: { newNonce: () => 'n'.repeat(22) },
+    mutate: {},
     now: () => now,
   });
   t.after(async () => {

@@ -1,28 +1,30 @@
 // `vmseed cluster`'s flags: the webhook on by default at 0.0.0.0:8443, its
-// certificate directory, the serial defaulted from the datasource key file
-// it signs with, environment fallbacks; bad values are one line naming the
-// flag and the fix.
+// certificate directory, the serial written by default (random tokens: the
+// webhook holds no key, and refuses a key file), environment fallbacks; bad
+// values are one line naming the flag and the fix.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError } from '../../../src/config/values.ts';
 import { loadClusterConfig } from '../../../src/config/cluster-config.ts';
 
-test('defaults; the serial defaulted from the key file; relative paths from cwd; environment fallbacks', () => {
+test('defaults: serials written without any key; relative paths from cwd; environment fallbacks', () => {
   assert.deepEqual(loadClusterConfig([], {}, '/'), {
-    webhook: { listen: { host: '0.0.0.0', port: 8443 }, certDir: '/etc/vmseed/webhook-tls', serial: 'off' },
+    webhook: { listen: { host: '0.0.0.0', port: 8443 }, certDir: '/etc/vmseed/webhook-tls', serial: 'nocloud-net' },
+    datasource: { baseUrl: 'http://169.254.169.254/v1' },
     probeListen: { host: '0.0.0.0', port: 8080 },
     logLevel: 'info',
   });
-  const on = loadClusterConfig(['--datasource-key-file', 'k/keys', '--webhook-listen', '10.0.0.5:8443'], {}, '/w')!;
+  const on = loadClusterConfig(['--webhook-serial', 'nocloud', '--webhook-listen', '10.0.0.5:8443'], {}, '/w')!;
   assert.deepEqual(on.webhook, {
     listen: { host: '10.0.0.5', port: 8443 },
     certDir: '/etc/vmseed/webhook-tls',
-    serial: 'nocloud-net',
+    serial: 'nocloud',
   });
-  assert.deepEqual(on.datasource, { keyFile: '/w/k/keys', baseUrl: 'http://169.254.169.254/v1' });
+  const base = loadClusterConfig(['--datasource-base-url', 'http://10.0.0.1:8081/v1/'], {}, '/')!;
+  assert.deepEqual(base.datasource, { baseUrl: 'http://10.0.0.1:8081/v1' });
   const gateOnly = loadClusterConfig(['--webhook-cert-dir', 'tls', '--webhook-serial', 'off'], {}, '/w')!;
   assert.equal(gateOnly.webhook.certDir, '/w/tls');
-  assert.equal(gateOnly.datasource, undefined);
+  assert.equal(gateOnly.webhook.serial, 'off');
   const env = loadClusterConfig([], { VMSEED_WEBHOOK_LISTEN: ':9443', VMSEED_LOG_LEVEL: 'debug' }, '/')!;
   assert.deepEqual(env.webhook.listen, { host: '0.0.0.0', port: 9443 });
   assert.equal(env.logLevel, 'debug');
@@ -31,10 +33,11 @@ test('defaults; the serial defaulted from the key file; relative paths from cwd;
 
 test('bad values and combinations: one line naming the flag and the fix', () => {
   const cases: Array<[string[], RegExp]> = [
-    [['--webhook-serial', 'nocloud'], /^--webhook-serial nocloud needs --datasource-key-file FILE/],
+    // The webhook holds no key: a key file is no flag of it.
+    [['--datasource-key-file', 'k'], /Unknown option '--datasource-key-file'/],
     [['--webhook-serial', 'ds'], /^--webhook-serial: 'ds' is not one of/],
     [['--webhook-listen', 'nope'], /^--webhook-listen: 'nope' is not HOST:PORT/],
-    [['--datasource-key-file', 'k', '--datasource-base-url', 'nope'], /^--datasource-base-url: /],
+    [['--datasource-base-url', 'nope'], /^--datasource-base-url: /],
     [['--node-name', 'x'], /Unknown option '--node-name'/],
   ];
   for (const [args, message] of cases) {

@@ -25,7 +25,7 @@ before(async () => {
     listen: { host: '127.0.0.1', port: 0 },
     certDir: tls,
     logger: pino({ level: 'silent' }),
-    mutate: { newNonce: () => 'n'.repeat(22) },
+    mutate: {},
   });
 });
 

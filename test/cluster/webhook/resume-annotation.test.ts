@@ -14,7 +14,7 @@ function vmi(resume: string | undefined): VmiObject {
   return { metadata: { name: 'vm', namespace: 'ns', annotations }, spec: { domain: {} } };
 }
 
-const mutate = (v: VmiObject): PatchOperation[] => mutateVmi(v, 'ns', { newNonce: () => 'nonce' });
+const mutate = (v: VmiObject): PatchOperation[] => mutateVmi(v, {});
 
 for (const value of ['yes', 'True', 'TRUE', '', ' true', 'true ', '1', 'on', 'false']) {
   test(`resume annotation ${JSON.stringify(value)}: the agent would not resume, so the webhook does not pause`, () => {

@@ -34,12 +34,11 @@ test('requests by result (patched, unchanged, refused, error), each timed; certi
     logger: pino({ level: 'silent' }),
     metrics,
     mutate: {
-      newNonce: () => 'n'.repeat(22),
       // A minter that breaks: the request is answered 500, not dropped.
       serials: {
         serial: () => {
-          if (failMinting) throw new Error('no key');
-          return undefined;
+          if (failMinting) throw new Error('no randomness');
+          return 'ds=nocloud;s=http://169.254.169.254/v1/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA/';
         },
         isOurs: () => false,
       },
@@ -76,7 +75,7 @@ test('no certificate loaded: the expiry gauge is 0', async (t) => {
     certDir: '/nonexistent/vmseed-webhook-certs',
     logger: pino({ level: 'silent' }),
     metrics,
-    mutate: { newNonce: () => 'n'.repeat(22) },
+    mutate: {},
   });
   t.after(() => server.close());
   assert.match(server.problem() ?? '', /missing/);
