@@ -92,6 +92,9 @@ export const ERROR_CODES = [
   'KUBE_API_UNAUTHORIZED',
   'KUBE_API_FORBIDDEN',
   'KUBE_API_ERROR',
+  // the cluster component's object service (--objects-url) not answering:
+  // the VMI waits, it has not failed
+  'OBJECTS_SERVICE_UNAVAILABLE',
   'VMI_UNPAUSE_FAILED',
   'SEED_GATE_WAITING',
   'SEED_GATE_MISSING',

@@ -9,7 +9,13 @@ import { keyOf } from '../kube/vmi-source.ts';
 
 /** The `reason` of a VMI Event vmseed records. */
 export type EventReason =
-  'SeedReady' | 'SeedFailed' | 'SeedWarning' | 'SeedRead' | 'ProvisioningSucceeded' | 'ProvisioningFailed';
+  | 'SeedReady'
+  | 'SeedFailed'
+  | 'SeedWarning'
+  | 'SeedWaiting'
+  | 'SeedRead'
+  | 'ProvisioningSucceeded'
+  | 'ProvisioningFailed';
 /** The Event's `type`, as core/v1 spells it. */
 export type EventType = 'Normal' | 'Warning';
 

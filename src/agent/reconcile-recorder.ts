@@ -279,6 +279,23 @@ export class ReconcileRecorder {
       this.#log.info({ namespace, name, code: err.code }, err.message);
       return 'retry';
     }
+    if (err.code === 'OBJECTS_SERVICE_UNAVAILABLE') {
+      // Waiting, not failing: pending with the reason, no error metric,
+      // retried with backoff; a Normal Event when it starts waiting for
+      // this, not on every retry.
+      this.#log.info({ namespace, name, code: err.code }, err.message);
+      if (vmi) {
+        const uid = vmi.metadata.uid ?? key;
+        const prev = this.#o.status.get(key);
+        const already = prev?.uid === uid && prev.state === 'pending' && prev.lastError?.code === err.code;
+        this.#o.status.write(key, uid, {
+          kind: 'waiting',
+          problem: { code: err.code, message: err.message, kind: err.kind },
+        });
+        if (!already) this.#o.events.record(vmi, 'Normal', 'SeedWaiting', `${err.code}: ${err.message}`);
+      }
+      return 'retry';
+    }
     const kind = err.kind;
     this.#o.metrics?.reconcileTotal.inc({ result: kind === 'terminal' ? 'terminal' : 'error' });
     this.#o.metrics?.reconcileErrors.inc({ code: err.code });

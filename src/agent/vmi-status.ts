@@ -31,7 +31,10 @@ export type StatusReport =
       injection: VmiStatusRecord['injection'];
       warnings: Problem[];
     }
-  | { kind: 'error'; problem: Problem; retries: number };
+  | { kind: 'error'; problem: Problem; retries: number }
+  // Waiting on something outside the VMI that will come (the object
+  // service back): pending, the reason shown, no error counted.
+  | { kind: 'waiting'; problem: Problem };
 
 export function nextStatus(
   prev: VmiStatusRecord | undefined,
@@ -101,6 +104,8 @@ function patchOf(report: StatusReport, at: string): Partial<VmiStatusRecord> {
     }
     case 'error':
       return { state: 'error', lastError: shown(report.problem), retries: report.retries };
+    case 'waiting':
+      return { state: 'pending', lastError: shown(report.problem) };
   }
 }
 

@@ -6,7 +6,7 @@
 // client certificate.
 import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { Agent } from 'undici';
+import { Agent, buildConnector } from 'undici';
 import { load as loadYaml } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 
@@ -23,6 +23,38 @@ export const H2_MAX_STREAMS = 250;
 // A service-account JWT is ~1-2 KiB.
 const MAX_TOKEN_BYTES = 64 * 1024;
 
+// How long a CA file read is trusted before the file is looked at again.
+const CA_REREAD_MS = 10_000;
+
+// A connector whose CA is the file's current content: each new connection
+// uses the file as it was at most `rereadMs` ago; a missing or empty file
+// fails the connection (the caller's retry comes back), never the process.
+function caFileConnector(path: string, tls: Record<string, unknown>, rereadMs: number): buildConnector.connector {
+  let at = 0;
+  let text: string | undefined;
+  let connector: buildConnector.connector | undefined;
+  return (options, callback) => {
+    if (Date.now() - at >= rereadMs) {
+      at = Date.now();
+      let next: string | undefined;
+      try {
+        next = readFileSync(path, 'utf8');
+      } catch {
+        next = undefined;
+      }
+      if (next !== text) {
+        text = next;
+        connector = next?.trim() ? buildConnector({ ...tls, ca: next, allowH2: true }) : undefined;
+      }
+    }
+    if (!connector) {
+      callback(new Error(`no CA in ${path} yet`), null);
+      return;
+    }
+    connector(options, callback);
+  };
+}
+
 /**
  * Server, TLS and credentials of one connection, as a kubeconfig or the
  * in-cluster service account gives them (PEM text, not paths). A
@@ -32,6 +64,10 @@ export interface ConnectionSpec {
   server: string;
   skipTLSVerify?: boolean;
   ca?: string;
+  // A CA file re-read as it changes (a mounted ConfigMap the kubelet
+  // updates); until it exists, connections fail and are retried.
+  caFile?: string;
+  caRereadMs?: number;
   cert?: string;
   key?: string;
   serverName?: string;
@@ -54,14 +90,15 @@ export class KubeConnection {
   constructor(spec: ConnectionSpec) {
     if (!/^https?:\/\//.test(spec.server)) throw invalid(`server '${spec.server}' is not an http(s) URL`);
     this.#spec = spec;
+    const tls = {
+      ...(spec.ca ? { ca: spec.ca } : {}),
+      ...(spec.cert ? { cert: spec.cert } : {}),
+      ...(spec.key ? { key: spec.key } : {}),
+      ...(spec.serverName ? { servername: spec.serverName } : {}),
+      rejectUnauthorized: !spec.skipTLSVerify,
+    };
     this.#dispatcher = new Agent({
-      connect: {
-        ...(spec.ca ? { ca: spec.ca } : {}),
-        ...(spec.cert ? { cert: spec.cert } : {}),
-        ...(spec.key ? { key: spec.key } : {}),
-        ...(spec.serverName ? { servername: spec.serverName } : {}),
-        rejectUnauthorized: !spec.skipTLSVerify,
-      },
+      connect: spec.caFile ? caFileConnector(spec.caFile, tls, spec.caRereadMs ?? CA_REREAD_MS) : tls,
       keepAliveTimeout: 30_000,
       // HTTP/2 when the server offers it (the API server does): every watch
       // and call of the agent multiplexed on one connection, as kubelet's

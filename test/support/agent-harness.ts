@@ -25,6 +25,7 @@ import type {
   Injector,
 } from '../../src/libvirt/injector-contract.ts';
 import type { VmiObject } from '../../src/api/objects.ts';
+import { objectServiceApi } from '../../src/kube/object-service-api.ts';
 import type { RenderSeed } from '../../src/agent/deps.ts';
 import { captureLogger } from './capture-logger.ts';
 import { FakeKube } from './fake-kube.ts';
@@ -201,7 +202,12 @@ export async function startAgent(
   const api = new KubeConnectionApi(connection, { timeoutMs: 10_000 });
   const store = new ImageStore({ root: options.stateDir });
   const objectsConnection = options.objects ?? connection;
-  const objectsApi = options.objects ? new KubeConnectionApi(options.objects, { timeoutMs: 10_000 }) : api;
+  const objectsApi = options.objects
+    ? objectServiceApi(
+        new KubeConnectionApi(options.objects, { timeoutMs: 10_000 }),
+        options.objects.getCurrentCluster().server,
+      )
+    : api;
   const watchOptions = typeof options.watchRefs === 'object' ? options.watchRefs : {};
   const watches =
     options.watchRefs === false

@@ -44,6 +44,15 @@ export const RESOURCE_TYPES: readonly ResourceType[] = [
   t('networking.k8s.io', 'v1', 'networkpolicies', 'NetworkPolicy'),
   t('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', false),
   t('admissionregistration.k8s.io', 'v1', 'mutatingwebhookconfigurations', 'MutatingWebhookConfiguration', false),
+  // Enforced on VMI PATCH by fake-kube.ts (admission-policy-eval.ts), stored here.
+  t('admissionregistration.k8s.io', 'v1', 'validatingadmissionpolicies', 'ValidatingAdmissionPolicy', false),
+  t(
+    'admissionregistration.k8s.io',
+    'v1',
+    'validatingadmissionpolicybindings',
+    'ValidatingAdmissionPolicyBinding',
+    false,
+  ),
   t('kubevirt.io', 'v1', 'virtualmachineinstances', 'VirtualMachineInstance'),
   t('cert-manager.io', 'v1', 'certificates', 'Certificate'),
   t('cert-manager.io', 'v1', 'issuers', 'Issuer'),

@@ -4,7 +4,9 @@
 //   plain HTTP for the few tests about something else; `http2` offers
 //   HTTP/2 as the API server does (ALPN h2, HTTP/1.1 still served).
 // - Authentication: a bearer token from the accepted set (the service
-//   account's; `acceptTokens()` rotates it), else 401 Unauthorized.
+//   account's; `acceptTokens()` rotates it), or one of another service
+//   account (`serviceAccountToken()`: the cluster component's, say), else
+//   401 Unauthorized.
 // - TokenReview (POST authentication.k8s.io/v1 tokenreviews), answered from
 //   the tokens a test registers (`registerReviewToken()`: user, audiences,
 //   extra as a pod-bound projected token has them), and Pod GETs of the pods
@@ -18,12 +20,14 @@
 // - Discovery and create/get/server-side apply of the other kinds an
 //   install holds (fake-kube-objects.ts), so real `kubectl apply` and
 //   `kubectl create` work against it with an admin token (`adminTokens`,
-//   system:masters: no RBAC); `rbac: 'applied'` authorizes the agent with
-//   the Roles and bindings applied so far.
+//   system:masters: no RBAC); `rbac: 'applied'` authorizes each service
+//   account with the Roles and bindings applied so far for that account.
 // Resources: VMI list (resourceVersion, label selector) and watch, cluster-
 // wide or per namespace (chunked JSON lines, allowWatchBookmarks/BOOKMARK,
 // timeoutSeconds honoured by ending the stream cleanly, 410 Gone as an HTTP
-// status or an ERROR event), Secret/ConfigMap GET with 404 Status, Event
+// status or an ERROR event), Secret/ConfigMap GET with 404 Status (and
+// create/update: POST 409 AlreadyExists, PUT 409 Conflict on a stale
+// resourceVersion), Event
 // POST/PATCH, VMI PATCH (fake-kube-vmi-patch.ts: merge patch, with the API
 // server's and KubeVirt's refusals), and KubeVirt's VMI `unpause` subresource (PUT on
 // subresources.kubevirt.io, answered like virt-api: 200, 404, 409 "VMI is
@@ -31,6 +35,14 @@
 // does to the domain). Every request is logged (method,
 // path, verb, resource, status) so tests can check RBAC covers exactly what
 // is used.
+// - Admission: the ValidatingAdmissionPolicies stored on it (applied with
+//   kubectl, or `admissionPolicies` at start) are enforced as the API server's
+//   ValidatingAdmissionPolicy plugin does (admission-policy-eval.ts), after
+//   authentication, RBAC and the object's own validation and before
+//   KubeVirt's webhook, on the VMI PATCH (an UPDATE). A token's user info
+//   extra (`setTokenExtra()`: authentication.kubernetes.io/node-name, as a
+//   pod-bound token on 1.30+ has it) reaches the policies' `request.userInfo`;
+//   by default a token has none (a legacy token).
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createSecureServer as createHttp2Server } from 'node:http2';
@@ -51,9 +63,24 @@ import {
   type RbacPolicy,
 } from './kube-authz.ts';
 import { testPki, type TestPki } from './test-pki.ts';
-import { ApiObjects, discovery, jsonBody, resourceType, type Reply as ObjectReply } from './fake-kube-objects.ts';
+import {
+  ApiObjects,
+  discovery,
+  jsonBody,
+  resourceType,
+  typeOfKind,
+  type Reply as ObjectReply,
+  type ResourceType,
+} from './fake-kube-objects.ts';
 import { ROOT } from './manifests.ts';
 import { patchVmi } from './fake-kube-vmi-patch.ts';
+import {
+  admitByPolicies,
+  type AdmissionAttributes,
+  type AdmissionPolicy,
+  type AdmissionPolicyBinding,
+  type UserInfo,
+} from './admission-policy-eval.ts';
 
 export type Verb = 'list' | 'watch' | 'get' | 'create' | 'patch' | 'update' | 'delete' | 'unknown';
 
@@ -197,6 +224,10 @@ export interface FakeKubeOptions {
   // Keep only the last this many changes (the API server's watch cache is a
   // bounded window too): resuming from before them gets 410 Gone. Default: all.
   historyLimit?: number;
+  // ValidatingAdmissionPolicies (and their bindings) stored from the start,
+  // as if applied: true for manifests/admission-policy.yaml, or objects (say
+  // a rendered variant's: only those two kinds are taken). Default none.
+  admissionPolicies?: boolean | unknown[];
 }
 
 export class FakeKube {
@@ -222,6 +253,8 @@ export class FakeKube {
   readonly #pki: TestPki | undefined;
   #tokens: Set<string>;
   readonly #adminTokens: Set<string>;
+  // Bearer tokens of other service accounts (serviceAccountToken()): token → user.
+  readonly #accountTokens = new Map<string, string>();
   #rbac: RbacPolicy | 'applied' | undefined;
   readonly #host: string;
   // Namespaces, RBAC, the DaemonSet...: what `kubectl apply` creates.
@@ -235,6 +268,8 @@ export class FakeKube {
   readonly #onUnpause: Array<(namespace: string, name: string) => void | Promise<void>> = [];
   // TokenReview: what each registered token is (tokens other services were given).
   readonly #reviewTokens = new Map<string, ReviewedToken>();
+  // The user info extra a bearer token authenticates with (setTokenExtra()).
+  readonly #tokenExtra = new Map<string, Record<string, string[]>>();
   readonly #pods = new Map<
     string,
     {
@@ -287,6 +322,7 @@ export class FakeKube {
     const f = new FakeKube(pki, options.tokens ?? [DEFAULT_TOKEN], toPolicy(options.rbac), options);
     if (options.historyLimit !== undefined) f.#historyLimit = options.historyLimit;
     if (options.watchTimeScale !== undefined) f.#watchTimeScale = options.watchTimeScale;
+    if (options.admissionPolicies) f.#storeAdmissionPolicies(options.admissionPolicies);
     await f.#listen(0);
     if (options.bookmarkIntervalMs) {
       f.#bookmarkTimer = setInterval(() => f.bookmark(), options.bookmarkIntervalMs);
@@ -337,6 +373,15 @@ export class FakeKube {
     this.#tokens = new Set(tokens);
   }
 
+  // A bearer token of this server for another service account (or the
+  // agent's, beside the accepted ones): requests with it are recorded and,
+  // with `rbac: 'applied'`, authorized as that account.
+  serviceAccountToken(namespace: string, name: string): string {
+    const token = `sa-${namespace}-${name}-${randomUUID()}`;
+    this.#accountTokens.set(token, serviceAccountUser({ namespace, name }));
+    return token;
+  }
+
   setRbac(rbac: false | unknown[] | RbacPolicy | 'applied'): void {
     this.#rbac = toPolicy(rbac);
   }
@@ -344,6 +389,30 @@ export class FakeKube {
   // A token TokenReview authenticates (it is not accepted as a bearer token
   // of this server): its user, audiences and extra, as a projected
   // service-account token bound to a pod would have them.
+  // The user info extra a bearer token of this server authenticates with
+  // (the agent's accepted tokens, serviceAccountToken()'s, adminTokens), as a
+  // pod-bound projected token on 1.30+ carries
+  // authentication.kubernetes.io/node-name; undefined or {}: none (a legacy
+  // token, the default).
+  setTokenExtra(token: string, extra: Record<string, string[]> | undefined): void {
+    if (extra && Object.keys(extra).length > 0) this.#tokenExtra.set(token, structuredClone(extra));
+    else this.#tokenExtra.delete(token);
+  }
+
+  // The ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding
+  // objects among `objects` (true: manifests/admission-policy.yaml's),
+  // stored as `kubectl apply` stores them.
+  #storeAdmissionPolicies(objects: true | unknown[]): void {
+    const all = objects === true ? loadManifestObjects(`${ROOT}manifests/admission-policy.yaml`) : objects;
+    for (const o of all as Array<{ apiVersion?: string; kind?: string }>) {
+      if (o?.kind !== 'ValidatingAdmissionPolicy' && o?.kind !== 'ValidatingAdmissionPolicyBinding') continue;
+      const r = typeOfKind(o.apiVersion ?? '', o.kind);
+      if (!r) throw new Error(`admissionPolicies: ${o.apiVersion} ${o.kind} is not served`);
+      const created = this.objects.create(r, undefined, JSON.stringify(o));
+      if (created.code !== 201) throw new Error(`admissionPolicies: ${JSON.stringify(created.body)}`);
+    }
+  }
+
   registerReviewToken(token: string, identity: ReviewedToken): void {
     this.#reviewTokens.set(token, identity);
   }
@@ -506,6 +575,10 @@ export class FakeKube {
 
   deleteSecret(namespace: string, name: string): void {
     this.#deleteObject('secrets', namespace, name);
+  }
+
+  getConfigMap(namespace: string, name: string): ConfigMapObject | undefined {
+    return this.#configMaps.get(`${namespace}/${name}`);
   }
 
   setConfigMap(cm: ConfigMapObject): void {
@@ -749,17 +822,50 @@ export class FakeKube {
   }
 
   // The user a request's bearer token authenticates as, if any.
+  // The user info admission sees for a request (authenticated): the user,
+  // the groups the API server gives it, and its token's extra.
+  #userInfo(req: IncomingMessage, username: string): UserInfo {
+    const token = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
+    const sa = /^system:serviceaccount:([^:]+):/.exec(username);
+    const groups = sa
+      ? ['system:serviceaccounts', `system:serviceaccounts:${sa[1]}`, 'system:authenticated']
+      : username === ADMIN_USER
+        ? ['kubeadm:cluster-admins', 'system:authenticated']
+        : ['system:authenticated'];
+    const extra = this.#tokenExtra.get(token);
+    return { username, groups, ...(extra ? { extra: structuredClone(extra) } : {}) };
+  }
+
+  // The ValidatingAdmissionPolicy plugin over the policies and bindings
+  // stored on this server: the refusal, or undefined (admitted; always so
+  // while none is stored).
+  #admitByPolicies(a: AdmissionAttributes): { code: number; body: unknown } | undefined {
+    const stored = this.objects.all();
+    const policies = stored.filter((o) => o.kind === 'ValidatingAdmissionPolicy') as unknown as AdmissionPolicy[];
+    if (policies.length === 0) return undefined;
+    const bindings = stored.filter(
+      (o) => o.kind === 'ValidatingAdmissionPolicyBinding',
+    ) as unknown as AdmissionPolicyBinding[];
+    const refused = admitByPolicies(policies, bindings, a);
+    return refused ? { code: refused.code, body: refused.status } : undefined;
+  }
+
   #authenticate(req: IncomingMessage): string | undefined {
     const m = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '');
     if (m === null) return undefined;
     if (this.#adminTokens.has(m[1])) return ADMIN_USER;
-    return this.#tokens.has(m[1]) ? this.user : undefined;
+    return this.#tokens.has(m[1]) ? this.user : this.#accountTokens.get(m[1]);
   }
 
-  #allows(attrs: RequestAttributes): boolean {
+  #allows(attrs: RequestAttributes, user = this.user): boolean {
     if (this.#rbac === undefined) return true;
+    // Another service account (the cluster component's): what the
+    // manifests grant that account, whatever policy the agent is given.
+    if (this.#rbac !== 'applied' && user !== this.user) return allows(manifestPolicyOf(user), attrs);
     if (this.#rbac !== 'applied') return allows(this.#rbac, attrs);
-    return allows(rbacFromManifests(this.objects.all().filter((o) => RBAC_KINDS.has(o.kind))), attrs);
+    const [namespace, name] = user.replace(/^system:serviceaccount:/, '').split(':');
+    const objects = this.objects.all().filter((o) => RBAC_KINDS.has(o.kind));
+    return allows(rbacFromManifests(objects, { namespace, name }), attrs);
   }
 
   #takeFault(req: IncomingMessage, url: URL, verb: Verb, statuses: (s: number) => boolean): FaultRule | undefined {
@@ -852,7 +958,7 @@ export class FakeKube {
     } catch {
       attrs = undefined; // not a resource request: 404 below
     }
-    if (attrs && user !== ADMIN_USER && !this.#allows(attrs)) return reply(403, forbiddenStatus(user, attrs));
+    if (attrs && user !== ADMIN_USER && !this.#allows(attrs, user)) return reply(403, forbiddenStatus(user, attrs));
     const fault5xx = this.#takeFault(req, url, verb, (s) => s >= 500);
     if (fault5xx) {
       const reason =
@@ -1037,7 +1143,35 @@ export class FakeKube {
     );
     if (vmiItem && req.method === 'PATCH') {
       const [ns, name] = [decodeURIComponent(vmiItem[1]), decodeURIComponent(vmiItem[2])];
-      const answer = patchVmi(this.#vmis.get(`${ns}/${name}`), name, req.headers['content-type'] ?? '', body);
+      const stored = this.#vmis.get(`${ns}/${name}`);
+      const contentType = req.headers['content-type'] ?? '';
+      // The API server's order: the patch applied and the object validated
+      // (415, 400, 404, 409, 422 from patchVmi without KubeVirt's webhook),
+      // then the ValidatingAdmissionPolicies (an UPDATE), then KubeVirt's
+      // validating webhook.
+      const validated = patchVmi(stored, name, contentType, body, true);
+      if (validated.ok && stored) {
+        const refused = this.#admitByPolicies({
+          resource: { group: 'kubevirt.io', version: 'v1', resource: 'virtualmachineinstances' },
+          kind: { group: 'kubevirt.io', version: 'v1', kind: 'VirtualMachineInstance' },
+          name,
+          namespace: ns,
+          operation: 'UPDATE',
+          userInfo: this.#userInfo(req, user),
+          object: validated.object,
+          oldObject: stored,
+          namespaceObject: this.objects.get(resourceType('', 'namespaces')!, undefined, ns) ?? {
+            apiVersion: 'v1',
+            kind: 'Namespace',
+            metadata: { name: ns, labels: { 'kubernetes.io/metadata.name': ns } },
+          },
+          // A patch is admitted with UpdateOptions (patchToUpdateOptions).
+          options: { apiVersion: 'meta.k8s.io/v1', kind: 'UpdateOptions' },
+          uid: randomUUID(),
+        });
+        if (refused) return reply(refused.code, refused.body);
+      }
+      const answer = patchVmi(stored, name, contentType, body);
       return answer.ok ? reply(200, this.applyVmi(answer.object)) : reply(answer.code, answer.body);
     }
 
@@ -1117,9 +1251,10 @@ export class FakeKube {
     if (!r || p.subresource || r.resource === 'events' || r.resource === 'virtualmachineinstances') return undefined;
     if (r.namespaced !== (p.namespace !== undefined)) return undefined;
     if (r.resource === 'secrets' || r.resource === 'configmaps') {
-      if (req.method !== 'POST' || p.name) return undefined;
       const store: Map<string, SecretObject | ConfigMapObject> =
         r.resource === 'secrets' ? this.#secrets : this.#configMaps;
+      if (req.method === 'PUT' && p.name) return this.#updateObject(r, store, p.namespace, p.name, body);
+      if (req.method !== 'POST' || p.name) return undefined;
       const a = this.objects.admit(r, p.namespace, body, (name) => store.has(`${p.namespace}/${name}`));
       if ('refused' in a) return a.refused;
       const obj = a.object;
@@ -1133,6 +1268,68 @@ export class FakeKube {
     if (req.method === 'PATCH' && p.name && ct.startsWith('application/apply-patch'))
       return this.objects.apply(r, p.namespace, p.name, body);
     return undefined;
+  }
+
+  // PUT of a Secret or ConfigMap, as the API server's update: the object
+  // must exist (no create on update for these kinds), the body's name is the
+  // URL's, and a resourceVersion in the body makes it conditional: any other
+  // than the stored one is a 409 Conflict. Watches see it MODIFIED.
+  #updateObject(
+    r: ResourceType,
+    store: Map<string, SecretObject | ConfigMapObject>,
+    namespace: string | undefined,
+    name: string,
+    body: string,
+  ): ObjectReply {
+    // Its own checks, not admit()'s: a Secret set by a test may live in a
+    // namespace the install's objects never created.
+    let obj: SecretObject | ConfigMapObject;
+    try {
+      obj = JSON.parse(body) as SecretObject | ConfigMapObject;
+    } catch {
+      return { code: 400, body: status(400, 'BadRequest', 'the request body is not JSON') };
+    }
+    if (obj?.apiVersion !== 'v1' || obj.kind !== r.kind || typeof obj.metadata?.name !== 'string')
+      return { code: 400, body: status(400, 'BadRequest', `the body is not a v1 ${r.kind} with a name`) };
+    if (obj.metadata.namespace !== undefined && obj.metadata.namespace !== namespace)
+      return {
+        code: 400,
+        body: status(
+          400,
+          'BadRequest',
+          'the namespace of the provided object does not match the namespace sent on the request',
+        ),
+      };
+    obj.metadata.namespace = namespace;
+    if (obj.metadata.name !== name)
+      return {
+        code: 400,
+        body: status(
+          400,
+          'BadRequest',
+          `the name of the object (${obj.metadata.name}) does not match the name on the URL (${name})`,
+        ),
+      };
+    const prev = store.get(`${namespace}/${name}`);
+    if (!prev)
+      return {
+        code: 404,
+        body: status(404, 'NotFound', `${r.resource} "${name}" not found`, { name, kind: r.resource }),
+      };
+    const rv = obj.metadata.resourceVersion;
+    if (rv !== undefined && rv !== '' && rv !== prev.metadata.resourceVersion)
+      return {
+        code: 409,
+        body: status(
+          409,
+          'Conflict',
+          `Operation cannot be fulfilled on ${r.resource} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+          { name, kind: r.resource },
+        ),
+      };
+    if (r.resource === 'secrets') this.setSecret(obj as SecretObject);
+    else this.setConfigMap(obj as ConfigMapObject);
+    return { code: 200, body: store.get(`${namespace}/${name}`) };
   }
 }
 
@@ -1189,10 +1386,36 @@ async function readBody(req: IncomingMessage): Promise<string> {
 }
 
 let defaultPolicy: RbacPolicy | undefined;
+const accountPolicies = new Map<string, RbacPolicy>();
 
+// What manifests/ (the node agents and the cluster component) grant one
+// service account's user.
+function manifestPolicyOf(user: string): RbacPolicy {
+  let policy = accountPolicies.get(user);
+  if (!policy) {
+    const [namespace, name] = user.replace(/^system:serviceaccount:/, '').split(':');
+    policy = rbacFromManifests(
+      [
+        ...loadManifestObjects(`${ROOT}manifests/daemonset.yaml`),
+        ...loadManifestObjects(`${ROOT}manifests/cluster.yaml`),
+      ],
+      { namespace, name },
+    );
+    accountPolicies.set(user, policy);
+  }
+  return policy;
+}
+
+// Without `rbac`, the agent holds what it holds when it reads and unpauses
+// itself (the single-tenant variant: the base's ClusterRole and the
+// direct-reads component's), which is how most tests run it; tests of the
+// split deployment pass the rendered variant's objects.
 function toPolicy(rbac: false | unknown[] | RbacPolicy | 'applied' | undefined): RbacPolicy | 'applied' | undefined {
   if (rbac === false || rbac === 'applied') return rbac === 'applied' ? rbac : undefined;
   if (rbac === undefined)
-    return (defaultPolicy ??= rbacFromManifests(loadManifestObjects(`${ROOT}manifests/daemonset.yaml`)));
+    return (defaultPolicy ??= rbacFromManifests([
+      ...loadManifestObjects(`${ROOT}manifests/daemonset.yaml`),
+      ...loadManifestObjects(`${ROOT}deploy/components/direct-reads/clusterrole.yaml`),
+    ]));
   return Array.isArray(rbac) ? rbacFromManifests(rbac) : rbac;
 }

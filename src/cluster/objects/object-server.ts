@@ -5,6 +5,13 @@
 //   GET /api/v1/namespaces/{ns}/{secrets|configmaps}/{name}
 //   GET /api/v1/namespaces/{ns}/{secrets|configmaps}?watch=true&fieldSelector=metadata.name={name}
 //       [&resourceVersion=…&allowWatchBookmarks=true&timeoutSeconds=…]
+//   PUT /apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}/unpause
+//
+// The unpause is the seed gate's (agent/domain/kubevirt-resume.ts). KubeVirt
+// serves it through API aggregation (virt-api), where neither RBAC nor the
+// API server's admission can name a node; so the node agents hold no right
+// to it, and this service unpauses on a node's behalf only a VMI that runs
+// on that node now (never a migration target's: the source still runs it).
 //
 // Each is authenticated (token-review.ts: the agent's pod-bound token names
 // its node), authorized (references.ts: a VMI on that node in that
@@ -39,7 +46,10 @@ import { OBJECTS_AUDIENCE, TokenReviewer, type Identity } from './token-review.t
 
 /** Per-node budgets of the object service. */
 export interface ObjectServiceLimits {
-  // Requests per second a node may make, on average, and in a burst.
+  // Requests per second a node may make, on average (default 50: a node's
+  // most watches, 512, renew every few minutes), and in a burst (default
+  // 1,200: a cold start of a node with 512 referenced objects, a get and a
+  // watch each, with room to spare).
   ratePerSecond?: number;
   burst?: number;
   // Watches one node may hold open at once.
@@ -80,6 +90,9 @@ export interface ObjectService {
   problem(): string | undefined;
   // Open watches per node (tests, status).
   watches(): Map<string, number>;
+  // Puts a certificate into service (a self-issued one, renewed); new
+  // connections use it.
+  setCertificate(cert: string, key: string): void;
   close(): Promise<void>;
 }
 
@@ -93,6 +106,8 @@ interface Route {
 
 // A DNS subdomain (names) or label (namespaces): what the API server accepts.
 const NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+const UNPAUSE =
+  /^\/apis\/subresources\.kubevirt\.io\/v1\/namespaces\/([^/]+)\/virtualmachineinstances\/([^/]+)\/unpause$/;
 
 function statusBody(code: number, reason: string, message: string, details?: Record<string, unknown>): string {
   return JSON.stringify({
@@ -108,6 +123,11 @@ function statusBody(code: number, reason: string, message: string, details?: Rec
 }
 
 type Res = Http2ServerResponse;
+
+// The API server's 403, with its wording in `message`.
+function forbid(res: Res, message: string, details?: Record<string, unknown>): void {
+  reply(res, 403, statusBody(403, 'Forbidden', message, details));
+}
 
 function reply(res: Res, code: number, body: string, headers: Record<string, string> = {}): void {
   if (res.headersSent) {
@@ -223,31 +243,25 @@ class Handler {
         : reply(res, 403, statusBody(403, 'Forbidden', `forbidden: ${identity.reason}`));
     }
     const node = identity.node;
+    const unpause = UNPAUSE.exec(url.pathname);
+    if (unpause && req.method === 'PUT')
+      return this.#unpause(req, res, node, identity.username, unpause[1], unpause[2]);
     const r = route(req.method ?? 'GET', url);
     if (!('kind' in r)) {
       if (r.code === 404) return reply(res, 404, statusBody(404, 'NotFound', r.why));
       const what = r.resource ? `${r.why} resource "${r.resource}"` : r.why;
-      return reply(
+      return forbid(
         res,
-        403,
-        statusBody(
-          403,
-          'Forbidden',
-          `${r.resource ?? 'resource'} is forbidden: User "${identity.username}" cannot ${what}: node "${node}" may only get and watch single objects its VMIs reference`,
-        ),
+        `${r.resource ?? 'resource'} is forbidden: User "${identity.username}" cannot ${what}: node "${node}" may only get and watch single objects its VMIs reference`,
       );
     }
-    const budget = this.#budgets.get(node) ?? this.#budgets.set(node, this.#newBudget()).get(node)!;
-    if (!budget.take())
-      return reply(res, 429, statusBody(429, 'TooManyRequests', 'Too many requests, please try again later.'), {
-        'retry-after': '1',
-      });
+    if (!this.#spend(node, res)) return;
     if (!(await this.#allows(node, r))) {
       this.#log.info(
         { node, kind: r.kind, namespace: r.namespace, name: r.name },
         'object request refused: no VMI of the node references it',
       );
-      return reply(res, 403, statusBody(403, 'Forbidden', forbidden(identity.username, node, r), forbiddenDetails(r)));
+      return forbid(res, forbidden(identity.username, node, r), forbiddenDetails(r));
     }
     if (!r.watch) return this.#get(res, r);
     return this.#watch(req, res, r, node, url);
@@ -265,9 +279,65 @@ class Handler {
     }
   }
 
+  async #unpause(
+    req: Http2ServerRequest,
+    res: Res,
+    node: string,
+    username: string,
+    rawNamespace: string,
+    rawName: string,
+  ): Promise<void> {
+    // The body is KubeVirt's empty options object: nothing of it is forwarded.
+    req.resume();
+    let namespace: string;
+    let name: string;
+    try {
+      namespace = decodeURIComponent(rawNamespace);
+      name = decodeURIComponent(rawName);
+    } catch {
+      return reply(res, 404, statusBody(404, 'NotFound', 'the server could not find the requested resource'));
+    }
+    if (!NAME.test(namespace) || namespace.length > 63 || !NAME.test(name))
+      return reply(res, 404, statusBody(404, 'NotFound', 'the server could not find the requested resource'));
+    if (!this.#spend(node, res)) return;
+    const deadline = Date.now() + (this.#o.refusalWaitMs ?? 1000);
+    while (!this.refs.runsOn(node, namespace, name)) {
+      if (Date.now() >= deadline) {
+        this.#log.info({ node, namespace, name }, 'unpause refused: the VMI does not run on the node');
+        return forbid(
+          res,
+          `virtualmachineinstances.subresources.kubevirt.io "${name}" is forbidden: User "${username}" cannot update resource "virtualmachineinstances/unpause" in API group "subresources.kubevirt.io" in the namespace "${namespace}": the VMI does not run on node '${node}'`,
+          { name, group: 'subresources.kubevirt.io', kind: 'virtualmachineinstances' },
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const path = `/apis/subresources.kubevirt.io/v1/namespaces/${encodeURIComponent(namespace)}/virtualmachineinstances/${encodeURIComponent(name)}/unpause`;
+    let answer;
+    try {
+      answer = await this.#o.api.request('PUT', path, {});
+    } catch {
+      return reply(res, 503, statusBody(503, 'ServiceUnavailable', 'the API server cannot be reached'), {
+        'retry-after': '1',
+      });
+    }
+    this.#log.info({ node, namespace, name, status: answer.status }, 'unpaused on behalf of the node');
+    reply(res, answer.status, typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body ?? {}));
+  }
+
+  // One request of the node's budget, or its 429 answered.
+  #spend(node: string, res: Res): boolean {
+    const budget = this.#budgets.get(node) ?? this.#budgets.set(node, this.#newBudget()).get(node)!;
+    if (budget.take()) return true;
+    reply(res, 429, statusBody(429, 'TooManyRequests', 'Too many requests, please try again later.'), {
+      'retry-after': '1',
+    });
+    return false;
+  }
+
   #newBudget(): Budget {
     const l = this.#o.limits ?? {};
-    return new Budget(l.ratePerSecond ?? 20, l.burst ?? 200);
+    return new Budget(l.ratePerSecond ?? 50, l.burst ?? 1200);
   }
 
   async #get(res: Res, r: Route): Promise<void> {
@@ -417,11 +487,15 @@ export async function startObjectService(options: ObjectServiceOptions): Promise
     s.on('close', () => sockets.delete(s));
   });
   let certs: CertDir | undefined;
+  let hasCert = options.tls !== undefined;
   if (options.certDir) {
     certs = new CertDir({
       dir: options.certDir,
       logger: log,
-      onLoad: (pair) => server.setSecureContext({ cert: pair.cert, key: pair.key }),
+      onLoad: (pair) => {
+        hasCert = true;
+        server.setSecureContext({ cert: pair.cert, key: pair.key });
+      },
     });
     await certs.check();
     certs.start();
@@ -447,8 +521,15 @@ export async function startObjectService(options: ObjectServiceOptions): Promise
   );
   return {
     address,
-    problem: () => certs?.problem() ?? (handler.refs.synced ? undefined : 'VMIs not listed yet'),
+    problem: () =>
+      certs?.problem() ??
+      (!hasCert ? 'no certificate yet' : undefined) ??
+      (handler.refs.synced ? undefined : 'VMIs not listed yet'),
     watches: () => new Map(handler.watches),
+    setCertificate: (cert, key) => {
+      server.setSecureContext({ cert, key });
+      hasCert = true;
+    },
     close: async () => {
       certs?.stop();
       await handler.refs.stop();

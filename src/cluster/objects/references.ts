@@ -133,6 +133,18 @@ export class NodeReferences {
     return false;
   }
 
+  /**
+   * Whether the VMI runs on `node` now: the node KubeVirt placed it on (its
+   * kubevirt.io/nodeName label, else status.nodeName), never a migration
+   * target. What may act on the VMI itself (unpause) is its current node's.
+   */
+  runsOn(node: string, namespace: string, name: string): boolean {
+    const vmi = this.#informer.get(name, namespace);
+    if (!vmi) return false;
+    const current = vmi.metadata.labels?.[NODE_NAME_LABEL] ?? vmi.status?.nodeName;
+    return current === node;
+  }
+
   #index(vmi: VmiObject, present: boolean): void {
     const key = keyOf(vmi);
     for (const node of this.#nodesOf.get(key) ?? []) {

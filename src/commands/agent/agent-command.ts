@@ -1,6 +1,5 @@
 // `vmseed agent`: the DaemonSet process (cluster mode) or the embedded
 // default on a directory of manifests (`--local DIR`).
-import { readFileSync } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
 import { pino, type Logger } from 'pino';
 import { renderSeed } from '../../cloudinit/render.ts';
@@ -240,6 +239,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     { ObjectWatches },
     { BoundedWatch },
     { NodePodWatch },
+    { objectServiceApi },
   ] = await Promise.all([
     import('../../agent/events.ts'),
     import('../../kube/api-client.ts'),
@@ -249,6 +249,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     import('../../kube/object-watches.ts'),
     import('../../kube/watch.ts'),
     import('../../kube/node-pods.ts'),
+    import('../../kube/object-service-api.ts'),
   ]);
   const { logger, metrics } = parts.options;
   const connection = loadConnection(config.kubeconfig);
@@ -258,14 +259,18 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
   // flushes Events after the deadline).
   const reconcileApi = new KubeConnectionApi(connection, { cancel: parts.shutdown.reconciles });
   // --objects-url: Secrets and ConfigMaps come from the cluster component's
-  // node-scoped service (same client, another server and credential), so
-  // this node's own credential needs no access to them.
+  // node-scoped service (same client, another server and credential), and
+  // the seed gate's unpause goes through it, so this node's own credential
+  // needs no access to them.
   const objectsConnection = config.objects ? objectsConnectionFor(config.objects, KubeConnection) : connection;
   const objectsApi =
-    objectsConnection === connection
+    objectsConnection === connection || !config.objects
       ? reconcileApi
-      : new KubeConnectionApi(objectsConnection, { cancel: parts.shutdown.reconciles });
-  const { injector, options } = libvirtParts(config, parts, await kubevirtResume(config, parts, reconcileApi));
+      : objectServiceApi(
+          new KubeConnectionApi(objectsConnection, { cancel: parts.shutdown.reconciles }),
+          config.objects.url,
+        );
+  const { injector, options } = libvirtParts(config, parts, await kubevirtResume(config, parts, objectsApi));
   const namespaces = config.namespaces ? { namespaces: config.namespaces } : {};
   // KubeVirt's launcher pods: the datasource answers a VMI only from its
   // launcher pod's address. --platform libvirt has none.
@@ -286,7 +291,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     // Beside KubeVirt with libvirt on. With the webhook too: a VMI it did
     // not gate was created while no agent answered (failurePolicy Ignore).
     ...(config.libvirt.platform === 'kubevirt' && config.libvirt.mode !== 'off' ? { warnMissingGate: true } : {}),
-    ...(await kubevirtServedGate(config, reconcileApi)),
+    ...(await kubevirtServedGate(config, objectsApi)),
     ...(config.provisioningAnnotation ? { annotateVmis: { api } } : {}),
     ...(nodePods ? { nodePods } : {}),
     events: new KubeEventRecorder({ api, logger: logger.child({ component: 'events' }), host: config.nodeName }),
@@ -321,23 +326,18 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
   };
 }
 
-// The object service's connection: its URL, the CA of its certificate (else
-// the system's), and the projected token, re-read as the kubelet rotates it.
+// The object service's connection: its URL, the CA of its certificate (a
+// file re-read as the cluster component publishes or renews it; else the
+// system's), and the projected token, re-read as the kubelet rotates it.
 function objectsConnectionFor(
   objects: NonNullable<Config['objects']>,
   Connection: typeof KubeConnection,
 ): KubeConnection {
-  let ca: string | undefined;
-  if (objects.caFile) {
-    try {
-      ca = readFileSync(objects.caFile, 'utf8');
-    } catch (e) {
-      throw new ConfigError(
-        `--objects-ca-file: cannot read ${objects.caFile} (${(e as NodeJS.ErrnoException).code ?? 'error'})`,
-      );
-    }
-  }
-  return new Connection({ server: objects.url, tokenFile: objects.tokenFile, ...(ca ? { ca } : {}) });
+  return new Connection({
+    server: objects.url,
+    tokenFile: objects.tokenFile,
+    ...(objects.caFile ? { caFile: objects.caFile } : {}),
+  });
 }
 
 // Its last file work (bounded), then the RPC client's sockets.

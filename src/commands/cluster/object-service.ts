@@ -13,19 +13,21 @@ import type { ClusterService } from './service.ts';
  */
 export async function startObjects(config: ClusterConfig, logger: Logger, _metrics: Metrics): Promise<ClusterService> {
   const o = config.objects!;
-  const [{ loadConnection }, { KubeConnectionApi }, { startObjectService }] = await Promise.all([
+  const [{ loadConnection }, { KubeConnectionApi }, { startObjectService }, serving] = await Promise.all([
     import('../../kube/connection.ts'),
     import('../../kube/api-client.ts'),
     import('../../cluster/objects/object-server.ts'),
+    import('../../cluster/objects/serving-cert.ts'),
   ]);
   const connection = loadConnection(o.kubeconfig);
+  const api = new KubeConnectionApi(connection);
   let service;
   try {
     service = await startObjectService({
       listen: o.listen,
-      certDir: o.certDir,
+      ...(o.selfSigned ? {} : { certDir: o.certDir }),
       connection,
-      api: new KubeConnectionApi(connection),
+      api,
       logger,
       agentServiceAccount: o.agentServiceAccount,
       ...(o.defaultVendorData ? { defaultVendorData: o.defaultVendorData } : {}),
@@ -35,13 +37,36 @@ export async function startObjects(config: ClusterConfig, logger: Logger, _metri
     const why = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
     throw new Error(`cannot listen on ${o.listen.host}:${o.listen.port} (--objects-listen): ${why}`, { cause: e });
   }
+  // The self-issued certificate: at once when the API server answers, then
+  // renewed (or taken from the replica that renewed it first) by the keeper.
+  // Until the first one is in, /readyz says so and no agent is sent here.
+  const live = service;
+  const keeper = o.selfSigned
+    ? serving.servingCertKeeper({
+        api,
+        logger: logger.child({ component: 'objects-cert' }),
+        namespace: o.selfSigned.secret.namespace,
+        secretName: o.selfSigned.secret.name,
+        configMapName: o.selfSigned.caConfigMap.name,
+        dnsNames: serviceNames(o.selfSigned.secret.namespace),
+        onCert: (cert, key) => live.setCertificate(cert, key),
+      })
+    : undefined;
+  keeper?.start();
   return {
     name: 'objects',
     address: service.address,
-    readiness: () => service.problem(),
+    readiness: () => service.problem() ?? (keeper?.problem() ? `certificate: ${keeper.problem()}` : undefined),
     close: async () => {
+      keeper?.stop();
       await service.close();
       await connection.close();
     },
   };
+}
+
+// The names agents dial: the vmseed-cluster Service of the component's
+// namespace (manifests/cluster.yaml), short and fully qualified.
+function serviceNames(namespace: string): string[] {
+  return [`vmseed-cluster.${namespace}.svc`, `vmseed-cluster.${namespace}.svc.cluster.local`];
 }

@@ -104,8 +104,18 @@ test('the agent seeds from Secrets it may only read through the object service',
   assert.ok(!ready('v2'));
   const waiting = h.agent.status.get('default/v2') as { state?: string; problem?: { code?: string } } | undefined;
   const warnings = fake.events().filter((e) => e.involvedObject.name === 'v2' && e.type === 'Warning');
-  t.diagnostic(
-    `v2 while the service is down: ${waiting?.state} ${waiting?.problem?.code ?? ''}; Warning Events ${warnings.length}, count ${warnings.reduce((n, e) => n + e.count, 0)}`,
+  // Waiting, not failing: pending with the reason, a Normal Event, no Warning.
+  assert.equal(waiting?.state, 'pending');
+  assert.equal((waiting as { lastError?: { code?: string } }).lastError?.code, 'OBJECTS_SERVICE_UNAVAILABLE');
+  assert.deepEqual(warnings, [], 'no Warning Event while the service is down');
+  const waitingEvents = fake
+    .events()
+    .filter((e) => e.involvedObject.name === 'v2' && e.type === 'Normal' && e.reason === 'SeedWaiting');
+  assert.equal(waitingEvents.length, 1);
+  assert.equal(waitingEvents[0].count, 1, 'one Event when it starts waiting, not one per retry');
+  assert.ok(
+    (h.agent.status.get('default/v2') as { retries?: number }).retries === 0,
+    'no error counted while it waits',
   );
 
   service = await start(port);

@@ -275,3 +275,58 @@ test('a watch ends once its object is no longer referenced from the node', { tim
   assert.equal(await ended, null, 'ended cleanly, as at a timeout');
   assert.equal(s.service.watches().get('node-a'), undefined);
 });
+
+test(
+  'unpause on behalf: only a VMI that runs on the node asking, never a migration target',
+  { timeout: 30_000 },
+  async (t) => {
+    const s = await setup(t);
+    const { fake } = s;
+    const paused = (name: string, node: string): VmiObject => {
+      const v = onNode(name, node, 'none');
+      v.spec.startStrategy = 'Paused';
+      v.status = {
+        ...v.status,
+        phase: 'Running',
+        conditions: [{ type: 'Paused', status: 'True', reason: 'PausedByUser' }],
+      };
+      return v;
+    };
+    fake.applyVmi(paused('own', 'node-a'));
+    fake.applyVmi(paused('theirs', 'node-b'));
+    const moving = paused('moving', 'node-b');
+    moving.status = { ...moving.status, migrationState: { targetNode: 'node-a' } };
+    fake.applyVmi(moving);
+    register(fake, 'tok-a', 'node-a');
+    await waitFor('VMIs listed', () => s.service.problem() === undefined);
+    const a = s.client('tok-a').api;
+    const path = (name: string) =>
+      `/apis/subresources.kubevirt.io/v1/namespaces/${NS}/virtualmachineinstances/${name}/unpause`;
+
+    const own = await a.request('PUT', path('own'), {});
+    assert.equal(own.status, 200, JSON.stringify(own.body));
+    for (const name of ['theirs', 'moving', 'absent']) {
+      const r = await a.request('PUT', path(name), {});
+      assert.equal(r.status, 403, `${name}: ${JSON.stringify(r.body)}`);
+      assert.match((r.body as { message: string }).message, /does not run on node 'node-a'/);
+    }
+    assert.deepEqual(fake.unpaused, [`${NS}/own`]);
+    // Only PUT on the subresource: a GET or another subresource is refused.
+    assert.equal((await a.request('GET', path('own'))).status, 403);
+    assert.equal(
+      (
+        await a.request(
+          'PUT',
+          `/apis/subresources.kubevirt.io/v1/namespaces/${NS}/virtualmachineinstances/own/pause`,
+          {},
+        )
+      ).status,
+      403,
+    );
+    const anonymous = s.client('no-such-token').api;
+    assert.equal((await anonymous.request('PUT', path('own'), {})).status, 401);
+    const upstream = fake.requests.filter((r) => r.subresource === 'unpause');
+    assert.equal(upstream.length, 1, 'only the own VMI reached KubeVirt');
+    assert.notEqual(upstream[0].user, fake.user, 'with the component credential, not the node agent one');
+  },
+);
