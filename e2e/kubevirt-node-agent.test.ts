@@ -43,6 +43,7 @@ import { busyboxCmdline } from './support/guest/busybox.ts';
 import { parseConsole } from './support/guest/console.ts';
 import { waitUntil } from './support/agent-process.ts';
 import { FakeKube } from '../test/support/fake-kube.ts';
+import { startClusterObjects } from '../test/support/cluster-objects.ts';
 import { serviceAccountVolume } from '../test/support/in-cluster.ts';
 import { KubevirtSync, parseDomainDisks, type SyncResult } from '../test/support/kubevirt-sync.ts';
 import type { VmiObject } from '../src/api/objects.ts';
@@ -167,6 +168,10 @@ test(
     const stateDir = join(work, 'seeds');
     await runCommand(['install', '-d', '-o', String(QEMU_UID), '-g', String(QEMU_GID), '-m', '0755', stateDir]);
     // The vmseed-datasource-key Secret (root-owned 0444 files, as the kubelet projects them).
+    // Secrets and the unpause through the cluster component's object
+    // service, as the default manifests run the agent.
+    const objects = await startClusterObjects(fake, NODE);
+    t.after(() => objects.close());
     const keyDir = join(work, 'datasource-key');
     await runCommand(['install', '-d', '-m', '0755', keyDir]);
     await writeFile(join(keyDir, 'keys'), `${randomBytes(32).toString('base64')}\n`, { mode: 0o444 });
@@ -205,13 +210,17 @@ test(
     fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a.pod.uid]: NODE }, paused: true }));
 
     const agent: DaemonSetAgentProcess = await startDaemonSetAgent({
-      hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
-      secrets: { 'vmseed-datasource-key': keyDir },
+      hostPaths: {
+        '/var/lib/kubelet/pods': tree.podsDir,
+        '/var/lib/vmseed/seeds': stateDir,
+        '/var/lib/vmseed/keys': keyDir,
+      },
+      volumeDirs: objects.volumeDirs,
       nodeName: NODE,
       // In-cluster, as kubelet starts it: KUBERNETES_SERVICE_HOST/PORT and the
       // service-account volume (token, the fake's CA, namespace).
       kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
-      overrides: { ...LOOPBACK_LISTENERS, 'log-level': 'debug' },
+      overrides: { ...LOOPBACK_LISTENERS, ...objects.overrides, 'log-level': 'debug' },
     });
     t.after(() => agent.stop());
     const urls = await listenerUrls(agent, 90_000);
@@ -461,11 +470,15 @@ KubeVirt double since the hotplug: ${JSON.stringify(kubevirt.history.slice(mark)
     );
     const unpausedBefore = fake.unpaused.length;
     const restarted = await startDaemonSetAgent({
-      hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
-      secrets: { 'vmseed-datasource-key': keyDir },
+      hostPaths: {
+        '/var/lib/kubelet/pods': tree.podsDir,
+        '/var/lib/vmseed/seeds': stateDir,
+        '/var/lib/vmseed/keys': keyDir,
+      },
+      volumeDirs: objects.volumeDirs,
       nodeName: NODE,
       kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: join(work, 'serviceaccount') } },
-      overrides: { ...LOOPBACK_LISTENERS, 'log-level': 'debug' },
+      overrides: { ...LOOPBACK_LISTENERS, ...objects.overrides, 'log-level': 'debug' },
     });
     t.after(() => restarted.stop());
     const restartedUrls = await listenerUrls(restarted, 90_000);

@@ -15,7 +15,11 @@
 // - the container's volumeMounts in a private mount namespace: hostPath
 //   volumes bound from the test's stand-ins (/var/lib/kubelet/pods → the
 //   replica's pods tree), emptyDirs as tmpfs, Secrets from a test directory,
-//   readOnly mounts and readOnlyRootFilesystem as read-only bind remounts.
+//   readOnly mounts and readOnlyRootFilesystem as read-only bind remounts;
+//   configMap and projected volumes from test directories (`volumeDirs`);
+// - a Deployment's pod template too (the cluster component), when the
+//   objects hold no DaemonSet; its `tini --` prefix is dropped (no tini here);
+// - with `dnsDir`, cluster DNS for Service names (cluster-dns-preload.ts).
 // Only listeners and the API server connection are overridden by the test.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, realpathSync } from 'node:fs';
@@ -28,6 +32,7 @@ import * as yaml from 'js-yaml';
 const ROOT = new URL('../../', import.meta.url).pathname;
 export const DAEMONSET = join(ROOT, 'manifests/daemonset.yaml');
 const VMSEED = join(ROOT, 'bin/vmseed');
+const DNS_PRELOAD = new URL('../../test/support/cluster-dns-preload.ts', import.meta.url).href;
 
 interface EnvVar {
   name: string;
@@ -40,6 +45,8 @@ export interface Volume {
   hostPath?: { path: string; type?: string };
   emptyDir?: { medium?: string; sizeLimit?: string };
   secret?: { secretName: string; defaultMode?: number; items?: Array<{ key: string; path: string }> };
+  configMap?: { name: string };
+  projected?: { sources: unknown[] };
 }
 
 export interface AgentMount {
@@ -77,7 +84,9 @@ export function readDaemonSetAgent(path = DAEMONSET): DaemonSetAgent {
 
 /** The agent container (or `name`, an init container too) of the one DaemonSet among already-loaded objects (e.g. a `kubectl kustomize` rendering). */
 export function daemonSetAgentOf(objects: readonly unknown[], path = 'manifests', name = 'agent'): DaemonSetAgent {
-  const docs = (objects as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
+  let docs = (objects as Obj[]).filter((d) => d && d.kind === 'DaemonSet');
+  // No DaemonSet: the one Deployment (the cluster component's pod template).
+  if (docs.length === 0) docs = (objects as Obj[]).filter((d) => d && d.kind === 'Deployment');
   if (docs.length !== 1) throw new Error(`${path}: expected one DaemonSet, found ${docs.length}`);
   const podSpec = ((docs[0].spec as Obj).template as Obj).spec as Obj;
   const container = [...((podSpec.initContainers ?? []) as Obj[]), ...(podSpec.containers as Obj[])].find(
@@ -236,7 +245,7 @@ export interface StartOptions {
   /** Stand-ins for the manifest's hostPath volumes, by host path (e.g. /var/lib/kubelet/pods → the replica's pods dir). */
   hostPaths: Record<string, string>;
   /** Directories standing for Secret volumes, by secret name. */
-  secrets: Record<string, string>;
+  secrets?: Record<string, string>;
   nodeName: string;
   kube: KubeAccess;
   /** Test overrides of single flags, e.g. { listen: '127.0.0.1:1234' }. */
@@ -253,6 +262,12 @@ export interface StartOptions {
   netns?: string;
   /** A compile cache warmed as the image build warms it (`vmseed warm-cache` as the pod's user). */
   compileCache?: string;
+  /** Directories standing for configMap and projected volumes, by volume name. */
+  volumeDirs?: Record<string, string>;
+  /** status.podIP for the Downward API. */
+  podIP?: string;
+  /** Cluster DNS's records (cluster-dns.ts): bound at /run/vmseed-dns, read by a preload. */
+  dnsDir?: string;
 }
 
 export interface DaemonSetAgentProcess {
@@ -289,6 +304,7 @@ function mountScript(
   const repo = staged(ROOT.replace(/\/+$/, ''));
   const cache = o.compileCache ? staged(o.compileCache) : undefined;
   const sa = 'inCluster' in o.kube ? staged(o.kube.inCluster.saDir) : undefined;
+  const dns = o.dnsDir ? staged(o.dnsDir) : undefined;
   const plan: string[] = [];
   const mountPoints: string[] = [];
   for (const m of spec.mounts) {
@@ -305,13 +321,17 @@ function mountScript(
       // Kubernetes makes emptyDirs 0777 (no fsGroup on this pod).
       plan.push(`mount -t tmpfs -o mode=0777${size} tmpfs ${q(m.mountPath)}`);
     } else if (v.secret) {
-      const src = o.secrets[v.secret.secretName];
+      const src = o.secrets?.[v.secret.secretName];
       if (!src) throw new Error(`no stand-in for Secret ${v.secret.secretName} (volume ${v.name})`);
       plan.push(`mount --bind ${staged(src)} ${q(m.mountPath)}`);
+    } else if ((v.configMap || v.projected) && o.volumeDirs?.[v.name]) {
+      plan.push(`mount --bind ${staged(o.volumeDirs[v.name])} ${q(m.mountPath)}`);
     } else {
-      throw new Error(`volume ${v.name}: only hostPath, emptyDir and secret volumes are replicated`);
+      throw new Error(
+        `volume ${v.name}: only hostPath, emptyDir, secret, configMap and projected volumes are replicated`,
+      );
     }
-    if (m.readOnly || v.secret) plan.push(`mount -o remount,bind,ro ${q(m.mountPath)}`);
+    if (m.readOnly || v.secret || v.configMap || v.projected) plan.push(`mount -o remount,bind,ro ${q(m.mountPath)}`);
   }
   if (spec.readOnlyRootFilesystem) lines.push('mount -o remount,bind,ro /');
   lines.push(...plan);
@@ -330,6 +350,12 @@ function mountScript(
     lines.push(
       `mount --bind ${sa} /run/secrets/kubernetes.io/serviceaccount`,
       'mount -o remount,bind,ro /run/secrets/kubernetes.io/serviceaccount',
+    );
+  if (dns)
+    lines.push(
+      'mkdir -p /run/vmseed-dns',
+      `mount --bind ${dns} /run/vmseed-dns`,
+      'mount -o remount,bind,ro /run/vmseed-dns',
     );
   for (let i = 0; i < sources.length; i++) lines.push(`umount /run/vmseed-src/${i}`);
   lines.push('exec "$@"');
@@ -362,9 +388,10 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
     if (e.value !== undefined) env[e.name] = e.value;
     else if (e.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName') env[e.name] = o.nodeName;
     else if (e.valueFrom?.fieldRef?.fieldPath === 'status.hostIP' && o.hostIP) env[e.name] = o.hostIP;
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'status.podIP' && o.podIP) env[e.name] = o.podIP;
     else
       throw new Error(
-        `daemonset env ${e.name}: only literal values, spec.nodeName and (given hostIP) status.hostIP are replicated`,
+        `daemonset env ${e.name}: only literal values, spec.nodeName and (given hostIP, podIP) status.hostIP, status.podIP are replicated`,
       );
   }
   if ('kubeconfig' in o.kube) {
@@ -376,8 +403,13 @@ export async function startDaemonSetAgent(o: StartOptions): Promise<DaemonSetAge
   }
   Object.assign(env, o.extraEnv ?? {});
   const args = withOverrides(spec.args, overrides).map((a) => expandVars(a, env));
-  // `vmseed` is bin/vmseed, as on the image's PATH.
-  const command = (spec.command ?? ['vmseed', 'agent'])
+  // The pod's resolv.conf pointing at cluster DNS: Service names resolve
+  // through the preload (Node processes only, which is all `vmseed` runs).
+  if (o.dnsDir) env.NODE_OPTIONS = [env.NODE_OPTIONS, `--import=${DNS_PRELOAD}`].filter(Boolean).join(' ');
+  // `vmseed` is bin/vmseed, as on the image's PATH; the image's tini (the
+  // cluster component's `tini --`) is not replicated.
+  const written = spec.command ?? ['vmseed', 'agent'];
+  const command = (written[0] === 'tini' && written[1] === '--' ? written.slice(2) : written)
     .map((a) => expandVars(a, env))
     .map((a, i) => (i === 0 && a === 'vmseed' ? VMSEED : a));
   if (o.compileCache)

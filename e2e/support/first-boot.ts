@@ -29,6 +29,7 @@ import type { GuestKind } from './kubevirt-domain.ts';
 import { waitUntil } from './agent-process.ts';
 import { FakeKube } from '../../test/support/fake-kube.ts';
 import { serviceAccountVolume } from '../../test/support/in-cluster.ts';
+import { startClusterObjects } from '../../test/support/cluster-objects.ts';
 import type { VmiObject } from '../../src/api/objects.ts';
 import { RpcLibvirtClient } from '../../src/libvirt/rpc/rpc-client.ts';
 import { kubevirtSeedDisk } from './replica-seed.ts';
@@ -66,7 +67,9 @@ export async function startFirstBootNode(pods: number): Promise<FirstBootNode> {
   const tree = await createKubeletTree(pods);
   const fake = await FakeKube.start();
   const work = await mkdtemp(join(tmpdir(), 'vmseed-first-boot-'));
+  let closeObjects = async () => {};
   const cleanup = async () => {
+    await closeObjects();
     await fake.close();
     await rm(work, { recursive: true, force: true });
     await tree.remove();
@@ -74,16 +77,24 @@ export async function startFirstBootNode(pods: number): Promise<FirstBootNode> {
   try {
     const stateDir = join(work, 'seeds');
     await runCommand(['install', '-d', '-o', String(QEMU_UID), '-g', String(QEMU_GID), '-m', '0755', stateDir]);
+    // Secrets and the unpause through the cluster component's object
+    // service, as the default manifests run the agent.
+    const objects = await startClusterObjects(fake, NODE);
+    closeObjects = () => objects.close();
     const keyDir = join(work, 'datasource-key');
     await runCommand(['install', '-d', '-m', '0755', keyDir]);
     await writeFile(join(keyDir, 'keys'), `${randomBytes(32).toString('base64')}\n`, { mode: 0o444 });
     await chmod(work, 0o755);
     const agent = await startDaemonSetAgent({
-      hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
-      secrets: { 'vmseed-datasource-key': keyDir },
+      hostPaths: {
+        '/var/lib/kubelet/pods': tree.podsDir,
+        '/var/lib/vmseed/seeds': stateDir,
+        '/var/lib/vmseed/keys': keyDir,
+      },
+      volumeDirs: objects.volumeDirs,
       nodeName: NODE,
       kube: { inCluster: { host: '127.0.0.1', port: fake.port, saDir: (await serviceAccountVolume(fake, work)).path } },
-      overrides: { ...LOOPBACK_LISTENERS },
+      overrides: { ...LOOPBACK_LISTENERS, ...objects.overrides },
     });
     let statusUrl = '';
     const detail = async () => {

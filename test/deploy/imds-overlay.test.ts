@@ -15,7 +15,9 @@ import { loadConfig } from '../../src/config/config.ts';
 type Any = any;
 
 let objects: KubeObject[];
-const base = loadYamlDocuments('manifests/daemonset.yaml');
+const base = ['daemonset.yaml', 'cluster.yaml', 'admission-policy.yaml'].flatMap((f) =>
+  loadYamlDocuments(`manifests/${f}`),
+);
 const podOf = (o: KubeObject[]): Any => (findObject(o, 'DaemonSet', 'vmseed') as Any).spec.template.spec;
 
 before(async () => {
@@ -123,7 +125,7 @@ test('the redirect container: root with NET_ADMIN only, read-only, ready only wh
   assert.deepEqual(r.command, ['vmseed', 'redirect']);
   assert.deepEqual(r.securityContext, {
     runAsUser: 0,
-    runAsGroup: 0,
+    runAsGroup: 107,
     runAsNonRoot: false,
     allowPrivilegeEscalation: false,
     readOnlyRootFilesystem: true,
@@ -131,15 +133,16 @@ test('the redirect container: root with NET_ADMIN only, read-only, ready only wh
   });
   assert.equal(r.readinessProbe.httpGet.path, '/readyz');
   assert.equal(r.env.find((e: Any) => e.name === 'HOST_IP').valueFrom.fieldRef.fieldPath, 'status.hostIP');
-  // No host path; only the agent's datasource key Secret, read-only, which
-  // its readiness checks the DNAT target's challenge answer with, and the
-  // agent's launcher addresses, read-only.
+  // Only the node's datasource key (the agent's hostPath volume), read-only,
+  // which its readiness checks the DNAT target's challenge answer with, and
+  // the agent's launcher addresses, read-only; the key read through group
+  // 107 (the agent writes it 0640), with no capability over file modes.
   assert.deepEqual(r.volumeMounts, [
     { name: 'datasource-key', mountPath: '/etc/vmseed/datasource', readOnly: true },
     { name: 'launchers', mountPath: '/run/vmseed/launchers', readOnly: true },
   ]);
   const keyVolume = pod.volumes.find((v: Any) => v.name === 'datasource-key');
-  assert.equal(keyVolume.secret.secretName, 'vmseed-datasource-key');
+  assert.deepEqual(keyVolume.hostPath, { path: '/var/lib/vmseed/keys', type: 'DirectoryOrCreate' });
   assert.ok(r.args.includes('--datasource-key-file=/etc/vmseed/datasource/keys'));
 });
 

@@ -155,10 +155,18 @@ test('the security context grants nothing beyond socket access', () => {
     assert.equal(sc.privileged ?? false, false, c.name);
   }
   assert.equal(agent.securityContext.capabilities.add, undefined, 'the agent adds no capability');
-  // The one root step: chown of the state directory, with CAP_CHOWN alone.
+  // The one root step: chown of the state directory and the node's key
+  // directory, with CAP_CHOWN alone.
   const [init] = podSpec.initContainers;
   assert.deepEqual(init.securityContext.capabilities.add, ['CHOWN']);
-  assert.deepEqual(init.command, ['chown', '107:107', '/var/lib/vmseed/seeds']);
+  assert.deepEqual(init.command, ['chown', '107:107', '/var/lib/vmseed/seeds', '/etc/vmseed/datasource']);
+  const keyMount = agent.volumeMounts.find((m: Any) => m.mountPath === '/etc/vmseed/datasource');
+  assert.deepEqual(podSpec.volumes.find((v: Any) => v.name === keyMount.name).hostPath, {
+    path: '/var/lib/vmseed/keys',
+    type: 'DirectoryOrCreate',
+  });
+  assert.ok(argValue('datasource-key-file')!.startsWith('/etc/vmseed/datasource/'));
+  assert.equal(argValue('datasource-key-create'), 'true');
   for (const v of podSpec.volumes.filter((v: Any) => v.hostPath)) {
     const mounts = podSpec.containers.flatMap((c: Any) => c.volumeMounts).filter((m: Any) => m.name === v.name);
     assert.ok(mounts.length > 0, `hostPath ${v.name} is mounted`);
@@ -280,19 +288,20 @@ test("the agent's config parser accepts the DaemonSet's args and environment", a
   assert.equal(agent.command, undefined, 'the ENTRYPOINT (bin/vmseed) starts the agent');
 });
 
-test('manifests/ holds daemonset.yaml (built-in kinds only, so it applies without the Prometheus Operator) and its kustomization', async () => {
+test('manifests/ holds the node agents, the cluster component and the admission policy (built-in kinds only, so they apply without the Prometheus Operator) and their kustomization', async () => {
   const { readdirSync, statSync } = await import('node:fs');
   const files = readdirSync(ROOT + 'manifests').filter(
     (f) => /\.(ya?ml|json)$/.test(f) && statSync(ROOT + 'manifests/' + f).isFile(),
   );
-  assert.deepEqual(files.sort(), ['daemonset.yaml', 'kustomization.yaml']);
-  for (const o of loadYamlDocuments('manifests/daemonset.yaml')) await validateBuiltin(o);
+  const resources = ['admission-policy.yaml', 'cluster.yaml', 'daemonset.yaml'];
+  assert.deepEqual(files.sort(), [...resources, 'kustomization.yaml'].sort());
+  for (const f of resources) for (const o of loadYamlDocuments(`manifests/${f}`)) await validateBuiltin(o);
   const [kustomization] = loadYamlDocuments('manifests/kustomization.yaml') as Any[];
-  assert.deepEqual(kustomization.resources, ['daemonset.yaml']);
+  assert.deepEqual([...kustomization.resources].sort(), resources);
 });
 
-test('the NetworkPolicy: in, only the probe/metrics and datasource ports; out, only the API server', () => {
-  const policy = findObject(objects, 'NetworkPolicy') as Any;
+test("the agent's NetworkPolicy: in, only the probe/metrics and datasource ports; out, the API server, the object service and DNS for its name", () => {
+  const policy = findObject(objects, 'NetworkPolicy', 'vmseed-agent') as Any;
   const podLabels = daemonSet.spec.template.metadata.labels;
   for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels))
     assert.equal(podLabels[k], v, `podSelector ${k}`);
@@ -311,9 +320,14 @@ test('the NetworkPolicy: in, only the probe/metrics and datasource ports; out, o
     assert.ok(r.ports?.length > 0, 'every egress rule names its ports');
     return r.ports.map((p: Any) => `${p.protocol}/${p.port}`);
   });
-  assert.deepEqual(egress.sort(), ['TCP/443', 'TCP/6443']);
-  // The in-cluster config addresses the API server by IP: no DNS.
-  assert.ok(!egress.some((p: string) => p.endsWith('/53')));
+  assert.deepEqual(egress.sort(), ['TCP/443', 'TCP/53', 'TCP/6443', 'TCP/8444', 'UDP/53']);
+  // The object service's port only towards the cluster component's pods, on
+  // the port --objects-url names.
+  const toObjects = policy.spec.egress.find((r: Any) => r.ports.some((p: Any) => p.port === 8444));
+  assert.deepEqual(toObjects.to, [
+    { podSelector: { matchLabels: { 'app.kubernetes.io/name': 'vmseed', 'app.kubernetes.io/component': 'cluster' } } },
+  ]);
+  assert.equal(new URL(argValue('objects-url')!).port, '8444');
 });
 
 // A paused VM waits for its node's agent: the agent must not wait behind

@@ -9,12 +9,18 @@
 //    object on the fake API server over TLS, as a cluster admin, and
 //    `kubectl create secret generic vmseed-datasource-key` the datasource
 //    key;
-// 3. the pod of the DaemonSet as the API server stored it runs as the
-//    kubelet would run it (test/support/kubelet.ts): the init container,
+// 3. the pod of the cluster component's Deployment (every variant but
+//    single-tenant) as the API server stored it runs as the kubelet would
+//    run it (test/support/kubelet.ts) on a node without VMs, in a pod
+//    network namespace of its own joined to the agent's, with its own
+//    service account, and is Ready (its certificate issued by itself, the
+//    webhook's by cert-manager); then the DaemonSet's pod: the init container,
 //    then the agent (and the imds variant's redirect) with its own command,
-//    args, env, identity and mounts; the agent's token is authorized by the
-//    RBAC objects applied, nothing else (a call they do not allow is a 403,
-//    which fails the test);
+//    args, env, identity and mounts; each pod's token is authorized by the
+//    RBAC objects applied for its own account, nothing else (a call they do
+//    not allow is a 403, which fails the test); the agent reaches the
+//    cluster component by its Service's name (test/support/cluster-dns.ts)
+//    with its projected token, and never reads a Secret itself;
 // 4. every container is Ready as its readiness probe sees it, the agent
 //    first not Ready, with the documented reason, while what the node lacks
 //    is missing;
@@ -49,7 +55,15 @@ import { resourceType, typeOfKind } from '../support/fake-kube-objects.ts';
 import { kubectlVersion, kustomizeText, objectId, writeDocsNamespacedOverlay } from '../support/kustomize.ts';
 import { ROOT, type KubeObject } from '../support/manifests.ts';
 import { makePodNetns } from '../support/pod-netns.ts';
-import { imageCompileCache, startDaemonSetPod, type DaemonSetPod, type Node } from '../support/kubelet.ts';
+import {
+  imageCompileCache,
+  nodeAffinityMatches,
+  startDaemonSetPod,
+  startDeploymentPod,
+  type DaemonSetPod,
+  type Node,
+} from '../support/kubelet.ts';
+import { linkPodNetns } from '../support/pod-link.ts';
 import { certManager, callWebhook, scrape } from '../support/cluster-stand-ins.ts';
 import { testPki } from '../support/test-pki.ts';
 import { vmi } from '../support/agent-harness.ts';
@@ -66,6 +80,10 @@ const ADMIN_TOKEN = randomBytes(24).toString('base64url');
 // labelled by hand (deploy/libvirt/args-patch.yaml).
 const KUBEVIRT_NODE: Node = { name: 'node-a', labels: { 'kubevirt.io/schedulable': 'true' } };
 const LIBVIRT_NODE: Node = { name: 'node-a', labels: { 'vmseed.io/libvirt': '' } };
+// Where the cluster component runs: a node without VMs (no
+// kubevirt.io/schedulable), which its node affinity asks for.
+const CLUSTER_NODE: Node = { name: 'node-c', labels: {} };
+const CLUSTER_USER = 'system:serviceaccount:vmseed:vmseed-cluster';
 
 interface Variant {
   name: string;
@@ -91,6 +109,7 @@ after(async () => {
 const deploy = (name: string) => () => Promise.resolve(join(ROOT, 'deploy', name));
 const VARIANTS: Variant[] = [
   { name: 'kubevirt', dir: deploy('kubevirt'), node: KUBEVIRT_NODE, vmNamespaces: ['default'] },
+  { name: 'single-tenant', dir: deploy('single-tenant'), node: KUBEVIRT_NODE, vmNamespaces: ['default'] },
   { name: 'libvirt', dir: deploy('libvirt'), node: LIBVIRT_NODE, vmNamespaces: ['default'] },
   {
     name: 'namespaced',
@@ -273,14 +292,56 @@ async function install(t: TestContext, variant: Variant) {
   ]);
   assert.equal(secret.stdout.trim(), 'secret/vmseed-datasource-key created');
 
+  const stopped = (p: DaemonSetPod) => async () => {
+    const codes = await p.stop();
+    for (const [name, code] of Object.entries(codes)) assert.equal(code, 0, `${name}'s exit code\n${p.logs()}`);
+  };
+
+  // The cluster component first, Ready before any agent asks it.
+  const deployment = fake.objects.get(resourceType('apps', 'deployments')!, 'vmseed', 'vmseed-cluster');
+  let cluster: DaemonSetPod | undefined;
+  if (deployment) {
+    const spec = (deployment as Any).spec.template.spec;
+    assert.equal(nodeAffinityMatches(spec, KUBEVIRT_NODE.labels), false, 'the cluster component stays off VM nodes');
+    assert.equal(nodeAffinityMatches(spec, CLUSTER_NODE.labels), true, 'the cluster component runs on node-c');
+    await assert.rejects(
+      startDeploymentPod(fake, deployment, { node: KUBEVIRT_NODE, netns, dir: join(dir, 'refused') }),
+      /no pod on node node-a/,
+    );
+    const clusterNetns = await makePodNetns();
+    steps.push(() => clusterNetns.remove());
+    await linkPodNetns(netns, clusterNetns);
+    cluster = await startDeploymentPod(fake, deployment, {
+      node: CLUSTER_NODE,
+      netns: clusterNetns,
+      dir: join(dir, 'cluster-pod'),
+      compileCache,
+    });
+    steps.push(stopped(cluster));
+    const webhook = ((cluster.spec.containers[0].args ?? []) as string[]).some(
+      (a) => a.startsWith('--webhook-listen=') && a !== '--webhook-listen=off',
+    );
+    // Not Ready until cert-manager has issued the webhook's certificate.
+    if (webhook) {
+      await readiness(cluster, 'cluster', (r) => r.status === 503 && /webhook certificate missing/.test(r.body));
+      await certManager(fake);
+      await cluster.syncSecretVolumes();
+    }
+    for (const c of cluster.spec.containers as Any[])
+      if (c.readinessProbe) await readiness(cluster, c.name, (r) => r.status === 200);
+    assert.ok(fake.getConfigMap('vmseed', 'vmseed-cluster-ca'), 'the cluster component published its CA');
+  }
+
   const ds = fake.objects.get(resourceType('apps', 'daemonsets')!, 'vmseed', 'vmseed');
   assert.ok(ds, 'the DaemonSet vmseed/vmseed');
-  const pod = await startDaemonSetPod(fake, ds, { node: variant.node, netns, dir, compileCache });
-  steps.push(async () => {
-    const codes = await pod.stop();
-    for (const [name, code] of Object.entries(codes)) assert.equal(code, 0, `${name}'s exit code\n${pod.logs()}`);
+  const pod = await startDaemonSetPod(fake, ds, {
+    node: variant.node,
+    netns,
+    dir: join(dir, 'agent-pod'),
+    compileCache,
   });
-  return { fake, pod, node };
+  steps.push(stopped(pod));
+  return { fake, pod, cluster, node };
 }
 
 for (const variant of VARIANTS) {
@@ -289,17 +350,12 @@ for (const variant of VARIANTS) {
     { timeout: 180_000 },
     async (t) => {
       const started = Date.now();
-      const { fake, pod, node } = await install(t, variant);
-      const agent = pod.spec.containers.find((c: Any) => c.name === 'agent');
-      const webhook = (agent.args as string[]).some((a) => a.startsWith('--webhook-listen='));
+      const { fake, pod, cluster, node } = await install(t, variant);
+      assert.equal(cluster === undefined, variant.name === 'single-tenant', 'a cluster component unless single-tenant');
+      const webhook = fake.objects.all().some((o) => o.kind === 'MutatingWebhookConfiguration');
       const libvirtDir = pod.hostPaths['/var/run/libvirt'];
 
       // Not Ready until what the node lacks is there, saying what it is.
-      if (webhook) {
-        await readiness(pod, 'agent', (r) => r.status === 503 && /webhook certificate missing/.test(r.body));
-        await certManager(fake);
-        await pod.syncSecretVolumes();
-      }
       if (libvirtDir !== undefined) {
         await readiness(pod, 'agent', (r) => r.status === 503 && /libvirt socket/.test(r.body)).then((r) =>
           assert.match(
@@ -341,25 +397,40 @@ for (const variant of VARIANTS) {
 
       const calls = fake.requests.filter((r) => r.user !== ADMIN_USER);
       assert.deepEqual(
-        calls.filter((r) => r.status === 401 || r.status === 403).map((r) => `${r.method} ${r.path} ${r.status}`),
+        calls
+          .filter((r) => r.status === 401 || r.status === 403)
+          .map((r) => `${r.user} ${r.method} ${r.path} ${r.status}`),
         [],
-        'the applied RBAC allows every call the agent made',
+        'the applied RBAC allows every call the agent and the cluster component made',
       );
-      const made = new Set(calls.filter((r) => r.status < 400).map((r) => `${r.resource}:${r.verb}`));
-      for (const c of [
-        'virtualmachineinstances:list',
-        'virtualmachineinstances:watch',
-        'secrets:get',
-        'secrets:watch',
-        'events:create',
-      ])
+      const madeBy = (user: string) =>
+        new Set(calls.filter((r) => r.user === user && r.status < 400).map((r) => `${r.resource}:${r.verb}`));
+      const made = madeBy(fake.user);
+      const reads = ['secrets:get', 'secrets:watch'];
+      for (const c of ['virtualmachineinstances:list', 'virtualmachineinstances:watch', 'events:create'])
         assert.ok(made.has(c), `the agent made ${c} (${[...made].join(', ')})`);
+      if (cluster) {
+        // The Secrets through the cluster component, with its credential.
+        assert.deepEqual(
+          calls
+            .filter((r) => r.user === fake.user && r.resource === 'secrets' && r.status === 200)
+            .map((r) => `${r.method} ${r.path}`),
+          [],
+          "no Secret read with the agent's credential",
+        );
+        const byCluster = madeBy(CLUSTER_USER);
+        for (const c of reads)
+          assert.ok(byCluster.has(c), `the cluster component made ${c} (${[...byCluster].join(', ')})`);
+      } else for (const c of reads) assert.ok(made.has(c), `the agent made ${c} (${[...made].join(', ')})`);
       if (variant.unserved) {
         assert.equal(existsSync(join(seeds, variant.unserved)), false, `nothing seeded in ${variant.unserved}`);
         assert.deepEqual(
-          calls.filter((r) => r.namespace === variant.unserved || r.namespace === undefined).map((r) => r.path),
+          calls
+            .filter((r) => r.user === fake.user)
+            .filter((r) => r.namespace === variant.unserved || r.namespace === undefined)
+            .map((r) => r.path),
           [],
-          `no call outside the served namespaces`,
+          `no call of the agent outside the served namespaces`,
         );
       }
 
@@ -368,7 +439,8 @@ for (const variant of VARIANTS) {
       if (pod.containers.has('redirect'))
         assert.match(metrics.get('redirect-metrics') ?? '', /^vmseed_redirect_in_place 1$/m);
       if (webhook) {
-        const answer = await callWebhook(fake, pod, await fixtureReview('vmi-direct'));
+        assert.ok(cluster, 'the webhook is served by the cluster component');
+        const answer = await callWebhook(fake, cluster, await fixtureReview('vmi-direct'));
         assert.equal(answer.status, 200);
         assert.equal(answer.response.allowed, true);
         assert.ok(patchOf({ status: 200, body: '', json: answer })?.length, 'the webhook patched the VMI');

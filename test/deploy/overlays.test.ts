@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject } from '../support/manifests.ts';
 import {
+  COMBINABLE,
   COMPONENTS,
   OVERLAYS,
   kubectlVersion,
@@ -21,7 +22,15 @@ import {
 type Any = any;
 
 const rendered = new Map<Overlay | 'base', KubeObject[]>();
-const base = loadYamlDocuments('manifests/daemonset.yaml');
+// The base as `kubectl apply -f` reads its files: the node agents, the
+// cluster component, the admission policy.
+const base = ['daemonset.yaml', 'cluster.yaml', 'admission-policy.yaml'].flatMap((f) =>
+  loadYamlDocuments(`manifests/${f}`),
+);
+// Bound to the node agent's ServiceAccount (not the cluster component's).
+const AGENT_SA = { kind: 'ServiceAccount', name: 'vmseed', namespace: 'vmseed' };
+const bindsAgent = (o: KubeObject): boolean =>
+  ((o as Any).subjects ?? []).some((s: Any) => s.kind === AGENT_SA.kind && s.name === AGENT_SA.name);
 const baseAgent = agentOf(base);
 
 before(async () => {
@@ -64,7 +73,7 @@ test('every variant renders with kubectl kustomize into objects valid against th
   }
 });
 
-test('the base and the kubevirt variant are manifests/daemonset.yaml as `kubectl apply -f` reads it', () => {
+test('the base and the kubevirt variant are the files of manifests/ as `kubectl apply -f` reads them', () => {
   // kustomize parses YAML as kubectl does (YAML 1.1): any value that a YAML
   // 1.2 reader takes differently (a leading-zero octal mode) shows up here.
   for (const name of ['base', 'kubevirt'] as const) {
@@ -148,7 +157,7 @@ test('libvirt: --platform=libvirt, the host libvirt socket directory instead of 
   assert.ok(agent.args.includes(`--state-dir=${seeds.hostPath.path}`));
   // Root without CAP_DAC_OVERRIDE writes only into its own directories.
   const init = pod.initContainers.find((c: Any) => c.name === 'state-dir-owner');
-  assert.deepEqual(init.command, ['chown', '-R', '0:0', seeds.hostPath.path]);
+  assert.deepEqual(init.command, ['chown', '-R', '0:0', seeds.hostPath.path, '/etc/vmseed/datasource']);
   assert.deepEqual(init.securityContext.capabilities, { drop: ['ALL'], add: ['CHOWN'] });
   const term = pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms;
   assert.deepEqual(term, [{ matchExpressions: [{ key: 'vmseed.io/libvirt', operator: 'Exists' }] }]);
@@ -169,7 +178,7 @@ test('namespaced: --namespaces and one RoleBinding per listed namespace; the Clu
 
   const account = findObject(objects, 'ServiceAccount', 'vmseed');
   const subject = { kind: 'ServiceAccount', name: account.metadata.name, namespace: account.metadata.namespace };
-  const bindings = objects.filter((o) => o.kind === 'RoleBinding') as Any[];
+  const bindings = objects.filter((o) => o.kind === 'RoleBinding' && bindsAgent(o)) as Any[];
   assert.deepEqual(
     bindings.map((b) => b.metadata.namespace).sort(),
     [...namespaces].sort(),
@@ -180,9 +189,9 @@ test('namespaced: --namespaces and one RoleBinding per listed namespace; the Clu
     assert.deepEqual(b.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'vmseed-agent' });
   }
   assert.equal(
-    objects.filter((o) => o.kind === 'ClusterRoleBinding').length,
+    objects.filter((o) => o.kind === 'ClusterRoleBinding' && bindsAgent(o)).length,
     0,
-    'no cluster-wide binding: the base one is deleted',
+    'no cluster-wide binding of the agent: the base one is deleted',
   );
   assert.deepEqual(
     findObject(objects, 'ClusterRole', 'vmseed-agent'),
@@ -196,9 +205,9 @@ test('namespaced: --namespaces and one RoleBinding per listed namespace; the Clu
 });
 
 test('every variant ships the same NetworkPolicy, and nothing in deploy/ points into hotplug-disks', async () => {
-  const policy = findObject(base, 'NetworkPolicy');
+  const policy = findObject(base, 'NetworkPolicy', 'vmseed-agent');
   for (const o of OVERLAYS) {
-    assert.deepEqual(findObject(rendered.get(o)!, 'NetworkPolicy'), policy, o);
+    assert.deepEqual(findObject(rendered.get(o)!, 'NetworkPolicy', 'vmseed-agent'), policy, o);
     assert.doesNotMatch(JSON.stringify(rendered.get(o)), /hotplug-disks/, o);
   }
 });
@@ -248,10 +257,13 @@ test("the agent's config parser accepts every variant's args and environment", a
     [libvirt.libvirt.platform, libvirt.kubevirtVolumes, libvirt.libvirt.resumeVia, libvirt.mode],
     ['libvirt', 'own', 'virsh', 'kubernetes'],
   );
+  const single = load(rendered.get('single-tenant')!);
+  assert.equal(single.objects, undefined, 'single-tenant: the agent reads the API server itself');
+  assert.equal(kubevirt.objects?.url, 'https://vmseed-cluster.vmseed.svc:8444');
   const namespaced = load(rendered.get('namespaced')!);
   const bound = rendered
     .get('namespaced')!
-    .filter((o) => o.kind === 'RoleBinding')
+    .filter((o) => o.kind === 'RoleBinding' && bindsAgent(o))
     .map((o) => o.metadata.namespace!);
   assert.deepEqual([...namespaced.namespaces!].sort(), bound.sort());
 });
@@ -294,7 +306,7 @@ test('kubectl kustomize prints no warning for any variant or for all components 
       'resources:',
       `  - ${relative(dir, join(ROOT, 'deploy', 'kubevirt'))}`,
       'components:',
-      ...COMPONENTS.map((c) => `  - ${relative(dir, join(ROOT, 'deploy', 'components', c))}`),
+      ...COMBINABLE.map((c) => `  - ${relative(dir, join(ROOT, 'deploy', 'components', c))}`),
       '',
     ].join('\n'),
   );
@@ -307,7 +319,7 @@ test('kubectl kustomize prints no warning for any variant or for all components 
   // webhook (webhook).
   assert.equal(pod.hostNetwork, true);
   assert.ok(pod.containers.some((c: Any) => c.name === 'redirect'));
-  assert.equal(objects.filter((o) => o.kind === 'ClusterRoleBinding').length, 0);
+  assert.equal(objects.filter((o) => o.kind === 'ClusterRoleBinding' && bindsAgent(o)).length, 0);
   assert.ok(objects.some((o) => o.kind === 'MutatingWebhookConfiguration'));
   // cert-manager's kinds are not Kubernetes' own (webhook-overlay.test.ts
   // checks them).
@@ -327,8 +339,42 @@ test("namespaced RBAC for the operator's own namespaces: the overlay in the docs
   const { loadConfig } = await import('../../src/config/config.ts');
   const agent = agentOf(objects);
   const config = loadConfig(agent.args, { NODE_NAME: 'node-a' }, '/')!;
-  const bound = objects.filter((o) => o.kind === 'RoleBinding').map((o) => o.metadata.namespace!);
+  const bound = objects.filter((o) => o.kind === 'RoleBinding' && bindsAgent(o)).map((o) => o.metadata.namespace!);
   assert.ok(bound.length >= 1);
   assert.deepEqual([...config.namespaces!].sort(), bound.sort());
-  assert.equal(objects.filter((o) => o.kind === 'ClusterRoleBinding').length, 0);
+  assert.equal(objects.filter((o) => o.kind === 'ClusterRoleBinding' && bindsAgent(o)).length, 0);
+});
+
+// A VM node holds only what its own VMs need: in every variant but the
+// single-tenant one, the node agent's account has no rule on Secrets or
+// ConfigMaps and no unpause, the cluster component is there to serve them,
+// and the admission policy keeps the agent's VMI writes to its own node.
+test('every split variant: no Secret, ConfigMap or unpause rule for the node agent; the cluster component and the admission policy present', async () => {
+  const { rulesOfServiceAccount } = await import('../support/rbac.ts');
+  for (const o of OVERLAYS) {
+    const objects = rendered.get(o)!;
+    const rules = rulesOfServiceAccount(objects, { namespace: 'vmseed', name: 'vmseed' }).flatMap((s) => s.rules);
+    const reaches = (resource: string) =>
+      rules.some((r) =>
+        (r.resources ?? []).some((x) => x === resource || x === '*' || x === `${resource.split('/')[0]}/*`),
+      );
+    const split = o !== 'single-tenant';
+    for (const resource of ['secrets', 'configmaps', 'virtualmachineinstances/unpause'])
+      assert.equal(reaches(resource), !split, `${o}: ${resource}`);
+    assert.equal(
+      objects.some((x) => x.kind === 'Deployment' && x.metadata.name === 'vmseed-cluster'),
+      split,
+      o,
+    );
+    assert.ok(
+      objects.some((x) => x.kind === 'ValidatingAdmissionPolicy'),
+      `${o}: the admission policy`,
+    );
+    const args: string[] = agentOf(objects).args;
+    assert.equal(
+      args.some((a) => a.startsWith('--objects-url=')),
+      split,
+      `${o}: --objects-url`,
+    );
+  }
 });

@@ -15,59 +15,118 @@ import {
 import { ROOT, findObject, loadYamlDocuments, type KubeObject } from '../support/manifests.ts';
 import { kustomize } from '../support/kustomize.ts';
 import { runKubevirtScenario } from '../support/kubevirt-scenario.ts';
+import { ADMIN_USER, FakeKube } from '../support/fake-kube.ts';
+import { resourceType } from '../support/fake-kube-objects.ts';
+import { ensureServingCert } from '../../src/cluster/objects/serving-cert.ts';
+import { KubeConnectionApi } from '../../src/kube/api-client.ts';
 
-const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole') as unknown as {
+const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole', 'vmseed-agent') as unknown as {
+  rules: PolicyRule[];
+};
+const clusterRole = findObject(
+  loadYamlDocuments('manifests/cluster.yaml'),
+  'ClusterRole',
+  'vmseed-cluster',
+) as unknown as {
   rules: PolicyRule[];
 };
 const ACCOUNT = { namespace: 'vmseed', name: 'vmseed' };
+const COMPONENT = { namespace: 'vmseed', name: 'vmseed-cluster' };
 
 // The agent's API calls as the fake API server recorded them while an agent
-// ran test/support/kubevirt-scenario.ts: the informer, a Secret and a
-// ConfigMap read, Events created and patched, the seed gate's unpause, and a
-// VMI's provisioning annotation patched.
+// ran test/support/kubevirt-scenario.ts as the default manifests deploy it:
+// the informer, the launcher pods' watch, Events created and patched, and a
+// VMI's provisioning annotation patched; its Secret and ConfigMap reads and
+// the seed gate's unpause went through the cluster component, whose own
+// calls are CLUSTER_CALLS.
 // AGENT_CALLS: cluster-wide; NAMESPACED_CALLS: the same scenario with the
 // namespaced variant's --namespaces, authorized by that variant's own
-// rendered bindings.
+// rendered bindings; DIRECT_CALLS: the single-tenant variant, the agent
+// reading and unpausing itself.
 let AGENT_CALLS: RecordedCall[] = [];
+let CLUSTER_CALLS: RecordedCall[] = [];
+let DIRECT_CALLS: RecordedCall[] = [];
+let SINGLE_TENANT: KubeObject[] = [];
 let NAMESPACED_CALLS: RecordedCall[] = [];
 let NAMESPACED_STATUSES: number[] = [];
 // The variants as `kubectl apply -k deploy/<variant>` creates them.
 let CLUSTER_WIDE: KubeObject[] = [];
 let NAMESPACED: KubeObject[] = [];
-const recorded = (requests: Array<{ method: string; path: string; query: Record<string, string> }>): RecordedCall[] =>
-  requests.map((r) => ({ method: r.method, path: r.path, query: r.query }));
+type Recorded = { method: string; path: string; query: Record<string, string>; user: string };
+const recorded = (requests: Recorded[], component = false): RecordedCall[] =>
+  requests
+    .filter((r) => (r.user === ADMIN_USER) === component)
+    .map((r) => ({ method: r.method, path: r.path, query: r.query }));
 before(async () => {
   CLUSTER_WIDE = await kustomize(join(ROOT, 'deploy', 'kubevirt'));
   NAMESPACED = await kustomize(join(ROOT, 'deploy', 'namespaced'));
-  const clusterWide = await runKubevirtScenario({ rbac: CLUSTER_WIDE });
+  SINGLE_TENANT = await kustomize(join(ROOT, 'deploy', 'single-tenant'));
+  const clusterWide = await runKubevirtScenario({ rbac: CLUSTER_WIDE, objectService: true });
   assert.deepEqual(clusterWide.unpaused, ['team-a/vm1'], 'the scenario reached the seed gate');
   AGENT_CALLS = recorded(clusterWide.requests);
-  const namespaced = await runKubevirtScenario({ namespaces: namespacesFlag(NAMESPACED), rbac: NAMESPACED });
+  CLUSTER_CALLS = recorded(clusterWide.requests, true);
+  const namespaced = await runKubevirtScenario({
+    namespaces: namespacesFlag(NAMESPACED),
+    rbac: NAMESPACED,
+    objectService: true,
+  });
   assert.deepEqual(namespaced.unpaused, ['team-a/vm1'], 'the namespaced scenario reached the seed gate');
   NAMESPACED_CALLS = recorded(namespaced.requests);
-  NAMESPACED_STATUSES = namespaced.requests.map((r) => r.status);
+  NAMESPACED_STATUSES = namespaced.requests.filter((r) => r.user !== ADMIN_USER).map((r) => r.status);
+  const direct = await runKubevirtScenario({ rbac: SINGLE_TENANT });
+  assert.deepEqual(direct.unpaused, ['team-a/vm1'], 'the single-tenant scenario reached the seed gate');
+  DIRECT_CALLS = recorded(direct.requests);
 });
 
+// `group/resource[/subresource]:verb` of each kind of call, sorted.
+function kindsOf(calls: RecordedCall[]): string[] {
+  const kinds = calls.map((c) => {
+    const a = requestAttributes(c);
+    return `${a.apiGroup}/${a.resource}${a.subresource ? '/' + a.subresource : ''}:${a.verb}`;
+  });
+  return [...new Set(kinds)].sort();
+}
+
 test('the scenario made every kind of call the agent has', () => {
-  const kinds = new Set(
-    AGENT_CALLS.map((c) => {
-      const a = requestAttributes(c);
-      return `${a.apiGroup}/${a.resource}${a.subresource ? '/' + a.subresource : ''}:${a.verb}`;
-    }),
-  );
-  assert.deepEqual([...kinds].sort(), [
-    '/configmaps:get',
-    '/configmaps:watch',
+  assert.deepEqual(kindsOf(AGENT_CALLS), [
     '/events:create',
     '/events:patch',
     '/pods:list',
     '/pods:watch',
-    '/secrets:get',
-    '/secrets:watch',
     'kubevirt.io/virtualmachineinstances:list',
     'kubevirt.io/virtualmachineinstances:patch',
     'kubevirt.io/virtualmachineinstances:watch',
+  ]);
+});
+
+test("the cluster component's ClusterRole grants exactly the calls it made for the node: none denied, no rule unused", () => {
+  assert.deepEqual(kindsOf(CLUSTER_CALLS), [
+    '/configmaps:get',
+    '/configmaps:watch',
+    '/pods:get',
+    '/secrets:get',
+    '/secrets:watch',
+    'authentication.k8s.io/tokenreviews:create',
+    'kubevirt.io/virtualmachineinstances:list',
+    'kubevirt.io/virtualmachineinstances:watch',
     'subresources.kubevirt.io/virtualmachineinstances/unpause:update',
+  ]);
+  const scoped = rulesOfServiceAccount(CLUSTER_WIDE, COMPONENT);
+  // Its own Role in its namespace: the agent pods' Pod get, and its
+  // certificate's Secret and ConfigMap (serving-cert.test.ts makes those calls).
+  const podGets = CLUSTER_CALLS.filter((c) => requestAttributes(c).resource === 'pods');
+  assert.ok(podGets.length > 0, "the scenario's agent token names only its pod");
+  assert.deepEqual(checkScopedRbac(scoped, podGets).denied, []);
+  assert.deepEqual(
+    checkRbac(
+      clusterRole.rules,
+      CLUSTER_CALLS.filter((c) => requestAttributes(c).resource !== 'pods'),
+    ),
+    { denied: [], unused: [] },
+  );
+  assert.deepEqual(scoped.map((s) => `${s.namespace || '*'} ${s.via}`).sort(), [
+    '* ClusterRoleBinding vmseed-cluster -> ClusterRole vmseed-cluster',
+    'vmseed RoleBinding vmseed/vmseed-cluster-cert -> Role vmseed-cluster-cert',
   ]);
 });
 
@@ -139,14 +198,12 @@ test('a granted rule that no call uses is reported as unused', () => {
   const withoutWatch = AGENT_CALLS.filter((c) => requestAttributes(c).verb !== 'watch');
   assert.deepEqual(checkRbac(role.rules, withoutWatch).unused, [
     { apiGroup: 'kubevirt.io', resource: 'virtualmachineinstances', verb: 'watch' },
-    { apiGroup: '', resource: 'secrets', verb: 'watch' },
-    { apiGroup: '', resource: 'configmaps', verb: 'watch' },
     { apiGroup: '', resource: 'pods', verb: 'watch' },
   ]);
 });
 
 test('a referenced object is watched by name, which a rule with resourceNames can allow', () => {
-  const watches = AGENT_CALLS.map((c) => requestAttributes(c)).filter(
+  const watches = CLUSTER_CALLS.map((c) => requestAttributes(c)).filter(
     (a) => a.verb === 'watch' && (a.resource === 'secrets' || a.resource === 'configmaps'),
   );
   assert.ok(watches.length >= 2);
@@ -257,10 +314,103 @@ test('cluster-wide (deploy/kubevirt): the ServiceAccount holds exactly the calls
   );
   assert.deepEqual(namespacesFlag(CLUSTER_WIDE), []);
   assert.deepEqual(checkScopedRbac(scoped, AGENT_CALLS), { denied: [], unused: [] });
-  // Any namespace: a Secret of a namespace the scenario never used.
+  // No Secret, ConfigMap or unpause anywhere: not by name, not by watch.
+  for (const [method, path] of [
+    ['GET', '/api/v1/namespaces/team-a/secrets/vm1-userdata'],
+    ['GET', '/api/v1/namespaces/team-a/secrets?watch=true&fieldSelector=metadata.name%3Dvm1-userdata'],
+    ['GET', '/api/v1/secrets?watch=true'],
+    ['GET', '/api/v1/namespaces/team-a/configmaps/vm1-files'],
+    ['PUT', '/apis/subresources.kubevirt.io/v1/namespaces/team-a/virtualmachineinstances/vm1/unpause'],
+  ])
+    assert.equal(scopedAllows(scoped, requestAttributes({ method, path })), false, `${method} ${path}`);
+});
+
+test("the cluster component's certificate Role grants exactly the calls of issuing and renewing it", async (t) => {
+  const fake = await FakeKube.start({ adminTokens: ['admin'] });
+  const connection = fake.connection('admin');
+  t.after(async () => {
+    await connection.close(100);
+    await fake.close();
+  });
+  fake.objects.create(
+    resourceType('', 'namespaces')!,
+    undefined,
+    JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'vmseed' } }),
+  );
+  const api = new KubeConnectionApi(connection, { retry: { retries: 0 } });
+  const options = {
+    namespace: 'vmseed',
+    secretName: 'vmseed-cluster-tls',
+    configMapName: 'vmseed-cluster-ca',
+    dnsNames: ['vmseed-cluster.vmseed.svc'],
+  };
+  await ensureServingCert(api, options);
+  // A year on: renewed in place.
+  await ensureServingCert(api, { ...options, now: () => new Date(Date.now() + 360 * 86_400_000) });
+  const calls = recorded(fake.requests, true).filter((c) => requestAttributes(c).resource !== 'namespaces');
+  const role = findObject(loadYamlDocuments('manifests/cluster.yaml'), 'Role', 'vmseed-cluster-cert') as unknown as {
+    rules: PolicyRule[];
+  };
+  const report = checkRbac(role.rules, calls);
+  assert.deepEqual(report.denied, []);
+  assert.deepEqual(
+    report.unused,
+    [{ apiGroup: '', resource: 'pods', verb: 'get' }],
+    'every rule used but the Pod get, which the scenario above makes',
+  );
+});
+
+test("the fake API server, enforcing deploy/kubevirt's RBAC, refuses the node agent's credential a Secret by name and a Secret watch", async (t) => {
+  const fake = await FakeKube.start({ rbac: CLUSTER_WIDE });
+  const connection = fake.connection();
+  t.after(async () => {
+    await connection.close(100);
+    await fake.close();
+  });
+  fake.setSecret({ metadata: { name: 's', namespace: 'team-a' }, stringData: { userdata: 'x' } });
+  const api = new KubeConnectionApi(connection, { retry: { retries: 0 } });
+  for (const path of [
+    '/api/v1/namespaces/team-a/secrets/s',
+    '/api/v1/namespaces/team-a/secrets?watch=true&fieldSelector=metadata.name%3Ds',
+    '/api/v1/secrets?watch=true',
+  ]) {
+    const r = await api.request('GET', path);
+    assert.equal(r.status, 403, path);
+    assert.match(String((r.body as { message?: string }).message), /cannot (get|watch) resource "secrets"/);
+  }
+  const unpause = await api.request(
+    'PUT',
+    '/apis/subresources.kubevirt.io/v1/namespaces/team-a/virtualmachineinstances/vm1/unpause',
+    {},
+  );
+  assert.equal(unpause.status, 403);
+});
+
+test('single-tenant (deploy/single-tenant): the agent alone reads and unpauses with its own credential, no rule unused, no cluster component', () => {
+  const scoped = rulesOfServiceAccount(SINGLE_TENANT, ACCOUNT);
+  assert.deepEqual(checkScopedRbac(scoped, DIRECT_CALLS), { denied: [], unused: [] });
+  const kinds = new Set(
+    DIRECT_CALLS.map((c) => requestAttributes(c)).map(
+      (a) => `${a.resource}${a.subresource ? '/' + a.subresource : ''}:${a.verb}`,
+    ),
+  );
+  for (const k of ['secrets:get', 'secrets:watch', 'configmaps:get', 'virtualmachineinstances/unpause:update'])
+    assert.ok(kinds.has(k), k);
   assert.equal(
-    scopedAllows(scoped, requestAttributes({ method: 'GET', path: '/api/v1/namespaces/elsewhere/secrets/s' })),
-    true,
+    SINGLE_TENANT.filter((o) => o.kind === 'Deployment' || (o.metadata?.name ?? '').startsWith('vmseed-cluster'))
+      .length,
+    0,
+  );
+  const ds = findObject(SINGLE_TENANT, 'DaemonSet', 'vmseed') as unknown as {
+    spec: { template: { spec: { containers: { args: string[] }[]; volumes: { name: string }[] } } };
+  };
+  assert.deepEqual(
+    ds.spec.template.spec.containers[0].args.filter((a) => a.startsWith('--objects-')),
+    [],
+  );
+  assert.deepEqual(
+    ds.spec.template.spec.volumes.filter((v) => v.name.startsWith('objects-')),
+    [],
   );
 });
 

@@ -32,6 +32,7 @@ import {
   waitHealthy,
   type DaemonSetAgentProcess,
 } from '../../e2e/support/daemonset-agent.ts';
+import { startClusterObjects } from '../support/cluster-objects.ts';
 import { RemoteProc, writeDomain, type Packet } from '../../src/libvirt/rpc/protocol.ts';
 import { XdrReader, XdrWriter } from '../../src/libvirt/rpc/xdr.ts';
 import { ImageStore } from '../../src/disk/store.ts';
@@ -251,6 +252,10 @@ export async function startHostileNode(o: {
     const stateDir = join(work, 'seeds');
     await mkdir(stateDir);
     await chown(stateDir, QEMU_UID, QEMU_GID);
+    // Secrets and the unpause through the cluster component's object
+    // service, as the default manifests run the agent.
+    const objects = await startClusterObjects(fake, NODE);
+    cleanups.push(() => objects.close());
     const keyDir = join(work, 'datasource-key');
     await mkdir(keyDir, { mode: 0o755 });
     await writeFile(join(keyDir, 'keys'), `${randomBytes(32).toString('base64')}\n`, { mode: 0o444 });
@@ -261,11 +266,16 @@ export async function startHostileNode(o: {
     const kubeconfig = await fake.writeKubeconfig(work);
 
     const agent = await startDaemonSetAgent({
-      hostPaths: { '/var/lib/kubelet/pods': tree.podsDir, '/var/lib/vmseed/seeds': stateDir },
-      secrets: { 'vmseed-datasource-key': keyDir },
+      hostPaths: {
+        '/var/lib/kubelet/pods': tree.podsDir,
+        '/var/lib/vmseed/seeds': stateDir,
+        '/var/lib/vmseed/keys': keyDir,
+      },
+      volumeDirs: objects.volumeDirs,
       nodeName: NODE,
       kube: { kubeconfig },
       overrides: {
+        ...objects.overrides,
         ...LOOPBACK_LISTENERS,
         // Info logs a line per seed: kept, as shipped.
       },

@@ -15,7 +15,11 @@
 // API:
 //   const sa = await serviceAccountVolume(fake, dir, { namespace?, token? })
 //     writes the volume under `dir` (ca.crt = the fake's CA, token = an
-//     accepted one; the fake is told to accept only that token).
+//     accepted one; the fake is told to accept only that token). With
+//     `account` (another pod's service account, e.g. the cluster
+//     component's vmseed/vmseed-cluster), the token is one the fake
+//     authenticates as that account (fake.serviceAccountToken()), and the
+//     agent's accepted tokens are left alone.
 //   sa.command(argv): [file, ...args] that runs `argv` with the volume
 //     mounted at SA_PATH; spawn(file, args, { env: sa.env(extraEnv) }).
 //   sa.env(extra?): process.env without KUBECONFIG, plus
@@ -47,7 +51,7 @@ const FILES = ['ca.crt', 'namespace', 'token'] as const;
 export async function serviceAccountVolume(
   fake: FakeKube,
   dir: string,
-  options: { namespace?: string; token?: string } = {},
+  options: { namespace?: string; token?: string; account?: { namespace: string; name: string } } = {},
 ): Promise<ServiceAccountVolume> {
   const path = join(dir, 'serviceaccount');
   await mkdir(path, { recursive: true });
@@ -56,8 +60,16 @@ export async function serviceAccountVolume(
   if (!caCert) throw new Error('serviceAccountVolume needs the fake API server with TLS');
   const content: Record<(typeof FILES)[number], string> = {
     'ca.crt': caCert,
-    namespace: options.namespace ?? 'vmseed',
+    namespace: options.namespace ?? options.account?.namespace ?? 'vmseed',
     token: options.token ?? newToken(),
+  };
+  const account = options.account;
+  const accept = (token: string): string => {
+    if (!account) {
+      fake.acceptTokens(token);
+      return token;
+    }
+    return fake.serviceAccountToken(account.namespace, account.name);
   };
   let generation = 0;
 
@@ -82,8 +94,8 @@ export async function serviceAccountVolume(
       if (old.startsWith('..') && old !== ts && old !== '..data')
         await rm(join(path, old), { recursive: true, force: true });
   };
+  content.token = accept(content.token);
   await publish();
-  fake.acceptTokens(content.token);
 
   return {
     path,
@@ -113,9 +125,8 @@ export async function serviceAccountVolume(
       return env;
     },
     rotateToken: async () => {
-      content.token = newToken();
+      content.token = accept(newToken());
       await publish();
-      fake.acceptTokens(content.token);
       return content.token;
     },
     setCa: async (pem) => {

@@ -72,12 +72,16 @@ export function forbiddenStatus(user: string, a: RequestAttributes): Record<stri
 // (manifests/daemonset.yaml unless given) as a Role in each namespace, bound
 // to the agent's service account there; nothing at the cluster scope.
 export function namespacedRbac(namespaces: string[], rules?: PolicyRule[]): unknown[] {
-  const roleRules =
-    rules ??
-    (loadManifestObjects(new URL('../../manifests/daemonset.yaml', import.meta.url).pathname) as Obj[]).find(
+  // Default: what the agent holds when it reads and unpauses itself (the
+  // base's ClusterRole and the direct-reads component's).
+  const clusterRoleRules = (file: string) =>
+    (loadManifestObjects(new URL(`../../${file}`, import.meta.url).pathname) as Obj[]).find(
       (o) => o.kind === 'ClusterRole',
-    )?.rules ??
-    [];
+    )?.rules ?? [];
+  const roleRules = rules ?? [
+    ...clusterRoleRules('manifests/daemonset.yaml'),
+    ...clusterRoleRules('deploy/components/direct-reads/clusterrole.yaml'),
+  ];
   return namespaces.flatMap((ns) => [
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',

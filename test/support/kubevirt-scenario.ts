@@ -23,6 +23,14 @@ import { FakeClient } from './seed-read-doubles.ts';
 import { NodePodWatch } from '../../src/kube/node-pods.ts';
 import { BoundedWatch } from '../../src/kube/watch.ts';
 import { pino } from 'pino';
+import { KubeConnection } from '../../src/kube/connection.ts';
+import { startObjectService, type ObjectService } from '../../src/cluster/objects/object-server.ts';
+import { testPki } from './test-pki.ts';
+
+// The cluster component's credential in the scenario: its calls are
+// recorded as ADMIN_USER's, apart from the node agent's.
+const COMPONENT_TOKEN = 'vmseed-cluster-token';
+const AGENT_POD = { name: 'vmseed-node-1', uid: '7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e05' };
 
 // The launcher's emptyDir the seed is published into (a `vmseed` directory
 // of ours inside it), as the kubelet lays it out under its pods directory.
@@ -81,18 +89,52 @@ export function kubevirtInjector(
 }
 
 // `namespaces`: the agent in namespaced mode (--namespaces); `rbac`: the
-// objects (Roles, bindings...) the fake API server authorises with instead
-// of manifests/daemonset.yaml.
+// objects (Roles, bindings...) the fake API server authorises the agent
+// with instead of manifests/daemonset.yaml; `objectService`: the agent reads
+// Secrets and ConfigMaps and unpauses through the cluster component's
+// object service, as the default manifests deploy it (its own calls are
+// ADMIN_USER's), with a pod-bound token that names only its pod.
 export async function runKubevirtScenario(
-  options: { namespaces?: string[]; rbac?: unknown[] } = {},
+  options: { namespaces?: string[]; rbac?: unknown[]; objectService?: boolean } = {},
 ): Promise<{ requests: RequestRecord[]; unpaused: string[]; lv: FakeLibvirt }> {
-  const fake = await FakeKube.start(options.rbac ? { rbac: options.rbac } : {});
+  const fake = await FakeKube.start({
+    ...(options.rbac ? { rbac: options.rbac } : {}),
+    adminTokens: [COMPONENT_TOKEN],
+  });
   const dir = await tempDir('vmseed-kubevirt-');
   const pods = join(dir.path, 'pods');
   const connection = fake.connection();
   const api = new KubeConnectionApi(connection, { timeoutMs: 2000 });
   const lv = new FakeLibvirt();
+  let service: ObjectService | undefined;
+  let objects: KubeConnection | undefined;
+  const upstream = fake.connection(COMPONENT_TOKEN);
   try {
+    if (options.objectService) {
+      const pki = await testPki('vmseed-objects');
+      service = await startObjectService({
+        listen: { host: '127.0.0.1', port: 0 },
+        tls: { cert: pki.serverCert, key: pki.serverKey },
+        connection: upstream,
+        api: new KubeConnectionApi(upstream, { timeoutMs: 2000 }),
+        logger: pino({ level: 'silent' }),
+        agentServiceAccount: 'vmseed:vmseed',
+      });
+      fake.setPod('vmseed', AGENT_POD.name, AGENT_POD.uid, NODE);
+      fake.registerReviewToken('node-agent-objects-token', {
+        username: 'system:serviceaccount:vmseed:vmseed',
+        audiences: ['vmseed-cluster'],
+        extra: {
+          'authentication.kubernetes.io/pod-name': [AGENT_POD.name],
+          'authentication.kubernetes.io/pod-uid': [AGENT_POD.uid],
+        },
+      });
+      objects = new KubeConnection({
+        server: `https://127.0.0.1:${service.address.port}`,
+        token: 'node-agent-objects-token',
+        ca: pki.caCert,
+      });
+    }
     for (const pod of [POD_1, POD_2]) await mkdir(join(pods, pod, EPHEMERAL), { recursive: true });
     fake.setSecret({
       metadata: { name: 'vm1-userdata', namespace: 'team-a' },
@@ -124,7 +166,8 @@ export async function runKubevirtScenario(
     );
     // A Secret that never comes: SeedFailed, then repeats of it (PATCH).
     fake.applyVmi(launcherVmi('broken', 'team-a', 'secretRef: {name: missing}\n', POD_3));
-    const injector = kubevirtInjector(pods, lv, kubevirtUnpause(api));
+    const unpauseApi = objects ? new KubeConnectionApi(objects, { timeoutMs: 2000 }) : api;
+    const injector = kubevirtInjector(pods, lv, kubevirtUnpause(unpauseApi));
     // Every guest reads its seed at once.
     const seedReads = new FakeClient();
     seedReads.reads = 1;
@@ -146,6 +189,7 @@ export async function runKubevirtScenario(
       injector,
       seedReads,
       annotateVmis: { sweepMs: 50 },
+      ...(objects ? { objects } : {}),
       ...(options.namespaces ? { namespaces: options.namespaces } : {}),
     });
     try {
@@ -177,6 +221,9 @@ export async function runKubevirtScenario(
     }
     return { requests: [...fake.requests], unpaused: [...fake.unpaused], lv };
   } finally {
+    await objects?.close(100);
+    await service?.close();
+    await upstream.close(100);
     await connection.close();
     await fake.close();
     await dir.remove();

@@ -11,11 +11,14 @@ import { ROOT, type KubeObject } from './manifests.ts';
 
 const run = promisify(execFile);
 
-export const OVERLAYS = ['kubevirt', 'libvirt', 'namespaced', 'imds'] as const;
+export const OVERLAYS = ['kubevirt', 'libvirt', 'namespaced', 'imds', 'single-tenant'] as const;
 export type Overlay = (typeof OVERLAYS)[number];
 // deploy/components/<name>: kustomize Components an operator's overlay
 // combines.
-export const COMPONENTS = ['imds', 'namespaced', 'webhook'] as const;
+export const COMPONENTS = ['imds', 'namespaced', 'webhook', 'direct-reads'] as const;
+// Those an operator may list together in one overlay (direct-reads removes
+// the cluster component the webhook is served by).
+export const COMBINABLE = ['imds', 'namespaced', 'webhook'] as const;
 
 // `dir` absolute, or relative to the current directory.
 export async function kustomize(dir: string): Promise<KubeObject[]> {
