@@ -51,6 +51,11 @@ options:
                           (default ${DEFAULT_LAUNCHERS_FILE})
   --all-pods              redirect every pod's 169.254.169.254, not only launchers' (takes the
                           cloud's metadata service from every pod on the node)
+  --session-hop-limit N   set IP TTL N on the answers of redirected connections that open with
+                          no plain GET/HEAD/POST (the agent's PUT /v1/session, with
+                          --datasource-imds-session), so a session token crosses at most N-1
+                          routed hops past the node: 2 reaches a masquerade-bound guest and no
+                          container nested in it (default: off, no TTL is changed)
   --interval SECONDS      how often the rule is checked and re-applied when gone (default 5)
   --table NAME            the nftables table, family ip (default ${DEFAULT_TABLE})
   --metadata-address IP   default 169.254.169.254
@@ -76,7 +81,17 @@ function specFrom(values: Record<string, string | string[] | boolean | undefined
       .filter((s) => s !== ''),
     metadata: { address: (values['metadata-address'] as string | undefined) ?? '169.254.169.254', port },
     ...(values['all-pods'] === true ? { allPods: true } : {}),
+    ...(values['session-hop-limit'] !== undefined
+      ? { sessionHopLimit: hopLimit(values['session-hop-limit'] as string) }
+      : {}),
   });
+}
+
+// Digits only: Number() would take ' 2', '0x2' or '2e0'.
+function hopLimit(text: string): number {
+  if (!/^[0-9]{1,3}$/.test(text))
+    throw new UsageError(`--session-hop-limit: '${text}' is not a whole number of hops from 1 to 255`);
+  return Number(text);
 }
 
 /**
@@ -97,6 +112,7 @@ export const redirect: Command = async (ctx) => {
         interval: { type: 'string', default: '5' },
         'launchers-file': { type: 'string', default: DEFAULT_LAUNCHERS_FILE },
         'all-pods': { type: 'boolean', default: false },
+        'session-hop-limit': { type: 'string' },
         table: { type: 'string' },
         'metadata-address': { type: 'string' },
         'metadata-port': { type: 'string' },

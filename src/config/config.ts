@@ -165,6 +165,14 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
       );
     datasource.imdsCompat = true;
   }
+  const imdsSession = flags.get('datasource-imds-session');
+  if (imdsSession !== 'off') {
+    if (!datasource)
+      throw new ConfigError(
+        '--datasource-imds-session needs --datasource-listen HOST:PORT (the datasource is off without it)',
+      );
+    datasource.imdsSession = imdsSession;
+  }
   const redirectStatusUrl = flags.get('redirect-status-url');
   if (redirectStatusUrl !== undefined) config.redirectStatusUrl = redirectStatusUrl;
   const launcherAddressesFile = flags.get('launcher-addresses-file');
@@ -285,6 +293,7 @@ export function configSummary(c: Config): Record<string, string | number | boole
           ...(c.datasource.keyCreate ? { datasourceKeyCreate: true } : {}),
           datasourceCompatSourceAddress: c.datasource.compatSourceAddress,
           ...(c.datasource.imdsCompat ? { datasourceImdsCompat: true } : {}),
+          ...(c.datasource.imdsSession ? { datasourceImdsSession: c.datasource.imdsSession } : {}),
         }
       : {}),
   };

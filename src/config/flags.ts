@@ -8,6 +8,7 @@ import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../cloudinit/limits.ts';
 import { normalisePrefix } from '../datasource/nocloud-paths.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../datasource/url.ts';
+import { SESSION_MODES } from '../datasource/imds/session-endpoint.ts';
 import { localUriSocket } from '../libvirt/rpc/uri.ts';
 import { encodeUriValue, parseTemplate, type TemplateKind } from '../libvirt/template.ts';
 import {
@@ -352,6 +353,12 @@ export const AGENT_FLAGS = {
     help: "answer token-less /v1/... by source address, for VMIs with KubeVirt IMDS's imds.kubevirt.io/enabled annotation only",
     default: 'false',
     parse: switched,
+  }),
+  'datasource-imds-session': flag({
+    arg: 'off|optional|required',
+    help: 'IMDSv2-style sessions (PUT /v1/session, header X-Vmseed-Session): optional checks a session sent with /v1/identity and /v1/token, required refuses them without one (KubeVirt IMDS clients send none); never on the NoCloud or OpenStack paths',
+    default: 'off',
+    parse: (t, f) => oneOf(t, f, SESSION_MODES),
   }),
   'redirect-status-url': optionalFlag({
     arg: 'URL',

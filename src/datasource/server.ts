@@ -25,6 +25,9 @@ import { challengeNonce } from '../redirect/challenge.ts';
 import { ImdsEndpoints } from './imds/endpoints.ts';
 import type { ImdsGuardLimits } from './imds/guards.ts';
 import type { ServiceAccountTokenReader } from './imds/token-endpoint.ts';
+import type { SessionMode } from './imds/session-endpoint.ts';
+import type { SessionLimits } from './imds/sessions.ts';
+import { noteRequest } from './imds/connection-order.ts';
 import { ReportReceiver, type ProgressSink, type ReportLimits } from './reports/receiver.ts';
 import { EarlyMisses, type EarlyMissLimits } from './early.ts';
 import { holdConnection } from './flood/connection-hold.ts';
@@ -83,6 +86,9 @@ export interface DatasourceServerOptions {
   // a VMI's ServiceAccount token; without a reader /v1/token answers 500.
   imdsLimits?: ImdsGuardLimits;
   readServiceAccountToken?: ServiceAccountTokenReader;
+  // --datasource-imds-session: `PUT <prefix>/session` and the session check
+  // of /v1/identity and /v1/token (imds/session-endpoint.ts). Default off.
+  imdsSessions?: { mode: SessionMode; limits?: SessionLimits };
   // Accept cloud-init's progress events (POST <prefix>/<report token>/cloud-init-events).
   reports?: { sink: ProgressSink; limits?: ReportLimits };
 }
@@ -180,6 +186,7 @@ class SeedRequestHandler {
       ...(options.imdsLimits ? { limits: options.imdsLimits } : {}),
       ...(options.metrics ? { metrics: options.metrics } : {}),
       ...(options.readServiceAccountToken ? { readToken: options.readServiceAccountToken } : {}),
+      ...(options.imdsSessions ? { sessions: options.imdsSessions, directory: options.directory } : {}),
     });
     this.#early = new EarlyMisses(options.earlyMisses);
   }
@@ -316,15 +323,16 @@ export async function startDatasourceServer(options: DatasourceServerOptions): P
   const logger = options.logger.child({ component: 'datasource' });
   const prefix = normalisePrefix(options.prefix ?? '/v1');
   const handler = new SeedRequestHandler(options, prefix, options.clock ?? SYSTEM_CLOCK, logger);
-  const server = createDatasourceListener(
-    options.limits ?? {},
+  const handle = refusingForwarded(
+    withReports(measured(handler, logger, options.metrics), options, prefix, logger),
+    logger,
     options.metrics,
-    refusingForwarded(
-      withReports(measured(handler, logger, options.metrics), options, prefix, logger),
-      logger,
-      options.metrics,
-    ),
   );
+  // Every request counted on its connection first: a session PUT must open its own.
+  const server = createDatasourceListener(options.limits ?? {}, options.metrics, (req, res) => {
+    noteRequest(req);
+    handle(req, res);
+  });
   await listen(server, options.listen.port, options.listen.host);
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;

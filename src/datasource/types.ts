@@ -21,6 +21,8 @@ export interface DatasourceConfig {
   // Token-less requests answered by source address for VMIs with KubeVirt
   // IMDS's annotations only (src/datasource/imds/compat.ts).
   imdsCompat?: boolean;
+  // --datasource-imds-session, when not off (imds/session-endpoint.ts).
+  imdsSession?: 'optional' | 'required';
   // The kubelet's pods tree, where /v1/token reads launcher pods' tokens.
   podsDir?: string;
 }

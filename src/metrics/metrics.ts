@@ -236,7 +236,7 @@ export function createMetrics(options: MetricsOptions) {
     // scope which bucket refused (vm, source: resolved to no VMI, node).
     imdsRequests: new Counter({
       name: 'vmseed_imds_requests_total',
-      help: 'Requests to the IMDS endpoints of the datasource (/v1/identity, /v1/token, OpenStack paths) by path family and HTTP status.',
+      help: 'Requests to the IMDS endpoints of the datasource (/v1/identity, /v1/token, the session PUT /v1/session, OpenStack paths) by path family and HTTP status.',
       labelNames: ['family', 'status'] as const,
       registers,
     }),

@@ -39,6 +39,11 @@ export interface RedirectSpec {
   // cloud's metadata service from every pod on the node. For nodes with
   // no such service whose agent writes no launcher file.
   allPods?: boolean;
+  // --session-hop-limit: the IP TTL set on the answers of redirected
+  // connections that are no plain GET/HEAD/POST (the datasource's
+  // `PUT /v1/session`), so a session token does not cross more routed hops
+  // than that (EC2's HttpPutResponseHopLimit). Absent: no such rule.
+  sessionHopLimit?: number;
 }
 
 /**
@@ -51,6 +56,17 @@ export const DEFAULT_TABLE = 'vmseed';
 export const CHAIN = 'prerouting';
 /** The table's set of this node's launcher pod addresses: the only sources redirected. */
 export const LAUNCHER_SET = 'launchers';
+/** The chains of --session-hop-limit: marking connections, and setting their answers' TTL. */
+export const SESSION_MARK_CHAIN = 'session-mark';
+export const SESSION_TTL_CHAIN = 'session-ttl';
+// Bits of the conntrack mark, set with `|` so other users' bits stay:
+// DECIDED once a connection's first data segment has been seen, SESSION
+// when that segment was no plain GET/HEAD/POST.
+export const CT_DECIDED = 0x40000000;
+export const CT_SESSION = 0x20000000;
+// The first four bytes of the requests that stay plain: every datasource
+// request but the session PUT (IMDS and NoCloud GET/HEAD, progress POSTs).
+const PLAIN_STARTS = ['GET ', 'HEAD', 'POST'];
 
 const NAME_RE = /^[A-Za-z][A-Za-z0-9_-]{0,30}$/;
 const IFACE_RE = /^[A-Za-z0-9_.:-]{1,15}\*?$/;
@@ -92,6 +108,9 @@ export function checkSpec(spec: RedirectSpec): RedirectSpec {
         `interface pattern '${p}' must be an interface name (at most 15 characters) with an optional trailing *`,
       );
   }
+  const hops = spec.sessionHopLimit;
+  if (hops !== undefined && (!Number.isInteger(hops) || hops < 1 || hops > 255))
+    throw invalid('session-hop-limit', `session hop limit ${hops} must be an integer from 1 to 255`);
   return spec;
 }
 
@@ -106,12 +125,54 @@ export function specDigest(spec: RedirectSpec): string {
     spec.metadata.address,
     spec.metadata.port,
     spec.allPods === true ? 'all-pods' : LAUNCHER_SET,
+    // Absent from the older digests' input: a rule without a hop limit keeps its digest.
+    ...(spec.sessionHopLimit !== undefined ? [`session-hop-limit ${spec.sessionHopLimit}`] : []),
   ]);
   return createHash('sha256').update(canonical).digest('hex').slice(0, 16);
 }
 
 export function ruleComment(spec: RedirectSpec): string {
   return `vmseed-redirect ${specDigest(spec)}`;
+}
+
+// The comments of the hop limit's two rules that are checked for.
+export function sessionComments(spec: RedirectSpec): { mark: string; ttl: string } {
+  const digest = specDigest(spec);
+  return { mark: `vmseed-session-mark ${digest}`, ttl: `vmseed-session-ttl ${digest}` };
+}
+
+const hex = (n: number) => `0x${n.toString(16).padStart(8, '0')}`;
+
+// --session-hop-limit. A connection is judged by its first data segment
+// from the guest, after the DNAT (so only our redirect's connections, to
+// our target): GET/HEAD/POST leave it plain, anything else (a PUT, or a
+// first segment too short to tell, which no real client sends) marks it a
+// session connection for good, and every answer on it leaves the node with
+// IP TTL N. The datasource answers `PUT /v1/session` only as the first
+// request of a connection (src/datasource/imds/connection-order.ts), so a
+// session answer never rides a connection judged plain, however the guest
+// splits or pipelines its bytes. Postrouting sees both answers the node's
+// own listener sends (the agent on the host network) and answers it
+// forwards from a target elsewhere, after the forward's own decrement.
+function sessionChains(spec: RedirectSpec, hops: number): string[] {
+  const c = sessionComments(spec);
+  const undecided =
+    `ip daddr ${spec.to.host} tcp dport ${spec.to.port} ct direction original ct status dnat ` +
+    `ct original ip daddr ${spec.metadata.address} ct mark & ${hex(CT_DECIDED)} == 0`;
+  const plain = PLAIN_STARTS.map((p) => `0x${Buffer.from(p, 'latin1').toString('hex')}`).join(', ');
+  return [
+    `  chain ${SESSION_MARK_CHAIN} {`,
+    // After every DNAT (ours at dstnat - 10, iptables-nft's at dstnat).
+    `    type filter hook prerouting priority dstnat + 10; policy accept;`,
+    `    ${undecided} @ih,0,32 { ${plain} } ct mark set ct mark | ${hex(CT_DECIDED)}`,
+    // `@ih,0,8 & 0 == 0`: any segment with a byte of payload (a bare ACK has none).
+    `    ${undecided} @ih,0,8 & 0x0 == 0x0 ct mark set ct mark | ${hex(CT_DECIDED | CT_SESSION)} counter comment "${c.mark}"`,
+    `  }`,
+    `  chain ${SESSION_TTL_CHAIN} {`,
+    `    type filter hook postrouting priority filter; policy accept;`,
+    `    ct direction reply ct mark & ${hex(CT_SESSION)} == ${hex(CT_SESSION)} ip ttl set ${hops} counter comment "${c.ttl}"`,
+    `  }`,
+  ];
 }
 
 /**
@@ -133,6 +194,7 @@ export function renderRuleset(spec: RedirectSpec, launchers: readonly string[] =
     `    type nat hook prerouting priority dstnat - 10; policy accept;`,
     `    iifname { ${ifaces} } ${sources}ip daddr ${spec.metadata.address} tcp dport ${spec.metadata.port} counter dnat to ${spec.to.host}:${spec.to.port} comment "${ruleComment(spec)}"`,
     `  }`,
+    ...(spec.sessionHopLimit !== undefined ? sessionChains(spec, spec.sessionHopLimit) : []),
     `}`,
     ...(spec.allPods === true ? [] : addElements(spec, launchers)),
     '',
@@ -193,6 +255,7 @@ export function ruleInPlace(listJson: string, spec: RedirectSpec): boolean {
   const chain = items.find((i) => i.chain && i.chain.table === spec.table && i.chain.name === CHAIN)?.chain;
   if (!chain || chain.type !== 'nat' || chain.hook !== 'prerouting') return false;
   if (spec.allPods !== true && launcherSetElements(listJson, spec) === undefined) return false;
+  if (spec.sessionHopLimit !== undefined && !sessionRulesInPlace(items, spec)) return false;
   const want = ruleComment(spec);
   return items.some((i) => {
     const r = i.rule;
@@ -202,4 +265,22 @@ export function ruleInPlace(listJson: string, spec: RedirectSpec): boolean {
     )?.dnat;
     return dnat?.addr === spec.to.host && dnat?.port === spec.to.port;
   });
+}
+
+// The hop limit's chains hooked where they belong and their rules there, by comment.
+function sessionRulesInPlace(items: Array<Record<string, Record<string, unknown>>>, spec: RedirectSpec): boolean {
+  const c = sessionComments(spec);
+  const hooked = (name: string, hook: string) =>
+    items.some(
+      (i) =>
+        i.chain?.table === spec.table && i.chain.name === name && i.chain.type === 'filter' && i.chain.hook === hook,
+    );
+  const rule = (chain: string, comment: string) =>
+    items.some((i) => i.rule?.table === spec.table && i.rule.chain === chain && i.rule.comment === comment);
+  return (
+    hooked(SESSION_MARK_CHAIN, 'prerouting') &&
+    hooked(SESSION_TTL_CHAIN, 'postrouting') &&
+    rule(SESSION_MARK_CHAIN, c.mark) &&
+    rule(SESSION_TTL_CHAIN, c.ttl)
+  );
 }

@@ -86,6 +86,10 @@ const FIELDS: Record<string, Class> = {
   'kube/node-pods.ts #uidByName': { not: "this node's pods as the API lists them: a pod's deletion removes it" },
   'kube/node-pods.ts #timers': { not: 'watch restarts backing off' },
   'datasource/identity.ts #byToken': { not: "rebuilt from the seed directory at the directory's next revision" },
+  'datasource/imds/sessions.ts #byKey': {
+    not: "IMDS sessions: bounded per VMI and per node, expiring, dropped at the first sweep after the directory's revision moves once their VMI is gone",
+  },
+  'datasource/imds/sessions.ts #byVmi': { not: 'the same sessions by VMI, dropped with them' },
   'datasource/early.ts #misses': { not: 'hashes of tokens that verified nothing yet: bounded, expiring' },
   'datasource/early.ts #perSource': { not: 'per source address, bounded' },
   'datasource/flood/rate-limit.ts #buckets': { not: 'per source address' },

@@ -88,6 +88,7 @@ export async function prepareNocloudHttp(
         ...(metrics ? { metrics } : {}),
         compatSourceAddress: config.compatSourceAddress || config.imdsCompat === true,
         ...(config.podsDir !== undefined ? { readServiceAccountToken: launcherTokenReader(config.podsDir) } : {}),
+        ...(config.imdsSession ? { imdsSessions: { mode: config.imdsSession } } : {}),
         reports: { sink: agent.provisioning },
       }).catch((e: Error) => {
         throw new Error(

@@ -3,11 +3,13 @@
 // address (IMDS-annotated VMIs, as IMDS's sidecar answers its own pod) or
 // under a VMI's token path. Only VMIs that are IMDS-annotated or opted in
 // (ImdsFacts.enabled) are answered; any other answer is the NoCloud 404.
+// With sessions on (session-endpoint.ts), `PUT <prefix>/session` too, and
+// /v1/identity and /v1/token check the session header.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Metrics } from '../../metrics/metrics.ts';
 import { LogThrottle } from '../../core/log-throttle.ts';
-import type { SeedDirectoryEntry } from '../types.ts';
+import type { SeedDirectory, SeedDirectoryEntry } from '../types.ts';
 import type { SeedIdentity } from '../identity.ts';
 import { ImdsGuards, RETRY_AFTER_MS, type ImdsGuardLimits, type Throttle } from './guards.ts';
 import { holdConnection } from '../flood/connection-hold.ts';
@@ -15,6 +17,8 @@ import { identityReply, type ImdsReply } from './identity-endpoint.ts';
 import { parseImdsPath, type ImdsFamily, type ImdsRoute } from './imds-paths.ts';
 import { tokenReply, type ServiceAccountTokenReader } from './token-endpoint.ts';
 import { OpenstackTree } from '../openstack-paths.ts';
+import { SessionEndpoint, type SessionMode } from './session-endpoint.ts';
+import type { SessionLimits } from './sessions.ts';
 
 export interface ImdsEndpointOptions {
   prefix: string;
@@ -23,8 +27,13 @@ export interface ImdsEndpointOptions {
   readToken?: ServiceAccountTokenReader;
   limits?: ImdsGuardLimits;
   metrics?: Metrics;
-  // Monotonic milliseconds, for the buckets.
+  // Monotonic milliseconds, for the buckets and the sessions' expiry.
   now?: () => number;
+  // --datasource-imds-session; off (the default): no session path, no check.
+  sessions?: { mode: SessionMode; limits?: SessionLimits };
+  // Whether a VMI is still in the directory, and the directory's revision:
+  // the sessions of a VMI that went are dropped. Needed with `sessions`.
+  directory?: Pick<SeedDirectory, 'get' | 'revision'>;
 }
 
 const NOT_FOUND: ImdsReply = {
@@ -59,16 +68,30 @@ export class ImdsEndpoints {
   // One warning per kind of refusal per minute: a flood is seen, not logged
   // request by request.
   readonly #logThrottle = new LogThrottle<Throttle | number | 'token-mismatch'>();
+  readonly #sessions: SessionEndpoint | undefined;
 
   constructor(options: ImdsEndpointOptions) {
     this.#o = options;
     this.#guards = new ImdsGuards(options.limits, options.now);
+    const mode = options.sessions?.mode ?? 'off';
+    const directory = options.directory;
+    if (mode === 'off') this.#sessions = undefined;
+    else if (directory === undefined) throw new TypeError('IMDS sessions need the directory');
+    else
+      this.#sessions = SessionEndpoint.create({
+        mode,
+        ...(options.sessions?.limits ? { limits: options.sessions.limits } : {}),
+        now: options.now ?? (() => performance.now()),
+        held: (uid) => directory.get(uid) !== undefined,
+        revision: () => directory.revision,
+      });
   }
 
   // The status answered, or undefined when the target is no IMDS path.
   handle(req: IncomingMessage, res: ServerResponse, target: string, source: string): number | undefined {
     const route = parseImdsPath(target, this.#o.prefix);
-    if (route === undefined) return undefined;
+    // Sessions off: `<prefix>/session` is no path of these (the NoCloud 404).
+    if (route === undefined || (route.family === 'session' && this.#sessions === undefined)) return undefined;
     const entry = this.#resolve(route, source);
     const throttled = this.#guards.throttle(entry?.uid, source);
     let reply: ImdsReply;
@@ -81,7 +104,7 @@ export class ImdsEndpoints {
     } else {
       const refusal = this.#guards.check(req, route.family);
       if (refusal !== undefined) this.#note(refusal.status, route.family);
-      reply = refusal ?? (entry === undefined ? NOT_FOUND : this.#answer(route, entry));
+      reply = refusal ?? (entry === undefined ? NOT_FOUND : this.#answer(req, route, entry, source));
     }
     send(res, reply, req.method === 'HEAD');
     this.#o.metrics?.imdsRequests.inc({ family: route.family, status: String(reply.status) });
@@ -101,7 +124,23 @@ export class ImdsEndpoints {
       : undefined;
   }
 
-  #answer(route: ImdsRoute, entry: SeedDirectoryEntry & Required<Pick<SeedDirectoryEntry, 'imds'>>): ImdsReply {
+  #answer(
+    req: IncomingMessage,
+    route: ImdsRoute,
+    entry: SeedDirectoryEntry & Required<Pick<SeedDirectoryEntry, 'imds'>>,
+    source: string,
+  ): ImdsReply {
+    // A session token is never logged: a refusal is noted by its status alone.
+    if (route.family === 'session') {
+      const reply = this.#sessions!.put(req, entry.uid, source);
+      if (reply.status !== 200) this.#note(reply.status, route.family);
+      return reply;
+    }
+    const unauthorized = this.#sessions?.check(req, route.family, entry.uid, source);
+    if (unauthorized !== undefined) {
+      this.#note(unauthorized.status, route.family);
+      return unauthorized;
+    }
     switch (route.family) {
       case 'identity':
         return identityReply(entry, entry.imds);

@@ -9,8 +9,8 @@
 //  - `Metadata: true` on every path but the ones cloud-init and
 //    cloudbase-init fetch without custom headers (IMDS exempts its NoCloud
 //    and OpenStack paths): an SSRF guard, as on Azure;
-//  - 1 KiB of header fields (IMDS: MaxHeaderBytes 1 KiB), GET/HEAD only,
-//    no body.
+//  - 1 KiB of header fields (IMDS: MaxHeaderBytes 1 KiB), GET/HEAD only
+//    (PUT only for the session, session-endpoint.ts), no body.
 // Unlike IMDS, the rate limit comes first: a flood without the header
 // costs its sender its own bucket too.
 import type { IncomingMessage } from 'node:http';
@@ -55,6 +55,8 @@ export const RETRY_AFTER_MS = 1000;
 // IMDS's answers, byte for byte where IMDS has one (Go's http.Error).
 const TOO_MANY = text(429, 'rate limit exceeded\n', { 'Retry-After': String(RETRY_AFTER_MS / 1000) });
 const BAD_METHOD = text(405, 'Method not allowed\n', { Allow: 'GET, HEAD' });
+// PUT <prefix>/session (session-endpoint.ts) takes PUT only.
+const BAD_SESSION_METHOD = text(405, 'Method not allowed\n', { Allow: 'PUT' });
 const HEADERS_TOO_LARGE = text(431, 'request header fields too large\n', { Connection: 'close' });
 const HAS_BODY = text(400, 'request body not accepted\n', { Connection: 'close' });
 const NO_METADATA_HEADER = imdsError(400, 'missing_header', 'Metadata: true header is required');
@@ -103,11 +105,14 @@ export class ImdsGuards {
   // The refusal for a request that passed the rate limit, or undefined.
   check(req: IncomingMessage, family: ImdsFamily): ImdsReply | undefined {
     if (headerBytes(req) > this.#maxHeaderBytes) return HEADERS_TOO_LARGE;
-    if (req.method !== 'GET' && req.method !== 'HEAD') return BAD_METHOD;
+    const session = family === 'session';
+    if (session ? req.method !== 'PUT' : req.method !== 'GET' && req.method !== 'HEAD')
+      return session ? BAD_SESSION_METHOD : BAD_METHOD;
     const cl = req.headers['content-length'];
     if (req.headers['transfer-encoding'] !== undefined || (cl !== undefined && cl !== '0')) return HAS_BODY;
     // Node joins repeated unknown headers with ", ": only one exact `true` passes.
-    if (family !== 'openstack' && req.headers.metadata !== 'true') return NO_METADATA_HEADER;
+    // The session PUT has its own custom header instead (session-endpoint.ts).
+    if (family !== 'openstack' && !session && req.headers.metadata !== 'true') return NO_METADATA_HEADER;
     return undefined;
   }
 }

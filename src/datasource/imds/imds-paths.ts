@@ -9,7 +9,8 @@
 import { TOKEN_LENGTH, isTokenShaped } from '../tokens.ts';
 
 // Bounded label set for metrics.
-export const IMDS_FAMILIES = ['identity', 'token', 'openstack'] as const;
+// `session`: `PUT <prefix>/session`, answered only with --datasource-imds-session.
+export const IMDS_FAMILIES = ['identity', 'token', 'openstack', 'session'] as const;
 export type ImdsFamily = (typeof IMDS_FAMILIES)[number];
 
 /** The OpenStack tree as cloud-init's MetadataReader and cloudbase-init walk it. */
@@ -21,7 +22,12 @@ export type OpenstackPath = { kind: 'versions' } | { kind: 'listing' } | { kind:
 export type ImdsCaller = { via: 'address' } | { via: 'token'; token: string };
 
 export type ImdsRoute = ImdsCaller &
-  ({ family: 'identity' } | { family: 'token' } | { family: 'openstack'; openstack: OpenstackPath });
+  (
+    | { family: 'identity' }
+    | { family: 'token' }
+    | { family: 'session' }
+    | { family: 'openstack'; openstack: OpenstackPath }
+  );
 
 function openstackPath(rest: string): OpenstackPath | undefined {
   if (rest === '/openstack' || rest === '/openstack/') return { kind: 'versions' };
@@ -32,10 +38,11 @@ function openstackPath(rest: string): OpenstackPath | undefined {
     : undefined;
 }
 
-// What follows the caller part: `/identity`, `/token` or `/openstack...`.
+// What follows the caller part: `/identity`, `/token`, `/session` or `/openstack...`.
 function endpoint(rest: string, caller: ImdsCaller): ImdsRoute | undefined {
   if (rest === '/identity') return { ...caller, family: 'identity' };
   if (rest === '/token') return { ...caller, family: 'token' };
+  if (rest === '/session') return { ...caller, family: 'session' };
   const openstack = openstackPath(rest);
   return openstack && { ...caller, family: 'openstack', openstack };
 }
@@ -47,7 +54,7 @@ export function parseImdsPath(target: string, prefix: string): ImdsRoute | undef
   if (!target.startsWith(`${prefix}/`)) return undefined;
   const rest = target.slice(prefix.length);
   const byAddress = endpoint(rest, { via: 'address' });
-  if (byAddress?.family === 'identity' || byAddress?.family === 'token') return byAddress;
+  if (byAddress !== undefined && byAddress.family !== 'openstack') return byAddress;
   const token = rest.slice(1, 1 + TOKEN_LENGTH);
   if (!isTokenShaped(token)) return undefined;
   return endpoint(rest.slice(1 + TOKEN_LENGTH), { via: 'token', token });
