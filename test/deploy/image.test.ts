@@ -60,6 +60,9 @@ const as = (): RunAs => ({
     seeds: join(work, 'seeds'),
     'launcher-pods': join(work, 'pods'),
     'datasource-key': join(work, 'datasource-key'),
+    // What the kubelet writes for the projected token and the CA ConfigMap.
+    'objects-token': join(work, 'objects-token'),
+    'objects-ca': join(work, 'objects-ca'),
   },
   fieldValues: { NODE_NAME: 'node-a', HOST_IP: '10.0.0.5' },
 });
@@ -106,6 +109,8 @@ before(
     // The init container's chown of the state directory.
     chownSync(join(work, 'seeds'), 107, 107);
     writeFileSync(join(work, 'datasource-key', 'keys'), 'k1 0123456789abcdef0123456789abcdef\n', { mode: 0o444 });
+    writeFileSync(join(work, 'objects-token', 'token'), 'projected-token', { mode: 0o444 });
+    writeFileSync(join(work, 'objects-ca', 'ca.crt'), '', { mode: 0o444 });
   },
   { timeout: 900_000 },
 );

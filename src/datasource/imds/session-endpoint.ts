@@ -32,6 +32,7 @@ import { SESSION_TTL_RANGE, SessionStore, type SessionLimits } from './sessions.
 
 /** The --datasource-imds-session values. */
 export const SESSION_MODES = ['off', 'optional', 'required'] as const;
+/** One of SESSION_MODES. */
 export type SessionMode = (typeof SESSION_MODES)[number];
 
 /** Request header of the PUT: the session's lifetime in seconds. */

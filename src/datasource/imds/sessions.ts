@@ -25,6 +25,7 @@ export const SESSION_DEFAULTS = {
   perNode: 16_384,
 } as const;
 
+/** How many sessions may live at once (defaults: SESSION_DEFAULTS). */
 export interface SessionLimits {
   // Live sessions of one VMI; a new one drops its oldest.
   perVmi?: number;
