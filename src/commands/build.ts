@@ -3,7 +3,7 @@
 // (today the files; later `--vmi vmi.yaml [--secret s.yaml ...]`) reads the
 // parsed values and returns a Seed, and the rest (image, output) is shared.
 import type { Datasource } from '../api/objects.ts';
-import { readFile, writeFile, rename, unlink } from 'node:fs/promises';
+import { readFile, writeFile, rename, stat, unlink } from 'node:fs/promises';
 import { resolve, dirname, basename, join } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Command, CliContext, ExitCode } from './cli.ts';
@@ -18,6 +18,7 @@ import type { RefResolver } from '../api/objects.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../cloudinit/render.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
+import { lintUserData } from '../cloudinit/userdata/user-data-lint.ts';
 import { domainDevicesFromXml } from '../libvirt/domain-devices.ts';
 
 /** `vmseed build --help`: both modes (files, or a VMI manifest) and their flags. */
@@ -160,24 +161,27 @@ function parseMetaData(bytes: Uint8Array): Record<string, unknown> {
 
 /**
  * The files mode: the seed from --user-data (required) and the optional
- * --meta-data, --network-config and --vendor-data. Throws UsageError, or
- * METADATA_INVALID for meta-data that is not a mapping.
+ * --meta-data, --network-config and --vendor-data. user-data gets the lint
+ * --vmi's does (USERDATA_NO_HEADER warning, USERDATA_CLOUDCONFIG_INVALID).
+ * Throws UsageError, or METADATA_INVALID for meta-data that is not a mapping.
  */
 export async function seedFromFiles(values: BuildValues, datasource: Datasource, input: InputReader): Promise<Seed> {
   const userFile = values['user-data'];
   if (userFile === undefined) throw new UsageError('--user-data is required (use an empty file for none)');
   const userData = await input.read('user-data', userFile);
+  // The agent's lint, as --vmi runs it: an empty file is "no user-data".
+  const warnings = userData.length > 0 ? lintUserData(userData, 'user-data') : [];
   let seed: Seed;
   if (values['meta-data'] === undefined) {
     const metaData = datasource === 'configdrive' ? { uuid: 'iid-local01' } : { 'instance-id': 'iid-local01' };
-    seed = { datasource, metaData, userData, warnings: [] };
+    seed = { datasource, metaData, userData, warnings };
   } else {
     // Like cloud-localds: the user's file as given (comments, key order),
     // once it is known to be a mapping cloud-init can read.
     const raw = await input.read('meta-data', values['meta-data']);
     const metaData = parseMetaData(raw);
     const keep = datasource === 'nocloud' || isJsonText(raw);
-    seed = { datasource, metaData, userData, warnings: [], ...(keep ? { metaDataRaw: raw } : {}) };
+    seed = { datasource, metaData, userData, warnings, ...(keep ? { metaDataRaw: raw } : {}) };
   }
   if (values['network-config'] !== undefined)
     seed.networkConfig = await input.read('network-config', values['network-config']);
@@ -296,9 +300,17 @@ async function writeOutput(path: string, bytes: Uint8Array): Promise<void> {
   }
 }
 
+// -o naming a directory is a bad invocation (2), found before any work;
+// anything else (a missing parent, EACCES) shows at the write (1).
+async function checkOutput(path: string, given: string): Promise<void> {
+  const st = await stat(path).catch(() => undefined);
+  if (st?.isDirectory()) throw new UsageError(`-o ${given}: is a directory; give the image file's path`);
+}
+
 /**
  * `vmseed build`: writes the seed image to -o atomically. Exit 2 on bad input or
- * usage, 1 when the output cannot be written.
+ * usage (unknown flag, unreadable input, -o a directory, input that does not
+ * validate), 1 when the work fails (the output cannot be written).
  */
 export const build: Command = async (ctx): Promise<ExitCode> => {
   let values: BuildValues;
@@ -315,6 +327,7 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
       throw new UsageError(`--datasource: '${values.datasource}' is not one of ${DATASOURCES.join(', ')}`);
     }
     if (values.output === undefined) throw new UsageError('-o OUT.iso is required');
+    await checkOutput(resolve(ctx.cwd, values.output), values.output);
     const input = new InputReader(ctx);
     if (values.vmi !== undefined) {
       ({ seed, timestamp } = await seedFromVmi(values, input));
@@ -354,7 +367,9 @@ function fail(ctx: CliContext, e: unknown): ExitCode {
     ctx.stderr.write(`vmseed build: ${prefix}${e.message}\n`);
     return 2;
   }
-  throw e;
+  // Not the input's fault: the work failed.
+  ctx.stderr.write(`vmseed build: ${(e as Error)?.message ?? String(e)}\n`);
+  return 1;
 }
 
 export default build;

@@ -97,6 +97,10 @@ function hopLimit(text: string): number {
 /**
  * `vmseed redirect`: keeps the nftables DNAT of the metadata address to --to
  * until SIGTERM, which removes it; --print and --remove act once and exit.
+ * Exit 2 on bad flags (before anything listens), 1 when the health listener
+ * cannot bind or the rule cannot be removed. --datasource-key-file is no
+ * start-time input: the agent writes it (maybe after this starts), and until
+ * it is readable /readyz says so.
  */
 export const redirect: Command = async (ctx) => {
   let values;
@@ -189,7 +193,16 @@ export const redirect: Command = async (ctx) => {
     await keeper.stop();
     return 0;
   }
-  const health = await startRedirectHealth({ listen, keeper, metrics });
+  let health;
+  try {
+    health = await startRedirectHealth({ listen, keeper, metrics });
+  } catch (e) {
+    // The invocation was right; the listener cannot bind (in use, EACCES).
+    ctx.stderr.write(
+      `vmseed redirect: cannot listen on ${values.listen} (--listen): ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}\n`,
+    );
+    return 1;
+  }
   logger.info({ listen: `${health.address.address}:${health.address.port}` }, 'redirect health listening');
   await keeper.start();
   const watcher = spec.allPods === true ? undefined : watchLaunchers(launchersFile, () => void keeper.refresh());

@@ -136,7 +136,8 @@ async function tokenUid(values: Values, positional: string | undefined, cwd: str
 /**
  * `vmseed seed-url`: prints the DMI serial (or, with --url-only, the URL)
  * with a fresh random token, or with a VMI UID's token. Exit 2 on bad
- * input, 1 when the key file cannot be read.
+ * input or usage (a --vmi or --key-file that cannot be read included), 1 on
+ * an unexpected failure.
  */
 export const seedUrl: Command = async (ctx) => {
   try {
@@ -181,7 +182,8 @@ export const seedUrl: Command = async (ctx) => {
     }
     if (isVmseedError(e)) {
       ctx.stderr.write(`vmseed seed-url: ${e.code}: ${e.message}\n`);
-      return e.code === 'DATASOURCE_KEY_FILE_UNREADABLE' ? 1 : 2;
+      // An unreadable or malformed --key-file is bad input, like --vmi's.
+      return 2;
     }
     ctx.stderr.write('vmseed seed-url: internal error\n');
     return 1;

@@ -201,7 +201,7 @@ describe('vmseed seed-url', () => {
       // The modes that signed a VM or nonce binding are gone.
       [['--vm', 'ns1/vm-a', '--vm-uid', uid, '--key-file', 'keys'], 2, /Unknown option '--vm'/],
       [['--binding-from', 'vmi.yaml', '--key-file', 'keys'], 2, /Unknown option '--binding-from'/],
-      [['ns1/vm-a', '--uid', uid, '--key-file', 'missing'], 1, /DATASOURCE_KEY_FILE_UNREADABLE/],
+      [['ns1/vm-a', '--uid', uid, '--key-file', 'missing'], 2, /DATASOURCE_KEY_FILE_UNREADABLE/],
     ];
     for (const [argv, code, re] of cases) {
       const r = await run(argv, dir);
