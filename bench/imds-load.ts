@@ -32,12 +32,26 @@ export async function load(
   from?: { localAddress: string; connections: number },
   headers?: Record<string, string>,
   maxInFlight?: number,
+  // The identity rows: the source address of each path (by its index), a
+  // pool of `connections` per address, as each launcher pod has its own IP.
+  sources?: { of: (pathIndex: number) => string; connections: number },
 ): Promise<Result> {
   const pool = new Pool(origin, {
     connections: from?.connections ?? 64,
     pipelining: 1,
     ...(from ? { localAddress: from.localAddress } : {}),
   });
+  const pools = new Map<string, Pool>();
+  const poolOf = (pathIndex: number): Pool => {
+    if (sources === undefined) return pool;
+    const address = sources.of(pathIndex);
+    let p = pools.get(address);
+    if (p === undefined) {
+      p = new Pool(origin, { connections: sources.connections, pipelining: 1, localAddress: address });
+      pools.set(address, p);
+    }
+    return p;
+  };
   const total = Math.round(secs * rate);
   const latencies = new Float64Array(total);
   let sent = 0;
@@ -59,7 +73,7 @@ export async function load(
         return;
       }
       inFlight++;
-      pool
+      poolOf(i % paths.length)
         .request({ path: paths[i % paths.length], method: 'GET', ...(headers ? { headers } : {}) })
         .then(async (res) => {
           await res.body.arrayBuffer();
@@ -96,6 +110,7 @@ export async function load(
   });
   const wallSeconds = (performance.now() - start) / 1000;
   await pool.close();
+  await Promise.all([...pools.values()].map((p) => p.close()));
   return {
     name,
     sent: sent - notSent,

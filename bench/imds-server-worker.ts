@@ -16,13 +16,18 @@ import type { SeedDirectory, SeedDirectoryEntry } from '../src/datasource/types.
 import { DatasourceKeyring } from '../src/datasource/tokens.ts';
 import { launcherTokenReader } from '../src/agent/domain/launcher-token.ts';
 import { podUid } from './imds-pods.ts';
+import { benchDirectory } from './imds-directory.ts';
 import { jwt } from '../test/datasource/imds-support.ts';
 import { holdConnection } from '../src/datasource/flood/connection-hold.ts';
 import { RateLimiter } from '../src/datasource/flood/rate-limit.ts';
 import { IMDS_GUARD_DEFAULTS, RETRY_AFTER_MS } from '../src/datasource/imds/guards.ts';
 
-const { kind, key, vmis, perSourceCap, podsDir } = workerData as {
+const { kind, key, vmis, perSourceCap, podsDir, launchers } = workerData as {
   kind: 'vmseed' | 'bare' | 'bare-429' | 'bare-imds';
+  // The identity rows: the agent's AgentSeedDirectory (imds-directory.ts),
+  // with the launcher pods known (true) or not (false); absent: the plain
+  // directory of the other rows.
+  launchers?: boolean;
   key: Uint8Array;
   vmis: number;
   perSourceCap?: boolean;
@@ -60,13 +65,16 @@ if (kind === 'vmseed') {
       imds: { enabled: true, serviceAccountName: 'sa', serviceAccountToken: true, launcherPods: [podUid(i)] },
     });
   const lastFetch = new Map<string, Date>();
-  const directory: SeedDirectory = {
-    revision: 1,
-    get: (uid) => entries.get(uid),
-    listUids: () => entries.keys(),
-    byAddress: () => undefined,
-    recordFetch: (ns, name, file, at) => void lastFetch.set(`${ns}/${name}/${file}`, at),
-  };
+  const directory: SeedDirectory =
+    launchers !== undefined
+      ? benchDirectory(vmis, seedOf, launchers)
+      : {
+          revision: 1,
+          get: (uid) => entries.get(uid),
+          listUids: () => entries.keys(),
+          byAddress: () => undefined,
+          recordFetch: (ns, name, file, at) => void lastFetch.set(`${ns}/${name}/${file}`, at),
+        };
   const server = await startDatasourceServer({
     listen: { host: '127.0.0.1', port: 0 },
     directory,

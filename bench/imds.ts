@@ -55,7 +55,8 @@ import { execNft, RedirectKeeper } from '../src/redirect/keeper.ts';
 import { makePodNode, startNodeDatasource, stopChild } from '../test/support/netns.ts';
 import { signToken } from '../src/datasource/tokens.ts';
 import { rm } from 'node:fs/promises';
-import { benchPodsTree } from './imds-pods.ts';
+import { benchPodsTree, launcherIp } from './imds-pods.ts';
+import { quantile } from './stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -73,6 +74,12 @@ const { values } = parseArgs({
     'no-imds': { type: 'boolean', default: false },
     'no-nocloud': { type: 'boolean', default: false },
     redirect: { type: 'boolean', default: false },
+    // The identity rows: rounds of both servers, each row this long.
+    'identity-rounds': { type: 'string', default: '10' },
+    'identity-seconds': { type: 'string', default: '5' },
+    'no-identity': { type: 'boolean', default: false },
+    // Only the identity rows.
+    'identity-only': { type: 'boolean', default: false },
   },
 });
 const seconds = Number(values.seconds);
@@ -86,9 +93,17 @@ async function startWorker(
   key: Uint8Array,
   perSourceCap = false,
   podsDir?: string,
+  launchers?: boolean,
 ): Promise<{ port: number; worker: Worker }> {
   const worker = new Worker(new URL('./imds-server-worker.ts', import.meta.url), {
-    workerData: { kind, key, vmis, perSourceCap, ...(podsDir ? { podsDir } : {}) },
+    workerData: {
+      kind,
+      key,
+      vmis,
+      perSourceCap,
+      ...(podsDir ? { podsDir } : {}),
+      ...(launchers !== undefined ? { launchers } : {}),
+    },
   });
   const port = await new Promise<number>((resolve, reject) => {
     worker.once('message', (m: { port: number }) => resolve(m.port));
@@ -120,13 +135,14 @@ for (let i = 0; i < vmis; i++)
   for (const f of FILES) paths.push(`/v1/${signToken(key, `uid-${i}`)}${i % 2 ? '/' : ''}${f}`);
 
 const results: Result[] = [];
-if (!values['no-nocloud']) {
+const only = values['identity-only'];
+if (!values['no-nocloud'] && !only) {
   const { port, worker } = await startWorker('vmseed', key);
   await load('warm-up', `http://127.0.0.1:${port}`, paths, 1, rate); // JIT, token index, connections
   results.push(await load('vmseed datasource', `http://127.0.0.1:${port}`, paths, seconds, rate));
   await worker.terminate();
 }
-const flood = values['no-nocloud'] ? 0 : Number(values.flood);
+const flood = values['no-nocloud'] || only ? 0 : Number(values.flood);
 if (flood > 0) {
   const { port, worker } = await startWorker('vmseed', key, true);
   const held: Socket[] = [];
@@ -170,7 +186,7 @@ if (flood > 0) {
 // without VM 0 flooding from a load generator of its own, against vmseed
 // and (unless --no-reference) against the bare-imds reference in turn.
 const floodLines: string[] = [];
-if (!values['no-imds']) {
+if (!values['no-imds'] && !only) {
   const podsDir = await benchPodsTree(vmis);
   const { port, worker } = await startWorker('vmseed', key, false, podsDir);
   const origin = `http://127.0.0.1:${port}`;
@@ -339,7 +355,14 @@ if (!values['no-imds']) {
   await worker.terminate();
   await rm(podsDir, { recursive: true, force: true });
 }
-if (!values['no-reference']) {
+// The identity checks' cost: the same server with the launcher pods known
+// (each VMI's requests from its launcher pod's address: the case that is
+// served) and without launcher knowledge (today's, local mode's), both the
+// agent's AgentSeedDirectory, the same client (a pool per source address)
+// and load; the rows interleaved round by round, the order alternating.
+const identityLines: string[] = [];
+if (!values['no-identity']) identityLines.push(...(await identityRows()));
+if (!values['no-reference'] && !only) {
   const { port, worker } = await startWorker('bare', key);
   results.push(await load('bare node:http (reference)', `http://127.0.0.1:${port}`, ['/x'], seconds, rate));
   await worker.terminate();
@@ -410,7 +433,7 @@ const rows = results.map((r) => {
     'p99 vs ref': ref ? (p99 / pct(ref.latenciesMs.slice().sort(), 99)).toFixed(2) + 'x' : '-',
   };
 });
-const cols = Object.keys(rows[0]) as Array<keyof (typeof rows)[number]>;
+const cols = (rows.length > 0 ? Object.keys(rows[0]) : []) as Array<keyof (typeof rows)[number]>;
 const width = cols.map((c) => Math.max(c.length, ...rows.map((r) => String(r[c]).length)));
 const line = (cells: string[]) => '| ' + cells.map((c, i) => c.padEnd(width[i])).join(' | ') + ' |';
 console.log(
@@ -420,4 +443,91 @@ console.log(line(cols));
 console.log('|' + width.map((w) => '-'.repeat(w + 2)).join('|') + '|');
 for (const r of rows) console.log(line(cols.map((c) => String(r[c]))));
 for (const l of floodLines) console.log(l);
+for (const l of identityLines) console.log(l);
 if (results.some((r) => r.errors > 0)) process.exitCode = 1;
+
+async function identityRows(): Promise<string[]> {
+  const rounds = Number(values['identity-rounds']);
+  const secs = Number(values['identity-seconds']);
+  const podsDir = await benchPodsTree(vmis);
+  const MD = { Metadata: 'true' };
+  const servers = [
+    { name: 'no launcher knowledge', ...(await startWorker('vmseed', key, false, podsDir, false)) },
+    { name: 'identity checks', ...(await startWorker('vmseed', key, false, podsDir, true)) },
+  ];
+  const kinds = [
+    {
+      name: 'NoCloud files',
+      perVmi: FILES.length,
+      paths: Array.from({ length: vmis }, (_, i) => FILES.map((f) => `/v1/${signToken(key, `uid-${i}`)}/${f}`)).flat(),
+      headers: undefined,
+    },
+    {
+      name: 'IMDS identity+token',
+      perVmi: 2,
+      paths: Array.from({ length: vmis }, (_, i) =>
+        ['identity', 'token'].map((e) => `/v1/${signToken(key, `uid-${i}`)}/${e}`),
+      ).flat(),
+      headers: MD,
+    },
+  ];
+  // µs of server-thread CPU per request, per row, by kind then server.
+  const perRequest = kinds.map(() => servers.map(() => [] as number[]));
+  const totals = kinds.map(() => servers.map(() => ({ cpu: 0, requests: 0 })));
+  const rowLines: string[] = [];
+  const run = async (k: number, s: number, name: string, rowSecs: number) => {
+    const kind = kinds[k];
+    const server = servers[s];
+    const sources = { of: (p: number) => launcherIp(Math.floor(p / kind.perVmi)), connections: 1 };
+    const origin = `http://127.0.0.1:${server.port}`;
+    const before = await cpuOf(server.worker);
+    const r = await load(name, origin, kind.paths, rowSecs, rate, undefined, kind.headers, undefined, sources);
+    const cpu = (await cpuOf(server.worker)) - before;
+    return { r, cpu };
+  };
+  for (let k = 0; k < kinds.length; k++) for (let s = 0; s < servers.length; s++) await run(k, s, 'warm-up', 2);
+  for (let round = 0; round < rounds; round++) {
+    for (let k = 0; k < kinds.length; k++) {
+      for (let n = 0; n < servers.length; n++) {
+        const s = (n + round) % servers.length;
+        const { r, cpu } = await run(k, s, `${kinds[k].name}, ${servers[s].name} (${round + 1})`, secs);
+        // A row whose requests were not all answered 200 is no measure
+        // of the case that is served.
+        if (r.ok !== r.sent || r.errors > 0) results.push(r);
+        perRequest[k][s].push(cpu / r.sent);
+        totals[k][s].cpu += cpu;
+        totals[k][s].requests += r.sent;
+        const p99 = pct(r.latenciesMs.slice().sort(), 99);
+        rowLines.push(
+          `| ${round + 1} | ${kinds[k].name} | ${servers[s].name} | ${r.sent} | ${r.ok} | ${(cpu / 1000).toFixed(0)} | ${(cpu / r.sent).toFixed(1)} | ${p99.toFixed(3)} |`,
+        );
+      }
+    }
+  }
+  await Promise.all(servers.map((s) => s.worker.terminate()));
+  await rm(podsDir, { recursive: true, force: true });
+  const out = [
+    '',
+    `Identity checks: ${rounds} rounds of ${secs} s rows at ${rate} req/s, ${vmis} VMIs, each VMI's requests from its launcher IP (127.0.x.y); server thread CPU (process.threadCpuUsage)`,
+    '| round | paths | server | requests | ok | server CPU ms | CPU µs/request | p99 ms |',
+    '|---|---|---|---|---|---|---|---|',
+    ...rowLines,
+    '',
+    '| paths | server | CPU µs/request median | p99 | total CPU / requests µs |',
+    '|---|---|---|---|---|',
+  ];
+  const ratios: string[] = [];
+  for (let k = 0; k < kinds.length; k++) {
+    const med = perRequest[k].map((xs) => quantile(xs, 0.5));
+    const p99s = perRequest[k].map((xs) => quantile(xs, 0.99));
+    const tot = totals[k].map((t) => t.cpu / t.requests);
+    for (let s = 0; s < servers.length; s++)
+      out.push(
+        `| ${kinds[k].name} | ${servers[s].name} | ${med[s].toFixed(1)} | ${p99s[s].toFixed(1)} | ${tot[s].toFixed(1)} |`,
+      );
+    ratios.push(
+      `${kinds[k].name}: identity checks / none: median ${(med[1] / med[0]).toFixed(3)}x, p99 ${(p99s[1] / p99s[0]).toFixed(3)}x, total ${(tot[1] / tot[0]).toFixed(3)}x`,
+    );
+  }
+  return [...out, '', ...ratios];
+}

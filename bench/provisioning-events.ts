@@ -45,6 +45,11 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '16' },
     rounds: { type: 'string', default: '2' },
     'no-reference': { type: 'boolean', default: false },
+    // The identity pair: vmseed over the agent's directory with the
+    // launcher pods known and without, in the same rounds.
+    'no-identity': { type: 'boolean', default: false },
+    // Only the identity pair.
+    'identity-only': { type: 'boolean', default: false },
   },
 });
 const VMS = Number(values.vms);
@@ -210,8 +215,10 @@ interface Server {
   collect: () => Promise<Collected>;
   stop: () => Promise<number>;
 }
-async function startServer(name: string, file: string): Promise<Server> {
-  const w = new Worker(new URL(file, import.meta.url), { workerData: { key, vmis: VMS } });
+async function startServer(name: string, file: string, launchers?: boolean): Promise<Server> {
+  const w = new Worker(new URL(file, import.meta.url), {
+    workerData: { key, vmis: VMS, ...(launchers !== undefined ? { launchers } : {}) },
+  });
   const port = await new Promise<number>((resolve, reject) => {
     w.once('message', (m: { port: number }) => resolve(m.port));
     w.once('error', reject);
@@ -239,11 +246,25 @@ class Tally {
   acceptedSoFar = 0;
   cpuWith = 0;
   cpuWithout = 0;
+  // Server thread CPU per request (seed fetches and events), µs, per row.
+  readonly perRequestWithout: number[] = [];
+  readonly perRequestWith: number[] = [];
 }
 
 async function main(): Promise<void> {
-  const servers = [await startServer('vmseed', './provisioning-worker.ts')];
-  if (!values['no-reference']) servers.push(await startServer('bare node:http', './provisioning-bare-worker.ts'));
+  const only = values['identity-only'];
+  const servers: Server[] = [];
+  if (!only) servers.push(await startServer('vmseed', './provisioning-worker.ts'));
+  if (!values['no-reference'] && !only)
+    servers.push(await startServer('bare node:http', './provisioning-bare-worker.ts'));
+  // The identity checks' cost: launcher pods known (each VM's requests from
+  // its launcher IP, the case that is served) and not (today's).
+  const identity: Server[] = [];
+  if (!values['no-identity'] || only) {
+    identity.push(await startServer('vmseed, no launcher knowledge', './provisioning-worker.ts', false));
+    identity.push(await startServer('vmseed, identity checks', './provisioning-worker.ts', true));
+    servers.push(...identity);
+  }
   const tallies = new Map(servers.map((s) => [s, new Tally()]));
   const senderThread = await startSender();
   for (const server of servers) {
@@ -268,6 +289,8 @@ async function main(): Promise<void> {
         (events ? t.with : t.without).push(...latencies);
         if (events) t.cpuWith += c.cpuMs;
         else t.cpuWithout += c.cpuMs;
+        const served = latencies.length + (boot ? boot.sent - boot.lost : 0);
+        (events ? t.perRequestWith : t.perRequestWithout).push((c.cpuMs * 1000) / Math.max(1, served));
         let extra = '';
         if (boot) {
           t.lost += boot.lost;
@@ -277,7 +300,7 @@ async function main(): Promise<void> {
             if (c.statusAt[vm] !== undefined) t.toStatus.push(c.statusAt[vm] - sent);
           }
           extra = `events sent ${boot.sent}, accepted by the server ${accepted}, lost ${boot.lost}`;
-          if (server === servers[0]) extra += `, Events ${Object.keys(c.eventAt).length}/${VMS}`;
+          if (!server.name.startsWith('bare')) extra += `, Events ${Object.keys(c.eventAt).length}/${VMS}`;
         }
         rows.push(
           `| ${round + 1} | ${server.name} | ${events ? 'with events' : 'seeds only'} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)} | ${c.busyMs.toFixed(0)} | ${c.cpuMs.toFixed(0)} | ${extra} |`,
@@ -316,7 +339,36 @@ async function main(): Promise<void> {
       );
     }
   }
-  if (ratios.length > 1) console.log(`\nvmseed's ratio over the reference's: ${(ratios[0] / ratios[1]).toFixed(2)}x`);
+  if (!only && !values['no-reference'])
+    console.log(`\nvmseed's ratio over the reference's: ${(ratios[0] / ratios[1]).toFixed(2)}x`);
+  if (identity.length === 2) {
+    const [none, checked] = identity.map((s) => tallies.get(s)!);
+    console.log(
+      `\nIdentity checks: server thread CPU per request (seed fetches and events answered), µs, over ${ROUNDS} rows each`,
+    );
+    console.log('| load | server | median | p99 | total CPU / requests |');
+    console.log('|---|---|---|---|---|');
+    const total = (t: Tally, events: boolean) =>
+      ((events ? t.cpuWith : t.cpuWithout) * 1000) /
+      Math.max(1, events ? t.with.length + t.sent - t.lost : t.without.length);
+    for (const events of [false, true])
+      for (const [s, t] of [
+        [identity[0], none],
+        [identity[1], checked],
+      ] as const) {
+        const xs = events ? t.perRequestWith : t.perRequestWithout;
+        console.log(
+          `| ${events ? 'with events' : 'seeds only'} | ${s.name} | ${quantile(xs, 0.5).toFixed(1)} | ${quantile(xs, 0.99).toFixed(1)} | ${total(t, events).toFixed(1)} |`,
+        );
+      }
+    for (const events of [false, true]) {
+      const a = events ? none.perRequestWith : none.perRequestWithout;
+      const b = events ? checked.perRequestWith : checked.perRequestWithout;
+      console.log(
+        `${events ? 'with events' : 'seeds only'}: identity checks / none: median ${(quantile(b, 0.5) / quantile(a, 0.5)).toFixed(3)}x, p99 ${(quantile(b, 0.99) / quantile(a, 0.99)).toFixed(3)}x, total ${(total(checked, events) / total(none, events)).toFixed(3)}x`,
+      );
+    }
+  }
   for (const a of agents) a.destroy();
   await senderThread.stop();
   for (const server of servers) await server.stop();

@@ -16,8 +16,12 @@ import type { EventRecorder } from '../src/agent/events.ts';
 import { ProvisioningTracker } from '../src/agent/provisioning/tracker.ts';
 import { VmiRecords } from '../src/agent/vmi-records.ts';
 import { threadUsage } from './thread-usage.ts';
+import { benchDirectory } from './imds-directory.ts';
 
-const { key, vmis } = workerData as { key: Uint8Array; vmis: number };
+// launchers: the identity rows (imds-directory.ts): the agent's own
+// directory with the launcher pods known (true: VM i's at 127.0.0.<10+i>,
+// where the bench sends from) or not (false); absent: the plain directory.
+const { key, vmis, launchers } = workerData as { key: Uint8Array; vmis: number; launchers?: boolean };
 const wall = () => performance.timeOrigin + performance.now();
 
 function seedOf(i: number): Seed {
@@ -43,13 +47,16 @@ for (let i = 0; i < vmis; i++) {
   r.status = { namespace: 'bench', name: `vm-${i}`, uid, state: 'ready', warnings: [], retries: 0 };
   r.firstSeen = { uid, at: Date.now(), reported: true };
 }
-const directory: SeedDirectory = {
-  revision: 1,
-  get: (uid) => entries.get(uid),
-  listUids: () => entries.keys(),
-  byAddress: () => undefined,
-  recordFetch: () => {},
-};
+const directory: SeedDirectory =
+  launchers !== undefined
+    ? benchDirectory(vmis, seedOf, launchers, (i) => `127.0.0.${10 + i}`)
+    : {
+        revision: 1,
+        get: (uid) => entries.get(uid),
+        listUids: () => entries.keys(),
+        byAddress: () => undefined,
+        recordFetch: () => {},
+      };
 
 const eventAt = new Map<string, number>();
 const statusAt = new Map<string, number>();
