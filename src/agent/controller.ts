@@ -157,9 +157,13 @@ export class Agent {
         deps ? deps.around(key, () => this.reconciler.reconcile(key)) : this.reconciler.reconcile(key),
       versionOf: (key) => versionWithDependencies(this.source.get(key)?.metadata.resourceVersion, deps?.versionOf(key)),
       ...(options.metrics ? { metrics: options.metrics } : {}),
+      onBackoff: (key, attempt, delayMs) => this.status.backoff(key, attempt, delayMs),
     });
     options.metrics?.setLiveProbes({
-      longestRunningSeconds: () => this.queue.longestRunningSeconds(),
+      queue: () => ({
+        longestRunningSeconds: this.queue.longestRunningSeconds(),
+        unfinishedSeconds: this.queue.unfinishedSeconds(),
+      }),
       watch: () => this.source.status(),
     });
     this.status = new StatusStore({

@@ -14,6 +14,7 @@ import { splitKey, type Problem, type StatusReport } from './vmi-status.ts';
 import type { WorkResult } from './work-queue.ts';
 import { firstBootStatus, type Attach, type FirstBootFacts, type SeedReadWatch } from './domain/seed-read.ts';
 import { lateSeedWarning, withLateSeed } from './provisioning/late-seed.ts';
+import { isWaiting } from './waiting.ts';
 
 // An INTERNAL error is a bug or an input nothing else caught: retried this
 // many times in all (the backoff spaces them), then reported terminal, so a
@@ -279,10 +280,11 @@ export class ReconcileRecorder {
       this.#log.info({ namespace, name, code: err.code }, err.message);
       return 'retry';
     }
-    if (err.code === 'OBJECTS_SERVICE_UNAVAILABLE') {
+    if (isWaiting(err)) {
       // Waiting, not failing: pending with the reason, no error metric,
-      // retried with backoff; a Normal Event when it starts waiting for
-      // this, not on every retry.
+      // retried with backoff (or at once on the domain's event); a Normal
+      // Event when it starts waiting for this, not on every retry.
+      this.#o.metrics?.reconcileTotal.inc({ result: 'waiting' });
       this.#log.info({ namespace, name, code: err.code }, err.message);
       if (vmi) {
         const uid = vmi.metadata.uid ?? key;
@@ -290,7 +292,8 @@ export class ReconcileRecorder {
         const already = prev?.uid === uid && prev.state === 'pending' && prev.lastError?.code === err.code;
         this.#o.status.write(key, uid, {
           kind: 'waiting',
-          problem: { code: err.code, message: err.message, kind: err.kind },
+          problem: { code: err.code, message: err.message, kind: err.kind, ...(err.field ? { field: err.field } : {}) },
+          retries: this.#o.failures?.(key) ?? 0,
         });
         if (!already) this.#o.events.record(vmi, 'Normal', 'SeedWaiting', `${err.code}: ${err.message}`);
       }

@@ -123,6 +123,7 @@ export class StatusStore implements StatusSource, PerVmiState {
   forget(_key: string, ended: VmiRecord | undefined): void {
     if (ended?.status) this.#count(ended.status.state, -1);
     if (atGate(ended?.status)) this.#gateWaiting(-1);
+    if (ended?.status) this.#series(ended.status, false);
   }
 
   /** Whether a status is shown for `key`. */
@@ -146,14 +147,43 @@ export class StatusStore implements StatusSource, PerVmiState {
     return next;
   }
 
+  // The work queue backed a failed or waiting key off: its next run.
+  backoff(key: string, attempt: number, delayMs: number): void {
+    const prev = this.get(key);
+    if (!prev || (prev.state !== 'pending' && prev.state !== 'error')) return;
+    const retryAt = new Date(this.#now().getTime() + delayMs).toISOString();
+    this.#set(this.records.of(key), { ...prev, retries: attempt, retryAt });
+  }
+
   #set(r: { status?: VmiStatusRecord }, next: VmiStatusRecord): void {
     const prev = r.status;
+    const moved = !prev || prev.uid !== next.uid || prev.state !== next.state || codeOf(prev) !== codeOf(next);
+    if (moved) next.stateSince = this.#now().toISOString();
+    else if (prev.stateSince !== undefined) next.stateSince = prev.stateSince;
     r.status = next;
     if (prev?.state !== next.state) {
       if (prev) this.#count(prev.state, -1);
       this.#count(next.state, 1);
     }
     if (atGate(prev) !== atGate(next)) this.#gateWaiting(atGate(next) ? 1 : -1);
+    if (moved) {
+      if (prev) this.#series(prev, false);
+      this.#series(next, true);
+    }
+  }
+
+  // The per-VMI series: present while the VMI is held, one label set at a time.
+  #series(status: VmiStatusRecord, present: boolean): void {
+    const m = this.#opts.metrics;
+    if (!m) return;
+    const labels = { namespace: status.namespace, name: status.name, state: status.state, code: codeOf(status) };
+    if (!present) {
+      m.vmiInfo.remove(labels);
+      m.vmiStateSince.remove(labels);
+      return;
+    }
+    m.vmiInfo.set(labels, 1);
+    m.vmiStateSince.set(labels, Date.parse(status.stateSince ?? '') / 1000 || this.#now().getTime() / 1000);
   }
 
   #gateWaiting(delta: number): void {
@@ -300,6 +330,13 @@ async function probeWrite(path: string): Promise<void> {
     await fh.close();
   }
   await unlink(path);
+}
+
+// What a VMI waits on or failed with, or its first warning: the `code`
+// label of its series.
+function codeOf(status: VmiStatusRecord): string {
+  if (status.state === 'pending' || status.state === 'error') return status.lastError?.code ?? '';
+  return status.warnings[0]?.code ?? '';
 }
 
 // Seed attached, the VM kept paused until KubeVirt allows the unpause.

@@ -32,9 +32,10 @@ export type StatusReport =
       warnings: Problem[];
     }
   | { kind: 'error'; problem: Problem; retries: number }
-  // Waiting on something outside the VMI that will come (the object
-  // service back): pending, the reason shown, no error counted.
-  | { kind: 'waiting'; problem: Problem };
+  // Waiting for what a VM's start normally brings (its launcher pod, its
+  // libvirt, the domain, KubeVirt's pause) or for the cluster component to
+  // come back: pending, the reason shown, no error counted.
+  | { kind: 'waiting'; problem: Problem; retries: number };
 
 export function nextStatus(
   prev: VmiStatusRecord | undefined,
@@ -74,6 +75,7 @@ function patchOf(report: StatusReport, at: string): Partial<VmiStatusRecord> {
         warnings: report.warnings.map(shown),
         lastError: undefined,
         retries: 0,
+        retryAt: undefined,
         datasource: undefined,
         imagePath: undefined,
       };
@@ -91,6 +93,7 @@ function patchOf(report: StatusReport, at: string): Partial<VmiStatusRecord> {
         lastError: undefined,
         warnings: report.warnings.map(shown),
         retries: 0,
+        retryAt: undefined,
       };
     case 'ready': {
       const { kind: _, warnings, ...image } = report;
@@ -100,12 +103,15 @@ function patchOf(report: StatusReport, at: string): Partial<VmiStatusRecord> {
         lastError: undefined,
         warnings: warnings.map(shown),
         retries: 0,
+        retryAt: undefined,
       };
     }
+    // The queue says when it runs again once it has backed the key off
+    // (StatusStore.backoff): until then no retry time is claimed.
     case 'error':
-      return { state: 'error', lastError: shown(report.problem), retries: report.retries };
+      return { state: 'error', lastError: shown(report.problem), retries: report.retries, retryAt: undefined };
     case 'waiting':
-      return { state: 'pending', lastError: shown(report.problem) };
+      return { state: 'pending', lastError: shown(report.problem), retries: report.retries, retryAt: undefined };
   }
 }
 

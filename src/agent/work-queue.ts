@@ -8,7 +8,7 @@
 // key's first run never waits for retries: one hostile launcher per worker
 // cannot hold every new VMI back.
 import { backoffDelay, type BackoffPolicy } from '../core/backoff.ts';
-import type { Metrics } from '../metrics/metrics.ts';
+import { QUEUE_NAME, type Metrics } from '../metrics/metrics.ts';
 import { aborted } from './shutdown.ts';
 
 // 'terminal' parks the key until its object's version changes. A park with
@@ -22,7 +22,12 @@ export interface WorkQueueOptions {
   // The object's resourceVersion, so a terminal failure is parked until it changes.
   versionOf: (key: string) => string | undefined;
   metrics?: Metrics;
+  // A failed key was given `delayMs` of backoff before its `attempt`-th
+  // retry: what the status page shows as "retry N at T".
+  onBackoff?: (key: string, attempt: number, delayMs: number) => void;
 }
+
+const Q = { name: QUEUE_NAME };
 
 export class WorkQueue {
   readonly #opts: WorkQueueOptions;
@@ -30,8 +35,8 @@ export class WorkQueue {
   // order, and the older head goes first when both may run.
   readonly #fresh: string[] = [];
   readonly #retrying: string[] = [];
-  // key -> its arrival number
-  readonly #queued = new Map<string, number>();
+  // key -> its arrival number and when it was added (performance.now())
+  readonly #queued = new Map<string, { n: number; at: number }>();
   #arrivals = 0;
   readonly #running = new Map<string, number>();
   readonly #runningRetries = new Set<string>();
@@ -73,7 +78,8 @@ export class WorkQueue {
       return;
     }
     if (this.#queued.has(key)) return;
-    this.#queued.set(key, this.#arrivals++);
+    this.#queued.set(key, { n: this.#arrivals++, at: performance.now() });
+    this.#opts.metrics?.queueAdds.inc(Q);
     (this.#failures.has(key) ? this.#retrying : this.#fresh).push(key);
     this.#gauge();
     this.#pump();
@@ -116,6 +122,13 @@ export class WorkQueue {
     let longest = 0;
     for (const started of this.#running.values()) longest = Math.max(longest, (now - started) / 1000);
     return longest;
+  }
+
+  // Seconds of work in flight not yet observed by the work duration.
+  unfinishedSeconds(now = performance.now()): number {
+    let sum = 0;
+    for (const started of this.#running.values()) sum += (now - started) / 1000;
+    return sum;
   }
 
   // Resolves when nothing is queued or running (tests, benchmarks).
@@ -172,8 +185,9 @@ export class WorkQueue {
     const retry = retryRoom ? this.#retrying[0] : undefined;
     if (fresh === undefined && retry === undefined) return undefined;
     const takeRetry =
-      retry !== undefined && (fresh === undefined || this.#queued.get(retry)! < this.#queued.get(fresh)!);
+      retry !== undefined && (fresh === undefined || this.#queued.get(retry)!.n < this.#queued.get(fresh)!.n);
     const key = takeRetry ? this.#retrying.shift()! : this.#fresh.shift()!;
+    this.#opts.metrics?.queueLatency.observe(Q, (performance.now() - this.#queued.get(key)!.at) / 1000);
     this.#queued.delete(key);
     return { key, retry: takeRetry };
   }
@@ -188,7 +202,7 @@ export class WorkQueue {
       // The handler reports its own errors; a throw here is a bug, retried.
       result = 'retry';
     }
-    this.#opts.metrics?.queueWorkDuration.observe((performance.now() - started) / 1000);
+    this.#opts.metrics?.queueWorkDuration.observe(Q, (performance.now() - started) / 1000);
     this.#running.delete(key);
     this.#runningRetries.delete(key);
     if (result === 'success') {
@@ -210,15 +224,19 @@ export class WorkQueue {
     } else {
       const n = (this.#failures.get(key) ?? 0) + 1;
       this.#failures.set(key, n);
-      this.#opts.metrics?.queueRetries.inc();
-      if (!this.#dirty.has(key)) this.addAfter(key, backoffDelay(this.#opts.backoff, n));
+      this.#opts.metrics?.queueRetries.inc(Q);
+      if (!this.#dirty.has(key)) {
+        const delay = backoffDelay(this.#opts.backoff, n);
+        this.addAfter(key, delay);
+        this.#opts.onBackoff?.(key, n, delay);
+      }
     }
     if (this.#dirty.delete(key)) this.add(key);
     this.#pump();
   }
 
   #gauge(): void {
-    this.#opts.metrics?.queueDepth.set(this.#queued.size);
+    this.#opts.metrics?.queueDepth.set(Q, this.#queued.size);
     this.#opts.metrics?.queueInFlight.set(this.#running.size);
   }
 }

@@ -1,6 +1,7 @@
 // Every metric vmseed exports, in one private registry. Labels are bounded:
-// no namespace/name (per-VMI detail lives on the status page), error codes
-// come from the closed list in src/errors.ts.
+// error codes come from the closed list in src/errors.ts, and namespace/name
+// appear only on the per-VMI series, bounded by the VMIs on this node (the
+// detail of each lives on the status page).
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { registerEventLoopLag } from './eventloop-lag.ts';
 
@@ -15,6 +16,8 @@ const SLOW_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 const MARGIN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 // A guest's boot to cloud-init's final stage: 5 s to 2 h.
 const PROVISIONING_BUCKETS = [5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600, 7200];
+/** The `name` label of the work-queue series: the agent's one queue, of VMI keys. */
+export const QUEUE_NAME = 'vmi';
 export const WEBHOOK_RESULTS = ['patched', 'unchanged', 'refused', 'error'] as const;
 /** The `result` label of vmseed_webhook_requests_total. */
 export type WebhookResult = (typeof WEBHOOK_RESULTS)[number];
@@ -35,7 +38,7 @@ export interface MetricsOptions {
 // State that only the agent holds (its queue, its VMI source), read at
 // scrape time so the gauges are exact when scraped, not as old as a timer.
 export interface LiveProbes {
-  longestRunningSeconds?: () => number;
+  queue?: () => { longestRunningSeconds: number; unfinishedSeconds: number };
   watch?: () => {
     synced: boolean;
     connected: boolean;
@@ -101,7 +104,7 @@ export function createMetrics(options: MetricsOptions) {
     }),
     reconcileTotal: new Counter({
       name: 'vmseed_reconcile_total',
-      help: 'Reconciles by outcome: success, error (retryable: backed off and requeued), terminal (waits for the VMI to change).',
+      help: "Reconciles by outcome: success, waiting (for what a VM start normally brings: its launcher pod, libvirt, domain, KubeVirt's pause, the cluster component; retried with backoff, no error), error (retryable: backed off and requeued), terminal (waits for the VMI to change).",
       labelNames: ['result'] as const,
       registers,
     }),
@@ -111,26 +114,71 @@ export function createMetrics(options: MetricsOptions) {
       labelNames: ['code'] as const,
       registers,
     }),
-    queueDepth: new Gauge({ name: 'vmseed_workqueue_depth', help: 'Keys waiting in the work queue.', registers }),
-    queueInFlight: new Gauge({ name: 'vmseed_workqueue_in_flight', help: 'Keys being reconciled now.', registers }),
+    // client-go's work-queue metrics, under its names and `name` label, so
+    // dashboards made for controllers read vmseed's queue as they are.
+    queueDepth: new Gauge({
+      name: 'workqueue_depth',
+      help: 'Current depth of workqueue',
+      labelNames: ['name'] as const,
+      registers,
+    }),
+    queueAdds: new Counter({
+      name: 'workqueue_adds_total',
+      help: 'Total number of adds handled by workqueue',
+      labelNames: ['name'] as const,
+      registers,
+    }),
+    queueLatency: new Histogram({
+      name: 'workqueue_queue_duration_seconds',
+      help: 'How long in seconds an item stays in workqueue before being requested.',
+      labelNames: ['name'] as const,
+      buckets: SLOW_BUCKETS,
+      registers,
+    }),
     queueWorkDuration: new Histogram({
-      name: 'vmseed_workqueue_work_duration_seconds',
-      help: 'Time one reconcile of a key took.',
+      name: 'workqueue_work_duration_seconds',
+      help: 'How long in seconds processing an item from workqueue takes.',
+      labelNames: ['name'] as const,
       buckets: LATENCY_BUCKETS,
       registers,
     }),
     queueRetries: new Counter({
-      name: 'vmseed_workqueue_retries_total',
-      help: 'Keys requeued with backoff.',
+      name: 'workqueue_retries_total',
+      help: 'Total number of retries handled by workqueue',
+      labelNames: ['name'] as const,
       registers,
     }),
-    queueLongestRunning: new Gauge({
-      name: 'vmseed_workqueue_longest_running_seconds',
-      help: 'How long the longest reconcile in flight has been running.',
+    queueUnfinished: new Gauge({
+      name: 'workqueue_unfinished_work_seconds',
+      help: "How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+      labelNames: ['name'] as const,
       registers,
       collect() {
-        if (live.longestRunningSeconds) this.set(live.longestRunningSeconds());
+        if (live.queue) this.set({ name: QUEUE_NAME }, live.queue().unfinishedSeconds);
       },
+    }),
+    queueLongestRunning: new Gauge({
+      name: 'workqueue_longest_running_processor_seconds',
+      help: 'How many seconds has the longest running processor for workqueue been running.',
+      labelNames: ['name'] as const,
+      registers,
+      collect() {
+        if (live.queue) this.set({ name: QUEUE_NAME }, live.queue().longestRunningSeconds);
+      },
+    }),
+    // Says more than client-go's: how many workers are busy now.
+    queueInFlight: new Gauge({ name: 'vmseed_workqueue_in_flight', help: 'Keys being reconciled now.', registers }),
+    vmiInfo: new Gauge({
+      name: 'vmseed_vmi_info',
+      help: 'One series per VMI this agent holds, 1: its state on the status page and the code it waits on or failed with (empty when none).',
+      labelNames: ['namespace', 'name', 'state', 'code'] as const,
+      registers,
+    }),
+    vmiStateSince: new Gauge({
+      name: 'vmseed_vmi_state_since_timestamp_seconds',
+      help: 'When each VMI this agent holds entered its current state and code, in Unix seconds: time() minus it is how long a VMI has been pending on a code.',
+      labelNames: ['namespace', 'name', 'state', 'code'] as const,
+      registers,
     }),
     informerRestarts: new Counter({
       name: 'vmseed_informer_restarts_total',
@@ -339,7 +387,10 @@ export function createMetrics(options: MetricsOptions) {
   m.buildInfo.set({ version: options.version, nodejs_version: process.version }, 1);
   // Bounded label sets start at 0, so rate() and alerts see a series from
   // the first scrape instead of nothing until the first occurrence.
-  for (const result of ['success', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
+  for (const result of ['success', 'waiting', 'error', 'terminal']) m.reconcileTotal.inc({ result }, 0);
+  m.queueDepth.set({ name: QUEUE_NAME }, 0);
+  m.queueAdds.inc({ name: QUEUE_NAME }, 0);
+  m.queueRetries.inc({ name: QUEUE_NAME }, 0);
   for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
   m.seededAfterBoot.inc({ datasource: 'disk' }, 0);
   for (const state of ['running', 'succeeded', 'failed', 'not-reported']) m.provisioningVmis.set({ state }, 0);

@@ -7,10 +7,10 @@ import type { ErrorCode, ErrorKind } from '../errors.ts';
 
 /** A VMI's state on the status page (each member says when it applies). */
 export type VmiState =
-  | 'pending' // seen, not reconciled yet (or waiting in backoff)
+  | 'pending' // seen, not reconciled yet, or waiting for what a start brings (src/agent/waiting.ts)
   | 'ready' // image on disk (and injected, when libvirt is on)
   | 'warning' // ready, with a warning (no #cloud-config header, seeded after boot, ...)
-  | 'error' // last reconcile failed
+  | 'error' // last reconcile failed on what needs a person (retried in backoff unless terminal)
   | 'skipped'; // not vmseed's (no annotation, or KubeVirt owns its volume)
 
 /** An error or warning as the status page shows it, with when it was found. */
@@ -51,6 +51,10 @@ export interface VmiStatusRecord {
   lastError?: StatusProblem;
   warnings: StatusProblem[];
   retries: number;
+  // Failed or waiting: when the work queue runs it again (ISO 8601).
+  retryAt?: string;
+  // When the VMI entered its current state and code (ISO 8601).
+  stateSince?: string;
   // Libvirt on: the domain's start (libvirt's event, as this agent received
   // it), our disk's attach and the guest's first read of it (libvirt's
   // block statistics). A field this agent did not observe is absent.

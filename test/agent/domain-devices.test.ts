@@ -111,7 +111,7 @@ test('a tagged interface without pciAddress: the seed waits for the domain, then
   // No domain yet: retried, nothing written, the status says why.
   assert.equal(await r.reconcile('default/web'), 'retry');
   const waiting = status.get('default/web')!;
-  assert.equal(waiting.state, 'error');
+  assert.equal(waiting.state, 'pending');
   assert.equal(waiting.lastError?.code, 'DOMAIN_NOT_FOUND');
   assert.equal(waiting.lastError?.kind, 'retryable');
   assert.match(

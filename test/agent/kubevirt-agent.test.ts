@@ -45,11 +45,14 @@ test(
     const early = structuredClone(ready);
     early.status = { nodeName: NODE, phase: 'Scheduled' };
     fake.applyVmi(early);
-    const failed = await waitFor('SeedFailed', () => fake.events().find((e) => e.reason === 'SeedFailed'));
+    // A normal start waits: pending with the reason, a Normal Event, no error.
+    const waiting = await waitFor('SeedWaiting', () => fake.events().find((e) => e.reason === 'SeedWaiting'));
+    assert.equal(waiting.type, 'Normal');
     assert.match(
-      failed.message,
+      waiting.message,
       /^LAUNCHER_POD_UNKNOWN: VMI ns\/web: status\.activePods names no launcher pod on this node yet/,
     );
+    assert.equal(h.agent.status.get('ns/web')?.state, 'pending');
     assert.equal(lv.calls.length, 0);
 
     // The launcher runs the paused domain; KubeVirt has not set the condition.
@@ -60,6 +63,7 @@ test(
       'waiting for the Paused condition',
       () => h.agent.status.get('ns/web')?.lastError?.code === 'SEED_GATE_WAITING',
     );
+    assert.equal(h.agent.status.get('ns/web')?.state, 'pending');
     assert.equal(lv.domains.get('ns_web')!.live.length, 1, 'the seed is attached while it waits');
     assert.deepEqual(fake.unpaused, []);
     assert.equal(
@@ -73,6 +77,23 @@ test(
     await waitFor('unpaused', () => fake.unpaused.includes('ns/web'));
     // The reconcile that unpaused records it after virt-api answered.
     await waitFor('the unpause in the status', () => h.agent.status.get('ns/web')?.injection?.resumed === true);
+    await h.agent.events.flush();
+    assert.deepEqual(
+      fake
+        .events()
+        .filter((e) => e.type === 'Warning')
+        .map((e) => `${e.reason}: ${e.message}`),
+      [],
+      'a normal start records no Warning',
+    );
+    assert.deepEqual(
+      fake
+        .events()
+        .filter((e) => e.reason === 'SeedWaiting')
+        .map((e) => e.message.split(':')[0]),
+      ['LAUNCHER_POD_UNKNOWN', 'SEED_GATE_WAITING'],
+      'one Normal Event per state it waited in',
+    );
     const disk = lv.domains.get('ns_web')!.live[0];
     assert.match(disk.sourceFile!, /^\/var\/run\/kubevirt-ephemeral-disks\/vmseed\/vmseed-nocloud-[0-9a-f]{16}\.iso$/);
     assert.deepEqual([disk.targetDev, disk.bus, disk.alias], ['sdzz', 'scsi', 'ua-vmseed_seed']);

@@ -92,7 +92,7 @@ test('retryable failures back off exponentially (capped) and reset on success', 
   }
   assert.equal(n, 6);
   assert.equal(q.failures('k'), 0, 'reset on success');
-  assert.match(await metrics.registry.getSingleMetricAsString('vmseed_workqueue_retries_total'), / 5$/);
+  assert.match(await metrics.registry.getSingleMetricAsString('workqueue_retries_total'), /\{name="vmi"\} 5$/);
 });
 
 test('terminal failures wait until the resourceVersion changes', async () => {

@@ -123,6 +123,8 @@ test(
     const check = await promtoolCheck(text);
     assert.ok(check.ok, `promtool check metrics: exit ${check.code}\n${check.output}`);
     const s = parseExposition(text);
+    const snap0 = h.agent.status.snapshot();
+    const Q = { name: 'vmi' };
 
     // Witnesses: the failures of late-secret as the Events API saw them.
     const failed = fake.events().find((e) => e.reason === 'SeedFailed' && e.involvedObject.uid === late.metadata.uid);
@@ -204,14 +206,42 @@ test(
     // Bounded label sets are there at 0 before anything happened to them.
     for (const reason of ['error', 'stale', 'gone'])
       assert.equal(sampleValue(s, 'vmseed_informer_restarts_total', { reason }), 0, reason);
-    assert.equal(sampleValue(s, 'vmseed_workqueue_depth'), 0);
+    // client-go's work-queue series, for the one queue named vmi.
+    assert.equal(sampleValue(s, 'workqueue_depth', Q), 0);
     assert.equal(sampleValue(s, 'vmseed_workqueue_in_flight'), 0);
-    assert.equal(sampleValue(s, 'vmseed_workqueue_longest_running_seconds'), 0);
-    assert.equal(sampleValue(s, 'vmseed_workqueue_retries_total'), n);
-    assert.equal(count(s, 'vmseed_workqueue_work_duration_seconds'), results.length);
+    assert.equal(sampleValue(s, 'workqueue_longest_running_processor_seconds', Q), 0);
+    assert.equal(sampleValue(s, 'workqueue_unfinished_work_seconds', Q), 0);
+    assert.equal(sampleValue(s, 'workqueue_retries_total', Q), n);
+    assert.equal(count(s, 'workqueue_work_duration_seconds', Q), results.length);
+    assert.equal(count(s, 'workqueue_queue_duration_seconds', Q), results.length);
+    assert.equal(sampleValue(s, 'workqueue_adds_total', Q), results.length);
     assert.equal(sampleValue(s, 'vmseed_build_info', { version: 'test', nodejs_version: process.version }), 1);
-    // No per-VMI labels anywhere.
-    for (const x of s) assert.ok(!('namespace' in x.labels) && !('name' in x.labels), `${x.name} has a per-VMI label`);
+    // Per-VMI labels only on the per-VMI series: one of each per VMI held,
+    // with its state and code.
+    const perVmi = new Set(['vmseed_vmi_info', 'vmseed_vmi_state_since_timestamp_seconds']);
+    for (const x of s)
+      if (!perVmi.has(x.name) && !x.name.startsWith('workqueue_'))
+        assert.ok(!('namespace' in x.labels) && !('name' in x.labels), `${x.name} has a per-VMI label`);
+    const info = s.filter((x) => x.name === 'vmseed_vmi_info');
+    assert.equal(info.length, snap0.vmis.length);
+    for (const v of snap0.vmis) {
+      const code = v.lastError?.code ?? v.warnings[0]?.code ?? '';
+      const labels = { namespace: v.namespace, name: v.name, state: v.state, code };
+      assert.equal(sampleValue(s, 'vmseed_vmi_info', labels), 1, JSON.stringify(labels));
+      assert.equal(
+        sampleValue(s, 'vmseed_vmi_state_since_timestamp_seconds', labels),
+        Date.parse(v.stateSince!) / 1000,
+      );
+    }
+    assert.equal(
+      sampleValue(s, 'vmseed_vmi_info', {
+        namespace: 'default',
+        name: 'bad-b64',
+        state: 'error',
+        code: 'USERDATA_BASE64_INVALID',
+      }),
+      1,
+    );
 
     // Seconds since the last watch event is measured at scrape time (not
     // whenever the watchdog last ran): quiet for a while, it shows.
@@ -238,9 +268,11 @@ test(
     await new Promise((r) => setTimeout(r, 400));
     const busy = parseExposition(await scrape());
     assert.equal(sampleValue(busy, 'vmseed_workqueue_in_flight'), 4);
-    assert.equal(sampleValue(busy, 'vmseed_workqueue_depth'), 2);
+    assert.equal(sampleValue(busy, 'workqueue_depth', Q), 2);
     assert.equal(sampleValue(busy, 'vmseed_vmis', { state: 'pending' }), 6);
-    const longest = sampleValue(busy, 'vmseed_workqueue_longest_running_seconds')!;
+    const longest = sampleValue(busy, 'workqueue_longest_running_processor_seconds', Q)!;
+    const unfinished = sampleValue(busy, 'workqueue_unfinished_work_seconds', Q)!;
+    assert.ok(unfinished >= 4 * 0.4 && unfinished <= 4 * longest + 0.01, `unfinished work: ${unfinished}`);
     assert.ok(
       longest >= 0.4 && longest <= (performance.now() - appliedAt) / 1000 + 0.01,
       `longest running: ${longest}`,
@@ -262,8 +294,13 @@ test(
     assert.equal(count(after, 'vmseed_injection_duration_seconds', { operation: 'detach', result: 'success' }), 1);
     assert.equal(injector.actions('eject', 'detached').length, 1);
     assert.equal(sampleValue(after, 'vmseed_vmis', { state: 'ready' }), 9);
-    assert.equal(sampleValue(after, 'vmseed_workqueue_depth'), 0);
-    assert.equal(sampleValue(after, 'vmseed_workqueue_longest_running_seconds'), 0);
+    assert.equal(sampleValue(after, 'workqueue_depth', Q), 0);
+    assert.equal(sampleValue(after, 'workqueue_longest_running_processor_seconds', Q), 0);
+    assert.equal(
+      after.filter((x) => x.name === 'vmseed_vmi_info' && x.labels.name === 'web-2').length,
+      0,
+      'a deleted VMI leaves the per-VMI series',
+    );
     // Six slow ones and web-2's deletion since the first scrape.
     const successes = results.filter((x) => x.result === 'success').length;
     assert.equal(successes, 3 + lateSuccesses + 6 + 1);
