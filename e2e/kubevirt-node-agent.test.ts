@@ -107,7 +107,7 @@ function vmiObject(o: {
           ? { 'kubevirt.io/migrationTargetNodeName': NODE }
           : {}),
       },
-      // The seed gate's opt-in next to startStrategy: Paused (README, "seed gate").
+      // The seed gate's opt-in next to startStrategy: Paused (docs/kubevirt.md, "The seed gate").
       annotations: {
         'vmseed.io/cloud-init': JSON.stringify({ userData: o.userData }),
         'vmseed.io/resume-after-seed': 'true',
@@ -206,8 +206,12 @@ test(
       if (namespace === NS && name === 'vm1') await kubevirt.unpause();
     });
 
+    // A normal start: first scheduled, no launcher pod yet (the agent waits),
+    // then running in launcher A, paused at the start for the seed.
     const userData = `#cloud-config\n# kubevirt replica ${randomUUID()}\n`;
-    fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a.pod.uid]: NODE }, paused: true }));
+    const scheduled = vmiObject({ uid: vmiUid, userData, activePods: {}, paused: false });
+    scheduled.status = { nodeName: NODE, phase: 'Scheduled' };
+    fake.applyVmi(scheduled);
 
     const agent: DaemonSetAgentProcess = await startDaemonSetAgent({
       hostPaths: {
@@ -244,6 +248,19 @@ test(
       [],
       'authenticated, and RBAC grants all it asks',
     );
+    await waitUntil(
+      'pending while no launcher pod is reported',
+      async () => {
+        const st = (await fetch(`${urls.status}/status.json`).then((r) => r.json())) as {
+          vmis: Array<{ name: string; state: string; lastError?: { code: string } }>;
+        };
+        const v = st.vmis.find((x) => x.name === 'vm1');
+        return v?.state === 'pending' && v.lastError?.code === 'LAUNCHER_POD_UNKNOWN';
+      },
+      30_000,
+      detail,
+    );
+    fake.applyVmi(vmiObject({ uid: vmiUid, userData, activePods: { [a.pod.uid]: NODE }, paused: true }));
 
     // 1. The seed, as vmseed's KubeVirt mode attaches it.
     const seed = await waitUntil(
@@ -290,6 +307,23 @@ test(
       detail,
     );
     assert.deepEqual(loop.behindItsBack, []);
+    // Nothing of that normal start looks like a failure: Normal Events only,
+    // no error counted.
+    assert.deepEqual(
+      fake
+        .events()
+        .filter((e) => e.type !== 'Normal')
+        .map((e) => `${e.reason}: ${e.message}`),
+      [],
+      'no Warning Event in a normal start',
+    );
+    assert.ok(
+      fake.events().some((e) => e.reason === 'SeedWaiting' && e.message.startsWith('LAUNCHER_POD_UNKNOWN')),
+      'the wait for the launcher pod is a Normal SeedWaiting Event',
+    );
+    const scraped = await fetch(`${urls.probes}/metrics`).then((r) => r.text());
+    assert.doesNotMatch(scraped, /^vmseed_reconcile_errors_total\{/m, 'no error code counted');
+    assert.match(scraped, /^vmseed_reconcile_total\{result="error"\} 0$/m);
     // The gate's record, next to the VMI's images in the state dir: a restarted
     // agent does not unpause this VMI again.
     const gateRecord = join(stateDir, NS, `vm1_${vmiUid}`, 'seed-gate-opened');

@@ -1,5 +1,6 @@
 // The flag table (src/config/flags.ts) is what `vmseed agent --help` prints
-// and what the README's flag tables document: every flag they name exists,
+// and what the flag tables of docs/reference/cli.md and docs/kubevirt.md
+// document: every flag they name exists,
 // with the defaults and environment variable the table gives it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -7,13 +8,14 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { AGENT_USAGE } from '../../src/config/config.ts';
 import { AGENT_FLAGS, docOf, envName, type FlagName, type FlagSpec } from '../../src/config/flags.ts';
 
-const README = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const read = (file: string) => readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
 const FLAGS = Object.entries(AGENT_FLAGS) as Array<[FlagName, FlagSpec<unknown>]>;
 
-function section(heading: string): string {
-  const start = README.indexOf(`\n${heading}\n`);
-  assert.ok(start >= 0, `no section ${heading}`);
-  const rest = README.slice(start + heading.length + 2);
+function section(file: string, heading: string): string {
+  const text = read(file);
+  const start = text.indexOf(`\n${heading}\n`);
+  assert.ok(start >= 0, `no section ${heading} in ${file}`);
+  const rest = text.slice(start + heading.length + 2);
   const end = rest.search(/\n#{1,3} /);
   return end < 0 ? rest : rest.slice(0, end);
 }
@@ -31,7 +33,7 @@ function rows(text: string): string[][] {
     );
 }
 
-// What a README default cell must say for the flag.
+// What a documented default cell must say for the flag.
 function documentedDefaults(spec: FlagSpec<unknown>): string[] {
   if (spec.byMode) return [docOf(spec.byMode.cluster), docOf(spec.byMode.local)];
   if (spec.byPlatform) return ['by --platform'];
@@ -59,8 +61,8 @@ test('--help lists every flag once, with its value and the environment variables
   assert.equal(envName('kubeconfig'), 'KUBECONFIG');
 });
 
-test("every flag of the README's agent table is in the flag table, with its defaults", () => {
-  const table = rows(section('### `vmseed agent`'));
+test("every flag of docs/reference/cli.md's agent table is in the flag table, with its defaults", () => {
+  const table = rows(section('docs/reference/cli.md', '## `vmseed agent`'));
   assert.ok(table.length >= 15, 'the agent table is found');
   // One row per flag: a flag in two rows would say two things.
   const rowFlags = table.flatMap(([names]) => [...names.matchAll(/--([a-z-]+)/g)].map((m) => m[1]));
@@ -79,15 +81,17 @@ test("every flag of the README's agent table is in the flag table, with its defa
       );
     }
     for (const flag of flags) {
-      assert.ok(flag in AGENT_FLAGS, `the README documents --${flag}, which the agent does not have`);
+      assert.ok(flag in AGENT_FLAGS, `docs/reference/cli.md documents --${flag}, which the agent does not have`);
       for (const doc of documentedDefaults(AGENT_FLAGS[flag as FlagName]))
-        assert.ok(defaults.includes(doc), `--${flag}: the README's '${defaults}' does not say ${doc}`);
+        assert.ok(defaults.includes(doc), `--${flag}: docs/reference/cli.md's '${defaults}' does not say ${doc}`);
     }
   }
 });
 
-test("the README's --platform table gives each preset's defaults", () => {
-  const table = rows(section("### `--platform`: the libvirt side's defaults")).filter((r) => r[0].startsWith('--'));
+test("docs/kubevirt.md's --platform table gives each preset's defaults", () => {
+  const table = rows(section('docs/kubevirt.md', "## `--platform`: the libvirt side's defaults")).filter((r) =>
+    r[0].startsWith('--'),
+  );
   const byPlatform = FLAGS.filter(([, spec]) => spec.byPlatform).map(([name]) => name);
   assert.deepEqual(table.map((r) => r[0].slice(2)).sort(), [...byPlatform].sort());
   for (const [name, kubevirt, libvirt] of table) {
@@ -101,9 +105,12 @@ test("the README's --platform table gives each preset's defaults", () => {
 // 1 MiB", "`--image-path-in-domain` (default `{path}`"): each must be one of
 // the flag's defaults as --help gives them.
 test('every default that README.md and docs/ quote in prose for a flag is the flag table’s', () => {
-  const docs = ['README.md', ...readdirSync(new URL('../../docs/', import.meta.url)).map((f) => `docs/${f}`)].filter(
-    (f) => f.endsWith('.md'),
-  );
+  const docs = [
+    'README.md',
+    ...readdirSync(new URL('../../docs/', import.meta.url), { recursive: true, encoding: 'utf8' }).map(
+      (f) => `docs/${f}`,
+    ),
+  ].filter((f) => f.endsWith('.md'));
   const value = String.raw`(\x60[^\x60]+\x60|[0-9][0-9.]* ?(?:[KMG]iB|ms|s|m|min)\b|[a-z][a-z0-9-]*)`;
   const quoted = new RegExp(
     String.raw`\x60--([a-z][a-z-]*)\x60(?:,| \(| is)? ?default(?:s to|:)? ${value}|\x60--([a-z][a-z-]*)\x60 \(${value} by default`,

@@ -1,4 +1,4 @@
-// The settle interval and resync period the README's local-mode tour and
+// The settle interval and resync period the local-mode tour (docs/local-mode.md) and
 // docs/operations.md state are the code's.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,12 +17,12 @@ function section(text: string, heading: string): string {
   return end < 0 ? rest : rest.slice(0, end);
 }
 
-const tour = section(read('README.md'), '## A tour of local mode');
+const tour = section(read('docs/local-mode.md'), '## A tour of local mode');
 const ops = section(read('docs/operations.md'), "### Local mode's manifests");
 
 test('the documented settle interval is SETTLE_MS', () => {
   for (const [where, text] of [
-    ['README', tour],
+    ['docs/local-mode.md', tour],
     ['docs/operations.md', ops],
   ] as const) {
     const said = /(\d+) ms \(the settle\s+interval\)|settle interval,\s+(\d+) ms/.exec(text);

@@ -458,11 +458,12 @@ test('the documented budgets are the code’s', async () => {
     await import('../../src/kube/object-watches.ts');
   const { CHANGE_MIN_INTERVAL_MS } = await import('../../src/agent/ref-dependencies.ts');
   const { CHANGE_POLICY_ANNOTATION } = await import('../../src/cloudinit/change-policy.ts');
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const guide = readFileSync(new URL('../../docs/vm-owners-guide.md', import.meta.url), 'utf8');
+  const kubevirt = readFileSync(new URL('../../docs/kubevirt.md', import.meta.url), 'utf8');
   const ops = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
-  assert.ok(readme.includes(`| ${MAX_OBJECTS_PER_VMI} | \`REFERENCES_TOO_MANY\` |`));
-  assert.ok(readme.includes(`at most one re-render per ${CHANGE_MIN_INTERVAL_MS} ms`));
-  assert.ok(readme.includes(`\`${CHANGE_POLICY_ANNOTATION}\``));
+  assert.ok(guide.includes(`| ${MAX_OBJECTS_PER_VMI} | \`REFERENCES_TOO_MANY\` |`));
+  assert.ok(kubevirt.includes(`at most one re-render per ${CHANGE_MIN_INTERVAL_MS} ms`));
+  assert.ok(kubevirt.includes(`\`${CHANGE_POLICY_ANNOTATION}\``));
   assert.ok(ops.includes(`random moment of up to ${GONE_READ_SPREAD_MS / 1000} s`));
   assert.ok(
     ops.includes(`backoff from ${DEFAULT_WATCH_BACKOFF.baseMs / 1000} s to ${DEFAULT_WATCH_BACKOFF.maxMs / 1000} s`),

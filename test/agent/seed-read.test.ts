@@ -208,14 +208,15 @@ test(
   },
 );
 
-test("the README's numbers for the seed-read polls and the launcher reconnect are the code's", async () => {
+test("docs/kubevirt.md's numbers for the seed-read polls and the launcher reconnect are the code's", async () => {
   const { readFileSync } = await import('node:fs');
   const { SEED_READ_POLICY, POLLING_MAX } = await import('../../src/agent/domain/seed-read.ts');
   const { CONNECT_BACKOFF_MAX_MS } = await import('../../src/commands/agent/agent-command.ts');
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-  const at = readme.indexOf("### Without the gate: the seed at the domain's start");
+  const doc = readFileSync(new URL('../../docs/kubevirt.md', import.meta.url), 'utf8');
+  const at = doc.indexOf("\n## Without the gate: the seed at the domain's start");
   assert.ok(at >= 0, 'the section is there');
-  const section = readme.slice(at, readme.indexOf('\n## ', at)).replace(/\s+/g, ' ');
+  const end = doc.indexOf('\n## ', at + 1);
+  const section = doc.slice(at, end < 0 ? undefined : end).replace(/\s+/g, ' ');
   assert.equal(CONNECT_BACKOFF_MAX_MS, 500);
   assert.match(section, /tried again at least every 0\.5 s/);
   assert.equal(SEED_READ_POLICY.firstMs, 100);

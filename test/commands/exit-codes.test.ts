@@ -1,4 +1,4 @@
-// The exit-code contract of every subcommand (README "Exit codes"): 0 ok,
+// The exit-code contract of every subcommand (docs/reference/cli.md, "Exit codes"): 0 ok,
 // 1 the work failed, 2 bad invocation or input. Run in-process; long-running
 // commands (agent, cluster, redirect) are only given invocations they refuse
 // before listening.

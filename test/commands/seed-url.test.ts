@@ -157,9 +157,11 @@ describe('vmseed seed-url', () => {
     }
   });
 
-  test("the README's seed-url flag table is the command's", () => {
-    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-    const section = readme.slice(readme.indexOf('### `vmseed seed-url`'), readme.indexOf('### `vmseed redirect`'));
+  test("docs/reference/cli.md's seed-url flag table is the command's", () => {
+    const cli = readFileSync(new URL('../../docs/reference/cli.md', import.meta.url), 'utf8');
+    const start = cli.indexOf('\n## `vmseed seed-url`\n');
+    assert.ok(start >= 0, 'docs/reference/cli.md: ## `vmseed seed-url`');
+    const section = cli.slice(start, cli.indexOf('\n## ', start + 1));
     const documented = [...section.matchAll(/^\| `(-[^`]+)` \|/gm)].map((m) => m[1]);
     assert.deepEqual(
       documented,

@@ -53,12 +53,12 @@ test('bounds: per source address, in all (oldest out), and by age', () => {
   assert.equal(again.size, 1);
 });
 
-test("the README states the datasource's early-miss bounds as the code has them", () => {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+test("docs/kubevirt.md states the datasource's early-miss bounds as the code has them", () => {
+  const readme = readFileSync(new URL('../../docs/kubevirt.md', import.meta.url), 'utf8');
   const m = /at most (\d+) per source address and ([\d,]+) in all, the oldest going\s+first, each for an hour/.exec(
     readme,
   );
-  assert.ok(m, 'early-miss bounds in the README');
+  assert.ok(m, 'early-miss bounds in docs/kubevirt.md');
   assert.equal(Number(m[1]), EARLY_MISSES_PER_SOURCE);
   assert.equal(Number(m[2].replace(/,/g, '')), EARLY_MISSES_MAX);
   assert.equal(EARLY_MISS_TTL_MS, 60 * 60_000);

@@ -1,6 +1,7 @@
-// The README's first annotation example is a VirtualMachine, and it is
-// examples/virtualmachine.yaml byte for byte, which the agent seeds: what
-// a VM owner copies from the README works as written.
+// The first annotation example of the VM owner's guide, and the README's
+// first VM, are a VirtualMachine, examples/virtualmachine.yaml byte for
+// byte, which the agent seeds: what a VM owner copies from either works as
+// written.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -10,13 +11,22 @@ import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 
 const README = readFileSync(ROOT + 'README.md', 'utf8');
+const GUIDE = readFileSync(ROOT + 'docs/vm-owners-guide.md', 'utf8');
 const EXAMPLE = readFileSync(ROOT + 'examples/virtualmachine.yaml', 'utf8');
 
-test("the README's first annotation example is examples/virtualmachine.yaml, a VirtualMachine", () => {
-  const section = README.slice(README.indexOf('## The `vmseed.io/cloud-init` annotation'));
-  const first = /```yaml\n([\s\S]*?)```/.exec(section)![1];
-  assert.equal(first, EXAMPLE.slice(EXAMPLE.indexOf('apiVersion:')));
-  assert.match(first, /^kind: VirtualMachine$/m);
+test("the guide's first annotation example and the README's first VM are examples/virtualmachine.yaml, a VirtualMachine", () => {
+  for (const [doc, text, heading] of [
+    ['docs/vm-owners-guide.md', GUIDE, '\n## The `vmseed.io/cloud-init` annotation\n'],
+    ['README.md', README, '\n## First VM\n'],
+  ] as const) {
+    const at = text.indexOf(heading);
+    assert.ok(at >= 0, `${doc}: ${heading.trim()}`);
+    const first = /```yaml\n([\s\S]*?)```/.exec(text.slice(at))![1];
+    assert.equal(first, EXAMPLE.slice(EXAMPLE.indexOf('apiVersion:')), doc);
+    assert.match(first, /^kind: VirtualMachine$/m);
+  }
+  // The README's command applies that file.
+  assert.match(README, /^kubectl apply -f examples\/virtualmachine\.yaml$/m);
 });
 
 test('the example VirtualMachine renders a seed with what its annotation asks for', async () => {

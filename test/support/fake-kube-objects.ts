@@ -57,6 +57,7 @@ export const RESOURCE_TYPES: readonly ResourceType[] = [
   t('cert-manager.io', 'v1', 'certificates', 'Certificate'),
   t('cert-manager.io', 'v1', 'issuers', 'Issuer'),
   t('monitoring.coreos.com', 'v1', 'servicemonitors', 'ServiceMonitor'),
+  t('monitoring.coreos.com', 'v1', 'podmonitors', 'PodMonitor'),
   t('monitoring.coreos.com', 'v1', 'prometheusrules', 'PrometheusRule'),
 ];
 

@@ -1,4 +1,4 @@
-// The README's annotation reference documents exactly the fields the annotation
+// The annotation reference (docs/reference/annotation.md) documents exactly the fields the annotation
 // parser knows: every field has a row, and every row is a field.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,10 +12,12 @@ import {
   parseInit,
 } from '../../../src/cloudinit/init/init-parse.ts';
 
-const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
-// Only the annotation's section: the README has other tables.
-const start = readme.indexOf('\n## The `vmseed.io/cloud-init` annotation\n');
-const doc = readme.slice(start, readme.indexOf('\n## ', start + 1));
+const reference = readFileSync(new URL('../../../docs/reference/annotation.md', import.meta.url), 'utf8');
+// Only the fields' section: the page may have other tables.
+const start = reference.indexOf('\n## Fields\n');
+assert.ok(start >= 0, 'docs/reference/annotation.md: ## Fields');
+const end = reference.indexOf('\n## ', start + 1);
+const doc = reference.slice(start, end < 0 ? undefined : end);
 const rows = doc
   .split('\n')
   .filter((l) => l.startsWith('| `'))
