@@ -7,6 +7,7 @@ import type { Metrics } from '../metrics/metrics.ts';
 import type { EventLoopMonitor } from './health.ts';
 import { html, json, text, type Reply } from './reply.ts';
 import { safeErrorForLog } from './safe-error.ts';
+import { parseQuery } from './status-filter.ts';
 import { parseStateFilter, renderNotFoundPage, renderStatusPage, renderVmiPage, statusJson } from './status-page.ts';
 
 export interface RouteContext {
@@ -104,11 +105,19 @@ async function refreshReadiness(ctx: RouteContext): Promise<void> {
 
 async function statusPage(ctx: RouteContext, url: URL): Promise<Reply> {
   const filter = parseStateFilter(url.searchParams.get('state'));
+  const query = parseQuery(url.searchParams.get('q'));
   await refreshReadiness(ctx);
   const probeLinks = ctx.serve !== 'status';
   return html(
     200,
-    renderStatusPage(ctx.status.snapshot(), { now: ctx.now(), filter, refreshSeconds: ctx.refreshSeconds, probeLinks }),
+    renderStatusPage(ctx.status.snapshot(), {
+      now: ctx.now(),
+      filter,
+      query,
+      clientFilter: true,
+      refreshSeconds: ctx.refreshSeconds,
+      probeLinks,
+    }),
   );
 }
 

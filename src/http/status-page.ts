@@ -16,6 +16,7 @@ import type {
 } from '../status/snapshot.ts';
 import { formatAgo, formatBytes, formatSeconds, formatTime } from '../core/format.ts';
 import { esc } from './html.ts';
+import { FILTER_SCRIPT, FILTER_SCRIPT_HASH, MAX_QUERY_LENGTH, matchesQuery } from './status-filter.ts';
 import { defined, num, str } from './projection.ts';
 
 type FirstBoot = NonNullable<VmiStatusRecord['firstBoot']>;
@@ -71,6 +72,8 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     lastError: v.lastError ? projectProblem(v.lastError) : undefined,
     warnings: (v.warnings ?? []).map(projectProblem),
     retries: Number(v.retries ?? 0),
+    retryAt: str(v.retryAt),
+    stateSince: str(v.stateSince),
     lastFetch: v.lastFetch
       ? Object.fromEntries(Object.entries(v.lastFetch).map(([k, t]) => [String(k), String(t)]))
       : undefined,
@@ -261,8 +264,8 @@ a{color:#0969da}
 .b-bad{background:var(--error-bg);color:var(--error)}
 .b-warn{background:var(--warning-bg);color:var(--warning)}
 table.vmis{border-collapse:collapse;width:100%;background:#fff;border:1px solid var(--line)}
-table.vmis th{position:sticky;top:0;background:#eaeef2;text-align:left;padding:6px 8px;font-size:12px;color:#1f2328;border-bottom:1px solid var(--line);white-space:nowrap}
-table.vmis td{padding:6px 8px;border-bottom:1px solid #eaeef2;vertical-align:top}
+table.vmis th{position:sticky;top:0;background:#eaeef2;text-align:left;padding:6px 8px;font-size:12px;color:#1f2328;border-bottom:1px solid var(--line)}
+table.vmis td{padding:6px 8px;border-bottom:1px solid #eaeef2;vertical-align:top;overflow-wrap:anywhere}
 table.vmis tr.r-error td{background:#fff5f5}
 table.vmis tr.r-error td:first-child{box-shadow:inset 4px 0 var(--error)}
 table.vmis tr.r-warning td:first-child{box-shadow:inset 4px 0 var(--warning)}
@@ -284,10 +287,17 @@ table.vmis tr.r-skipped td:first-child{box-shadow:inset 4px 0 var(--skipped)}
 .num{text-align:right;white-space:nowrap}
 .nowrap{white-space:nowrap}
 .path{overflow-wrap:anywhere}
-table.vmis td.path{min-width:200px}
-table.vmis td.problems{min-width:240px}
+table.vmis td.vmi-name{min-width:11em}
+table.vmis td.path{min-width:9em}
+table.vmis td.problems{min-width:16em}
 table.vmis.files{width:auto;min-width:480px}
-.vmi-name{white-space:nowrap}
+.state,table.vmis td.when{overflow-wrap:normal}
+.state{white-space:nowrap}
+.badge{overflow-wrap:normal}
+.clamp{display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:4;line-clamp:4;overflow:hidden}
+.filter{display:flex;flex-wrap:wrap;align-items:center;gap:6px 10px;margin:0 0 8px}
+.filter input{font:inherit;width:28em;max-width:100%;padding:4px 8px;border:1px solid var(--line);border-radius:6px}
+.filter button{font:inherit;padding:4px 12px;border:1px solid var(--line);border-radius:6px;background:#fff}
 header h1 .mono{font-size:inherit}
 .empty{padding:24px;text-align:center;color:var(--muted);background:#fff;border:1px solid var(--line)}
 footer{padding:12px 20px;color:var(--muted);font-size:12px}
@@ -295,15 +305,17 @@ footer{padding:12px 20px;color:var(--muted);font-size:12px}
 
 export const STYLE_HASH = `sha256-${createHash('sha256').update(STYLE).digest('base64')}`;
 
-// Strict: nothing loads from anywhere, no script runs, the one stylesheet
-// is allowed by hash. img-src data: only for the empty favicon.
+// Strict: nothing loads from anywhere, the one stylesheet and the one
+// script (the filter box's) are allowed by hash, and forms submit only to
+// this agent (the filter box is a GET form). img-src data: only for the
+// empty favicon.
 export const CONTENT_SECURITY_POLICY = [
   "default-src 'none'",
   `style-src '${STYLE_HASH}'`,
   'img-src data:',
-  "script-src 'none'",
+  `script-src '${FILTER_SCRIPT_HASH}'`,
   "base-uri 'none'",
-  "form-action 'none'",
+  "form-action 'self'",
   "frame-ancestors 'none'",
 ].join('; ');
 
@@ -312,18 +324,23 @@ interface PageOptions {
   refreshSeconds?: number;
   header: string;
   body: string;
+  // The filter box's script: filters as the user types and reloads the page itself.
+  script?: boolean;
 }
 
 function page(o: PageOptions): string {
-  // meta refresh reloads the same URL, query string included, so a state
-  // filter survives the refresh without any script.
-  const refresh = o.refreshSeconds
-    ? `<meta http-equiv="refresh" content="${Math.max(1, Math.floor(o.refreshSeconds))}">`
-    : '';
+  const seconds = o.refreshSeconds ? Math.max(1, Math.floor(o.refreshSeconds)) : 0;
+  // meta refresh reloads the same URL, query string included, so a filter
+  // survives the refresh without any script. With the script, it is the
+  // script's job: meta refresh would reload the URL the page came from, not
+  // the one the script has put the typed query in.
+  const meta = seconds ? `<meta http-equiv="refresh" content="${seconds}">` : '';
+  const refresh = o.script && meta ? `<noscript>${meta}</noscript>` : meta;
+  const bodyAttrs = o.script && seconds ? ` data-refresh="${seconds}"` : '';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">${refresh}
 <title>${esc(o.title)}</title><link rel="icon" href="data:,"><style>${STYLE}</style></head>
-<body><header>${o.header}</header><main>${o.body}</main></body></html>
+<body${bodyAttrs}><header>${o.header}</header><main>${o.body}</main>${o.script ? `<script>${FILTER_SCRIPT}</script>` : ''}</body></html>
 `;
 }
 
@@ -433,13 +450,30 @@ function pathHtml(path: string | undefined): string {
   return esc(path).replace(/\//g, '/<wbr>');
 }
 
+// A 63-character namespace and name make a path or domain of 130 and more:
+// past a few lines the row is cut short, the whole of it in the tooltip
+// and on the VMI's own page.
+function clamped(full: string | undefined, html: string): string {
+  return full ? `<span class="clamp" title="${esc(full)}">${html}</span>` : html;
+}
+
+// "retry 3 at 12:00:05 (in 4s)": the queue's next run of a waiting or
+// failed VMI, or only the count once that run is under way.
+function retryLine(v: VmiStatusRecord, now: Date): string {
+  const n = `retry ${v.retries}`;
+  const at = v.retryAt ? Date.parse(v.retryAt) : NaN;
+  if (Number.isNaN(at)) return n;
+  const secs = Math.max(0, Math.round((at - now.getTime()) / 1000));
+  return `${n} at ${formatTime(v.retryAt)} (${secs > 0 ? `in ${formatSeconds(secs)}` : 'due'})`;
+}
+
 function stateLabel(state: VmiState): string {
   return `<span class="state state-${esc(state)}">${esc(state)}</span>`;
 }
 
 function shortHash(hash: string | undefined): string {
   if (!hash) return '<span class="muted">—</span>';
-  return `<span class="mono" title="${esc(hash)}">${esc(hash.slice(0, 12))}${hash.length > 12 ? '…' : ''}</span>`;
+  return `<span class="mono nowrap" title="${esc(hash)}">${esc(hash.slice(0, 12))}${hash.length > 12 ? '…' : ''}</span>`;
 }
 
 export function vmiHref(v: Pick<VmiStatusRecord, 'namespace' | 'name'>): string {
@@ -453,7 +487,7 @@ function problemHtml(p: StatusProblem, cls: string): string {
 function injectionCell(v: VmiStatusRecord): string {
   const i = v.injection;
   if (!i) return '<span class="muted">—</span>';
-  return `<span class="mono">${esc(i.domain)} → ${esc(i.targetDev)}</span> <span class="muted">(${esc(i.bus)})</span><br><span class="muted">${esc(i.flags.join(' ') || 'no flags')} · ${esc(i.domainState)}${i.resumed ? ' · resumed' : ''}</span>`;
+  return `<span class="mono">${clamped(i.domain, esc(i.domain))} → ${esc(i.targetDev)}</span> <span class="muted">(${esc(i.bus)})</span><br><span class="muted">${esc(i.flags.join(' ') || 'no flags')} · ${esc(i.domainState)}${i.resumed ? ' · resumed' : ''}</span>`;
 }
 
 function seededAfterBootCell(v: VmiStatusRecord): string {
@@ -533,21 +567,21 @@ function staleBadge(v: VmiStatusRecord): string {
   return v.stale ? `<br><span class="badge b-warn" title="${esc(v.stale.message)}">stale</span>` : '';
 }
 
-function vmiRow(v: VmiStatusRecord, now: Date): string {
+function vmiRow(v: VmiStatusRecord, now: Date, shown: boolean): string {
   const problems = [
     v.stale ? problemHtml(v.stale, 'warn') : '',
     v.lastError ? problemHtml(v.lastError, 'err') : '',
     ...v.warnings.map((w) => problemHtml(w, 'warn')),
-    v.retries > 0 ? `<div class="muted">${esc(v.retries)} retr${v.retries === 1 ? 'y' : 'ies'}</div>` : '',
+    v.retries > 0 ? `<div class="muted">${esc(retryLine(v, now))}</div>` : '',
   ].join('');
-  return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}"${v.stale ? ' data-stale="true"' : ''}>
+  return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}"${v.stale ? ' data-stale="true"' : ''}${shown ? '' : ' hidden'}>
 <td>${stateLabel(v.state)}${staleBadge(v)}</td>
 <td class="vmi-name"><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
 <td>${esc(v.datasource ?? '—')}${fetchedCell(v, now)}</td>
-<td class="mono path">${pathHtml(v.imagePath)}</td>
+<td class="mono path">${clamped(v.imagePath, pathHtml(v.imagePath))}</td>
 <td class="num">${esc(formatBytes(v.imageBytes))}</td>
 <td>${shortHash(v.contentHash)}</td>
-<td class="nowrap">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
+<td class="when">${esc(formatTime(v.generatedAt))}<br><span class="muted">${esc(formatAgo(v.generatedAt, now))}</span></td>
 <td class="num">${esc(formatSeconds(v.generationSeconds))}</td>
 <td>${injectionCell(v)}</td>
 <td>${seededAfterBootCell(v)}${firstBootLine(v)}${provisioningLine(v)}</td>
@@ -558,6 +592,12 @@ function vmiRow(v: VmiStatusRecord, now: Date): string {
 export interface StatusPageOptions {
   now: Date;
   filter?: VmiState;
+  // The filter box's text, as parseQuery() returns it: rows it does not match are hidden.
+  query?: string;
+  // The page's one script: the filter box filters as the user types and the
+  // reload keeps what was typed. The router turns it on; without it the
+  // page carries no script and meta refresh reloads it.
+  clientFilter?: boolean;
   refreshSeconds?: number;
   // Links to /metrics, /readyz, /healthz: only where this listener has them.
   probeLinks?: boolean;
@@ -566,18 +606,21 @@ export interface StatusPageOptions {
 export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusPageOptions): string {
   const s = projectSnapshot(snapshot);
   const { now, filter } = options;
+  const query = options.query ?? '';
   const counts = stateCounts(s.vmis);
   const pills = [
-    `<li><a href="/status" class="s-all${filter ? '' : ' current'}">all<b>${s.vmis.length}</b></a></li>`,
+    `<li><a href="${esc(statusHref(undefined, query))}" class="s-all${filter ? '' : ' current'}" data-keep-q>all<b>${s.vmis.length}</b></a></li>`,
     ...VMI_STATES.map(
       (st) =>
-        `<li><a href="/status?state=${st}" class="s-${st}${counts[st] === 0 ? ' zero' : ''}${filter === st ? ' current' : ''}" data-state="${st}">${st}<b>${counts[st]}</b></a></li>`,
+        `<li><a href="${esc(statusHref(st, query))}" class="s-${st}${counts[st] === 0 ? ' zero' : ''}${filter === st ? ' current' : ''}" data-state="${st}" data-keep-q>${st}<b>${counts[st]}</b></a></li>`,
     ),
   ].join('');
-  const shown = sortVmis(filter ? s.vmis.filter((v) => v.state === filter) : s.vmis);
-  const table = shown.length
-    ? `<table class="vmis"><thead><tr><th>state</th><th>VMI</th><th>datasource</th><th>image</th><th>size</th><th>content hash</th><th>generated</th><th>gen. time</th><th>injection</th><th>seeded after boot</th><th>last error / warnings</th></tr></thead>
-<tbody>${shown.map((v) => vmiRow(v, now)).join('\n')}</tbody></table>`
+  const inState = sortVmis(filter ? s.vmis.filter((v) => v.state === filter) : s.vmis);
+  const matching = new Set(inState.filter((v) => matchesQuery(query, v)));
+  const table = inState.length
+    ? `${filterForm(query, filter, matching.size, inState.length)}<table class="vmis"><thead><tr><th>state</th><th>VMI</th><th>datasource</th><th>image</th><th>size</th><th>content hash</th><th>generated</th><th>gen. time</th><th>injection</th><th>seeded after boot</th><th>last error / warnings</th></tr></thead>
+<tbody>${inState.map((v) => vmiRow(v, now, matching.has(v))).join('\n')}</tbody></table>
+<p class="empty" id="filter-empty"${matching.size ? ' hidden' : ''}>no VMIs match “<span id="filter-empty-q">${esc(query.trim())}</span>”${filter ? ` in state ${esc(filter)}` : ''} · <a href="${esc(statusHref(filter, ''))}">clear the filter</a></p>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
 <div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${provisioningPanel(s.vmis)}${configPanel(s.config)}</div>
@@ -588,7 +631,27 @@ ${table}
     refreshSeconds: options.refreshSeconds,
     header: headerFor(s, now),
     body,
+    script: options.clientFilter === true,
   });
+}
+
+function statusHref(state: VmiState | undefined, query: string): string {
+  const params = new URLSearchParams();
+  if (state) params.set('state', state);
+  if (query.trim()) params.set('q', query.trim());
+  const search = params.toString();
+  return search ? `/status?${search}` : '/status';
+}
+
+// A GET form, so it filters with JavaScript off: the server hides the rows
+// the query does not match; the script does the same as the user types.
+function filterForm(query: string, state: VmiState | undefined, shown: number, total: number): string {
+  return `<form class="filter" id="filter" method="get" action="/status" aria-label="filter the VMIs">
+<label for="filter-q">filter</label>
+<input type="text" id="filter-q" name="q" value="${esc(query)}" maxlength="${MAX_QUERY_LENGTH}" placeholder="name, namespace, state or code" title="every term must match; name:, ns:, state: or code: match one field only" autocomplete="off" spellcheck="false">
+${state ? `<input type="hidden" name="state" value="${esc(state)}">` : ''}<button type="submit">apply</button>
+<span class="muted" id="filter-count">${shown} of ${total} shown</span>
+</form>`;
 }
 
 export function renderVmiPage(
@@ -650,7 +713,8 @@ ${row('size', `${esc(formatBytes(v.imageBytes))}${v.imageBytes !== undefined ? `
 ${row('content hash', `<span class="mono">${esc(v.contentHash ?? '—')}</span>`)}
 ${row('generated', `${esc(formatTime(v.generatedAt))} <span class="muted">${esc(formatAgo(v.generatedAt, now))}</span>`)}
 ${row('generation time', esc(formatSeconds(v.generationSeconds)))}
-${row('retries', esc(v.retries))}
+${row('retries', esc(v.retries > 0 ? retryLine(v, now) : '0'))}
+${row('in this state since', `${esc(formatTime(v.stateSince))} <span class="muted">${esc(formatAgo(v.stateSince, now))}</span>`)}
 </table></section>
 <section class="panel"><h2>Injection</h2><table class="kv">
 ${i ? [row('domain', `<span class="mono">${esc(i.domain)}</span>`), row('target', `<span class="mono">${esc(i.targetDev)}</span> (${esc(i.bus)})`), row('flags', `<span class="mono">${esc(i.flags.join(' ') || '—')}</span>`), row('domain state', esc(i.domainState)), row('seeded after boot', seededAfterBootCell(v)), row('resumed', i.resumed ? 'yes' : 'no'), row('at', esc(formatTime(i.at)))].join('') : row('injection', `<span class="muted">${s.config.libvirt === 'off' ? 'off (--libvirt off): the image is only written to disk' : 'not injected'}</span>`)}

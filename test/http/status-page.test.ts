@@ -121,7 +121,7 @@ test('a row shows hash shortened with the full hash in the title, sizes, times, 
   assert.ok(html.includes('3.42 ms'));
   assert.ok(html.includes('2026-11-22 02:58:00Z'));
   assert.ok(html.includes('2m ago'));
-  assert.ok(html.includes('default_web-1 → sdz'));
+  assert.ok(html.includes('<span class="clamp" title="default_web-1">default_web-1</span> → sdz'));
   assert.ok(html.includes('--live --config'));
   assert.match(html, /the guest may have booted without its seed">yes</);
 });
