@@ -28,7 +28,15 @@
 // round runs, for each server in turn (the order rotating), a row without
 // events and a row with them; a warm-up (not counted) comes first.
 //
+// The identity pair (vmseed over the agent's directory with the launcher
+// pods known, and without) has rounds of its own, more of them than the
+// others: the pair's two rows of a round at once, each server with the
+// same load, the one started first alternating (support/identity-compare.ts,
+// which judges the 5 % budget on the median across rounds of each row's
+// server CPU per request).
+//
 //   npm run bench:provisioning-events -- [--vms 50] [--seconds 16] [--rounds 2] [--no-reference]
+//                                        [--identity-rounds 8] [--identity-seconds 18] [--no-identity] [--identity-only]
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -36,6 +44,8 @@ import { Agent, request } from 'node:http';
 import { connect } from 'node:net';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { quantile } from './stats.ts';
+import { identityVerdict, pairOrder } from './support/identity-compare.ts';
+import { identityLookupCost, lookupLines } from './support/identity-lookup.ts';
 import { DatasourceKeyring, signToken } from '../src/datasource/tokens.ts';
 import { reportToken } from '../src/datasource/reports/report-token.ts';
 
@@ -50,11 +60,20 @@ const { values } = parseArgs({
     'no-identity': { type: 'boolean', default: false },
     // Only the identity pair.
     'identity-only': { type: 'boolean', default: false },
+    // The identity pair's rounds, and how long its rows load the seeds (a
+    // row with events lasts as long as the boots take, ~15 s, whatever
+    // this says). A server's boots must end over 30 s apart, the
+    // tracker's EVENT_MIN_INTERVAL_MS, or their Events are not recorded
+    // and the rows with events do less than a boot's work.
+    'identity-rounds': { type: 'string', default: '8' },
+    'identity-seconds': { type: 'string', default: '18' },
   },
 });
 const VMS = Number(values.vms);
 const SECONDS = Number(values.seconds);
 const ROUNDS = Number(values.rounds);
+const IDENTITY_ROUNDS = Number(values['identity-rounds']);
+const IDENTITY_SECONDS = Number(values['identity-seconds']);
 const FILES = ['network-config', 'meta-data', 'user-data', 'vendor-data'];
 const BOOT = JSON.parse(
   readFileSync(new URL('../test/fixtures/cloud-init-events/boot-success.json', import.meta.url), 'utf8'),
@@ -251,6 +270,45 @@ class Tally {
   readonly perRequestWith: number[] = [];
 }
 
+// One row: the seed load on `server` for `seconds`, and with `events` one
+// boot of every VM beside it; what it came to goes to `t`, and its line
+// to the table.
+async function runRow(
+  server: Server,
+  t: Tally,
+  round: number,
+  events: boolean,
+  seconds: number,
+  senderThread: { boots: (port: number) => Promise<Boot> },
+): Promise<string> {
+  const latencies: number[] = [];
+  const until = performance.now() + seconds * 1000;
+  const [, boot] = await Promise.all([
+    seedLoad(server.port, until, latencies),
+    events ? senderThread.boots(server.port) : Promise.resolve(undefined),
+  ]);
+  const c = await server.collect();
+  const accepted = c.accepted - t.acceptedSoFar;
+  t.acceptedSoFar = c.accepted;
+  (events ? t.with : t.without).push(...latencies);
+  if (events) t.cpuWith += c.cpuMs;
+  else t.cpuWithout += c.cpuMs;
+  const served = latencies.length + (boot ? boot.sent - boot.lost : 0);
+  (events ? t.perRequestWith : t.perRequestWithout).push((c.cpuMs * 1000) / Math.max(1, served));
+  let extra = '';
+  if (boot) {
+    t.lost += boot.lost;
+    t.sent += boot.sent;
+    for (const [vm, sent] of boot.finalSentAt) {
+      if (c.eventAt[vm] !== undefined) t.toEvent.push(c.eventAt[vm] - sent);
+      if (c.statusAt[vm] !== undefined) t.toStatus.push(c.statusAt[vm] - sent);
+    }
+    extra = `events sent ${boot.sent}, accepted by the server ${accepted}, lost ${boot.lost}`;
+    if (!server.name.startsWith('bare')) extra += `, Events ${Object.keys(c.eventAt).length}/${VMS}`;
+  }
+  return `| ${round + 1} | ${server.name} | ${events ? 'with events' : 'seeds only'} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)} | ${c.busyMs.toFixed(0)} | ${c.cpuMs.toFixed(0)} | ${extra} |`;
+}
+
 async function main(): Promise<void> {
   const only = values['identity-only'];
   const servers: Server[] = [];
@@ -263,8 +321,9 @@ async function main(): Promise<void> {
   if (!values['no-identity'] || only) {
     identity.push(await startServer('vmseed, no launcher knowledge', './provisioning-worker.ts', false));
     identity.push(await startServer('vmseed, identity checks', './provisioning-worker.ts', true));
-    servers.push(...identity);
   }
+  const rotated = [...servers];
+  servers.push(...identity);
   const tallies = new Map(servers.map((s) => [s, new Tally()]));
   const senderThread = await startSender();
   for (const server of servers) {
@@ -272,47 +331,54 @@ async function main(): Promise<void> {
     tallies.get(server)!.acceptedSoFar = (await server.collect()).accepted;
   }
   const rows: string[] = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    for (let k = 0; k < servers.length; k++) {
-      const server = servers[(k + round) % servers.length];
-      const t = tallies.get(server)!;
+  for (let round = 0; round < ROUNDS && rotated.length > 0; round++) {
+    for (let k = 0; k < rotated.length; k++) {
+      const server = rotated[(k + round) % rotated.length];
       for (const events of [false, true]) {
-        const latencies: number[] = [];
-        const until = performance.now() + SECONDS * 1000;
-        const [, boot] = await Promise.all([
-          seedLoad(server.port, until, latencies),
-          events ? senderThread.boots(server.port) : Promise.resolve(undefined),
-        ]);
-        const c = await server.collect();
-        const accepted = c.accepted - t.acceptedSoFar;
-        t.acceptedSoFar = c.accepted;
-        (events ? t.with : t.without).push(...latencies);
-        if (events) t.cpuWith += c.cpuMs;
-        else t.cpuWithout += c.cpuMs;
-        const served = latencies.length + (boot ? boot.sent - boot.lost : 0);
-        (events ? t.perRequestWith : t.perRequestWithout).push((c.cpuMs * 1000) / Math.max(1, served));
-        let extra = '';
-        if (boot) {
-          t.lost += boot.lost;
-          t.sent += boot.sent;
-          for (const [vm, sent] of boot.finalSentAt) {
-            if (c.eventAt[vm] !== undefined) t.toEvent.push(c.eventAt[vm] - sent);
-            if (c.statusAt[vm] !== undefined) t.toStatus.push(c.statusAt[vm] - sent);
-          }
-          extra = `events sent ${boot.sent}, accepted by the server ${accepted}, lost ${boot.lost}`;
-          if (!server.name.startsWith('bare')) extra += `, Events ${Object.keys(c.eventAt).length}/${VMS}`;
-        }
-        rows.push(
-          `| ${round + 1} | ${server.name} | ${events ? 'with events' : 'seeds only'} | ${latencies.length} | ${quantile(latencies, 0.5).toFixed(2)} | ${quantile(latencies, 0.99).toFixed(2)} | ${c.busyMs.toFixed(0)} | ${c.cpuMs.toFixed(0)} | ${extra} |`,
-        );
+        rows.push(await runRow(server, tallies.get(server)!, round, events, SECONDS, senderThread));
         console.log(rows.at(-1));
       }
     }
   }
-  console.log(`\n${VMS} VMs, ${SECONDS} s rows, ${ROUNDS} rounds; seed fetches: ${VMS * 4}/s`);
-  console.log('| round | server | load | seed requests | p50 ms | p99 ms | server busy ms | server CPU ms | events |');
-  console.log('|---|---|---|---|---|---|---|---|---|');
-  console.log(rows.join('\n'));
+  // The identity pair: each load's two rows at once (the second server's
+  // events from a sender thread of their own), the one started first
+  // alternating, so that what else the machine does meanwhile weighs on
+  // both alike.
+  const identityRows: string[] = [];
+  const pairSenders = identity.length === 2 ? [senderThread, await startSender()] : [];
+  for (let round = 0; round < IDENTITY_ROUNDS && identity.length === 2; round++) {
+    for (const [slot, events] of [false, true].entries()) {
+      const order = pairOrder(round, slot);
+      // CPU the idle threads spent since their last rows is no part of these.
+      for (const server of identity) tallies.get(server)!.acceptedSoFar = (await server.collect()).accepted;
+      const lines: Array<Promise<string>> = [];
+      for (const s of order)
+        lines[s] = runRow(identity[s], tallies.get(identity[s])!, round, events, IDENTITY_SECONDS, pairSenders[s]);
+      const done = await Promise.all(lines);
+      for (const s of order) {
+        identityRows.push(done[s]);
+        console.log(done[s]);
+      }
+    }
+  }
+  if (rotated.length > 0) {
+    console.log(`\n${VMS} VMs, ${SECONDS} s rows, ${ROUNDS} rounds; seed fetches: ${VMS * 4}/s`);
+    console.log(
+      '| round | server | load | seed requests | p50 ms | p99 ms | server busy ms | server CPU ms | events |',
+    );
+    console.log('|---|---|---|---|---|---|---|---|---|');
+    console.log(rows.join('\n'));
+  }
+  if (identityRows.length > 0) {
+    console.log(
+      `\nThe identity pair: ${VMS} VMs, ${IDENTITY_SECONDS} s of seed load a row (rows with events: as long as the boots), ${IDENTITY_ROUNDS} rounds, the two servers' rows of a round at once; seed fetches: ${VMS * 4}/s to each`,
+    );
+    console.log(
+      '| round | server | load | seed requests | p50 ms | p99 ms | server busy ms | server CPU ms | events |',
+    );
+    console.log('|---|---|---|---|---|---|---|---|---|');
+    console.log(identityRows.join('\n'));
+  }
   const ratios: number[] = [];
   for (const server of servers) {
     const t = tallies.get(server)!;
@@ -344,7 +410,7 @@ async function main(): Promise<void> {
   if (identity.length === 2) {
     const [none, checked] = identity.map((s) => tallies.get(s)!);
     console.log(
-      `\nIdentity checks: server thread CPU per request (seed fetches and events answered), µs, over ${ROUNDS} rows each`,
+      `\nIdentity checks: server thread CPU per request (seed fetches and events answered), µs, over ${IDENTITY_ROUNDS} rows each`,
     );
     console.log('| load | server | median | p99 | total CPU / requests |');
     console.log('|---|---|---|---|---|');
@@ -368,9 +434,20 @@ async function main(): Promise<void> {
         `${events ? 'with events' : 'seeds only'}: identity checks / none: median ${(quantile(b, 0.5) / quantile(a, 0.5)).toFixed(3)}x, p99 ${(quantile(b, 0.99) / quantile(a, 0.99)).toFixed(3)}x, total ${(total(checked, events) / total(none, events)).toFixed(3)}x`,
       );
     }
+    console.log('');
+    for (const l of identityVerdict([
+      { load: 'seeds only', none: none.perRequestWithout, checked: checked.perRequestWithout },
+      { load: 'with events', none: none.perRequestWith, checked: checked.perRequestWith },
+    ]))
+      console.log(l);
+    // Every row is over: the lookup does not compete with the servers.
+    const lookup = identityLookupCost(key, VMS, (i) => `127.0.0.${10 + i}`);
+    for (const l of lookupLines('seeds only', lookup, quantile(none.perRequestWithout, 0.5))) console.log(l);
+    for (const l of lookupLines('with events', lookup, quantile(none.perRequestWith, 0.5))) console.log(l);
   }
   for (const a of agents) a.destroy();
   await senderThread.stop();
+  if (pairSenders.length > 1) await pairSenders[1].stop();
   for (const server of servers) await server.stop();
 }
 

@@ -26,6 +26,12 @@ interface Held extends SeedDirectoryEntry {
   // which of them runs the VM.
   activePods: string[];
   migration: MigrationState | undefined;
+  // get()'s answer, derived once per held VMI and, with the node's pods
+  // known, once per pods revision (the launcher facts read the pods): a
+  // request then costs a lookup, not a rebuild. put() replaces the Held,
+  // so a changed VMI never sees an answer derived from its old self.
+  answer?: SeedDirectoryEntry;
+  answerFor?: number;
 }
 
 // Which launcher pod KubeVirt says runs the VM, by name: the source until a
@@ -143,16 +149,24 @@ export class AgentSeedDirectory implements SeedDirectory {
 
   get(uid: string): SeedDirectoryEntry | undefined {
     const h = this.#byUid.get(uid);
-    return (
-      h && {
-        namespace: h.namespace,
-        name: h.name,
-        uid: h.uid,
-        seed: h.seed,
-        ...(h.serialToken !== undefined ? { serialToken: h.serialToken } : {}),
-        ...(h.imds !== undefined ? { imds: this.#pods ? this.#launcherFacts(h, h.imds) : h.imds } : {}),
-      }
-    );
+    if (h === undefined) return undefined;
+    const podsRevision = this.#pods?.revision ?? 0;
+    if (h.answer === undefined || h.answerFor !== podsRevision) {
+      h.answer = this.#answer(h);
+      h.answerFor = podsRevision;
+    }
+    return h.answer;
+  }
+
+  #answer(h: Held): SeedDirectoryEntry {
+    return {
+      namespace: h.namespace,
+      name: h.name,
+      uid: h.uid,
+      seed: h.seed,
+      ...(h.serialToken !== undefined ? { serialToken: h.serialToken } : {}),
+      ...(h.imds !== undefined ? { imds: this.#pods ? this.#launcherFacts(h, h.imds) : h.imds } : {}),
+    };
   }
 
   // With the pods watched, /v1/token reads and checks the current launcher

@@ -49,7 +49,9 @@ export interface SeedDirectoryEntry {
  */
 export interface SeedDirectory {
   // The current seed of the VMI with this UID, or undefined when the agent
-  // has none (unknown VMI, not rendered yet, render failed).
+  // has none (unknown VMI, not rendered yet, render failed). Called on
+  // every request, so an implementation may hand out one object until what
+  // it derives from changes: callers never modify what it returns.
   get(uid: string): SeedDirectoryEntry | undefined;
   // UIDs of every VMI that has a seed now. Read only when `revision` has
   // moved, to rebuild the token -> UID index.

@@ -31,9 +31,19 @@ const POD = {
   d: 'dddddddd-1111-4111-8111-000000000004',
   e1: 'eeeeeeee-1111-4111-8111-000000000005',
   e2: 'eeeeeeee-1111-4111-8111-000000000006',
+  f: 'ffffffff-1111-4111-8111-000000000007',
 };
 // Launcher pod IPs: a at .11, b at .12, and so on.
-const IP = { a: '127.0.0.11', b: '127.0.0.12', c: '127.0.0.13', d: '127.0.0.14', e1: '127.0.0.15', e2: '127.0.0.16' };
+const IP = {
+  a: '127.0.0.11',
+  b: '127.0.0.12',
+  c: '127.0.0.13',
+  d: '127.0.0.14',
+  e1: '127.0.0.15',
+  e2: '127.0.0.16',
+  f: '127.0.0.17',
+  f2: '127.0.0.18',
+};
 // Any other pod of the cluster: where a namespace viewer runs curl.
 const VIEWER = '127.0.0.50';
 const MD = { Metadata: 'true' };
@@ -226,4 +236,31 @@ test("a migration's target pod takes over when KubeVirt marks it completed", asy
     JSON.parse(token.body).token.split('.')[1],
     launcherToken('e', POD.e2, { pod: { name: 'virt-launcher-e2', uid: POD.e2 } }).split('.')[1],
   );
+});
+
+test("a launcher pod's new address answers at once and its old one gets 404 on every path", async () => {
+  await projectedToken(podsDir, POD.f, launcherToken('f', POD.f));
+  pods.add(POD.f, 'virt-launcher-f', 'uid-f', [IP.f]);
+  put(imdsVmi('f', [POD.f], [IP.f]));
+  const token = keyring.sign('uid-f');
+  const paths = ['/v1/meta-data', '/v1/identity', '/v1/token', `/v1/${token}/user-data`, `/v1/${token}/identity`];
+  for (const path of paths) assert.equal((await fetchFrom(IP.f, path)).status, 200, `${path} from its address`);
+  // Served requests read what the directory derived once; they do not rebuild it.
+  assert.equal(seeds.get('uid-f'), seeds.get('uid-f'));
+  pods.add(POD.f, 'virt-launcher-f', 'uid-f', [IP.f2]);
+  for (const path of paths) {
+    assert.equal((await fetchFrom(IP.f, path)).status, 404, `${path} from the old address`);
+    assert.equal((await fetchFrom(IP.f2, path)).status, 200, `${path} from the new address`);
+  }
+  assert.match((await fetchFrom(IP.f2, `/v1/${token}/user-data`)).body, /secret-of-f/);
+  // The pod's name is a launcher fact /v1/token checks the token's claims
+  // against: a renamed pod no longer matches the token written for it.
+  pods.add(POD.f, 'virt-launcher-f-renamed', 'uid-f', [IP.f2]);
+  assert.equal((await fetchFrom(IP.f2, '/v1/token')).status, 404);
+  assert.equal((await fetchFrom(IP.f2, '/v1/identity')).status, 200);
+  pods.add(POD.f, 'virt-launcher-f', 'uid-f', [IP.f2]);
+  assert.equal((await fetchFrom(IP.f2, '/v1/token')).status, 200);
+  // The VMI leaving the directory takes its answers with it.
+  seeds.drop(`${NS}/f`);
+  for (const path of paths) assert.equal((await fetchFrom(IP.f2, path)).status, 404, `${path} once dropped`);
 });
