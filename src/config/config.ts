@@ -29,6 +29,8 @@ export interface Config {
   // Equal to `listen`: one listener serves everything.
   statusListen: { host: string; port: number };
   kubeconfig?: string;
+  // The kubeconfig's context, when not its current-context.
+  context?: string;
   // Secrets and ConfigMaps read through the cluster component's object
   // service (--objects-url) instead of the API server.
   objects?: { url: string; tokenFile: string; caFile?: string };
@@ -111,6 +113,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     stateDir,
     listen,
     ...optional('kubeconfig', flags.get('kubeconfig')),
+    ...optional('context', flags.get('context')),
     concurrency: flags.get('concurrency'),
     kubevirtVolumes: flags.get('kubevirt-volumes'),
     resyncPeriodMs: flags.get('resync-period'),
@@ -135,6 +138,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     reportProgress: flags.get('report-progress'),
     provisioningAnnotation: flags.get('provisioning-annotation'),
   };
+  if (config.context !== undefined && config.kubeconfig === undefined)
+    throw new ConfigError('--context: needs --kubeconfig (or KUBECONFIG); the in-cluster config has no contexts');
   const vendorDataFrom = flags.get('vendor-data-from');
   if (vendorDataFrom !== undefined) config.vendorDataFrom = vendorDataFrom;
   if (flags.given('namespaces') !== undefined) {

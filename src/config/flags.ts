@@ -149,9 +149,15 @@ export const AGENT_FLAGS = {
   kubeconfig: optionalFlag({
     arg: 'FILE',
     env: 'KUBECONFIG',
-    help: 'the Kubernetes API credentials',
+    help: "the Kubernetes API credentials: a kubeconfig, or a ':'-separated list merged as kubectl merges KUBECONFIG (exec plugins, OIDC and proxy-url work)",
     default: { doc: 'in-cluster config' },
     parse: path,
+  }),
+  context: optionalFlag({
+    arg: 'NAME',
+    help: 'the kubeconfig context to use',
+    default: { doc: "the kubeconfig's current-context" },
+    parse: asGiven,
   }),
   concurrency: flag({
     arg: 'N',

@@ -1,14 +1,16 @@
-// Where the API server is and how to authenticate, from a kubeconfig file or
-// the in-cluster service account. client-node's KubeConfig does this too,
-// but importing it loads every generated API client, a large share of the
-// agent's memory budget (measured: docs/operations.md, "The agent and the
-// API server"); the agent needs one server, a CA, and a bearer token or
-// client certificate.
+// Where the API server is and how to authenticate: the in-cluster service
+// account, or a kubeconfig. A kubeconfig is read by client-node's KubeConfig
+// (exec plugins, OIDC, merged KUBECONFIG lists, proxy-url, as kubectl reads
+// them), imported only on that path: importing it loads every generated API
+// client, a large share of the agent's memory budget (measured:
+// docs/operations.md, "The agent and the API server"), which the in-cluster
+// agent does not pay. Either way requests go through this module's undici
+// pool, so HTTP/2 and the token and CA re-reads are the same.
 import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { Agent, buildConnector } from 'undici';
-import { load as loadYaml } from 'js-yaml';
-import { VmseedError } from '../errors.ts';
+import { Agent, buildConnector, ProxyAgent, type Dispatcher } from 'undici';
+import { invalid, type ConnectionSpec, type CredentialSource } from './connection-spec.ts';
+
+export type { ConnectionSpec, CredentialSource } from './connection-spec.ts';
 
 /** Where the kubelet mounts the pod's service-account token, CA and namespace. */
 export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -55,25 +57,45 @@ function caFileConnector(path: string, tls: Record<string, unknown>, rereadMs: n
   };
 }
 
-/**
- * Server, TLS and credentials of one connection, as a kubeconfig or the
- * in-cluster service account gives them (PEM text, not paths). A
- * `tokenFile` is re-read every `tokenRereadMs` (default 60 s) and after a 401.
- */
-export interface ConnectionSpec {
-  server: string;
-  skipTLSVerify?: boolean;
-  ca?: string;
-  // A CA file re-read as it changes (a mounted ConfigMap the kubelet
-  // updates); until it exists, connections fail and are retried.
-  caFile?: string;
-  caRereadMs?: number;
-  cert?: string;
-  key?: string;
-  serverName?: string;
-  token?: string;
-  tokenFile?: string;
-  tokenRereadMs?: number;
+// Header names already in a dispatch's headers (any of the forms undici
+// passes) are replaced by `extra`'s.
+function withHeaders(headers: unknown, extra: Record<string, string>): string[] {
+  const replace = new Set(Object.keys(extra).map((k) => k.toLowerCase()));
+  const out: string[] = [];
+  const add = (k: unknown, v: unknown) => {
+    if (replace.has(String(k).toLowerCase())) return;
+    if (Array.isArray(v)) for (const one of v) out.push(String(k), String(one));
+    else if (v !== undefined && v !== null) out.push(String(k), String(v));
+  };
+  if (Array.isArray(headers)) {
+    if (headers.length > 0 && Array.isArray(headers[0]))
+      for (const [k, v] of headers as Array<[unknown, unknown]>) add(k, v);
+    else for (let i = 0; i + 1 < headers.length; i += 2) add(headers[i], headers[i + 1]);
+  } else if (headers && typeof headers === 'object') {
+    const entries =
+      Symbol.iterator in headers
+        ? (headers as Iterable<[unknown, unknown]>)
+        : Object.entries(headers as Record<string, unknown>);
+    for (const [k, v] of entries) add(k, v);
+  }
+  for (const [k, v] of Object.entries(extra)) out.push(k, v);
+  return out;
+}
+
+// Waits for the credential before each request leaves; a source that fails
+// fails that request (the caller's retry asks again).
+function credentialInterceptor(source: CredentialSource): Dispatcher.DispatcherComposeInterceptor {
+  return (dispatch) => (opts, handler) => {
+    source.headers().then(
+      (extra) => dispatch({ ...opts, headers: withHeaders(opts.headers, extra) }, handler),
+      (e: unknown) =>
+        (handler as { onResponseError?: (c: unknown, e: Error) => void }).onResponseError?.(
+          null,
+          e instanceof Error ? e : new Error(String(e)),
+        ),
+    );
+    return true;
+  };
 }
 
 /**
@@ -83,7 +105,10 @@ export interface ConnectionSpec {
  */
 export class KubeConnection {
   readonly #spec: ConnectionSpec;
-  readonly #dispatcher: Agent;
+  // The pool itself (what close() closes) and what requests go through
+  // (the pool, or the pool behind the credential interceptor).
+  readonly #pool: Agent | ProxyAgent;
+  readonly #dispatcher: Dispatcher;
   #token: string | undefined;
   #tokenReadAt = 0;
 
@@ -97,8 +122,7 @@ export class KubeConnection {
       ...(spec.serverName ? { servername: spec.serverName } : {}),
       rejectUnauthorized: !spec.skipTLSVerify,
     };
-    this.#dispatcher = new Agent({
-      connect: spec.caFile ? caFileConnector(spec.caFile, tls, spec.caRereadMs ?? CA_REREAD_MS) : tls,
+    const pool = {
       keepAliveTimeout: 30_000,
       // HTTP/2 when the server offers it (the API server does): every watch
       // and call of the agent multiplexed on one connection, as kubelet's
@@ -108,7 +132,15 @@ export class KubeConnection {
       // says otherwise); past that a second connection opens.
       allowH2: true,
       h2Options: { maxConcurrentStreams: H2_MAX_STREAMS },
-    });
+    };
+    if (spec.proxyUrl && spec.caFile) throw invalid('a proxy-url with a CA file re-read is not supported');
+    this.#pool = spec.proxyUrl
+      ? new ProxyAgent({ ...pool, uri: spec.proxyUrl, requestTls: tls })
+      : new Agent({
+          ...pool,
+          connect: spec.caFile ? caFileConnector(spec.caFile, tls, spec.caRereadMs ?? CA_REREAD_MS) : tls,
+        });
+    this.#dispatcher = spec.credentials ? this.#pool.compose(credentialInterceptor(spec.credentials)) : this.#pool;
     this.#token = spec.token;
   }
 
@@ -120,28 +152,30 @@ export class KubeConnection {
     };
   }
 
-  get dispatcher(): Agent {
+  get dispatcher(): Dispatcher {
     return this.#dispatcher;
   }
 
+  // Fetched credentials are not here: the dispatcher sets them.
   authHeaders(): Record<string, string> {
     const token = this.#currentToken();
-    return token ? { Authorization: `Bearer ${token}` } : {};
+    return { ...this.#spec.headers, ...(token ? { Authorization: `Bearer ${token}` } : {}) };
   }
 
   // Lets in-flight calls finish, but not a watch that never ends.
   async close(graceMs = 2000): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), graceMs)));
-    const closed = await Promise.race([this.#dispatcher.close().then(() => 'closed' as const), late]);
+    const closed = await Promise.race([this.#pool.close().then(() => 'closed' as const), late]);
     clearTimeout(timer);
-    if (closed === 'late') await this.#dispatcher.destroy();
+    if (closed === 'late') await this.#pool.destroy();
   }
 
   // The API server said 401: read the token file again now (it may have
   // been rotated since the last read). True when that gave a different
   // token, so the call is worth one more try.
   tokenRejected(): boolean {
+    if (this.#spec.credentials) return this.#spec.credentials.rejected();
     if (!this.#spec.tokenFile) return false;
     const before = this.#token;
     this.#readToken();
@@ -181,10 +215,6 @@ export class KubeConnection {
   }
 }
 
-function invalid(message: string): VmseedError {
-  return new VmseedError('CONFIG_INVALID', `kubeconfig: ${message}`, { kind: 'terminal', field: 'kubeconfig' });
-}
-
 /**
  * The in-cluster connection, as client-go's rest.InClusterConfig builds it.
  * Throws VmseedError CONFIG_INVALID when KUBERNETES_SERVICE_HOST is unset or
@@ -209,70 +239,19 @@ export function inClusterConnection(env: NodeJS.ProcessEnv = process.env, saDir 
   });
 }
 
-type Named<T> = { name: string } & T;
-
 /**
- * The current context of the kubeconfig at `path`: token, token file, client
- * certificate and CA, as files or inline data. Throws VmseedError
- * CONFIG_INVALID (terminal) for an unreadable file, a missing context or
- * cluster, or an exec or auth-provider plugin, which vmseed does not run.
+ * `kubeconfig` when given (one path, or a `:`-separated list merged as
+ * kubectl merges KUBECONFIG; `context` instead of its current context), else
+ * the in-cluster service account. Throws VmseedError CONFIG_INVALID as
+ * kubeconfigSpec (kubeconfig-loader.ts) and inClusterConnection do.
  */
-export function connectionFromKubeconfig(path: string): KubeConnection {
-  let doc: Record<string, unknown>;
-  try {
-    doc = loadYaml(readFileSync(path, 'utf8')) as Record<string, unknown>;
-  } catch (e) {
-    throw invalid(`cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? 'not YAML'}`);
-  }
-  const base = dirname(path);
-  const file = (p: unknown) => readFileSync(resolve(base, String(p)), 'utf8');
-  const list = <T>(k: string) => (Array.isArray(doc?.[k]) ? (doc[k] as Array<Named<T>>) : []);
-  const ctxName = doc?.['current-context'];
-  const context = list<{ context?: { cluster?: string; user?: string } }>('contexts').find(
-    (c) => c.name === ctxName,
-  )?.context;
-  if (!context) throw invalid(`${path}: current-context '${String(ctxName)}' not found`);
-  const cluster = list<{ cluster?: Record<string, unknown> }>('clusters').find(
-    (c) => c.name === context.cluster,
-  )?.cluster;
-  if (!cluster || typeof cluster.server !== 'string')
-    throw invalid(`${path}: cluster '${String(context.cluster)}' has no server`);
-  const user = list<{ user?: Record<string, unknown> }>('users').find((u) => u.name === context.user)?.user ?? {};
-  if (user.exec || user['auth-provider'])
-    throw invalid(
-      `${path}: user '${String(context.user)}' uses an exec or auth-provider plugin, which vmseed does not run; use a token or a client certificate`,
-    );
-  const pick = (data: unknown, ref: unknown): string | undefined =>
-    typeof data === 'string'
-      ? Buffer.from(data, 'base64').toString('utf8')
-      : typeof ref === 'string'
-        ? file(ref)
-        : undefined;
-  try {
-    const spec: ConnectionSpec = {
-      server: cluster.server,
-      skipTLSVerify: cluster['insecure-skip-tls-verify'] === true,
-    };
-    const ca = pick(cluster['certificate-authority-data'], cluster['certificate-authority']);
-    const cert = pick(user['client-certificate-data'], user['client-certificate']);
-    const key = pick(user['client-key-data'], user['client-key']);
-    if (ca) spec.ca = ca;
-    if (cert) spec.cert = cert;
-    if (key) spec.key = key;
-    if (typeof cluster['tls-server-name'] === 'string') spec.serverName = cluster['tls-server-name'];
-    if (typeof user.token === 'string') spec.token = user.token;
-    if (typeof user.tokenFile === 'string') spec.tokenFile = resolve(base, user.tokenFile);
-    return new KubeConnection(spec);
-  } catch (e) {
-    if (e instanceof VmseedError) throw e;
-    throw invalid(`${path}: cannot read a referenced file (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
-  }
-}
-
-/**
- * `--kubeconfig` when given, else the in-cluster service account; throws as
- * connectionFromKubeconfig and inClusterConnection do.
- */
-export function loadConnection(kubeconfig: string | undefined, env: NodeJS.ProcessEnv = process.env): KubeConnection {
-  return kubeconfig ? connectionFromKubeconfig(kubeconfig) : inClusterConnection(env);
+export async function loadConnection(
+  kubeconfig: string | undefined,
+  options: { context?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<KubeConnection> {
+  if (!kubeconfig) return inClusterConnection(options.env);
+  const { kubeconfigSpec } = await import('./kubeconfig-loader.ts');
+  return new KubeConnection(
+    await kubeconfigSpec(kubeconfig, options.context === undefined ? {} : { context: options.context }),
+  );
 }

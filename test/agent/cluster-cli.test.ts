@@ -1,6 +1,6 @@
 // `vmseed agent` in cluster mode as a real subprocess: kubeconfig file,
 // informer against the fake API server, /readyz and /metrics served,
-// SIGTERM → exit 0; a kubeconfig with an exec plugin is refused with exit 2.
+// SIGTERM → exit 0; a kubeconfig whose exec plugin is not installed is refused with exit 2.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -85,7 +85,7 @@ test('cluster mode CLI: kubeconfig, seeds, readiness, Events, SIGTERM exit 0', {
   assert.equal(await exited, 0, log.slice(-2000));
 });
 
-test('a kubeconfig with an exec plugin: one line, exit 2', async (t) => {
+test('a kubeconfig whose exec plugin is not installed: one line, exit 2', async (t) => {
   const dir = await tempDir();
   t.after(() => dir.remove());
   const kc = join(dir.path, 'kc.yaml');
@@ -94,7 +94,7 @@ test('a kubeconfig with an exec plugin: one line, exit 2', async (t) => {
     `apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}}}]
+users: [{name: u, user: {exec: {command: vmseed-no-such-plugin, apiVersion: client.authentication.k8s.io/v1}}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 `,
@@ -121,6 +121,9 @@ current-context: x
     c.on('exit', (code) => resolve({ code, stderr }));
   });
   assert.equal(r.code, 2, r.stderr);
-  assert.match(r.stderr, /^vmseed agent: kubeconfig: .*exec or auth-provider plugin/);
+  assert.match(
+    r.stderr,
+    /^vmseed agent: kubeconfig: user 'u': exec plugin command 'vmseed-no-such-plugin' is not found \(not in PATH\)/,
+  );
   assert.equal(r.stderr.trim().split('\n').length, 1);
 });

@@ -53,6 +53,7 @@ test('bad values are one clear ConfigError each', () => {
     [['--local', 'd', '--disk-bus', 'sata'], {}, /--disk-bus: 'sata'/],
     [['--local', 'd'], { VMSEED_LOG_LEVEL: 'loud' }, /--log-level: 'loud'/],
     [['--what'], {}, /Unknown option '--what'/],
+    [['--node-name', 'n1', '--context', 'other'], {}, /--context: needs --kubeconfig/],
   ];
   for (const [argv, env, re] of bad) {
     assert.throws(

@@ -41,7 +41,7 @@ const run = promisify(execFile);
 
 // The image's size on disk (podman's figure, as docs/install.md states it) may
 // not pass this unnoticed: raise it, and docs/install.md, deliberately.
-const SIZE_BOUND_MB = 320;
+const SIZE_BOUND_MB = 350;
 
 let work: string;
 let env: NodeJS.ProcessEnv;
@@ -196,7 +196,8 @@ test(
   async () => {
     const script = [
       'node --version',
-      'ls /opt/vmseed/node_modules',
+      // Scoped packages as @scope/name, the others by name.
+      'cd /opt/vmseed/node_modules && ls -d -- [!@]* @*/* && cd /',
       'for b in virsh tini flock nft; do dpkg-query -S "$(readlink -f "$(command -v $b)")"; done',
       'virsh --version',
       'tini --version',
@@ -221,7 +222,7 @@ test(
     };
     const devOnly = Object.keys(pkg.devDependencies).filter((d) => lock.packages[`node_modules/${d}`]?.dev === true);
     assert.ok(devOnly.includes('typescript') && devOnly.includes('node'));
-    for (const dep of devOnly) assert.ok(!installed.includes(dep.split('/')[0]), `dev dependency ${dep} in the image`);
+    for (const dep of devOnly) assert.ok(!installed.includes(dep), `dev dependency ${dep} in the image`);
     assert.deepEqual(
       owners.split('\n').map((l) => l.split(':')[0]),
       ['libvirt-clients', 'tini', 'util-linux', 'nftables'],

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { connectionFromKubeconfig, inClusterConnection, KubeConnection } from '../../src/kube/connection.ts';
+import { inClusterConnection, KubeConnection, loadConnection } from '../../src/kube/connection.ts';
 import { VmseedError } from '../../src/errors.ts';
 import { tempDir } from '../support/agent-harness.ts';
 
@@ -26,7 +26,7 @@ contexts:
 current-context: b
 `,
   );
-  const c = connectionFromKubeconfig(kc);
+  const c = await loadConnection(kc);
   t.after(() => c.close());
   assert.equal(c.getCurrentCluster().server, 'https://api.example:6443');
   assert.deepEqual(c.authHeaders(), { Authorization: 'Bearer secret-token' });
@@ -37,13 +37,13 @@ test('kubeconfig errors are CONFIG_INVALID and name the problem, not the secret'
   t.after(() => dir.remove());
   const kc = join(dir.path, 'config');
   await writeFile(kc, 'current-context: nope\ncontexts: []\n');
-  assert.throws(
-    () => connectionFromKubeconfig(kc),
+  await assert.rejects(
+    () => loadConnection(kc),
     (e: unknown) =>
       e instanceof VmseedError && e.code === 'CONFIG_INVALID' && /current-context 'nope' not found/.test(e.message),
   );
-  assert.throws(
-    () => connectionFromKubeconfig(join(dir.path, 'missing')),
+  await assert.rejects(
+    () => loadConnection(join(dir.path, 'missing')),
     (e: unknown) => e instanceof VmseedError && /ENOENT/.test(e.message),
   );
 });

@@ -252,7 +252,7 @@ async function clusterAgent(config: Config, parts: AgentParts): Promise<ModeAgen
     import('../../kube/object-service-api.ts'),
   ]);
   const { logger, metrics } = parts.options;
-  const connection = loadConnection(config.kubeconfig);
+  const connection = await loadConnection(config.kubeconfig, config.context ? { context: config.context } : {});
   const api = new KubeConnectionApi(connection);
   // Reconciles' reads (Secrets, ConfigMaps) and unpause end at the stop
   // deadline; Events and the informer keep their own client (the agent

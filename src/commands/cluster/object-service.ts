@@ -19,7 +19,7 @@ export async function startObjects(config: ClusterConfig, logger: Logger, _metri
     import('../../cluster/objects/object-server.ts'),
     import('../../cluster/objects/serving-cert.ts'),
   ]);
-  const connection = loadConnection(o.kubeconfig);
+  const connection = await loadConnection(o.kubeconfig);
   const api = new KubeConnectionApi(connection);
   let service;
   try {
