@@ -23,7 +23,7 @@ import { startLocalAgent, vmiManifest } from '../support/local-agent.ts';
 // like one long one and a VMI that exists was detached (seen on a loaded
 // machine with 25 ms). A delete and create is far quicker than this.
 const SETTLE_MS = 120;
-const SEQUENCES = 200;
+const SEQUENCES = 100;
 
 const manifest = (name: string, queue: number) =>
   vmiManifest(name, `write_files:\n  - path: /etc/worker.conf\n    content: queue=${queue}`);
