@@ -13,7 +13,10 @@
 // DaemonSet's agent container (the V8 heap cap sized with the memory limit).
 // `--node-options=` runs it without them (`--node-options=--flag` with
 // others); `--cold-cache` with an empty compile cache (Node's TypeScript
-// stripper loaded).
+// stripper loaded). The API credentials are the in-cluster service account
+// (a bind-mounted volume, as the kubelet gives it), as the DaemonSet runs
+// it; `--api kubeconfig` passes --kubeconfig instead, the path that loads
+// @kubernetes/client-node.
 import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -25,6 +28,7 @@ import { findObject, loadYamlDocuments } from '../test/support/manifests.ts';
 import type { VmiObject } from '../src/api/objects.ts';
 import { ImageStore } from '../src/disk/store.ts';
 import { quantile, until } from './stats.ts';
+import { serviceAccountVolume } from '../test/support/in-cluster.ts';
 
 const { values } = parseArgs({
   options: {
@@ -35,8 +39,11 @@ const { values } = parseArgs({
     fsync: { type: 'string', default: 'true' },
     'node-options': { type: 'string' },
     'cold-cache': { type: 'boolean', default: false },
+    api: { type: 'string', default: 'in-cluster' },
   },
 });
+if (values.api !== 'in-cluster' && values.api !== 'kubeconfig')
+  throw new Error(`--api: '${values.api}' is not one of in-cluster, kubeconfig`);
 const VMIS = Number(values.vmis);
 const EVENTS = Number(values.events);
 const IDLE_SECONDS = Number(values['idle-seconds']);
@@ -130,7 +137,8 @@ function procStat(pid: number): { cpuSeconds: number; hwmBytes: number; rssBytes
 const fake = await FakeKube.start();
 const dir = await mkdtemp(join(tmpdir(), 'vmseed-bench-agent-'));
 const state = join(dir, 'seeds');
-const kubeconfig = await fake.writeKubeconfig(dir);
+const kubeconfig = values.api === 'kubeconfig' ? await fake.writeKubeconfig(dir) : undefined;
+const sa = kubeconfig === undefined ? await serviceAccountVolume(fake, dir) : undefined;
 const vmis: VmiObject[] = [];
 for (let i = 0; i < VMIS; i++) vmis.push(addVmi(fake, i));
 
@@ -143,31 +151,31 @@ if (!values['cold-cache']) execFileSync(join(ROOT, 'bin/vmseed'), ['warm-cache']
 const t0 = performance.now();
 // Through bin/vmseed, as it ships (its Node flags and malloc settings); the
 // script execs Node, so the pid is the agent's.
-const child = spawn(
+const argv = [
   join(ROOT, 'bin/vmseed'),
-  [
-    'agent',
-    '--kubeconfig',
-    kubeconfig,
-    '--node-name',
-    NODE,
-    '--state-dir',
-    state,
-    '--libvirt',
-    'off',
-    '--listen',
-    '127.0.0.1:0',
-    '--status-listen',
-    '127.0.0.1:0',
-    '--log-level',
-    'warn',
-    '--concurrency',
-    '4',
-    '--fsync',
-    values.fsync,
-  ],
-  { stdio: ['ignore', 'ignore', 'pipe'], env: agentEnv },
-);
+  'agent',
+  ...(kubeconfig ? ['--kubeconfig', kubeconfig] : []),
+  '--node-name',
+  NODE,
+  '--state-dir',
+  state,
+  '--libvirt',
+  'off',
+  '--listen',
+  '127.0.0.1:0',
+  '--status-listen',
+  '127.0.0.1:0',
+  '--log-level',
+  'warn',
+  '--concurrency',
+  '4',
+  '--fsync',
+  values.fsync,
+];
+// In-cluster: unshare execs sh, which execs bin/vmseed, which execs Node:
+// the pid stays the agent's.
+const [file, ...args] = sa ? sa.command(argv) : argv;
+const child = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'], env: sa ? sa.env(agentEnv) : agentEnv });
 let stderr = '';
 child.stderr.on('data', (d) => (stderr += d));
 const pid = child.pid!;
@@ -214,7 +222,7 @@ try {
     `vmseed agent benchmark: ${VMIS} VMIs (½ NoCloud, ½ ConfigDrive, ¼ Secret-backed), fake API server on loopback, libvirt off, fsync ${values.fsync}, state dir on ${dir.split('/')[1]}, Node ${process.version}`,
   );
   console.log(
-    `agent: bin/vmseed, NODE_OPTIONS='${NODE_OPTIONS}'${values['node-options'] === undefined ? " (the DaemonSet's)" : ''}, compile cache ${values['cold-cache'] ? 'empty' : 'warmed by vmseed warm-cache'}`,
+    `agent: bin/vmseed, NODE_OPTIONS='${NODE_OPTIONS}'${values['node-options'] === undefined ? " (the DaemonSet's)" : ''}, compile cache ${values['cold-cache'] ? 'empty' : 'warmed by vmseed warm-cache'}, API credentials ${values.api === 'kubeconfig' ? '--kubeconfig' : 'in-cluster service account'}`,
   );
   console.log(`| ${'measure'.padEnd(w[0])} | ${'value'.padStart(w[1])} | ${'target'.padEnd(w[2])} | ok |`);
   console.log(`|${'-'.repeat(w[0] + 2)}|${'-'.repeat(w[1] + 2)}|${'-'.repeat(w[2] + 2)}|----|`);
