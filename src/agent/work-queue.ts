@@ -107,15 +107,17 @@ export class WorkQueue {
     this.#parkTimers.delete(key);
   }
 
-  addAfter(key: string, ms: number): void {
-    if (this.#stopped) return;
-    if (this.#timers.has(key)) return;
+  // Whether this call set the timer (false: stopped, or one is already set).
+  addAfter(key: string, ms: number): boolean {
+    if (this.#stopped) return false;
+    if (this.#timers.has(key)) return false;
     const t = setTimeout(() => {
       this.#timers.delete(key);
       this.add(key);
     }, ms);
     t.unref();
     this.#timers.set(key, t);
+    return true;
   }
 
   longestRunningSeconds(now = performance.now()): number {
@@ -227,8 +229,7 @@ export class WorkQueue {
       this.#opts.metrics?.queueRetries.inc(Q);
       if (!this.#dirty.has(key)) {
         const delay = backoffDelay(this.#opts.backoff, n);
-        this.addAfter(key, delay);
-        this.#opts.onBackoff?.(key, n, delay);
+        if (this.addAfter(key, delay)) this.#opts.onBackoff?.(key, n, delay);
       }
     }
     if (this.#dirty.delete(key)) this.add(key);
