@@ -4,10 +4,11 @@
 // proxy-url. Only connection.ts's loadConnection imports this module, and
 // only when there is a kubeconfig, so the in-cluster agent never loads
 // client-node (see test/kube/kubeconfig-lazy.test.ts).
-import { accessSync, constants, readFileSync } from 'node:fs';
+import { accessSync, closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import { delimiter, dirname, isAbsolute, join, resolve, sep } from 'node:path';
 import { load as loadYaml } from 'js-yaml';
 import type { Cluster, KubeConfig, User } from '@kubernetes/client-node';
+import { VmseedError } from '../errors.ts';
 import { invalid, type ConnectionSpec, type CredentialSource } from './connection-spec.ts';
 
 type Entry = { name?: unknown } & Record<string, unknown>;
@@ -20,6 +21,24 @@ const EXEC_RERUN_MS = 10_000;
 // What an exec plugin or OIDC provider says when it fails goes into the
 // request's error; bounded, as a log line is.
 const MAX_PLUGIN_MESSAGE = 300;
+
+// A kubeconfig and the PEM files it names are KiB; the size is checked
+// before a file is read, so a wrong path (a disk image, /dev/zero) is a
+// clear error, not the agent's memory.
+const MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024;
+const MAX_PEM_BYTES = 1024 * 1024;
+
+function readBounded(file: string, max: number): string {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw invalid(`${file}: not a regular file`);
+    if (st.size > max) throw invalid(`${file}: ${st.size} bytes, more than the ${max} a kubeconfig file may have`);
+    return readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
 
 /**
  * The connection spec of a kubeconfig: `paths` one file or a `:`-separated list,
@@ -76,6 +95,7 @@ export async function kubeconfigSpec(paths: string, options: { context?: string 
     if (cert) spec.cert = cert;
     if (key) spec.key = key;
   } catch (e) {
+    if (e instanceof VmseedError) throw e;
     throw invalid(`${where}: cannot read a referenced file (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
   }
   if (cluster.tlsServerName) spec.serverName = cluster.tlsServerName;
@@ -138,7 +158,7 @@ function checkExecCommand(userName: string, exec: ExecSpec): void {
 // other way round).
 function pem(file: string | undefined | null, data: string | undefined | null): string | undefined {
   if (data) return Buffer.from(data, 'base64').toString('utf8');
-  if (file) return readFileSync(file, 'utf8');
+  if (file) return readBounded(file, MAX_PEM_BYTES);
   return undefined;
 }
 
@@ -151,8 +171,9 @@ function mergeFiles(files: string[]): Doc {
   for (const file of files) {
     let text: string;
     try {
-      text = readFileSync(file, 'utf8');
+      text = readBounded(file, MAX_KUBECONFIG_BYTES);
     } catch (e) {
+      if (e instanceof VmseedError) throw e;
       const code = (e as NodeJS.ErrnoException).code;
       if (code === 'ENOENT' && files.length > 1) continue;
       throw invalid(`cannot read ${file}: ${code ?? 'error'}`);

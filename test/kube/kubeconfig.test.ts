@@ -405,6 +405,24 @@ test('a bad kubeconfig is CONFIG_INVALID naming the kubeconfig and what is wrong
       return true;
     });
   }
+  // Sizes are checked before a file is read: a kubeconfig over 4 MiB, a
+  // device, a PEM file over 1 MiB.
+  const big = join(dir.path, 'big');
+  await writeFile(big, `# ${'x'.repeat(4 * 1024 * 1024)}\n`);
+  await assert.rejects(loadConnection(big), /big: \d+ bytes, more than the 4194304 a kubeconfig file may have/);
+  await assert.rejects(loadConnection('/dev/zero'), /\/dev\/zero: not a regular file/);
+  const bigPem = join(dir.path, 'big.crt');
+  await writeFile(bigPem, 'x'.repeat(1024 * 1024 + 1));
+  const withBigCa = join(dir.path, 'big-ca');
+  await writeFile(
+    withBigCa,
+    kubeconfig({
+      clusters: [{ name: 'c', cluster: { server: 'https://h:6443', 'certificate-authority': bigPem } }],
+      contexts: [{ name: 'x', context: { cluster: 'c' } }],
+      'current-context': 'x',
+    }),
+  );
+  await assert.rejects(loadConnection(withBigCa), /big\.crt: 1048577 bytes, more than the 1048576/);
   await assert.rejects(loadConnection(join(dir.path, 'absent')), /cannot read .*absent: ENOENT/);
   await assert.rejects(
     loadConnection([join(dir.path, 'absent'), join(dir.path, 'absent2')].join(':')),
