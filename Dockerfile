@@ -1,5 +1,6 @@
-# vmseed agent image. Two stages on the same Node 24 slim base: `deps` installs
-# the runtime dependencies, the final stage adds virsh and the source.
+# vmseed agent image. Three stages on the same Node 24 slim base: `deps`
+# installs the runtime dependencies, `schemas` fetches cloud-init's JSON
+# schemas, the final stage adds virsh, the source and both.
 # Pin by digest in release builds (FROM node:24.21-bookworm-slim@sha256:…): a
 # tag can be re-pushed, a digest cannot. CI here has no registry access to
 # resolve the digest, so the tag is pinned to a minor release.
@@ -17,6 +18,15 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund \
  && find node_modules -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete
 
+# cloud-init's own JSON schemas for validating users' cloud-config: Debian
+# 12's (22.4) and 13's (25.1), from the cloud-init .debs on the Debian
+# mirror (nothing vendored). A stage of its own so that apt's private state
+# and the downloaded .debs stay out of the image; the script updates its own
+# private package lists, so no apt-get update here.
+FROM node:24.21-bookworm-slim AS schemas
+COPY scripts/fetch-cloud-init-schemas.sh /usr/local/bin/
+RUN bash /usr/local/bin/fetch-cloud-init-schemas.sh /usr/share/vmseed/cloud-init-schemas
+
 FROM node:24.21-bookworm-slim
 # virsh only (Debian's libvirt-clients): no daemon, no QEMU, no recommends.
 # tini: PID 1 that reaps. The virsh timeout kills virsh's whole process
@@ -33,6 +43,8 @@ COPY --from=deps /opt/vmseed/node_modules ./node_modules
 COPY package.json ./
 COPY bin ./bin
 COPY src ./src
+# Root-owned and world-readable (0644 files, 0755 directories): uid 107 reads them.
+COPY --from=schemas /usr/share/vmseed/cloud-init-schemas /usr/share/vmseed/cloud-init-schemas
 # bin/vmseed falls back to the `node` on PATH (the base image's Node 24)
 # because --omit=dev leaves no node_modules/.bin/node.
 RUN ln -s /opt/vmseed/bin/vmseed /usr/local/bin/vmseed

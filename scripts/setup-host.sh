@@ -34,4 +34,7 @@ conf=/etc/libvirt/qemu.conf
 for kv in 'user = "root"' 'group = "root"'; do
   grep -qxF "$kv" "$conf" || echo "$kv" >> "$conf"
 done
+# cloud-init's own JSON schemas (Debian 12's 22.4 and 13's 25.1), from the
+# Debian mirror: the agent validates users' cloud-config against them.
+bash "$here/fetch-cloud-init-schemas.sh" /usr/share/vmseed/cloud-init-schemas
 echo "setup-host: done"

@@ -57,10 +57,12 @@ test('the linter catches each rule it claims', () => {
 
 test('the parser joins continuations and reads stages', () => {
   const stages = stagesOf(parseDockerfile(text));
-  assert.equal(stages.length, 2);
-  assert.equal(stages[0].name, 'deps');
+  assert.deepEqual(
+    stages.map((s) => s.name),
+    ['deps', 'schemas', undefined],
+  );
   for (const s of stages) assert.match(s.image, /^node:24\.\d+-bookworm-slim$/, 'Node 24 slim, pinned to a minor');
-  const apt = stages[1].instructions.find((i) => i.keyword === 'RUN' && i.args.includes('apt-get'))!;
+  const apt = stages[2].instructions.find((i) => i.keyword === 'RUN' && i.args.includes('apt-get'))!;
   assert.match(apt.args, /^apt-get update && apt-get install .* && rm -rf \/var\/lib\/apt\/lists\/\*$/);
 });
 
