@@ -9,6 +9,7 @@
 import { parseAnnotation } from './annotation/annotation.ts';
 import { SeedBudget, type BudgetSnapshot } from './limits.ts';
 import { chooseNetworkConfig } from './network/choose.ts';
+import { checkSchemas } from './schema/check.ts';
 import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata/compose.ts';
 import { lintUserData } from './userdata/user-data-lint.ts';
 import { lintVendorData } from './userdata/vendor-data.ts';
@@ -30,6 +31,7 @@ export const PURE_OPS = Object.freeze({
   lintVendorData,
   chooseNetworkConfig,
   composeUserData: composeWithBudget,
+  checkSchemas,
 });
 
 export type PureOps = typeof PURE_OPS;

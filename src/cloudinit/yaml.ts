@@ -16,7 +16,7 @@
 // measure above (docs/threat-model.md, "Measured"); its error messages quote
 // the source line; and its stringify quotes differently ("0644" for '0644'),
 // so every merged seed's bytes would change.
-import { constructFromEvents, dump, parseEvents, YAMLException, type Event } from 'js-yaml';
+import { constructFromEvents, dump, parseEvents, YAML11_SCHEMA, YAMLException, type Event } from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 import { LIMITS } from './limits.ts';
 import { measureEvents, type EventMeasure } from './yaml-measure.ts';
@@ -30,6 +30,10 @@ export interface YamlOptions {
   allowDuplicateKeys?: boolean;
   // The input field, for YAML_TOO_COMPLEX.
   field?: string;
+  // Read scalars as PyYAML (YAML 1.1) does: yes/on are booleans, 0644 is
+  // octal, a date is a date. For checking values as cloud-init will see them;
+  // a document vmseed rewrites keeps the default (core) reading.
+  yaml11?: boolean;
   // Bound on the parsed value's expanded size (default
   // LIMITS.yamlExpandedBytes), never below 4 × the text's own length: a
   // document without aliases measures a small multiple of its text.
@@ -89,6 +93,7 @@ function construct(text: string, events: Event[], options: YamlOptions): unknown
     source: text,
     json: options.allowDuplicateKeys === true,
     maxAliases: LIMITS.yamlAliases,
+    ...(options.yaml11 ? { schema: YAML11_SCHEMA } : {}),
   });
 }
 
