@@ -53,6 +53,12 @@ export const ERROR_CODES = [
   'NETWORKDATA_UNPARSED',
   'KUBEVIRT_INLINE_LIMIT',
   'DEVICE_METADATA_INCOMPLETE',
+  // cloud-config checked against cloud-init's own schemas (src/cloudinit/schema)
+  'CLOUD_INIT_VERSION_UNKNOWN',
+  'CLOUDCONFIG_SCHEMA',
+  'CLOUDCONFIG_DEPRECATED',
+  'CLOUDCONFIG_UNCHECKED',
+  'CLOUDCONFIG_SCHEMA_BUDGET',
   // local mode: a manifest naming another node (kubevirt.io/nodeName)
   'VMI_ON_OTHER_NODE',
   // input budgets: checked before the work they bound

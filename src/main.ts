@@ -17,6 +17,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     summary: 'write a NoCloud or ConfigDrive seed image from files',
     load: async () => (await import('./commands/build.ts')).build,
   },
+  lint: {
+    summary: "check user-data, vendor-data or network-config against cloud-init's schemas",
+    load: async () => (await import('./commands/lint.ts')).lint,
+  },
   inspect: {
     summary: 'show the label, datasource and files of a seed image',
     load: async () => (await import('./commands/inspect.ts')).inspect,

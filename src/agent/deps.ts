@@ -4,6 +4,7 @@
 import type { Seed } from '../cloudinit/seed.ts';
 import type { RefResolver, VmiObject, Datasource } from '../api/objects.ts';
 import type { RenderContext, RenderOptions, RenderOutcome } from '../cloudinit/render.ts';
+import type { SchemaCheckOptions } from '../cloudinit/render-options.ts';
 import type { VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import type { ImageKey, StoredImage as StoreEntry } from '../disk/store.ts';
 
@@ -12,6 +13,8 @@ export interface AgentRenderOptions {
   maxUserDataBytes: number;
   maxNetworkDataBytes: number;
   defaultVendorData?: VendorDataRef;
+  // cloud-config checked against cloud-init's schemas (--cloud-init-version).
+  schemaCheck?: SchemaCheckOptions;
   // The reconcile's signal (the stop deadline), set by the reconciler.
   signal?: AbortSignal;
 }

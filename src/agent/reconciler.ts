@@ -12,7 +12,7 @@ import { devicesNeedingDomain } from '../cloudinit/devices-metadata.ts';
 import type { DomainFacts } from '../libvirt/domain-devices.ts';
 import { withHostNuma, type HostNumaReader } from '../libvirt/host-numa.ts';
 import type { RefResolver, VmiObject, Datasource } from '../api/objects.ts';
-import type { Seed } from '../cloudinit/seed.ts';
+import type { SchemaWarningInfo, Seed } from '../cloudinit/seed.ts';
 import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { releaseImageBytes } from '../disk/seed-image.ts';
 import { asVmseedError, VmseedError, type ErrorCode } from '../errors.ts';
@@ -756,8 +756,8 @@ export class Reconciler {
 }
 
 // A warning or error as the status shows it (field kept when the source had one).
-function problemOf(w: { code: ErrorCode; message: string; field?: string }): Problem {
-  return { code: w.code, message: w.message, field: w.field };
+function problemOf(w: { code: ErrorCode; message: string; field?: string; schema?: SchemaWarningInfo }): Problem {
+  return { code: w.code, message: w.message, field: w.field, ...(w.schema ? { schema: w.schema } : {}) };
 }
 
 function injectionTarget(

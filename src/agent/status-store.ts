@@ -58,6 +58,10 @@ export class StatusStore implements StatusSource, PerVmiState {
   #readiness: ReadinessStatus | undefined;
   #redirect: (() => RedirectStatus | undefined) | undefined;
   #libvirt: (() => LibvirtStatus) | undefined;
+  #cloudInitSchemas: string | undefined;
+  // Schema problems in the shown seeds by "module severity" (the gauge
+  // vmseed_seed_schema_problems), kept with every change as #counts is.
+  readonly #schemaProblems: Record<string, number> = Object.create(null) as Record<string, number>;
   #dependencies: ((key: string) => DependencyRecord[]) | undefined;
   #provisioning: ((record: VmiRecord, now: number) => ProvisioningStatus | undefined) | undefined;
   // VMIs whose last reconcile ended at the seed gate (SEED_GATE_WAITING).
@@ -115,6 +119,11 @@ export class StatusStore implements StatusSource, PerVmiState {
     this.#libvirt = source;
   }
 
+  // cloud-init's schemas as the agent found them at start (schema-status.ts).
+  setCloudInitSchemas(line: string): void {
+    this.#cloudInitSchemas = line;
+  }
+
   get(key: string): VmiStatusRecord | undefined {
     return this.records.get(key)?.status;
   }
@@ -124,6 +133,7 @@ export class StatusStore implements StatusSource, PerVmiState {
     if (ended?.status) this.#count(ended.status.state, -1);
     if (atGate(ended?.status)) this.#gateWaiting(-1);
     if (ended?.status) this.#series(ended.status, false);
+    if (ended?.status) this.#countSchemaProblems(ended.status, -1);
   }
 
   /** Whether a status is shown for `key`. */
@@ -166,6 +176,10 @@ export class StatusStore implements StatusSource, PerVmiState {
       this.#count(next.state, 1);
     }
     if (atGate(prev) !== atGate(next)) this.#gateWaiting(atGate(next) ? 1 : -1);
+    if (prev?.warnings !== next.warnings) {
+      if (prev) this.#countSchemaProblems(prev, -1);
+      this.#countSchemaProblems(next, 1);
+    }
     if (moved) {
       if (prev) this.#series(prev, false);
       this.#series(next, true);
@@ -184,6 +198,19 @@ export class StatusStore implements StatusSource, PerVmiState {
     }
     m.vmiInfo.set(labels, 1);
     m.vmiStateSince.set(labels, Date.parse(status.stateSince ?? '') / 1000 || this.#now().getTime() / 1000);
+  }
+
+  // A status's schema problems into (or out of) the by-module gauge; a
+  // label set once seen stays, at 0 when no seed has the problem any more.
+  #countSchemaProblems(status: VmiStatusRecord, delta: number): void {
+    const m = this.#opts.metrics;
+    for (const w of status.warnings ?? []) {
+      if (!w.schema) continue;
+      const { module, severity } = w.schema;
+      const k = `${module} ${severity}`;
+      this.#schemaProblems[k] = Math.max(0, (this.#schemaProblems[k] ?? 0) + delta);
+      m?.seedSchemaProblems.set({ module, severity }, this.#schemaProblems[k]);
+    }
   }
 
   #gateWaiting(delta: number): void {
@@ -228,6 +255,7 @@ export class StatusStore implements StatusSource, PerVmiState {
       ...(this.#readiness ? { readiness: structuredClone(this.#readiness) } : {}),
       ...(redirect ? { redirect: structuredClone(redirect) } : {}),
       ...(libvirt ? { libvirt: structuredClone(libvirt) } : {}),
+      ...(this.#cloudInitSchemas !== undefined ? { cloudInitSchemas: this.#cloudInitSchemas } : {}),
     };
   }
 

@@ -2,6 +2,7 @@
 // the status shown before: a pure function, so the store writes it once per
 // reconcile (copy, compute, compare, write).
 import type { Datasource } from '../api/objects.ts';
+import type { SchemaWarningInfo } from '../cloudinit/seed.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 import type { StatusProblem, VmiStatusRecord } from '../status/snapshot.ts';
 
@@ -11,6 +12,8 @@ export interface Problem {
   message: string;
   kind?: ErrorKind;
   field?: string;
+  // A cloud-init schema problem's place and kind (cloudinit/seed.ts).
+  schema?: SchemaWarningInfo;
 }
 
 export type StatusReport =

@@ -19,6 +19,7 @@ import { withReportingPart } from './userdata/reporting-config.ts';
 import { resolveVendorData, vendorDataFile } from './userdata/vendor-data.ts';
 import { mergeMetaData } from './metadata-merge.ts';
 import { measureExpanded } from './yaml.ts';
+import { schemaWarnings } from './schema/seed-warnings.ts';
 
 /** What an input API (kubevirt/volume-input.ts, annotation/annotation-input.ts) hands composeSeed. */
 export interface SeedInput {
@@ -61,8 +62,21 @@ export async function composeSeed(
   const c: Composition = { vmi, input, refs, budget, options, offload: options.offload ?? INLINE_OFFLOAD };
   const user = await userDataPart(c);
   const network = await networkConfigPart(c);
-  const vendor = withProgressReport(await vendorDataPart(c), c, context.reportUrl);
+  const own = await vendorDataPart(c);
+  const vendor = withProgressReport(own, c, context.reportUrl);
   const meta = metaDataPart(c, context);
+  // The documents as final, but the VMI's own vendor-data rather than
+  // vmseed's progress-reporting wrapper (the owner's to fix, not vmseed's).
+  const schema = await schemaWarnings(
+    vmi,
+    options,
+    {
+      userData: user.bytes,
+      ...(own.raw ? { vendorData: own.raw.bytes } : {}),
+      ...(input.datasource === 'nocloud' && network.bytes ? { networkConfig: network.bytes } : {}),
+    },
+    c.offload,
+  );
   return {
     datasource: input.datasource,
     metaData: meta.metaData,
@@ -70,7 +84,14 @@ export async function composeSeed(
     ...(network.bytes ? { networkConfig: network.bytes } : {}),
     ...(vendor.bytes && vendor.bytes.length > 0 ? { vendorData: vendor.bytes } : {}),
     ...(vendor.progressNotReported ? { progressNotReported: vendor.progressNotReported } : {}),
-    warnings: [...input.warnings, ...user.warnings, ...network.warnings, ...vendor.warnings, ...meta.warnings],
+    warnings: [
+      ...input.warnings,
+      ...user.warnings,
+      ...network.warnings,
+      ...vendor.warnings,
+      ...meta.warnings,
+      ...schema,
+    ],
   };
 }
 

@@ -3,6 +3,7 @@
 import { DEFAULT_MAX_USER_DATA_BYTES } from './limits.ts';
 import type { DomainDevice, VcpuPin } from './devices-metadata.ts';
 import type { SaltProvider } from './init/password-salt.ts';
+import type { CiProfile } from './schema/ci-validator.ts';
 import type { Offload } from './pure-ops.ts';
 import type { VendorDataRef } from './userdata/vendor-data.ts';
 
@@ -30,6 +31,19 @@ export interface RenderOptions {
   offload?: Offload;
   // Aborted when the agent stops: a step on a worker is ended (CANCELLED).
   signal?: AbortSignal;
+  // Check user-data, vendor-data and NoCloud network-config against
+  // cloud-init's schemas of `release` (files in `dir`, schema-store.ts);
+  // absent or 'off': no check. A VMI's annotation vmseed.io/cloud-init-version
+  // picks its own release (schema/release-annotation.ts).
+  schemaCheck?: SchemaCheckOptions;
+}
+
+/** RenderOptions.schemaCheck: where the schemas are, the node's default release, where a failed check is logged. */
+export interface SchemaCheckOptions {
+  dir: string;
+  release: CiProfile | 'off';
+  // Called when the check itself fails (never with document content).
+  warn?: (fields: Record<string, unknown>, message: string) => void;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({

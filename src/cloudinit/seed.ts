@@ -17,9 +17,30 @@ export interface SeedWarning {
     | 'NETWORKDATA_UNPARSED'
     | 'NETWORK_CONVERSION_UNSUPPORTED'
     | 'KUBEVIRT_INLINE_LIMIT'
-    | 'DEVICE_METADATA_INCOMPLETE';
+    | 'DEVICE_METADATA_INCOMPLETE'
+    | 'CLOUD_INIT_VERSION_UNKNOWN'
+    | 'CLOUDCONFIG_SCHEMA'
+    | 'CLOUDCONFIG_DEPRECATED'
+    | 'CLOUDCONFIG_UNCHECKED'
+    | 'CLOUDCONFIG_SCHEMA_BUDGET';
   message: string;
   field?: string;
+  // CLOUDCONFIG_SCHEMA / CLOUDCONFIG_DEPRECATED: where the problem is, for
+  // the status page and the metrics (names and paths only, never values).
+  schema?: SchemaWarningInfo;
+}
+
+/** A schema problem's place and kind (cloudinit/schema/check.ts LocatedProblem, without its message). */
+export interface SchemaWarningInfo {
+  document: 'user-data' | 'vendor-data' | 'network-config';
+  // The MIME part ("part 2 (x.yaml)"), when the document is a MIME message.
+  part?: string;
+  // cloud-init's dotted path ("users.0.sudo"), '' for the document.
+  path: string;
+  // The cloud-init module (cc_runcmd), "unknown" or "network-config".
+  module: string;
+  severity: 'error' | 'deprecation';
+  release: string;
 }
 
 /** A rendered seed; seed-files.ts decides its file names and bytes. */

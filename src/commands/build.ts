@@ -20,12 +20,22 @@ import { seedTimestamp } from '../cloudinit/timestamp.ts';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
 import { lintUserData } from '../cloudinit/userdata/user-data-lint.ts';
 import { domainDevicesFromXml } from '../libvirt/domain-devices.ts';
+import {
+  lintDocument,
+  lintFails,
+  lintLines,
+  SCHEMA_OPTIONS,
+  SchemasMissingError,
+  schemaTarget,
+  type SchemaTarget,
+} from './lint.ts';
 
 /** `vmseed build --help`: both modes (files, or a VMI manifest) and their flags. */
 export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdrive] --user-data F [--meta-data F]
                     [--network-config F] [--vendor-data F] -o OUT.iso
        vmseed build --vmi VMI.yaml [--objects S.yaml ...] [--vendor-data-from NS/NAME[/KEY]]
                     [--domain-xml DOMAIN.xml] -o OUT.iso
+       either with [--lint [--cloud-init-version 22.4|25.1] [--cloud-init-schemas DIR]]
 
   --vmi renders the seed of a VirtualMachineInstance (or VirtualMachine)
   manifest exactly as the agent does, with its Secrets and ConfigMaps read
@@ -37,6 +47,10 @@ export const BUILD_USAGE = `usage: vmseed build [--datasource nocloud|configdriv
   "devices" metadata then lists every tagged interface, host device and GPU
   at the guest address libvirt gave it, as KubeVirt's virt-launcher does;
   without it only interfaces with spec pciAddress are listed.
+  --lint checks user-data (and, for nocloud, vendor-data and network-config)
+  as 'vmseed lint' does, problems on stderr, and exits 2 without writing
+  OUT.iso when there are errors; --cloud-init-version and
+  --cloud-init-schemas choose the schemas, as for 'vmseed lint'.
 
   F may be '-' for stdin (at most one). Without --meta-data, meta-data is
   {"instance-id": "iid-local01"} (nocloud, like cloud-localds) or
@@ -63,6 +77,8 @@ export const BUILD_OPTIONS = {
   objects: { type: 'string', multiple: true },
   'vendor-data-from': { type: 'string' },
   'domain-xml': { type: 'string' },
+  lint: { type: 'boolean' },
+  ...SCHEMA_OPTIONS,
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
@@ -327,6 +343,12 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
       throw new UsageError(`--datasource: '${values.datasource}' is not one of ${DATASOURCES.join(', ')}`);
     }
     if (values.output === undefined) throw new UsageError('-o OUT.iso is required');
+    let target: SchemaTarget | undefined;
+    if (values.lint) target = schemaTarget(values, ctx.cwd);
+    else {
+      for (const o of Object.keys(SCHEMA_OPTIONS))
+        if (values[o as keyof typeof SCHEMA_OPTIONS] !== undefined) throw new UsageError(`--${o} goes with --lint`);
+    }
     await checkOutput(resolve(ctx.cwd, values.output), values.output);
     const input = new InputReader(ctx);
     if (values.vmi !== undefined) {
@@ -338,7 +360,15 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
       seed = await seedFromFiles(values, datasource ?? 'nocloud', input);
       timestamp = timestampFrom(ctx.env);
     }
-    for (const w of seed.warnings) ctx.stderr.write(`vmseed build: warning: ${w.code}: ${w.message}\n`);
+    // --lint reports a missing header itself, as an error.
+    for (const w of seed.warnings) {
+      if (target && w.code === 'USERDATA_NO_HEADER') continue;
+      ctx.stderr.write(`vmseed build: warning: ${w.code}: ${w.message}\n`);
+    }
+    if (target && !lintSeed(ctx, values, seed, target)) {
+      ctx.stderr.write(`vmseed build: --lint found errors; ${values.output} not written\n`);
+      return 2;
+    }
   } catch (e) {
     return fail(ctx, e);
   }
@@ -361,7 +391,37 @@ export const build: Command = async (ctx): Promise<ExitCode> => {
   return 0;
 };
 
+// --lint: the seed's documents checked as `vmseed lint` checks them, the
+// lines on stderr; false when any has errors. ConfigDrive's vendor_data.json
+// and network_data.json are OpenStack's formats, which cloud-init's schemas
+// do not describe.
+function lintSeed(ctx: CliContext, values: BuildValues, seed: Seed, target: SchemaTarget): boolean {
+  const label = (option: 'user-data' | 'vendor-data' | 'network-config') => {
+    if (values.vmi !== undefined) return `${values.vmi} ${option}`;
+    const file = values[option];
+    return file === undefined || file === '-' ? `<stdin>` : file;
+  };
+  const docs: Array<['user-data' | 'vendor-data' | 'network-config', Uint8Array | undefined]> = [
+    ['user-data', seed.userData],
+  ];
+  if (seed.datasource === 'nocloud') {
+    docs.push(['vendor-data', seed.vendorData], ['network-config', seed.networkConfig]);
+  }
+  let ok = true;
+  for (const [type, bytes] of docs) {
+    if (bytes === undefined) continue;
+    const result = lintDocument(label(type), type, bytes, target);
+    for (const line of lintLines(result)) ctx.stderr.write(`${line}\n`);
+    if (lintFails(result)) ok = false;
+  }
+  return ok;
+}
+
 function fail(ctx: CliContext, e: unknown): ExitCode {
+  if (e instanceof SchemasMissingError) {
+    ctx.stderr.write(`vmseed build: ${e.message}\n`);
+    return 1;
+  }
   if (e instanceof UsageError || e instanceof VmseedError) {
     const prefix = e instanceof VmseedError ? `${e.code}: ` : '';
     ctx.stderr.write(`vmseed build: ${prefix}${e.message}\n`);

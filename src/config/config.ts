@@ -3,6 +3,7 @@
 // is a ConfigError whose message is the single line printed before exiting 2.
 import type { DatasourceConfig } from '../datasource/types.ts';
 import type { RenderOptions } from '../cloudinit/render.ts';
+import type { CiProfile } from '../cloudinit/schema/ci-validator.ts';
 import type { VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import { readFlags, type FlagReader } from './flag-reader.ts';
 import { LAUNCHER_SOCKET, rpcDialable, type LibvirtMode, type LogLevel, type Platform } from './flags.ts';
@@ -78,6 +79,10 @@ export interface Config {
   datasource?: DatasourceConfig;
   // Operator-wide vendor-data ConfigMap (RenderOptions.defaultVendorData).
   vendorDataFrom?: VendorDataRef;
+  // cloud-init's schemas (RenderOptions.schemaCheck): where they are, and
+  // the release checked against by default ('off': no check).
+  cloudInitSchemas: string;
+  cloudInitVersion: CiProfile | 'off';
   // Namespaced mode: watch and read only these (absent: cluster-wide).
   namespaces?: string[];
   // The redirect sidecar's /readyz, polled for the status page only.
@@ -137,6 +142,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: string):
     fsync: flags.get('fsync'),
     reportProgress: flags.get('report-progress'),
     provisioningAnnotation: flags.get('provisioning-annotation'),
+    cloudInitSchemas: flags.get('cloud-init-schemas'),
+    cloudInitVersion: flags.get('cloud-init-version'),
   };
   if (config.context !== undefined && config.kubeconfig === undefined)
     throw new ConfigError('--context: needs --kubeconfig (or KUBECONFIG); the in-cluster config has no contexts');
@@ -281,6 +288,8 @@ export function configSummary(c: Config): Record<string, string | number | boole
     logLevel: c.logLevel,
     fsync: c.fsync,
     reportProgress: c.reportProgress,
+    cloudInitVersion: c.cloudInitVersion,
+    cloudInitSchemas: c.cloudInitSchemas,
     ...(c.mode === 'kubernetes' ? { provisioningAnnotation: c.provisioningAnnotation } : {}),
     ...(c.redirectStatusUrl ? { redirectStatusUrl: c.redirectStatusUrl } : {}),
     ...(c.namespaces ? { namespaces: c.namespaces.join(',') } : {}),

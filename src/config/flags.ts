@@ -5,6 +5,11 @@
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { parseVendorDataFrom } from '../cloudinit/userdata/vendor-data.ts';
+import {
+  CLOUD_INIT_RELEASES,
+  DEFAULT_CLOUD_INIT_RELEASE,
+  DEFAULT_SCHEMA_DIR,
+} from '../cloudinit/schema/schema-store.ts';
 import { DEFAULT_MAX_NETWORK_DATA_BYTES, DEFAULT_MAX_USER_DATA_BYTES } from '../cloudinit/limits.ts';
 import { normalisePrefix } from '../datasource/nocloud-paths.ts';
 import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../datasource/url.ts';
@@ -295,6 +300,18 @@ export const AGENT_FLAGS = {
     arg: 'NS/NAME[/KEY]',
     help: "ConfigMap key (default vendor-data) used as every seed's vendor-data unless the VMI sets its own",
     parse: (t) => checked(() => parseVendorDataFrom(t)),
+  }),
+  'cloud-init-schemas': flag({
+    arg: 'DIR',
+    help: "cloud-init's JSON schemas per release (scripts/fetch-cloud-init-schemas.sh lays them out), which seeds' user-data, vendor-data and NoCloud network-config are checked against",
+    default: DEFAULT_SCHEMA_DIR,
+    parse: path,
+  }),
+  'cloud-init-version': flag({
+    arg: 'RELEASE|off',
+    help: `the cloud-init release seeds are checked against (${CLOUD_INIT_RELEASES.join(', ')}), unless a VMI names its own with the annotation vmseed.io/cloud-init-version; off: no check; problems are warnings, never a refused seed`,
+    default: DEFAULT_CLOUD_INIT_RELEASE,
+    parse: choice([...CLOUD_INIT_RELEASES, 'off'] as const),
   }),
   namespaces: optionalFlag({
     arg: 'NS[,NS...]',

@@ -38,7 +38,27 @@ export function parseStateFilter(value: string | null | undefined): VmiState | u
 // ---- projection: the only way data gets from a snapshot to a response ----
 
 function projectProblem(p: StatusProblem): StatusProblem {
-  return defined({ code: p.code, message: String(p.message), kind: p.kind, field: str(p.field), at: String(p.at) });
+  return defined({
+    code: p.code,
+    message: String(p.message),
+    kind: p.kind,
+    field: str(p.field),
+    schema: p.schema ? projectSchemaInfo(p.schema) : undefined,
+    at: String(p.at),
+  });
+}
+
+// A schema problem's place: names and paths, never a value.
+function projectSchemaInfo(s: NonNullable<StatusProblem['schema']>): NonNullable<StatusProblem['schema']> {
+  const document = (['user-data', 'vendor-data', 'network-config'] as const).find((d) => d === s.document);
+  return defined({
+    document: document ?? 'user-data',
+    part: str(s.part),
+    path: String(s.path),
+    module: String(s.module),
+    severity: s.severity === 'deprecation' ? ('deprecation' as const) : ('error' as const),
+    release: String(s.release),
+  });
 }
 
 export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
@@ -160,6 +180,7 @@ export function projectSnapshot(s: AgentStatusSnapshot): AgentStatusSnapshot {
       : {}),
     ...(s.redirect ? { redirect: projectRedirect(s.redirect) } : {}),
     ...(s.libvirt ? { libvirt: projectLibvirt(s.libvirt) } : {}),
+    ...(s.cloudInitSchemas !== undefined ? { cloudInitSchemas: String(s.cloudInitSchemas) } : {}),
   };
 }
 
@@ -436,12 +457,14 @@ ${r.reason ? `<tr><th>reason</th><td class="err">${esc(r.reason)}</td></tr>` : '
 </table></section>`;
 }
 
-function configPanel(config: Record<string, string | number | boolean>): string {
+function configPanel(config: Record<string, string | number | boolean>, schemas: string | undefined): string {
   const rows = Object.keys(config)
     .sort()
     .map((k) => `<tr><th>${esc(k)}</th><td class="mono">${esc(config[k])}</td></tr>`)
     .join('');
-  return `<section class="panel" id="config"><h2>Configuration</h2><table class="kv">${rows || '<tr><td class="muted">none</td></tr>'}</table></section>`;
+  // cloud-init's schemas as read at start: which releases seeds can be checked against.
+  const line = schemas !== undefined ? `<p id="cloud-init-schemas">cloud-init schemas: ${esc(schemas)}</p>` : '';
+  return `<section class="panel" id="config"><h2>Configuration</h2>${line}<table class="kv">${rows || '<tr><td class="muted">none</td></tr>'}</table></section>`;
 }
 
 // Let long paths wrap at their slashes rather than mid-name.
@@ -623,7 +646,7 @@ export function renderStatusPage(snapshot: AgentStatusSnapshot, options: StatusP
 <p class="empty" id="filter-empty"${matching.size ? ' hidden' : ''}>no VMIs match “<span id="filter-empty-q">${esc(query.trim())}</span>”${filter ? ` in state ${esc(filter)}` : ''} · <a href="${esc(statusHref(filter, ''))}">clear the filter</a></p>`
     : `<div class="empty">${filter ? `no VMIs in state ${esc(filter)} · <a href="/status">show all</a>` : 'no VMIs on this node'}</div>`;
   const body = `${readinessPanel(s.readiness, now)}<nav><ul class="counts" aria-label="filter by state">${pills}</ul></nav>
-<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${provisioningPanel(s.vmis)}${configPanel(s.config)}</div>
+<div class="panels">${watchPanel(s.watch, s.queue, now)}${sourceErrorsPanel(s.watch.sourceErrors, now)}${redirectPanel(s.redirect, now)}${libvirtPanel(s.libvirt)}<section class="panel" id="latency"><h2>Generation latency</h2>${renderLatencyChart(s.recentGenerations)}</section>${provisioningPanel(s.vmis)}${configPanel(s.config, s.cloudInitSchemas)}</div>
 ${table}
 <footer>Refreshes every ${esc(options.refreshSeconds ?? 0)} s · <a href="/status.json${filter ? `?state=${filter}` : ''}">status.json</a>${(options.probeLinks ?? true) ? ' · <a href="/metrics">metrics</a> · <a href="/readyz">readyz</a> · <a href="/healthz">healthz</a>' : ''}</footer>`;
   return page({

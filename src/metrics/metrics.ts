@@ -377,6 +377,18 @@ export function createMetrics(options: MetricsOptions) {
       help: "The webhook serving certificate's notAfter in force, as Unix seconds; 0 while none is loaded.",
       registers,
     }),
+    cloudInitSchemaInfo: new Gauge({
+      name: 'vmseed_cloud_init_schema_info',
+      help: "The cloud-init releases whose schemas seeds can be checked against, 1: state ready (the release's schema files read at start) or off (missing or unreadable; the log and the status page say why).",
+      labelNames: ['release', 'state'] as const,
+      registers,
+    }),
+    seedSchemaProblems: new Gauge({
+      name: 'vmseed_seed_schema_problems',
+      help: "Problems cloud-init's schema finds in the current seeds of this node's VMIs, by cloud-init module (unknown: a key no module declares; network-config) and severity (error, deprecation).",
+      labelNames: ['module', 'severity'] as const,
+      registers,
+    }),
     buildInfo: new Gauge({
       name: 'vmseed_build_info',
       help: 'Always 1; labels carry the version of vmseed and of Node.js.',

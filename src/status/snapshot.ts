@@ -3,6 +3,7 @@
 // /readyz reads it. Nothing here may hold user-data, Secret content or
 // passwords: only names, sizes, hashes, codes and messages we wrote.
 import type { Datasource, DomainState } from '../api/objects.ts';
+import type { SchemaWarningInfo } from '../cloudinit/seed.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 
 /** A VMI's state on the status page (each member says when it applies). */
@@ -19,6 +20,8 @@ export interface StatusProblem {
   message: string;
   kind?: ErrorKind;
   field?: string;
+  // A cloud-init schema problem's place and kind (CLOUDCONFIG_SCHEMA, CLOUDCONFIG_DEPRECATED).
+  schema?: SchemaWarningInfo;
   at: string; // ISO 8601
 }
 
@@ -212,6 +215,9 @@ export interface AgentStatusSnapshot {
   // The RPC client's connections to libvirt (--libvirt rpc): what each
   // daemon sent and whether the agent cut it.
   libvirt?: LibvirtStatus;
+  // cloud-init's schemas as read at start: "25.1 ready (25.1.4-1); 22.4
+  // off: <why>", and whether seeds are checked (src/agent/schema-status.ts).
+  cloudInitSchemas?: string;
 }
 
 /**

@@ -25,6 +25,7 @@ import { progressReportPlanner } from '../../agent/provisioning/report-plan.ts';
 import { lockStateDir, type StateLock } from './state-lock.ts';
 import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from './readiness-checks.ts';
 import { RenderPool } from '../../agent/render-pool.ts';
+import { schemaSetup, type SchemaSetup } from '../../agent/schema-status.ts';
 import { seedGateHook, storeGateRecord } from '../../agent/domain/seed-gate.ts';
 import { cancellableSpawner } from '../../libvirt/virsh/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../../libvirt/virsh/runner.ts';
@@ -124,6 +125,8 @@ interface AgentParts {
   shutdown: ShutdownDeadline;
   spawner: ProcessSpawner;
   nocloudHttp: Awaited<ReturnType<typeof prepareNocloudHttp>> | undefined;
+  // cloud-init's schemas as found at start (the status page's line).
+  schemas: SchemaSetup;
 }
 
 // A mode's agent and what closing it takes (besides the pool and the datasource).
@@ -145,6 +148,7 @@ export async function makeAgent(
   const parts = await agentParts(config, logger, metrics);
   const made = config.mode === 'local' ? await localAgent(config, logger, parts) : await clusterAgent(config, parts);
   showLibvirt(made.agent, made.injector);
+  made.agent.status.setCloudInitSchemas(parts.schemas.line);
   return withDatasource(made, parts);
 }
 
@@ -160,6 +164,7 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
   // with CANCELLED.
   const shutdown = new ShutdownDeadline();
   const spawner = cancellableSpawner(new NodeProcessSpawner(), shutdown.reconciles);
+  const schemas = showSchemas(config, logger, metrics);
   const options = {
     version: VERSION,
     nodeName: config.nodeName,
@@ -178,6 +183,11 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
       maxUserDataBytes: config.maxUserDataBytes,
       maxNetworkDataBytes: config.maxNetworkDataBytes,
       ...(config.vendorDataFrom ? { defaultVendorData: config.vendorDataFrom } : {}),
+      schemaCheck: {
+        dir: config.cloudInitSchemas,
+        release: schemas.release,
+        warn: (fields: Record<string, unknown>, message: string) => logger.warn(fields, message),
+      },
     },
     resyncPeriodMs: config.resyncPeriodMs,
     fsync: config.fsync,
@@ -192,7 +202,24 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
         : {}),
     }),
   };
-  return { options, store, pool, shutdown, spawner, nocloudHttp };
+  return { options, store, pool, shutdown, spawner, nocloudHttp, schemas };
+}
+
+// cloud-init's schemas under --cloud-init-schemas: one log line and one
+// vmseed_cloud_init_schema_info series per release; seeds are checked
+// against --cloud-init-version only when its schemas are ready.
+function showSchemas(config: Config, logger: Logger, metrics: Metrics): SchemaSetup {
+  const setup = schemaSetup(config.cloudInitSchemas, config.cloudInitVersion);
+  for (const s of setup.statuses) {
+    metrics.cloudInitSchemaInfo.set({ release: s.release, state: s.state }, 1);
+    if (s.state === 'ready')
+      logger.info({ release: s.release, version: s.version, dir: config.cloudInitSchemas }, 'cloud-init schemas ready');
+    else logger.warn({ release: s.release, dir: config.cloudInitSchemas, reason: s.reason }, 'cloud-init schemas off');
+  }
+  if (setup.release === 'off')
+    logger.warn({ reason: setup.reason }, 'seeds are not checked against cloud-init schemas');
+  else logger.info({ release: setup.release }, 'seeds are checked against cloud-init schemas');
+  return setup;
 }
 
 // The injector and libvirt's domain events, as the agent's options.
