@@ -9,6 +9,7 @@ import { DEFAULT_DATASOURCE_BASE, datasourceSeedUrl } from '../datasource/url.ts
 import { parseVendorDataFrom, type VendorDataRef } from '../cloudinit/userdata/vendor-data.ts';
 import { LOG_LEVELS, type FlagSpec, type LogLevel } from './flags.ts';
 import { flagLines } from './usage.ts';
+import { CLOUD_INIT_RELEASES, DEFAULT_SCHEMA_DIR } from '../cloudinit/schema/schema-store.ts';
 import { ConfigError, oneOf, parseListen } from './values.ts';
 
 type Listen = { host: string; port: number };
@@ -60,6 +61,18 @@ export const CLUSTER_FLAGS = {
     help: 'write the datasource serial (spec.domain.firmware.serial) into VMIs without one, with this ds= id and a fresh random token (the webhook holds no key; the node agent serves a VMI to the token in its own serial)',
     default: 'nocloud-net',
     parse: (t, f) => oneOf(t, f, ['off', 'nocloud', 'nocloud-net'] as const),
+  },
+  'cloud-init-schemas': {
+    arg: 'DIR',
+    help: "cloud-init's JSON schemas, one directory per release (the image's); missing: the webhook checks nothing and logs why at start",
+    default: DEFAULT_SCHEMA_DIR,
+    parse: path,
+  },
+  'cloud-init-version': {
+    arg: 'RELEASE|off',
+    help: `the webhook warns (never refuses) about schema problems of a VMI's cloud-init data against this cloud-init release (${CLOUD_INIT_RELEASES.join(', ')}), unless the VMI's vmseed.io/cloud-init-version annotation names another or off`,
+    default: '25.1',
+    parse: (t, f) => oneOf(t, f, [...CLOUD_INIT_RELEASES, 'off'] as const),
   },
   'datasource-base-url': {
     arg: 'URL',
@@ -157,6 +170,10 @@ export interface ClusterConfig {
     // --webhook-client-ca (and --webhook-client-names); absent: any TLS client.
     clientAuth?: { caFile: string; names?: string[] };
   };
+  // --cloud-init-schemas and --cloud-init-version: the webhook's schema warnings.
+  cloudInit: { schemaDir: string; release: '22.4' | '25.1' | 'off' };
+  // --kubeconfig when given (the webhook reads a VMI's Secrets with it; the object service has its own copy).
+  kubeconfig?: string;
   // Where guests reach the datasource (the serial's base).
   datasource: { baseUrl: string };
   probeListen: Listen;
@@ -236,10 +253,13 @@ export function loadClusterConfig(argv: string[], env: NodeJS.ProcessEnv, cwd: s
   const baseUrl = get('datasource-base-url')!;
   const config: ClusterConfig = {
     webhook: { listen: get('webhook-listen'), certDir: get('webhook-cert-dir')!, serial },
+    cloudInit: { schemaDir: get('cloud-init-schemas')!, release: get('cloud-init-version')! },
     datasource: { baseUrl },
     probeListen: get('probe-listen')!,
     logLevel: get('log-level')!,
   };
+  const webhookKubeconfig = get('kubeconfig');
+  if (webhookKubeconfig !== undefined) config.kubeconfig = webhookKubeconfig;
   const clientCa = get('webhook-client-ca');
   const clientNames = get('webhook-client-names');
   if (clientNames !== undefined && clientCa === undefined)

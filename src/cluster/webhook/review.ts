@@ -61,8 +61,12 @@ export function readReview(body: Buffer): ReadReview {
   return { kind: 'vmi-create', review: { uid, namespace: ns, object } };
 }
 
-// The AdmissionReview answer: allowed, with the patch when there is one.
-export function reviewResponse(uid: string, patch: readonly PatchOperation[] = []): string {
+// The AdmissionReview answer: allowed, with the patch and the warnings when there are.
+export function reviewResponse(
+  uid: string,
+  patch: readonly PatchOperation[] = [],
+  warnings: readonly string[] = [],
+): string {
   return JSON.stringify({
     apiVersion: REVIEW_API_VERSION,
     kind: 'AdmissionReview',
@@ -72,6 +76,7 @@ export function reviewResponse(uid: string, patch: readonly PatchOperation[] = [
       ...(patch.length > 0
         ? { patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(patch)).toString('base64') }
         : {}),
+      ...(warnings.length > 0 ? { warnings } : {}),
     },
   });
 }

@@ -25,6 +25,7 @@ import { CertDir } from './certs.ts';
 import { ClientCaFile, clientNames } from './client-ca.ts';
 import { mutateVmi, type MutateOptions } from './mutate.ts';
 import { readReview, reviewResponse } from './review.ts';
+import { schemaWarnings, type SchemaWarningOptions } from './schema-warnings.ts';
 
 export const WEBHOOK_PATH = '/mutate-virtualmachineinstance';
 
@@ -57,6 +58,9 @@ export interface WebhookServerOptions {
   // (reloaded when it changes), and, with `names`, one whose subject CN or
   // a DNS name is one of them. Absent: any TLS client is answered.
   clientAuth?: { caFile: string; names?: readonly string[] };
+  // Warn (never refuse) about schema problems of the VMI's cloud-init data
+  // (schema-warnings.ts). Absent: no check.
+  schemas?: SchemaWarningOptions;
 }
 
 /** A running admission webhook listener; problem() feeds the cluster component's readiness. */
@@ -131,8 +135,10 @@ class ReviewHandler {
     }
     const { uid, namespace, object } = read.review;
     const patch = mutateVmi(object, this.#o.mutate);
-    this.#log.debug({ uid, namespace, operations: patch.length }, 'VMI admitted');
-    this.#answer(res, reviewResponse(uid, patch));
+    // Warnings only: the patch and `allowed` never depend on them.
+    const warnings = this.#o.schemas ? await schemaWarnings(object, namespace, this.#o.schemas) : [];
+    this.#log.debug({ uid, namespace, operations: patch.length, warnings: warnings.length }, 'VMI admitted');
+    this.#answer(res, reviewResponse(uid, patch, warnings));
     return patch.length > 0 ? 'patched' : 'unchanged';
   }
 

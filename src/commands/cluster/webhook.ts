@@ -9,6 +9,10 @@ import { randomToken } from '../../datasource/tokens.ts';
 import { datasourceSeedUrl, datasourceSerial, type SerialDatasourceId } from '../../datasource/url.ts';
 import type { SerialMinter } from '../../cluster/webhook/mutate.ts';
 import { startWebhookServer, type WebhookServer } from '../../cluster/webhook/webhook-server.ts';
+import { WORKER_MIN_BYTES, type SchemaWarningOptions } from '../../cluster/webhook/schema-warnings.ts';
+import type { RefResolver } from '../../api/objects.ts';
+import type { CiProfile } from '../../cloudinit/schema/ci-validator.ts';
+import { schemaStore } from '../../cloudinit/schema/schema-store.ts';
 import type { ClusterService } from './service.ts';
 
 function escapeRegExp(s: string): string {
@@ -24,6 +28,72 @@ export function serialMinter(base: string, ds: SerialDatasourceId): SerialMinter
   };
 }
 
+// The schema warnings' set-up (--cloud-init-schemas, --cloud-init-version):
+// the releases whose files are there (logged once when one is not), a
+// worker pool for large documents, and the component's API credentials for
+// the Secrets a VMI's data comes from. Never fails the start: what is
+// missing turns the check (or the Secret reads) off, and the log says why.
+async function schemaWarningSetup(
+  config: ClusterConfig,
+  logger: Logger,
+): Promise<{ options?: SchemaWarningOptions; close(): Promise<void> }> {
+  const log = logger.child({ component: 'webhook' });
+  const { schemaDir, release } = config.cloudInit;
+  if (release === 'off') {
+    log.info('cloud-init schema warnings off (--cloud-init-version off)');
+    return { close: async () => {} };
+  }
+  const store = schemaStore(schemaDir);
+  const available = new Set<CiProfile>();
+  for (const s of store.status()) {
+    if (s.state === 'ready') available.add(s.release);
+    else
+      log.warn(
+        { release: s.release, dir: schemaDir, reason: s.reason },
+        'cloud-init schemas not available: no warnings for this release',
+      );
+  }
+  if (available.size === 0) return { close: async () => {} };
+  // Compiled now, not at an admission (a few hundred ms each on the event loop).
+  for (const r of available) store.validator(r, 'cloud-config');
+  const [{ RenderPool }, { loadConnection }, { KubeConnectionApi }, { KubeRefResolver }] = await Promise.all([
+    import('../../agent/render-pool.ts'),
+    import('../../kube/connection.ts'),
+    import('../../kube/api-client.ts'),
+    import('../../kube/resolver.ts'),
+  ]);
+  // One worker, kept a day once idle and started now: its cold start (a
+  // few seconds) would not fit an admission's 2 s budget.
+  const pool = new RenderPool({ size: 1, maxQueue: 8, deadlineMs: 5_000, idleMs: 86_400_000 });
+  pool
+    .run('checkSchemas', [{ dir: schemaDir, release: [...available][0], reveal: false }], WORKER_MIN_BYTES)
+    .catch((e: unknown) => log.warn({ reason: (e as Error).message }, 'cloud-init schema worker did not start'));
+  let connection: Awaited<ReturnType<typeof loadConnection>> | undefined;
+  let secrets: RefResolver | undefined;
+  let secretsUnavailable: string | undefined;
+  try {
+    connection = await loadConnection(config.kubeconfig);
+    secrets = new KubeRefResolver(new KubeConnectionApi(connection));
+  } catch (e) {
+    secretsUnavailable = `no API credentials (${(e as Error).message})`;
+    log.warn({ reason: (e as Error).message }, 'no API credentials: Secret-backed cloud-init data is not checked');
+  }
+  return {
+    options: {
+      dir: schemaDir,
+      release,
+      available,
+      runner: pool,
+      ...(secrets ? { secrets } : {}),
+      ...(secretsUnavailable ? { secretsUnavailable } : {}),
+    },
+    close: async () => {
+      await pool.close();
+      await connection?.close();
+    },
+  };
+}
+
 /**
  * Starts the webhook on --webhook-listen; its readiness is the certificate's
  * state and, with --webhook-client-ca, the client CA's. Throws naming the flag when it cannot listen.
@@ -33,6 +103,7 @@ export async function startAdmission(config: ClusterConfig, logger: Logger, metr
   // Started only when --webhook-listen is not off (cluster-command.ts).
   const listen = config.webhook.listen!;
   const serials = serial === 'off' ? undefined : serialMinter(config.datasource.baseUrl, serial);
+  const schemas = await schemaWarningSetup(config, logger);
   let server: WebhookServer;
   try {
     server = await startWebhookServer({
@@ -42,8 +113,10 @@ export async function startAdmission(config: ClusterConfig, logger: Logger, metr
       metrics,
       mutate: serials ? { serials } : {},
       ...(clientAuth ? { clientAuth } : {}),
+      ...(schemas.options ? { schemas: schemas.options } : {}),
     });
   } catch (e) {
+    await schemas.close();
     const why = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
     throw new Error(`cannot listen on ${listen.host}:${listen.port} (--webhook-listen): ${why}`, { cause: e });
   }
@@ -53,6 +126,7 @@ export async function startAdmission(config: ClusterConfig, logger: Logger, metr
     readiness: () => server.problem(),
     close: async () => {
       await server.close();
+      await schemas.close();
     },
   };
 }

@@ -10,6 +10,7 @@ import { loadClusterConfig } from '../../../src/config/cluster-config.ts';
 test('defaults: serials written without any key; relative paths from cwd; environment fallbacks', () => {
   assert.deepEqual(loadClusterConfig([], {}, '/'), {
     webhook: { listen: { host: '0.0.0.0', port: 8443 }, certDir: '/etc/vmseed/webhook-tls', serial: 'nocloud-net' },
+    cloudInit: { schemaDir: '/usr/share/vmseed/cloud-init-schemas', release: '25.1' },
     datasource: { baseUrl: 'http://169.254.169.254/v1' },
     probeListen: { host: '0.0.0.0', port: 8080 },
     logLevel: 'info',
@@ -39,6 +40,7 @@ test('bad values and combinations: one line naming the flag and the fix', () => 
     [['--webhook-listen', 'nope'], /^--webhook-listen: 'nope' is not HOST:PORT/],
     [['--datasource-base-url', 'nope'], /^--datasource-base-url: /],
     [['--node-name', 'x'], /Unknown option '--node-name'/],
+    [['--cloud-init-version', '23.1'], /^--cloud-init-version: '23\.1' is not one of/],
   ];
   for (const [args, message] of cases) {
     assert.throws(
@@ -47,4 +49,12 @@ test('bad values and combinations: one line naming the flag and the fix', () => 
       args.join(' '),
     );
   }
+});
+
+test("--cloud-init-schemas and --cloud-init-version: the webhook's schema warnings, or off", () => {
+  const c = loadClusterConfig(['--cloud-init-schemas', 'schemas', '--cloud-init-version', '22.4'], {}, '/w')!;
+  assert.deepEqual(c.cloudInit, { schemaDir: '/w/schemas', release: '22.4' });
+  const off = loadClusterConfig([], { VMSEED_CLOUD_INIT_VERSION: 'off' }, '/')!;
+  assert.equal(off.cloudInit.release, 'off');
+  assert.equal(loadClusterConfig(['--kubeconfig', 'kc'], {}, '/w')!.kubeconfig, '/w/kc');
 });
