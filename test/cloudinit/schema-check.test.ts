@@ -5,9 +5,13 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { checkSchemas, MAX_SCHEMA_NODES } from '../../src/cloudinit/schema/check.ts';
+import { checkSchemas, MAX_PROBLEMS, MAX_SCHEMA_BRANCHES, MAX_SCHEMA_NODES } from '../../src/cloudinit/schema/check.ts';
 import { compileCloudInitSchema } from '../../src/cloudinit/schema/ci-validator.ts';
-import { DEFAULT_SCHEMA_DIR, SchemaStore } from '../../src/cloudinit/schema/schema-store.ts';
+import {
+  DEFAULT_CLOUD_INIT_RELEASE,
+  DEFAULT_SCHEMA_DIR,
+  SchemaStore,
+} from '../../src/cloudinit/schema/schema-store.ts';
 import { parseYaml } from '../../src/cloudinit/yaml.ts';
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
@@ -267,4 +271,20 @@ describe('cloud-init validator semantics on a small schema', () => {
     );
     assert.throws(() => v.validate({ y: 'ab' }, 1), /too many anyOf\/oneOf branches/);
   });
+});
+
+test('docs/cloud-config-validation.md states the bounds and defaults of the code', async () => {
+  const doc = (await readFile(path.join(here, '..', '..', 'docs', 'cloud-config-validation.md'), 'utf8')).replace(
+    /\s+/g,
+    ' ',
+  );
+  for (const phrase of [
+    `more than ${MAX_SCHEMA_NODES.toLocaleString('en-US')} values`,
+    `more than ${MAX_SCHEMA_BRANCHES.toLocaleString('en-US')} alternatives`,
+    `At most ${MAX_PROBLEMS} problems are kept`,
+    `(default \`${DEFAULT_CLOUD_INIT_RELEASE}\`)`,
+    `default \`${DEFAULT_SCHEMA_DIR}\``,
+    'cut at 80 characters',
+  ])
+    assert.ok(doc.includes(phrase), phrase);
 });
