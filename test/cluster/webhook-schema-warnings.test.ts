@@ -13,8 +13,8 @@ import { RenderPool } from '../../src/agent/render-pool.ts';
 import { serialMinter } from '../../src/commands/cluster/webhook.ts';
 import { DEFAULT_SCHEMA_DIR, schemaStore } from '../../src/cloudinit/schema/schema-store.ts';
 import type { CiProfile } from '../../src/cloudinit/schema/ci-validator.ts';
+import { CLOUD_INIT_VERSION_ANNOTATION } from '../../src/cloudinit/schema/release-annotation.ts';
 import {
-  CLOUD_INIT_VERSION_ANNOTATION,
   MAX_PROBLEM_WARNINGS,
   MAX_WARNING_BYTES,
   type SchemaWarningOptions,
@@ -57,8 +57,16 @@ const resolver: RefResolver = {
     if (s instanceof Error) throw s;
     return s;
   },
-  async getConfigMap() {
-    return undefined;
+  async getConfigMap(namespace, name) {
+    assert.equal(namespace, NS);
+    if (name !== 'cc') return undefined;
+    return {
+      metadata: { name: 'cc', namespace: NS },
+      data: {
+        'user-data': `#cloud-config\npackages: {${SECRET_COMMAND}: latest}\n`,
+        'vendor-data': '#cloud-config\nbootcmd: "date"\n',
+      },
+    };
   },
 };
 
@@ -304,4 +312,40 @@ test('a large document is checked on a worker; one that takes too long is answer
   assert.ok(performance.now() - started < 2_000);
   assert.deepEqual(late.warnings, ['cloud-config not checked: took too long (cloud-init 25.1)']);
   assert.ok(late.patch && late.patch.length > 0, 'the VMI is still patched');
+});
+
+test("vmseed's annotation: its inline user-data and vendor-data quoted, userDataFrom's and vendorDataFrom's objects never", async () => {
+  const r = await fixtureReview('vmi-direct');
+  r.request.object.metadata.annotations = {
+    ...r.request.object.metadata.annotations,
+    'vmseed.io/cloud-init': [
+      'userData: |',
+      '  #cloud-config',
+      '  runcmd: "echo hi"',
+      'userDataFrom: {kind: configmap, name: cc, key: user-data}',
+      'vendorData: |',
+      '  #cloud-config',
+      '  write_files: [{path: /x, contents: y}]',
+      'vendorDataFrom: {kind: configmap, name: cc}',
+    ].join('\n'),
+  };
+  const { warnings, body } = await admit(r);
+  // vendorData and vendorDataFrom together are refused by the annotation's parser: no documents then.
+  assert.deepEqual(warnings, []);
+  delete r.request.object.metadata.annotations['vmseed.io/cloud-init'];
+  r.request.object.metadata.annotations['vmseed.io/cloud-init'] = [
+    'userData: |',
+    '  #cloud-config',
+    '  runcmd: "echo hi"',
+    'userDataFrom: {kind: configmap, name: cc, key: user-data}',
+    'vendorDataFrom: {kind: configmap, name: cc}',
+  ].join('\n');
+  const second = await admit(r);
+  assert.deepEqual(second.warnings, [
+    "user-data: runcmd: 'echo hi' is not of type 'array' (cloud-init 25.1)",
+    `user-data (ConfigMap ${NS}/cc): packages: an object is not of type 'array' (cloud-init 25.1)`,
+    `vendor-data (ConfigMap ${NS}/cc): bootcmd: a string is not of type 'array' (cloud-init 25.1)`,
+  ]);
+  assert.ok(!second.body.includes('top-secret'), second.body);
+  assert.ok(!body.includes('top-secret'), body);
 });

@@ -1,7 +1,8 @@
 // The admission webhook's warnings about a VMI's cloud-init data: each
-// problem cloud-init's own schema finds in the user-data and network data
-// of the VMI's cloud-init volume (the first cloudInitNoCloud or
-// cloudInitConfigDrive, as KubeVirt takes it) becomes one AdmissionReview
+// problem cloud-init's own schema finds in the user-data, vendor-data and
+// network data of the vmseed annotation and of the VMI's cloud-init volume
+// (the first cloudInitNoCloud or cloudInitConfigDrive, as KubeVirt takes
+// it) becomes one AdmissionReview
 // warning, which kubectl prints as `Warning: ...`. Never a refusal and
 // never a change to the patch: a check only ever adds warnings, and one
 // that fails or takes too long says so in one warning.
@@ -15,14 +16,16 @@
 import { Buffer } from 'node:buffer';
 import type { RefResolver, VmiObject } from '../../api/objects.ts';
 import { decodeBase64Strict } from '../../cloudinit/base64.ts';
+import { ANNOTATION, parseAnnotation, type AnnotationSpec } from '../../cloudinit/annotation/annotation.ts';
 import { firstCloudInitVolume } from '../../cloudinit/kubevirt/volume-input.ts';
+import { readObject, readObjectKey } from '../../cloudinit/refs/object-refs.ts';
+import { VENDORDATA_DEFAULT_KEY } from '../../cloudinit/userdata/vendor-data.ts';
 import { NETWORKDATA_SECRET_KEYS, USERDATA_SECRET_KEYS, readSecretKey } from '../../cloudinit/refs/secret-refs.ts';
 import type { CiProfile } from '../../cloudinit/schema/ci-validator.ts';
 import { checkSchemas, type SchemaCheckRequest, type SchemaReport } from '../../cloudinit/schema/check.ts';
 import { CLOUD_INIT_RELEASES } from '../../cloudinit/schema/schema-store.ts';
+import { CLOUD_INIT_VERSION_ANNOTATION } from '../../cloudinit/schema/release-annotation.ts';
 
-/** The annotation that picks the release a VMI's cloud-init data is checked against. */
-export const CLOUD_INIT_VERSION_ANNOTATION = 'vmseed.io/cloud-init-version';
 /** Warnings about problems in one answer; past it, one "N more problems" line. */
 export const MAX_PROBLEM_WARNINGS = 20;
 /** One warning's length in bytes (the API server truncates longer ones). */
@@ -63,7 +66,7 @@ function isObject(v: unknown): v is Json {
 // One document to check: its bytes, its label in the warnings, and whether
 // messages may quote its values.
 interface Doc {
-  kind: 'user-data' | 'network-data';
+  kind: 'user-data' | 'network-data' | 'vendor-data';
   label: string;
   bytes: Uint8Array;
   reveal: boolean;
@@ -150,24 +153,46 @@ function inline(
   return undefined;
 }
 
-// The documents of the VMI's cloud-init volume, as KubeVirt takes them:
-// plain text over base64, non-empty Secret content over inline data.
-async function documents(vmi: VmiObject, namespace: string, o: SchemaWarningOptions, out: Warnings): Promise<Doc[]> {
-  // Only well-formed volumes: the object is the API server's, not yet KubeVirt-admitted.
-  const volumes = Array.isArray(vmi.spec?.volumes) ? vmi.spec.volumes.filter((v) => isObject(v)) : [];
-  const volume = firstCloudInitVolume({ ...vmi, spec: { ...vmi.spec, volumes } });
-  if (volume && !isObject(volume.source)) return [];
-  if (!volume) return [];
-  const source = volume.source as unknown as Json;
+// A Secret or ConfigMap read for a document; its failure is one "not checked" line.
+async function readRef(
+  label: string,
+  o: SchemaWarningOptions,
+  out: Warnings,
+  read: (refs: RefResolver) => Promise<Uint8Array[]>,
+): Promise<Uint8Array[] | undefined> {
+  if (!o.secrets) {
+    out.add(`${label}: not checked: ${o.secretsUnavailable ?? 'the webhook cannot read Secrets'}`, false);
+    return undefined;
+  }
+  try {
+    return await read(o.secrets);
+  } catch (e) {
+    out.add(`${label}: not checked: ${e instanceof Error ? e.message : String(e)}`, false);
+    return undefined;
+  }
+}
+
+// The user-data and network data of a cloudInitNoCloud/ConfigDrive source
+// (a volume's, or the vmseed annotation's, which has the same fields), as
+// KubeVirt takes them: plain text over base64, non-empty Secret content over
+// inline data.
+async function sourceDocuments(
+  source: Json,
+  datasource: 'nocloud' | 'configdrive',
+  namespace: string,
+  o: SchemaWarningOptions,
+  out: Warnings,
+): Promise<Doc[]> {
   const docs: Doc[] = [];
+  const userRef = isObject(source.secretRef) ? 'secretRef' : 'userDataSecretRef';
   const kinds = [
     {
       kind: 'user-data' as const,
       raw: source.userData,
       b64: source.userDataBase64,
       b64Field: 'userDataBase64',
-      ref: source.secretRef,
-      refField: 'secretRef',
+      ref: source[userRef],
+      refField: userRef,
       keys: USERDATA_SECRET_KEYS,
     },
     {
@@ -182,30 +207,84 @@ async function documents(vmi: VmiObject, namespace: string, o: SchemaWarningOpti
   ];
   for (const k of kinds) {
     // ConfigDrive's network data is OpenStack's network_data.json: no cloud-init schema.
-    if (k.kind === 'network-data' && volume.datasource !== 'nocloud') continue;
+    if (k.kind === 'network-data' && datasource !== 'nocloud') continue;
     const bytes = inline(k.kind, k.raw, k.b64, k.b64Field, out);
     const name = isObject(k.ref) && typeof k.ref.name === 'string' && k.ref.name !== '' ? k.ref.name : undefined;
     if (name !== undefined) {
       const label = `${k.kind} (Secret ${namespace}/${name})`;
-      if (!o.secrets) {
-        out.add(`${label}: not checked: ${o.secretsUnavailable ?? 'the webhook cannot read Secrets'}`, false);
-        continue;
-      }
-      let fromSecret: Uint8Array;
-      try {
-        fromSecret = await readSecretKey(o.secrets, namespace, name, k.keys, k.refField);
-      } catch (e) {
-        out.add(`${label}: not checked: ${e instanceof Error ? e.message : String(e)}`, false);
-        continue;
-      }
-      if (fromSecret.length > 0) {
-        docs.push({ kind: k.kind, label, bytes: fromSecret, reveal: false });
+      const read = await readRef(label, o, out, async (refs) => [
+        await readSecretKey(refs, namespace, name, k.keys, k.refField),
+      ]);
+      if (!read) continue;
+      if (read[0].length > 0) {
+        docs.push({ kind: k.kind, label, bytes: read[0], reveal: false });
         continue;
       }
     }
     if (bytes && bytes.length > 0) docs.push({ kind: k.kind, label: k.kind, bytes, reveal: true });
   }
   return docs;
+}
+
+// The documents of the vmseed annotation: its KubeVirt-named fields, then
+// userDataFrom's keys and its vendor-data. A document's values are quoted
+// only when it is the annotation's own text (the submitter's spec); what a
+// Secret or ConfigMap holds is named by kinds only. An annotation that does
+// not parse has no documents here: the agent reports it (ANNOTATION_INVALID).
+async function annotationDocuments(text: string, namespace: string, o: SchemaWarningOptions, out: Warnings) {
+  let spec: AnnotationSpec;
+  try {
+    spec = parseAnnotation(text);
+  } catch {
+    return [];
+  }
+  const docs = await sourceDocuments(spec.source as unknown as Json, spec.datasource, namespace, o, out);
+  const { userDataFrom, vendorData, vendorDataFrom } = spec.extras;
+  const kindName = (k: 'secret' | 'configmap'): string => (k === 'secret' ? 'Secret' : 'ConfigMap');
+  if (userDataFrom) {
+    const label = `user-data (${kindName(userDataFrom.kind)} ${namespace}/${userDataFrom.name})`;
+    const field = `${ANNOTATION}.userDataFrom`;
+    const entries = await readRef(label, o, out, async (refs) =>
+      (await readObject(refs, namespace, userDataFrom, field)).map((e) => e.bytes),
+    );
+    for (const bytes of entries ?? []) {
+      if (userDataFrom.encoding !== 'base64') {
+        docs.push({ kind: 'user-data', label, bytes, reveal: false });
+        continue;
+      }
+      const r = decodeBase64Strict(Buffer.from(bytes).toString('latin1'));
+      if (r.ok) docs.push({ kind: 'user-data', label, bytes: r.bytes, reveal: false });
+      else out.add(`${label}: not checked: not valid base64 (encoding: base64)`, false);
+    }
+  }
+  if (vendorData)
+    docs.push({
+      kind: 'vendor-data',
+      label: 'vendor-data',
+      bytes: new Uint8Array(Buffer.from(vendorData)),
+      reveal: true,
+    });
+  if (vendorDataFrom) {
+    const label = `vendor-data (${kindName(vendorDataFrom.kind)} ${namespace}/${vendorDataFrom.name})`;
+    const read = await readRef(label, o, out, async (refs) => [
+      await readObjectKey(refs, namespace, vendorDataFrom, `${ANNOTATION}.vendorDataFrom`, VENDORDATA_DEFAULT_KEY),
+    ]);
+    if (read && read[0].length > 0) docs.push({ kind: 'vendor-data', label, bytes: read[0], reveal: false });
+  }
+  return docs;
+}
+
+// The VMI's documents: the vmseed annotation's (what vmseed seeds) and its
+// first cloud-init volume's (what KubeVirt, or vmseed when it owns volumes,
+// seeds); a VMI normally has one of the two.
+async function documents(vmi: VmiObject, namespace: string, o: SchemaWarningOptions, out: Warnings): Promise<Doc[]> {
+  const text = vmi.metadata?.annotations?.[ANNOTATION];
+  const docs = typeof text === 'string' ? await annotationDocuments(text, namespace, o, out) : [];
+  // Only well-formed volumes: the object is the API server's, not yet KubeVirt-admitted.
+  const volumes = Array.isArray(vmi.spec?.volumes) ? vmi.spec.volumes.filter((v) => isObject(v)) : [];
+  const volume = firstCloudInitVolume({ ...vmi, spec: { ...vmi.spec, volumes } });
+  if (!volume || !isObject(volume.source)) return docs;
+  return [...docs, ...(await sourceDocuments(volume.source, volume.datasource, namespace, o, out))];
 }
 
 // The release of a VMI: its annotation, else the default; undefined: not checked.
@@ -234,7 +313,11 @@ async function check(
       dir: o.dir,
       release,
       reveal: doc.reveal,
-      ...(doc.kind === 'user-data' ? { userData: doc.bytes } : { networkConfig: doc.bytes }),
+      ...(doc.kind === 'user-data'
+        ? { userData: doc.bytes }
+        : doc.kind === 'vendor-data'
+          ? { vendorData: doc.bytes }
+          : { networkConfig: doc.bytes }),
     };
     let report: SchemaReport;
     try {
