@@ -3,6 +3,11 @@
 // Commands are loaded on demand so `vmseed build` does not pay for the
 // Kubernetes client.
 import type { Command, CliContext, ExitCode } from './commands/cli.ts';
+import { installSchemaFiles } from './cloudinit/schema/schema-store.ts';
+import { readTextFileBounded } from './core/bounded-file.ts';
+
+// cloud-init's schema files, for every command that checks cloud-config.
+installSchemaFiles({ read: readTextFileBounded });
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
   agent: {

@@ -16,6 +16,7 @@ import { runPure, type Offload, type PureArgs, type PureOpName, type PureResult 
 import { VmseedError, cancelledError } from '../errors.ts';
 import { READY, type JobMessage, type ReplyMessage } from './render-worker.ts';
 
+/** A render pool's size, queue bound, per-step deadline and idle time; the defaults suit the agent. */
 export interface RenderPoolOptions {
   // Worker threads (default 1: the agent's reconciles are mostly I/O, and
   // each worker adds an isolate's memory).
@@ -47,6 +48,7 @@ export interface RenderPoolOptions {
   workerUrl?: URL;
 }
 
+/** Documents at least this large run on a worker; smaller ones cost less inline than a round trip. */
 export const DEFAULT_OFFLOAD_MIN_BYTES = 64 * 1024;
 
 interface Job {

@@ -3,6 +3,8 @@
 // runs inline for small documents.
 import { parentPort } from 'node:worker_threads';
 import { runPure, type PureArgs, type PureOpName } from '../cloudinit/pure-ops.ts';
+import { installSchemaFiles } from '../cloudinit/schema/schema-store.ts';
+import { readTextFileBounded } from '../core/bounded-file.ts';
 import { VmseedError } from '../errors.ts';
 
 export interface JobMessage {
@@ -40,6 +42,8 @@ function describe(e: unknown): ReplyError {
 
 // Imported outside a worker (vmseed warm-cache loads every module), it does nothing.
 const port = parentPort;
+// A worker checks cloud-config against cloud-init's schemas (checkSchemas) with its own store.
+if (port) installSchemaFiles({ read: readTextFileBounded });
 port?.on('message', (job: JobMessage) => {
   let reply: ReplyMessage;
   try {

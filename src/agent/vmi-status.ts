@@ -2,7 +2,7 @@
 // the status shown before: a pure function, so the store writes it once per
 // reconcile (copy, compute, compare, write).
 import type { Datasource } from '../api/objects.ts';
-import type { SchemaWarningInfo } from '../cloudinit/seed.ts';
+import type { SchemaWarningInfo } from '../status/snapshot.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 import type { StatusProblem, VmiStatusRecord } from '../status/snapshot.ts';
 

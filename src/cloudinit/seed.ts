@@ -2,6 +2,7 @@
 // Plain data, so it can be hashed, compared, served over HTTP and written.
 
 import type { Datasource } from '../api/objects.ts';
+import type { SchemaWarningInfo } from '../status/snapshot.ts';
 
 /** Every datasource a seed can be written for. */
 export const DATASOURCES: readonly Datasource[] = ['nocloud', 'configdrive'];
@@ -28,19 +29,6 @@ export interface SeedWarning {
   // CLOUDCONFIG_SCHEMA / CLOUDCONFIG_DEPRECATED: where the problem is, for
   // the status page and the metrics (names and paths only, never values).
   schema?: SchemaWarningInfo;
-}
-
-/** A schema problem's place and kind (cloudinit/schema/check.ts LocatedProblem, without its message). */
-export interface SchemaWarningInfo {
-  document: 'user-data' | 'vendor-data' | 'network-config';
-  // The MIME part ("part 2 (x.yaml)"), when the document is a MIME message.
-  part?: string;
-  // cloud-init's dotted path ("users.0.sudo"), '' for the document.
-  path: string;
-  // The cloud-init module (cc_runcmd), "unknown" or "network-config".
-  module: string;
-  severity: 'error' | 'deprecation';
-  release: string;
 }
 
 /** A rendered seed; seed-files.ts decides its file names and bytes. */

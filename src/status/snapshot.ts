@@ -3,7 +3,6 @@
 // /readyz reads it. Nothing here may hold user-data, Secret content or
 // passwords: only names, sizes, hashes, codes and messages we wrote.
 import type { Datasource, DomainState } from '../api/objects.ts';
-import type { SchemaWarningInfo } from '../cloudinit/seed.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 
 /** A VMI's state on the status page (each member says when it applies). */
@@ -268,4 +267,17 @@ export interface StatusSource {
   // /readyz: informer synced and not stale; state directory writable with
   // room; virsh there when libvirt is on.
   readiness(): Promise<{ ready: boolean; reasons: string[]; degraded?: string[] }>;
+}
+
+/** A schema problem's place and kind (src/cloudinit/schema/check.ts's LocatedProblem without its message): a seed warning carries it, the status page and the metrics read it. */
+export interface SchemaWarningInfo {
+  document: 'user-data' | 'vendor-data' | 'network-config';
+  // The MIME part ("part 2 (x.yaml)"), when the document is a MIME message.
+  part?: string;
+  // cloud-init's dotted path ("users.0.sudo"), '' for the document.
+  path: string;
+  // The cloud-init module (cc_runcmd), "unknown" or "network-config".
+  module: string;
+  severity: 'error' | 'deprecation';
+  release: string;
 }

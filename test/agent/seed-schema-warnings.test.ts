@@ -3,6 +3,7 @@
 // value), the per-VMI release annotation, a check that cannot run never
 // failing the seed, and what the agent shows of it (status page line,
 // vmseed_cloud_init_schema_info, vmseed_seed_schema_problems).
+import '../support/schema-files.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';

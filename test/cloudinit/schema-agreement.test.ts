@@ -4,6 +4,7 @@
 // runs the release's validate_cloudconfig_file, what `cloud-init schema
 // --config-file` runs) must equal what checkSchemas reports, with the same
 // schema files (scripts/fetch-cloud-init-schemas.sh, run by setup-host.sh).
+import '../support/schema-files.ts';
 import assert from 'node:assert/strict';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';

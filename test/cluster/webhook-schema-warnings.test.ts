@@ -3,6 +3,7 @@
 // user-data and network data is one `response.warnings` line (what kubectl
 // prints as `Warning: ...`); the answer stays allowed and the patch the same.
 // Inline data is quoted as cloud-init quotes it; a Secret's content never.
+import '../support/schema-files.ts';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Buffer } from 'node:buffer';

@@ -11,6 +11,7 @@ import { LIMITS } from '../limits.ts';
 /** The annotation that carries vmseed's own cloud-init document; also the prefix of its field paths. */
 export const ANNOTATION = 'vmseed.io/cloud-init';
 
+/** The annotation parsed: its datasource, its KubeVirt-named fields as a cloud-init source, and vmseed's own fields. */
 export interface AnnotationSpec {
   datasource: Datasource;
   source: CloudInitSource;

@@ -1,10 +1,11 @@
 // cloud-init's schema files as Debian packages them, laid out by
 // scripts/fetch-cloud-init-schemas.sh: <dir>/<release>/release.json and the
-// release's schema-*.json. Read and compiled on first use, once per process
+// release's schema-*.json. Read and compiled on first use, once per thread
 // (a render worker has its own): compiling a release's cloud-config schema
-// takes a few hundred milliseconds and several MB, which a node whose VMIs
-// never ask for that release should not pay.
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+// and its first check take a few hundred milliseconds and some 20 MB, which
+// a node whose VMIs never ask for that release should not pay. The files are
+// read through SchemaFiles, which each process's entry point installs
+// (src/main.ts, the render worker): cloudinit/ itself reaches no filesystem.
 import path from 'node:path';
 import { compileCloudInitSchema, type CiProfile, type CiValidator } from './ci-validator.ts';
 
@@ -35,23 +36,24 @@ export type ReleaseStatus =
 /** A release's compiled validator, or why there is none (the file is missing or not JSON). */
 export type SchemaLookup = { ok: true; validator: CiValidator } | { ok: false; reason: string };
 
-function readBounded(file: string): string {
-  const fd = openSync(file, 'r');
-  try {
-    const st = fstatSync(fd);
-    if (!st.isFile()) throw new Error('not a regular file');
-    if (st.size > MAX_SCHEMA_BYTES) throw new Error(`larger than ${MAX_SCHEMA_BYTES} bytes`);
-    const buf = Buffer.alloc(st.size);
-    let off = 0;
-    while (off < buf.length) {
-      const n = readSync(fd, buf, off, buf.length - off, off);
-      if (n === 0) break;
-      off += n;
-    }
-    return buf.subarray(0, off).toString('utf8');
-  } finally {
-    closeSync(fd);
-  }
+/** How a store reads a file: whole, as text, refused past `maxBytes`; throws with the reason (an errno `code`, or a message). */
+export interface SchemaFiles {
+  read(file: string, maxBytes: number): string;
+}
+
+const UNREADABLE: SchemaFiles = {
+  read() {
+    throw new Error('not readable: this process installed no SchemaFiles (installSchemaFiles)');
+  },
+};
+
+let installed: SchemaFiles = UNREADABLE;
+const stores = new Map<string, SchemaStore>();
+
+/** Sets how this thread's stores read schema files; forgets the stores made before. */
+export function installSchemaFiles(files: SchemaFiles): void {
+  installed = files;
+  stores.clear();
 }
 
 function why(e: unknown): string {
@@ -64,17 +66,19 @@ function why(e: unknown): string {
 /** One directory of releases; `status()` reads only the release.json files. */
 export class SchemaStore {
   readonly dir: string;
+  readonly #files: SchemaFiles;
   readonly #compiled = new Map<string, SchemaLookup>();
 
-  constructor(dir: string) {
+  constructor(dir: string, files: SchemaFiles = installed) {
     this.dir = dir;
+    this.#files = files;
   }
 
   status(): ReleaseStatus[] {
     return CLOUD_INIT_RELEASES.map((release) => {
       const file = path.join(this.dir, release, 'release.json');
       try {
-        const info = JSON.parse(readBounded(file)) as { version?: unknown; files?: unknown };
+        const info = JSON.parse(this.#files.read(file, MAX_SCHEMA_BYTES)) as { version?: unknown; files?: unknown };
         const files = (Object.keys(FILES) as SchemaFile[]).filter(
           (f) => Array.isArray(info.files) && info.files.includes(FILES[f]),
         );
@@ -98,7 +102,7 @@ export class SchemaStore {
     if (!found) {
       const p = path.join(this.dir, release, FILES[file]);
       try {
-        found = { ok: true, validator: compileCloudInitSchema(JSON.parse(readBounded(p)), release) };
+        found = { ok: true, validator: compileCloudInitSchema(JSON.parse(this.#files.read(p, MAX_SCHEMA_BYTES)), release) };
       } catch (e) {
         found = { ok: false, reason: `${p} is ${why(e)}` };
       }
@@ -107,8 +111,6 @@ export class SchemaStore {
     return found;
   }
 }
-
-const stores = new Map<string, SchemaStore>();
 
 /** The process's store for `dir` (one per directory, so each schema compiles once per thread). */
 export function schemaStore(dir: string): SchemaStore {

@@ -45,9 +45,11 @@ function isGzip(b: Uint8Array): boolean {
   return b.length >= 2 && b[0] === 0x1f && b[1] === 0x8b;
 }
 
-// Returns the header cloud-init will dispatch on ('#cloud-config', 'mime', ...),
-// 'empty', 'cloudbase-init' (cloud-init ignores it, cloudbase-init runs it),
-// or 'unknown' (nothing will run it).
+/**
+ * The header cloud-init will dispatch on ('#cloud-config', 'mime', ...), 'empty', 'cloudbase-init'
+ * (cloud-init ignores it, cloudbase-init runs it), or 'unknown' (nothing will run it); with the
+ * payload, gunzipped when it was gzip.
+ */
 export function detectUserDataKind(data: Uint8Array): { kind: UserDataKind; payload: Uint8Array } {
   let payload = data;
   if (isGzip(payload)) {

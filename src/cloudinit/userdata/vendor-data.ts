@@ -16,6 +16,7 @@ import { readObjectKey } from '../refs/object-refs.ts';
 import type { SeedWarning } from '../seed.ts';
 import { detectUserDataKind, lintUserData } from './user-data-lint.ts';
 
+/** The key vendorDataFrom (and --vendor-data-from) reads when it names none. */
 export const VENDORDATA_DEFAULT_KEY = 'vendor-data';
 
 /** The operator's default vendor-data ConfigMap (`--vendor-data-from namespace/name[/key]`). */
