@@ -16,7 +16,16 @@
 // measure above (docs/threat-model.md, "Measured"); its error messages quote
 // the source line; and its stringify quotes differently ("0644" for '0644'),
 // so every merged seed's bytes would change.
-import { constructFromEvents, dump, parseEvents, YAML11_SCHEMA, YAMLException, type Event } from 'js-yaml';
+import {
+  constructFromEvents,
+  dump,
+  EVENT_DOCUMENT,
+  EVENT_POP,
+  parseEvents,
+  YAML11_SCHEMA,
+  YAMLException,
+  type Event,
+} from 'js-yaml';
 import { VmseedError } from '../errors.ts';
 import { LIMITS } from './limits.ts';
 import { measureEvents, type EventMeasure } from './yaml-measure.ts';
@@ -38,6 +47,9 @@ export interface YamlOptions {
   // LIMITS.yamlExpandedBytes), never below 4 × the text's own length: a
   // document without aliases measures a small multiple of its text.
   maxExpandedBytes?: number;
+  // Bound on the document's nodes (keys, values, aliases), for a caller
+  // whose work grows with them; YAML_TOO_COMPLEX before objects are built.
+  maxNodes?: number;
 }
 
 // Parse to events and measure them; throws YAML_TOO_COMPLEX, or a
@@ -45,6 +57,16 @@ export interface YamlOptions {
 function parseMeasured(text: string, options: YamlOptions): { events: Event[]; m: EventMeasure } {
   const events = parseEvents(text, { maxDepth: LIMITS.yamlDepth });
   const limit = Math.max(options.maxExpandedBytes ?? LIMITS.yamlExpandedBytes, 4 * text.length);
+  if (options.maxNodes !== undefined) {
+    let nodes = 0;
+    for (const e of events) if (e.type !== EVENT_POP && e.type !== EVENT_DOCUMENT) nodes++;
+    if (nodes > options.maxNodes)
+      throw tooComplex(
+        options.field,
+        `more than ${options.maxNodes} YAML nodes (keys and values)`,
+        'split it into several documents or MIME parts',
+      );
+  }
   const m = measureEvents(events, text, limit);
   if (m.verdict === 'aliases') throw tooComplex(options.field, `more than ${LIMITS.yamlAliases} aliases (*name)`);
   if (m.verdict === 'cycle') throw tooComplex(options.field, 'a recursive alias makes the document contain itself');
@@ -53,15 +75,15 @@ function parseMeasured(text: string, options: YamlOptions): { events: Event[]; m
   return { events, m };
 }
 
-function tooComplex(field: string | undefined, what: string): VmseedError {
-  return new VmseedError(
-    'YAML_TOO_COMPLEX',
-    `${field ?? 'YAML'}: ${what}; write the data out instead of using anchors and aliases, or nest less`,
-    {
-      kind: 'terminal',
-      ...(field ? { field } : {}),
-    },
-  );
+function tooComplex(
+  field: string | undefined,
+  what: string,
+  fix = 'write the data out instead of using anchors and aliases, or nest less',
+): VmseedError {
+  return new VmseedError('YAML_TOO_COMPLEX', `${field ?? 'YAML'}: ${what}; ${fix}`, {
+    kind: 'terminal',
+    ...(field ? { field } : {}),
+  });
 }
 
 // js-yaml's limit errors become YAML_TOO_COMPLEX, not a syntax error.

@@ -122,7 +122,13 @@ test('hostile corpus: the real agent in local mode, every case at once', { timeo
   for (const c of HOSTILE_CASES) {
     const v = find(all, c.id)!;
     if (c.expect.state === 'ready') {
-      assert.equal(v.state, 'ready', `${c.id}: ${v.lastError?.code} ${v.lastError?.message}`);
+      // Served; a hostile document may also be poor cloud-config, which
+      // the schema check says without stopping the seed.
+      const advice = (v.warnings ?? []).every((w: { code: string }) => w.code.startsWith('CLOUDCONFIG_'));
+      assert.ok(
+        v.state === 'ready' || (v.state === 'warning' && advice),
+        `${c.id}: ${v.state} ${v.lastError?.code} ${v.lastError?.message} ${JSON.stringify(v.warnings)}`,
+      );
     } else {
       assert.equal(v.state, 'error', c.id);
       assert.equal(v.lastError?.code, c.expect.code, `${c.id}: ${v.lastError?.message}`);

@@ -51,23 +51,32 @@ export interface SchemaReport {
 
 /** Problems kept per report: enough to fix a document, bounded for Events and the status page. */
 export const MAX_PROBLEMS = 50;
-/** Values (mapping, list or scalar nodes) a document may have to be checked. */
-export const MAX_SCHEMA_NODES = 250_000;
+/**
+ * YAML nodes (keys and values) a document may have to be checked: a cloud-config of hundreds of
+ * files and commands has a few thousand. Counted before any object is built; each node can
+ * cost an error object, so this also bounds the walk's memory.
+ */
+export const MAX_SCHEMA_NODES = 50_000;
 /** anyOf/oneOf branches one document's walk may run. */
 export const MAX_SCHEMA_BRANCHES = 50_000;
 
-// Node count, and !!binary (bytes, which cloud-init's string type accepts)
-// as a string of the same length.
-function normalise(v: unknown, count: { n: number }): unknown {
-  if (++count.n > MAX_SCHEMA_NODES) return v;
+// !!binary (bytes, which cloud-init's string type accepts) as a string of
+// the same length, in place: the parsed document is this check's own.
+// Aliases make a DAG, not a tree: each collection is visited once.
+function normalise(v: unknown, seen = new Set<object>()): unknown {
   if (v instanceof Uint8Array) return Buffer.from(v).toString('latin1');
-  if (Array.isArray(v)) return v.map((x) => normalise(x, count));
-  if (isPlainObject(v) && !(v instanceof Date)) {
-    const out: Record<string, unknown> = {};
+  if (typeof v !== 'object' || v === null || v instanceof Date || seen.has(v)) return v;
+  seen.add(v);
+  if (Array.isArray(v)) for (let i = 0; i < v.length; i++) v[i] = normalise(v[i], seen);
+  else
     for (const [k, x] of Object.entries(v))
-      Object.defineProperty(out, k, { value: normalise(x, count), enumerable: true, writable: true });
-    return out;
-  }
+      if (x instanceof Uint8Array || (typeof x === 'object' && x !== null))
+        Object.defineProperty(v, k, {
+          value: normalise(x, seen),
+          enumerable: true,
+          writable: true,
+          configurable: true,
+        });
   return v;
 }
 
@@ -96,16 +105,7 @@ function validateData(
   part: string | undefined,
 ): void {
   const at = { document, ...(part ? { part } : {}) };
-  const count = { n: 0 };
-  const normal = normalise(data, count);
-  if (count.n > MAX_SCHEMA_NODES) {
-    c.unchecked({
-      code: 'SCHEMA_BUDGET_EXCEEDED',
-      ...at,
-      reason: `more than ${MAX_SCHEMA_NODES} values; split it into several documents or parts`,
-    });
-    return;
-  }
+  const normal = normalise(data);
   const found = schemaStore(req.dir).validator(req.release, file);
   if (!found.ok) {
     c.unchecked({ code: 'SCHEMA_UNCHECKED', ...at, reason: `cloud-init ${req.release} schema: ${found.reason}` });
@@ -136,7 +136,7 @@ function validateData(
 function cloudConfig(req: SchemaCheckRequest, c: Collector, text: string, document: SchemaDocument, part?: string) {
   let parsed;
   try {
-    parsed = parseYaml(text, { yaml11: true, allowDuplicateKeys: true, field: document });
+    parsed = parseYaml(text, { yaml11: true, allowDuplicateKeys: true, field: document, maxNodes: MAX_SCHEMA_NODES });
   } catch (e) {
     c.unchecked({
       code: 'SCHEMA_BUDGET_EXCEEDED',
@@ -225,8 +225,14 @@ function networkConfig(req: SchemaCheckRequest, c: Collector, bytes: Uint8Array)
   const document = 'network-config';
   let parsed;
   try {
-    parsed = parseYaml(new TextDecoder().decode(bytes), { yaml11: true, allowDuplicateKeys: true, field: document });
-  } catch {
+    parsed = parseYaml(new TextDecoder().decode(bytes), {
+      yaml11: true,
+      allowDuplicateKeys: true,
+      field: document,
+      maxNodes: MAX_SCHEMA_NODES,
+    });
+  } catch (e) {
+    c.unchecked({ code: 'SCHEMA_BUDGET_EXCEEDED', document, reason: e instanceof Error ? e.message : String(e) });
     return;
   }
   if (!parsed.ok || !isPlainObject(parsed.value)) return;

@@ -70,8 +70,12 @@ export function kindOf(v: unknown): string {
   return 'an object';
 }
 
+// At most this many items of a list are named in a message.
+const MAX_LISTED = 10;
+
 function quoteList(xs: readonly unknown[]): string {
-  return xs.map((x) => pyRepr(x, 40)).join(', ');
+  const shown = xs.slice(0, MAX_LISTED).map((x) => pyRepr(x, 40));
+  return xs.length > MAX_LISTED ? `${shown.join(', ')}, ... (${xs.length - MAX_LISTED} more)` : shown.join(', ');
 }
 
 /** jsonschema's message for one error; `reveal` false: the instance is named by its kind only. */
@@ -125,7 +129,9 @@ export function messageOf(e: CiError, reveal: boolean): string {
     case 'anyOf':
       return `${it} is not valid under any of the given schemas`;
     case 'oneOf':
-      return p.many ? `${it} is valid under more than one of the given schemas` : `${it} is not valid under any of the given schemas`;
+      return p.many
+        ? `${it} is valid under more than one of the given schemas`
+        : `${it} is not valid under any of the given schemas`;
     default:
       return `${it} fails ${e.keyword}`;
   }
