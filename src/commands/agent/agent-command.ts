@@ -148,6 +148,9 @@ export async function makeAgent(
   const parts = await agentParts(config, logger, metrics);
   const made = config.mode === 'local' ? await localAgent(config, logger, parts) : await clusterAgent(config, parts);
   showLibvirt(made.agent, made.injector);
+  // Said once the mode's agent exists: a start that fails (a kubeconfig
+  // that cannot be loaded) says only why.
+  showSchemas(parts.schemas, config, logger, metrics);
   made.agent.status.setCloudInitSchemas(parts.schemas.line);
   return withDatasource(made, parts);
 }
@@ -164,7 +167,7 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
   // with CANCELLED.
   const shutdown = new ShutdownDeadline();
   const spawner = cancellableSpawner(new NodeProcessSpawner(), shutdown.reconciles);
-  const schemas = showSchemas(config, logger, metrics);
+  const schemas = schemaSetup(config.cloudInitSchemas, config.cloudInitVersion);
   const options = {
     version: VERSION,
     nodeName: config.nodeName,
@@ -208,8 +211,7 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
 // cloud-init's schemas under --cloud-init-schemas: one log line and one
 // vmseed_cloud_init_schema_info series per release; seeds are checked
 // against --cloud-init-version only when its schemas are ready.
-function showSchemas(config: Config, logger: Logger, metrics: Metrics): SchemaSetup {
-  const setup = schemaSetup(config.cloudInitSchemas, config.cloudInitVersion);
+function showSchemas(setup: SchemaSetup, config: Config, logger: Logger, metrics: Metrics): void {
   for (const s of setup.statuses) {
     metrics.cloudInitSchemaInfo.set({ release: s.release, state: s.state }, 1);
     if (s.state === 'ready')
@@ -219,7 +221,6 @@ function showSchemas(config: Config, logger: Logger, metrics: Metrics): SchemaSe
   if (setup.release === 'off')
     logger.warn({ reason: setup.reason }, 'seeds are not checked against cloud-init schemas');
   else logger.info({ release: setup.release }, 'seeds are checked against cloud-init schemas');
-  return setup;
 }
 
 // The injector and libvirt's domain events, as the agent's options.
