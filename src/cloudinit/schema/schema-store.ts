@@ -102,7 +102,10 @@ export class SchemaStore {
     if (!found) {
       const p = path.join(this.dir, release, FILES[file]);
       try {
-        found = { ok: true, validator: compileCloudInitSchema(JSON.parse(this.#files.read(p, MAX_SCHEMA_BYTES)), release) };
+        found = {
+          ok: true,
+          validator: compileCloudInitSchema(JSON.parse(this.#files.read(p, MAX_SCHEMA_BYTES)), release),
+        };
       } catch (e) {
         found = { ok: false, reason: `${p} is ${why(e)}` };
       }
