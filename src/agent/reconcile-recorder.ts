@@ -156,9 +156,11 @@ export class ReconcileRecorder {
       if (w && outcome.event) this.#o.events.record(vmi!, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
     } else if (outcome.kind === 'served') {
       const prev = this.#o.status.get(key);
-      this.#o.status.write(key, uid, { ...outcome, warnings: withLateSeed(outcome.warnings, r.lateSeed, uid) });
+      const warnings = withLateSeed(outcome.warnings, r.lateSeed, uid);
+      this.#o.status.write(key, uid, { ...outcome, warnings });
       if (prev?.state !== 'ready' && prev?.state !== 'warning')
         this.#o.events.record(vmi!, 'Normal', 'SeedReady', 'seed served over HTTP only (KubeVirt IMDS annotations)');
+      this.#newWarnings(vmi!, prev?.uid === uid ? prev.warnings : [], warnings);
     } else {
       this.#ready(key, vmi!, outcome);
     }
@@ -185,7 +187,10 @@ export class ReconcileRecorder {
       const from = Number.isFinite(created) ? Math.max(created, first.at) : first.at;
       this.#o.metrics?.seedReadyLatency.observe(Math.max(0, this.#o.now() - from) / 1000);
     }
-    if (!changed) return;
+    if (!changed) {
+      this.#newWarnings(vmi, prev?.uid === uid ? prev.warnings : [], status.warnings);
+      return;
+    }
     const what = !this.#o.injecting
       ? `seed image ${status.datasource} ready at ${status.imagePath}`
       : outcome.attached
@@ -205,6 +210,15 @@ export class ReconcileRecorder {
       },
       'seed ready',
     );
+  }
+
+  // A warning that appeared on an unchanged seed (its schema check, deferred
+  // while the agent started, ran on a later reconcile): one Event each.
+  #newWarnings(vmi: VmiObject, before: readonly Problem[], after: readonly Problem[]): void {
+    const seen = new Set(before.map((w) => `${w.code}\0${w.message}`));
+    for (const w of after)
+      if (!seen.has(`${w.code}\0${w.message}`))
+        this.#o.events.record(vmi, 'Warning', 'SeedWarning', `${w.code}: ${w.message}`);
   }
 
   // Our disk went into the domain: how long after the domain started (when

@@ -3,6 +3,7 @@
 import { DEFAULT_MAX_USER_DATA_BYTES } from './limits.ts';
 import type { DomainDevice, VcpuPin } from './devices-metadata.ts';
 import type { SaltProvider } from './init/password-salt.ts';
+import type { VmiObject } from '../api/objects.ts';
 import type { CiProfile } from './schema/ci-validator.ts';
 import type { Offload } from './pure-ops.ts';
 import type { VendorDataRef } from './userdata/vendor-data.ts';
@@ -44,6 +45,11 @@ export interface SchemaCheckOptions {
   release: CiProfile | 'off';
   // Called when the check itself fails (never with document content).
   warn?: (fields: Record<string, unknown>, message: string) => void;
+  // Asked when no check against `release` has run in this thread yet (its
+  // first costs a few hundred milliseconds of compiling): true skips the
+  // check for now, and the caller renders the VMI again once the schema is
+  // warm, so a seed never waits for it. Absent: the check runs.
+  deferCold?: (vmi: VmiObject, release: CiProfile) => boolean;
 }
 
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = Object.freeze({

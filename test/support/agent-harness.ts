@@ -192,6 +192,8 @@ export async function startAgent(
     openServedGate?: (api: KubeApi) => AgentOptions['openServedGate'];
     // The VMI annotation vmseed.io/provisioning, written with the harness's API client.
     annotateVmis?: Omit<NonNullable<AgentOptions['annotateVmis']>, 'api'>;
+    // Seeds checked against cloud-init's schemas (off by default).
+    schemaCheck?: AgentOptions['renderOptions']['schemaCheck'];
   },
 ): Promise<Harness> {
   const { logger, lines } = captureLogger('debug');
@@ -258,6 +260,7 @@ export async function startAgent(
       kubevirtVolumes: options.kubevirtVolumes ?? 'ignore',
       maxUserDataBytes: 1 << 20,
       maxNetworkDataBytes: 1 << 16,
+      ...(options.schemaCheck ? { schemaCheck: options.schemaCheck } : {}),
     },
     resyncPeriodMs: options.resyncPeriodMs ?? 60_000,
     retryBackoff: { baseMs: 50, maxMs: 400 },

@@ -106,13 +106,15 @@ function validateData(
 ): void {
   const at = { document, ...(part ? { part } : {}) };
   const normal = normalise(data);
-  const found = schemaStore(req.dir).validator(req.release, file);
+  const store = schemaStore(req.dir);
+  const found = store.validator(req.release, file);
   if (!found.ok) {
     c.unchecked({ code: 'SCHEMA_UNCHECKED', ...at, reason: `cloud-init ${req.release} schema: ${found.reason}` });
     return;
   }
   try {
     const { errors, deprecations } = found.validator.validate(normal, MAX_SCHEMA_BRANCHES);
+    if (file === 'cloud-config') store.warmed(req.release);
     c.problems(
       toProblems(errors, deprecations, {
         reveal: req.reveal,
@@ -257,4 +259,34 @@ export function checkSchemas(req: SchemaCheckRequest): SchemaReport {
   if (req.vendorData && req.vendorData.length > 0) userDataLike(req, c, req.vendorData, 'vendor-data');
   if (req.networkConfig && req.networkConfig.length > 0) networkConfig(req, c, req.networkConfig);
   return c.report;
+}
+
+// A cloud-config that walks the modules most seeds use (users, write_files,
+// packages, runcmd, ssh, chpasswd, ntp, apt), so that a warm-up compiles
+// what the checks after it need.
+const WARM_UP = new TextEncoder().encode(
+  [
+    '#cloud-config',
+    'users: [default, {name: u, sudo: "ALL=(ALL) NOPASSWD:ALL", groups: [wheel], shell: /bin/bash, ssh_authorized_keys: [k], lock_passwd: false}]',
+    'ssh_authorized_keys: [k]',
+    'ssh_pwauth: false',
+    'chpasswd: {expire: false, users: [{name: u, password: p, type: text}]}',
+    'write_files: [{path: /f, content: c, permissions: "0644", owner: "root:root", encoding: b64, append: false, defer: false}]',
+    'packages: [p]',
+    'package_update: true',
+    'runcmd: [[ls, -l], ls]',
+    'bootcmd: [ls]',
+    'ntp: {enabled: true, servers: [s]}',
+    'apt: {sources: {s: {source: s}}}',
+    'hostname: h',
+    'timezone: UTC',
+    'mounts: [[a, b]]',
+    'power_state: {mode: reboot}',
+    '',
+  ].join('\n'),
+);
+
+/** Runs one check against `release` so the next ones need not compile (schema-store.ts isWarm). */
+export function warmUpSchemas(dir: string, release: CiProfile): void {
+  checkSchemas({ dir, release, reveal: false, userData: WARM_UP });
 }

@@ -68,6 +68,7 @@ export class SchemaStore {
   readonly dir: string;
   readonly #files: SchemaFiles;
   readonly #compiled = new Map<string, SchemaLookup>();
+  readonly #warm = new Set<CiProfile>();
 
   constructor(dir: string, files: SchemaFiles = installed) {
     this.dir = dir;
@@ -93,6 +94,19 @@ export class SchemaStore {
         };
       }
     });
+  }
+
+  /**
+   * Whether a check against `release` has run in this thread: ajv compiles a schema's parts on
+   * first use, so the first check costs a few hundred milliseconds and the next ones well under one.
+   */
+  isWarm(release: CiProfile): boolean {
+    return this.#warm.has(release);
+  }
+
+  /** Notes that a check against `release` ran (check.ts, after each walk). */
+  warmed(release: CiProfile): void {
+    this.#warm.add(release);
   }
 
   /** The compiled schema `file` of `release`; compiled once, the failure remembered too. */

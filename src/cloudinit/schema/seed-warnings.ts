@@ -10,6 +10,7 @@ import type { SeedWarning } from '../seed.ts';
 import type { LocatedProblem, SchemaCheckRequest, SchemaReport, UncheckedPart } from './check.ts';
 import type { CiProfile } from './ci-validator.ts';
 import { releaseAnnotation } from './release-annotation.ts';
+import { schemaStore } from './schema-store.ts';
 
 /** The documents checked: NoCloud network-config only (ConfigDrive's network_data.json is OpenStack's format). */
 export interface SchemaDocuments {
@@ -59,6 +60,7 @@ export async function schemaWarnings(
   };
   const bytes = (req.userData?.length ?? 0) + (req.vendorData?.length ?? 0) + (req.networkConfig?.length ?? 0);
   if (bytes === 0) return warnings;
+  if (check.deferCold && !schemaStore(check.dir).isWarm(release) && check.deferCold(vmi, release)) return warnings;
   let report: SchemaReport;
   try {
     report = await offload.run('checkSchemas', [req], bytes, options.signal);

@@ -26,6 +26,8 @@ import { lockStateDir, type StateLock } from './state-lock.ts';
 import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from './readiness-checks.ts';
 import { RenderPool } from '../../agent/render-pool.ts';
 import { schemaSetup, type SchemaSetup } from '../../agent/schema-status.ts';
+import { SchemaWarmup } from '../../agent/schema-warmup.ts';
+import { warmUpSchemas } from '../../cloudinit/schema/check.ts';
 import { seedGateHook, storeGateRecord } from '../../agent/domain/seed-gate.ts';
 import { cancellableSpawner } from '../../libvirt/virsh/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../../libvirt/virsh/runner.ts';
@@ -127,6 +129,8 @@ interface AgentParts {
   nocloudHttp: Awaited<ReturnType<typeof prepareNocloudHttp>> | undefined;
   // cloud-init's schemas as found at start (the status page's line).
   schemas: SchemaSetup;
+  // Defers the first check of a release until the agent is idle.
+  warmup: SchemaWarmup;
 }
 
 // A mode's agent and what closing it takes (besides the pool and the datasource).
@@ -152,6 +156,7 @@ export async function makeAgent(
   // that cannot be loaded) says only why.
   showSchemas(parts.schemas, config, logger, metrics);
   made.agent.status.setCloudInitSchemas(parts.schemas.line);
+  parts.warmup.bind({ idle: () => made.agent.queue.idle(), requeue: (key) => made.agent.queue.add(key) });
   return withDatasource(made, parts);
 }
 
@@ -168,6 +173,11 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
   const shutdown = new ShutdownDeadline();
   const spawner = cancellableSpawner(new NodeProcessSpawner(), shutdown.reconciles);
   const schemas = schemaSetup(config.cloudInitSchemas, config.cloudInitVersion);
+  const warmup = new SchemaWarmup({
+    warm: (release) => warmUpSchemas(config.cloudInitSchemas, release),
+    onError: (release, e) =>
+      logger.warn({ release, reason: e instanceof Error ? e.message : String(e) }, 'cloud-init schema warm-up failed'),
+  });
   const options = {
     version: VERSION,
     nodeName: config.nodeName,
@@ -190,6 +200,7 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
         dir: config.cloudInitSchemas,
         release: schemas.release,
         warn: (fields: Record<string, unknown>, message: string) => logger.warn(fields, message),
+        deferCold: warmup.defer,
       },
     },
     resyncPeriodMs: config.resyncPeriodMs,
@@ -205,7 +216,7 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
         : {}),
     }),
   };
-  return { options, store, pool, shutdown, spawner, nocloudHttp, schemas };
+  return { options, store, pool, shutdown, spawner, nocloudHttp, schemas, warmup };
 }
 
 // cloud-init's schemas under --cloud-init-schemas: one log line and one
@@ -394,6 +405,7 @@ async function kubevirtServedGate(config: Config, api: KubeApi): Promise<Pick<Ag
 // The datasource listener serves the agent's seeds; stopped after the agent.
 async function withDatasource(made: ModeAgent, parts: AgentParts): Promise<{ agent: Agent; close(): Promise<void> }> {
   const close = async () => {
+    parts.warmup.stop();
     await parts.pool.close();
     await made.close();
   };
