@@ -4,14 +4,18 @@
 // starts, that would delay every seed behind it. So a render that finds the
 // release cold skips its check (RenderOptions.schemaCheck.deferCold) and the
 // VMI is noted here; once the work queue is idle (or after MAX_WAIT_MS at
-// the latest, under constant churn) the release is warmed up with one check
-// and the noted VMIs are queued again: their seeds are unchanged, and their
-// status gains the schema warnings, with their Events.
+// the latest, under constant churn) the release is warmed up, one short step
+// at a time with the queue idle again between steps, and the noted VMIs are
+// queued again, BATCH at a time for the same reason: a VMI that changes
+// meanwhile waits for a step or a batch, never for all of it. Their seeds are
+// unchanged; their status gains the schema warnings, with their Events.
 import type { VmiObject } from '../api/objects.ts';
 import type { CiProfile } from '../cloudinit/schema/ci-validator.ts';
 
-/** Longest a deferred check waits for an idle queue. */
+/** Longest a deferred check (and each step after) waits for an idle queue. */
 export const MAX_WAIT_MS = 10_000;
+/** VMIs queued again at once after the warm-up. */
+export const BATCH = 8;
 
 /** What the warm-up needs of the agent; bound once the agent exists. */
 export interface WarmupTarget {
@@ -23,7 +27,7 @@ export interface WarmupTarget {
 
 /** Defers checks against a cold release and warms it when the agent is idle. */
 export class SchemaWarmup {
-  readonly #warm: (release: CiProfile) => void;
+  readonly #steps: (release: CiProfile) => (() => void)[];
   readonly #onError: (release: CiProfile, e: unknown) => void;
   readonly #pending = new Map<CiProfile, Set<string>>();
   // Releases warmed (or tried: a release whose files fail is not deferred again).
@@ -31,8 +35,8 @@ export class SchemaWarmup {
   #target: WarmupTarget | undefined;
   #stopped = false;
 
-  constructor(o: { warm: (release: CiProfile) => void; onError: (release: CiProfile, e: unknown) => void }) {
-    this.#warm = o.warm;
+  constructor(o: { steps: (release: CiProfile) => (() => void)[]; onError: (release: CiProfile, e: unknown) => void }) {
+    this.#steps = o.steps;
     this.#onError = o.onError;
   }
 
@@ -60,7 +64,31 @@ export class SchemaWarmup {
   };
 
   async #later(release: CiProfile): Promise<void> {
-    // Past this reconcile: the queue is not idle while it runs.
+    await this.#quiet();
+    if (this.#stopped) return;
+    this.#tried.add(release);
+    for (const step of this.#steps(release)) {
+      try {
+        step();
+      } catch (e) {
+        this.#onError(release, e);
+        break;
+      }
+      await this.#quiet();
+      if (this.#stopped) return;
+    }
+    const keys = [...(this.#pending.get(release) ?? [])];
+    this.#pending.delete(release);
+    for (let i = 0; i < keys.length; i += BATCH) {
+      for (const key of keys.slice(i, i + BATCH)) this.#target?.requeue(key);
+      await this.#quiet();
+      if (this.#stopped) return;
+    }
+  }
+
+  // Past the current reconcile (the queue is not idle while it runs), then
+  // until the queue is idle or MAX_WAIT_MS has passed.
+  async #quiet(): Promise<void> {
     await new Promise((r) => setImmediate(r));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
@@ -71,15 +99,5 @@ export class SchemaWarmup {
       }),
     ]);
     clearTimeout(timer);
-    if (this.#stopped) return;
-    this.#tried.add(release);
-    try {
-      this.#warm(release);
-    } catch (e) {
-      this.#onError(release, e);
-    }
-    const keys = this.#pending.get(release) ?? new Set<string>();
-    this.#pending.delete(release);
-    for (const key of keys) this.#target?.requeue(key);
   }
 }

@@ -7,8 +7,8 @@ import '../support/schema-files.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { VmiObject } from '../../src/api/objects.ts';
-import { SchemaWarmup } from '../../src/agent/schema-warmup.ts';
-import { warmUpSchemas } from '../../src/cloudinit/schema/check.ts';
+import { BATCH, SchemaWarmup } from '../../src/agent/schema-warmup.ts';
+import { warmUpSteps } from '../../src/cloudinit/schema/check.ts';
 import type { CiProfile } from '../../src/cloudinit/schema/ci-validator.ts';
 import { DEFAULT_SCHEMA_DIR, schemaStore } from '../../src/cloudinit/schema/schema-store.ts';
 import { fakeKubeAndDir, imagesOf, startAgent, vmi, waitFor } from '../support/agent-harness.ts';
@@ -21,9 +21,9 @@ test('the first seed is not held for the compile: written, then its schema warni
   const deferred: string[] = [];
   const warmed: CiProfile[] = [];
   const warmup = new SchemaWarmup({
-    warm: (release) => {
+    steps: (release) => {
       warmed.push(release);
-      warmUpSchemas(DEFAULT_SCHEMA_DIR, release);
+      return warmUpSteps(DEFAULT_SCHEMA_DIR, release);
     },
     onError: (_r, e) => assert.fail(String(e)),
   });
@@ -83,10 +83,13 @@ test('SchemaWarmup: waits for idle, warms once, requeues what it deferred; a fai
   const errors: string[] = [];
   let warms = 0;
   const w = new SchemaWarmup({
-    warm: () => {
-      warms++;
-      throw new Error('schema files unreadable');
-    },
+    steps: () => [
+      () => {
+        warms++;
+        throw new Error('schema files unreadable');
+      },
+      () => assert.fail('no step after a failed one'),
+    ],
     onError: (release, e) => errors.push(`${release}: ${(e as Error).message}`),
   });
   w.bind({ idle: () => new Promise((r) => (idle = r)), requeue: (k) => requeued.push(k) });
@@ -106,4 +109,32 @@ test('SchemaWarmup: waits for idle, warms once, requeues what it deferred; a fai
   assert.equal(w.defer(a, '22.4'), false);
   w.stop();
   assert.equal(w.defer(a, '25.1'), false, 'stopped: nothing deferred');
+});
+
+test('SchemaWarmup: a step at a time and BATCH VMIs at a time, the queue idle between', async () => {
+  const idles: (() => void)[] = [];
+  const requeued: string[] = [];
+  const ran: number[] = [];
+  const w = new SchemaWarmup({
+    steps: () => [() => ran.push(1), () => ran.push(2)],
+    onError: (_r, e) => assert.fail(String(e)),
+  });
+  w.bind({ idle: () => new Promise((r) => idles.push(() => r())), requeue: (k) => requeued.push(k) });
+  for (let i = 0; i < BATCH * 2 + 3; i++) w.defer(vmi(`v${i}`), '25.1');
+  const next = async (): Promise<void> => {
+    await waitFor('the warm-up waiting for idle', () => idles.length > 0);
+    idles.shift()!();
+    await new Promise((r) => setImmediate(r));
+  };
+  await next();
+  assert.deepEqual([ran, requeued.length], [[1], 0]);
+  await next();
+  assert.deepEqual([ran, requeued.length], [[1, 2], 0]);
+  await next();
+  assert.equal(requeued.length, BATCH);
+  await next();
+  assert.equal(requeued.length, BATCH * 2);
+  await next();
+  assert.equal(requeued.length, BATCH * 2 + 3);
+  assert.equal(new Set(requeued).size, requeued.length);
 });

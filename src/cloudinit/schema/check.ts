@@ -261,32 +261,29 @@ export function checkSchemas(req: SchemaCheckRequest): SchemaReport {
   return c.report;
 }
 
-// A cloud-config that walks the modules most seeds use (users, write_files,
-// packages, runcmd, ssh, chpasswd, ntp, apt), so that a warm-up compiles
-// what the checks after it need.
-const WARM_UP = new TextEncoder().encode(
-  [
-    '#cloud-config',
-    'users: [default, {name: u, sudo: "ALL=(ALL) NOPASSWD:ALL", groups: [wheel], shell: /bin/bash, ssh_authorized_keys: [k], lock_passwd: false}]',
-    'ssh_authorized_keys: [k]',
-    'ssh_pwauth: false',
-    'chpasswd: {expire: false, users: [{name: u, password: p, type: text}]}',
-    'write_files: [{path: /f, content: c, permissions: "0644", owner: "root:root", encoding: b64, append: false, defer: false}]',
-    'packages: [p]',
-    'package_update: true',
-    'runcmd: [[ls, -l], ls]',
-    'bootcmd: [ls]',
-    'ntp: {enabled: true, servers: [s]}',
-    'apt: {sources: {s: {source: s}}}',
-    'hostname: h',
-    'timezone: UTC',
-    'mounts: [[a, b]]',
-    'power_state: {mode: reboot}',
-    '',
-  ].join('\n'),
-);
+// The modules most seeds use, one document each: a warm-up step compiles
+// one module's schema, so no step holds the thread for long.
+const WARM_UP = [
+  // First alone: loading ajv and compiling the root schema.
+  'hostname: h',
+  'users: [default, {name: u, sudo: "ALL=(ALL) NOPASSWD:ALL", groups: [wheel], shell: /bin/bash, ssh_authorized_keys: [k], lock_passwd: false}]',
+  'ssh_authorized_keys: [k]\nssh_pwauth: false',
+  'chpasswd: {expire: false, users: [{name: u, password: p, type: text}]}',
+  'write_files: [{path: /f, content: c, permissions: "0644", owner: "root:root", encoding: b64, append: false, defer: false}]',
+  'packages: [p]\npackage_update: true',
+  'runcmd: [[ls, -l], ls]\nbootcmd: [ls]',
+  'ntp: {enabled: true, servers: [s]}',
+  'apt: {sources: {s: {source: s}}}',
+  'timezone: UTC',
+  'mounts: [[a, b]]\npower_state: {mode: reboot}',
+];
 
-/** Runs one check against `release` so the next ones need not compile (schema-store.ts isWarm). */
-export function warmUpSchemas(dir: string, release: CiProfile): void {
-  checkSchemas({ dir, release, reveal: false, userData: WARM_UP });
+/**
+ * A release's warm-up as steps, each one short check: run them all and the checks after them
+ * compile little (schema-store.ts isWarm is true after the first).
+ */
+export function warmUpSteps(dir: string, release: CiProfile): (() => void)[] {
+  return WARM_UP.map((doc) => () => {
+    checkSchemas({ dir, release, reveal: false, userData: new TextEncoder().encode(`#cloud-config\n${doc}\n`) });
+  });
 }

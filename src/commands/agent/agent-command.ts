@@ -27,7 +27,7 @@ import { freeSpaceCheck, libvirtSocketCheck, virshCheck } from './readiness-chec
 import { RenderPool } from '../../agent/render-pool.ts';
 import { schemaSetup, type SchemaSetup } from '../../agent/schema-status.ts';
 import { SchemaWarmup } from '../../agent/schema-warmup.ts';
-import { warmUpSchemas } from '../../cloudinit/schema/check.ts';
+import { warmUpSteps } from '../../cloudinit/schema/check.ts';
 import { seedGateHook, storeGateRecord } from '../../agent/domain/seed-gate.ts';
 import { cancellableSpawner } from '../../libvirt/virsh/cancellable-spawner.ts';
 import { NodeProcessSpawner } from '../../libvirt/virsh/runner.ts';
@@ -174,7 +174,7 @@ async function agentParts(config: Config, logger: Logger, metrics: Metrics): Pro
   const spawner = cancellableSpawner(new NodeProcessSpawner(), shutdown.reconciles);
   const schemas = schemaSetup(config.cloudInitSchemas, config.cloudInitVersion);
   const warmup = new SchemaWarmup({
-    warm: (release) => warmUpSchemas(config.cloudInitSchemas, release),
+    steps: (release) => warmUpSteps(config.cloudInitSchemas, release),
     onError: (release, e) =>
       logger.warn({ release, reason: e instanceof Error ? e.message : String(e) }, 'cloud-init schema warm-up failed'),
   });
