@@ -44,7 +44,9 @@ const FIELDS: Record<string, Class> = {
   'agent/events.ts #busy': { not: 'Event aggregates being sent (at most two)' },
   'agent/events.ts #sending': { not: 'Events being sent (at most two)' },
   'agent/controller.ts #held': { not: 'keys seen before start-up garbage collection, emptied by start()' },
-  'agent/schema-warmup.ts #pending': { not: "keys whose check waits for their release's warm-up, emptied when it runs" },
+  'agent/schema-warmup.ts #pending': {
+    not: "keys whose check waits for their release's warm-up, emptied when it runs",
+  },
   'agent/schema-warmup.ts keys': { not: "one release's entry of #pending" },
   'agent/schema-warmup.ts #tried': { not: 'releases warmed up, at most two' },
   'agent/domain/waits.ts #byKey': { table: 'domain-waits' },
