@@ -350,3 +350,11 @@ test("vmseed's annotation: its inline user-data and vendor-data quoted, userData
   assert.ok(!second.body.includes('top-secret'), second.body);
   assert.ok(!body.includes('top-secret'), body);
 });
+
+test('the release annotation is read as the agent reads it: surrounding spaces are ignored', async () => {
+  const { warnings } = await admit(
+    await reviewOf(noCloud('#cloud-config\nbogus: 1\n'), { [CLOUD_INIT_VERSION_ANNOTATION]: ' 22.4 ' }),
+  );
+  // 22.4 has no top-level additionalProperties: nothing to say, and no "not one of" line.
+  assert.deepEqual(warnings, []);
+});

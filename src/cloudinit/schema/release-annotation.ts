@@ -21,7 +21,11 @@ const MAX_SHOWN = 40;
 
 /** Reads the VMI's `vmseed.io/cloud-init-version` annotation. */
 export function releaseAnnotation(vmi: VmiObject): ReleaseChoice {
-  const raw = vmi.metadata.annotations?.[CLOUD_INIT_VERSION_ANNOTATION];
+  return releaseChoice(vmi.metadata.annotations?.[CLOUD_INIT_VERSION_ANNOTATION]);
+}
+
+/** What an annotation value asks for (the agent's render and the webhook read it alike). */
+export function releaseChoice(raw: string | undefined): ReleaseChoice {
   if (raw === undefined || raw.trim() === '') return { kind: 'default' };
   const v = raw.trim();
   if (v === 'off') return { kind: 'off' };

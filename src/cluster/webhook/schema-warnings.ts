@@ -24,7 +24,7 @@ import { NETWORKDATA_SECRET_KEYS, USERDATA_SECRET_KEYS, readSecretKey } from '..
 import type { CiProfile } from '../../cloudinit/schema/ci-validator.ts';
 import { checkSchemas, type SchemaCheckRequest, type SchemaReport } from '../../cloudinit/schema/check.ts';
 import { CLOUD_INIT_RELEASES } from '../../cloudinit/schema/schema-store.ts';
-import { CLOUD_INIT_VERSION_ANNOTATION } from '../../cloudinit/schema/release-annotation.ts';
+import { CLOUD_INIT_VERSION_ANNOTATION, releaseChoice } from '../../cloudinit/schema/release-annotation.ts';
 
 /** Warnings about problems in one answer; past it, one "N more problems" line. */
 export const MAX_PROBLEM_WARNINGS = 20;
@@ -288,11 +288,14 @@ async function documents(vmi: VmiObject, namespace: string, o: SchemaWarningOpti
 }
 
 // The release of a VMI: its annotation, else the default; undefined: not checked.
+// Read as the agent reads it (release-annotation.ts), so both check the
+// same release; the warning is the webhook's own, shorter line.
 function releaseOf(annotations: Json, o: SchemaWarningOptions, out: { bad?: string }): CiProfile | undefined {
   const a = annotations[CLOUD_INIT_VERSION_ANNOTATION];
-  if (a === 'off') return undefined;
-  if ((CLOUD_INIT_RELEASES as readonly unknown[]).includes(a)) return a as CiProfile;
-  if (a !== undefined)
+  const choice = releaseChoice(typeof a === 'string' ? a : undefined);
+  if (choice.kind === 'off') return undefined;
+  if (choice.kind === 'release') return choice.release;
+  if (choice.kind === 'unknown')
     out.bad =
       `${CLOUD_INIT_VERSION_ANNOTATION}: ${JSON.stringify(String(a)).slice(0, 40)} is not one of ` +
       `${[...CLOUD_INIT_RELEASES, 'off'].join(', ')}`;
