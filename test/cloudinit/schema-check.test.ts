@@ -6,6 +6,7 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
+import { reportWarnings } from '../../src/cloudinit/schema/seed-warnings.ts';
 import { checkSchemas, MAX_PROBLEMS, MAX_SCHEMA_BRANCHES, MAX_SCHEMA_NODES } from '../../src/cloudinit/schema/check.ts';
 import { compileCloudInitSchema } from '../../src/cloudinit/schema/ci-validator.ts';
 import {
@@ -58,7 +59,7 @@ describe('checkSchemas', { timeout: 60_000 }, () => {
     assert.deepEqual(
       r.unchecked.map((u) => [u.part, u.code]),
       [
-        ['part 3', 'SCHEMA_UNCHECKED'],
+        ['part 3', 'SCHEMA_TEMPLATE'],
         ['part 4', 'SCHEMA_UNCHECKED'],
       ],
     );
@@ -74,7 +75,17 @@ describe('checkSchemas', { timeout: 60_000 }, () => {
       userData: enc('## template: jinja\n#cloud-config\nruncmd: "x"\n'),
     });
     assert.deepEqual(jinja.problems, []);
-    assert.equal(jinja.unchecked.length, 1);
+    assert.deepEqual(
+      jinja.unchecked.map((u) => u.code),
+      ['SCHEMA_TEMPLATE'],
+    );
+    // A template is normal (Cluster API's bootstrap data): no warning on the node; an #include is said.
+    assert.deepEqual(reportWarnings(jinja), []);
+    const include = checkSchemas({ dir, release: '25.1', reveal: false, userData: enc('#include\nhttps://x/y\n') });
+    assert.deepEqual(
+      reportWarnings(include).map((w) => w.code),
+      ['CLOUDCONFIG_UNCHECKED'],
+    );
     const script = checkSchemas({ dir, release: '25.1', reveal: false, userData: enc('#!/bin/sh\necho hi\n') });
     assert.deepEqual([script.problems, script.unchecked], [[], []]);
   });

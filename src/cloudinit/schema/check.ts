@@ -35,7 +35,9 @@ export interface LocatedProblem extends SchemaProblem {
 
 /** A document or part that was not checked, and why. */
 export interface UncheckedPart {
-  code: 'SCHEMA_UNCHECKED' | 'SCHEMA_BUDGET_EXCEEDED';
+  // SCHEMA_TEMPLATE: a jinja template, rendered in the guest. Normal
+  // (Cluster API's bootstrap data is one), so only `vmseed lint` says it.
+  code: 'SCHEMA_UNCHECKED' | 'SCHEMA_TEMPLATE' | 'SCHEMA_BUDGET_EXCEEDED';
   document: SchemaDocument;
   part?: string;
   reason: string;
@@ -162,6 +164,10 @@ function cloudConfig(req: SchemaCheckRequest, c: Collector, text: string, docume
   validateData(req, c, 'cloud-config', parsed.value, document, part);
 }
 
+function uncheckedCode(kind: string): UncheckedPart['code'] {
+  return kind === '## template: jinja' ? 'SCHEMA_TEMPLATE' : 'SCHEMA_UNCHECKED';
+}
+
 // Why a kind of user-data is not checked; undefined: nothing to check.
 function notChecked(kind: string): string | undefined {
   switch (kind) {
@@ -198,7 +204,7 @@ function userDataLike(req: SchemaCheckRequest, c: Collector, bytes: Uint8Array, 
   }
   if (kind !== 'mime') {
     const reason = notChecked(kind);
-    if (reason) c.unchecked({ code: 'SCHEMA_UNCHECKED', document, reason });
+    if (reason) c.unchecked({ code: uncheckedCode(kind), document, reason });
     return;
   }
   const walk = walkMime(Buffer.from(payload).toString('utf8'));
@@ -212,7 +218,7 @@ function userDataLike(req: SchemaCheckRequest, c: Collector, bytes: Uint8Array, 
     if (kind === '#cloud-config') cloudConfig(req, c, new TextDecoder().decode(p.body), document, part);
     else {
       const reason = notChecked(kind);
-      if (reason) c.unchecked({ code: 'SCHEMA_UNCHECKED', document, part, reason });
+      if (reason) c.unchecked({ code: uncheckedCode(kind), document, part, reason });
     }
   });
   if (walk.more > 0)
