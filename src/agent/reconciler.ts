@@ -292,6 +292,8 @@ export class Reconciler {
       return { kind: 'skipped', warning: outcome.warning && problemOf(outcome.warning), event: true };
     }
     const seed = outcome.seed;
+    if (seed.bootstrapSentinel) r.bootstrapSentinel = { uid, where: seed.bootstrapSentinel };
+    else delete r.bootstrapSentinel;
     if (seed.delivery === 'http') return this.#serveOnly(key, vmi, seed, run);
     return this.#seed(key, uid, vmi, seed, run);
   }

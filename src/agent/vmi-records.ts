@@ -77,6 +77,9 @@ export interface VmiRecord {
   provisioning?: ProvisioningFacts;
   // The guest asked the HTTP datasource before its seed was served.
   lateSeed?: LateSeedFacts;
+  // Where the object's last rendered user-data writes the Cluster API
+  // sentinel (Seed.bootstrapSentinel): one word, never the user-data.
+  bootstrapSentinel?: { uid: string; where: 'last' | 'elsewhere' };
 }
 
 /**
@@ -168,4 +171,5 @@ export function resetObjectFacts(r: VmiRecord): void {
   delete r.firstSeen;
   delete r.domainFacts;
   delete r.renderTimeouts;
+  delete r.bootstrapSentinel;
 }

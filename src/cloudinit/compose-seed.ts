@@ -15,6 +15,7 @@ import { INLINE_OFFLOAD, type Offload } from './pure-ops.ts';
 import type { RenderContext, RenderOptions } from './render-options.ts';
 import type { Seed, SeedWarning } from './seed.ts';
 import type { UserDataParts } from './userdata/compose.ts';
+import { quickBootstrapSentinel } from './userdata/bootstrap-sentinel.ts';
 import { withReportingPart } from './userdata/reporting-config.ts';
 import { resolveVendorData, vendorDataFile } from './userdata/vendor-data.ts';
 import { mergeMetaData } from './metadata-merge.ts';
@@ -77,6 +78,7 @@ export async function composeSeed(
     },
     c.offload,
   );
+  const sentinel = await bootstrapSentinelOf(c, user.bytes);
   return {
     datasource: input.datasource,
     metaData: meta.metaData,
@@ -84,6 +86,7 @@ export async function composeSeed(
     ...(network.bytes ? { networkConfig: network.bytes } : {}),
     ...(vendor.bytes && vendor.bytes.length > 0 ? { vendorData: vendor.bytes } : {}),
     ...(vendor.progressNotReported ? { progressNotReported: vendor.progressNotReported } : {}),
+    ...(sentinel !== 'none' ? { bootstrapSentinel: sentinel } : {}),
     warnings: [
       ...input.warnings,
       ...user.warnings,
@@ -93,6 +96,20 @@ export async function composeSeed(
       ...schema,
     ],
   };
+}
+
+// Once per render, so the agent keeps one word about the user-data and
+// never the user-data itself (the provisioning state `bootstrapped`).
+async function bootstrapSentinelOf(c: Composition, userData: Uint8Array) {
+  return (
+    quickBootstrapSentinel(userData) ??
+    (await c.offload.run(
+      'bootstrapSentinel',
+      [userData, c.options.maxUserDataBytes],
+      userData.length,
+      c.options.signal,
+    ))
+  );
 }
 
 async function userDataPart(c: Composition): Promise<SeedPart & { bytes: Uint8Array }> {

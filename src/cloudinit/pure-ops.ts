@@ -11,6 +11,7 @@ import { SeedBudget, type BudgetSnapshot } from './limits.ts';
 import { chooseNetworkConfig } from './network/choose.ts';
 import { checkSchemas } from './schema/check.ts';
 import { composeUserData, type ComposedUserData, type UserDataParts } from './userdata/compose.ts';
+import { bootstrapSentinel } from './userdata/bootstrap-sentinel.ts';
 import { lintUserData } from './userdata/user-data-lint.ts';
 import { lintVendorData } from './userdata/vendor-data.ts';
 
@@ -32,6 +33,7 @@ export const PURE_OPS = Object.freeze({
   chooseNetworkConfig,
   composeUserData: composeWithBudget,
   checkSchemas,
+  bootstrapSentinel,
 });
 
 export type PureOps = typeof PURE_OPS;

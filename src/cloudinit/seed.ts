@@ -14,6 +14,7 @@ export interface SeedWarning {
     | 'USERDATA_CLOUDCONFIG_INVALID'
     | 'VENDORDATA_NO_HEADER'
     | 'KUBEVIRT_VOLUME_CONFLICT'
+    | 'ADOPTION_SKIPPED'
     | 'SEEDED_AFTER_BOOT'
     | 'NETWORKDATA_UNPARSED'
     | 'NETWORK_CONVERSION_UNSUPPORTED'
@@ -53,5 +54,9 @@ export interface Seed {
   // Why the seed carries no progress-reporting part though the render was
   // given a report URL (userdata/reporting-config.ts).
   progressNotReported?: string;
+  // The user-data is Cluster API bootstrap data writing its sentinel file
+  // (userdata/bootstrap-sentinel.ts): as runcmd's last command, or where a
+  // finished boot does not prove it was written. Absent: no sentinel.
+  bootstrapSentinel?: 'last' | 'elsewhere';
   warnings: SeedWarning[];
 }

@@ -12,6 +12,7 @@ export const PROVISIONING_STATES: ReadonlyArray<ProvisioningStatus['state']> = [
   'running',
   'failed',
   'succeeded',
+  'bootstrapped',
   'not-reported',
 ];
 const RESULTS = new Set(['SUCCESS', 'WARN', 'FAIL']);
@@ -45,6 +46,7 @@ export function projectProvisioning(p: ProvisioningStatus): ProvisioningStatus {
     failure: p.failure ? defined({ step: String(p.failure.step), description: str(p.failure.description) }) : undefined,
     droppedSteps: num(p.droppedSteps),
     reason: str(p.reason),
+    sentinel: p.sentinel === 'written' || p.sentinel === 'unverified' ? p.sentinel : undefined,
   });
 }
 
@@ -61,6 +63,7 @@ const BADGE: Record<ProvisioningStatus['state'], string> = {
   running: 'b-warn',
   failed: 'b-bad',
   succeeded: 'b-ok',
+  bootstrapped: 'b-ok',
   'not-reported': 'b-warn',
 };
 
@@ -83,12 +86,20 @@ export function provisioningLine(v: VmiStatusRecord): string {
   const what =
     p.state === 'failed'
       ? `provisioning failed: ${p.failure?.step ?? ''}`
-      : p.state === 'succeeded'
-        ? `provisioned in ${formatSeconds(p.seconds)}`
+      : p.state === 'succeeded' || p.state === 'bootstrapped'
+        ? `${p.state === 'bootstrapped' ? 'bootstrapped' : 'provisioned'} in ${formatSeconds(p.seconds)}`
         : p.state === 'running'
           ? `provisioning (${lastStage(p)})`
           : 'progress not reported';
   return `<br><span class="badge ${BADGE[p.state]}" data-provisioning="${esc(p.state)}"${p.reason ? ` title="${esc(p.reason)}"` : ''}>${esc(what)}</span>`;
+}
+
+// The Cluster API sentinel, when the user-data writes it.
+function sentinelNote(s: ProvisioningStatus['sentinel']): string {
+  if (s === 'written') return ' <span class="muted">bootstrapped: Cluster API sentinel written</span>';
+  if (s === 'unverified')
+    return ' <span class="muted">Cluster API sentinel unverified: the user-data does not write it as runcmd\'s last command, or this boot did not run it</span>';
+  return '';
 }
 
 function lastStage(p: ProvisioningStatus): string {
@@ -138,8 +149,8 @@ export function provisioningTimeline(v: VmiStatusRecord): string {
   const end =
     p.state === 'failed'
       ? `<span class="badge b-bad">failed</span> <span class="mono">${esc(p.failure?.step ?? '')}</span>${p.failure?.description ? ` <span class="muted">${esc(p.failure.description)}</span>` : ''}`
-      : p.state === 'succeeded'
-        ? `<span class="badge b-ok">done</span> ${esc(formatSeconds(p.seconds))}`
+      : p.state === 'succeeded' || p.state === 'bootstrapped'
+        ? `<span class="badge b-ok">done</span> ${esc(formatSeconds(p.seconds))}${sentinelNote(p.sentinel)}`
         : p.state === 'running'
           ? '<span class="muted">not finished</span>'
           : `<span class="badge b-warn">progress not reported</span> <span class="muted">${esc(p.reason ?? '')}</span>`;

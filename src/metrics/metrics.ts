@@ -335,7 +335,7 @@ export function createMetrics(options: MetricsOptions) {
     }),
     provisioningVmis: new Gauge({
       name: 'vmseed_provisioning_vmis',
-      help: "VMIs of this node by what their guest's cloud-init reported for the current boot: running, succeeded, failed, not-reported.",
+      help: "VMIs of this node by what their guest's cloud-init reported for the current boot: running, succeeded, bootstrapped, failed, not-reported.",
       labelNames: ['state'] as const,
       registers,
       collect() {
@@ -405,7 +405,8 @@ export function createMetrics(options: MetricsOptions) {
   m.queueRetries.inc({ name: QUEUE_NAME }, 0);
   for (const reason of ['error', 'stale', 'gone']) m.informerRestarts.inc({ reason }, 0);
   m.seededAfterBoot.inc({ datasource: 'disk' }, 0);
-  for (const state of ['running', 'succeeded', 'failed', 'not-reported']) m.provisioningVmis.set({ state }, 0);
+  for (const state of ['running', 'succeeded', 'bootstrapped', 'failed', 'not-reported'])
+    m.provisioningVmis.set({ state }, 0);
   m.provisioningFailures.inc({ module: 'other' }, 0);
   for (const result of WEBHOOK_RESULTS) m.webhookRequests.inc({ result }, 0);
   for (const result of ANNOTATION_WRITE_RESULTS) m.vmiAnnotationWrites.inc({ result }, 0);

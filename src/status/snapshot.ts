@@ -34,6 +34,9 @@ export interface VmiStatusRecord {
   uid: string;
   state: VmiState;
   datasource?: Datasource;
+  // Its KubeVirt cloud-init volume was adopted at admission (the
+  // vmseed.io/adopted annotation): vmseed builds that seed, not KubeVirt.
+  adopted?: AdoptedInfo;
   imagePath?: string;
   imageBytes?: number;
   contentHash?: string; // sha256 hex of the image
@@ -97,6 +100,13 @@ export interface VmiStatusRecord {
   provisioning?: ProvisioningStatus;
 }
 
+/** A VMI's adopted KubeVirt cloud-init volume: its name, its kind, and who asked (the VMI or its namespace). */
+export interface AdoptedInfo {
+  volume: string;
+  kind: 'cloudInitNoCloud' | 'cloudInitConfigDrive';
+  by: 'annotation' | 'namespace';
+}
+
 export type ProvisioningResult = 'SUCCESS' | 'WARN' | 'FAIL';
 
 /**
@@ -127,8 +137,10 @@ export interface ProvisioningStage extends ProvisioningStep {
 export interface ProvisioningStatus {
   // running: events came, modules-final has not finished; succeeded /
   // failed: modules-final finished (failed when any step reported FAIL);
-  // not-reported: the seed was read and no event came within the bound.
-  state: 'running' | 'succeeded' | 'failed' | 'not-reported';
+  // bootstrapped: succeeded, and that proves the Cluster API sentinel was
+  // written (docs/provisioning.md, "The contract (v1)"); not-reported: the
+  // seed was read and no event came within the bound.
+  state: 'running' | 'succeeded' | 'bootstrapped' | 'failed' | 'not-reported';
   // Boots reported for this VMI by this agent; the stages are the last one's.
   boot: number;
   // When this agent first saw the VMI (the timeline's start).
@@ -146,6 +158,9 @@ export interface ProvisioningStatus {
   droppedSteps?: number;
   // not-reported: why the agent shows nothing more.
   reason?: string;
+  // The user-data writes the Cluster API sentinel: bootstrapped says
+  // `written`; a succeeded boot that cannot prove it says `unverified`.
+  sentinel?: 'written' | 'unverified';
 }
 
 /** A Secret or ConfigMap a VMI's seed was rendered from, as last seen. */

@@ -132,6 +132,7 @@ test(
         return parsed?.state === state ? parsed : undefined;
       });
     assert.deepEqual(await summaryOf('a', 'succeeded'), {
+      v: 1,
       state: 'succeeded',
       boot: 1,
       result: 'SUCCESS',
@@ -190,7 +191,7 @@ test(
     });
     assert.match(pd.reason!, /the seed does not ask cloud-init to report its progress: the VMI opts out/);
     const counts = (await statusJson()).provisioningCounts;
-    assert.deepEqual(counts, { running: 1, failed: 1, succeeded: 0, 'not-reported': 2 });
+    assert.deepEqual(counts, { running: 1, failed: 1, succeeded: 0, bootstrapped: 0, 'not-reported': 2 });
     assert.match(await (await fetch(`${http.url}/metrics`)).text(), /vmseed_seed_read_seconds_count\{via="http"\} 2/);
 
     // No token a guest holds reaches a log line, the page, status.json, the metrics or an Event.

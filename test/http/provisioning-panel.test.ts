@@ -51,5 +51,5 @@ test('status.json carries the projected provisioning and the node-wide counts, n
   const j = statusJson(s, undefined, new Date());
   assert.equal(j.vmis[0].provisioning?.state, 'failed');
   assert.ok(!JSON.stringify(j).includes('user-data bytes'));
-  assert.deepEqual(j.provisioningCounts, { running: 0, failed: 1, succeeded: 0, 'not-reported': 0 });
+  assert.deepEqual(j.provisioningCounts, { running: 0, failed: 1, succeeded: 0, bootstrapped: 0, 'not-reported': 0 });
 });

@@ -13,11 +13,17 @@
 // the boot count, the stage, the result, the failing step (a validated
 // event name, at most 128 characters) and its module label, times, and our
 // own reason text. Never a description: it is the guest's text.
+//
+// A contract other controllers read (docs/provisioning.md, "The contract
+// (v1)"): `v` first; within v1 fields are only added, and a change of what
+// a field or state means bumps it.
 import type { ProvisioningStatus } from '../../status/snapshot.ts';
 import { moduleLabel } from './timeline.ts';
 
 /** The annotation that carries a VMI's provisioning summary (annotationValue). */
 export const PROVISIONING_ANNOTATION = 'vmseed.io/provisioning';
+/** The contract's version, the value's first field `v`. */
+export const PROVISIONING_CONTRACT_VERSION = 1;
 // The value's bound (the API server allows 256 KiB of annotations in all;
 // this one stays a line).
 export const MAX_ANNOTATION_LENGTH = 1024;
@@ -26,7 +32,32 @@ const MAX_REASON_LENGTH = 300;
 // seed-read: the guest read its seed and cloud-init has not reported yet.
 export type AnnotatedState = 'seed-read' | ProvisioningStatus['state'];
 
+export const ANNOTATED_STATES: readonly AnnotatedState[] = [
+  'seed-read',
+  'running',
+  'succeeded',
+  'bootstrapped',
+  'failed',
+  'not-reported',
+];
+
+/** Every field of the value, in the order it is written; the documented table's rows. */
+export const SUMMARY_FIELDS = [
+  'v',
+  'state',
+  'boot',
+  'stage',
+  'result',
+  'failedStep',
+  'module',
+  'at',
+  'seconds',
+  'reason',
+  'sentinel',
+] as const;
+
 export interface ProvisioningSummary {
+  v: typeof PROVISIONING_CONTRACT_VERSION;
   state: AnnotatedState;
   // Boots reported for this VMI by this agent (absent before the first event).
   boot?: number;
@@ -43,6 +74,9 @@ export interface ProvisioningSummary {
   seconds?: number;
   // not-reported: why.
   reason?: string;
+  // The user-data writes the Cluster API sentinel: `written` (bootstrapped)
+  // or `unverified` (succeeded, vmseed cannot tell).
+  sentinel?: 'written' | 'unverified';
 }
 
 /**
@@ -53,10 +87,13 @@ export function provisioningSummary(
   p: ProvisioningStatus | undefined,
   seedReadAt: number | undefined,
 ): ProvisioningSummary | undefined {
-  if (!p) return seedReadAt === undefined ? undefined : { state: 'seed-read', at: new Date(seedReadAt).toISOString() };
+  const v = PROVISIONING_CONTRACT_VERSION;
+  if (!p)
+    return seedReadAt === undefined ? undefined : { v, state: 'seed-read', at: new Date(seedReadAt).toISOString() };
   if (p.state === 'not-reported') {
     const at = seedReadAt === undefined ? p.seenAt : new Date(seedReadAt).toISOString();
     return {
+      v,
       state: p.state,
       at: at ?? new Date(0).toISOString(),
       ...(p.reason ? { reason: p.reason.slice(0, MAX_REASON_LENGTH) } : {}),
@@ -64,14 +101,16 @@ export function provisioningSummary(
   }
   const boot = { boot: p.boot };
   if (p.state === 'running')
-    return { state: p.state, ...boot, stage: p.stages.at(-1)?.name ?? '', at: p.firstEventAt ?? '' };
+    return { v, state: p.state, ...boot, stage: p.stages.at(-1)?.name ?? '', at: p.firstEventAt ?? '' };
   return {
+    v,
     state: p.state,
     ...boot,
     ...(p.result ? { result: p.result } : {}),
     ...(p.failure ? { failedStep: p.failure.step, module: moduleLabel(p.failure.step) } : {}),
     at: p.finishedAt ?? '',
     ...(p.seconds !== undefined ? { seconds: Math.round(p.seconds * 10) / 10 } : {}),
+    ...(p.sentinel ? { sentinel: p.sentinel } : {}),
   };
 }
 

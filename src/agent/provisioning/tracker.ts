@@ -13,7 +13,7 @@ import type { ProvisioningStatus, ProvisioningStep } from '../../status/snapshot
 import { formatSeconds } from '../../core/format.ts';
 import type { EventRecorder } from '../events.ts';
 import type { VmiRecord, VmiRecords } from '../vmi-records.ts';
-import { applyEvent, moduleLabel, type ProvisioningFacts, type StepFacts } from './timeline.ts';
+import { applyEvent, FINAL_STAGE, moduleLabel, type ProvisioningFacts, type StepFacts } from './timeline.ts';
 
 // After the guest read its seed, how long without any event before the page
 // says "progress not reported".
@@ -24,7 +24,7 @@ export const NOT_REPORTED_AFTER_MS = 10 * 60_000;
 // (the status page and the metrics still see every boot).
 export const EVENT_MIN_INTERVAL_MS = 30_000;
 
-export const PROVISIONING_STATES = ['running', 'succeeded', 'failed', 'not-reported'] as const;
+export const PROVISIONING_STATES = ['running', 'succeeded', 'bootstrapped', 'failed', 'not-reported'] as const;
 
 export interface ProvisioningTrackerOptions {
   records: VmiRecords;
@@ -100,20 +100,25 @@ export class ProvisioningTracker implements ProgressSink {
       this.#o.logger.info({ namespace, name, boot: f.boot, step: f.failure.step, seconds }, 'provisioning failed');
       return;
     }
+    const sentinel = sentinelOf(r, f);
+    const bootstrapped = sentinel === 'written' ? '; bootstrapped (Cluster API sentinel written)' : '';
     events?.record(
       vmi,
       'Normal',
       'ProvisioningSucceeded',
-      `cloud-init finished with ${f.result ?? 'SUCCESS'} ${formatSeconds(seconds)} ${since} (boot ${f.boot})`,
+      `cloud-init finished with ${f.result ?? 'SUCCESS'} ${formatSeconds(seconds)} ${since} (boot ${f.boot})${bootstrapped}`,
     );
-    this.#o.logger.info({ namespace, name, boot: f.boot, seconds }, 'provisioning succeeded');
+    this.#o.logger.info(
+      { namespace, name, boot: f.boot, seconds, ...(sentinel ? { sentinel } : {}) },
+      bootstrapped ? 'provisioning succeeded, bootstrapped' : 'provisioning succeeded',
+    );
   }
 
   // What the status page shows for the record, if anything.
   status(r: VmiRecord, now: number): ProvisioningStatus | undefined {
     const seen = r.firstSeen && r.status && r.firstSeen.uid === r.status.uid ? r.firstSeen.at : undefined;
     const f = r.provisioning;
-    if (f && f.uid === r.status?.uid) return factsStatus(f, seen);
+    if (f && f.uid === r.status?.uid) return factsStatus(f, seen, sentinelOf(r, f));
     const read = seedReadAt(r);
     if (read === undefined) return undefined;
     const notReported = {
@@ -182,11 +187,34 @@ function stepStatus(s: StepFacts): ProvisioningStep {
   };
 }
 
-function factsStatus(f: ProvisioningFacts, seen: number | undefined): ProvisioningStatus {
+/**
+ * For a boot that finished without FAIL, whether it proves the Cluster API sentinel was written:
+ * `written` when the user-data writes it as runcmd's last command, this is the object's first boot
+ * this agent saw (runcmd's script runs once per instance; a reboot reports scripts_user as a
+ * skipped success, and /run is emptied) and scripts_user reported SUCCESS; `unverified` when the
+ * user-data writes it but one of these does not hold; undefined when it does not write it (or the
+ * boot is not over, or failed).
+ */
+export function sentinelOf(r: VmiRecord, f: ProvisioningFacts): 'written' | 'unverified' | undefined {
+  const s = r.bootstrapSentinel;
+  if (!s || s.uid !== f.uid || f.finishedAt === undefined || f.failure) return undefined;
+  const ranScripts = f.stages.some(
+    (stage) =>
+      stage.name === FINAL_STAGE &&
+      stage.steps.some((m) => moduleLabel(m.name) === 'scripts_user' && m.result === 'SUCCESS'),
+  );
+  return s.where === 'last' && f.boot === 1 && ranScripts ? 'written' : 'unverified';
+}
+
+function factsStatus(
+  f: ProvisioningFacts,
+  seen: number | undefined,
+  sentinel: 'written' | 'unverified' | undefined,
+): ProvisioningStatus {
   const done = f.finishedAt !== undefined;
   const from = f.boot === 1 && seen !== undefined ? seen : f.firstEventAt;
   return {
-    state: !done ? 'running' : f.failure ? 'failed' : 'succeeded',
+    state: !done ? 'running' : f.failure ? 'failed' : sentinel === 'written' ? 'bootstrapped' : 'succeeded',
     boot: f.boot,
     ...(seen !== undefined ? { seenAt: iso(seen) } : {}),
     firstEventAt: iso(f.firstEventAt),
@@ -196,5 +224,6 @@ function factsStatus(f: ProvisioningFacts, seen: number | undefined): Provisioni
     stages: f.stages.map((s) => ({ ...stepStatus(s), modules: s.steps.map(stepStatus) })),
     ...(f.failure ? { failure: { step: f.failure.step, description: f.failure.description } } : {}),
     ...(f.dropped > 0 ? { droppedSteps: f.dropped } : {}),
+    ...(sentinel ? { sentinel } : {}),
   };
 }

@@ -32,6 +32,7 @@ import { VmseedError } from '../../errors.ts';
 import type { RefResolver, VmiObject } from '../../api/objects.ts';
 import { readObjectKey } from '../refs/object-refs.ts';
 import type { Seed, SeedWarning } from '../seed.ts';
+import { bootstrapSentinel } from '../userdata/bootstrap-sentinel.ts';
 import { lintUserData } from '../userdata/user-data-lint.ts';
 import { withReportingPart } from '../userdata/reporting-config.ts';
 import { lintVendorData, resolveVendorData, type VendorDataRef } from '../userdata/vendor-data.ts';
@@ -115,6 +116,13 @@ async function userDataOf(
   return { bytes, field };
 }
 
+// The agent keeps this word about the user-data, never the bytes (the
+// provisioning state `bootstrapped`).
+function sentinelOf(userData: Uint8Array, max: number): Pick<Seed, 'bootstrapSentinel'> {
+  const where = bootstrapSentinel(userData, max);
+  return where === 'none' ? {} : { bootstrapSentinel: where };
+}
+
 /**
  * The seed IMDS would serve for this VMI (HTTP delivery only). Call only when isImdsEnabled(vmi);
  * reportUrl as RenderContext's. Throws VmseedError: ANNOTATION_INVALID, USERDATA_SOURCE_CONFLICT,
@@ -139,6 +147,7 @@ export async function renderImdsSeed(
     userData,
     ...(vendorData && vendorData.length > 0 ? { vendorData } : {}),
     ...(reporting && 'reason' in reporting ? { progressNotReported: reporting.reason } : {}),
+    ...sentinelOf(userData, options.maxUserDataBytes),
     delivery: 'http',
     warnings,
   };
