@@ -1,6 +1,9 @@
 // The agent: a VMI source feeding keys into the work queue, the reconciler
 // draining it, garbage collection after the first full list, a periodic
 // resync, and a graceful stop.
+import type { VmiObject } from '../api/objects.ts';
+import type { StatusReport } from './vmi-status.ts';
+import { adoptedInfo } from '../cloudinit/kubevirt/adopted.ts';
 import type { Logger } from 'pino';
 import type { RefResolver } from '../api/objects.ts';
 import type { InjectionTarget, Injector } from '../libvirt/injector-contract.ts';
@@ -327,7 +330,7 @@ export class Agent {
     const vmi = this.source.get(key);
     // New on the status page as pending until its first reconcile.
     if (vmi && this.status.get(key)?.uid !== vmi.metadata.uid)
-      this.status.write(key, vmi.metadata.uid ?? key, { kind: 'seen' });
+      this.status.write(key, vmi.metadata.uid ?? key, seen(vmi));
     if (this.#held) {
       this.#held.add(key);
       return;
@@ -345,7 +348,7 @@ export class Agent {
     if (this.#stopping) return;
     for (const key of this.source.keys()) {
       const vmi = this.source.get(key);
-      if (vmi) this.status.write(key, vmi.metadata.uid ?? key, { kind: 'seen' });
+      if (vmi) this.status.write(key, vmi.metadata.uid ?? key, seen(vmi));
     }
     try {
       await this.reconciler.collectGarbage();
@@ -408,4 +411,9 @@ export class Agent {
 // A terminal failure waits for the VMI or one of its Secrets/ConfigMaps to change.
 function versionWithDependencies(vmi: string | undefined, deps: string | undefined): string | undefined {
   return deps === undefined ? vmi : `${vmi ?? ''}+${deps}`;
+}
+
+function seen(vmi: VmiObject): StatusReport {
+  const adopted = adoptedInfo(vmi);
+  return adopted ? { kind: 'seen', adopted } : { kind: 'seen' };
 }

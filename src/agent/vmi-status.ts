@@ -2,7 +2,7 @@
 // the status shown before: a pure function, so the store writes it once per
 // reconcile (copy, compute, compare, write).
 import type { Datasource } from '../api/objects.ts';
-import type { SchemaWarningInfo } from '../status/snapshot.ts';
+import type { AdoptedInfo, SchemaWarningInfo } from '../status/snapshot.ts';
 import type { ErrorCode, ErrorKind } from '../errors.ts';
 import type { StatusProblem, VmiStatusRecord } from '../status/snapshot.ts';
 
@@ -17,8 +17,10 @@ export interface Problem {
 }
 
 export type StatusReport =
-  // Seen, not reconciled yet: a new object starts pending, a known one keeps its status.
-  | { kind: 'seen' }
+  // Seen, not reconciled yet: a new object starts pending, a known one keeps
+  // its status. What the object itself says (its adopted volume) is shown
+  // from then on.
+  | { kind: 'seen'; adopted?: AdoptedInfo }
   | { kind: 'skipped'; warnings: Problem[] }
   // Served over HTTP only: no image, so nothing of an earlier image's record may linger.
   | { kind: 'served'; datasource: Datasource; warnings: Problem[] }
@@ -71,7 +73,7 @@ function patchOf(report: StatusReport, at: string): Partial<VmiStatusRecord> {
   const shown = (p: Problem): StatusProblem => ({ ...p, at });
   switch (report.kind) {
     case 'seen':
-      return {};
+      return { adopted: report.adopted };
     case 'skipped':
       return {
         state: 'skipped',

@@ -61,6 +61,12 @@ function projectSchemaInfo(s: NonNullable<StatusProblem['schema']>): NonNullable
   });
 }
 
+// Who builds the seed of an adopted VMI, and since when it is vmseed's.
+function adoptedHtml(a: NonNullable<VmiStatusRecord['adopted']>): string {
+  const asked = a.by === 'namespace' ? "its namespace's vmseed.io/adopt label" : 'its vmseed.io/adopt annotation';
+  return `KubeVirt volume <span class="mono">${esc(a.volume)}</span> (${esc(a.kind)}), adopted at admission <span class="muted">(${esc(asked)})</span>`;
+}
+
 export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
   const inj = v.injection;
   return defined({
@@ -69,6 +75,13 @@ export function projectVmi(v: VmiStatusRecord): VmiStatusRecord {
     uid: String(v.uid),
     state: v.state,
     datasource: v.datasource,
+    adopted: v.adopted
+      ? {
+          volume: String(v.adopted.volume),
+          kind: v.adopted.kind === 'cloudInitConfigDrive' ? 'cloudInitConfigDrive' : 'cloudInitNoCloud',
+          by: v.adopted.by === 'namespace' ? 'namespace' : 'annotation',
+        }
+      : undefined,
     imagePath: str(v.imagePath),
     imageBytes: num(v.imageBytes),
     contentHash: str(v.contentHash),
@@ -600,7 +613,7 @@ function vmiRow(v: VmiStatusRecord, now: Date, shown: boolean): string {
   return `<tr class="vmi r-${esc(v.state)}" data-state="${esc(v.state)}"${v.stale ? ' data-stale="true"' : ''}${shown ? '' : ' hidden'}>
 <td>${stateLabel(v.state)}${staleBadge(v)}</td>
 <td class="vmi-name"><a class="name" href="${esc(vmiHref(v))}">${esc(v.name)}</a><br><span class="ns">${esc(v.namespace)}</span></td>
-<td>${esc(v.datasource ?? '—')}${fetchedCell(v, now)}</td>
+<td>${esc(v.datasource ?? '—')}${v.adopted ? ' <span class="muted">adopted</span>' : ''}${fetchedCell(v, now)}</td>
 <td class="mono path">${clamped(v.imagePath, pathHtml(v.imagePath))}</td>
 <td class="num">${esc(formatBytes(v.imageBytes))}</td>
 <td>${shortHash(v.contentHash)}</td>
@@ -731,6 +744,7 @@ ${problems ? `<section class="panel" id="problems"><h2>Problems</h2>${problems}<
 <section class="panel"><h2>Seed</h2><table class="kv">
 ${row('uid', `<span class="mono">${esc(v.uid)}</span>`)}
 ${row('datasource', esc(v.datasource ?? '—'))}
+${v.adopted ? row('source', adoptedHtml(v.adopted)) : ''}
 ${row('image', `<span class="mono path">${pathHtml(v.imagePath)}</span>`)}
 ${row('size', `${esc(formatBytes(v.imageBytes))}${v.imageBytes !== undefined ? ` <span class="muted">(${esc(v.imageBytes)} B)</span>` : ''}`)}
 ${row('content hash', `<span class="mono">${esc(v.contentHash ?? '—')}</span>`)}
