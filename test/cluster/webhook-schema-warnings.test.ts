@@ -7,7 +7,8 @@ import '../support/schema-files.ts';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Buffer } from 'node:buffer';
-import { rm } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import pino from 'pino';
 import type { RefResolver, SecretObject } from '../../src/api/objects.ts';
 import { RenderPool } from '../../src/agent/render-pool.ts';
@@ -21,7 +22,7 @@ import {
   type SchemaWarningOptions,
 } from '../../src/cluster/webhook/schema-warnings.ts';
 import { startWebhookServer, type WebhookServer } from '../../src/cluster/webhook/webhook-server.ts';
-import { certDir, fixtureReview, patchOf, post, testPki, type Json } from '../support/webhook.ts';
+import { certDir, clientPki, fixtureReview, patchOf, post, testPki, type Json } from '../support/webhook.ts';
 
 const NS = 'tenant-a';
 const SECRET_PASSWORD = '987654321987';
@@ -73,6 +74,8 @@ const resolver: RefResolver = {
 
 let ca: string;
 let dir: string;
+let caFile: string;
+let identity: { cert: string; key: string };
 let pool: RenderPool;
 const servers: WebhookServer[] = [];
 const ready = new Set<CiProfile>(
@@ -85,6 +88,9 @@ async function server(schemas?: Partial<SchemaWarningOptions>): Promise<WebhookS
   const s = await startWebhookServer({
     listen: { host: '127.0.0.1', port: 0 },
     certDir: dir,
+    // The API server's client certificate: its reviews may make the webhook
+    // read the Secrets they name (src/cluster/webhook/review-trust.ts).
+    clientAuth: { caFile },
     logger: pino({ level: 'silent' }),
     mutate: { serials: serialMinter('http://169.254.169.254/v1', 'nocloud-net') },
     ...(schemas
@@ -111,6 +117,10 @@ before(async () => {
   const pki = await testPki('webhook');
   ca = pki.caCert;
   dir = await certDir(pki);
+  const client = await clientPki('webhook-client-ca', ['kube-apiserver']);
+  identity = client.clients['kube-apiserver'];
+  caFile = join(dir, 'client-ca.crt');
+  await writeFile(caFile, client.caCert);
   for (const r of ready) schemaStore(DEFAULT_SCHEMA_DIR).validator(r, 'cloud-config');
   pool = new RenderPool({ size: 1, deadlineMs: 10_000 });
   // As the cluster component does at start: the worker's cold start (and
@@ -138,7 +148,7 @@ async function admit(
   body: Json,
   on: WebhookServer = main,
 ): Promise<{ warnings: string[]; body: string; json: Json; patch: Json[] | undefined }> {
-  const answer = await post(on.address.port, ca, JSON.stringify(body));
+  const answer = await post(on.address.port, ca, JSON.stringify(body), { identity });
   assert.equal(answer.status, 200, answer.body);
   assert.equal(answer.json!.response.allowed, true);
   assert.equal(answer.json!.response.uid, body.request.uid);
@@ -252,7 +262,7 @@ test('a clean cloud-config, a shell script, or no cloud-init volume: no warnings
   assert.deepEqual((await admit(await reviewOf(noCloud(clean)))).warnings, []);
   assert.deepEqual((await admit(await reviewOf(noCloud('#!/bin/sh\necho hi\n')))).warnings, []);
   const none = await fixtureReview('vmi-direct');
-  const answer = await post(main.address.port, ca, JSON.stringify(none));
+  const answer = await post(main.address.port, ca, JSON.stringify(none), { identity });
   assert.equal(answer.json!.response.warnings, undefined);
 });
 

@@ -384,12 +384,14 @@ test("the install's object lists name the PriorityClass, and each role's grants 
   assert.deepEqual(clusterGrants.sort(), [
     'configmaps get',
     'configmaps watch',
+    'events create',
     'secrets get',
     'secrets watch',
     'tokenreviews create',
     'virtualmachineinstances list',
     'virtualmachineinstances watch',
     'virtualmachineinstances/unpause update',
+    'virtualmachines get',
   ]);
   for (const file of [DOCS.readme, DOCS.install]) {
     const install = oneLine(section('## Install into a cluster', file));
@@ -397,7 +399,7 @@ test("the install's object lists name the PriorityClass, and each role's grants 
     assert.ok(install.includes('(VMIs list/watch/patch, Pods list/watch, Events create/patch'), `${file}: agent RBAC`);
     assert.ok(
       install.includes(
-        "the ClusterRole `vmseed-cluster` (TokenReviews create, VMIs list/watch, Secrets and ConfigMaps get/watch, VMIs' `unpause` update)",
+        "the ClusterRole `vmseed-cluster` (TokenReviews create, VMIs list/watch, Secrets and ConfigMaps get/watch, VMIs' `unpause` update, Events create, VirtualMachines get)",
       ),
       `${file}: the cluster component's RBAC`,
     );

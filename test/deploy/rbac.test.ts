@@ -19,6 +19,12 @@ import { ADMIN_USER, FakeKube } from '../support/fake-kube.ts';
 import { resourceType } from '../support/fake-kube-objects.ts';
 import { ensureServingCert } from '../../src/cluster/objects/serving-cert.ts';
 import { KubeConnectionApi } from '../../src/kube/api-client.ts';
+import { KubeRefResolver } from '../../src/kube/resolver.ts';
+import { KubeAdoptionEvents } from '../../src/cluster/webhook/adoption-events.ts';
+import { startWebhookServer } from '../../src/cluster/webhook/webhook-server.ts';
+import { certDir, post, testPki } from '../support/webhook.ts';
+import pino from 'pino';
+import { rm } from 'node:fs/promises';
 
 const role = findObject(loadYamlDocuments('manifests/daemonset.yaml'), 'ClusterRole', 'vmseed-agent') as unknown as {
   rules: PolicyRule[];
@@ -64,7 +70,7 @@ before(async () => {
   const clusterWide = await runKubevirtScenario({ rbac: CLUSTER_WIDE, objectService: true });
   assert.deepEqual(clusterWide.unpaused, ['team-a/vm1'], 'the scenario reached the seed gate');
   AGENT_CALLS = recorded(clusterWide.requests);
-  CLUSTER_CALLS = recorded(clusterWide.requests, true);
+  CLUSTER_CALLS = [...recorded(clusterWide.requests, true), ...(await webhookCalls())];
   const namespaced = await runKubevirtScenario({
     namespaces: namespacesFlag(NAMESPACED),
     rbac: NAMESPACED,
@@ -77,6 +83,83 @@ before(async () => {
   assert.deepEqual(direct.unpaused, ['team-a/vm1'], 'the single-tenant scenario reached the seed gate');
   DIRECT_CALLS = recorded(direct.requests);
 });
+
+// The webhook's calls, made with the component's credentials like the
+// object service's: a VMI whose cloud-init volume it adopts (its Secret
+// read) and one it leaves to KubeVirt (its Secret missing: an Event).
+async function webhookCalls(): Promise<RecordedCall[]> {
+  const token = 'component-token';
+  const fake = await FakeKube.start({ adminTokens: [token] });
+  const pki = await testPki('webhook');
+  const dir = await certDir(pki);
+  const api = new KubeConnectionApi(fake.connection(token), { timeoutMs: 2000 });
+  const events = new KubeAdoptionEvents({ api, logger: pino({ level: 'silent' }), host: 'h' });
+  const server = await startWebhookServer({
+    listen: { host: '127.0.0.1', port: 0 },
+    certDir: dir,
+    logger: pino({ level: 'silent' }),
+    mutate: {},
+    adoption: { secrets: new KubeRefResolver(api), events },
+    vms: api,
+  });
+  try {
+    fake.setSecret({ metadata: { name: 'ud', namespace: 'team-a' }, data: { userdata: 'I2Nsb3VkLWNvbmZpZw==' } });
+    fake.objects.create(
+      resourceType('', 'namespaces')!,
+      undefined,
+      JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'team-a' } }),
+    );
+    for (const secret of ['ud', 'missing']) {
+      const spec = {
+        domain: { devices: { disks: [{ name: 'ci', disk: {} }] } },
+        volumes: [{ name: 'ci', cloudInitNoCloud: { secretRef: { name: secret } } }],
+      };
+      const annotations = { 'vmseed.io/adopt': 'true' };
+      // Its VirtualMachine, which vouches for the review.
+      const vm = fake.objects.create(
+        resourceType('kubevirt.io', 'virtualmachines')!,
+        'team-a',
+        JSON.stringify({
+          apiVersion: 'kubevirt.io/v1',
+          kind: 'VirtualMachine',
+          metadata: { name: `vm-${secret}`, namespace: 'team-a' },
+          spec: { template: { metadata: { annotations }, spec } },
+        }),
+      );
+      const uid = (vm.body as { metadata: { uid: string } }).metadata.uid;
+      const object = {
+        metadata: {
+          name: `vm-${secret}`,
+          namespace: 'team-a',
+          annotations,
+          ownerReferences: [
+            { apiVersion: 'kubevirt.io/v1', kind: 'VirtualMachine', name: `vm-${secret}`, uid, controller: true },
+          ],
+        },
+        spec,
+      };
+      const review = {
+        apiVersion: 'admission.k8s.io/v1',
+        kind: 'AdmissionReview',
+        request: {
+          uid: secret,
+          resource: { group: 'kubevirt.io', version: 'v1', resource: 'virtualmachineinstances' },
+          namespace: 'team-a',
+          operation: 'CREATE',
+          object,
+        },
+      };
+      assert.equal((await post(server.address.port, pki.caCert, JSON.stringify(review))).status, 200);
+    }
+    await events.flush();
+    assert.equal(fake.events().length, 1, "the skipped adoption's Event");
+    return recorded(fake.requests, true);
+  } finally {
+    await server.close();
+    await fake.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
 
 // `group/resource[/subresource]:verb` of each kind of call, sorted.
 function kindsOf(calls: RecordedCall[]): string[] {
@@ -103,12 +186,14 @@ test("the cluster component's ClusterRole grants exactly the calls it made for t
   assert.deepEqual(kindsOf(CLUSTER_CALLS), [
     '/configmaps:get',
     '/configmaps:watch',
+    '/events:create',
     '/pods:get',
     '/secrets:get',
     '/secrets:watch',
     'authentication.k8s.io/tokenreviews:create',
     'kubevirt.io/virtualmachineinstances:list',
     'kubevirt.io/virtualmachineinstances:watch',
+    'kubevirt.io/virtualmachines:get',
     'subresources.kubevirt.io/virtualmachineinstances/unpause:update',
   ]);
   const scoped = rulesOfServiceAccount(CLUSTER_WIDE, COMPONENT);

@@ -20,7 +20,10 @@ import { ROOT, findObject, loadYamlDocuments, validateBuiltin, type KubeObject }
 import { objectId } from '../support/kustomize.ts';
 import { loadConfig } from '../../src/config/config.ts';
 import { loadClusterConfig } from '../../src/config/cluster-config.ts';
-import { WEBHOOK_PATH } from '../../src/cluster/webhook/webhook-server.ts';
+import { ADOPT_PATH, WEBHOOK_PATH } from '../../src/cluster/webhook/webhook-server.ts';
+import { ADOPT_ANNOTATION, ADOPT_NAMESPACE_LABEL } from '../../src/cluster/webhook/adopt.ts';
+import { ADOPTED_ANNOTATION } from '../../src/cloudinit/kubevirt/adopted.ts';
+import { evaluate, toCel } from '../support/admission-policy-eval.ts';
 import { ANNOTATION } from '../../src/cloudinit/annotation/annotation.ts';
 import { IMDS_ENABLED } from '../../src/cloudinit/annotation/imds-annotations.ts';
 import { testPki } from '../support/test-pki.ts';
@@ -208,27 +211,83 @@ test("the cluster component's NetworkPolicy: in on 8443, 8444 and the probe port
   assert.deepEqual(policy.spec.egress.flatMap((r: Any) => r.ports.map((p: Any) => p.port)).sort(), [443, 6443]);
 });
 
-test('the configuration: CREATE of VMIs only, opted-in VMIs only, no side effects, short timeout, reinvoked, Fail', () => {
-  const [hook] = (findObject(objects, 'MutatingWebhookConfiguration', 'vmseed') as Any).webhooks;
-  assert.deepEqual(hook.admissionReviewVersions, ['v1']);
-  assert.deepEqual(hook.rules, [
-    {
-      apiGroups: ['kubevirt.io'],
-      apiVersions: ['v1'],
-      operations: ['CREATE'],
-      resources: ['virtualmachineinstances'],
-      scope: 'Namespaced',
-    },
-  ]);
-  assert.equal(hook.sideEffects, 'None');
-  assert.equal(hook.reinvocationPolicy, 'IfNeeded');
-  assert.ok(hook.timeoutSeconds >= 1 && hook.timeoutSeconds <= 10);
-  // Never worse than KubeVirt: an unanswered review never refuses a VMI.
-  assert.equal(hook.failurePolicy, 'Ignore');
-  const [condition] = hook.matchConditions;
-  // The same two opt-ins the agent's own check (src/cluster/webhook/mutate.ts inScope) reads.
+test('the configuration: CREATE of VMIs only, opted-in VMIs only, side effects only off dry runs, short timeout, reinvoked, Ignore', () => {
+  const hooks = (findObject(objects, 'MutatingWebhookConfiguration', 'vmseed') as Any).webhooks;
+  assert.deepEqual(
+    hooks.map((h: Any) => [h.name, h.clientConfig.service.path]),
+    [
+      ['vmi.vmseed.io', WEBHOOK_PATH],
+      ['adopt.vmi.vmseed.io', ADOPT_PATH],
+    ],
+  );
+  for (const hook of hooks) {
+    assert.deepEqual(hook.admissionReviewVersions, ['v1']);
+    assert.deepEqual(hook.rules, [
+      {
+        apiGroups: ['kubevirt.io'],
+        apiVersions: ['v1'],
+        operations: ['CREATE'],
+        resources: ['virtualmachineinstances'],
+        scope: 'Namespaced',
+      },
+    ]);
+    // The one side effect: the Event of an adoption left to KubeVirt, never on a dry run.
+    assert.equal(hook.sideEffects, 'NoneOnDryRun');
+    assert.equal(hook.reinvocationPolicy, 'IfNeeded');
+    assert.ok(hook.timeoutSeconds >= 1 && hook.timeoutSeconds <= 10);
+    // Never worse than KubeVirt: an unanswered review never refuses a VMI.
+    assert.equal(hook.failurePolicy, 'Ignore');
+  }
+  const [condition] = hooks[0].matchConditions;
+  // The opt-ins the webhook's own check (src/cluster/webhook/mutate.ts inScope, adopt.ts) reads.
   assert.ok(condition.expression.includes(`'${ANNOTATION}' in object.metadata.annotations`));
   assert.ok(condition.expression.includes(`object.metadata.annotations['${IMDS_ENABLED}'] == 'true'`));
+  assert.ok(condition.expression.includes(`object.metadata.annotations['${ADOPT_ANNOTATION}'] == 'true'`));
+  assert.deepEqual(hooks[1].namespaceSelector, { matchLabels: { [ADOPT_NAMESPACE_LABEL]: 'true' } });
+});
+
+// Which of the two webhooks the API server calls for a VMI: its
+// namespaceSelector (labels of the VMI's namespace), then every
+// matchCondition, evaluated with CEL as the API server does.
+function called(vmi: Any, namespaceLabels: Record<string, string>): string[] {
+  const hooks = (findObject(objects, 'MutatingWebhookConfiguration', 'vmseed') as Any).webhooks;
+  return hooks
+    .filter((h: Any) =>
+      Object.entries((h.namespaceSelector?.matchLabels ?? {}) as Record<string, string>).every(
+        ([k, v]) => namespaceLabels[k] === v,
+      ),
+    )
+    .filter((h: Any) =>
+      (h.matchConditions ?? []).every((c: Any) => evaluate(c.expression, { object: toCel(vmi) }) === true),
+    )
+    .map((h: Any) => h.name);
+}
+
+test("each VMI reaches one webhook at most: its own opt-in the first, its namespace's adoption the second", () => {
+  const volume = { name: 'ci', cloudInitNoCloud: { userData: '#cloud-config' } };
+  const vmi = (annotations?: Record<string, string>, volumes: unknown[] = [volume]): Any => ({
+    metadata: { name: 'v', namespace: 'n', ...(annotations ? { annotations } : {}) },
+    spec: { domain: { devices: {} }, volumes },
+  });
+  const labelled = { [ADOPT_NAMESPACE_LABEL]: 'true' };
+  const cases: Array<[string, Any, Record<string, string>, string[]]> = [
+    ['a plain VMI', vmi(), {}, []],
+    ['a plain VMI in a labelled namespace', vmi(), labelled, ['adopt.vmi.vmseed.io']],
+    ['no cloud-init volume in a labelled namespace', vmi(undefined, []), labelled, []],
+    ['no volumes field in a labelled namespace', { metadata: { name: 'v' }, spec: {} }, labelled, []],
+    ['its own adopt: "true"', vmi({ [ADOPT_ANNOTATION]: 'true' }), {}, ['vmi.vmseed.io']],
+    ['its own adopt: "true" in a labelled namespace', vmi({ [ADOPT_ANNOTATION]: 'true' }), labelled, ['vmi.vmseed.io']],
+    ['adopt: "false" in a labelled namespace', vmi({ [ADOPT_ANNOTATION]: 'false' }), labelled, []],
+    [
+      'the vmseed annotation in a labelled namespace',
+      vmi({ [ANNOTATION]: 'userData: x' }),
+      labelled,
+      ['vmi.vmseed.io'],
+    ],
+    ['IMDS in a labelled namespace', vmi({ [IMDS_ENABLED]: 'true' }), labelled, ['vmi.vmseed.io']],
+    ['already adopted (a reinvocation)', vmi({ [ADOPTED_ANNOTATION]: '{}' }, []), labelled, ['vmi.vmseed.io']],
+  ];
+  for (const [what, object, labels, want] of cases) assert.deepEqual(called(object, labels), want, what);
 });
 
 test("a fresh install: each agent creates its node's own datasource key, on the node's disk; no key Secret is shared", () => {

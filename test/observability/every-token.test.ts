@@ -79,6 +79,7 @@ function applyOps<T>(object: T, ops: PatchOperation[]): T {
       .map((s) => s.replaceAll('~1', '/').replaceAll('~0', '~'));
     let at = object as Record<string, unknown>;
     for (const s of path.slice(0, -1)) at = at[s] as Record<string, unknown>;
+    assert.ok(op.op === 'add' || op.op === 'replace', `no ${op.op} in this test's patches`);
     at[path[path.length - 1]] = structuredClone(op.value);
   }
   return object;

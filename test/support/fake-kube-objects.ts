@@ -54,6 +54,7 @@ export const RESOURCE_TYPES: readonly ResourceType[] = [
     false,
   ),
   t('kubevirt.io', 'v1', 'virtualmachineinstances', 'VirtualMachineInstance'),
+  t('kubevirt.io', 'v1', 'virtualmachines', 'VirtualMachine'),
   t('cert-manager.io', 'v1', 'certificates', 'Certificate'),
   t('cert-manager.io', 'v1', 'issuers', 'Issuer'),
   t('monitoring.coreos.com', 'v1', 'servicemonitors', 'ServiceMonitor'),

@@ -40,7 +40,8 @@ export function post(
   port: number,
   ca: string,
   body: string | Buffer,
-  options: { path?: string; method?: string; contentType?: string } = {},
+  // identity: a client certificate to present (--webhook-client-ca).
+  options: { path?: string; method?: string; contentType?: string; identity?: { cert: string; key: string } } = {},
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = request(
@@ -50,6 +51,7 @@ export function post(
         path: options.path ?? WEBHOOK_PATH,
         method: options.method ?? 'POST',
         ca,
+        ...(options.identity ?? {}),
         headers: { 'Content-Type': options.contentType ?? 'application/json' },
         agent: false,
       },
@@ -91,6 +93,87 @@ export async function applyPatch(object: Json, patch: Json[]): Promise<Json> {
       { timeout: 30_000 },
     );
     return JSON.parse(stdout) as Json;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+// A client CA and client certificates it signed (the API server's webhook
+// client identity), made with the openssl CLI as test-pki.ts makes the server's.
+export interface ClientPki {
+  caCert: string;
+  // Client certificates (clientAuth) this CA signed, by subject CN.
+  clients: Record<string, { cert: string; key: string }>;
+}
+
+// A client CA and client certificates it signed, made with the openssl CLI
+// as test/support/test-pki.ts makes the server's. `sans`: DNS names per CN.
+export async function clientPki(name: string, cns: string[], sans: Record<string, string[]> = {}): Promise<ClientPki> {
+  const dir = await mkdtemp(join(tmpdir(), 'vmseed-client-pki-'));
+  try {
+    const f = (n: string) => join(dir, n);
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+    await run('openssl', [
+      'req',
+      '-x509',
+      ...ec,
+      '-days',
+      '2',
+      '-subj',
+      `/CN=${name}`,
+      '-keyout',
+      f('ca.key'),
+      '-out',
+      f('ca.crt'),
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ]);
+    const clients: ClientPki['clients'] = {};
+    for (const [i, cn] of cns.entries()) {
+      await run('openssl', [
+        'req',
+        '-new',
+        ...ec,
+        '-subj',
+        `/CN=${cn}`,
+        '-keyout',
+        f(`${i}.key`),
+        '-out',
+        f(`${i}.csr`),
+      ]);
+      await writeFile(
+        f(`${i}.cnf`),
+        [
+          'basicConstraints=critical,CA:FALSE',
+          'keyUsage=critical,digitalSignature',
+          'extendedKeyUsage=clientAuth',
+          ...(sans[cn] ? [`subjectAltName=${sans[cn].map((d) => `DNS:${d}`).join(',')}`] : []),
+          '',
+        ].join('\n'),
+      );
+      await run('openssl', [
+        'x509',
+        '-req',
+        '-in',
+        f(`${i}.csr`),
+        '-CA',
+        f('ca.crt'),
+        '-CAkey',
+        f('ca.key'),
+        '-CAcreateserial',
+        '-days',
+        '2',
+        '-extfile',
+        f(`${i}.cnf`),
+        '-out',
+        f(`${i}.crt`),
+      ]);
+      const [cert, key] = await Promise.all([readFile(f(`${i}.crt`), 'utf8'), readFile(f(`${i}.key`), 'utf8')]);
+      clients[cn] = { cert, key };
+    }
+    return { caCert: await readFile(f('ca.crt'), 'utf8'), clients };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

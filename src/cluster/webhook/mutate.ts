@@ -15,18 +15,20 @@
 //    serves a VMI's seed to the token its own serial carries
 //    (src/datasource/identity.ts). Nothing in the request decides the token,
 //    so an AdmissionReview sent by anyone yields a token that opens nothing.
+//  - An adopted cloud-init volume (adopt.ts): the volume and its disk
+//    removed, each behind a `test` of its name so a patch applied to another
+//    shape fails instead of removing something else, and the record in
+//    `vmseed.io/adopted`. Such a VMI is in scope like any vmseed VMI.
 import { ANNOTATION } from '../../cloudinit/annotation/annotation.ts';
 import { IMDS_ENABLED } from '../../cloudinit/annotation/imds-annotations.ts';
+import { ADOPTED_ANNOTATION, adoptedText, type AdoptedRecord } from '../../cloudinit/kubevirt/adopted.ts';
 
 // The agent's seed gate reads this one (src/agent/domain/seed-gate.ts).
 export const RESUME_ANNOTATION = 'vmseed.io/resume-after-seed';
 export const GATE_ANNOTATION = 'vmseed.io/gate';
 
-export interface PatchOperation {
-  op: 'add' | 'replace';
-  path: string;
-  value: unknown;
-}
+export type PatchOperation =
+  { op: 'add' | 'replace' | 'test'; path: string; value: unknown } | { op: 'remove'; path: string };
 
 /**
  * Makes and recognises the datasource serials the webhook writes.
@@ -67,7 +69,7 @@ function pointer(segment: string): string {
 // configuration's matchConditions, repeated here so a VMI outside them is
 // never patched even when the configuration is edited wrongly.
 export function inScope(annotations: Record<string, string>): boolean {
-  return ANNOTATION in annotations || annotations[IMDS_ENABLED] === 'true';
+  return ANNOTATION in annotations || ADOPTED_ANNOTATION in annotations || annotations[IMDS_ENABLED] === 'true';
 }
 
 // In scope (a seed disk, or a seed served over HTTP only for KubeVirt
@@ -79,16 +81,18 @@ function wantsGate(spec: Json, annotations: Record<string, string>): boolean {
   return resume === undefined || resume === 'true';
 }
 
-// The patch for a VMI being created; [] leaves it as it is.
-export function mutateVmi(vmi: unknown, options: MutateOptions): PatchOperation[] {
+// The patch for a VMI being created (with `adopted`: its cloud-init volume
+// adopted); [] leaves it as it is.
+export function mutateVmi(vmi: unknown, options: MutateOptions, adopted?: AdoptedRecord): PatchOperation[] {
   if (!isObject(vmi) || !isObject(vmi.metadata) || !isObject(vmi.spec)) return [];
   const meta = vmi.metadata;
   const spec = vmi.spec;
   const hasAnnotations = isObject(meta.annotations);
   const annotations = stringMap(meta.annotations);
-  if (!inScope(annotations)) return [];
+  if (!inScope(annotations) && !adopted) return [];
   const ops: PatchOperation[] = [];
   const added: Record<string, string> = {};
+  if (adopted) added[ADOPTED_ANNOTATION] = adoptedText(adopted);
   if (wantsGate(spec, annotations)) {
     ops.push({ op: 'add', path: '/spec/startStrategy', value: 'Paused' });
     if (annotations[RESUME_ANNOTATION] === undefined) added[RESUME_ANNOTATION] = 'true';
@@ -105,7 +109,20 @@ export function mutateVmi(vmi: unknown, options: MutateOptions): PatchOperation[
           value: v,
         });
   }
-  return [...ops, ...serialOps];
+  return [...ops, ...serialOps, ...(adopted ? adoptionPatch(adopted) : [])];
+}
+
+// The volume's and the disk's removal, each guarded by its name.
+function adoptionPatch(adopted: AdoptedRecord): PatchOperation[] {
+  const name = adopted.volume.name;
+  const ops: PatchOperation[] = [];
+  if (adopted.disk && adopted.diskIndex !== undefined) {
+    const disk = `/spec/domain/devices/disks/${adopted.diskIndex}`;
+    ops.push({ op: 'test', path: `${disk}/name`, value: name }, { op: 'remove', path: disk });
+  }
+  const volume = `/spec/volumes/${adopted.volumeIndex}`;
+  ops.push({ op: 'test', path: `${volume}/name`, value: name }, { op: 'remove', path: volume });
+  return ops;
 }
 
 function serialPatch(spec: Json, options: MutateOptions): PatchOperation[] {

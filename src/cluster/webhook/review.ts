@@ -15,6 +15,8 @@ export interface VmiCreate {
   uid: string;
   namespace: string;
   object: unknown;
+  // A dry run: the answer must have no side effect (no Event).
+  dryRun: boolean;
 }
 
 export type ReadReview =
@@ -58,7 +60,7 @@ export function readReview(body: Buffer): ReadReview {
   const objectNamespace = isObject(object.metadata) ? object.metadata.namespace : undefined;
   const ns = namespace || (typeof objectNamespace === 'string' ? objectNamespace : '');
   if (ns === '') return { kind: 'pass', uid, why: 'no namespace' };
-  return { kind: 'vmi-create', review: { uid, namespace: ns, object } };
+  return { kind: 'vmi-create', review: { uid, namespace: ns, object, dryRun: request.dryRun === true } };
 }
 
 // The AdmissionReview answer: allowed, with the patch and the warnings when there are.

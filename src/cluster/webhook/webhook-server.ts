@@ -24,10 +24,22 @@ import { capConnectionsPerSource } from '../../core/connection-cap.ts';
 import { CertDir } from './certs.ts';
 import { ClientCaFile, clientNames } from './client-ca.ts';
 import { mutateVmi, type MutateOptions } from './mutate.ts';
+import { adoptionAsked, decideAdoption, type AdoptionDecision, type AdoptionOptions } from './adopt.ts';
+import type { AdoptionEvents } from './adoption-events.ts';
+import { gatedResolver, vmVouches } from './review-trust.ts';
+import type { KubeApi } from '../../kube/api-client.ts';
+import type { RefResolver } from '../../api/objects.ts';
 import { readReview, reviewResponse } from './review.ts';
-import { schemaWarnings, type SchemaWarningOptions } from './schema-warnings.ts';
+import { MAX_WARNING_BYTES, schemaWarnings, type SchemaWarningOptions } from './schema-warnings.ts';
 
 export const WEBHOOK_PATH = '/mutate-virtualmachineinstance';
+// The configuration's second webhook, which the API server calls only for
+// VMIs in a namespace labelled vmseed.io/adopt=true (its namespaceSelector):
+// the path says so, since a review carries no namespace labels. A caller
+// that posts here itself gets a patch back and changes nothing.
+export const ADOPT_PATH = '/adopt-virtualmachineinstance';
+// An Event's message (the API server cuts longer ones; so do we, on a character).
+const MAX_EVENT_MESSAGE = 1024;
 
 export interface WebhookLimits {
   // Largest AdmissionReview body read (413 beyond). Default 2 MiB: a VMI the
@@ -61,6 +73,13 @@ export interface WebhookServerOptions {
   // Warn (never refuse) about schema problems of the VMI's cloud-init data
   // (schema-warnings.ts). Absent: no check.
   schemas?: SchemaWarningOptions;
+  // Adoption of KubeVirt cloud-init volumes (adopt.ts), and where a skipped
+  // one is said as an Event. Absent: a VMI that asks is told adoption is off.
+  adoption?: AdoptionOptions & { events?: AdoptionEvents };
+  // Reads a VMI's VirtualMachine, which vouches for a review that the
+  // caller's certificate does not (review-trust.ts). Absent, and without
+  // clientAuth: no review makes the webhook read an object or write an Event.
+  vms?: KubeApi;
 }
 
 /** A running admission webhook listener; problem() feeds the cluster component's readiness. */
@@ -118,7 +137,8 @@ class ReviewHandler {
   }
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<WebhookResult> {
-    if ((req.url ?? '').split('?')[0] !== WEBHOOK_PATH) return refuse(res, 404, 'not found');
+    const path = (req.url ?? '').split('?')[0];
+    if (path !== WEBHOOK_PATH && path !== ADOPT_PATH) return refuse(res, 404, 'not found');
     if (req.method !== 'POST') return refuse(res, 405, 'POST an AdmissionReview');
     const type = String(req.headers['content-type'] ?? '')
       .split(';')[0]
@@ -133,13 +153,63 @@ class ReviewHandler {
       this.#answer(res, reviewResponse(read.uid));
       return 'unchanged';
     }
-    const { uid, namespace, object } = read.review;
-    const patch = mutateVmi(object, this.#o.mutate);
+    const { uid, namespace, object, dryRun } = read.review;
+    const vouched = this.#vouching(object, namespace);
+    const gate = (refs: RefResolver | undefined) => refs && gatedResolver(refs, vouched);
+    const adoption = await this.#adoption(object, path === ADOPT_PATH, gate(this.#o.adoption?.secrets));
+    const patch = mutateVmi(object, this.#o.mutate, adoption.kind === 'adopt' ? adoption.record : undefined);
     // Warnings only: the patch and `allowed` never depend on them.
-    const warnings = this.#o.schemas ? await schemaWarnings(object, namespace, this.#o.schemas) : [];
-    this.#log.debug({ uid, namespace, operations: patch.length, warnings: warnings.length }, 'VMI admitted');
+    const schemas = this.#o.schemas;
+    const warnings = schemas
+      ? await schemaWarnings(object, namespace, { ...schemas, secrets: gate(schemas.secrets) })
+      : [];
+    if (adoption.kind === 'skipped') {
+      const message = `ADOPTION_SKIPPED (${adoption.field}): KubeVirt builds the cloud-init volume, not vmseed: ${adoption.reason}`;
+      warnings.unshift(cutWarning(message));
+      // An Event only for a review known to be the API server's: anyone
+      // else could otherwise write Events into any namespace.
+      const events = this.#o.adoption?.events;
+      if (!dryRun && events && (await vouched()) === undefined)
+        events.skipped(object, namespace, cutText(message, MAX_EVENT_MESSAGE));
+    }
+    this.#log.debug(
+      { uid, namespace, operations: patch.length, warnings: warnings.length, adoption: adoption.kind },
+      'VMI admitted',
+    );
     this.#answer(res, reviewResponse(uid, patch, warnings));
     return patch.length > 0 ? 'patched' : 'unchanged';
+  }
+
+  // Why this review may not make the webhook read objects or write Events,
+  // or undefined (review-trust.ts); asked at most once per review.
+  #vouching(object: unknown, namespace: string): () => Promise<string | undefined> {
+    let answer: Promise<string | undefined> | undefined;
+    return () => {
+      if (this.#o.clientAuth) return Promise.resolve(undefined);
+      const vms = this.#o.vms;
+      answer ??= vms
+        ? vmVouches(object, namespace, vms).catch(
+            (e: unknown) => `its VirtualMachine could not be read (${(e as Error).message})`,
+          )
+        : Promise.resolve('the webhook authenticates no caller (--webhook-client-ca) and has no API credentials');
+      return answer;
+    };
+  }
+
+  async #adoption(
+    object: unknown,
+    namespaceOptIn: boolean,
+    secrets: RefResolver | undefined,
+  ): Promise<AdoptionDecision> {
+    const meta = isObject(object) && isObject(object.metadata) ? object.metadata : {};
+    const annotations: Record<string, string> = {};
+    if (isObject(meta.annotations))
+      for (const [k, v] of Object.entries(meta.annotations)) if (typeof v === 'string') annotations[k] = v;
+    const by = adoptionAsked(annotations, namespaceOptIn);
+    if (by === undefined) return { kind: 'none' };
+    if (!this.#o.adoption) return { kind: 'skipped', reason: 'adoption is off in this webhook', field: 'metadata' };
+    const { secrets: _, ...options } = this.#o.adoption;
+    return decideAdoption(object, by, secrets ? { ...options, secrets } : options);
   }
 
   #answer(res: ServerResponse, json: string): void {
@@ -150,6 +220,27 @@ class ReviewHandler {
     });
     res.end(json);
   }
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+// A text cut to `max` UTF-8 bytes on a character, control characters out.
+function cutText(text: string, max: number): string {
+  const clean = text.replace(/[\x00-\x1f\x7f]+/g, ' ');
+  if (Buffer.byteLength(clean) <= max) return clean;
+  let out = '';
+  for (const ch of clean) {
+    if (Buffer.byteLength(out + ch) > max - 3) break;
+    out += ch;
+  }
+  return `${out}...`;
+}
+
+// One warning within the bound the schema warnings keep (the API server cuts longer ones).
+function cutWarning(text: string): string {
+  return cutText(text, MAX_WARNING_BYTES);
 }
 
 // Destroys each accepted socket whose first request has not arrived (headers

@@ -11,9 +11,12 @@ import type { SerialMinter } from '../../cluster/webhook/mutate.ts';
 import { startWebhookServer, type WebhookServer } from '../../cluster/webhook/webhook-server.ts';
 import { WORKER_MIN_BYTES, type SchemaWarningOptions } from '../../cluster/webhook/schema-warnings.ts';
 import type { RefResolver } from '../../api/objects.ts';
+import type { KubeApi } from '../../kube/api-client.ts';
 import type { CiProfile } from '../../cloudinit/schema/ci-validator.ts';
 import { schemaStore } from '../../cloudinit/schema/schema-store.ts';
 import type { ClusterService } from './service.ts';
+import { KubeAdoptionEvents, type AdoptionEvents } from '../../cluster/webhook/adoption-events.ts';
+import { hostname } from 'node:os';
 
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -36,6 +39,7 @@ export function serialMinter(base: string, ds: SerialDatasourceId): SerialMinter
 async function schemaWarningSetup(
   config: ClusterConfig,
   logger: Logger,
+  api: ApiAccess,
 ): Promise<{ options?: SchemaWarningOptions; close(): Promise<void> }> {
   const log = logger.child({ component: 'webhook' });
   const { schemaDir, release } = config.cloudInit;
@@ -54,44 +58,69 @@ async function schemaWarningSetup(
       );
   }
   if (available.size === 0) return { close: async () => {} };
+  const { RenderPool } = await import('../../agent/render-pool.ts');
   // Compiled now, not at an admission (a few hundred ms each on the event loop).
   for (const r of available) store.validator(r, 'cloud-config');
-  const [{ RenderPool }, { loadConnection }, { KubeConnectionApi }, { KubeRefResolver }] = await Promise.all([
-    import('../../agent/render-pool.ts'),
-    import('../../kube/connection.ts'),
-    import('../../kube/api-client.ts'),
-    import('../../kube/resolver.ts'),
-  ]);
   // One worker, kept a day once idle and started now: its cold start (a
   // few seconds) would not fit an admission's 2 s budget.
   const pool = new RenderPool({ size: 1, maxQueue: 8, deadlineMs: 5_000, idleMs: 86_400_000 });
   pool
     .run('checkSchemas', [{ dir: schemaDir, release: [...available][0], reveal: false }], WORKER_MIN_BYTES)
     .catch((e: unknown) => log.warn({ reason: (e as Error).message }, 'cloud-init schema worker did not start'));
-  let connection: Awaited<ReturnType<typeof loadConnection>> | undefined;
-  let secrets: RefResolver | undefined;
-  let secretsUnavailable: string | undefined;
-  try {
-    connection = await loadConnection(config.kubeconfig);
-    secrets = new KubeRefResolver(new KubeConnectionApi(connection));
-  } catch (e) {
-    secretsUnavailable = `no API credentials (${(e as Error).message})`;
-    log.warn({ reason: (e as Error).message }, 'no API credentials: Secret-backed cloud-init data is not checked');
-  }
   return {
     options: {
       dir: schemaDir,
       release,
       available,
       runner: pool,
-      ...(secrets ? { secrets } : {}),
-      ...(secretsUnavailable ? { secretsUnavailable } : {}),
+      ...(api.secrets ? { secrets: api.secrets } : {}),
+      ...(api.unavailable ? { secretsUnavailable: api.unavailable } : {}),
     },
-    close: async () => {
-      await pool.close();
-      await connection?.close();
-    },
+    close: () => pool.close(),
   };
+}
+
+// What the webhook reads and writes with the component's own API
+// credentials (--kubeconfig, else the in-cluster service account): the
+// Secrets a VMI's cloud-init data comes from, and the Events of skipped
+// adoptions. Without credentials both are off, and the log says why once.
+interface ApiAccess {
+  secrets?: RefResolver;
+  // The VirtualMachines that vouch for their VMIs' reviews.
+  vms?: KubeApi;
+  events?: AdoptionEvents;
+  unavailable?: string;
+  close(): Promise<void>;
+}
+
+async function apiAccess(config: ClusterConfig, logger: Logger): Promise<ApiAccess> {
+  const [{ loadConnection }, { KubeConnectionApi }, { KubeRefResolver }] = await Promise.all([
+    import('../../kube/connection.ts'),
+    import('../../kube/api-client.ts'),
+    import('../../kube/resolver.ts'),
+  ]);
+  try {
+    const connection = await loadConnection(config.kubeconfig);
+    const api = new KubeConnectionApi(connection);
+    const events = new KubeAdoptionEvents({ api, logger: logger.child({ component: 'webhook' }), host: hostname() });
+    return {
+      secrets: new KubeRefResolver(api),
+      vms: api,
+      events,
+      close: async () => {
+        await events.flush();
+        await connection.close();
+      },
+    };
+  } catch (e) {
+    logger
+      .child({ component: 'webhook' })
+      .warn(
+        { reason: (e as Error).message },
+        'no API credentials: Secret-backed cloud-init data is neither checked nor adopted',
+      );
+    return { unavailable: `no API credentials (${(e as Error).message})`, close: async () => {} };
+  }
 }
 
 /**
@@ -103,7 +132,13 @@ export async function startAdmission(config: ClusterConfig, logger: Logger, metr
   // Started only when --webhook-listen is not off (cluster-command.ts).
   const listen = config.webhook.listen!;
   const serials = serial === 'off' ? undefined : serialMinter(config.datasource.baseUrl, serial);
-  const schemas = await schemaWarningSetup(config, logger);
+  const api = await apiAccess(config, logger);
+  const schemas = await schemaWarningSetup(config, logger, api);
+  const adoption = {
+    ...(api.secrets ? { secrets: api.secrets } : {}),
+    ...(api.unavailable ? { secretsUnavailable: api.unavailable } : {}),
+    ...(api.events ? { events: api.events } : {}),
+  };
   let server: WebhookServer;
   try {
     server = await startWebhookServer({
@@ -114,9 +149,12 @@ export async function startAdmission(config: ClusterConfig, logger: Logger, metr
       mutate: serials ? { serials } : {},
       ...(clientAuth ? { clientAuth } : {}),
       ...(schemas.options ? { schemas: schemas.options } : {}),
+      adoption,
+      ...(api.vms ? { vms: api.vms } : {}),
     });
   } catch (e) {
     await schemas.close();
+    await api.close();
     const why = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
     throw new Error(`cannot listen on ${listen.host}:${listen.port} (--webhook-listen): ${why}`, { cause: e });
   }
@@ -127,6 +165,7 @@ export async function startAdmission(config: ClusterConfig, logger: Logger, metr
     close: async () => {
       await server.close();
       await schemas.close();
+      await api.close();
     },
   };
 }

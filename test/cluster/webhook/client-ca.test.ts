@@ -7,12 +7,10 @@
 // and the process keeps running.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { Agent, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import pino from 'pino';
 import { serialMinter } from '../../../src/commands/cluster/webhook.ts';
 import { startWebhookServer, WEBHOOK_PATH } from '../../../src/cluster/webhook/webhook-server.ts';
@@ -21,90 +19,10 @@ import { ConfigError } from '../../../src/config/values.ts';
 import { waitFor } from '../../support/agent-harness.ts';
 import { readyz } from '../../support/agent-cli.ts';
 import { startCliCluster } from '../../support/cluster-cli.ts';
-import { certDir, fixtureReview, patchOf, testPki, type Json } from '../../support/webhook.ts';
+import { certDir, clientPki, fixtureReview, patchOf, testPki, type Json } from '../../support/webhook.ts';
 
-const run = promisify(execFile);
 const BASE = 'http://169.254.169.254/v1';
 const API_SERVER_CN = 'kube-apiserver-webhook-client';
-
-interface ClientPki {
-  caCert: string;
-  // Client certificates (clientAuth) this CA signed, by subject CN.
-  clients: Record<string, { cert: string; key: string }>;
-}
-
-// A client CA and client certificates it signed, made with the openssl CLI
-// as test/support/test-pki.ts makes the server's. `sans`: DNS names per CN.
-async function clientPki(name: string, cns: string[], sans: Record<string, string[]> = {}): Promise<ClientPki> {
-  const dir = await mkdtemp(join(tmpdir(), 'vmseed-client-pki-'));
-  try {
-    const f = (n: string) => join(dir, n);
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-    await run('openssl', [
-      'req',
-      '-x509',
-      ...ec,
-      '-days',
-      '2',
-      '-subj',
-      `/CN=${name}`,
-      '-keyout',
-      f('ca.key'),
-      '-out',
-      f('ca.crt'),
-      '-addext',
-      'basicConstraints=critical,CA:TRUE',
-      '-addext',
-      'keyUsage=critical,keyCertSign,cRLSign',
-    ]);
-    const clients: ClientPki['clients'] = {};
-    for (const [i, cn] of cns.entries()) {
-      await run('openssl', [
-        'req',
-        '-new',
-        ...ec,
-        '-subj',
-        `/CN=${cn}`,
-        '-keyout',
-        f(`${i}.key`),
-        '-out',
-        f(`${i}.csr`),
-      ]);
-      await writeFile(
-        f(`${i}.cnf`),
-        [
-          'basicConstraints=critical,CA:FALSE',
-          'keyUsage=critical,digitalSignature',
-          'extendedKeyUsage=clientAuth',
-          ...(sans[cn] ? [`subjectAltName=${sans[cn].map((d) => `DNS:${d}`).join(',')}`] : []),
-          '',
-        ].join('\n'),
-      );
-      await run('openssl', [
-        'x509',
-        '-req',
-        '-in',
-        f(`${i}.csr`),
-        '-CA',
-        f('ca.crt'),
-        '-CAkey',
-        f('ca.key'),
-        '-CAcreateserial',
-        '-days',
-        '2',
-        '-extfile',
-        f(`${i}.cnf`),
-        '-out',
-        f(`${i}.crt`),
-      ]);
-      const [cert, key] = await Promise.all([readFile(f(`${i}.crt`), 'utf8'), readFile(f(`${i}.key`), 'utf8')]);
-      clients[cn] = { cert, key };
-    }
-    return { caCert: await readFile(f('ca.crt'), 'utf8'), clients };
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
 
 type Outcome = { status: number; json?: Json } | { refused: string };
 
