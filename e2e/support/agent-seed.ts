@@ -1,13 +1,13 @@
 // A KubeVirt-mode seed made by vmseed's own code on the replica node, step by
 // step as the agent makes it: renderSeed with the cluster defaults (the
-// vmseed.io/cloud-init annotation; KubeVirt's own volumes ignored), the ISO
-// writer, the image store, then the injector (agent-injector-main.ts) as the
-// DaemonSet's user through /pods. Only the agent's informer and reconciler
+// vmseed.io/cloud-init annotation, or a volume the webhook adopted; KubeVirt's
+// own volumes ignored), the ISO writer, the image store, then the injector
+// (agent-injector-main.ts) as the DaemonSet's user through /pods. Only the agent's informer and reconciler
 // are left out (e2e/kubevirt-node-agent.test.ts runs the whole agent).
 import { chown, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { VmiObject } from '../../src/api/objects.ts';
+import type { Datasource, RefResolver, VmiObject } from '../../src/api/objects.ts';
 import { MemoryResolver } from '../../src/cloudinit/refs/memory-resolver.ts';
 import { DEFAULT_RENDER_OPTIONS, renderSeed } from '../../src/cloudinit/render.ts';
 import type { Seed } from '../../src/cloudinit/seed.ts';
@@ -47,15 +47,15 @@ export function annotatedVmi(o: {
 
 export interface AgentSeed {
   seed: Seed;
-  /** The store's image (`nocloud-<sha16>.iso`), owned by the agent's user. */
+  /** The store's image (`<datasource>-<sha16>.iso`), owned by the agent's user. */
   path: string;
   sha256: string;
   cleanup(): Promise<void>;
 }
 
-/** Renders `vmi` and writes its image into a store of its own, as the agent's state directory holds it. */
-export async function agentSeed(vmi: VmiObject): Promise<AgentSeed> {
-  const outcome = await renderSeed(vmi, new MemoryResolver({}), {
+/** Renders `vmi` (its Secrets from `refs`) and writes its image into a store of its own, as the agent's state directory holds it. */
+export async function agentSeed(vmi: VmiObject, refs: RefResolver = new MemoryResolver({})): Promise<AgentSeed> {
+  const outcome = await renderSeed(vmi, refs, {
     ...DEFAULT_RENDER_OPTIONS,
     kubevirtVolumes: 'ignore',
   });
@@ -66,7 +66,8 @@ export async function agentSeed(vmi: VmiObject): Promise<AgentSeed> {
   try {
     const store = new ImageStore({ root });
     const { namespace, name, uid } = vmi.metadata;
-    const { path } = await store.write({ namespace: namespace!, name: name, uid: uid! }, 'nocloud', image.bytes, {
+    const key = { namespace: namespace!, name: name, uid: uid! };
+    const { path } = await store.write(key, outcome.seed.datasource, image.bytes, {
       sha256: image.sha256,
       fsync: false,
     });
@@ -89,13 +90,18 @@ async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
 }
 
 /** vmseed's injector from the kubevirt preset, run as the agent (uid 107, group 0, the pods tree at /pods), attaches `imagePath` to the VMI's domain in its launcher pod. */
-export async function injectAsAgent(tree: KubeletTree, vmi: VmiObject, imagePath: string): Promise<InjectionResult> {
+export async function injectAsAgent(
+  tree: KubeletTree,
+  vmi: VmiObject,
+  imagePath: string,
+  datasource: Datasource = 'nocloud',
+): Promise<InjectionResult> {
   const { namespace, name, uid, annotations } = vmi.metadata;
   const target: InjectionTarget = {
     namespace: namespace!,
     name: name,
     uid: uid!,
-    datasource: 'nocloud',
+    datasource,
     annotations: annotations ?? {},
     launcherPods: Object.keys(vmi.status?.activePods ?? {}),
   };
