@@ -9,8 +9,9 @@
 // Two kinds of review, in alternated rounds on one server: that VMI
 // (gated, no adoption), and a Cluster API VMI asking for its ConfigDrive
 // volume's adoption (test/fixtures/adoption/capk-controlplane.json), whose
-// bootstrap Secret the webhook reads from a fake API server over HTTPS and
-// whose seed it renders before it answers.
+// bootstrap Secret the webhook reads over HTTPS from a fake API server (on a
+// thread of its own, bench/fake-api-worker.ts) and whose seed it renders
+// before it answers.
 //   node bench/webhook.ts [--rate 100] [--seconds 20] [--rounds 1]
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -25,7 +26,8 @@ import { decideAdoption } from '../src/cluster/webhook/adopt.ts';
 import { MemoryResolver } from '../src/cloudinit/refs/memory-resolver.ts';
 import { readReview, reviewResponse } from '../src/cluster/webhook/review.ts';
 import { testPki } from '../test/support/test-pki.ts';
-import { FakeKube } from '../test/support/fake-kube.ts';
+import { Worker } from 'node:worker_threads';
+import { KubeConnection } from '../src/kube/connection.ts';
 import { clientPki } from '../test/support/webhook.ts';
 import { KubeConnectionApi } from '../src/kube/api-client.ts';
 import { KubeRefResolver } from '../src/kube/resolver.ts';
@@ -46,9 +48,17 @@ const rounds = Number(values.rounds);
 const capk = JSON.parse(
   await readFile(new URL('../test/fixtures/adoption/capk-controlplane.json', import.meta.url), 'utf8'),
 ) as { vmi: { metadata: { annotations?: Record<string, string> } }; secrets: SecretObject[] };
-const fake = await FakeKube.start();
-for (const secret of capk.secrets) fake.setSecret(secret);
-const api = new KubeConnectionApi(fake.connection(), { timeoutMs: 2000 });
+const TOKEN = 'bench-webhook-token';
+const fake = new Worker(new URL('./fake-api-worker.ts', import.meta.url), {
+  workerData: { secrets: capk.secrets, token: TOKEN },
+});
+const { url, ca } = await new Promise<{ url: string; ca?: string }>((resolve, reject) => {
+  fake.once('message', resolve);
+  fake.once('error', reject);
+});
+const api = new KubeConnectionApi(new KubeConnection({ server: url, token: TOKEN, ...(ca ? { ca } : {}) }), {
+  timeoutMs: 2000,
+});
 
 const pki = await testPki('bench-webhook');
 const dir = await mkdtemp(join(tmpdir(), 'vmseed-bench-webhook-'));
@@ -204,6 +214,7 @@ try {
   await pool.close();
   await server.close();
 
-  await fake.close();
+  fake.postMessage('stop');
+  await new Promise((resolve) => fake.once('exit', resolve));
   await rm(dir, { recursive: true, force: true });
 }
