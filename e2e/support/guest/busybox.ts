@@ -101,6 +101,10 @@ export function busyboxCmdline(o: BusyboxCmdlineOptions): string {
   const p = [
     'console=ttyS0',
     'panic=-1',
+    // Under TCG on a loaded host the kernel's IO-APIC timer check can miss
+    // its ticks and panic ("IO-APIC + timer doesn't work"); the check proves
+    // nothing about a virtual timer.
+    'no_timer_check',
     'quiet',
     `vmseed.files=${o.files.join(',')}`,
     `vmseed.wait=${o.waitSeconds ?? 60}`,

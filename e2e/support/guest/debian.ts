@@ -143,7 +143,8 @@ async function buildDebianGuest(): Promise<DebianGuest> {
     kernel: kernel.vmlinuz,
     initramfs: path.join(dir, 'initramfs.cpio.gz'),
     rootfs: path.join(dir, 'rootfs.img'),
-    cmdline: 'console=ttyS0 panic=-1 net.ifnames=0',
+    // no_timer_check: as for the busybox guest (support/guest/busybox.ts).
+    cmdline: 'console=ttyS0 panic=-1 no_timer_check net.ifnames=0',
   };
 }
 
