@@ -72,8 +72,8 @@ interface Doc {
   reveal: boolean;
 }
 
-// A warning's text without control characters, cut to `max` UTF-8 bytes on a character boundary.
-function cut(text: string, max: number): string {
+/** A warning's (or Event's) text without control characters, cut to `max` UTF-8 bytes on a character boundary. */
+export function cut(text: string, max: number): string {
   const clean = text.replace(/[\x00-\x1f\x7f]+/g, ' ').trim();
   if (Buffer.byteLength(clean) <= max) return clean;
   let out = '';

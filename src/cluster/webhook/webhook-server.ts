@@ -30,7 +30,7 @@ import { gatedResolver, vmVouches } from './review-trust.ts';
 import type { KubeApi } from '../../kube/api-client.ts';
 import type { RefResolver } from '../../api/objects.ts';
 import { readReview, reviewResponse } from './review.ts';
-import { MAX_WARNING_BYTES, schemaWarnings, type SchemaWarningOptions } from './schema-warnings.ts';
+import { MAX_WARNING_BYTES, cut, schemaWarnings, type SchemaWarningOptions } from './schema-warnings.ts';
 
 export const WEBHOOK_PATH = '/mutate-virtualmachineinstance';
 // The configuration's second webhook, which the API server calls only for
@@ -165,12 +165,12 @@ class ReviewHandler {
       : [];
     if (adoption.kind === 'skipped') {
       const message = `ADOPTION_SKIPPED (${adoption.field}): KubeVirt builds the cloud-init volume, not vmseed: ${adoption.reason}`;
-      warnings.unshift(cutWarning(message));
+      warnings.unshift(cut(message, MAX_WARNING_BYTES));
       // An Event only for a review known to be the API server's: anyone
       // else could otherwise write Events into any namespace.
       const events = this.#o.adoption?.events;
       if (!dryRun && events && (await vouched()) === undefined)
-        events.skipped(object, namespace, cutText(message, MAX_EVENT_MESSAGE));
+        events.skipped(object, namespace, cut(message, MAX_EVENT_MESSAGE));
     }
     this.#log.debug(
       { uid, namespace, operations: patch.length, warnings: warnings.length, adoption: adoption.kind },
@@ -224,23 +224,6 @@ class ReviewHandler {
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-// A text cut to `max` UTF-8 bytes on a character, control characters out.
-function cutText(text: string, max: number): string {
-  const clean = text.replace(/[\x00-\x1f\x7f]+/g, ' ');
-  if (Buffer.byteLength(clean) <= max) return clean;
-  let out = '';
-  for (const ch of clean) {
-    if (Buffer.byteLength(out + ch) > max - 3) break;
-    out += ch;
-  }
-  return `${out}...`;
-}
-
-// One warning within the bound the schema warnings keep (the API server cuts longer ones).
-function cutWarning(text: string): string {
-  return cutText(text, MAX_WARNING_BYTES);
 }
 
 // Destroys each accepted socket whose first request has not arrived (headers
